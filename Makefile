@@ -1,0 +1,32 @@
+# Two commands do all set-up on a fresh machine: `make up` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt | cksum | cut -d' ' -f1)
+
+.PHONY: up test lint bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+## up: the whole system locally (moto server, API, timers, agents) until Ctrl-C
+up: $(STAMP)
+	$(PY) -m devstack
+
+## lint: the CloudFormation template
+lint: $(STAMP)
+	$(VENV)/bin/cfn-lint infra/template.yaml
+
+## test: installs what it needs, then runs every test
+test: $(STAMP) lint
+	$(PY) -m pytest
+
+## bench: ratios against a baseline measured in the same run
+bench: $(STAMP)
+	$(PY) bench/endpoints.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

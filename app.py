@@ -1,0 +1,145 @@
+"""gpujobs HTTP API (see ../shared/API.md and docs/openapi.yaml).
+
+Thin on purpose: each route parses, authorises, calls one service function and
+shapes the response. Storage and queues live behind chalicelib/service/ports.py.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+
+from chalice import Chalice, Rate, Response
+
+from chalicelib.api import validation
+from chalicelib.api.representation import attempt_json, job_json
+from chalicelib.bootstrap import services
+from chalicelib.domain import idempotency
+from chalicelib.domain.errors import (ApiError, InvalidArgument, MethodNotAllowed,
+                                      UnsupportedMediaType)
+from chalicelib.service import health
+
+app = Chalice(app_name="gpujobs")
+log = logging.getLogger("gpujobs")
+PROBLEM_JSON = "application/problem+json"
+
+
+def problem(err: ApiError) -> Response:
+    return Response(body=json.dumps(err.problem()), status_code=err.status,
+                    headers={"Content-Type": PROBLEM_JSON, **err.headers})
+
+
+def ok(body: dict, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(body=json.dumps(body, ensure_ascii=False), status_code=status,
+                    headers={"Content-Type": "application/json", **(headers or {})})
+
+
+def endpoint(path: str, method: str, **route_kwargs):
+    """A route whose domain errors become problem JSON, and nothing else a 5xx
+    with a stack trace."""
+    def decorate(view):
+        @functools.wraps(view)
+        def handler(**params):
+            try:
+                return view(**params)
+            except ApiError as e:
+                return problem(e)
+            except Exception:  # noqa: BLE001 - a bug; never show its trace
+                log.exception("unhandled error on %s %s", method, path)
+                return problem(ApiError("internal error; it has been logged"))
+        return app.route(path, methods=[method], **route_kwargs)(handler)
+    return decorate
+
+
+@app.middleware("http")
+def problems_for_framework_errors(event, get_response):
+    """Chalice answers 405 and 415 itself; give those the problem shape too."""
+    response = get_response(event)
+    if response.status_code == 405:
+        return problem(MethodNotAllowed("method not allowed on this path",
+                                        headers={"Allow": response.headers.get("Allow", "")}))
+    if response.status_code == 415:
+        return problem(UnsupportedMediaType("request body must be application/json",
+                                            field="Content-Type"))
+    if response.status_code >= 500 and not str(
+            response.headers.get("Content-Type", "")).startswith(PROBLEM_JSON):
+        return problem(ApiError("internal error; it has been logged"))
+    return response
+
+
+def _request():
+    return app.current_request
+
+
+def _tenant():
+    return services().auth.tenant(_request().headers.get("authorization")).name
+
+
+def _body(schema: str, *, required: bool):
+    req = _request()
+    value = validation.parse_json(req.raw_body, required=required,
+                                  content_type=req.headers.get("content-type"))
+    return None if value is None else validation.validate(schema, value)
+
+
+def _query_int(name: str, default: int) -> int:
+    raw = (_request().query_params or {}).get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or len(raw) > 6:
+        raise InvalidArgument(f"{name} must be an integer", field=name)
+    return int(raw)
+
+
+# -- health -------------------------------------------------------------------
+@endpoint("/v1/health", "GET")
+def get_health():
+    return ok(health.check(services().store))
+
+
+# -- jobs ---------------------------------------------------------------------
+@endpoint("/v1/jobs", "POST")
+def create_job():
+    tenant = _tenant()
+    key = idempotency.check_key(_request().headers.get("idempotency-key"))
+    body = _body("JOB_CREATE", required=True)
+    job, replayed = services().jobs.create(tenant, body, key)
+    headers = {"Location": f"/v1/jobs/{job.job_id}"}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return ok(job_json(job), 201, headers)
+
+
+@endpoint("/v1/jobs", "GET")
+def list_jobs():
+    tenant = _tenant()
+    params = _request().query_params or {}
+    jobs, token = services().jobs.list(
+        tenant, state=params.get("state"), page_size=_query_int("page_size", 50),
+        page_token=params.get("page_token"))
+    return ok({"jobs": [job_json(j) for j in jobs], "next_page_token": token})
+
+
+@endpoint("/v1/jobs/{job_id}", "GET")
+def get_job(job_id: str):
+    return ok(job_json(services().jobs.get(_tenant(), job_id)))
+
+
+@endpoint("/v1/jobs/{job_id}/cancel", "POST")
+def cancel_job(job_id: str):
+    tenant = _tenant()
+    body = _body("CANCEL", required=False) or {}
+    return ok(job_json(services().jobs.cancel(tenant, job_id, body.get("reason"))), 202)
+
+
+@endpoint("/v1/jobs/{job_id}/attempts", "GET")
+def list_attempts(job_id: str):
+    attempts = services().jobs.attempts(_tenant(), job_id)
+    return ok({"attempts": [attempt_json(a) for a in attempts]})
+
+
+# -- scheduled ------------------------------------------------------------------
+@app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")
+def reconcile(event):
+    """Resend cancel intents that no agent has acknowledged in time."""
+    return {"resent": services().jobs.resend_due_intents()}

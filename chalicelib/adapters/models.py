@@ -1,0 +1,144 @@
+"""PynamoDB models of the tables declared in infra/template.yaml.
+
+Table names, region and endpoint are bound at start-up by :func:`bind` (PynamoDB
+reads ``Meta`` when it first connects), never from the environment at import.
+"""
+from __future__ import annotations
+
+from pynamodb.attributes import (JSONAttribute, NumberAttribute, UnicodeAttribute,
+                                 UnicodeSetAttribute)
+from pynamodb.connection import Connection
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.models import Model
+
+from ..config import Config
+
+
+class _Meta:
+    region = "us-east-1"
+    host = None
+    connect_timeout_seconds = 2
+    read_timeout_seconds = 5
+    max_retry_attempts = 3
+
+
+class JobsByTenant(GlobalSecondaryIndex["JobModel"]):
+    class Meta:
+        index_name = "by_tenant"
+        projection = AllProjection()
+    tenant = UnicodeAttribute(hash_key=True)
+    job_id = UnicodeAttribute(range_key=True)
+
+
+class JobsByActiveState(GlobalSecondaryIndex["JobModel"]):
+    class Meta:
+        index_name = "by_active_state"
+        projection = AllProjection()
+    active_state = UnicodeAttribute(hash_key=True)
+    job_id = UnicodeAttribute(range_key=True)
+
+
+class JobModel(Model):
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-jobs"
+
+    job_id = UnicodeAttribute(hash_key=True)
+    tenant = UnicodeAttribute()
+    state = UnicodeAttribute()
+    #: set only while the job is not terminal (sparse index)
+    active_state = UnicodeAttribute(null=True)
+    name = UnicodeAttribute(null=True)
+    spec = JSONAttribute()
+    attempt = NumberAttribute(default=0)
+    created_at = UnicodeAttribute()
+    updated_at = UnicodeAttribute()
+    started_at = UnicodeAttribute(null=True)
+    finished_at = UnicodeAttribute(null=True)
+    cancel_requested_at = UnicodeAttribute(null=True)
+    cancel_reason = UnicodeAttribute(null=True)
+    health = JSONAttribute()
+    exit = JSONAttribute(null=True)
+    idem_id = UnicodeAttribute(null=True)
+    inboxes = JSONAttribute(null=True)
+
+    by_tenant = JobsByTenant()
+    by_active_state = JobsByActiveState()
+
+
+class IdempotencyModel(Model):
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-idempotency"
+
+    idem_id = UnicodeAttribute(hash_key=True)
+    job_id = UnicodeAttribute()
+    body_hash = UnicodeAttribute()
+    created_at = UnicodeAttribute()
+    #: the stored timestamp that decides expiry; absent while the job lives
+    expires_at = UnicodeAttribute(null=True)
+    #: DynamoDB TTL clean-up only, well after expires_at
+    ttl_epoch = NumberAttribute(null=True)
+
+
+class AttemptModel(Model):
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-attempts"
+
+    job_id = UnicodeAttribute(hash_key=True)
+    attempt = NumberAttribute(range_key=True)
+    state = UnicodeAttribute()
+    placement = JSONAttribute()
+    created_at = UnicodeAttribute()
+    finished_at = UnicodeAttribute(null=True)
+    exit = JSONAttribute(null=True)
+
+
+class OutboxDue(GlobalSecondaryIndex["OutboxModel"]):
+    class Meta:
+        index_name = "by_due"
+        projection = AllProjection()
+    pending = UnicodeAttribute(hash_key=True)
+    due_at = UnicodeAttribute(range_key=True)
+
+
+class OutboxModel(Model):
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-outbox"
+
+    job_id = UnicodeAttribute(hash_key=True)
+    intent_id = UnicodeAttribute(range_key=True)
+    attempt = NumberAttribute()
+    kind = UnicodeAttribute()
+    message = JSONAttribute()
+    #: node id -> inbox queue URL
+    targets = JSONAttribute()
+    #: nodes that have not acknowledged yet (removed one by one, atomically)
+    unacked = UnicodeSetAttribute(null=True)
+    created_at = UnicodeAttribute()
+    #: "1" while not acknowledged by an agent (sparse index)
+    pending = UnicodeAttribute(null=True)
+    due_at = UnicodeAttribute()
+    sends = NumberAttribute(default=0)
+    ttl_epoch = NumberAttribute(null=True)
+
+    by_due = OutboxDue()
+
+
+MODELS = {
+    JobModel: "jobs_table",
+    IdempotencyModel: "idempotency_table",
+    AttemptModel: "attempts_table",
+    OutboxModel: "outbox_table",
+}
+
+
+def bind(config: Config) -> Connection:
+    """Point every model at the configured tables; returns a connection for transactions."""
+    for model, attr in MODELS.items():
+        model.Meta.table_name = getattr(config, attr)
+        model.Meta.region = config.region
+        model.Meta.host = config.endpoint_url
+        model._connection = None
+    return Connection(region=config.region, host=config.endpoint_url,
+                      connect_timeout_seconds=_Meta.connect_timeout_seconds,
+                      read_timeout_seconds=_Meta.read_timeout_seconds,
+                      max_retry_attempts=_Meta.max_retry_attempts)

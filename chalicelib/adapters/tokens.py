@@ -1,0 +1,43 @@
+"""Bearer tokens, kept only as SHA-256 hashes.
+
+The local stack reads ``[{"token": "t1", "tenant": "acme"}, {"token": "a1",
+"agent": "node-1"}]`` from GPUJOBS_TOKENS_FILE and forgets the plain tokens
+as soon as they are hashed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from ..domain.principal import Principal
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class TokenStore:
+    def __init__(self, hashes: dict[str, Principal]) -> None:
+        self._by_hash = dict(hashes)
+
+    @classmethod
+    def from_entries(cls, entries: list[dict]) -> "TokenStore":
+        hashes = {}
+        for e in entries:
+            if "tenant" in e:
+                p = Principal("tenant", str(e["tenant"]))
+            elif "agent" in e:
+                p = Principal("agent", str(e["agent"]))
+            else:
+                raise ValueError("each token entry names a tenant or an agent")
+            hashes[token_hash(str(e["token"]))] = p
+        return cls(hashes)
+
+    @classmethod
+    def from_file(cls, path: str) -> "TokenStore":
+        with open(path, encoding="utf-8") as f:
+            return cls.from_entries(json.load(f))
+
+    def lookup(self, token: str) -> Principal | None:
+        # a dict lookup on the hash: the plain token is never compared
+        return self._by_hash.get(token_hash(token))

@@ -1,0 +1,1 @@
+"""HTTP-facing helpers: request parsing, validation, representations, problems."""

@@ -1,0 +1,47 @@
+"""JSON Schemas of request bodies: one source for validation and OpenAPI.
+
+``docs/openapi.yaml`` embeds these same schemas; a test checks they agree.
+"""
+from __future__ import annotations
+
+_POSITIVE_NUMBER = {"type": "number", "exclusiveMinimum": 0}
+
+HEARTBEAT = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "interval_s": {**_POSITIVE_NUMBER, "maximum": 3600},
+        "false_positive_budget_per_hour": _POSITIVE_NUMBER,
+        "miss_probability": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "startup_grace_s": {"type": "number", "minimum": 0, "maximum": 86400},
+    },
+}
+
+JOB_CREATE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["command", "ranks"],
+    "properties": {
+        "name": {"type": "string", "maxLength": 128},
+        "command": {"type": "array", "minItems": 1, "maxItems": 1024,
+                    "items": {"type": "string", "maxLength": 8192}},
+        "env": {"type": "object", "maxProperties": 512,
+                "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,254}$"},
+                "additionalProperties": {"type": "string", "maxLength": 8192}},
+        "ranks": {"type": "integer", "minimum": 1, "maximum": 65536},
+        "gpus_per_rank": {"type": "integer", "minimum": 1, "maximum": 64},
+        "gpu_type": {"type": "string", "minLength": 1, "maxLength": 64},
+        "priority": {"type": "integer", "minimum": -1000000, "maximum": 1000000},
+        "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+        "heartbeat": HEARTBEAT,
+        "labels": {"type": "object", "maxProperties": 64,
+                   "propertyNames": {"minLength": 1, "maxLength": 128},
+                   "additionalProperties": {"type": "string", "maxLength": 256}},
+    },
+}
+
+CANCEL = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"reason": {"type": "string", "maxLength": 1024}},
+}

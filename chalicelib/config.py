@@ -1,0 +1,52 @@
+"""Configuration, read from the environment when first needed (never at import:
+Chalice's test client patches the stage's variables in only around a call)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+
+class ConfigError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Config:
+    region: str
+    endpoint_url: str | None
+    jobs_table: str
+    idempotency_table: str
+    attempts_table: str
+    outbox_table: str
+    inbox_dlq_arn: str
+    inbox_queue_prefix: str
+    page_token_key: bytes
+    tokens_file: str | None
+    scans_per_hour: float
+    cancel_resend_after_s: float
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Config":
+        env = os.environ if env is None else env
+
+        def need(name: str) -> str:
+            value = env.get(name)
+            if not value:
+                raise ConfigError(f"environment variable {name} is not set")
+            return value
+
+        return cls(
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+            endpoint_url=env.get("GPUJOBS_AWS_ENDPOINT_URL") or None,
+            jobs_table=need("GPUJOBS_JOBS_TABLE"),
+            idempotency_table=need("GPUJOBS_IDEMPOTENCY_TABLE"),
+            attempts_table=need("GPUJOBS_ATTEMPTS_TABLE"),
+            outbox_table=need("GPUJOBS_OUTBOX_TABLE"),
+            inbox_dlq_arn=need("GPUJOBS_INBOX_DLQ_ARN"),
+            inbox_queue_prefix=need("GPUJOBS_INBOX_QUEUE_PREFIX"),
+            page_token_key=need("GPUJOBS_PAGE_TOKEN_KEY").encode("utf-8"),
+            tokens_file=env.get("GPUJOBS_TOKENS_FILE") or None,
+            scans_per_hour=3600.0 / float(env.get("GPUJOBS_SCAN_PERIOD_S") or 60),
+            cancel_resend_after_s=float(env.get("GPUJOBS_CANCEL_RESEND_AFTER_S") or 30),
+        )

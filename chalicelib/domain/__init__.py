@@ -1,0 +1,1 @@
+"""The domain: pure Python, no AWS imports. Tested without moto."""

@@ -1,0 +1,96 @@
+"""The job aggregate and the spec defaults of API.md."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .states import JobState
+from .threshold import threshold_s
+
+HEARTBEAT_DEFAULTS = {
+    "interval_s": 10,
+    "false_positive_budget_per_hour": 0.001,
+    "miss_probability": 0.01,
+    "startup_grace_s": 120,
+}
+SPEC_DEFAULTS = {"gpus_per_rank": 1, "priority": 0, "max_attempts": 1}
+
+
+def with_defaults(body: dict) -> dict:
+    """The spec as submitted, defaults filled (the ``spec`` of the representation)."""
+    spec = copy.deepcopy(body)
+    for k, v in SPEC_DEFAULTS.items():
+        spec.setdefault(k, v)
+    spec.setdefault("env", {})
+    spec.setdefault("labels", {})
+    spec["heartbeat"] = {**HEARTBEAT_DEFAULTS, **spec.get("heartbeat", {})}
+    return spec
+
+
+def initial_health(spec: dict, scans_per_hour: float) -> dict:
+    hb = spec["heartbeat"]
+    return {
+        "status": "UNKNOWN",
+        "threshold_s": float(threshold_s(spec["ranks"], scans_per_hour, hb["interval_s"],
+                                         hb["miss_probability"],
+                                         hb["false_positive_budget_per_hour"])),
+        "first_stalled_rank": None,
+        "last_heard_at": None,
+        "detected_at": None,
+        "stalled_ranks": [],
+    }
+
+
+@dataclass
+class Job:
+    job_id: str
+    tenant: str
+    state: JobState
+    spec: dict
+    created_at: datetime
+    updated_at: datetime
+    name: str | None = None
+    attempt: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
+    cancel_reason: str | None = None
+    health: dict = field(default_factory=dict)
+    exit: dict | None = None
+    #: the idempotency record this job was created under, if any
+    idem_id: str | None = None
+    #: node id -> inbox queue URL, for the nodes holding the current attempt
+    inboxes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.state.terminal
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A message for the agents of some nodes that must arrive at least once.
+
+    One record per job attempt and kind, naming every target node, so a job
+    on hundreds of nodes is still one outbox item (a transaction holds at most
+    100 items). Agents acknowledge per node; the reconciler resends to the rest.
+    """
+    job_id: str
+    attempt: int
+    kind: str
+    message: dict
+    #: node id -> inbox queue URL
+    targets: dict[str, str]
+
+    @property
+    def intent_id(self) -> str:
+        return f"{self.kind}#{self.attempt}"
+
+
+def cancel_intent(job: Job, reason: str | None) -> Intent:
+    """One CANCEL for every node holding a rank of the current attempt."""
+    return Intent(job.job_id, job.attempt, "CANCEL",
+                  {"type": "CANCEL", "job_id": job.job_id, "attempt": job.attempt,
+                   "reason": reason},
+                  dict(sorted(job.inboxes.items())))

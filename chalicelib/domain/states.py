@@ -1,0 +1,69 @@
+"""The job state machine of API.md, as data.
+
+Every transition names the state it leaves; the store makes it a conditional
+write on exactly that state, so two racing writers cannot both win.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class JobState(str, enum.Enum):
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+#: placed on nodes: a cancel must go to the agents as an intent
+PLACED = frozenset({JobState.SCHEDULED, JobState.RUNNING})
+
+
+class Event(str, enum.Enum):
+    PLACE = "PLACE"                  # placement wrote an attempt
+    STARTED = "STARTED"              # agent started the ranks
+    ALL_EXITED_OK = "ALL_EXITED_OK"  # every rank exited 0
+    RANK_FAILED = "RANK_FAILED"      # a rank failed or stalled, no attempts left
+    RETRY = "RETRY"                  # a rank failed or stalled, attempts remain
+    CANCEL_UNPLACED = "CANCEL_UNPLACED"  # cancel of a job no agent holds
+    STOPPED = "STOPPED"              # agents confirmed a cancel
+
+
+TRANSITIONS: dict[tuple[JobState, Event], JobState] = {
+    (JobState.PENDING, Event.PLACE): JobState.SCHEDULED,
+    (JobState.PENDING, Event.CANCEL_UNPLACED): JobState.CANCELLED,
+    (JobState.SCHEDULED, Event.STARTED): JobState.RUNNING,
+    (JobState.SCHEDULED, Event.STOPPED): JobState.CANCELLED,
+    (JobState.SCHEDULED, Event.RANK_FAILED): JobState.FAILED,
+    (JobState.SCHEDULED, Event.RETRY): JobState.PENDING,
+    (JobState.RUNNING, Event.ALL_EXITED_OK): JobState.SUCCEEDED,
+    (JobState.RUNNING, Event.RANK_FAILED): JobState.FAILED,
+    (JobState.RUNNING, Event.RETRY): JobState.PENDING,
+    (JobState.RUNNING, Event.STOPPED): JobState.CANCELLED,
+}
+
+
+class IllegalTransition(Exception):
+    def __init__(self, state: JobState, event: Event) -> None:
+        super().__init__(f"{event.value} is not allowed in state {state.value}")
+        self.state, self.event = state, event
+
+
+def next_state(state: JobState, event: Event) -> JobState:
+    """The state ``event`` leads to from ``state``; terminal states have no way out."""
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalTransition(state, event) from None
+
+
+def sources(event: Event) -> frozenset[JobState]:
+    """The states ``event`` may leave: the condition of its conditional write."""
+    return frozenset(s for (s, e) in TRANSITIONS if e is event)

@@ -1,0 +1,1 @@
+"""The service layer: use cases over the ports; no HTTP, no boto3."""

@@ -1,0 +1,14 @@
+"""Readiness: the API can reach its tables."""
+from __future__ import annotations
+
+from ..domain.errors import ServiceUnavailable
+from .ports import JobStore
+
+
+def check(store: JobStore) -> dict:
+    try:
+        store.ping()
+    except Exception as e:  # noqa: BLE001 - any failure means "not ready"
+        raise ServiceUnavailable(f"tables unreachable: {type(e).__name__}",
+                                 headers={"Retry-After": "1"}) from e
+    return {"status": "ok"}

@@ -1,0 +1,151 @@
+"""Jobs use cases: idempotent create, read, keyset listing, cancel as an intent."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from ..domain import cursor, idempotency
+from ..domain.clock import Clock, plus, utcnow
+from ..domain.errors import (AlreadyFinished, IdempotencyKeyReused, InvalidArgument,
+                             NotFound, RequestInProgress)
+from ..domain.ids import is_job_id, new_job_id
+from ..domain.jobs import Intent, Job, cancel_intent, initial_health, with_defaults
+from ..domain.states import JobState
+from .ports import IdemClaim, IdempotencyConflict, Inbox, JobStore, StateChanged
+
+log = logging.getLogger(__name__)
+
+MAX_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 50
+#: how often a command retries after losing a conditional write to a racer
+_RACE_RETRIES = 3
+_SEND_WORKERS = 8
+
+
+class JobsService:
+    def __init__(self, store: JobStore, inbox: Inbox, *, page_token_key: bytes,
+                 scans_per_hour: float, cancel_resend_after_s: float,
+                 clock: Clock = utcnow) -> None:
+        self.store, self.inbox = store, inbox
+        self._token_key = page_token_key
+        self._scans_per_hour = scans_per_hour
+        self._resend_after_s = cancel_resend_after_s
+        self._clock = clock
+
+    # -- create -----------------------------------------------------------
+    def create(self, tenant: str, body: dict, idempotency_key: str | None) -> tuple[Job, bool]:
+        """The new job, or with a known key and the same body the job it made
+        (second value True: a replay). One write round trip on the first call."""
+        now = self._clock()
+        spec = with_defaults(body)
+        job = Job(job_id=new_job_id(), tenant=tenant, state=JobState.PENDING, spec=spec,
+                  created_at=now, updated_at=now, name=body.get("name"),
+                  health=initial_health(spec, self._scans_per_hour))
+        if idempotency_key is None:
+            self.store.create(job, None)
+            return job, False
+        claim = IdemClaim(idempotency.record_id(tenant, idempotency_key),
+                          idempotency.body_hash(body))
+        reclaim = None
+        for _ in range(_RACE_RETRIES):
+            try:
+                self.store.create(job, claim, reclaim=reclaim)
+                return dataclasses.replace(job, idem_id=claim.idem_id), False
+            except IdempotencyConflict as conflict:
+                held = conflict.record
+            if held is None:
+                break
+            if idempotency.is_expired(held.expires_at, now):
+                reclaim = held  # retention is over: the key may make a new job
+                continue
+            if held.body_hash != claim.body_hash:
+                raise IdempotencyKeyReused(
+                    "Idempotency-Key was already used with a different request body",
+                    field="Idempotency-Key")
+            existing = self.store.get(held.job_id)
+            if existing is not None:
+                return existing, True
+            break
+        raise RequestInProgress("a request with this Idempotency-Key is in progress; retry")
+
+    # -- read -------------------------------------------------------------
+    def get(self, tenant: str, job_id: str) -> Job:
+        job = self.store.get(job_id) if is_job_id(job_id) else None
+        if job is None or job.tenant != tenant:
+            # another tenant's job is indistinguishable from a missing one
+            raise NotFound(f"job {job_id} not found", field="job_id")
+        return job
+
+    def attempts(self, tenant: str, job_id: str) -> list[dict]:
+        self.get(tenant, job_id)
+        return self.store.attempts(job_id)
+
+    def list(self, tenant: str, *, state: str | None, page_size: int,
+             page_token: str | None) -> tuple[list[Job], str | None]:
+        if state is not None and state not in JobState.__members__:
+            raise InvalidArgument(f"state must be one of {', '.join(JobState.__members__)}",
+                                  field="state")
+        if not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise InvalidArgument(f"page_size must be an integer from 1 to {MAX_PAGE_SIZE}",
+                                  field="page_size")
+        filter_key = f"state={state or ''}"
+        after = None
+        if page_token is not None:
+            after = cursor.decode(page_token, tenant=tenant, filter_key=filter_key,
+                                  secret=self._token_key)
+        jobs, resume_after = self.store.page(tenant, state, page_size, after)
+        token = None if resume_after is None else cursor.encode(
+            resume_after, tenant=tenant, filter_key=filter_key, secret=self._token_key)
+        return jobs, token
+
+    # -- cancel -----------------------------------------------------------
+    def cancel(self, tenant: str, job_id: str, reason: str | None) -> Job:
+        """Record the cancel request before answering; agents do the stopping."""
+        for _ in range(_RACE_RETRIES):
+            job = self.get(tenant, job_id)
+            if job.cancel_requested_at is not None or job.state is JobState.CANCELLED:
+                return job  # a repeat records nothing new
+            if job.state.terminal:
+                raise AlreadyFinished(f"job {job_id} already {job.state.value}",
+                                      field="job_id")
+            now = self._clock()
+            try:
+                if job.state is JobState.PENDING:
+                    return self.store.cancel_unplaced(job, now, reason)
+                intent = cancel_intent(job, reason)
+                job = self.store.request_cancel(job, now, reason, intent,
+                                                due_at=plus(now, self._resend_after_s))
+            except StateChanged:
+                continue  # placed, started or finished meanwhile: decide again
+            self._send(intent, intent.targets)
+            return job
+        raise RequestInProgress(f"job {job_id} is changing state; retry")
+
+    def _send(self, intent: Intent, targets: dict[str, str]) -> int:
+        """Send to each target; failures are logged, never raised: the outbox
+        record already holds the intent and the reconciler resends it."""
+        def one(url: str) -> bool:
+            try:
+                self.inbox.send(url, intent.message)
+                return True
+            except Exception:  # noqa: BLE001 - any failure leaves it to the reconciler
+                log.warning("sending %s to %s failed; the reconciler will resend",
+                            intent.intent_id, url, exc_info=True)
+                return False
+        urls = list(targets.values())
+        if len(urls) <= 1:
+            return sum(map(one, urls))
+        with ThreadPoolExecutor(min(_SEND_WORKERS, len(urls))) as pool:
+            return sum(pool.map(one, urls))
+
+    # -- reconciler ---------------------------------------------------------
+    def resend_due_intents(self, limit: int = 100) -> int:
+        """Resend every intent some agent has not acknowledged in time."""
+        now = self._clock()
+        sent = 0
+        for entry in self.store.due_intents(now, limit):
+            targets = {n: u for n, u in entry.intent.targets.items() if n in entry.unacked}
+            sent += self._send(entry.intent, targets)
+            self.store.reschedule_intent(entry, plus(now, self._resend_after_s))
+        return sent

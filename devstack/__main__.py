@@ -1,0 +1,150 @@
+"""``make up``: the whole system on one machine, in the foreground.
+
+Reads PORT, GPUJOBS_TOKENS_FILE, GPUJOBS_AGENTS, GPUJOBS_GPUS_PER_AGENT and
+GPUJOBS_SCAN_PERIOD_S (API.md, "The local stack"). Prints a line containing
+``ready`` once GET /v1/health answers; exits cleanly on SIGINT or SIGTERM.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+log = logging.getLogger("devstack")
+
+
+def _int_env(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        sys.exit(f"{name} must be an integer, got {raw!r}")
+    if value < minimum:
+        sys.exit(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _float_env(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        sys.exit(f"{name} must be a number, got {raw!r}")
+    if value <= 0:
+        sys.exit(f"{name} must be positive, got {value}")
+    return value
+
+
+def _tokens_file() -> str:
+    path = os.environ.get("GPUJOBS_TOKENS_FILE")
+    if path:
+        if not os.path.isfile(path):
+            sys.exit(f"GPUJOBS_TOKENS_FILE={path} does not exist")
+        return path
+    tokens = [{"token": "t_" + secrets.token_urlsafe(24), "tenant": "default"},
+              {"token": "a_" + secrets.token_urlsafe(24), "agent": "*"}]
+    fd, path = tempfile.mkstemp(prefix="gpujobs-tokens-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(tokens, f, indent=2)
+    print(f"gpujobs: no GPUJOBS_TOKENS_FILE given; fresh tokens written to {path}", flush=True)
+    return path
+
+
+class Timer(threading.Thread):
+    """Runs a scheduled function every ``period_s`` until stopped, as EventBridge would."""
+
+    def __init__(self, name: str, period_s: float, fn, stop: threading.Event) -> None:
+        super().__init__(name=f"timer-{name}", daemon=True)
+        self._period, self._fn, self._stop = period_s, fn, stop
+
+    def run(self) -> None:
+        event = {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events",
+                 "account": "123456789012", "region": "us-east-1", "resources": [],
+                 "detail": {}, "id": "local", "time": ""}
+        while not self._stop.wait(self._period):
+            try:
+                self._fn(event, None)
+            except Exception:  # noqa: BLE001 - keep the timer alive, say what broke
+                log.exception("scheduled function %s failed", self.name)
+
+
+def _wait_healthy(url: str, stop: threading.Event, timeout_s: float = 60) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not stop.is_set():
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        stop.wait(0.05)
+    return False
+
+
+def main() -> int:
+    logging.basicConfig(level=os.environ.get("GPUJOBS_LOG_LEVEL", "WARNING"),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's access log
+    port = _int_env("PORT", 8000)
+    agents = _int_env("GPUJOBS_AGENTS", 2)
+    gpus_per_agent = _int_env("GPUJOBS_GPUS_PER_AGENT", 8, minimum=1)
+    scan_period_s = _float_env("GPUJOBS_SCAN_PERIOD_S", 5)
+    tokens_file = _tokens_file()
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    from devstack import resources
+    from devstack.motoserver import MotoServer
+
+    moto = MotoServer().start()
+    try:
+        os.environ.update(resources.deploy(moto.endpoint_url))
+        os.environ.update({
+            "GPUJOBS_TOKENS_FILE": tokens_file,
+            "GPUJOBS_SCAN_PERIOD_S": str(scan_period_s),
+            "GPUJOBS_CANCEL_RESEND_AFTER_S": os.environ.get("GPUJOBS_CANCEL_RESEND_AFTER_S",
+                                                            str(max(2 * scan_period_s, 5))),
+        })
+        os.environ.setdefault("GPUJOBS_PAGE_TOKEN_KEY", secrets.token_hex(32))
+
+        import app as gpujobs  # the same app object Lambda runs
+        from devstack.server import make_server
+
+        server = make_server(gpujobs.app, "127.0.0.1", port)
+        port = server.server.server_address[1]
+        threading.Thread(target=server.server.serve_forever, name="api", daemon=True).start()
+        timers = [Timer("reconcile", scan_period_s, gpujobs.reconcile, stop)]
+        for t in timers:
+            t.start()
+        # Host agents arrive with the nodes issue; until then the count is
+        # validated and reported, and 0 leaves the inboxes to an outside program.
+        if not _wait_healthy(f"http://127.0.0.1:{port}/v1/health", stop):
+            if stop.is_set():
+                return 0
+            print("gpujobs: the API did not become healthy", file=sys.stderr, flush=True)
+            return 1
+        print(f"gpujobs ready: API http://127.0.0.1:{port} | AWS (moto) {moto.endpoint_url} | "
+              f"tokens {tokens_file} | agents {agents} x {gpus_per_agent} GPUs "
+              f"(simulated agents not yet available: none started) | "
+              f"scan every {scan_period_s:g}s", flush=True)
+        stop.wait()
+        server.shutdown()
+        server.server.server_close()
+        return 0
+    finally:
+        moto.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,8 +12,6 @@ import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _RANDOM_BITS = 80
-_lock = threading.Lock()
-_last = (0, 0)
 
 JOB_ID_RE = re.compile(r"^job_[0-9A-HJKMNP-TV-Z]{26}$")
 
@@ -26,17 +24,26 @@ def _b32(n: int, length: int) -> str:
     return "".join(reversed(out))
 
 
-def new_ulid(now_ms: int | None = None) -> str:
-    global _last
-    ms = int(time.time() * 1000) if now_ms is None else now_ms
-    with _lock:
-        last_ms, last_rand = _last
-        if ms <= last_ms:
-            ms, rand = last_ms, last_rand + 1
-        else:
-            rand = int.from_bytes(os.urandom(10), "big") >> 1  # headroom to increment
-        _last = (ms, rand)
-    return _b32(ms, 10) + _b32(rand, 16)
+class UlidGenerator:
+    """Monotonic within this generator: same-millisecond ids still increase."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = (0, 0)
+
+    def __call__(self, now_ms: int | None = None) -> str:
+        ms = int(time.time() * 1000) if now_ms is None else now_ms
+        with self._lock:
+            last_ms, last_rand = self._last
+            if ms <= last_ms:
+                ms, rand = last_ms, last_rand + 1
+            else:
+                rand = int.from_bytes(os.urandom(10), "big") >> 1  # headroom to increment
+            self._last = (ms, rand)
+        return _b32(ms, 10) + _b32(rand, 16)
+
+
+new_ulid = UlidGenerator()
 
 
 def new_job_id() -> str:

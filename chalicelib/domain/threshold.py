@@ -13,8 +13,8 @@ import math
 
 def threshold_k(ranks: int, scans_per_hour: float, miss_probability: float,
                 budget_per_hour: float) -> int:
-    if ranks < 1 or scans_per_hour <= 0 or budget_per_hour <= 0:
-        raise ValueError("ranks, scans_per_hour and budget must be positive")
+    if ranks < 1 or not 0 < scans_per_hour < math.inf or not 0 < budget_per_hour < math.inf:
+        raise ValueError("ranks, scans_per_hour and budget must be positive and finite")
     if not 0 < miss_probability < 1:
         raise ValueError("miss_probability must lie strictly between 0 and 1")
     trials = ranks * scans_per_hour

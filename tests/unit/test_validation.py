@@ -1,0 +1,91 @@
+"""Bad bodies get 4xx naming the field; nothing malformed gets through or crashes."""
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chalicelib.api import validation
+from chalicelib.domain.errors import ApiError, InvalidArgument, PayloadTooLarge
+from chalicelib.domain.jobs import with_defaults
+
+GOOD = {"command": ["python", "train.py"], "ranks": 2}
+
+
+def check(body):
+    return validation.validate("JOB_CREATE", body)
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"ranks": 2}, "command"),
+    ({"command": ["x"]}, "ranks"),
+    ({**GOOD, "command": []}, "command"),
+    ({**GOOD, "command": [1]}, "command.0"),
+    ({**GOOD, "ranks": 0}, "ranks"),
+    ({**GOOD, "ranks": True}, "ranks"),
+    ({**GOOD, "ranks": 1.5}, "ranks"),
+    ({**GOOD, "ranks": "2"}, "ranks"),
+    ({**GOOD, "name": "x" * 129}, "name"),
+    ({**GOOD, "max_attempts": 0}, "max_attempts"),
+    ({**GOOD, "env": {"A": 1}}, "env.A"),
+    ({**GOOD, "env": {"1A": "x"}}, "env"),
+    ({**GOOD, "heartbeat": {"miss_probability": 1}}, "heartbeat.miss_probability"),
+    ({**GOOD, "heartbeat": {"interval_s": 0}}, "heartbeat.interval_s"),
+    ({**GOOD, "heartbeat": {"false_positive_budget_per_hour": 0}},
+     "heartbeat.false_positive_budget_per_hour"),
+    ({**GOOD, "colour": "red"}, "colour"),
+    ({**GOOD, "heartbeat": {"period": 3}}, "heartbeat.period"),
+    ([GOOD], "body"),
+])
+def test_each_bad_field_is_named(body, field):
+    with pytest.raises(InvalidArgument) as e:
+        check(body)
+    assert e.value.field == field
+    assert e.value.status == 400
+
+
+def test_a_good_body_passes_and_defaults_fill_in():
+    spec = with_defaults(check(dict(GOOD)))
+    assert spec["gpus_per_rank"] == 1 and spec["max_attempts"] == 1 and spec["priority"] == 0
+    assert spec["heartbeat"] == {"interval_s": 10, "false_positive_budget_per_hour": 0.001,
+                                 "miss_probability": 0.01, "startup_grace_s": 120}
+
+
+@pytest.mark.parametrize("raw", [b"{", b"[1,]", b'{"a": NaN}', b"1e999", b'"\\ud800"',
+                                 b"\xff\xfe", b"[" * 30000 + b"]" * 30000])
+def test_malformed_json_is_invalid_argument(raw):
+    with pytest.raises(InvalidArgument) as e:
+        validation.parse_json(raw, required=True, content_type="application/json")
+    assert e.value.field == "body"
+
+
+def test_a_body_over_the_limit_is_413():
+    with pytest.raises(PayloadTooLarge):
+        validation.parse_json(b" " * (validation.MAX_BODY_BYTES + 1), required=True,
+                              content_type=None)
+
+
+def test_integral_floats_become_integers():
+    assert validation.parse_json(b'{"ranks": 2.0}', required=True,
+                                 content_type=None) == {"ranks": 2}
+    assert isinstance(validation.parse_json(b"2.0", required=True, content_type=None), int)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False,
+                                                           allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children,
+                                                                       max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=300)
+@given(st.one_of(json_values, st.fixed_dictionaries(
+    {"command": json_values, "ranks": json_values}, optional={
+        "heartbeat": json_values, "env": json_values, "labels": json_values})))
+def test_any_json_value_is_accepted_or_refused_with_a_4xx(value):
+    raw = json.dumps(value).encode()
+    try:
+        check(validation.parse_json(raw, required=True, content_type=None))
+    except ApiError as e:
+        assert 400 <= e.status < 500 and e.field

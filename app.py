@@ -76,10 +76,14 @@ def _tenant():
 
 
 def _body(schema: str, *, required: bool):
+    """The validated body; None only when an optional body is absent (a JSON
+    ``null`` is present, and refused by the schema like any other non-object)."""
     req = _request()
-    value = validation.parse_json(req.raw_body, required=required,
+    if not req.raw_body and not required:
+        return None
+    value = validation.parse_json(req.raw_body, required=True,
                                   content_type=req.headers.get("content-type"))
-    return None if value is None else validation.validate(schema, value)
+    return validation.validate(schema, value)
 
 
 def _query_int(name: str, default: int) -> int:

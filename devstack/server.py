@@ -7,7 +7,7 @@ import pathlib
 
 from chalice.config import Config as ChaliceConfig
 from chalice.local import (ChaliceRequestHandler, CustomLocalChalice, LocalChalice,
-                           LocalDevServer, LocalGatewayException)
+                           LocalDevServer, LocalGatewayException, ThreadedHTTPServer)
 
 from chalicelib.api.validation import MAX_BODY_BYTES
 
@@ -53,6 +53,11 @@ class ProblemRequestHandler(ChaliceRequestHandler):
         pass  # the access log of 32 racing threads is noise
 
 
+class _Server(ThreadedHTTPServer):
+    # the default backlog of 5 resets clients when dozens connect at once
+    request_queue_size = 128
+
+
 def make_server(app, host: str, port: int, stage: str = "dev") -> LocalDevServer:
     # as chalice.local.create_local_server does: a thread-local current_request,
     # since this server handles requests on many threads at once
@@ -62,4 +67,5 @@ def make_server(app, host: str, port: int, stage: str = "dev") -> LocalDevServer
     config = ChaliceConfig.create(
         chalice_stage=stage, app_name=app.app_name, project_dir=str(ROOT),
         config_from_disk=json.loads((ROOT / ".chalice" / "config.json").read_text()))
-    return LocalDevServer(app, config, host, port, handler_cls=ProblemRequestHandler)
+    return LocalDevServer(app, config, host, port, handler_cls=ProblemRequestHandler,
+                          server_cls=_Server)

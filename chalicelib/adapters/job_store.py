@@ -299,7 +299,12 @@ class DynamoJobStore(metaclass=_Translating):
                 for m in AttemptModel.query(job_id, consistent_read=True)]
 
     def ping(self) -> None:
-        try:
-            JobModel.get("job_health_probe")
-        except DoesNotExist:
-            pass
+        """One cheap read of each table: any failure means not ready."""
+        for model, key in ((JobModel, ("job_health_probe",)),
+                           (IdempotencyModel, ("health_probe",)),
+                           (AttemptModel, ("job_health_probe", 0)),
+                           (OutboxModel, ("job_health_probe", "health_probe"))):
+            try:
+                model.get(*key)
+            except DoesNotExist:
+                pass

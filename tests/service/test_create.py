@@ -167,3 +167,15 @@ def test_a_missing_or_unknown_token_is_401(client, auth):
 def test_an_agent_token_cannot_create_jobs(client, tenants):
     r = post(client, tenants, who="agent")
     assert r.status_code == 403 and r.json_body["code"] == "forbidden"
+
+
+@pytest.mark.parametrize("body", ["null", "[]", '"job"', "42", "true"])
+def test_a_body_that_is_not_an_object_is_400(client, tenants, body):
+    r = client.http.post("/v1/jobs", body=body, headers=tenants.headers())
+    assert r.status_code == 400 and r.json_body["field"] == "body"
+
+
+def test_a_null_cancel_body_is_400(client, tenants):
+    job_id = post(client, tenants).json_body["id"]
+    r = client.http.post(f"/v1/jobs/{job_id}/cancel", body="null", headers=tenants.headers())
+    assert r.status_code == 400

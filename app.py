@@ -8,11 +8,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 
 from chalice import Chalice, Rate, Response
 
 from chalicelib.api import validation
-from chalicelib.api.representation import attempt_json, job_json
+from chalicelib.api.representation import attempt_json, job_json, node_json
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
 from chalicelib.domain.errors import (ApiError, InvalidArgument, MethodNotAllowed,
@@ -71,8 +72,12 @@ def _request():
     return app.current_request
 
 
+def _authorization():
+    return _request().headers.get("authorization")
+
+
 def _tenant():
-    return services().auth.tenant(_request().headers.get("authorization")).name
+    return services().auth.tenant(_authorization()).name
 
 
 def _body(schema: str, *, required: bool):
@@ -142,8 +147,52 @@ def list_attempts(job_id: str):
     return ok({"attempts": [attempt_json(a) for a in attempts]})
 
 
-# -- scheduled ------------------------------------------------------------------
+@endpoint("/v1/jobs/{job_id}/attempts/{attempt}/events", "POST")
+def report_attempt_event(job_id: str, attempt: str):
+    principal = services().auth.agent(_authorization())
+    body = _body("ATTEMPT_EVENT", required=True)
+    if not attempt.isdigit() or len(attempt) > 6:
+        raise InvalidArgument("attempt must be a positive integer", field="attempt")
+    return ok(job_json(services().attempts.report(principal, job_id, int(attempt), body)))
+
+
+# -- nodes ----------------------------------------------------------------------
+@endpoint("/v1/nodes/{node_id}", "PUT")
+def put_node(node_id: str):
+    principal = services().auth.authenticate(_authorization())
+    body = _body("NODE_PUT", required=True)
+    return ok(node_json(services().nodes.register(principal, node_id, body)))
+
+
+@endpoint("/v1/nodes/{node_id}", "GET")
+def get_node(node_id: str):
+    services().auth.authenticate(_authorization())
+    return ok(node_json(services().nodes.get(node_id)))
+
+
+@endpoint("/v1/nodes", "GET")
+def list_nodes():
+    services().auth.authenticate(_authorization())
+    return ok({"nodes": [node_json(n) for n in services().nodes.list()]})
+
+
+# -- scheduled and queued ------------------------------------------------------------
+@app.schedule(Rate(1, unit=Rate.MINUTES), name="place")
+def place(event):
+    """Place PENDING jobs (also run right after a create, through the pending queue)."""
+    report = services().placer.run()
+    return {"placed": len(report.placed), "waiting": len(report.waiting),
+            "never": len(report.never)}
+
+
+@app.on_sqs_message(queue=os.environ.get("GPUJOBS_PENDING_QUEUE_NAME", "gpujobs-dev-pending"),
+                    batch_size=10, name="place_on_nudge")
+def place_on_nudge(event):
+    """A create or freed GPUs asked for a run: one run serves the whole batch."""
+    services().placer.run()
+
+
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")
 def reconcile(event):
-    """Resend cancel intents that no agent has acknowledged in time."""
-    return {"resent": services().jobs.resend_due_intents()}
+    """Resend unacknowledged intents; mark silent nodes DOWN and fail their attempts."""
+    return services().reconciler.run()

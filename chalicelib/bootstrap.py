@@ -9,20 +9,31 @@ import threading
 from dataclasses import dataclass
 
 from .adapters import models
-from .adapters.inbox import SqsInbox
+from .adapters.inbox import SqsInbox, SqsNudge
 from .adapters.job_store import DynamoJobStore
+from .adapters.node_store import DynamoNodeStore
 from .adapters.tokens import TokenStore
 from .config import Config
+from .service.attempts import AttemptsService
 from .service.auth import Authenticator
+from .service.dispatch import Dispatcher
 from .service.jobs import JobsService
-from .service.ports import JobStore
+from .service.nodes import NodesService
+from .service.placement import Placer
+from .service.ports import JobStore, NodeStore
+from .service.reconciler import Reconciler
 
 
 @dataclass
 class Services:
     config: Config
     store: JobStore
+    node_store: NodeStore
     jobs: JobsService
+    nodes: NodesService
+    attempts: AttemptsService
+    placer: Placer
+    reconciler: Reconciler
     auth: Authenticator
 
 
@@ -31,17 +42,31 @@ _services: Services | None = None
 
 
 def build(config: Config, *, inbox=None, store: JobStore | None = None,
+          node_store: NodeStore | None = None, nudge=None,
           tokens: TokenStore | None = None) -> Services:
     connection = models.bind(config)
     store = store or DynamoJobStore(connection)
-    inbox = inbox or SqsInbox(config)
+    node_store = node_store or DynamoNodeStore(connection)
+    sqs_inbox = SqsInbox(config)
+    inbox = inbox or sqs_inbox
+    nudge = nudge or SqsNudge(config, sqs_inbox.client)
     if tokens is None:
         tokens = TokenStore.from_file(config.tokens_file) if config.tokens_file \
             else TokenStore({})
-    jobs = JobsService(store, inbox, page_token_key=config.page_token_key,
+    dispatcher = Dispatcher(inbox)
+    jobs = JobsService(store, dispatcher, nudge, page_token_key=config.page_token_key,
                        scans_per_hour=config.scans_per_hour,
                        cancel_resend_after_s=config.cancel_resend_after_s)
-    return Services(config, store, jobs, Authenticator(tokens))
+    attempts = AttemptsService(store, dispatcher, nudge)
+    return Services(
+        config=config, store=store, node_store=node_store, jobs=jobs,
+        nodes=NodesService(node_store, inbox), attempts=attempts,
+        placer=Placer(store, node_store, dispatcher,
+                      resend_after_s=config.cancel_resend_after_s),
+        reconciler=Reconciler(store, node_store, dispatcher, attempts,
+                              resend_after_s=config.cancel_resend_after_s,
+                              down_after_s=config.node_down_after_s),
+        auth=Authenticator(tokens))
 
 
 def services() -> Services:

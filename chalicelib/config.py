@@ -19,12 +19,17 @@ class Config:
     idempotency_table: str
     attempts_table: str
     outbox_table: str
+    nodes_table: str
+    fleet_table: str
+    pending_queue_url: str | None
     inbox_dlq_arn: str
     inbox_queue_prefix: str
     page_token_key: bytes
     tokens_file: str | None
     scans_per_hour: float
     cancel_resend_after_s: float
+    #: a node that has not called in for this long is DOWN
+    node_down_after_s: float
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Config":
@@ -43,10 +48,14 @@ class Config:
             idempotency_table=need("GPUJOBS_IDEMPOTENCY_TABLE"),
             attempts_table=need("GPUJOBS_ATTEMPTS_TABLE"),
             outbox_table=need("GPUJOBS_OUTBOX_TABLE"),
+            nodes_table=need("GPUJOBS_NODES_TABLE"),
+            fleet_table=need("GPUJOBS_FLEET_TABLE"),
+            pending_queue_url=env.get("GPUJOBS_PENDING_QUEUE_URL") or None,
             inbox_dlq_arn=need("GPUJOBS_INBOX_DLQ_ARN"),
             inbox_queue_prefix=need("GPUJOBS_INBOX_QUEUE_PREFIX"),
             page_token_key=need("GPUJOBS_PAGE_TOKEN_KEY").encode("utf-8"),
             tokens_file=env.get("GPUJOBS_TOKENS_FILE") or None,
             scans_per_hour=3600.0 / float(env.get("GPUJOBS_SCAN_PERIOD_S") or 60),
             cancel_resend_after_s=float(env.get("GPUJOBS_CANCEL_RESEND_AFTER_S") or 30),
+            node_down_after_s=float(env.get("GPUJOBS_NODE_DOWN_AFTER_S") or 60),
         )

@@ -124,9 +124,16 @@ def main() -> int:
         server = make_server(gpujobs.app, "127.0.0.1", port)
         port = server.server.server_address[1]
         threading.Thread(target=server.server.serve_forever, name="api", daemon=True).start()
-        timers = [Timer("reconcile", scan_period_s, gpujobs.reconcile, stop)]
-        for t in timers:
-            t.start()
+        from devstack.queues import QueueConsumer
+
+        workers = [
+            Timer("place", scan_period_s, gpujobs.place, stop),
+            Timer("reconcile", scan_period_s, gpujobs.reconcile, stop),
+            QueueConsumer("place_on_nudge", os.environ["GPUJOBS_PENDING_QUEUE_URL"],
+                          gpujobs.place_on_nudge, stop, endpoint_url=moto.endpoint_url),
+        ]
+        for w in workers:
+            w.start()
         # Host agents arrive with the nodes issue; until then the count is
         # validated and reported, and 0 leaves the inboxes to an outside program.
         if not _wait_healthy(f"http://127.0.0.1:{port}/v1/health", stop):

@@ -9,6 +9,7 @@ atomicity the service relies on; the application itself takes no lock.
 """
 from __future__ import annotations
 
+import logging
 import threading
 
 from moto.moto_server.werkzeug_app import (DomainDispatcherApplication, MotoRequestHandler,
@@ -31,6 +32,7 @@ class _SerialDynamoDB:
 
 class MotoServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
         app = _SerialDynamoDB(DomainDispatcherApplication(create_backend_app))
         self._server = make_server(host, port, app, threaded=True,
                                    request_handler=MotoRequestHandler)

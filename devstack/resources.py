@@ -15,6 +15,9 @@ OUTPUT_ENV = {
     "IdempotencyTableName": "GPUJOBS_IDEMPOTENCY_TABLE",
     "AttemptsTableName": "GPUJOBS_ATTEMPTS_TABLE",
     "OutboxTableName": "GPUJOBS_OUTBOX_TABLE",
+    "NodesTableName": "GPUJOBS_NODES_TABLE",
+    "FleetTableName": "GPUJOBS_FLEET_TABLE",
+    "PendingQueueUrl": "GPUJOBS_PENDING_QUEUE_URL",
     "InboxDeadLetterQueueArn": "GPUJOBS_INBOX_DLQ_ARN",
     "InboxQueuePrefix": "GPUJOBS_INBOX_QUEUE_PREFIX",
 }

@@ -13,19 +13,35 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 
 @pytest.fixture(scope="session")
-def aws_env():
-    """The moto server and the environment that points the app at its stack."""
-    from devstack import resources
+def moto_server():
     from devstack.motoserver import MotoServer
 
     server = MotoServer().start()
     try:
-        env = resources.deploy(server.endpoint_url, stage="test")
-        env["GPUJOBS_PAGE_TOKEN_KEY"] = "test-page-token-key"
-        env["GPUJOBS_SCAN_PERIOD_S"] = "60"
-        yield env
+        yield server
     finally:
         server.stop()
+
+
+def _deploy(server, stage: str) -> dict:
+    from devstack import resources
+
+    env = resources.deploy(server.endpoint_url, stage=stage)
+    env["GPUJOBS_PAGE_TOKEN_KEY"] = "test-page-token-key"
+    env["GPUJOBS_SCAN_PERIOD_S"] = "60"
+    return env
+
+
+@pytest.fixture(scope="session")
+def aws_env(moto_server):
+    """The environment that points the app at the shared test stack."""
+    return _deploy(moto_server, "test")
+
+
+@pytest.fixture
+def fresh_env(moto_server):
+    """A stack of its own, for tests that read whole tables (placement, nodes)."""
+    return _deploy(moto_server, "t" + uuid.uuid4().hex[:10])
 
 
 class Tenants:
@@ -38,11 +54,12 @@ class Tenants:
             {"token": f"tok-a-{tag}", "tenant": self.a},
             {"token": f"tok-b-{tag}", "tenant": self.b},
             {"token": f"tok-agent-{tag}", "agent": "node-1"},
+            {"token": f"tok-agents-{tag}", "agent": "*"},
         ]
 
     def headers(self, who: str = "a", **extra: str) -> dict[str, str]:
         token = {"a": self.entries[0], "b": self.entries[1],
-                 "agent": self.entries[2]}[who]["token"]
+                 "agent": self.entries[2], "agents": self.entries[3]}[who]["token"]
         return {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
                 **extra}
 
@@ -59,8 +76,8 @@ def make_services(aws_env, tenants):
     from chalicelib.adapters.tokens import TokenStore
     from chalicelib.config import Config
 
-    def make(**overrides):
-        s = bootstrap.build(Config.from_env(aws_env),
+    def make(env=None, **overrides):
+        s = bootstrap.build(Config.from_env(env or aws_env),
                             tokens=TokenStore.from_entries(tenants.entries), **overrides)
         bootstrap.install(s)
         return s

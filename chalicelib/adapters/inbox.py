@@ -1,7 +1,9 @@
 """The Inbox port on SQS: one standard queue per node, redriving to a shared DLQ."""
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import re
 
 import boto3
@@ -10,6 +12,7 @@ from botocore.config import Config as BotoConfig
 from ..config import Config
 
 _NODE_RE = re.compile(r"[^A-Za-z0-9_-]")
+log = logging.getLogger(__name__)
 
 
 class SqsInbox:
@@ -20,9 +23,19 @@ class SqsInbox:
             config=BotoConfig(connect_timeout=2, read_timeout=5,
                               retries={"max_attempts": 3, "mode": "standard"}))
 
+    @property
+    def client(self):
+        return self._sqs
+
     def queue_name(self, node_id: str) -> str:
-        # SQS names: 80 characters of [A-Za-z0-9_-]
-        return (self._config.inbox_queue_prefix + _NODE_RE.sub("_", node_id))[:80]
+        """SQS names are at most 80 of [A-Za-z0-9_-]; an id that does not fit
+        as it is gets a hash of itself, so two nodes never share an inbox."""
+        prefix = self._config.inbox_queue_prefix
+        name = prefix + node_id
+        if _NODE_RE.search(node_id) or len(name) > 80:
+            digest = hashlib.sha256(node_id.encode("utf-8")).hexdigest()[:12]
+            name = f"{prefix}{_NODE_RE.sub('_', node_id)}"[:80 - 13] + "-" + digest
+        return name
 
     def ensure(self, node_id: str) -> str:
         """Create the node's inbox if missing (CreateQueue is idempotent) and return its URL."""
@@ -36,3 +49,22 @@ class SqsInbox:
     def send(self, queue_url: str, message: dict) -> None:
         self._sqs.send_message(QueueUrl=queue_url,
                                MessageBody=json.dumps(message, separators=(",", ":")))
+
+
+class SqsNudge:
+    """Asks for a placement run by dropping a message on the pending queue.
+
+    Best effort: the scheduled placement run finds the job anyway.
+    """
+
+    def __init__(self, config: Config, sqs=None) -> None:
+        self._url = config.pending_queue_url
+        self._sqs = sqs
+
+    def __call__(self) -> None:
+        if not self._url or self._sqs is None:
+            return
+        try:
+            self._sqs.send_message(QueueUrl=self._url, MessageBody='{"type":"PLACE"}')
+        except Exception:  # noqa: BLE001 - the schedule is the fallback
+            log.warning("placement nudge failed; the scheduled run will place", exc_info=True)

@@ -7,29 +7,29 @@ record (condition: absent) and the job go in together or not at all.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from datetime import datetime, timedelta
 
+from pynamodb.attributes import MapAttribute
 from pynamodb.connection import Connection
 from pynamodb.constants import ALL_OLD
-from pynamodb.exceptions import (DoesNotExist, PynamoDBException, TransactWriteError,
-                                 UpdateError)
+from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from ..domain import idempotency
 from ..domain.clock import iso, parse_iso
-from ..domain.errors import ServiceUnavailable
+from ..domain.attempts import Attempt
 from ..domain.jobs import Intent, Job
+from ..domain.placement import Plan, queue_key
 from ..domain.states import PLACED, JobState
-from ..service.ports import (IdemClaim, IdempotencyConflict, IdemRecord, OutboxEntry,
-                             StateChanged)
-from .models import AttemptModel, IdempotencyModel, JobModel, OutboxModel
+from ..service.ports import (CapacityChanged, IdemClaim, IdempotencyConflict, IdemRecord,
+                             OutboxEntry, StateChanged)
+from .dynamo_errors import Translating, lost_condition, tx_lost
+from .models import AttemptModel, IdempotencyModel, JobModel, NodeModel, OutboxModel
 
 #: a filtered page reads at most this many DynamoDB pages before it returns
 MAX_READS_PER_PAGE = 5
 #: TTL removes finished records this long after they expired
 TTL_SLACK = timedelta(days=7)
-_CONFLICT = "ConditionalCheckFailedException"
 
 
 def _t(value: str | None) -> datetime | None:
@@ -43,7 +43,7 @@ def job_from_model(m: JobModel) -> Job:
         name=m.name, attempt=int(m.attempt or 0), started_at=_t(m.started_at),
         finished_at=_t(m.finished_at), cancel_requested_at=_t(m.cancel_requested_at),
         cancel_reason=m.cancel_reason, health=m.health or {}, exit=m.exit,
-        idem_id=m.idem_id, inboxes=m.inboxes or {},
+        idem_id=m.idem_id, inboxes=m.inboxes or {}, pending_reason=m.pending_reason,
     )
 
 
@@ -56,8 +56,33 @@ def job_to_model(j: Job) -> JobModel:
         finished_at=j.finished_at and iso(j.finished_at),
         cancel_requested_at=j.cancel_requested_at and iso(j.cancel_requested_at),
         cancel_reason=j.cancel_reason, health=j.health, exit=j.exit, idem_id=j.idem_id,
-        inboxes=j.inboxes or None,
+        inboxes=j.inboxes or None, pending_reason=j.pending_reason,
+        queue_key=queue_key(j.spec.get("priority", 0), j.job_id),
     )
+
+
+def _as_dict(value) -> dict:
+    return value.as_dict() if isinstance(value, MapAttribute) else dict(value or {})
+
+
+def attempt_from_model(m: AttemptModel) -> Attempt:
+    return Attempt(
+        job_id=m.job_id, attempt=int(m.attempt), state=m.state, placement=m.placement,
+        node_ranks=m.node_ranks, node_gpus=m.node_gpus, world_size=int(m.world_size),
+        created_at=parse_iso(m.created_at), finished_at=_t(m.finished_at), exit=m.exit,
+        started=set(map(int, m.started or ())), exited=set(map(int, m.exited or ())),
+        stopped=set(map(int, m.stopped or ())),
+        exit_codes={int(k): int(v) for k, v in _as_dict(m.exit_codes).items()},
+        released=set(m.released or ()),
+    )
+
+
+def _outbox_item(intent: Intent, now: datetime, due_at: datetime) -> OutboxModel:
+    return OutboxModel(
+        intent.job_id, intent.intent_id, attempt=intent.attempt, kind=intent.kind,
+        message=intent.message, targets=intent.targets, node_ranks=intent.node_ranks or None,
+        unacked=set(intent.targets) or None, created_at=iso(now),
+        pending="1" if intent.targets else None, due_at=iso(due_at), sends=1)
 
 
 def _record_from_raw(raw: dict) -> IdemRecord:
@@ -65,44 +90,7 @@ def _record_from_raw(raw: dict) -> IdemRecord:
     return IdemRecord(m.idem_id, m.job_id, m.body_hash, _t(m.expires_at))
 
 
-def _lost_condition(e: Exception) -> bool:
-    return getattr(e, "cause_response_code", None) == _CONFLICT
-
-
-def _tx_lost(e: TransactWriteError) -> bool:
-    """A transaction lost to a condition or to a concurrent transaction."""
-    codes = {r.code for r in (e.cancellation_reasons or []) if r is not None}
-    return bool(codes & {"ConditionalCheckFailed", "TransactionConflict"})
-
-
-_TRANSIENT = {"ProvisionedThroughputExceededException", "ThrottlingException",
-              "RequestLimitExceeded", "InternalServerError", "ServiceUnavailable"}
-
-
-def _transient_as_unavailable(fn):
-    """Throttling and unreachable storage become 503 + Retry-After: retry, not a bug."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except PynamoDBException as e:
-            code = e.cause_response_code
-            if code in _TRANSIENT or (code is None and not isinstance(e, DoesNotExist)):
-                raise ServiceUnavailable("storage is busy or unreachable; retry",
-                                         headers={"Retry-After": "1"}) from e
-            raise
-    return wrapper
-
-
-class _Translating(type):
-    def __new__(mcs, name, bases, ns):
-        for k, v in list(ns.items()):
-            if callable(v) and not k.startswith("_"):
-                ns[k] = _transient_as_unavailable(v)
-        return super().__new__(mcs, name, bases, ns)
-
-
-class DynamoJobStore(metaclass=_Translating):
+class DynamoJobStore(metaclass=Translating):
     def __init__(self, connection: Connection) -> None:
         self._conn = connection
 
@@ -131,7 +119,7 @@ class DynamoJobStore(metaclass=_Translating):
             if first is not None and first.code == "ConditionalCheckFailed":
                 raise IdempotencyConflict(
                     _record_from_raw(first.raw_item) if first.raw_item else None) from None
-            if _tx_lost(e) or e.cause_response_code == "TransactionInProgressException":
+            if tx_lost(e) or e.cause_response_code == "TransactionInProgressException":
                 # another transaction holds the key right now
                 raise IdempotencyConflict(None) from None
             raise
@@ -203,11 +191,11 @@ class DynamoJobStore(metaclass=_Translating):
                 tx.update(JobModel(job.job_id), actions=actions, condition=condition)
                 self._expire_key(tx, job, now)
         except UpdateError as e:
-            if _lost_condition(e):
+            if lost_condition(e):
                 raise StateChanged(job.job_id) from None
             raise
         except TransactWriteError as e:
-            if _tx_lost(e):
+            if tx_lost(e):
                 raise StateChanged(job.job_id) from None
             raise
         return dataclasses.replace(job, state=JobState.CANCELLED, cancel_requested_at=now,
@@ -222,51 +210,189 @@ class DynamoJobStore(metaclass=_Translating):
         condition = (JobModel.state.is_in(*(s.value for s in PLACED))
                      & (JobModel.attempt == job.attempt)
                      & JobModel.cancel_requested_at.does_not_exist())
-        entry = OutboxModel(
-            intent.job_id, intent.intent_id, attempt=intent.attempt, kind=intent.kind,
-            message=intent.message, targets=intent.targets,
-            unacked=set(intent.targets) or None, created_at=iso(now),
-            pending="1", due_at=iso(due_at), sends=1)
         try:
-            # the intent is recorded with the request, before anything is sent
+            # the intent is recorded with the request, before anything is sent;
+            # and the attempt's LAUNCH is no longer resent
             with TransactWrite(connection=self._conn) as tx:
                 tx.update(JobModel(job.job_id), actions=actions, condition=condition)
-                tx.save(entry, condition=OutboxModel.job_id.does_not_exist())
+                tx.save(_outbox_item(intent, now, due_at),
+                        condition=OutboxModel.job_id.does_not_exist())
+                tx.update(OutboxModel(job.job_id, f"LAUNCH#{job.attempt}"),
+                          actions=[OutboxModel.pending.remove()],
+                          condition=OutboxModel.job_id.exists())
         except TransactWriteError as e:
-            if _tx_lost(e):
+            if tx_lost(e):
                 raise StateChanged(job.job_id) from None
             raise
         return dataclasses.replace(job, cancel_requested_at=now, cancel_reason=reason,
                                    updated_at=now)
 
-    def place(self, job: Job, placement: list[dict], inboxes: dict[str, str],
-              now: datetime) -> Job:
+    def place(self, job: Job, plan: Plan, intent: Intent, now: datetime,
+              resend_at: datetime | None = None) -> Job:
+        """Reserve every node's GPUs, move the job to SCHEDULED, write the attempt
+        and its LAUNCH intent: one transaction, so all of it happens or none.
+
+        Raises StateChanged when the job is no longer the PENDING job that was
+        read (placed by another placer, or cancelled), CapacityChanged naming
+        the nodes that no longer have room.
+        """
         attempt = job.attempt + 1
+        gpus = plan.gpus_by_node()
+        key = f"{job.job_id}#{attempt}"
+        nodes = sorted(gpus)
         try:
             with TransactWrite(connection=self._conn) as tx:
                 tx.update(JobModel(job.job_id), actions=[
                     JobModel.state.set(JobState.SCHEDULED.value),
                     JobModel.active_state.set(JobState.SCHEDULED.value),
                     JobModel.attempt.set(attempt),
-                    JobModel.inboxes.set(inboxes),
+                    JobModel.inboxes.set(intent.targets),
+                    JobModel.pending_reason.remove(),
                     JobModel.updated_at.set(iso(now)),
                 ], condition=(JobModel.state == JobState.PENDING.value)
                     & (JobModel.attempt == job.attempt))
-                tx.save(AttemptModel(job.job_id, attempt, state=JobState.SCHEDULED.value,
-                                     placement=placement, created_at=iso(now)),
-                        condition=AttemptModel.job_id.does_not_exist())
+                tx.save(AttemptModel(
+                    job.job_id, attempt, state=JobState.SCHEDULED.value,
+                    placement=plan.placement(), node_ranks=plan.ranks_by_node,
+                    node_gpus=gpus, world_size=job.spec["ranks"], created_at=iso(now),
+                    exit_codes={}), condition=AttemptModel.job_id.does_not_exist())
+                tx.save(_outbox_item(intent, now, resend_at or now),
+                        condition=OutboxModel.job_id.does_not_exist())
+                for node_id in nodes:
+                    tx.update(NodeModel(node_id), actions=[
+                        NodeModel.gpus_free.add(-gpus[node_id]),
+                        NodeModel.attempts.add({key}),
+                    ], condition=(NodeModel.gpus_free >= gpus[node_id])
+                        & (NodeModel.state == "READY"))
         except TransactWriteError as e:
-            if _tx_lost(e):
+            reasons = list(e.cancellation_reasons or [])
+            if not tx_lost(e):
+                raise
+            if reasons and reasons[0] is not None:
+                raise StateChanged(job.job_id) from None
+            full = [n for n, r in zip(nodes, reasons[3:]) if r is not None]
+            raise CapacityChanged(full or nodes) from None
+        return dataclasses.replace(job, state=JobState.SCHEDULED, attempt=attempt,
+                                   inboxes=intent.targets, pending_reason=None, updated_at=now)
+
+    def pending(self, limit: int) -> list[Job]:
+        """PENDING jobs, highest priority first, then oldest first."""
+        return [job_from_model(m) for m in JobModel.by_active_state.query(
+            JobState.PENDING.value, limit=limit)]
+
+    def active(self, state: JobState, limit: int) -> list[Job]:
+        return [job_from_model(m) for m in JobModel.by_active_state.query(state.value,
+                                                                          limit=limit)]
+
+    def set_pending_reason(self, job: Job, reason: str | None) -> None:
+        action = JobModel.pending_reason.set(reason) if reason else \
+            JobModel.pending_reason.remove()
+        try:
+            JobModel(job.job_id).update(actions=[action], condition=(
+                JobModel.state == JobState.PENDING.value) & (JobModel.attempt == job.attempt))
+        except UpdateError as e:
+            if not lost_condition(e):
+                raise
+
+    # -- attempts -----------------------------------------------------------
+    def attempt(self, job_id: str, attempt: int) -> Attempt | None:
+        try:
+            return attempt_from_model(AttemptModel.get(job_id, attempt, consistent_read=True))
+        except DoesNotExist:
+            return None
+
+    def record_ranks(self, job_id: str, attempt: int, kind: str, ranks: list[int],
+                     exit_code: int | None = None) -> Attempt:
+        """Add ranks to the attempt's ``started``, ``exited`` or ``stopped`` set;
+        adding is idempotent, so a repeated report changes nothing."""
+        attr = {"started": AttemptModel.started, "exited": AttemptModel.exited,
+                "stopped": AttemptModel.stopped}[kind]
+        actions = [attr.add(set(ranks))] if ranks else []
+        if kind == "exited":
+            actions += [AttemptModel.exit_codes[str(r)].set(exit_code) for r in ranks]
+        m = AttemptModel(job_id, attempt)
+        if not actions:
+            m.refresh(consistent_read=True)
+        else:
+            m.update(actions=actions, condition=AttemptModel.job_id.exists())
+        return attempt_from_model(m)
+
+    def release(self, attempt: Attempt, node_id: str) -> bool:
+        """Give a node back the GPUs this attempt reserved there, exactly once."""
+        gpus = int(attempt.node_gpus.get(node_id, 0))
+        try:
+            with TransactWrite(connection=self._conn) as tx:
+                tx.update(AttemptModel(attempt.job_id, attempt.attempt),
+                          actions=[AttemptModel.released.add({node_id})],
+                          condition=AttemptModel.job_id.exists()
+                          & ~AttemptModel.released.contains(node_id))
+                tx.update(NodeModel(node_id), actions=[
+                    NodeModel.gpus_free.add(gpus),
+                    NodeModel.attempts.delete({f"{attempt.job_id}#{attempt.attempt}"}),
+                ], condition=NodeModel.node_id.exists())
+        except TransactWriteError as e:
+            if tx_lost(e):
+                return False
+            raise
+        return True
+
+    # -- job transitions ----------------------------------------------------
+    def start(self, job: Job, now: datetime) -> Job:
+        """SCHEDULED -> RUNNING when the first ranks of the attempt started."""
+        m = JobModel(job.job_id)
+        try:
+            m.update(actions=[JobModel.state.set(JobState.RUNNING.value),
+                              JobModel.active_state.set(JobState.RUNNING.value),
+                              JobModel.started_at.set(iso(now)),
+                              JobModel.updated_at.set(iso(now))],
+                     condition=(JobModel.state == JobState.SCHEDULED.value)
+                     & (JobModel.attempt == job.attempt))
+        except UpdateError as e:
+            if lost_condition(e):
                 raise StateChanged(job.job_id) from None
             raise
-        return dataclasses.replace(job, state=JobState.SCHEDULED, attempt=attempt,
-                                   inboxes=inboxes, updated_at=now)
+        return job_from_model(m)
+
+    def end_attempt(self, job: Job, attempt: Attempt, to: JobState, exit_: dict,
+                    now: datetime, stop: Intent | None = None) -> Job:
+        """End the current attempt: the job becomes ``to`` (terminal, or PENDING
+        for a new attempt), conditioned on the placed state and attempt it
+        leaves; the attempt records its end; ``stop`` (CANCEL to the nodes still
+        running ranks) is recorded in the same transaction."""
+        actions = [JobModel.state.set(to.value), JobModel.updated_at.set(iso(now))]
+        if to.terminal:
+            actions += [JobModel.exit.set(exit_), *self._finish_actions(job, now)]
+        else:
+            actions += [JobModel.active_state.set(to.value), JobModel.inboxes.remove()]
+        try:
+            with TransactWrite(connection=self._conn) as tx:
+                tx.update(JobModel(job.job_id), actions=actions, condition=(
+                    JobModel.state.is_in(*(s.value for s in PLACED))
+                    & (JobModel.attempt == attempt.attempt)))
+                tx.update(AttemptModel(attempt.job_id, attempt.attempt), actions=[
+                    AttemptModel.state.set(to.value if to.terminal else JobState.FAILED.value),
+                    AttemptModel.finished_at.set(iso(now)),
+                    AttemptModel.exit.set(exit_)])
+                tx.update(OutboxModel(job.job_id, f"LAUNCH#{attempt.attempt}"),
+                          actions=[OutboxModel.pending.remove()],
+                          condition=OutboxModel.job_id.exists())
+                if stop is not None and stop.targets:
+                    tx.save(_outbox_item(stop, now, now),
+                            condition=OutboxModel.job_id.does_not_exist())
+                if to.terminal and job.idem_id:
+                    self._expire_key(tx, job, now)
+        except TransactWriteError as e:
+            if tx_lost(e):
+                raise StateChanged(job.job_id) from None
+            raise
+        return self.get(job.job_id)
 
     # -- outbox -----------------------------------------------------------
     def due_intents(self, now: datetime, limit: int) -> list[OutboxEntry]:
         out = []
         for m in OutboxModel.by_due.query("1", OutboxModel.due_at <= iso(now), limit=limit):
-            intent = Intent(m.job_id, int(m.attempt), m.kind, m.message, m.targets)
+            intent = Intent(m.job_id, int(m.attempt), m.kind, m.message, m.targets,
+                            m.node_ranks or {})
             out.append(OutboxEntry(intent, frozenset(m.unacked or ()), parse_iso(m.due_at),
                                    int(m.sends)))
         return out
@@ -277,7 +403,7 @@ class DynamoJobStore(metaclass=_Translating):
                 actions=[OutboxModel.due_at.set(iso(due_at)), OutboxModel.sends.add(1)],
                 condition=OutboxModel.pending.exists())
         except UpdateError as e:
-            if not _lost_condition(e):
+            if not lost_condition(e):
                 raise  # acknowledged meanwhile: nothing to reschedule
 
     def ack_intent(self, job_id: str, intent_id: str, node_id: str) -> None:
@@ -286,7 +412,7 @@ class DynamoJobStore(metaclass=_Translating):
             m.update(actions=[OutboxModel.unacked.delete({node_id})],
                      condition=OutboxModel.job_id.exists())
         except UpdateError as e:
-            if _lost_condition(e):
+            if lost_condition(e):
                 return
             raise
         if not m.unacked:

@@ -5,8 +5,8 @@ reads ``Meta`` when it first connects), never from the environment at import.
 """
 from __future__ import annotations
 
-from pynamodb.attributes import (JSONAttribute, NumberAttribute, UnicodeAttribute,
-                                 UnicodeSetAttribute)
+from pynamodb.attributes import (JSONAttribute, MapAttribute, NumberAttribute,
+                                 NumberSetAttribute, UnicodeAttribute, UnicodeSetAttribute)
 from pynamodb.connection import Connection
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
@@ -35,7 +35,7 @@ class JobsByActiveState(GlobalSecondaryIndex["JobModel"]):
         index_name = "by_active_state"
         projection = AllProjection()
     active_state = UnicodeAttribute(hash_key=True)
-    job_id = UnicodeAttribute(range_key=True)
+    queue_key = UnicodeAttribute(range_key=True)
 
 
 class JobModel(Model):
@@ -47,6 +47,9 @@ class JobModel(Model):
     state = UnicodeAttribute()
     #: set only while the job is not terminal (sparse index)
     active_state = UnicodeAttribute(null=True)
+    #: priority then age, the order in which PENDING jobs are placed
+    queue_key = UnicodeAttribute()
+    pending_reason = UnicodeAttribute(null=True)
     name = UnicodeAttribute(null=True)
     spec = JSONAttribute()
     attempt = NumberAttribute(default=0)
@@ -87,9 +90,69 @@ class AttemptModel(Model):
     attempt = NumberAttribute(range_key=True)
     state = UnicodeAttribute()
     placement = JSONAttribute()
+    #: node id -> its ranks / its reserved GPUs / its inbox
+    node_ranks = JSONAttribute()
+    node_gpus = JSONAttribute()
+    world_size = NumberAttribute()
     created_at = UnicodeAttribute()
     finished_at = UnicodeAttribute(null=True)
     exit = JSONAttribute(null=True)
+    # per-rank progress, each added to atomically and idempotently
+    started = NumberSetAttribute(null=True)
+    exited = NumberSetAttribute(null=True)
+    stopped = NumberSetAttribute(null=True)
+    exit_codes = MapAttribute(default=dict)
+    #: nodes whose reserved GPUs were given back (exactly once each)
+    released = UnicodeSetAttribute(null=True)
+
+
+class NodesReadyByType(GlobalSecondaryIndex["NodeModel"]):
+    class Meta:
+        index_name = "ready_by_type"
+        projection = AllProjection()
+    ready_type = UnicodeAttribute(hash_key=True)
+    gpus_free = NumberAttribute(range_key=True)
+
+
+class NodesReadyAny(GlobalSecondaryIndex["NodeModel"]):
+    class Meta:
+        index_name = "ready_any"
+        projection = AllProjection()
+    ready_any = UnicodeAttribute(hash_key=True)
+    gpus_free = NumberAttribute(range_key=True)
+
+
+class NodeModel(Model):
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-nodes"
+
+    node_id = UnicodeAttribute(hash_key=True)
+    gpus = NumberAttribute()
+    gpus_free = NumberAttribute()
+    gpu_type = UnicodeAttribute()
+    state = UnicodeAttribute()
+    #: gpu_type / "1" while READY (sparse placement indexes)
+    ready_type = UnicodeAttribute(null=True)
+    ready_any = UnicodeAttribute(null=True)
+    address = UnicodeAttribute()
+    labels = JSONAttribute(default=dict)
+    inbox_queue_url = UnicodeAttribute()
+    last_seen_at = UnicodeAttribute()
+    registered_at = UnicodeAttribute()
+    #: "job_id#attempt" of every attempt holding GPUs here
+    attempts = UnicodeSetAttribute(null=True)
+
+    ready_by_type = NodesReadyByType()
+    ready_any_index = NodesReadyAny()
+
+
+class FleetModel(Model):
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-fleet"
+
+    gpu_type = UnicodeAttribute(hash_key=True)
+    gpus = NumberAttribute(default=0)
+    largest_node = NumberAttribute(default=0)
 
 
 class OutboxDue(GlobalSecondaryIndex["OutboxModel"]):
@@ -111,6 +174,8 @@ class OutboxModel(Model):
     message = JSONAttribute()
     #: node id -> inbox queue URL
     targets = JSONAttribute()
+    #: node id -> its ranks, for messages that name them
+    node_ranks = JSONAttribute(null=True)
     #: nodes that have not acknowledged yet (removed one by one, atomically)
     unacked = UnicodeSetAttribute(null=True)
     created_at = UnicodeAttribute()
@@ -128,6 +193,8 @@ MODELS = {
     IdempotencyModel: "idempotency_table",
     AttemptModel: "attempts_table",
     OutboxModel: "outbox_table",
+    NodeModel: "nodes_table",
+    FleetModel: "fleet_table",
 }
 
 

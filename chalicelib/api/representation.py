@@ -5,6 +5,7 @@ from datetime import datetime
 
 from ..domain.clock import iso
 from ..domain.jobs import Job
+from ..domain.nodes import Node
 
 
 def _t(value: datetime | None) -> str | None:
@@ -26,9 +27,17 @@ def job_json(job: Job) -> dict:
         "cancel_reason": job.cancel_reason,
         "health": job.health,
         "exit": job.exit,
+        "pending_reason": job.pending_reason,
     }
 
 
 def attempt_json(attempt: dict) -> dict:
     return {**attempt, "created_at": _t(attempt["created_at"]),
             "finished_at": _t(attempt["finished_at"])}
+
+
+def node_json(node: Node) -> dict:
+    return {"node_id": node.node_id, "gpus": node.gpus, "gpus_free": node.gpus_free,
+            "gpu_type": node.gpu_type, "state": node.state.value,
+            "inbox_queue_url": node.inbox_queue_url, "last_seen_at": _t(node.last_seen_at),
+            "labels": node.labels, "address": node.address}

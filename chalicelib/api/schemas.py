@@ -45,3 +45,31 @@ CANCEL = {
     "additionalProperties": False,
     "properties": {"reason": {"type": "string", "maxLength": 1024}},
 }
+
+NODE_PUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["gpus"],
+    "properties": {
+        "gpus": {"type": "integer", "minimum": 1, "maximum": 1024},
+        "gpu_type": {"type": "string", "minLength": 1, "maxLength": 64,
+                     "pattern": "^[A-Za-z0-9._-]+$"},
+        "labels": {"type": "object", "maxProperties": 64,
+                   "propertyNames": {"minLength": 1, "maxLength": 128},
+                   "additionalProperties": {"type": "string", "maxLength": 256}},
+        "address": {"type": "string", "minLength": 1, "maxLength": 255},
+    },
+}
+
+ATTEMPT_EVENT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["type"],
+    "properties": {
+        "type": {"enum": ["STARTED", "EXITED", "STOPPED"]},
+        "ranks": {"type": "array", "maxItems": 65536,
+                  "items": {"type": "integer", "minimum": 0, "maximum": 65535}},
+        "exit_code": {"type": "integer", "minimum": -255, "maximum": 255},
+        "node_id": {"type": "string", "minLength": 1, "maxLength": 63},
+    },
+}

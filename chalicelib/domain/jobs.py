@@ -62,6 +62,8 @@ class Job:
     idem_id: str | None = None
     #: node id -> inbox queue URL, for the nodes holding the current attempt
     inboxes: dict[str, str] = field(default_factory=dict)
+    #: why a PENDING job is not placed yet (None when nothing stands in the way)
+    pending_reason: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -82,10 +84,17 @@ class Intent:
     message: dict
     #: node id -> inbox queue URL
     targets: dict[str, str]
+    #: node id -> the ranks it holds, where the message names them (LAUNCH)
+    node_ranks: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def intent_id(self) -> str:
         return f"{self.kind}#{self.attempt}"
+
+    def message_for(self, node_id: str) -> dict:
+        if node_id in self.node_ranks:
+            return {**self.message, "ranks": self.node_ranks[node_id]}
+        return self.message
 
 
 def cancel_intent(job: Job, reason: str | None) -> Intent:
@@ -94,3 +103,16 @@ def cancel_intent(job: Job, reason: str | None) -> Intent:
                   {"type": "CANCEL", "job_id": job.job_id, "attempt": job.attempt,
                    "reason": reason},
                   dict(sorted(job.inboxes.items())))
+
+
+def launch_intent(job: Job, attempt: int, ranks_by_node: dict[str, list[int]],
+                  inboxes: dict[str, str], master_addr: str, master_port: int) -> Intent:
+    """One LAUNCH for every node of a new attempt, each naming its own ranks."""
+    spec = job.spec
+    return Intent(job.job_id, attempt, "LAUNCH",
+                  {"type": "LAUNCH", "job_id": job.job_id, "attempt": attempt,
+                   "world_size": spec["ranks"], "command": spec["command"],
+                   "env": spec.get("env", {}), "gpus_per_rank": spec["gpus_per_rank"],
+                   "master_addr": master_addr, "master_port": master_port},
+                  dict(sorted(inboxes.items())),
+                  {n: list(r) for n, r in sorted(ranks_by_node.items())})

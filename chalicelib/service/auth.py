@@ -28,3 +28,9 @@ class Authenticator:
         if not principal.is_tenant:
             raise Forbidden("this endpoint takes a tenant token", field="Authorization")
         return principal
+
+    def agent(self, authorization: str | None) -> Principal:
+        principal = self.authenticate(authorization)
+        if principal.kind != "agent":
+            raise Forbidden("this endpoint takes an agent token", field="Authorization")
+        return principal

@@ -2,32 +2,28 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
-from concurrent.futures import ThreadPoolExecutor
 
 from ..domain import cursor, idempotency
 from ..domain.clock import Clock, plus, utcnow
 from ..domain.errors import (AlreadyFinished, IdempotencyKeyReused, InvalidArgument,
                              NotFound, RequestInProgress)
 from ..domain.ids import is_job_id, new_job_id
-from ..domain.jobs import Intent, Job, cancel_intent, initial_health, with_defaults
+from ..domain.jobs import Job, cancel_intent, initial_health, with_defaults
 from ..domain.states import JobState
-from .ports import IdemClaim, IdempotencyConflict, Inbox, JobStore, StateChanged
-
-log = logging.getLogger(__name__)
+from .dispatch import Dispatcher
+from .ports import IdemClaim, IdempotencyConflict, JobStore, Nudge, StateChanged
 
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
 #: how often a command retries after losing a conditional write to a racer
 _RACE_RETRIES = 3
-_SEND_WORKERS = 8
 
 
 class JobsService:
-    def __init__(self, store: JobStore, inbox: Inbox, *, page_token_key: bytes,
-                 scans_per_hour: float, cancel_resend_after_s: float,
+    def __init__(self, store: JobStore, dispatcher: Dispatcher, nudge: Nudge, *,
+                 page_token_key: bytes, scans_per_hour: float, cancel_resend_after_s: float,
                  clock: Clock = utcnow) -> None:
-        self.store, self.inbox = store, inbox
+        self.store, self.dispatcher, self.nudge = store, dispatcher, nudge
         self._token_key = page_token_key
         self._scans_per_hour = scans_per_hour
         self._resend_after_s = cancel_resend_after_s
@@ -44,6 +40,7 @@ class JobsService:
                   health=initial_health(spec, self._scans_per_hour))
         if idempotency_key is None:
             self.store.create(job, None)
+            self.nudge()
             return job, False
         claim = IdemClaim(idempotency.record_id(tenant, idempotency_key),
                           idempotency.body_hash(body))
@@ -51,6 +48,7 @@ class JobsService:
         for _ in range(_RACE_RETRIES):
             try:
                 self.store.create(job, claim, reclaim=reclaim)
+                self.nudge()
                 return dataclasses.replace(job, idem_id=claim.idem_id), False
             except IdempotencyConflict as conflict:
                 held = conflict.record
@@ -118,34 +116,6 @@ class JobsService:
                                                 due_at=plus(now, self._resend_after_s))
             except StateChanged:
                 continue  # placed, started or finished meanwhile: decide again
-            self._send(intent, intent.targets)
+            self.dispatcher.send(intent)
             return job
         raise RequestInProgress(f"job {job_id} is changing state; retry")
-
-    def _send(self, intent: Intent, targets: dict[str, str]) -> int:
-        """Send to each target; failures are logged, never raised: the outbox
-        record already holds the intent and the reconciler resends it."""
-        def one(url: str) -> bool:
-            try:
-                self.inbox.send(url, intent.message)
-                return True
-            except Exception:  # noqa: BLE001 - any failure leaves it to the reconciler
-                log.warning("sending %s to %s failed; the reconciler will resend",
-                            intent.intent_id, url, exc_info=True)
-                return False
-        urls = list(targets.values())
-        if len(urls) <= 1:
-            return sum(map(one, urls))
-        with ThreadPoolExecutor(min(_SEND_WORKERS, len(urls))) as pool:
-            return sum(pool.map(one, urls))
-
-    # -- reconciler ---------------------------------------------------------
-    def resend_due_intents(self, limit: int = 100) -> int:
-        """Resend every intent some agent has not acknowledged in time."""
-        now = self._clock()
-        sent = 0
-        for entry in self.store.due_intents(now, limit):
-            targets = {n: u for n, u in entry.intent.targets.items() if n in entry.unacked}
-            sent += self._send(entry.intent, targets)
-            self.store.reschedule_intent(entry, plus(now, self._resend_after_s))
-        return sent

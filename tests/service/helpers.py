@@ -7,6 +7,9 @@ import json
 import botocore.client
 
 from chalicelib.domain.clock import utcnow
+from chalicelib.domain.principal import Principal
+
+_agent = Principal("agent", "*")
 
 
 @contextlib.contextmanager
@@ -26,13 +29,23 @@ def aws_calls():
         botocore.client.BaseClient._make_api_call = original
 
 
-def place(services, job_id: str, nodes: list[str]) -> dict[str, str]:
-    """Write an attempt directly, as the placer of the next issue will."""
+def place(services, job_id: str, nodes: list[str], gpus: int = 8) -> dict[str, str]:
+    """Place a job on chosen nodes (registered here), one rank after another
+    round the nodes, bypassing the placer's choice; returns node -> inbox URL."""
+    from chalicelib.domain.jobs import launch_intent
+    from chalicelib.domain.placement import Plan
+
     job = services.store.get(job_id)
-    inboxes = {n: services.jobs.inbox.ensure(n) for n in nodes}
-    placement = [{"rank": i, "node_id": n} for i, n in enumerate(nodes)]
-    services.store.place(job, placement, inboxes, utcnow())
-    return inboxes
+    inboxes = {n: services.nodes.register(_agent, n, {"gpus": gpus}).inbox_queue_url
+               for n in nodes}
+    by_node: dict[str, list[int]] = {n: [] for n in nodes}
+    for rank in range(job.spec["ranks"]):
+        by_node[nodes[rank % len(nodes)]].append(rank)
+    plan = Plan({n: r for n, r in by_node.items() if r}, job.spec["gpus_per_rank"])
+    intent = launch_intent(job, job.attempt + 1, plan.ranks_by_node,
+                           {n: inboxes[n] for n in plan.ranks_by_node}, "127.0.0.1", 29500)
+    services.store.place(job, plan, intent, utcnow())
+    return {n: inboxes[n] for n in plan.ranks_by_node}
 
 
 def drain(sqs, queue_url: str, job_id: str | None = None) -> list[dict]:

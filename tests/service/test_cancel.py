@@ -112,7 +112,7 @@ def test_the_intent_is_recorded_even_when_sqs_fails(client, tenants, make_servic
     services = make_services()
     job_id = create(client, tenants)
     inboxes = place(services, job_id, ["node-a", "node-b"])
-    failing = FailingInbox(services.jobs.inbox)
+    failing = FailingInbox(services.nodes.inbox)
     make_services(inbox=failing)
     r = cancel(client, tenants, job_id)
     assert r.status_code == 202 and r.json_body["cancel_requested_at"]
@@ -124,8 +124,8 @@ def test_the_intent_is_recorded_even_when_sqs_fails(client, tenants, make_servic
     # the reconciler, once SQS is back, delivers the intent to every node
     healthy = make_services()
     later = utcnow() + timedelta(seconds=healthy.config.cancel_resend_after_s + 1)
-    healthy.jobs._clock = lambda: later
-    assert healthy.jobs.resend_due_intents() >= 2
+    healthy.reconciler._clock = lambda: later
+    assert healthy.reconciler.resend_due_intents() >= 2
     for url in inboxes.values():
         assert [m["type"] for m in drain(sqs, url, job_id)] == ["CANCEL"]
 
@@ -138,13 +138,13 @@ def test_the_reconciler_resends_only_to_nodes_that_have_not_acknowledged(
     for url in inboxes.values():
         drain(sqs, url, job_id)
     services.store.ack_intent(job_id, "CANCEL#1", "node-a")
-    services.jobs._clock = lambda: utcnow() + timedelta(hours=1)
-    services.jobs.resend_due_intents()
+    services.reconciler._clock = lambda: utcnow() + timedelta(hours=1)
+    services.reconciler.resend_due_intents()
     assert drain(sqs, inboxes["node-a"], job_id) == []
     assert [m["job_id"] for m in drain(sqs, inboxes["node-b"], job_id)] == [job_id]
     services.store.ack_intent(job_id, "CANCEL#1", "node-b")
     assert OutboxModel.get(job_id, "CANCEL#1").pending is None
-    services.jobs.resend_due_intents()
+    services.reconciler.resend_due_intents()
     assert drain(sqs, inboxes["node-b"], job_id) == []
 
 
@@ -153,7 +153,7 @@ def test_an_intent_is_not_resent_before_its_timeout(client, tenants, services, s
     inboxes = place(services, job_id, ["node-a"])
     cancel(client, tenants, job_id)
     drain(sqs, inboxes["node-a"], job_id)
-    services.jobs.resend_due_intents()
+    services.reconciler.resend_due_intents()
     assert drain(sqs, inboxes["node-a"], job_id) == []
 
 

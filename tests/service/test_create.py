@@ -69,13 +69,27 @@ def test_without_a_key_every_post_is_a_new_job(client, tenants):
 def test_create_with_a_key_is_one_write_round_trip(client, tenants, services):
     with aws_calls() as calls:
         assert post(client, tenants, **{"Idempotency-Key": "one-trip"}).status_code == 201
-    assert calls == [("dynamodb", "TransactWriteItems")]
+    # the job and its key in one write; then a best-effort nudge to the placer
+    assert calls == [("dynamodb", "TransactWriteItems"), ("sqs", "SendMessage")]
 
 
 def test_create_without_a_key_is_one_conditional_put(client, tenants, services):
     with aws_calls() as calls:
         assert post(client, tenants).status_code == 201
-    assert calls == [("dynamodb", "PutItem")]
+    assert calls == [("dynamodb", "PutItem"), ("sqs", "SendMessage")]
+
+
+def test_a_failed_placement_nudge_does_not_fail_the_create(client, tenants, make_services):
+    from chalicelib.adapters.inbox import SqsNudge
+
+    class DownSqs:
+        def send_message(self, **kwargs):
+            raise ConnectionError("SQS down")
+
+    services = make_services()
+    make_services(nudge=SqsNudge(services.config, DownSqs()))
+    r = post(client, tenants)
+    assert r.status_code == 201 and r.json_body["state"] == "PENDING"
 
 
 def test_a_duplicate_that_cannot_see_the_first_gets_409_with_retry_after(

@@ -1,0 +1,192 @@
+"""The NodeStore port on DynamoDB: node registry, fleet totals, READY candidates."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Iterator
+
+from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
+from pynamodb.connection import Connection
+from pynamodb.transactions import TransactWrite
+
+from ..domain.clock import iso, parse_iso
+from ..domain.nodes import Node, NodeState
+from ..domain.placement import Candidate
+from .dynamo_errors import Translating, lost_condition, tx_lost
+from .models import FleetModel, NodeModel
+
+ALL_TYPES = "*"
+#: nodes read per query page while looking for room
+CANDIDATE_PAGE = 50
+
+
+def node_from_model(m: NodeModel) -> Node:
+    return Node(node_id=m.node_id, gpus=int(m.gpus), gpus_free=int(m.gpus_free),
+                gpu_type=m.gpu_type, state=NodeState(m.state),
+                inbox_queue_url=m.inbox_queue_url, last_seen_at=parse_iso(m.last_seen_at),
+                registered_at=parse_iso(m.registered_at), labels=m.labels or {},
+                address=m.address or m.node_id)
+
+
+class NodeRaced(Exception):
+    """The node changed between reading and writing it; read it again."""
+
+
+class DynamoNodeStore(metaclass=Translating):
+    def __init__(self, connection: Connection) -> None:
+        self._conn = connection
+
+    def get(self, node_id: str) -> Node | None:
+        try:
+            return node_from_model(NodeModel.get(node_id, consistent_read=True))
+        except DoesNotExist:
+            return None
+
+    def list(self) -> list[Node]:
+        return sorted((node_from_model(m) for m in NodeModel.scan()), key=lambda n: n.node_id)
+
+    def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
+                 address: str, inbox_queue_url: str, now: datetime) -> Node:
+        """Create or update a node; a repeat only refreshes ``last_seen_at``.
+
+        Capacity changes move ``gpus_free`` by the same delta, and the fleet
+        totals with them, in one transaction conditioned on what was read.
+        """
+        for _ in range(5):
+            try:
+                current = NodeModel.get(node_id, consistent_read=True)
+            except DoesNotExist:
+                current = None
+            try:
+                return self._register(current, node_id, gpus, gpu_type, labels, address,
+                                      inbox_queue_url, now)
+            except NodeRaced:
+                continue
+        raise NodeRaced(node_id)
+
+    def _register(self, current, node_id, gpus, gpu_type, labels, address, url, now) -> Node:
+        ready = {"ready_type": gpu_type, "ready_any": "1"}
+        with_fleet: list[tuple[str, int]] = []
+        if current is None:
+            item = NodeModel(node_id, gpus=gpus, gpus_free=gpus, gpu_type=gpu_type,
+                             state=NodeState.READY.value, address=address, labels=labels,
+                             inbox_queue_url=url, last_seen_at=iso(now),
+                             registered_at=iso(now), **ready)
+            with_fleet = [(gpu_type, gpus), (ALL_TYPES, gpus)]
+            try:
+                with TransactWrite(connection=self._conn) as tx:
+                    tx.save(item, condition=NodeModel.node_id.does_not_exist())
+                    for t, delta in with_fleet:
+                        tx.update(FleetModel(t), actions=[FleetModel.gpus.add(delta)])
+            except TransactWriteError as e:
+                if tx_lost(e):
+                    raise NodeRaced(node_id) from None
+                raise
+            self._raise_largest(gpu_type, gpus)
+            return node_from_model(item)
+
+        old_gpus, old_type = int(current.gpus), current.gpu_type
+        delta = gpus - old_gpus
+        actions = [NodeModel.last_seen_at.set(iso(now)), NodeModel.labels.set(labels),
+                   NodeModel.address.set(address), NodeModel.inbox_queue_url.set(url)]
+        if current.state == NodeState.DOWN.value:
+            # back from the dead: its attempts were failed and their GPUs returned
+            actions += [NodeModel.state.set(NodeState.READY.value)]
+        if delta or gpu_type != old_type:
+            actions += [NodeModel.gpus.set(gpus), NodeModel.gpus_free.add(delta),
+                        NodeModel.gpu_type.set(gpu_type)]
+            deltas = {old_type: -old_gpus, ALL_TYPES: delta}
+            deltas[gpu_type] = deltas.get(gpu_type, 0) + gpus
+            with_fleet = [(t, d) for t, d in deltas.items() if d]
+        state = NodeState.READY.value if current.state == NodeState.DOWN.value else current.state
+        if state == NodeState.READY.value:
+            actions += [NodeModel.ready_type.set(gpu_type), NodeModel.ready_any.set("1")]
+        condition = (NodeModel.gpus == old_gpus) & (NodeModel.state == current.state)
+        model = NodeModel(node_id)
+        try:
+            if with_fleet:
+                with TransactWrite(connection=self._conn) as tx:
+                    tx.update(model, actions=actions, condition=condition)
+                    for t, d in with_fleet:
+                        tx.update(FleetModel(t), actions=[FleetModel.gpus.add(d)])
+                model.refresh(consistent_read=True)
+                self._raise_largest(gpu_type, gpus)
+            else:
+                model.update(actions=actions, condition=condition)
+        except (UpdateError, TransactWriteError) as e:
+            if (isinstance(e, UpdateError) and lost_condition(e)) or \
+                    (isinstance(e, TransactWriteError) and tx_lost(e)):
+                raise NodeRaced(node_id) from None
+            raise
+        return node_from_model(model)
+
+    def _raise_largest(self, gpu_type: str, gpus: int) -> None:
+        for t in (gpu_type, ALL_TYPES):
+            try:
+                FleetModel(t).update(
+                    actions=[FleetModel.largest_node.set(gpus)],
+                    condition=FleetModel.largest_node.does_not_exist()
+                    | (FleetModel.largest_node < gpus))
+            except UpdateError as e:
+                if not lost_condition(e):
+                    raise
+
+    def fleet(self, gpu_type: str | None) -> tuple[int, int]:
+        """(GPUs registered, GPUs of the largest node) for a type, or all types."""
+        try:
+            f = FleetModel.get(gpu_type or ALL_TYPES)
+            return int(f.gpus or 0), int(f.largest_node or 0)
+        except DoesNotExist:
+            return 0, 0
+
+    def ready_pages(self, gpu_type: str | None, min_free: int) -> Iterator[list[Node]]:
+        """READY nodes with at least ``min_free`` GPUs, most free first, a page at a time.
+
+        The index is eventually consistent: the conditional writes of a
+        reservation are what decide, not this read.
+        """
+        if gpu_type:
+            query = NodeModel.ready_by_type.query(
+                gpu_type, NodeModel.gpus_free >= min_free, scan_index_forward=False,
+                page_size=CANDIDATE_PAGE)
+        else:
+            query = NodeModel.ready_any_index.query(
+                "1", NodeModel.gpus_free >= min_free, scan_index_forward=False,
+                page_size=CANDIDATE_PAGE)
+        pages = query.page_iter
+        for raw in pages:
+            yield [node_from_model(NodeModel.from_raw_data(i)) for i in raw["Items"]]
+
+    def silent_since(self, before: datetime) -> list[Node]:
+        """Nodes not DOWN that have not called in since ``before``."""
+        return [node_from_model(m) for m in NodeModel.scan(
+            (NodeModel.last_seen_at < iso(before)) & (NodeModel.state != NodeState.DOWN.value))]
+
+    def mark_down(self, node: Node) -> bool:
+        """DOWN, if it still has not called in since it was read; False if it has."""
+        try:
+            NodeModel(node.node_id).update(
+                actions=[NodeModel.state.set(NodeState.DOWN.value),
+                         NodeModel.ready_type.remove(), NodeModel.ready_any.remove()],
+                condition=NodeModel.last_seen_at == iso(node.last_seen_at))
+            return True
+        except UpdateError as e:
+            if lost_condition(e):
+                return False
+            raise
+
+    def attempts_on(self, node_id: str) -> list[tuple[str, int]]:
+        try:
+            m = NodeModel.get(node_id, consistent_read=True, attributes_to_get=["attempts"])
+        except DoesNotExist:
+            return []
+        out = []
+        for key in m.attempts or ():
+            job_id, _, attempt = key.rpartition("#")
+            out.append((job_id, int(attempt)))
+        return sorted(out)
+
+
+def candidates(pages: Iterator[list[Node]]) -> Iterator[Candidate]:
+    for page in pages:
+        for n in page:
+            yield Candidate(n.node_id, n.gpus_free)

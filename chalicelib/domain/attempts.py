@@ -1,0 +1,80 @@
+"""An attempt: one placement of a job, and what its ranks have reported.
+
+Per-rank progress only ever grows (sets that agents add to, idempotently), so
+repeated or reordered reports cannot undo each other. What the job does next
+follows from that progress alone (:func:`outcome`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .states import Event
+
+#: the exit code recorded for ranks lost with their node
+LOST = -1
+
+
+@dataclass
+class Attempt:
+    job_id: str
+    attempt: int
+    state: str
+    placement: list[dict]
+    node_ranks: dict[str, list[int]]
+    node_gpus: dict[str, int]
+    world_size: int
+    created_at: datetime
+    finished_at: datetime | None = None
+    exit: dict | None = None
+    started: set[int] = field(default_factory=set)
+    exited: set[int] = field(default_factory=set)
+    stopped: set[int] = field(default_factory=set)
+    exit_codes: dict[int, int] = field(default_factory=dict)
+    released: set[str] = field(default_factory=set)
+
+    def ranks_on(self, node_id: str) -> list[int]:
+        return self.node_ranks.get(node_id, [])
+
+    @property
+    def done(self) -> set[int]:
+        return self.exited | self.stopped
+
+    def node_done(self, node_id: str) -> bool:
+        return set(self.ranks_on(node_id)) <= self.done
+
+    @property
+    def all_done(self) -> bool:
+        return len(self.done) >= self.world_size
+
+    def first_failure(self) -> tuple[int, int] | None:
+        """(rank, exit code) of the lowest failed rank, if any failed."""
+        failed = sorted((r, c) for r, c in self.exit_codes.items() if c != 0)
+        return failed[0] if failed else None
+
+
+def outcome(attempt: Attempt, *, cancel_requested: bool, attempts_left: bool) -> Event | None:
+    """What the reports so far mean for the job, or None while it runs on.
+
+    A requested cancel wins over exit codes (a rank killed by the cancel may
+    exit non-zero) and completes when every rank is accounted for. Otherwise
+    the first failure ends the attempt at once, and the rest are stopped.
+    """
+    if cancel_requested:
+        return Event.STOPPED if attempt.all_done else None
+    if attempt.first_failure() is not None:
+        return Event.RETRY if attempts_left else Event.RANK_FAILED
+    if len(attempt.exited) >= attempt.world_size:
+        return Event.ALL_EXITED_OK
+    return None
+
+
+def exit_info(attempt: Attempt, event: Event) -> dict:
+    if event is Event.ALL_EXITED_OK:
+        return {"reason": "succeeded", "exit_code": 0}
+    if event is Event.STOPPED:
+        return {"reason": "cancelled", "exit_code": None}
+    rank, code = attempt.first_failure() or (None, None)
+    if code == LOST:
+        return {"reason": "node_lost", "exit_code": None, "rank": rank}
+    return {"reason": "rank_failed", "exit_code": code, "rank": rank}

@@ -1,0 +1,34 @@
+"""GPU hosts as the control plane sees them."""
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+NODE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+class NodeState(str, enum.Enum):
+    READY = "READY"        # takes new placements
+    DRAINING = "DRAINING"  # keeps its ranks, takes nothing new
+    DOWN = "DOWN"          # stopped calling in; its attempts were failed or re-queued
+
+
+@dataclass
+class Node:
+    node_id: str
+    gpus: int
+    gpus_free: int
+    gpu_type: str
+    state: NodeState
+    inbox_queue_url: str
+    last_seen_at: datetime
+    registered_at: datetime
+    labels: dict = field(default_factory=dict)
+    #: where other nodes reach this one (MASTER_ADDR when it holds rank 0)
+    address: str = ""
+
+
+def is_node_id(s: str) -> bool:
+    return bool(NODE_ID_RE.match(s))

@@ -1,0 +1,80 @@
+"""Gang placement as pure functions: which ranks go to which node.
+
+All ranks of a job are placed at once or not at all. Nodes arrive most-free
+first, and ranks fill them in order (ranks 0..k-1 on the first node, and so on),
+so a gang spans as few nodes as possible and neighbouring ranks share a host.
+Candidates are consumed lazily: planning stops reading nodes once the gang fits.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Iterable
+
+#: TransactWriteItems holds 100 items: the job, its attempt, its LAUNCH intent,
+#: and one capacity update per node
+MAX_NODES_PER_GANG = 97
+#: priorities lie in [-PRIORITY_RANGE, PRIORITY_RANGE]
+PRIORITY_RANGE = 1_000_000
+
+
+@dataclass(frozen=True)
+class Candidate:
+    node_id: str
+    gpus_free: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    #: node id -> the global ranks it runs
+    ranks_by_node: dict[str, list[int]]
+    gpus_per_rank: int
+
+    def gpus_by_node(self) -> dict[str, int]:
+        return {n: len(r) * self.gpus_per_rank for n, r in self.ranks_by_node.items()}
+
+    def placement(self) -> list[dict]:
+        return sorted(({"rank": r, "node_id": n} for n, rs in self.ranks_by_node.items()
+                       for r in rs), key=lambda p: p["rank"])
+
+
+def plan(ranks: int, gpus_per_rank: int, candidates: Iterable[Candidate]) -> Plan | None:
+    """A placement of every rank, or None if these candidates cannot hold the gang."""
+    by_node: dict[str, list[int]] = {}
+    next_rank = 0
+    for c in candidates:
+        fits = min(c.gpus_free // gpus_per_rank, ranks - next_rank)
+        if fits <= 0 or c.node_id in by_node:
+            continue
+        if len(by_node) == MAX_NODES_PER_GANG:
+            return None
+        by_node[c.node_id] = list(range(next_rank, next_rank + fits))
+        next_rank += fits
+        if next_rank == ranks:
+            return Plan(by_node, gpus_per_rank)
+    return None
+
+
+def never_fits(ranks: int, gpus_per_rank: int, fleet_gpus: int, largest_node: int,
+               gpu_type: str | None) -> str | None:
+    """Why the fleet as registered could never hold this job, or None."""
+    kind = f"{gpu_type} " if gpu_type else ""
+    if gpus_per_rank > largest_node:
+        return (f"each rank needs {gpus_per_rank} GPUs on one node; the largest "
+                f"{kind}node has {largest_node}")
+    if ranks * gpus_per_rank > fleet_gpus:
+        return (f"needs {ranks * gpus_per_rank} {kind}GPUs; the fleet has {fleet_gpus}")
+    per_node = largest_node // gpus_per_rank
+    if -(-ranks // per_node) > MAX_NODES_PER_GANG:
+        return f"would span more than {MAX_NODES_PER_GANG} nodes"
+    return None
+
+
+def queue_key(priority: int, job_id: str) -> str:
+    """Sorts PENDING jobs by priority (higher first), then age (older first)."""
+    return f"{PRIORITY_RANGE - priority:08d}#{job_id}"
+
+
+def master_port(job_id: str, attempt: int) -> int:
+    """A rendezvous port for the attempt, the same on every node."""
+    return 20000 + zlib.crc32(f"{job_id}#{attempt}".encode()) % 20000

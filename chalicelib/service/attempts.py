@@ -1,0 +1,132 @@
+"""Attempt events from agents: STARTED, EXITED, STOPPED.
+
+Each report first adds to the attempt's per-rank progress (idempotent set
+additions), gives a node its GPUs back once all its ranks are done (exactly
+once), and acknowledges the node's intents; then the job moves as that progress
+says, by a conditional write on the state it leaves. Racing reports converge:
+the loser of a conditional write re-reads and finds the work done.
+"""
+from __future__ import annotations
+
+from ..domain.attempts import LOST, Attempt, exit_info, outcome
+from ..domain.clock import Clock, utcnow
+from ..domain.errors import Forbidden, InvalidArgument, NotFound, StaleAttempt
+from ..domain.ids import is_job_id
+from ..domain.jobs import Intent, Job
+from ..domain.principal import Principal
+from ..domain.states import PLACED, Event, JobState, next_state
+from .dispatch import Dispatcher
+from .ports import JobStore, Nudge, StateChanged
+
+_RACE_RETRIES = 3
+
+
+class AttemptsService:
+    def __init__(self, store: JobStore, dispatcher: Dispatcher, nudge: Nudge,
+                 clock: Clock = utcnow) -> None:
+        self.store, self.dispatcher, self.nudge, self._clock = store, dispatcher, nudge, clock
+
+    def report(self, principal: Principal, job_id: str, attempt_no: int, body: dict) -> Job:
+        kind = body["type"]
+        if kind == "EXITED" and "exit_code" not in body:
+            raise InvalidArgument("EXITED needs exit_code", field="exit_code")
+        job = self.store.get(job_id) if is_job_id(job_id) else None
+        if job is None:
+            raise NotFound(f"job {job_id} not found", field="job_id")
+        attempt = self.store.attempt(job_id, attempt_no)
+        if attempt is None:
+            raise StaleAttempt(f"job {job_id} has no attempt {attempt_no}; its current "
+                               f"attempt is {job.attempt}", field="attempt")
+        node_id = self._node(principal, body.get("node_id"), attempt)
+        ranks = sorted(set(body.get("ranks", [])))
+        held = attempt.ranks_on(node_id)
+        if not set(ranks) <= set(held):
+            raise Forbidden(f"ranks {sorted(set(ranks) - set(held))} are not placed on "
+                            f"node {node_id}", field="ranks")
+        if kind == "STOPPED" and not ranks:
+            ranks = held  # stopped before, or instead of, launching: all of them
+        attempt = self.store.record_ranks(job_id, attempt_no,
+                                          {"STARTED": "started", "EXITED": "exited",
+                                           "STOPPED": "stopped"}[kind],
+                                          ranks, body.get("exit_code"))
+        self._acknowledge(attempt, node_id)
+        self.settle_node(attempt, node_id)
+        if attempt_no != job.attempt:
+            raise StaleAttempt(f"attempt {attempt_no} of job {job_id} is no longer "
+                               f"current (current: {job.attempt})", field="attempt")
+        return self.advance(job, attempt, started=kind == "STARTED")
+
+    def _node(self, principal: Principal, claimed: str | None, attempt: Attempt) -> str:
+        if principal.kind != "agent":
+            raise Forbidden("attempt events take an agent token", field="Authorization")
+        if principal.name != "*":
+            if claimed is not None and claimed != principal.name:
+                raise Forbidden(f"this token acts for node {principal.name}, not {claimed}",
+                                field="node_id")
+            return principal.name
+        if claimed is None:
+            nodes = sorted(attempt.node_ranks)
+            if len(nodes) != 1:
+                raise InvalidArgument("node_id is required with a token for all nodes",
+                                      field="node_id")
+            return nodes[0]
+        return claimed
+
+    def _acknowledge(self, attempt: Attempt, node_id: str) -> None:
+        """Any report from a node shows it got its LAUNCH; a node whose ranks are
+        all done needs no CANCEL resent, however they ended."""
+        self.store.ack_intent(attempt.job_id, f"LAUNCH#{attempt.attempt}", node_id)
+        if attempt.node_done(node_id):
+            self.store.ack_intent(attempt.job_id, f"CANCEL#{attempt.attempt}", node_id)
+
+    def settle_node(self, attempt: Attempt, node_id: str) -> None:
+        """Once every rank on the node is done, its GPUs go back, exactly once."""
+        if attempt.node_done(node_id) and node_id not in attempt.released:
+            if self.store.release(attempt, node_id):
+                self.nudge()
+
+    def node_lost(self, job: Job, attempt: Attempt, node_id: str) -> Job:
+        """The node went DOWN: its ranks count as failed, its GPUs go back."""
+        lost = [r for r in attempt.ranks_on(node_id) if r not in attempt.done]
+        attempt = self.store.record_ranks(job.job_id, attempt.attempt, "exited", lost, LOST)
+        self._acknowledge(attempt, node_id)
+        self.settle_node(attempt, node_id)
+        if attempt.attempt != job.attempt:
+            return job
+        return self.advance(job, attempt)
+
+    def advance(self, job: Job, attempt: Attempt, *, started: bool = False) -> Job:
+        """Move the job as the attempt's progress says; safe against racing reports."""
+        for _ in range(_RACE_RETRIES):
+            if job.attempt != attempt.attempt or job.state not in PLACED:
+                return job
+            try:
+                if started and job.state is JobState.SCHEDULED:
+                    job = self.store.start(job, self._clock())
+                event = outcome(attempt, cancel_requested=job.cancel_requested_at is not None,
+                                attempts_left=job.attempt < job.spec["max_attempts"])
+                if event is None:
+                    return job
+                return self._end(job, attempt, event)
+            except StateChanged:
+                job = self.store.get(job.job_id)
+                attempt = self.store.attempt(job.job_id, attempt.attempt)
+        return job
+
+    def _end(self, job: Job, attempt: Attempt, event: Event) -> Job:
+        to = next_state(job.state, event)
+        still_running = {n for n in attempt.node_ranks if not attempt.node_done(n)}
+        stop = None
+        if event in (Event.RANK_FAILED, Event.RETRY) and still_running:
+            reason = "another rank of the attempt failed"
+            stop = Intent(job.job_id, attempt.attempt, "CANCEL",
+                          {"type": "CANCEL", "job_id": job.job_id,
+                           "attempt": attempt.attempt, "reason": reason},
+                          {n: u for n, u in job.inboxes.items() if n in still_running})
+        job = self.store.end_attempt(job, attempt, to, exit_info(attempt, event),
+                                     self._clock(), stop)
+        if stop is not None:
+            self.dispatcher.send(stop)
+        if to is JobState.PENDING:
+            self.nudge()
+        return job

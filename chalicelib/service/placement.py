@@ -1,0 +1,149 @@
+"""Gang placement: PENDING jobs, in priority then age order, onto READY nodes.
+
+Capacity is reserved by one transaction per job, conditioned on every node's
+free GPUs and on the job still being the PENDING job that was read, so placers
+running at once can neither oversubscribe a node nor place a job twice. Nodes
+are read lazily, most free first, and once per run: a run reads about as many
+nodes as its jobs need, not the whole fleet for every job.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from ..domain import placement
+from ..domain.clock import Clock, plus, utcnow
+from ..domain.jobs import Job, launch_intent
+from ..domain.nodes import Node
+from ..domain.placement import Candidate
+from .dispatch import Dispatcher
+from .ports import CapacityChanged, JobStore, NodeStore, StateChanged
+
+log = logging.getLogger(__name__)
+_RESERVE_RETRIES = 3
+
+
+@dataclass
+class PlacementReport:
+    placed: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    never: list[str] = field(default_factory=list)
+
+
+class _Pool:
+    """The nodes one run has read, with the GPUs it has reserved on them since."""
+
+    def __init__(self, nodes: NodeStore) -> None:
+        self._store = nodes
+        self._nodes: dict[str, Node] = {}
+        self._order: dict[str, list[str]] = {}
+        self._pages: dict[str, Iterator[list[Node]]] = {}
+
+    def node(self, node_id: str) -> Node:
+        return self._nodes[node_id]
+
+    def candidates(self, gpu_type: str | None, min_free: int) -> Iterator[Candidate]:
+        key = gpu_type or "*"
+        order = self._order.setdefault(key, [])
+        i = 0
+        while True:
+            while i < len(order):
+                node = self._nodes[order[i]]
+                i += 1
+                if node.gpus_free >= min_free:
+                    yield Candidate(node.node_id, node.gpus_free)
+            if not self._read_page(key, gpu_type):
+                return
+
+    def _read_page(self, key: str, gpu_type: str | None) -> bool:
+        pages = self._pages.get(key)
+        if pages is None:
+            pages = self._pages[key] = self._store.ready_pages(gpu_type, 1)
+        page = next(pages, None)
+        if page is None:
+            self._pages[key] = iter(())
+            return False
+        for n in page:
+            if n.node_id not in self._nodes:
+                self._nodes[n.node_id] = n
+            self._order[key].append(n.node_id)
+        return True
+
+    def reserve(self, gpus_by_node: dict[str, int]) -> None:
+        for node_id, gpus in gpus_by_node.items():
+            self._nodes[node_id].gpus_free -= gpus
+
+    def refresh(self, node_ids: list[str]) -> None:
+        for node_id in node_ids:
+            fresh = self._store.get(node_id)
+            if fresh is None or fresh.state.value != "READY":
+                self._nodes[node_id].gpus_free = 0
+            else:
+                self._nodes[node_id] = fresh
+
+
+class Placer:
+    def __init__(self, store: JobStore, nodes: NodeStore, dispatcher: Dispatcher, *,
+                 resend_after_s: float, clock: Clock = utcnow) -> None:
+        self.store, self.nodes, self.dispatcher, self._clock = store, nodes, dispatcher, clock
+        self._resend_after_s = resend_after_s
+
+    def run(self, limit: int = 100) -> PlacementReport:
+        report = PlacementReport()
+        pool = _Pool(self.nodes)
+        fleets: dict[str | None, tuple[int, int]] = {}
+        for job in self.store.pending(limit):
+            if job.cancel_requested_at is not None:
+                continue
+            spec = job.spec
+            gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
+            if gpu_type not in fleets:
+                fleets[gpu_type] = self.nodes.fleet(gpu_type)
+            impossible = placement.never_fits(ranks, g, *fleets[gpu_type], gpu_type)
+            if impossible:
+                self._note(job, f"can never fit: {impossible}")
+                report.never.append(job.job_id)
+                continue
+            if self._place(job, pool):
+                report.placed.append(job.job_id)
+            else:
+                report.waiting.append(job.job_id)
+        return report
+
+    def _place(self, job: Job, pool: _Pool) -> bool:
+        spec = job.spec
+        gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
+        for _ in range(_RESERVE_RETRIES):
+            plan = placement.plan(ranks, g, pool.candidates(gpu_type, g))
+            if plan is None:
+                kind = f"{gpu_type} " if gpu_type else ""
+                self._note(job, f"waiting for {ranks} x {g} free {kind}GPUs on READY nodes")
+                return False
+            attempt = job.attempt + 1
+            first = plan.placement()[0]["node_id"]
+            intent = launch_intent(
+                job, attempt, plan.ranks_by_node,
+                {n: pool.node(n).inbox_queue_url for n in plan.ranks_by_node},
+                master_addr=pool.node(first).address,
+                master_port=placement.master_port(job.job_id, attempt))
+            now = self._clock()
+            try:
+                # the LAUNCH intent is durable before it is sent: a placer that
+                # dies here is covered by the reconciler's resend
+                self.store.place(job, plan, intent, now, plus(now, self._resend_after_s))
+            except CapacityChanged as lost:
+                pool.refresh(lost.node_ids)
+                continue
+            except StateChanged:
+                return False  # placed by another placer, or cancelled meanwhile
+            pool.reserve(plan.gpus_by_node())
+            self.dispatcher.send(intent)
+            log.info("placed %s attempt %d on %s", job.job_id, attempt,
+                     ",".join(plan.ranks_by_node))
+            return True
+        return False
+
+    def _note(self, job: Job, reason: str) -> None:
+        if job.pending_reason != reason:
+            self.store.set_pending_reason(job, reason)

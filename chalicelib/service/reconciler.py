@@ -1,0 +1,52 @@
+"""The reconciler (scheduled): what must happen eventually, made to happen.
+
+- Intents some agent has not acknowledged in time are sent again (to the
+  nodes that have not acknowledged only).
+- A node that stopped calling in is marked DOWN; the attempts it held lose its
+  ranks (failed, or re-queued while attempts remain) and its GPUs come back.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from ..domain.clock import Clock, plus, utcnow
+from .attempts import AttemptsService
+from .dispatch import Dispatcher
+from .ports import JobStore, NodeStore
+
+log = logging.getLogger(__name__)
+
+
+class Reconciler:
+    def __init__(self, store: JobStore, nodes: NodeStore, dispatcher: Dispatcher,
+                 attempts: AttemptsService, *, resend_after_s: float, down_after_s: float,
+                 clock: Clock = utcnow) -> None:
+        self.store, self.nodes, self.dispatcher, self.attempts = store, nodes, dispatcher, attempts
+        self._resend_after_s, self._down_after_s, self._clock = resend_after_s, down_after_s, clock
+
+    def run(self) -> dict:
+        return {"resent": self.resend_due_intents(), "down": self.mark_silent_nodes_down()}
+
+    def resend_due_intents(self, limit: int = 100) -> int:
+        now = self._clock()
+        sent = 0
+        for entry in self.store.due_intents(now, limit):
+            sent += self.dispatcher.send(entry.intent, set(entry.unacked))
+            self.store.reschedule_intent(entry, plus(now, self._resend_after_s))
+        return sent
+
+    def mark_silent_nodes_down(self) -> list[str]:
+        now = self._clock()
+        down = []
+        for node in self.nodes.silent_since(now - timedelta(seconds=self._down_after_s)):
+            if not self.nodes.mark_down(node):
+                continue  # it called in meanwhile
+            down.append(node.node_id)
+            log.warning("node %s is DOWN (last seen %s)", node.node_id, node.last_seen_at)
+            for job_id, attempt_no in self.nodes.attempts_on(node.node_id):
+                job = self.store.get(job_id)
+                attempt = self.store.attempt(job_id, attempt_no)
+                if job is not None and attempt is not None:
+                    self.attempts.node_lost(job, attempt, node.node_id)
+        return down

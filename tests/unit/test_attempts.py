@@ -1,0 +1,47 @@
+"""What an attempt's per-rank progress means for its job."""
+from datetime import datetime, timezone
+
+from chalicelib.domain.attempts import LOST, Attempt, exit_info, outcome
+from chalicelib.domain.states import Event
+
+
+def attempt(**kw):
+    base = dict(job_id="job_x", attempt=1, state="RUNNING", placement=[],
+                node_ranks={"a": [0, 1], "b": [2, 3]}, node_gpus={"a": 2, "b": 2},
+                world_size=4, created_at=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    return Attempt(**{**base, **kw})
+
+
+def test_all_exited_zero_succeeds():
+    a = attempt(exited={0, 1, 2, 3}, exit_codes={0: 0, 1: 0, 2: 0, 3: 0})
+    assert outcome(a, cancel_requested=False, attempts_left=False) is Event.ALL_EXITED_OK
+
+
+def test_some_exited_zero_runs_on():
+    a = attempt(exited={0, 1}, exit_codes={0: 0, 1: 0})
+    assert outcome(a, cancel_requested=False, attempts_left=False) is None
+
+
+def test_the_first_failure_ends_the_attempt_at_once():
+    a = attempt(exited={2}, exit_codes={2: 1})
+    assert outcome(a, cancel_requested=False, attempts_left=False) is Event.RANK_FAILED
+    assert outcome(a, cancel_requested=False, attempts_left=True) is Event.RETRY
+    assert exit_info(a, Event.RANK_FAILED) == {"reason": "rank_failed", "exit_code": 1,
+                                               "rank": 2}
+
+
+def test_a_requested_cancel_wins_over_exit_codes_and_waits_for_every_rank():
+    a = attempt(exited={0}, exit_codes={0: 143}, stopped={2, 3})
+    assert outcome(a, cancel_requested=True, attempts_left=True) is None
+    a.stopped.add(1)
+    assert outcome(a, cancel_requested=True, attempts_left=True) is Event.STOPPED
+
+
+def test_a_lost_node_reads_as_node_lost():
+    a = attempt(exited={0, 1}, exit_codes={0: LOST, 1: LOST})
+    assert exit_info(a, Event.RETRY)["reason"] == "node_lost"
+
+
+def test_a_node_is_done_when_all_its_ranks_are():
+    a = attempt(exited={0}, stopped={1})
+    assert a.node_done("a") and not a.node_done("b")

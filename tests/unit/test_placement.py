@@ -1,0 +1,62 @@
+"""Pure gang planning: whole gangs, fewest nodes, contiguous ranks."""
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chalicelib.domain.placement import (MAX_NODES_PER_GANG, Candidate, master_port,
+                                         never_fits, plan, queue_key)
+
+
+def test_ranks_fill_the_most_free_nodes_first_contiguously():
+    p = plan(6, 2, [Candidate("a", 8), Candidate("b", 4), Candidate("c", 8)])
+    assert p.ranks_by_node == {"a": [0, 1, 2, 3], "b": [4, 5]}
+    assert p.gpus_by_node() == {"a": 8, "b": 4}
+
+
+def test_no_partial_gang():
+    assert plan(5, 2, [Candidate("a", 4), Candidate("b", 4)]) is None
+
+
+def test_planning_stops_reading_once_the_gang_fits():
+    read = []
+
+    def lazy():
+        for i in range(1000):
+            read.append(i)
+            yield Candidate(f"n{i}", 8)
+
+    assert plan(16, 1, lazy()) is not None
+    assert len(read) == 2
+
+
+@given(st.integers(1, 64), st.integers(1, 8),
+       st.lists(st.integers(0, 16), min_size=0, max_size=30))
+def test_a_plan_places_every_rank_once_within_each_nodes_room(ranks, g, frees):
+    cands = [Candidate(f"n{i}", f) for i, f in enumerate(frees)]
+    p = plan(ranks, g, cands)
+    fits = sum(f // g for f in frees)
+    if p is None:
+        assert fits < ranks or len([f for f in frees if f >= g]) > MAX_NODES_PER_GANG
+        return
+    placed = sorted(r for rs in p.ranks_by_node.values() for r in rs)
+    assert placed == list(range(ranks))
+    room = {c.node_id: c.gpus_free for c in cands}
+    assert all(len(rs) * g <= room[n] for n, rs in p.ranks_by_node.items())
+
+
+def test_never_fits_names_the_reason():
+    assert "largest" in never_fits(1, 16, 64, 8, "h100")
+    assert "needs 72" in never_fits(9, 8, 64, 8, "h100")
+    assert never_fits(8, 8, 64, 8, "h100") is None
+    assert "span" in never_fits(MAX_NODES_PER_GANG + 1, 8, 10**6, 8, None)
+
+
+def test_queue_key_orders_by_priority_then_age():
+    keys = [queue_key(0, "job_B"), queue_key(5, "job_C"), queue_key(5, "job_A"),
+            queue_key(-3, "job_0")]
+    assert sorted(keys) == [queue_key(5, "job_A"), queue_key(5, "job_C"),
+                            queue_key(0, "job_B"), queue_key(-3, "job_0")]
+
+
+def test_the_rendezvous_port_is_stable_and_in_range():
+    assert master_port("job_x", 1) == master_port("job_x", 1)
+    assert 20000 <= master_port("job_x", 2) < 40000

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timedelta
+from typing import Iterator
 
 from pynamodb.attributes import MapAttribute
 from pynamodb.connection import Connection
@@ -275,10 +276,11 @@ class DynamoJobStore(metaclass=Translating):
         return dataclasses.replace(job, state=JobState.SCHEDULED, attempt=attempt,
                                    inboxes=intent.targets, pending_reason=None, updated_at=now)
 
-    def pending(self, limit: int) -> list[Job]:
-        """PENDING jobs, highest priority first, then oldest first."""
-        return [job_from_model(m) for m in JobModel.by_active_state.query(
-            JobState.PENDING.value, limit=limit)]
+    def pending(self, limit: int) -> Iterator[Job]:
+        """PENDING jobs, highest priority first, then oldest first, read lazily."""
+        for m in JobModel.by_active_state.query(JobState.PENDING.value, limit=limit,
+                                                page_size=100):
+            yield job_from_model(m)
 
     def active(self, state: JobState, limit: int) -> list[Job]:
         return [job_from_model(m) for m in JobModel.by_active_state.query(state.value,

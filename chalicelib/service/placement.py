@@ -89,7 +89,7 @@ class Placer:
         self.store, self.nodes, self.dispatcher, self._clock = store, nodes, dispatcher, clock
         self._resend_after_s = resend_after_s
 
-    def run(self, limit: int = 100) -> PlacementReport:
+    def run(self, limit: int = 500) -> PlacementReport:
         report = PlacementReport()
         pool = _Pool(self.nodes)
         fleets: dict[str | None, tuple[int, int]] = {}

@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 import os
+import re
 
 from chalice import Chalice, Rate, Response
 
@@ -16,6 +17,7 @@ from chalicelib.api import validation
 from chalicelib.api.representation import attempt_json, job_json, node_json
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
+from chalicelib.domain.clock import iso
 from chalicelib.domain.errors import (ApiError, InvalidArgument, MethodNotAllowed,
                                       UnsupportedMediaType)
 from chalicelib.service import health
@@ -23,6 +25,7 @@ from chalicelib.service import health
 app = Chalice(app_name="gpujobs")
 log = logging.getLogger("gpujobs")
 PROBLEM_JSON = "application/problem+json"
+_DIGITS = re.compile(r"^[0-9]{1,6}$")  # ASCII only: "²".isdigit() is True
 
 
 def problem(err: ApiError) -> Response:
@@ -95,7 +98,7 @@ def _query_int(name: str, default: int) -> int:
     raw = (_request().query_params or {}).get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or len(raw) > 6:
+    if not _DIGITS.match(raw):
         raise InvalidArgument(f"{name} must be an integer", field=name)
     return int(raw)
 
@@ -151,15 +154,30 @@ def list_attempts(job_id: str):
 def report_attempt_event(job_id: str, attempt: str):
     principal = services().auth.agent(_authorization())
     body = _body("ATTEMPT_EVENT", required=True)
-    if not attempt.isdigit() or len(attempt) > 6:
+    if not _DIGITS.match(attempt):
         raise InvalidArgument("attempt must be a positive integer", field="attempt")
     return ok(job_json(services().attempts.report(principal, job_id, int(attempt), body)))
+
+
+@endpoint("/v1/jobs/{job_id}/heartbeats", "POST")
+def post_heartbeats(job_id: str):
+    principal = services().auth.agent(_authorization())
+    body = _body("HEARTBEATS", required=True)
+    received_at = services().heartbeats.ingest(principal, job_id, body)
+    return ok({"received_at": iso(received_at)}, 202)
+
+
+@endpoint("/v1/jobs/{job_id}/ranks", "GET")
+def get_ranks(job_id: str):
+    job = services().jobs.get(_tenant(), job_id)
+    return ok(services().heartbeats.ranks(job))
 
 
 # -- nodes ----------------------------------------------------------------------
 @endpoint("/v1/nodes/{node_id}", "PUT")
 def put_node(node_id: str):
     principal = services().auth.authenticate(_authorization())
+    services().nodes.authorize(principal, node_id)
     body = _body("NODE_PUT", required=True)
     return ok(node_json(services().nodes.register(principal, node_id, body)))
 
@@ -190,6 +208,12 @@ def place(event):
 def place_on_nudge(event):
     """A create or freed GPUs asked for a run: one run serves the whole batch."""
     services().placer.run()
+
+
+@app.schedule(Rate(1, unit=Rate.MINUTES), name="scan")
+def scan(event):
+    """Judge every RUNNING job's ranks; record each stall once."""
+    return services().scanner.run()
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")

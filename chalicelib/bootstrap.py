@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 
 from .adapters import models
+from .adapters.heartbeat_store import DynamoCollectorStore, DynamoHeartbeatStore
 from .adapters.inbox import SqsInbox, SqsNudge
 from .adapters.job_store import DynamoJobStore
 from .adapters.node_store import DynamoNodeStore
@@ -17,11 +18,13 @@ from .config import Config
 from .service.attempts import AttemptsService
 from .service.auth import Authenticator
 from .service.dispatch import Dispatcher
+from .service.heartbeats import HeartbeatsService
 from .service.jobs import JobsService
 from .service.nodes import NodesService
 from .service.placement import Placer
 from .service.ports import JobStore, NodeStore
 from .service.reconciler import Reconciler
+from .service.scan import Scanner
 
 
 @dataclass
@@ -34,6 +37,8 @@ class Services:
     attempts: AttemptsService
     placer: Placer
     reconciler: Reconciler
+    heartbeats: HeartbeatsService
+    scanner: Scanner
     auth: Authenticator
 
 
@@ -58,6 +63,10 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
                        scans_per_hour=config.scans_per_hour,
                        cancel_resend_after_s=config.cancel_resend_after_s)
     attempts = AttemptsService(store, dispatcher, nudge)
+    collector = DynamoCollectorStore()
+    heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
+                                   scans_per_hour=config.scans_per_hour)
+    scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s)
     return Services(
         config=config, store=store, node_store=node_store, jobs=jobs,
         nodes=NodesService(node_store, inbox), attempts=attempts,
@@ -66,7 +75,7 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
         reconciler=Reconciler(store, node_store, dispatcher, attempts,
                               resend_after_s=config.cancel_resend_after_s,
                               down_after_s=config.node_down_after_s),
-        auth=Authenticator(tokens))
+        heartbeats=heartbeats, scanner=scanner, auth=Authenticator(tokens))
 
 
 def services() -> Services:

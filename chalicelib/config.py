@@ -20,6 +20,8 @@ class Config:
     attempts_table: str
     outbox_table: str
     nodes_table: str
+    heartbeats_table: str
+    collector_table: str
     fleet_table: str
     pending_queue_url: str | None
     inbox_dlq_arn: str
@@ -27,6 +29,7 @@ class Config:
     page_token_key: bytes
     tokens_file: str | None
     scans_per_hour: float
+    scan_period_s: float
     cancel_resend_after_s: float
     #: a node that has not called in for this long is DOWN
     node_down_after_s: float
@@ -49,6 +52,8 @@ class Config:
             attempts_table=need("GPUJOBS_ATTEMPTS_TABLE"),
             outbox_table=need("GPUJOBS_OUTBOX_TABLE"),
             nodes_table=need("GPUJOBS_NODES_TABLE"),
+            heartbeats_table=need("GPUJOBS_HEARTBEATS_TABLE"),
+            collector_table=need("GPUJOBS_COLLECTOR_TABLE"),
             fleet_table=need("GPUJOBS_FLEET_TABLE"),
             pending_queue_url=env.get("GPUJOBS_PENDING_QUEUE_URL") or None,
             inbox_dlq_arn=need("GPUJOBS_INBOX_DLQ_ARN"),
@@ -56,6 +61,7 @@ class Config:
             page_token_key=need("GPUJOBS_PAGE_TOKEN_KEY").encode("utf-8"),
             tokens_file=env.get("GPUJOBS_TOKENS_FILE") or None,
             scans_per_hour=3600.0 / float(env.get("GPUJOBS_SCAN_PERIOD_S") or 60),
+            scan_period_s=float(env.get("GPUJOBS_SCAN_PERIOD_S") or 60),
             cancel_resend_after_s=float(env.get("GPUJOBS_CANCEL_RESEND_AFTER_S") or 30),
             node_down_after_s=float(env.get("GPUJOBS_NODE_DOWN_AFTER_S") or 60),
         )

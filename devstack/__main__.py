@@ -129,6 +129,7 @@ def main() -> int:
         workers = [
             Timer("place", scan_period_s, gpujobs.place, stop),
             Timer("reconcile", scan_period_s, gpujobs.reconcile, stop),
+            Timer("scan", scan_period_s, gpujobs.scan, stop),
             QueueConsumer("place_on_nudge", os.environ["GPUJOBS_PENDING_QUEUE_URL"],
                           gpujobs.place_on_nudge, stop, endpoint_url=moto.endpoint_url),
         ]

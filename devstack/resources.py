@@ -16,6 +16,8 @@ OUTPUT_ENV = {
     "AttemptsTableName": "GPUJOBS_ATTEMPTS_TABLE",
     "OutboxTableName": "GPUJOBS_OUTBOX_TABLE",
     "NodesTableName": "GPUJOBS_NODES_TABLE",
+    "HeartbeatsTableName": "GPUJOBS_HEARTBEATS_TABLE",
+    "CollectorTableName": "GPUJOBS_COLLECTOR_TABLE",
     "FleetTableName": "GPUJOBS_FLEET_TABLE",
     "PendingQueueUrl": "GPUJOBS_PENDING_QUEUE_URL",
     "InboxDeadLetterQueueArn": "GPUJOBS_INBOX_DLQ_ARN",

@@ -22,14 +22,19 @@ if str(ROOT) not in sys.path:
 
 import app  # noqa: E402
 from chalicelib.api import schemas  # noqa: E402
-from chalicelib.api.representation import attempt_json, job_json  # noqa: E402
+from chalicelib.api.representation import attempt_json, job_json, node_json  # noqa: E402
 from chalicelib.api.validation import MAX_BODY_BYTES  # noqa: E402
 from chalicelib.domain import idempotency  # noqa: E402
+from chalicelib.domain.attempts import LOST, Attempt, exit_info  # noqa: E402
 from chalicelib.domain.errors import ApiError  # noqa: E402
 from chalicelib.domain.ids import JOB_ID_RE, new_job_id  # noqa: E402
-from chalicelib.domain.jobs import Job, initial_health, with_defaults  # noqa: E402
-from chalicelib.domain.states import JobState  # noqa: E402
+from chalicelib.domain.jobs import (Job, cancel_intent, initial_health,  # noqa: E402
+                                    launch_intent, with_defaults)
+from chalicelib.domain.nodes import NODE_ID_RE, Node, NodeState  # noqa: E402
+from chalicelib.domain.placement import master_port  # noqa: E402
+from chalicelib.domain.states import Event, JobState  # noqa: E402
 from chalicelib.service.jobs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE  # noqa: E402
+from chalicelib.service.nodes import DEFAULT_GPU_TYPE  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "openapi.yaml"
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -140,12 +145,23 @@ def test_cancel_request_schema_equals_server_validation_schema(doc):
     assert doc["components"]["schemas"]["CancelRequest"] == schemas.CANCEL
 
 
+def test_node_put_schema_equals_server_validation_schema(doc):
+    assert doc["components"]["schemas"]["NodePut"] == schemas.NODE_PUT
+
+
+def test_attempt_event_schema_equals_server_validation_schema(doc):
+    assert doc["components"]["schemas"]["AttemptEvent"] == schemas.ATTEMPT_EVENT
+
+
 def test_request_bodies_use_the_server_validation_schemas(doc):
     bodies = {(p, m): op["requestBody"]["content"]["application/json"]["schema"]
               for p, m, op in _operations(doc) if "requestBody" in op}
     assert bodies == {
         ("/v1/jobs", "post"): {"$ref": "#/components/schemas/JobCreate"},
         ("/v1/jobs/{job_id}/cancel", "post"): {"$ref": "#/components/schemas/CancelRequest"},
+        ("/v1/nodes/{node_id}", "put"): {"$ref": "#/components/schemas/NodePut"},
+        ("/v1/jobs/{job_id}/attempts/{attempt}/events", "post"): {
+            "$ref": "#/components/schemas/AttemptEvent"},
     }
 
 
@@ -224,6 +240,13 @@ EXPECTED_STATUSES = {
                                            "415", "500", "503"},
     ("/v1/jobs/{job_id}/attempts", "get"): {"200", "401", "403", "404", "415", "500",
                                             "503"},
+    ("/v1/jobs/{job_id}/attempts/{attempt}/events", "post"): {
+        "200", "400", "401", "403", "404", "409", "413", "415", "500", "503"},
+    # nodes: any token reads them, so no 403 on the reads
+    ("/v1/nodes", "get"): {"200", "401", "415", "500", "503"},
+    ("/v1/nodes/{node_id}", "get"): {"200", "401", "404", "415", "500", "503"},
+    ("/v1/nodes/{node_id}", "put"): {"200", "400", "401", "403", "413", "415", "500",
+                                     "503"},
 }
 
 
@@ -238,13 +261,24 @@ def test_each_operation_declares_every_status_the_code_can_produce(doc):
     assert not unlisted, f"add the statuses of these operations to EXPECTED_STATUSES: {unlisted}"
 
 
+def _example_codes(doc: dict, response: dict) -> set[str]:
+    examples = response["content"][PROBLEM_JSON].get("examples", {})
+    return {_resolve(doc, e)["value"]["code"] for e in examples.values()}
+
+
 def test_retryable_responses_declare_retry_after(doc):
+    """Every 503, and every 409 that may be ``request_in_progress``, says when to
+    retry; a 409 that is only ``stale_attempt`` or ``already_finished`` does not."""
     for path, method, op in _operations(doc):
         for status in ("409", "503"):
             if status in op["responses"]:
                 response = _resolve(doc, op["responses"][status])
-                assert "Retry-After" in response.get("headers", {}), (
-                    f"{method.upper()} {path} {status} lacks Retry-After")
+                codes = _example_codes(doc, response)
+                assert codes, f"{method.upper()} {path} {status} has no examples"
+                retryable = status == "503" or "request_in_progress" in codes
+                assert ("Retry-After" in response.get("headers", {})) == retryable, (
+                    f"{method.upper()} {path} {status} ({sorted(codes)}): Retry-After "
+                    f"should {'' if retryable else 'not '}be declared")
     created = doc["paths"]["/v1/jobs"]["post"]["responses"]["201"]["headers"]
     assert {"Location", "Idempotent-Replayed"} <= set(created)
 
@@ -262,6 +296,15 @@ def test_parameters_match_server_limits(doc):
     assert _resolve(doc, params["State"]["schema"])["enum"] == [s.value for s in JobState]
     assert (params["JobId"]["in"], params["JobId"]["required"]) == ("path", True)
     assert f"{MAX_BODY_BYTES} bytes" in doc["info"]["description"]
+    node_id = params["NodeId"]
+    assert (node_id["in"], node_id["name"], node_id["required"]) == ("path", "node_id", True)
+    assert node_id["schema"]["pattern"] == NODE_ID_RE.pattern
+    assert doc["components"]["schemas"]["Node"]["properties"]["node_id"]["pattern"] == \
+        NODE_ID_RE.pattern
+    attempt = params["Attempt"]
+    assert (attempt["in"], attempt["name"], attempt["required"]) == ("path", "attempt", True)
+    # app.report_attempt_event takes 1 to 6 digits
+    assert (attempt["schema"]["type"], attempt["schema"]["maximum"]) == ("integer", 999999)
 
 
 # -- response schemas accept what the app really returns ----------------------
@@ -310,18 +353,157 @@ def test_job_schema_rejects_what_the_representation_never_returns(doc):
         assert not _schema_validator(doc, "Job").is_valid(broken), broken
 
 
+def _attempt(**changes) -> Attempt:
+    attempt = Attempt(job_id=new_job_id(), attempt=1, state="SCHEDULED",
+                      placement=[{"rank": r, "node_id": n}
+                                 for r, n in enumerate(["node-1", "node-1", "node-2"])],
+                      node_ranks={"node-1": [0, 1], "node-2": [2]},
+                      node_gpus={"node-1": 2, "node-2": 1}, world_size=3,
+                      created_at=_t("2025-01-31T12:00:01"))
+    for k, v in changes.items():
+        setattr(attempt, k, v)
+    return attempt
+
+
+def _exits() -> dict[str, dict]:
+    """Every shape of ``exit`` the domain produces, by reason."""
+    everyone = {0, 1, 2}
+    return {
+        "succeeded": exit_info(_attempt(exited=everyone, exit_codes={0: 0, 1: 0, 2: 0}),
+                               Event.ALL_EXITED_OK),
+        "rank_failed": exit_info(_attempt(exited={1, 2}, exit_codes={1: 0, 2: 7}),
+                                 Event.RANK_FAILED),
+        "retry": exit_info(_attempt(exited={2}, exit_codes={2: -255}), Event.RETRY),
+        "node_lost": exit_info(_attempt(exited={2}, exit_codes={2: LOST}), Event.RANK_FAILED),
+        "cancelled": exit_info(_attempt(stopped=everyone), Event.STOPPED),
+    }
+
+
+def test_exit_schema_accepts_every_exit_the_domain_produces(doc):
+    exits = _exits()
+    reasons = doc["components"]["schemas"]["Exit"]["properties"]["reason"]["enum"]
+    assert {e["reason"] for e in exits.values()} <= set(reasons)
+    for name, value in exits.items():
+        _assert_valid(doc, "Exit", value)
+        assert ("rank" in value) == (value["reason"] in ("rank_failed", "node_lost")), name
+    assert exits["rank_failed"] == {"reason": "rank_failed", "exit_code": 7, "rank": 2}
+    assert exits["node_lost"] == {"reason": "node_lost", "exit_code": None, "rank": 2}
+    _assert_valid(doc, "Exit", None)
+    assert not _schema_validator(doc, "Exit").is_valid({"reason": "exploded", "exit_code": 1})
+
+
 def test_attempt_representation_conforms_to_attempt_list_schema(doc):
     attempt = attempt_json({"attempt": 1, "state": "SCHEDULED",
                             "placement": [{"rank": 0, "node_id": "node-1"}],
                             "created_at": _t("2025-01-31T12:00:01"), "finished_at": None,
                             "exit": None})
-    done = attempt_json({"attempt": 2, "state": "FAILED",
-                         "placement": [{"rank": 0, "node_id": "node-2"}],
-                         "created_at": _t("2025-01-31T12:00:01"),
-                         "finished_at": _t("2025-01-31T12:10:00"),
-                         "exit": {"reason": "rank 0 exited 3", "exit_code": 3}})
-    _assert_valid(doc, "AttemptList", {"attempts": [attempt, done]})
+    assert set(attempt) == set(doc["components"]["schemas"]["Attempt"]["properties"])
+    ended = [attempt_json({"attempt": n, "state": state,
+                           "placement": [{"rank": 0, "node_id": "node-2"}],
+                           "created_at": _t("2025-01-31T12:00:01"),
+                           "finished_at": _t("2025-01-31T12:10:00"), "exit": exit_})
+             for n, (state, exit_) in enumerate(
+                 [("FAILED", _exits()["retry"]), ("FAILED", _exits()["node_lost"]),
+                  ("SUCCEEDED", _exits()["succeeded"]),
+                  ("CANCELLED", _exits()["cancelled"])], start=2)]
+    _assert_valid(doc, "AttemptList", {"attempts": [attempt, *ended]})
     _assert_valid(doc, "AttemptList", {"attempts": []})
+    # the store writes SCHEDULED, then a terminal state (FAILED for a retry)
+    states = doc["components"]["schemas"]["Attempt"]["properties"]["state"]["enum"]
+    assert set(states) == {JobState.SCHEDULED.value} | {
+        s.value for s in JobState if s.terminal}
+
+
+def test_finished_and_waiting_jobs_conform_to_job_schema(doc):
+    exits = _exits()
+    for state, exit_ in ((JobState.SUCCEEDED, exits["succeeded"]),
+                         (JobState.FAILED, exits["rank_failed"]),
+                         (JobState.FAILED, exits["node_lost"])):
+        _assert_valid(doc, "Job", job_json(_job(state=state, attempt=1, exit=exit_,
+                                                started_at=_t("2025-01-31T12:01:00"),
+                                                finished_at=_t("2025-01-31T12:09:00"))))
+    for reason in ("waiting for 4 x 1 free GPUs on READY nodes",
+                   "can never fit: needs 64 h100 GPUs; the fleet has 16"):
+        _assert_valid(doc, "Job", job_json(_job(pending_reason=reason)))
+
+
+# -- nodes ---------------------------------------------------------------------
+def _node(**changes) -> Node:
+    node = Node(node_id="node-1", gpus=8, gpus_free=6, gpu_type=DEFAULT_GPU_TYPE,
+                state=NodeState.READY,
+                inbox_queue_url="http://127.0.0.1:5000/123456789012/gpujobs-dev-inbox-node-1",
+                last_seen_at=_t("2025-01-31T12:00:05.123456"),
+                registered_at=_t("2025-01-31T11:00:00"), labels={}, address="node-1")
+    for k, v in changes.items():
+        setattr(node, k, v)
+    return node
+
+
+def test_node_representation_conforms_to_node_schema(doc):
+    node = node_json(_node())
+    assert set(node) == set(doc["components"]["schemas"]["Node"]["properties"]), (
+        "the Node schema's members differ from the representation's")
+    assert set(doc["components"]["schemas"]["Node"]["required"]) == set(node)
+    _assert_valid(doc, "Node", node)
+    assert doc["components"]["schemas"]["NodeState"]["enum"] == [s.value for s in NodeState]
+    others = [node_json(_node(node_id=f"n.{s.value.lower()}", state=s, gpu_type="h100",
+                              labels={"rack": "r1"}, address="10.0.0.7", gpus_free=-2))
+              for s in NodeState]
+    for other in others:
+        _assert_valid(doc, "Node", other)
+    _assert_valid(doc, "NodeList", {"nodes": [node, *others]})
+    _assert_valid(doc, "NodeList", {"nodes": []})
+    for broken in ({**node, "state": "GONE"}, {**node, "last_seen_at": None},
+                   {k: v for k, v in node.items() if k != "inbox_queue_url"}):
+        assert not _schema_validator(doc, "Node").is_valid(broken), broken
+
+
+def test_node_registration_defaults_are_documented(doc):
+    put = doc["paths"]["/v1/nodes/{node_id}"]["put"]
+    assert f'`"{DEFAULT_GPU_TYPE}"`' in put["description"]
+    assert f'`"{DEFAULT_GPU_TYPE}"`' in put["requestBody"]["description"]
+    assert "`address`" in put["description"] and "`node_id`" in put["requestBody"][
+        "description"]
+
+
+# -- inbox messages --------------------------------------------------------------
+def test_inbox_messages_are_documented_components(doc):
+    assert {k: v for k, v in doc["x-inbox-messages"].items() if k != "description"} == {
+        "LAUNCH": {"$ref": "#/components/schemas/LaunchMessage"},
+        "CANCEL": {"$ref": "#/components/schemas/CancelMessage"},
+    }
+    for kind, name in (("LAUNCH", "LaunchMessage"), ("CANCEL", "CancelMessage")):
+        assert doc["components"]["schemas"][name]["properties"]["type"] == {"const": kind}
+
+
+def test_launch_messages_conform_to_launch_message_schema(doc):
+    job = _job(spec=with_defaults({"command": ["python", "train.py"], "ranks": 3,
+                                   "gpus_per_rank": 2, "env": {"A": "1"}}))
+    intent = launch_intent(job, 1, {"node-1": [0, 1], "node-2": [2]},
+                           {"node-1": "http://q/1", "node-2": "http://q/2"},
+                           master_addr="10.0.0.7", master_port=master_port(job.job_id, 1))
+    properties = doc["components"]["schemas"]["LaunchMessage"]["properties"]
+    for node_id, ranks in (("node-1", [0, 1]), ("node-2", [2])):
+        message = intent.message_for(node_id)
+        assert set(message) == set(properties), "LaunchMessage members differ"
+        assert message["ranks"] == ranks
+        _assert_valid(doc, "LaunchMessage", message)
+    for attempt in range(1, 200):
+        port = master_port(job.job_id, attempt)
+        assert properties["master_port"]["minimum"] <= port <= properties["master_port"][
+            "maximum"]
+
+
+def test_cancel_messages_conform_to_cancel_message_schema(doc):
+    job = _job(state=JobState.RUNNING, attempt=2,
+               inboxes={"node-1": "http://q/1", "node-2": "http://q/2"})
+    properties = doc["components"]["schemas"]["CancelMessage"]["properties"]
+    for reason in (None, "superseded by run 42"):
+        intent = cancel_intent(job, reason)
+        for node_id in intent.targets:
+            message = intent.message_for(node_id)
+            assert set(message) == set(properties), "CancelMessage members differ"
+            _assert_valid(doc, "CancelMessage", message)
 
 
 def test_health_schema_accepts_the_health_body(doc):

@@ -45,6 +45,7 @@ def job_from_model(m: JobModel) -> Job:
         finished_at=_t(m.finished_at), cancel_requested_at=_t(m.cancel_requested_at),
         cancel_reason=m.cancel_reason, health=m.health or {}, exit=m.exit,
         idem_id=m.idem_id, inboxes=m.inboxes or {}, pending_reason=m.pending_reason,
+        incident_key=m.incident_key,
     )
 
 
@@ -178,6 +179,7 @@ class DynamoJobStore(metaclass=Translating):
             JobModel.cancel_requested_at.set(iso(now)),
             JobModel.updated_at.set(iso(now)),
             JobModel.exit.set(exit_),
+            JobModel.pending_reason.remove(),
             *self._finish_actions(job, now),
         ]
         if reason is not None:
@@ -366,11 +368,14 @@ class DynamoJobStore(metaclass=Translating):
             actions += [JobModel.exit.set(exit_), *self._finish_actions(job, now)]
         else:
             actions += [JobModel.active_state.set(to.value), JobModel.inboxes.remove()]
+        condition = (JobModel.state.is_in(*(s.value for s in PLACED))
+                     & (JobModel.attempt == attempt.attempt))
+        if not to.terminal:
+            # a cancel recorded meanwhile wins: no new attempt for a cancelled job
+            condition &= JobModel.cancel_requested_at.does_not_exist()
         try:
             with TransactWrite(connection=self._conn) as tx:
-                tx.update(JobModel(job.job_id), actions=actions, condition=(
-                    JobModel.state.is_in(*(s.value for s in PLACED))
-                    & (JobModel.attempt == attempt.attempt)))
+                tx.update(JobModel(job.job_id), actions=actions, condition=condition)
                 tx.update(AttemptModel(attempt.job_id, attempt.attempt), actions=[
                     AttemptModel.state.set(to.value if to.terminal else JobState.FAILED.value),
                     AttemptModel.finished_at.set(iso(now)),
@@ -388,6 +393,26 @@ class DynamoJobStore(metaclass=Translating):
                 raise StateChanged(job.job_id) from None
             raise
         return self.get(job.job_id)
+
+    # -- health -------------------------------------------------------------
+    def record_health(self, job: Job, health: dict, *, incident_key: str | None = None) -> bool:
+        """Store the scan's view of the running attempt. With ``incident_key``,
+        record a new incident: conditioned on the key read before, so however
+        many scans see the same stall, it is recorded once."""
+        actions = [JobModel.health.set(health)]
+        condition = ((JobModel.state == JobState.RUNNING.value)
+                     & (JobModel.attempt == job.attempt))
+        if incident_key is not None:
+            actions.append(JobModel.incident_key.set(incident_key))
+            condition &= (JobModel.incident_key.does_not_exist() if job.incident_key is None
+                          else JobModel.incident_key == job.incident_key)
+        try:
+            JobModel(job.job_id).update(actions=actions, condition=condition)
+            return True
+        except UpdateError as e:
+            if lost_condition(e):
+                return False
+            raise
 
     # -- outbox -----------------------------------------------------------
     def due_intents(self, now: datetime, limit: int) -> list[OutboxEntry]:

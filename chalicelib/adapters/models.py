@@ -63,6 +63,8 @@ class JobModel(Model):
     exit = JSONAttribute(null=True)
     idem_id = UnicodeAttribute(null=True)
     inboxes = JSONAttribute(null=True)
+    #: "<attempt>#<n>" of the last stall incident recorded (each recorded once)
+    incident_key = UnicodeAttribute(null=True)
 
     by_tenant = JobsByTenant()
     by_active_state = JobsByActiveState()
@@ -155,6 +157,33 @@ class FleetModel(Model):
     largest_node = NumberAttribute(default=0)
 
 
+class HeartbeatModel(Model):
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-heartbeats"
+
+    shard_key = UnicodeAttribute(hash_key=True)
+    rank = NumberAttribute(range_key=True)
+    node_id = UnicodeAttribute()
+    #: the collector's receive time: the only time that decides liveness
+    heard_at = UnicodeAttribute(null=True)
+    step = NumberAttribute(null=True)
+    #: the sender's clock, and sender minus receiver, kept for diagnosis only
+    sent_at = UnicodeAttribute(null=True)
+    offset_s = NumberAttribute(null=True)
+    #: collector time a declared pause ends, and why
+    paused_until = UnicodeAttribute(null=True)
+    pause_reason = UnicodeAttribute(null=True)
+    ttl_epoch = NumberAttribute(null=True)
+
+
+class CollectorModel(Model):
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-collector"
+
+    name = UnicodeAttribute(hash_key=True)
+    at = UnicodeAttribute(null=True)
+
+
 class OutboxDue(GlobalSecondaryIndex["OutboxModel"]):
     class Meta:
         index_name = "by_due"
@@ -194,6 +223,8 @@ MODELS = {
     AttemptModel: "attempts_table",
     OutboxModel: "outbox_table",
     NodeModel: "nodes_table",
+    HeartbeatModel: "heartbeats_table",
+    CollectorModel: "collector_table",
     FleetModel: "fleet_table",
 }
 

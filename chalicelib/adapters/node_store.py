@@ -9,6 +9,7 @@ from pynamodb.connection import Connection
 from pynamodb.transactions import TransactWrite
 
 from ..domain.clock import iso, parse_iso
+from ..domain.errors import ServiceUnavailable
 from ..domain.nodes import Node, NodeState
 from ..domain.placement import Candidate
 from .dynamo_errors import Translating, lost_condition, tx_lost
@@ -61,7 +62,8 @@ class DynamoNodeStore(metaclass=Translating):
                                       inbox_queue_url, now)
             except NodeRaced:
                 continue
-        raise NodeRaced(node_id)
+        raise ServiceUnavailable(f"node {node_id} is being registered concurrently; retry",
+                                 headers={"Retry-After": "1"})
 
     def _register(self, current, node_id, gpus, gpu_type, labels, address, url, now) -> Node:
         ready = {"ready_type": gpu_type, "ready_any": "1"}

@@ -34,6 +34,7 @@ JOB_CREATE = {
         "priority": {"type": "integer", "minimum": -1000000, "maximum": 1000000},
         "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
         "heartbeat": HEARTBEAT,
+        "on_stall": {"enum": ["report", "restart"]},
         "labels": {"type": "object", "maxProperties": 64,
                    "propertyNames": {"minLength": 1, "maxLength": 128},
                    "additionalProperties": {"type": "string", "maxLength": 256}},
@@ -71,5 +72,37 @@ ATTEMPT_EVENT = {
                   "items": {"type": "integer", "minimum": 0, "maximum": 65535}},
         "exit_code": {"type": "integer", "minimum": -255, "maximum": 255},
         "node_id": {"type": "string", "minLength": 1, "maxLength": 63},
+    },
+}
+
+HEARTBEATS = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["attempt", "ranks"],
+    "properties": {
+        "attempt": {"type": "integer", "minimum": 1, "maximum": 1000000},
+        "ranks": {
+            "type": "array", "minItems": 1, "maxItems": 1024,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["rank"],
+                "properties": {
+                    "rank": {"type": "integer", "minimum": 0, "maximum": 65535},
+                    "step": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+                    "sent_at": {"type": "string", "maxLength": 64},
+                    "pause": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["remaining_s"],
+                        "properties": {
+                            "reason": {"type": "string", "maxLength": 128},
+                            "remaining_s": {"type": "number", "minimum": 0,
+                                            "maximum": 86400},
+                        },
+                    },
+                },
+            },
+        },
     },
 }

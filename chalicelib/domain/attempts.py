@@ -11,8 +11,9 @@ from datetime import datetime
 
 from .states import Event
 
-#: the exit code recorded for ranks lost with their node
-LOST = -1
+#: the exit code recorded for ranks lost with their node (outside any real
+#: exit status, which agents report within -255..255)
+LOST = -1000
 
 
 @dataclass

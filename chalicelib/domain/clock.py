@@ -8,7 +8,10 @@ Clock = Callable[[], datetime]
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    """Now, to the millisecond: the precision times are stored and shown with,
+    so a time read back equals the time written and compares exactly."""
+    t = datetime.now(timezone.utc)
+    return t.replace(microsecond=t.microsecond // 1000 * 1000)
 
 
 def iso(t: datetime) -> str:

@@ -14,7 +14,7 @@ HEARTBEAT_DEFAULTS = {
     "miss_probability": 0.01,
     "startup_grace_s": 120,
 }
-SPEC_DEFAULTS = {"gpus_per_rank": 1, "priority": 0, "max_attempts": 1}
+SPEC_DEFAULTS = {"gpus_per_rank": 1, "priority": 0, "max_attempts": 1, "on_stall": "report"}
 
 
 def with_defaults(body: dict) -> dict:
@@ -39,6 +39,11 @@ def initial_health(spec: dict, scans_per_hour: float) -> dict:
         "last_heard_at": None,
         "detected_at": None,
         "stalled_ranks": [],
+        "co_first": [],
+        "suspect_node": None,
+        "detection_s": None,
+        "false_alarms": 0,
+        "suppressed": None,
     }
 
 
@@ -64,6 +69,8 @@ class Job:
     inboxes: dict[str, str] = field(default_factory=dict)
     #: why a PENDING job is not placed yet (None when nothing stands in the way)
     pending_reason: str | None = None
+    #: "<attempt>#<n>" of the last stall incident recorded (one per stall, once)
+    incident_key: str | None = None
 
     @property
     def finished(self) -> bool:

@@ -40,6 +40,9 @@ TRANSITIONS: dict[tuple[JobState, Event], JobState] = {
     (JobState.PENDING, Event.PLACE): JobState.SCHEDULED,
     (JobState.PENDING, Event.CANCEL_UNPLACED): JobState.CANCELLED,
     (JobState.SCHEDULED, Event.STARTED): JobState.RUNNING,
+    # reports arrive at least once and in any order: a short job can finish
+    # before its STARTED is seen
+    (JobState.SCHEDULED, Event.ALL_EXITED_OK): JobState.SUCCEEDED,
     (JobState.SCHEDULED, Event.STOPPED): JobState.CANCELLED,
     (JobState.SCHEDULED, Event.RANK_FAILED): JobState.FAILED,
     (JobState.SCHEDULED, Event.RETRY): JobState.PENDING,

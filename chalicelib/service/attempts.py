@@ -40,6 +40,9 @@ class AttemptsService:
         node_id = self._node(principal, body.get("node_id"), attempt)
         ranks = sorted(set(body.get("ranks", [])))
         held = attempt.ranks_on(node_id)
+        if not held:
+            raise Forbidden(f"node {node_id} holds no rank of attempt {attempt_no}",
+                            field="node_id")
         if not set(ranks) <= set(held):
             raise Forbidden(f"ranks {sorted(set(ranks) - set(held))} are not placed on "
                             f"node {node_id}", field="ranks")
@@ -113,17 +116,31 @@ class AttemptsService:
                 attempt = self.store.attempt(job.job_id, attempt.attempt)
         return job
 
-    def _end(self, job: Job, attempt: Attempt, event: Event) -> Job:
+    def abandon(self, job: Job, exit_: dict) -> Job:
+        """End the current attempt although no rank failed (a stall, with
+        ``on_stall: restart``): stop its ranks through the normal CANCEL intent
+        path, and run a new attempt while attempts remain."""
+        attempt = self.store.attempt(job.job_id, job.attempt)
+        if attempt is None or job.state not in PLACED:
+            return job
+        event = Event.RETRY if job.attempt < job.spec["max_attempts"] else Event.RANK_FAILED
+        try:
+            return self._end(job, attempt, event, exit_)
+        except StateChanged:
+            return self.store.get(job.job_id)
+
+    def _end(self, job: Job, attempt: Attempt, event: Event, exit_: dict | None = None) -> Job:
         to = next_state(job.state, event)
         still_running = {n for n in attempt.node_ranks if not attempt.node_done(n)}
         stop = None
         if event in (Event.RANK_FAILED, Event.RETRY) and still_running:
-            reason = "another rank of the attempt failed"
+            reason = ("the attempt stalled" if exit_ and exit_.get("reason") == "stalled"
+                      else "another rank of the attempt failed")
             stop = Intent(job.job_id, attempt.attempt, "CANCEL",
                           {"type": "CANCEL", "job_id": job.job_id,
                            "attempt": attempt.attempt, "reason": reason},
                           {n: u for n, u in job.inboxes.items() if n in still_running})
-        job = self.store.end_attempt(job, attempt, to, exit_info(attempt, event),
+        job = self.store.end_attempt(job, attempt, to, exit_ or exit_info(attempt, event),
                                      self._clock(), stop)
         if stop is not None:
             self.dispatcher.send(stop)

@@ -102,7 +102,8 @@ class JobsService:
         """Record the cancel request before answering; agents do the stopping."""
         for _ in range(_RACE_RETRIES):
             job = self.get(tenant, job_id)
-            if job.cancel_requested_at is not None or job.state is JobState.CANCELLED:
+            if job.state is JobState.CANCELLED or (
+                    job.cancel_requested_at is not None and job.state is not JobState.PENDING):
                 return job  # a repeat records nothing new
             if job.state.terminal:
                 raise AlreadyFinished(f"job {job_id} already {job.state.value}",

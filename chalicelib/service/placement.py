@@ -95,6 +95,11 @@ class Placer:
         fleets: dict[str | None, tuple[int, int]] = {}
         for job in self.store.pending(limit):
             if job.cancel_requested_at is not None:
+                # cancelled while waiting for a new attempt: finish the cancel
+                try:
+                    self.store.cancel_unplaced(job, self._clock(), job.cancel_reason)
+                except StateChanged:
+                    pass
                 continue
             spec = job.spec
             gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]

@@ -1,0 +1,114 @@
+"""Heartbeats on DynamoDB: one item per rank per attempt, sharded by rank.
+
+``<job>#<attempt>#<rank // 512>`` keeps any one partition far below its
+~1,000 writes/s (a 16,384-rank job beating every 5 s writes ~100/s into each
+of 32 shards), and a scan reads O(ranks) items, one strongly consistent Query
+per shard, whatever the history in the table.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from datetime import datetime, timedelta
+
+from pynamodb.connection import Connection
+
+from ..domain.clock import iso, parse_iso
+from ..domain.stall import Beat
+from .dynamo_errors import Translating
+from .models import CollectorModel, HeartbeatModel
+
+SHARD_RANKS = 512
+#: heartbeat items outlive their attempt by this much, then TTL removes them
+KEEP = timedelta(days=7)
+INGEST_SHARDS = 8
+
+
+def shard_key(job_id: str, attempt: int, rank: int) -> str:
+    return f"{job_id}#{attempt}#{rank // SHARD_RANKS}"
+
+
+class DynamoHeartbeatStore(metaclass=Translating):
+    def __init__(self, connection: Connection) -> None:
+        self._conn = connection
+
+    def write(self, job_id: str, attempt: int, beats: list[dict], node_of: dict[int, str],
+              now: datetime) -> None:
+        """Overwrite each rank's item with this beat, stamped ``now`` (collector
+        time), in batches of 25. Unwritten items raise (503 upstream)."""
+        ttl = int((now + KEEP).timestamp())
+        with HeartbeatModel.batch_write() as batch:
+            for b in beats:
+                sent = b.get("sent_at")
+                paused_until, reason = b.get("paused_until"), b.get("pause_reason")
+                batch.save(HeartbeatModel(
+                    shard_key(job_id, attempt, b["rank"]), b["rank"],
+                    node_id=node_of.get(b["rank"], ""), heard_at=iso(now), step=b.get("step"),
+                    sent_at=sent and iso(sent),
+                    offset_s=sent and round((sent - now).total_seconds(), 3),
+                    paused_until=paused_until and iso(paused_until), pause_reason=reason,
+                    ttl_epoch=ttl))
+
+    def pause(self, job_id: str, attempt: int, rank: int, node_id: str,
+              until: datetime, reason: str, now: datetime) -> None:
+        """Record a declared pause without touching the last beat's time."""
+        HeartbeatModel(shard_key(job_id, attempt, rank), rank).update(actions=[
+            HeartbeatModel.paused_until.set(iso(until)),
+            HeartbeatModel.pause_reason.set(reason),
+            HeartbeatModel.node_id.set(node_id),
+            HeartbeatModel.ttl_epoch.set(int((now + KEEP).timestamp())),
+        ])
+
+    def read(self, job_id: str, attempt: int, node_of: dict[int, str]) -> list[Beat]:
+        """Every rank of the attempt (never-heard ranks too), strongly consistent:
+        a stale read could fake a stall."""
+        world = len(node_of)
+        heard: dict[int, HeartbeatModel] = {}
+        for shard in range(-(-world // SHARD_RANKS)):
+            for m in HeartbeatModel.query(f"{job_id}#{attempt}#{shard}", consistent_read=True):
+                heard[int(m.rank)] = m
+        out = []
+        for rank in range(world):
+            m = heard.get(rank)
+            if m is None:
+                out.append(Beat(rank, node_of[rank]))
+                continue
+            out.append(Beat(rank, node_of[rank],
+                            heard_at=m.heard_at and parse_iso(m.heard_at),
+                            step=None if m.step is None else int(m.step),
+                            paused_until=m.paused_until and parse_iso(m.paused_until)))
+        return out
+
+
+class DynamoCollectorStore(metaclass=Translating):
+    """When the scan last ran; when anything last reached the ingest path."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_mark = 0.0
+
+    def mark_ingest(self, now: datetime) -> None:
+        # at most one write a second per process, spread over shards: the
+        # mark must never become the hot item it is meant to watch
+        with self._lock:
+            mono = time.monotonic()
+            if mono - self._last_mark < 1.0:
+                return
+            self._last_mark = mono
+        CollectorModel(f"ingest#{random.randrange(INGEST_SHARDS)}", at=iso(now)).save()
+
+    def latest_ingest(self) -> datetime | None:
+        marks = [m.at for m in CollectorModel.batch_get(
+            [f"ingest#{i}" for i in range(INGEST_SHARDS)]) if m.at]
+        return parse_iso(max(marks)) if marks else None
+
+    def previous_scan(self) -> datetime | None:
+        try:
+            m = CollectorModel.get("scanner", consistent_read=True)
+            return parse_iso(m.at) if m.at else None
+        except CollectorModel.DoesNotExist:
+            return None
+
+    def record_scan(self, now: datetime) -> None:
+        CollectorModel("scanner", at=iso(now)).save()

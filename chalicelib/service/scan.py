@@ -1,0 +1,111 @@
+"""The stall scan (scheduled): every RUNNING job, judged on the collector's clock.
+
+Reads O(running ranks): the RUNNING jobs from a sparse index, each attempt's
+heartbeat shards; nothing about finished jobs or old beats. Writes only when a
+job's health changes. An incident is recorded once, by a conditional write on
+the incident key read before it; a culprit that beats again turns it into a
+counted false alarm.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from ..domain.clock import Clock, iso, utcnow
+from ..domain.jobs import Job
+from ..domain.stall import Verdict, judge, suppression
+from ..domain.states import JobState
+from .attempts import AttemptsService
+from .heartbeats import HeartbeatsService
+from .ports import CollectorStore, JobStore
+
+log = logging.getLogger(__name__)
+MAX_JOBS_PER_SCAN = 5000
+
+
+class Scanner:
+    def __init__(self, store: JobStore, heartbeats: HeartbeatsService,
+                 collector: CollectorStore, attempts: AttemptsService, *, period_s: float,
+                 clock: Clock = utcnow) -> None:
+        self.store, self.heartbeats, self.collector = store, heartbeats, collector
+        self.attempts, self._period_s, self._clock = attempts, period_s, clock
+
+    def run(self) -> dict:
+        now = self._clock()
+        previous = self.collector.previous_scan()
+        self.collector.record_scan(now)
+        why = suppression(now=now, previous_scan_at=previous, period_s=self._period_s,
+                          latest_ingest_at=self.collector.latest_ingest(),
+                          window_s=max(3 * self._period_s, 30.0))
+        if why:
+            log.warning("stall scan convicts nobody this time: %s", why)
+        jobs = stalled = 0
+        for job in self.store.active(JobState.RUNNING, MAX_JOBS_PER_SCAN):
+            jobs += 1
+            stalled += self.scan_job(job, now, why)
+        return {"jobs": jobs, "incidents": stalled, "suppressed": why}
+
+    def scan_job(self, job: Job, now: datetime, why: str | None = None) -> int:
+        node_of, created_at = self.heartbeats.placement(job.job_id, job.attempt)
+        if not node_of:
+            return 0
+        hb = job.spec["heartbeat"]
+        beats = self.heartbeats.beats.read(job.job_id, job.attempt, node_of)
+        verdict = judge(beats, now=now, started_at=job.started_at or created_at or now,
+                        threshold_s=job.health["threshold_s"],
+                        startup_grace_s=hb["startup_grace_s"], interval_s=hb["interval_s"])
+        health = dict(job.health)
+        health["suppressed"] = why
+        health["stalled_ranks"] = [r.rank for r in verdict.stalled]
+        heard = [r.last_heard_at for r in verdict.ranks if r.last_heard_at]
+        open_incident = health.get("status") == "STALLED" and self._current(job)
+        if open_incident:
+            return self._follow(job, health, verdict)
+        if verdict.first is not None and not why:
+            return self._convict(job, health, verdict, now)
+        health["status"] = "OK" if heard else "UNKNOWN"
+        self._save(job, health)
+        return 0
+
+    def _current(self, job: Job) -> bool:
+        return bool(job.incident_key) and job.incident_key.startswith(f"{job.attempt}#")
+
+    def _convict(self, job: Job, health: dict, verdict: Verdict, now: datetime) -> int:
+        first = verdict.first
+        n = int(job.incident_key.split("#")[1]) + 1 if self._current(job) else 1
+        since = first.last_heard_at
+        health.update({
+            "status": "STALLED", "first_stalled_rank": first.rank,
+            "last_heard_at": since and iso(since), "detected_at": iso(now),
+            "detection_s": None if since is None else round((now - since).total_seconds(), 3),
+            "co_first": [{"rank": r.rank, "last_heard_at": r.last_heard_at and
+                          iso(r.last_heard_at), "step": r.step} for r in verdict.co_first],
+            "suspect_node": verdict.suspect_node,
+        })
+        if not self.store.record_health(job, health, incident_key=f"{job.attempt}#{n}"):
+            return 0  # another scan recorded it, or the job moved on
+        log.warning("job %s attempt %d: rank %d stalled first (silent %.1fs)", job.job_id,
+                    job.attempt, first.rank, first.silence_s)
+        if job.spec.get("on_stall") == "restart":
+            self.attempts.abandon(job, {"reason": "stalled", "exit_code": None,
+                                        "rank": first.rank})
+        return 1
+
+    def _follow(self, job: Job, health: dict, verdict: Verdict) -> int:
+        """An open incident: keep its culprit; if the culprit beats again, it
+        was a false alarm, counted, and the job is healthy again."""
+        culprit = health.get("first_stalled_rank")
+        detected = health.get("detected_at")
+        beat_again = any(r.rank == culprit and r.last_heard_at and detected
+                         and iso(r.last_heard_at) > detected for r in verdict.ranks)
+        if beat_again:
+            health["false_alarms"] = int(health.get("false_alarms") or 0) + 1
+            health["status"] = "OK"
+            log.warning("job %s: rank %s beat again after its stall: a false alarm",
+                        job.job_id, culprit)
+        self._save(job, health)
+        return 0
+
+    def _save(self, job: Job, health: dict) -> None:
+        if health != job.health:
+            self.store.record_health(job, health)

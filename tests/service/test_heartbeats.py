@@ -1,0 +1,247 @@
+"""Heartbeat ingest, the ranks view and the stall scan, on the collector's clock."""
+import json
+from datetime import timedelta
+
+import pytest
+
+from chalicelib.adapters.models import NodeModel
+from chalicelib.domain.clock import iso as rfc3339
+from chalicelib.domain.clock import utcnow
+from chalicelib.domain.principal import Principal
+
+from .test_events import event, placed
+
+AGENT = Principal("agent", "*")
+
+
+class Clock:
+    def __init__(self):
+        self.t = utcnow()
+
+    def __call__(self):
+        return self.t
+
+    def advance(self, s):
+        self.t += timedelta(seconds=s)
+
+
+@pytest.fixture
+def running(iso, iso_client, tenants):
+    """A 4-rank RUNNING job on two nodes, with every clock under the test's control."""
+    for n in ("n1", "n2"):
+        iso.nodes.register(AGENT, n, {"gpus": 2})
+    clock = Clock()
+    iso.heartbeats._clock = iso.scanner._clock = iso.attempts._clock = clock
+    job_id, by_node = placed(iso, iso_client, tenants,
+                             heartbeat={"interval_s": 5, "startup_grace_s": 30})
+    for n, ranks in by_node.items():
+        event(iso_client, tenants, job_id, 1, {"type": "STARTED", "ranks": ranks, "node_id": n})
+    return job_id, by_node, clock
+
+
+def beat(client, tenants, job_id, ranks, step=1, attempt=1, who="agents", **extra):
+    body = {"attempt": attempt, "ranks": [{"rank": r, "step": step, **extra} for r in ranks]}
+    return client.http.post(f"/v1/jobs/{job_id}/heartbeats", body=json.dumps(body),
+                            headers=tenants.headers(who))
+
+
+def ranks_view(client, tenants, job_id):
+    return client.http.get(f"/v1/jobs/{job_id}/ranks", headers=tenants.headers()).json_body
+
+
+def health(client, tenants, job_id):
+    return client.http.get(f"/v1/jobs/{job_id}", headers=tenants.headers()).json_body["health"]
+
+
+def test_a_beat_is_stamped_with_the_collectors_time_not_the_senders(iso, iso_client, tenants,
+                                                                    running):
+    job_id, _, clock = running
+    r = beat(iso_client, tenants, job_id, [0], sent_at="2001-01-01T00:00:00.000Z")
+    assert r.status_code == 202 and r.json_body["received_at"] == rfc3339(clock.t)
+    clock.advance(12)
+    v = ranks_view(iso_client, tenants, job_id)
+    [r0] = [r for r in v["ranks"] if r["rank"] == 0]
+    assert r0["last_heard_at"] == rfc3339(clock.t - timedelta(seconds=12))
+    assert r0["silence_s"] == 12.0
+
+
+def test_the_ranks_view_orders_by_silence_then_rank_and_shows_its_inputs(iso, iso_client,
+                                                                         tenants, running):
+    job_id, _, clock = running
+    beat(iso_client, tenants, job_id, [2, 3])
+    clock.advance(3)
+    beat(iso_client, tenants, job_id, [0])
+    clock.advance(2)
+    v = ranks_view(iso_client, tenants, job_id)
+    assert [r["rank"] for r in v["ranks"]] == [1, 2, 3, 0], "never heard counts from start"
+    assert v["ranks"][0]["last_heard_at"] is None
+    assert v["threshold_s"] == v["threshold_inputs"]["k"] * 5
+    assert v["threshold_inputs"]["scans_per_hour"] == 60.0 and v["attempt"] == 1
+
+
+def test_a_rank_exactly_at_the_threshold_is_not_stalled_a_hair_past_it_is(iso, iso_client,
+                                                                          tenants, running):
+    job_id, _, clock = running
+    threshold = ranks_view(iso_client, tenants, job_id)["threshold_s"]
+    clock.advance(31)  # past the startup grace
+    beat(iso_client, tenants, job_id, [0, 1, 2, 3])
+    clock.advance(threshold)
+    assert not any(r["stalled"] for r in ranks_view(iso_client, tenants, job_id)["ranks"])
+    clock.advance(0.001)
+    assert all(r["stalled"] for r in ranks_view(iso_client, tenants, job_id)["ranks"])
+
+
+def test_the_scan_names_the_rank_silent_longest_and_records_one_incident(iso, iso_client,
+                                                                         tenants, running):
+    job_id, _, clock = running
+    threshold = ranks_view(iso_client, tenants, job_id)["threshold_s"]
+    step = 0
+    for _ in range(3):  # all healthy
+        step += 1
+        beat(iso_client, tenants, job_id, [0, 1, 2, 3], step=step)
+        clock.advance(5)
+        iso.scanner.run()
+    assert health(iso_client, tenants, job_id)["status"] == "OK"
+    # rank 3 hangs; the others stall behind it two intervals later
+    for i in range(2):
+        beat(iso_client, tenants, job_id, [0, 1, 2], step=step + i + 1)
+        clock.advance(5)
+        iso.scanner.run()
+    while clock.t < utcnow() + timedelta(seconds=threshold + 60):
+        clock.advance(5)
+        iso.scanner.run()
+        # keep the ingest path visibly alive: a node calls in
+        iso.nodes.register(AGENT, "n1", {"gpus": 2})
+        if health(iso_client, tenants, job_id)["status"] == "STALLED":
+            break
+    h = health(iso_client, tenants, job_id)
+    assert h["status"] == "STALLED" and h["first_stalled_rank"] == 3
+    assert h["detected_at"] and h["last_heard_at"] and h["detection_s"] > threshold
+    first_incident = h["detected_at"]
+    for _ in range(3):  # more scans, the cascade grows, still one incident
+        clock.advance(5)
+        iso.nodes.register(AGENT, "n1", {"gpus": 2})
+        iso.scanner.run()
+    h = health(iso_client, tenants, job_id)
+    assert h["detected_at"] == first_incident and h["first_stalled_rank"] == 3
+    assert h["stalled_ranks"][0] == 3 and set(h["stalled_ranks"]) == {0, 1, 2, 3}
+
+
+def test_a_culprit_that_beats_again_is_counted_as_a_false_alarm(iso, iso_client, tenants,
+                                                               running):
+    job_id, _, clock = running
+    threshold = ranks_view(iso_client, tenants, job_id)["threshold_s"]
+    clock.advance(31)
+    beat(iso_client, tenants, job_id, [0, 1, 2, 3])
+    iso.scanner.run()
+    clock.advance(threshold / 2)
+    beat(iso_client, tenants, job_id, [0, 1, 2])
+    clock.advance(threshold / 2 + 1)
+    beat(iso_client, tenants, job_id, [0, 1, 2])
+    iso.scanner.run()
+    assert health(iso_client, tenants, job_id)["first_stalled_rank"] == 3
+    clock.advance(1)
+    beat(iso_client, tenants, job_id, [3])
+    iso.scanner.run()
+    h = health(iso_client, tenants, job_id)
+    assert h["status"] == "OK" and h["false_alarms"] == 1
+
+
+def test_a_late_scan_convicts_nobody_and_says_why(iso, iso_client, tenants, running):
+    job_id, _, clock = running
+    iso.scanner.run()
+    clock.advance(31)
+    beat(iso_client, tenants, job_id, [0, 1, 2])
+    clock.advance(600)  # the collector was paused for ten minutes
+    iso.nodes.register(AGENT, "n1", {"gpus": 2})
+    beat(iso_client, tenants, job_id, [0, 1, 2])
+    report = iso.scanner.run()
+    assert report["suppressed"] and "collector paused" in report["suppressed"]
+    h = health(iso_client, tenants, job_id)
+    assert h["status"] != "STALLED" and h["suppressed"] == report["suppressed"]
+
+
+def test_a_declared_pause_is_not_silence_until_its_bound(iso, iso_client, tenants, running):
+    job_id, _, clock = running
+    clock.advance(31)
+    beat(iso_client, tenants, job_id, [0, 1, 2, 3])
+    body = {"attempt": 1, "ranks": [{"rank": r, "pause": {"reason": "checkpoint",
+                                                         "remaining_s": 600}} for r in range(4)]}
+    r = iso_client.http.post(f"/v1/jobs/{job_id}/heartbeats", body=json.dumps(body),
+                             headers=tenants.headers("agents"))
+    assert r.status_code == 202
+    clock.advance(300)
+    v = ranks_view(iso_client, tenants, job_id)
+    assert all(r["paused"] and not r["stalled"] for r in v["ranks"])
+    assert all(r["silence_s"] == 300 for r in v["ranks"]), "a pause is not a beat"
+    clock.advance(301)
+    assert all(r["stalled"] for r in ranks_view(iso_client, tenants, job_id)["ranks"])
+
+
+def test_restart_on_stall_cancels_the_attempt_and_requeues(iso, iso_client, tenants):
+    for n in ("n1", "n2"):
+        iso.nodes.register(AGENT, n, {"gpus": 2})
+    clock = Clock()
+    iso.heartbeats._clock = iso.scanner._clock = iso.attempts._clock = clock
+    job_id, by_node = placed(iso, iso_client, tenants, max_attempts=2, on_stall="restart",
+                             heartbeat={"interval_s": 5, "startup_grace_s": 0})
+    for n, ranks in by_node.items():
+        event(iso_client, tenants, job_id, 1, {"type": "STARTED", "ranks": ranks, "node_id": n})
+    beat(iso_client, tenants, job_id, [0, 1, 2, 3])
+    iso.scanner.run()
+    clock.advance(100)
+    iso.nodes.register(AGENT, "n1", {"gpus": 2})
+    iso.scanner.run()
+    j = iso_client.http.get(f"/v1/jobs/{job_id}", headers=tenants.headers()).json_body
+    assert j["state"] == "PENDING"
+    [attempt] = iso.store.attempts(job_id)
+    assert attempt["exit"]["reason"] == "stalled"
+
+
+@pytest.mark.parametrize("body, status, code", [
+    ({"attempt": 1, "ranks": [{"rank": 4, "step": 1}]}, 400, "invalid_argument"),
+    ({"attempt": 2, "ranks": [{"rank": 0, "step": 1}]}, 409, "stale_attempt"),
+    ({"attempt": 1, "ranks": []}, 400, "invalid_argument"),
+    ({"attempt": 1, "ranks": [{"rank": 0, "sent_at": "yesterday"}]}, 400, "invalid_argument"),
+    ({"attempt": 1, "ranks": [{"rank": 0, "step": 10**40}]}, 400, "invalid_argument"),
+])
+def test_bad_heartbeats_are_refused(iso, iso_client, tenants, running, body, status, code):
+    job_id, _, _ = running
+    r = iso_client.http.post(f"/v1/jobs/{job_id}/heartbeats", body=json.dumps(body),
+                             headers=tenants.headers("agents"))
+    assert r.status_code == status and r.json_body["code"] == code
+
+
+def test_heartbeats_for_a_finished_job_are_409_already_finished(iso, iso_client, tenants,
+                                                               running):
+    job_id, by_node, _ = running
+    for n, ranks in by_node.items():
+        event(iso_client, tenants, job_id, 1,
+              {"type": "EXITED", "ranks": ranks, "exit_code": 0, "node_id": n})
+    r = beat(iso_client, tenants, job_id, [0])
+    assert r.status_code == 409 and r.json_body["code"] == "already_finished"
+
+
+def test_an_agent_beats_only_for_ranks_on_its_node(iso, iso_client, tenants, running):
+    job_id, by_node, _ = running
+    assert beat(iso_client, tenants, job_id, by_node["n1"], who="agent").status_code == 403
+    assert beat(iso_client, tenants, job_id, [0], who="a").status_code == 403
+
+
+def test_a_throttled_write_is_503_with_retry_after(iso, iso_client, tenants, running,
+                                                   monkeypatch):
+    """A beat must never vanish silently: throttling tells the agent to retry."""
+    from botocore.exceptions import ClientError
+    from pynamodb.connection.base import Connection
+    from pynamodb.exceptions import PutError
+
+    job_id, _, _ = running
+
+    def throttled(self, *args, **kwargs):
+        raise PutError("Failed to batch write items", ClientError(
+            {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
+            "BatchWriteItem"))
+    monkeypatch.setattr(Connection, "batch_write_item", throttled)
+    r = beat(iso_client, tenants, job_id, [0])
+    assert r.status_code == 503 and r.json_body["code"] == "unavailable"
+    assert r.headers["Retry-After"] == "1"

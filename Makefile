@@ -2,11 +2,11 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml | cksum | cut -d' ' -f1)
 
 .PHONY: up test lint bench clean
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
 	rm -f $(VENV)/.installed-*

@@ -1,0 +1,843 @@
+"""``gpujobs``: the command line of the gpujobs API.
+
+Only click is imported at start; the HTTP client (requests) and the tables
+(rich) are imported by the commands that use them, so ``gpujobs --help`` and
+``-o json`` commands start fast.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn
+
+import click
+
+from . import __version__
+from .config import KEYS, ConfigError, config_path, load_file, resolve, save_file
+from .errors import ApiError, GpujobsError, TransportError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console, RenderableType
+
+    from .client import Client
+    from .models import Job, Ranks
+
+# -- exit codes (documented in --help and client/README.md; tested) ---------------
+EXIT_OK = 0
+EXIT_API_ERROR = 1        # the API refused the request (a 4xx other than 404, 409)
+EXIT_USAGE = 2            # bad flags or arguments, no token, unreadable config or spec file
+EXIT_NOT_FOUND = 3        # 404: no such job (or not yours), node or path
+EXIT_CONFLICT = 4         # 409: already finished, stale attempt, request still in progress
+EXIT_SERVER = 5           # 5xx or 429 after the retry budget, or an answer that is not JSON
+EXIT_CONNECTION = 6       # no answer: connection refused or dropped, timeout
+EXIT_WAIT_TIMEOUT = 7     # --wait / --timeout: the job was not terminal in time
+EXIT_INTERRUPTED = 130    # Ctrl-C
+EXIT_BUG = 70             # an unexpected error in the CLI itself (a bug; GPUJOBS_DEBUG=1 shows it)
+
+EPILOG = """\b
+Configuration (highest first): --api-url/--token, GPUJOBS_API_URL/GPUJOBS_TOKEN,
+the config file ($XDG_CONFIG_HOME/gpujobs/config.toml, see `gpujobs config`),
+then http://127.0.0.1:8000.
+
+\b
+Exit codes:
+  0  ok
+  1  the API refused the request (400, 401, 403, 413, 415, 422, ...)
+  2  usage: bad flags or arguments, no token, bad config or spec file
+  3  not found (404)
+  4  conflict (409: already_finished, stale_attempt, request_in_progress)
+  5  server error or unavailable (5xx, 429) after retries
+  6  cannot reach the API (connection refused or dropped, timeout)
+  7  gave up waiting (--timeout of cancel --wait / watch)
+  70 unexpected error in the CLI itself (a bug; GPUJOBS_DEBUG=1 shows it)
+  130 interrupted (Ctrl-C)
+
+\b
+With -o json, stdout holds JSON only; an error is one JSON object on stderr:
+{"error": {problem JSON}, "exit_code": N}.
+"""
+
+STATE_STYLE = {"PENDING": "yellow", "SCHEDULED": "cyan", "RUNNING": "bold blue",
+               "SUCCEEDED": "bold green", "FAILED": "bold red", "CANCELLED": "magenta"}
+HEALTH_STYLE = {"OK": "green", "STALLED": "bold red", "UNKNOWN": "dim"}
+
+
+class WaitGaveUp(GpujobsError):
+    def __init__(self, message: str, job: "Job") -> None:
+        super().__init__(message)
+        self.job = job
+
+
+# -- settings shared by the group and every command --------------------------------
+def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is not None and value != ():
+            ctx.meta[f"gpujobs.{key}"] = value
+        return value
+    return callback
+
+
+def _setting(key: str, default: Any = None) -> Any:
+    return click.get_current_context().meta.get(f"gpujobs.{key}", default)
+
+
+def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--api-url, --token, -o/--output, --request-timeout and --retries,
+    accepted before or after the command."""
+    f = click.option("--retries", type=click.IntRange(0, 20), default=None, expose_value=False,
+                     envvar="GPUJOBS_RETRIES", callback=_remember("retries"),
+                     help="Retries of a failed request, where safe (default 4) "
+                          "[env GPUJOBS_RETRIES].")(f)
+    f = click.option("--request-timeout", type=click.FloatRange(min=0.1), default=None,
+                     expose_value=False, callback=_remember("timeout"), metavar="SECONDS",
+                     help="Timeout of each HTTP request (default 10).")(f)
+    f = click.option("-o", "--output", type=click.Choice(["table", "json"], case_sensitive=False),
+                     default=None, expose_value=False, callback=_remember("output"),
+                     help="table (for people, the default) or json (for scripts).")(f)
+    f = click.option("--token", default=None, expose_value=False, callback=_remember("token"),
+                     metavar="TOKEN", help="Bearer token [env GPUJOBS_TOKEN].")(f)
+    f = click.option("--api-url", default=None, expose_value=False, callback=_remember("api_url"),
+                     metavar="URL", help="API base URL [env GPUJOBS_API_URL].")(f)
+    return f
+
+
+def json_mode() -> bool:
+    return str(_setting("output") or "table").lower() == "json"
+
+
+def make_client(need_token: bool = True) -> "Client":
+    cfg = resolve(_setting("api_url"), _setting("token"))
+    if need_token and not cfg.token:
+        raise click.UsageError(
+            "no API token: pass --token, set GPUJOBS_TOKEN, or run `gpujobs config set token`")
+    from .client import Client
+    from .retry import RetryPolicy
+    retries = _setting("retries")
+    policy = RetryPolicy() if retries is None else RetryPolicy(max_attempts=retries + 1)
+    return Client(cfg.api_url, cfg.token or "", timeout=_setting("timeout", 10.0), retry=policy)
+
+
+# -- output ---------------------------------------------------------------------------
+def out_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def console(stderr: bool = False) -> "Console":
+    from rich.console import Console
+    c = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not c.is_terminal and not os.environ.get("COLUMNS"):
+        c.width = 1000  # piped: whole lines, no truncated columns
+    return c
+
+
+def styled_state(state: str) -> str:
+    return f"[{STATE_STYLE.get(state, '')}]{state}[/]" if state in STATE_STYLE else state
+
+
+def short_time(value: str | None) -> str:
+    if not value:
+        return "-"
+    return value.replace("T", " ").split(".")[0].rstrip("Z") + "Z"
+
+
+def fmt_silence(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
+
+
+def ranges(numbers: Iterable[int]) -> str:
+    """0,1,2,5 -> '0-2,5'."""
+    nums = sorted(set(numbers))
+    parts: list[str] = []
+    i = 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def escape(text: Any) -> str:
+    from rich.markup import escape as rich_escape
+    return rich_escape("" if text is None else str(text))
+
+
+# -- errors -------------------------------------------------------------------------
+def exit_code_for(e: BaseException) -> int:
+    if isinstance(e, ApiError):
+        if e.status == 404:
+            return EXIT_NOT_FOUND
+        if e.status == 409:
+            return EXIT_CONFLICT
+        if e.status >= 500 or e.status == 429:
+            return EXIT_SERVER
+        return EXIT_API_ERROR
+    if isinstance(e, TransportError):
+        return EXIT_CONNECTION
+    if isinstance(e, ConfigError):
+        return EXIT_USAGE
+    if isinstance(e, WaitGaveUp):
+        return EXIT_WAIT_TIMEOUT
+    return EXIT_SERVER  # InvalidResponse and other protocol trouble
+
+
+def report(e: GpujobsError) -> int:
+    """Print ``e`` readably on stderr (never a traceback); return the exit code."""
+    code = exit_code_for(e)
+    hint = getattr(e, "hint", None)
+    if json_mode():
+        if isinstance(e, ApiError):
+            err: dict[str, Any] = dict(e.problem)
+        elif isinstance(e, TransportError):
+            err = {"code": "connection_error", "title": "Cannot reach the API", "detail": str(e)}
+        elif isinstance(e, ConfigError):
+            err = {"code": "config_error", "title": "Configuration error", "detail": str(e)}
+        elif isinstance(e, WaitGaveUp):
+            err = {"code": "wait_timeout", "title": "Gave up waiting", "detail": str(e),
+                   "job": e.job.raw}
+        else:
+            err = {"code": "invalid_response", "title": "Invalid response", "detail": str(e)}
+        if hint:
+            err["hint"] = hint
+        click.echo(json.dumps({"error": err, "exit_code": code}, ensure_ascii=False), err=True)
+        return code
+    if isinstance(e, ApiError):
+        title = e.title or "Error"
+        line = f"Error: {title} ({e.status} {e.code})"
+        if e.detail:
+            line += f": {e.detail}"
+        if e.field:
+            line += f" [field: {e.field}]"
+        if e.attempts > 1:
+            line += f" (after {e.attempts} attempts)"
+    elif isinstance(e, TransportError):
+        line = f"Error: cannot reach the API: {e}"
+        if e.attempts > 1:
+            line += f" (after {e.attempts} attempts)"
+    else:
+        line = f"Error: {e}"
+    click.echo(line, err=True)
+    if hint:
+        click.echo(f"Hint: {hint}", err=True)
+    return code
+
+
+class GpujobsGroup(click.Group):
+    """Turns SDK errors into a message and an exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GpujobsError as e:
+            ctx.exit(report(e))
+        except KeyboardInterrupt:
+            click.echo("Interrupted.", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:  # a bug in the CLI: say so briefly
+            if os.environ.get("GPUJOBS_DEBUG"):
+                raise
+            click.echo(f"Error: unexpected {type(e).__name__} in the gpujobs CLI: {e} "
+                       "(set GPUJOBS_DEBUG=1 for a traceback)", err=True)
+            ctx.exit(EXIT_BUG)
+
+
+@click.group(cls=GpujobsGroup, epilog=EPILOG,
+             context_settings={"help_option_names": ["-h", "--help"]})
+@common_options
+@click.version_option(__version__, "--version", prog_name="gpujobs")
+def cli() -> None:
+    """Submit, inspect and cancel multi-rank GPU jobs on gpujobs.
+
+    \b
+    Quick start:
+      gpujobs config set token t1
+      gpujobs submit --ranks 2 --gpu-type h100 --name demo -- python train.py --lr 3e-4
+      gpujobs list
+      gpujobs watch JOB_ID
+      gpujobs ranks JOB_ID
+      gpujobs cancel JOB_ID --wait
+    """
+
+
+# -- submit -----------------------------------------------------------------------
+def _pairs(values: Iterable[str], what: str, *, from_env: bool = False) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=what)
+        if not sep:
+            if not from_env:
+                raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=what)
+            if key not in os.environ:
+                raise click.BadParameter(f"{key} is not KEY=VALUE and not set in the environment",
+                                         param_hint=what)
+            value = os.environ[key]
+        out[key] = value
+    return out
+
+
+def load_spec_file(path: str) -> dict[str, Any]:
+    """A job spec from JSON or YAML (``-`` reads stdin)."""
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+    except OSError as e:
+        raise click.BadParameter(f"cannot read {path}: {e.strerror or e}", param_hint="--file")
+    try:
+        if path.lower().endswith(".json"):
+            data = json.loads(text)
+        else:
+            import yaml  # YAML is a superset of JSON, so this reads both
+            data = yaml.safe_load(text)
+    except Exception as e:  # json.JSONDecodeError, yaml.YAMLError
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise click.BadParameter(f"{path} is not valid JSON or YAML: {first}",
+                                 param_hint="--file")
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"{path} must hold a mapping (a job spec)", param_hint="--file")
+    return data
+
+
+@cli.command(context_settings={"allow_interspersed_args": False})
+@common_options
+@click.option("-f", "--file", "spec_file", metavar="PATH",
+              help="Job spec as JSON or YAML (API.md body); '-' reads stdin. Flags override it.")
+@click.option("--name", help="Job name (at most 128 characters).")
+@click.option("--ranks", type=click.IntRange(min=1), help="World size (required here or in --file).")
+@click.option("--gpus-per-rank", type=click.IntRange(min=1), help="GPUs per rank (default 1).")
+@click.option("--gpu-type", help="Place only on nodes of this GPU type, e.g. h100.")
+@click.option("--priority", type=int, help="Higher places first (default 0).")
+@click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts in all (default 1).")
+@click.option("-e", "--env", "env", multiple=True, metavar="KEY=VALUE",
+              help="Environment of every rank; repeatable. KEY alone passes the local value.")
+@click.option("-l", "--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="Label; repeatable.")
+@click.option("--idempotency-key", metavar="KEY",
+              help="Reuse to repeat a submit safely (default: a fresh uuid4, shown on output).")
+@click.option("--dry-run", is_flag=True, help="Print the request body and send nothing.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def submit(spec_file: str | None, name: str | None, ranks: int | None,
+           gpus_per_rank: int | None, gpu_type: str | None, priority: int | None,
+           max_attempts: int | None, env: tuple[str, ...], labels: tuple[str, ...],
+           idempotency_key: str | None, dry_run: bool, command: tuple[str, ...]) -> None:
+    """Submit a job: gpujobs submit --ranks 2 -- python train.py --lr 3e-4
+
+    Everything after the options (or after `--`) is the command each rank runs.
+    The submit is safe to retry: it sends an Idempotency-Key, the same on every
+    retry, and prints it; pass it back with --idempotency-key to repeat the
+    submit from a script without making a second job.
+    """
+    body: dict[str, Any] = load_spec_file(spec_file) if spec_file else {}
+    for key, value in (("name", name), ("ranks", ranks), ("gpus_per_rank", gpus_per_rank),
+                       ("gpu_type", gpu_type), ("priority", priority),
+                       ("max_attempts", max_attempts)):
+        if value is not None:
+            body[key] = value
+    for key, values, from_env in (("env", env, True), ("labels", labels, False)):
+        pairs = _pairs(values, "--env" if key == "env" else "--label", from_env=from_env)
+        if pairs:
+            existing = body.get(key) if isinstance(body.get(key), dict) else {}
+            body[key] = {**existing, **pairs}
+    if command:
+        body["command"] = list(command)
+    if not body.get("command"):
+        raise click.UsageError("no command: give it after the options, e.g. "
+                               "`gpujobs submit --ranks 2 -- python train.py`, or in --file")
+    if body.get("ranks") is None:
+        raise click.UsageError("--ranks is required (or `ranks` in --file)")
+    if dry_run:
+        out_json(body)
+        return
+
+    from .client import new_idempotency_key
+    key = idempotency_key or new_idempotency_key()
+    client = make_client()
+    try:
+        job = client.create_job(body, idempotency_key=key)
+    except (TransportError, ApiError) as e:
+        if isinstance(e, TransportError) or e.status >= 500 or e.status == 429:
+            e.hint = (f"the job may or may not have been created; repeat with "  # type: ignore[attr-defined]
+                      f"--idempotency-key {key} and the same arguments to make sure, "
+                      "without risking a second job")
+        raise
+    if json_mode():
+        out_json(job.raw)
+        return
+    c = console()
+    verb = "Already submitted (same Idempotency-Key and body)" if job.replayed else "Submitted"
+    c.print(f"{verb}: [bold]{job.id}[/] {styled_state(job.state)}")
+    spec = job.spec
+    c.print(f"  name: {escape(job.name or '-')}   ranks: {spec.get('ranks')} x "
+            f"{spec.get('gpus_per_rank', 1)} GPU ({escape(spec.get('gpu_type') or 'any type')})   "
+            f"stall threshold: {job.health.threshold_s}s")
+    c.print(f"  idempotency key: {escape(key)}")
+    c.print(f"  next: gpujobs watch {job.id}", style="dim")
+
+
+# -- get ------------------------------------------------------------------------------
+def job_panel(job: "Job") -> "RenderableType":
+    from rich.table import Table
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    spec = job.spec
+    h = job.health
+    t.add_row("id", job.id)
+    t.add_row("name", escape(job.name or "-"))
+    t.add_row("state", styled_state(job.state))
+    t.add_row("attempt", f"{job.attempt} of max {spec.get('max_attempts', 1)}")
+    t.add_row("ranks", f"{spec.get('ranks')} x {spec.get('gpus_per_rank', 1)} GPU "
+                       f"({escape(spec.get('gpu_type') or 'any type')})")
+    t.add_row("priority", str(spec.get("priority", 0)))
+    t.add_row("command", escape(" ".join(spec.get("command") or [])))
+    if spec.get("labels"):
+        t.add_row("labels", escape(", ".join(f"{k}={v}" for k, v in spec["labels"].items())))
+    t.add_row("created", short_time(job.created_at))
+    t.add_row("started", short_time(job.started_at))
+    t.add_row("finished", short_time(job.finished_at))
+    if job.cancel_requested_at:
+        reason = f" ({escape(job.cancel_reason)})" if job.cancel_reason else ""
+        t.add_row("cancel requested", short_time(job.cancel_requested_at) + reason)
+    health = f"[{HEALTH_STYLE.get(h.status, '')}]{h.status}[/]  threshold {h.threshold_s}s"
+    if h.first_stalled_rank is not None:
+        health += (f"  first stalled rank {h.first_stalled_rank} (last heard "
+                   f"{short_time(h.last_heard_at) if h.last_heard_at else 'never'}, "
+                   f"detected {short_time(h.detected_at)})")
+    t.add_row("health", health)
+    if job.exit is not None:
+        code = "" if job.exit.exit_code is None else f", exit code {job.exit.exit_code}"
+        t.add_row("exit", escape(job.exit.reason) + code)
+    return t
+
+
+@cli.command()
+@common_options
+@click.argument("job_id")
+def get(job_id: str) -> None:
+    """Show one job."""
+    job = make_client().get_job(job_id)
+    if json_mode():
+        out_json(job.raw)
+    else:
+        console().print(job_panel(job))
+
+
+# -- list -------------------------------------------------------------------------------
+@cli.command(name="list")
+@common_options
+@click.option("--state", type=click.Choice(
+    ["PENDING", "SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"],
+    case_sensitive=False), help="Only jobs in this state.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many jobs (default 20).")
+@click.option("--all", "all_", is_flag=True, help="Every job: follow every page to the end.")
+@click.option("--page-size", type=click.IntRange(1, 500), help="Jobs per request (1-500).")
+@click.option("--page-token", help="Resume from a next_page_token.")
+def list_(state: str | None, limit: int | None, all_: bool, page_size: int | None,
+          page_token: str | None) -> None:
+    """List your jobs, newest first.
+
+    Shows up to --limit jobs (20 by default), or with --all every job; pages
+    are followed with the server's next_page_token, so no job is repeated or
+    skipped while others are created.
+    """
+    if all_ and limit is not None:
+        raise click.UsageError("--all and --limit exclude each other")
+    state = state.upper() if state else None
+    cap = None if all_ else (limit or 20)
+    client = make_client()
+    jobs: list[Job] = []
+    token = page_token
+    while True:
+        size = page_size or 100
+        if cap is not None:
+            # never ask for more than is still wanted, so that next_page_token
+            # resumes exactly after the last job shown
+            size = min(size, cap - len(jobs), 500)
+        page = client.list_jobs(state=state, page_size=size, page_token=token)
+        jobs.extend(page.jobs)
+        token = page.next_page_token
+        if token is None or (cap is not None and len(jobs) >= cap):
+            break
+    if json_mode():
+        out_json({"jobs": [j.raw for j in jobs], "next_page_token": token})
+        return
+    c = console()
+    if not jobs:
+        c.print("No jobs." if not state else f"No {state} jobs.")
+    else:
+        from rich.table import Table
+        t = Table(box=None, header_style="bold", pad_edge=False)
+        for col in ("ID", "NAME", "STATE", "RANKS", "ATTEMPT", "HEALTH", "CREATED"):
+            t.add_column(col, no_wrap=col in ("ID", "STATE", "CREATED"))
+        for j in jobs:
+            t.add_row(j.id, escape(j.name or "-"), styled_state(j.state), str(j.ranks or "-"),
+                      str(j.attempt),
+                      f"[{HEALTH_STYLE.get(j.health.status, '')}]{j.health.status}[/]",
+                      short_time(j.created_at))
+        c.print(t)
+    if token is not None:
+        c.print(f"More jobs: gpujobs list --page-token {escape(token)}  (or --all)", style="dim")
+
+
+# -- cancel -----------------------------------------------------------------------------
+def wait_terminal(client: "Client", job_id: str, interval: float, timeout: float | None,
+                  on_poll: Callable[["Job"], None] | None = None) -> "Job":
+    from .client import WaitTimeout
+    try:
+        return client.wait_for_job(job_id, interval_s=interval, timeout_s=timeout,
+                                   on_poll=on_poll)
+    except WaitTimeout as e:
+        raise WaitGaveUp(str(e), e.job) from None
+
+
+@cli.command()
+@common_options
+@click.argument("job_id")
+@click.option("--reason", help="Why (kept on the job; the first reason wins).")
+@click.option("--wait", is_flag=True, help="Then wait until the job is terminal.")
+@click.option("--interval", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Seconds between polls with --wait.")
+@click.option("--timeout", "wait_timeout", type=click.FloatRange(min=0),
+              help="Give up waiting after this many seconds (exit 7).")
+def cancel(job_id: str, reason: str | None, wait: bool, interval: float,
+           wait_timeout: float | None) -> None:
+    """Request the cancel of a job (202 Accepted).
+
+    A job not yet placed is cancelled at once; a placed one when its agents
+    confirm every rank stopped. With --wait, poll until the job is terminal and
+    show its final state. Repeating a cancel is harmless.
+    """
+    client = make_client()
+    job = client.cancel_job(job_id, reason)
+    if not json_mode():
+        c = console()
+        c.print(f"Cancel accepted (202) for [bold]{job.id}[/]: state {styled_state(job.state)}, "
+                f"cancel requested at {short_time(job.cancel_requested_at)}")
+    if wait and not job.is_terminal:
+        if not json_mode():
+            c.print("Waiting for the agents to stop every rank...", style="dim")
+        job = wait_terminal(client, job.id, interval, wait_timeout)
+    if json_mode():
+        out_json(job.raw)
+        return
+    if wait or job.is_terminal:
+        if job.state == "CANCELLED":
+            c.print(f"Job [bold]{job.id}[/] is {styled_state(job.state)}.")
+        else:
+            c.print(f"Job [bold]{job.id}[/] finished as {styled_state(job.state)} before the "
+                    "cancel took effect.")
+
+
+# -- attempts ---------------------------------------------------------------------------
+def placement_summary(placement: Iterable[Any]) -> str:
+    by_node: dict[str, list[int]] = {}
+    for p in placement:
+        by_node.setdefault(p.node_id, []).append(p.rank)
+    return "  ".join(f"{node}: {ranges(r)}" for node, r in by_node.items()) or "-"
+
+
+@cli.command()
+@common_options
+@click.argument("job_id")
+def attempts(job_id: str) -> None:
+    """List a job's attempts (placements), oldest first."""
+    items = make_client().list_attempts(job_id)
+    if json_mode():
+        out_json({"attempts": [a.raw for a in items]})
+        return
+    c = console()
+    if not items:
+        c.print("No attempts yet: the job has not been placed.")
+        return
+    from rich.table import Table
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("ATTEMPT", "STATE", "PLACEMENT (node: ranks)", "CREATED", "FINISHED", "EXIT"):
+        t.add_column(col)
+    for a in items:
+        ex = "-" if a.exit is None else (
+            a.exit.reason + ("" if a.exit.exit_code is None else f" ({a.exit.exit_code})"))
+        t.add_row(str(a.attempt), styled_state(a.state), escape(placement_summary(a.placement)),
+                  short_time(a.created_at), short_time(a.finished_at), escape(ex))
+    c.print(t)
+
+
+# -- ranks ------------------------------------------------------------------------------
+def ranks_table(ranks: "Ranks", max_rows: int | None = None) -> "RenderableType":
+    from rich.table import Table
+    t = Table(box=None, header_style="bold", pad_edge=False,
+              title=f"attempt {ranks.attempt} · stall threshold {ranks.threshold_s}s",
+              title_justify="left", title_style="dim")
+    for col in ("RANK", "NODE", "STEP", "SILENCE", "LAST HEARD", "STATUS"):
+        t.add_column(col, justify="right" if col in ("RANK", "STEP", "SILENCE") else "left")
+    rows = ranks.ranks if max_rows is None else ranks.ranks[:max_rows]
+    for r in rows:
+        status = ("STALLED" if r.stalled else "ok" if r.last_heard_at else "not heard yet")
+        t.add_row(str(r.rank), escape(r.node_id or "-"), "-" if r.step is None else str(r.step),
+                  fmt_silence(r.silence_s), short_time(r.last_heard_at), status,
+                  style="bold red" if r.stalled else None)
+    if max_rows is not None and len(ranks.ranks) > max_rows:
+        t.caption = f"... {len(ranks.ranks) - max_rows} more ranks, less silent"
+    return t
+
+
+def stall_callout(job: "Job", ranks: "Ranks | None") -> str | None:
+    h = job.health
+    if h.first_stalled_rank is not None:
+        heard = short_time(h.last_heard_at) if h.last_heard_at else "never"
+        return (f"[bold red]First stalled rank: {h.first_stalled_rank}[/] (last heard {heard}, "
+                f"detected {short_time(h.detected_at)}; stalled ranks: "
+                f"{ranges(h.stalled_ranks) or h.first_stalled_rank})")
+    if ranks is not None and ranks.stalled:
+        return (f"[red]{len(ranks.stalled)} rank(s) over the threshold[/], not yet flagged by "
+                "the stall scan.")
+    return None
+
+
+@cli.command()
+@common_options
+@click.argument("job_id")
+def ranks(job_id: str) -> None:
+    """Per-rank liveness of the current attempt, longest silent first.
+
+    Stalled ranks are highlighted, and the first stalled rank (the job's
+    health.first_stalled_rank) is called out.
+    """
+    client = make_client()
+    job = client.get_job(job_id)
+    rk = client.get_ranks(job_id)
+    if json_mode():
+        out_json({**rk.raw, "health": job.health.raw})
+        return
+    c = console()
+    c.print(f"[bold]{job.id}[/] {styled_state(job.state)}  health "
+            f"[{HEALTH_STYLE.get(job.health.status, '')}]{job.health.status}[/]")
+    callout = stall_callout(job, rk)
+    if callout:
+        c.print(callout)
+    if rk.ranks:
+        c.print(ranks_table(rk))
+    else:
+        c.print("No ranks: the job has no current attempt.")
+
+
+# -- watch ------------------------------------------------------------------------------
+def watch_view(job: "Job", rk: "Ranks | None", note: str | None, interval: float,
+               max_rows: int) -> "RenderableType":
+    from rich.console import Group
+    from rich.text import Text
+    parts: list[Any] = []
+    h = job.health
+    head = (f"[bold]{job.id}[/] {escape(job.name or '')}  {styled_state(job.state)}  attempt "
+            f"{job.attempt}  health [{HEALTH_STYLE.get(h.status, '')}]{h.status}[/]")
+    parts.append(Text.from_markup(head))
+    callout = stall_callout(job, rk)
+    if callout:
+        parts.append(Text.from_markup(callout))
+    if rk is not None and rk.ranks:
+        parts.append(ranks_table(rk, max_rows))
+    elif note:
+        parts.append(Text(note, style="dim"))
+    if job.is_terminal:
+        ex = ""
+        if job.exit is not None:
+            ex = f" ({job.exit.reason}" + (
+                "" if job.exit.exit_code is None else f", exit code {job.exit.exit_code}") + ")"
+        parts.append(Text.from_markup(f"Job finished: {styled_state(job.state)}{escape(ex)}"))
+    else:
+        parts.append(Text(f"refreshing every {interval:g}s; Ctrl-C stops watching "
+                          "(the job goes on)", style="dim"))
+    return Group(*parts)
+
+
+def snapshot(client: "Client", job_id: str) -> tuple["Job", "Ranks | None", str | None]:
+    job = client.get_job(job_id)
+    if job.attempt == 0 or job.state == "PENDING":
+        return job, None, "waiting for placement"
+    try:
+        return job, client.get_ranks(job_id), None
+    except ApiError as e:  # ranks are extra: the job itself was read
+        return job, None, f"ranks unavailable: {e.summary()}"
+
+
+@cli.command()
+@common_options
+@click.argument("job_id")
+@click.option("--interval", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Seconds between refreshes.")
+@click.option("--timeout", "wait_timeout", type=click.FloatRange(min=0),
+              help="Stop after this many seconds if the job is still going (exit 7).")
+@click.option("--max-ranks", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Rank rows shown (the longest silent).")
+def watch(job_id: str, interval: float, wait_timeout: float | None, max_ranks: int) -> None:
+    """Follow a job live until it is terminal: state, attempt, per-rank steps and silence.
+
+    With -o json, prints one JSON object per refresh (JSON Lines):
+    {"job": ..., "ranks": ... or null}.
+    """
+    client = make_client()
+    deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
+
+    def check_deadline(job: "Job") -> None:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise WaitGaveUp(f"job {job.id} still {job.state} after {wait_timeout:g}s", job)
+
+    if json_mode():
+        while True:
+            job, rk, _ = snapshot(client, job_id)
+            click.echo(json.dumps({"job": job.raw, "ranks": rk.raw if rk else None},
+                                  ensure_ascii=False))
+            if job.is_terminal:
+                return
+            check_deadline(job)
+            time.sleep(interval)
+
+    from rich.live import Live
+    c = console()
+    job, rk, note = snapshot(client, job_id)
+    with Live(watch_view(job, rk, note, interval, max_ranks), console=c,
+              refresh_per_second=4, auto_refresh=False) as live:
+        while not job.is_terminal:
+            check_deadline(job)
+            time.sleep(interval)
+            job, rk, note = snapshot(client, job_id)
+            live.update(watch_view(job, rk, note, interval, max_ranks), refresh=True)
+
+
+# -- nodes --------------------------------------------------------------------------------
+@cli.command()
+@common_options
+@click.argument("node_id", required=False)
+def nodes(node_id: str | None) -> None:
+    """List the GPU nodes (or show one)."""
+    client = make_client()
+    items = [client.get_node(node_id)] if node_id else client.list_nodes()
+    if json_mode():
+        out_json(items[0].raw if node_id else {"nodes": [n.raw for n in items]})
+        return
+    c = console()
+    if not items:
+        c.print("No nodes registered.")
+        return
+    from rich.table import Table
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("NODE", "GPU TYPE", "GPUS", "FREE", "STATE", "LAST SEEN", "LABELS"):
+        t.add_column(col, justify="right" if col in ("GPUS", "FREE") else "left")
+    for n in items:
+        t.add_row(escape(n.node_id), escape(n.gpu_type or "-"), str(n.gpus or 0),
+                  "-" if n.gpus_free is None else str(n.gpus_free), escape(n.state or "-"),
+                  short_time(n.last_seen_at),
+                  escape(", ".join(f"{k}={v}" for k, v in n.labels.items()) or "-"))
+    c.print(t)
+
+
+# -- health -------------------------------------------------------------------------------
+@cli.command()
+@common_options
+def health() -> None:
+    """Check that the API answers (GET /v1/health, no token needed)."""
+    client = make_client(need_token=False)
+    data = client.health()
+    if json_mode():
+        out_json(data)
+    else:
+        click.echo(f"{client.api_url}: {data.get('status', data)}")
+
+
+# -- config -------------------------------------------------------------------------------
+def _mask(token: str | None) -> str | None:
+    if not token:
+        return None
+    return token[:4] + "…" if len(token) > 8 else "…"
+
+
+@cli.group(cls=GpujobsGroup)
+def config() -> None:
+    """Read or write the config file ($XDG_CONFIG_HOME/gpujobs/config.toml).
+
+    Keys: api_url, token. Flags and environment variables override the file.
+    """
+
+
+def _check_key(key: str) -> str:
+    key = key.lower().replace("-", "_")
+    if key not in KEYS:
+        raise click.BadParameter(f"{key!r} is not one of: {', '.join(KEYS)}", param_hint="KEY")
+    return key
+
+
+@config.command(name="set")
+@common_options
+@click.argument("key")
+@click.argument("value", required=False)
+def config_set(key: str, value: str | None) -> None:
+    """Set KEY to VALUE (without VALUE, prompt for it, hidden for the token)."""
+    key = _check_key(key)
+    if value is None:
+        value = click.prompt(key, hide_input=key == "token")
+    if not value:
+        raise click.BadParameter("the value must not be empty (use `gpujobs config unset`)")
+    path = config_path()
+    values = load_file(path)
+    values[key] = value.rstrip("/") if key == "api_url" else value
+    save_file(path, values)
+    if json_mode():
+        out_json({"path": str(path), "key": key})
+    else:
+        click.echo(f"{key} saved in {path}")
+
+
+@config.command(name="unset")
+@common_options
+@click.argument("key")
+def config_unset(key: str) -> None:
+    """Remove KEY from the config file."""
+    key = _check_key(key)
+    path = config_path()
+    values = load_file(path)
+    values.pop(key, None)
+    save_file(path, values)
+    if not json_mode():
+        click.echo(f"{key} removed from {path}")
+    else:
+        out_json({"path": str(path), "key": key})
+
+
+@config.command(name="show")
+@common_options
+@click.option("--show-token", is_flag=True, help="Print the token itself, not a masked prefix.")
+def config_show(show_token: bool) -> None:
+    """Show the settings in effect and where each one comes from."""
+    cfg = resolve(_setting("api_url"), _setting("token"))
+    token = cfg.token if show_token else _mask(cfg.token)
+    data = {"api_url": cfg.api_url, "token": token, "sources": cfg.sources,
+            "config_file": str(cfg.path)}
+    if json_mode():
+        out_json(data)
+        return
+    click.echo(f"api_url  {cfg.api_url}  ({cfg.sources['api_url']})")
+    click.echo(f"token    {token or '(none)'}  ({cfg.sources['token']})")
+    click.echo(f"file     {cfg.path}")
+
+
+@config.command(name="path")
+def config_path_cmd() -> None:
+    """Print the config file's path."""
+    click.echo(str(config_path()))
+
+
+def main() -> NoReturn:
+    cli.main(prog_name="gpujobs")
+    raise SystemExit(0)  # pragma: no cover - cli.main always exits
+
+
+if __name__ == "__main__":
+    main()

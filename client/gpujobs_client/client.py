@@ -1,0 +1,393 @@
+"""The HTTP client: one method per endpoint of the API (see API.md).
+
+``requests`` is imported on the first request, not with this module, so that
+``import gpujobs_client`` (and the CLI's ``--help``) stay fast.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from urllib.parse import quote
+
+from . import __version__
+from .errors import ApiError, GpujobsError, TransportError, error_from_problem
+from .models import Attempt, HeartbeatAck, Job, JobPage, Node, Ranks
+from .retry import (RETRY_CODES, RETRY_STATUSES_ANY, RETRY_STATUSES_IDEMPOTENT, RetryPolicy,
+                    parse_retry_after)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import requests
+
+DEFAULT_API_URL = "http://127.0.0.1:8000"
+_NO_BODY = object()
+
+
+class InvalidResponse(GpujobsError):
+    """A success status whose body is not the JSON the contract promises."""
+
+
+class WaitTimeout(GpujobsError):
+    """:meth:`Client.wait_for_job` gave up; ``job`` is the last state seen."""
+
+    def __init__(self, message: str, job: Job) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+def new_idempotency_key() -> str:
+    return str(uuid.uuid4())
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _seg(value: Any) -> str:
+    """One path segment, escaped (a job id cannot reach another path)."""
+    return quote(str(value), safe="")
+
+
+RetryHook = Callable[[int, float, GpujobsError], None]
+
+
+class Client:
+    """A client of the gpujobs API.
+
+    >>> c = Client("http://127.0.0.1:8000", "t1")
+    >>> job = c.create_job(command=["python", "train.py"], ranks=2, gpu_type="h100")
+    >>> for j in c.iter_jobs(state="RUNNING"): ...
+
+    ``api_url`` and ``token`` default to ``GPUJOBS_API_URL`` and
+    ``GPUJOBS_TOKEN`` (then ``http://127.0.0.1:8000`` and no token).
+    ``timeout`` is per request (seconds, or a ``(connect, read)`` pair);
+    ``retry`` is the :class:`RetryPolicy`; ``on_retry(attempt, delay, error)``
+    is called before each wait.
+    """
+
+    def __init__(self, api_url: str | None = None, token: str | None = None, *,
+                 timeout: float | tuple[float, float] = 10.0,
+                 retry: RetryPolicy | None = None, on_retry: RetryHook | None = None,
+                 session: "requests.Session | None" = None,
+                 user_agent: str | None = None) -> None:
+        self.api_url = (api_url or os.environ.get("GPUJOBS_API_URL") or DEFAULT_API_URL).rstrip("/")
+        self.token = token if token is not None else os.environ.get("GPUJOBS_TOKEN") or None
+        self.timeout = timeout
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.on_retry = on_retry
+        self.user_agent = user_agent or f"gpujobs-client/{__version__}"
+        self._session = session
+
+    @classmethod
+    def from_config(cls, **kw: Any) -> "Client":
+        """``api_url`` and ``token`` as the CLI resolves them: environment,
+        then the config file, then the default."""
+        from .config import resolve
+        cfg = resolve()
+        return cls(cfg.api_url, cfg.token, **kw)
+
+    # -- plumbing ---------------------------------------------------------------
+    @property
+    def session(self) -> "requests.Session":
+        if self._session is None:
+            import requests
+            self._session = requests.Session()
+        return self._session
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+                body: Any = _NO_BODY, headers: Mapping[str, str] | None = None,
+                idempotent: bool | None = None, auth: bool = True) -> "requests.Response":
+        """Send one API request, retrying as :mod:`gpujobs_client.retry` says.
+
+        Returns the response of a 1xx-3xx answer; raises :class:`ApiError`
+        for a problem and :class:`TransportError` when no answer came.
+        ``idempotent`` defaults to True for GET, HEAD, PUT and DELETE.
+        """
+        import requests
+
+        method = method.upper()
+        if idempotent is None:
+            idempotent = method in ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
+        url = self.api_url + path
+        h = {"Accept": "application/json, application/problem+json",
+             "User-Agent": self.user_agent}
+        if auth and self.token:
+            h["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not _NO_BODY:
+            # serialised once: every retry sends the very same bytes
+            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+            h["Content-Type"] = "application/json"
+        h.update(headers or {})
+        clean_params = {k: v for k, v in (params or {}).items() if v is not None}
+
+        policy = self.retry
+        started = policy.clock()
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            error: GpujobsError
+            try:
+                resp = self.session.request(method, url, params=clean_params, data=data,
+                                            headers=h, timeout=self.timeout)
+            except (requests.ConnectionError, requests.Timeout) as e:
+                error = TransportError(_describe_transport(e, url), method=method, url=url,
+                                       attempts=attempt, cause=e)
+                retryable = idempotent or _never_sent(e)
+            except requests.RequestException as e:  # a bad URL and the like: not transient
+                raise TransportError(f"cannot send {method} {url}: {e}", method=method, url=url,
+                                     attempts=attempt, cause=e) from e
+            else:
+                if resp.status_code < 400:
+                    return resp
+                error = _api_error(resp, method, url, attempt)
+                retryable = (resp.status_code in RETRY_STATUSES_ANY
+                             or error.code in RETRY_CODES
+                             or (idempotent and resp.status_code in RETRY_STATUSES_IDEMPOTENT))
+                retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+            if not retryable or attempt >= policy.max_attempts:
+                raise error
+            delay = policy.delay(attempt, retry_after)
+            if policy.clock() - started + delay > policy.max_elapsed_s:
+                raise error
+            if self.on_retry is not None:
+                self.on_retry(attempt, delay, error)
+            policy.sleep(delay)
+
+    def _json(self, method: str, path: str, **kw: Any) -> Any:
+        resp = self.request(method, path, **kw)
+        try:
+            return resp.json()
+        except ValueError as e:
+            raise InvalidResponse(f"{method} {path}: {resp.status_code} answer is not JSON") from e
+
+    # -- health -----------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """``GET /v1/health``: ``{"status": "ok"}`` once the API can reach its tables."""
+        return self._json("GET", "/v1/health", auth=False)
+
+    # -- jobs -------------------------------------------------------------------
+    def create_job(self, spec: Mapping[str, Any] | None = None, /, *,
+                   idempotency_key: str | None = None, **fields: Any) -> Job:
+        """``POST /v1/jobs``. The body is ``spec`` updated with ``fields``
+        (``command`` and ``ranks`` are required by the server).
+
+        An ``Idempotency-Key`` is always sent: ``idempotency_key`` or a fresh
+        uuid4, the same one on every retry of this call, so a retry after a
+        lost answer returns the job the first send made (``job.replayed``)
+        instead of making a second. ``job.idempotency_key`` is the key sent;
+        pass it again to repeat the create safely from another process.
+        """
+        body = {**(spec or {}), **fields}
+        key = idempotency_key or new_idempotency_key()
+        resp = self.request("POST", "/v1/jobs", body=body, headers={"Idempotency-Key": key},
+                            idempotent=True)
+        data = _resp_json(resp, "POST /v1/jobs")
+        return Job.from_json(data, replayed=resp.headers.get("Idempotent-Replayed") == "true",
+                             idempotency_key=key)
+
+    def get_job(self, job_id: str) -> Job:
+        """``GET /v1/jobs/{job_id}``; :class:`NotFound` if it is not the tenant's."""
+        return Job.from_json(self._json("GET", f"/v1/jobs/{_seg(job_id)}"))
+
+    def list_jobs(self, *, state: str | None = None, page_size: int | None = None,
+                  page_token: str | None = None) -> JobPage:
+        """One page of ``GET /v1/jobs``, newest first. ``next_page_token`` is
+        None exactly when the listing is over; a page may be short or empty
+        before that."""
+        return JobPage.from_json(self._json(
+            "GET", "/v1/jobs",
+            params={"state": state, "page_size": page_size, "page_token": page_token}))
+
+    def iter_pages(self, *, state: str | None = None, page_size: int | None = None,
+                   page_token: str | None = None) -> Iterator[JobPage]:
+        """Every page from ``page_token`` (or the first) to the end."""
+        seen: set[str] = set()
+        while True:
+            page = self.list_jobs(state=state, page_size=page_size, page_token=page_token)
+            yield page
+            if page.next_page_token is None:
+                return
+            if page.next_page_token in seen:
+                raise InvalidResponse("the server returned a page token twice")
+            seen.add(page.next_page_token)
+            page_token = page.next_page_token
+
+    def iter_jobs(self, *, state: str | None = None, page_size: int | None = None,
+                  limit: int | None = None) -> Iterator[Job]:
+        """Every job (newest first, each once), following ``next_page_token``
+        to the end, or until ``limit`` jobs were yielded."""
+        if limit is not None and limit <= 0:
+            return
+        count = 0
+        for page in self.iter_pages(state=state, page_size=page_size):
+            for job in page.jobs:
+                yield job
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+
+    def cancel_job(self, job_id: str, reason: str | None = None) -> Job:
+        """``POST /v1/jobs/{job_id}/cancel`` (202). The cancel is recorded; a
+        PENDING job is CANCELLED at once, a placed one when its agents confirm.
+        Repeating it is harmless. :class:`AlreadyFinished` if the job
+        succeeded or failed first."""
+        body = {"reason": reason} if reason is not None else {}
+        return Job.from_json(self._json("POST", f"/v1/jobs/{_seg(job_id)}/cancel", body=body,
+                                        idempotent=True))
+
+    def wait_for_job(self, job_id: str, *, interval_s: float = 2.0,
+                     timeout_s: float | None = None,
+                     on_poll: Callable[[Job], None] | None = None,
+                     sleep: Callable[[float], None] = time.sleep) -> Job:
+        """Poll ``get_job`` until the job is terminal; :class:`WaitTimeout`
+        after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            job = self.get_job(job_id)
+            if on_poll is not None:
+                on_poll(job)
+            if job.is_terminal:
+                return job
+            if deadline is not None and time.monotonic() + interval_s > deadline:
+                raise WaitTimeout(f"job {job_id} still {job.state} after {timeout_s}s", job)
+            sleep(interval_s)
+
+    def list_attempts(self, job_id: str) -> list[Attempt]:
+        """``GET /v1/jobs/{job_id}/attempts``, oldest first."""
+        data = self._json("GET", f"/v1/jobs/{_seg(job_id)}/attempts")
+        return [Attempt.from_json(a) for a in data.get("attempts") or []]
+
+    # -- ranks and heartbeats ---------------------------------------------------
+    def get_ranks(self, job_id: str) -> Ranks:
+        """``GET /v1/jobs/{job_id}/ranks``: the current attempt's ranks, longest
+        silent first."""
+        return Ranks.from_json(self._json("GET", f"/v1/jobs/{_seg(job_id)}/ranks"))
+
+    def post_heartbeats(self, job_id: str, attempt: int,
+                        ranks: Iterable[Mapping[str, Any] | Sequence[int]]) -> HeartbeatAck:
+        """``POST /v1/jobs/{job_id}/heartbeats`` (agent token). ``ranks`` are
+        ``{"rank", "step", "sent_at"}`` mappings or ``(rank, step)`` pairs;
+        a missing ``sent_at`` is now. Repeats are harmless, so it is retried."""
+        now = now_rfc3339()
+        beats = []
+        for r in ranks:
+            if isinstance(r, Mapping):
+                beats.append({"sent_at": now, **r})
+            else:
+                rank, step = r
+                beats.append({"rank": int(rank), "step": int(step), "sent_at": now})
+        return HeartbeatAck.from_json(self._json(
+            "POST", f"/v1/jobs/{_seg(job_id)}/heartbeats",
+            body={"attempt": int(attempt), "ranks": beats}, idempotent=True))
+
+    def post_event(self, job_id: str, attempt: int, type: str, ranks: Iterable[int], *,
+                   exit_code: int | None = None) -> Job:
+        """``POST /v1/jobs/{job_id}/attempts/{attempt}/events`` (agent token):
+        ``STARTED``, ``EXITED`` (with ``exit_code``) or ``STOPPED``. Repeats
+        are harmless, so it is retried. :class:`StaleAttempt` for an attempt
+        that is not current."""
+        body: dict[str, Any] = {"type": type, "ranks": [int(r) for r in ranks]}
+        if exit_code is not None:
+            body["exit_code"] = int(exit_code)
+        return Job.from_json(self._json(
+            "POST", f"/v1/jobs/{_seg(job_id)}/attempts/{_seg(int(attempt))}/events",
+            body=body, idempotent=True))
+
+    # -- nodes ------------------------------------------------------------------
+    def put_node(self, node_id: str, *, gpus: int, gpu_type: str,
+                 labels: Mapping[str, str] | None = None) -> Node:
+        """``PUT /v1/nodes/{node_id}`` (agent token): register or update."""
+        return Node.from_json(self._json(
+            "PUT", f"/v1/nodes/{_seg(node_id)}",
+            body={"gpus": int(gpus), "gpu_type": gpu_type, "labels": dict(labels or {})}))
+
+    def list_nodes(self) -> list[Node]:
+        """``GET /v1/nodes``. Accepts ``{"nodes": [...]}`` (following a
+        ``next_page_token`` if the server pages) or a bare list."""
+        nodes: list[Node] = []
+        token: str | None = None
+        seen: set[str] = set()
+        while True:
+            data = self._json("GET", "/v1/nodes", params={"page_token": token})
+            if isinstance(data, list):
+                return [Node.from_json(n) for n in data]
+            nodes.extend(Node.from_json(n) for n in data.get("nodes") or [])
+            token = data.get("next_page_token")
+            if not token or token in seen:
+                return nodes
+            seen.add(token)
+
+    def get_node(self, node_id: str) -> Node:
+        """``GET /v1/nodes/{node_id}``."""
+        return Node.from_json(self._json("GET", f"/v1/nodes/{_seg(node_id)}"))
+
+
+# -- helpers ------------------------------------------------------------------------
+def _resp_json(resp: "requests.Response", what: str) -> Any:
+    try:
+        return resp.json()
+    except ValueError as e:
+        raise InvalidResponse(f"{what}: {resp.status_code} answer is not JSON") from e
+
+
+def _api_error(resp: "requests.Response", method: str, url: str, attempts: int) -> ApiError:
+    problem: dict[str, Any] | None = None
+    try:
+        data = resp.json()
+        if isinstance(data, dict):
+            problem = data
+    except ValueError:
+        pass
+    if problem is None or not isinstance(problem.get("status"), int):
+        from http import HTTPStatus
+        try:
+            title = HTTPStatus(resp.status_code).phrase
+        except ValueError:
+            title = resp.reason or "HTTP error"
+        text = (resp.text or "").strip()
+        problem = {"type": "about:blank", "title": (problem or {}).get("title") or title,
+                   "status": resp.status_code,
+                   "detail": (problem or {}).get("detail") or text[:300],
+                   "code": (problem or {}).get("code") or f"http_{resp.status_code}"}
+    return error_from_problem(problem, headers=dict(resp.headers), method=method, url=url,
+                              attempts=attempts)
+
+
+def _never_sent(e: BaseException) -> bool:
+    """True when the connection was never made, so the server cannot have
+    seen the request: safe to retry whatever the method."""
+    import requests
+    if isinstance(e, requests.ConnectTimeout):
+        return True
+    from urllib3.exceptions import MaxRetryError, NewConnectionError
+    reason = e.args[0] if e.args else None
+    if isinstance(reason, MaxRetryError):
+        reason = reason.reason
+    return isinstance(reason, NewConnectionError)
+
+
+def _describe_transport(e: BaseException, url: str) -> str:
+    import requests
+    if isinstance(e, requests.ConnectTimeout):
+        return f"timed out connecting to {url}"
+    if isinstance(e, requests.Timeout):
+        return f"timed out waiting for {url}"
+    if _never_sent(e):
+        return f"cannot connect to {url} (is the API running?)"
+    return f"connection to {url} failed: {type(e).__name__}"

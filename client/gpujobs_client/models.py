@@ -1,0 +1,217 @@
+"""Small typed views of the API's JSON.
+
+Each object keeps the JSON it was made from in ``raw`` (members the SDK does
+not know yet included: the API may add members, and clients ignore those they
+do not know). Times are the API's RFC 3339 strings, unchanged; use
+:func:`parse_time` for a ``datetime``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+STATES = ("PENDING", "SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """``2025-01-31T12:00:00.123Z`` as an aware ``datetime`` (None stays None)."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class Exit:
+    reason: str
+    exit_code: int | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "Exit | None":
+        if d is None:
+            return None
+        return cls(reason=str(d.get("reason", "")), exit_code=_opt_int(d.get("exit_code")),
+                   raw=dict(d))
+
+
+@dataclass(frozen=True)
+class JobHealth:
+    status: str
+    threshold_s: float | None
+    first_stalled_rank: int | None
+    last_heard_at: str | None
+    detected_at: str | None
+    stalled_ranks: list[int]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "JobHealth":
+        d = d or {}
+        return cls(status=str(d.get("status", "UNKNOWN")),
+                   threshold_s=_opt_float(d.get("threshold_s")),
+                   first_stalled_rank=_opt_int(d.get("first_stalled_rank")),
+                   last_heard_at=d.get("last_heard_at"), detected_at=d.get("detected_at"),
+                   stalled_ranks=[int(r) for r in d.get("stalled_ranks") or []], raw=dict(d))
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    name: str | None
+    state: str
+    spec: dict[str, Any]
+    attempt: int
+    created_at: str
+    updated_at: str
+    started_at: str | None
+    finished_at: str | None
+    cancel_requested_at: str | None
+    cancel_reason: str | None
+    health: JobHealth
+    exit: Exit | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+    replayed: bool = field(default=False, compare=False)
+    """True when ``create_job`` got back the job an earlier request with the
+    same ``Idempotency-Key`` made (``Idempotent-Replayed: true``)."""
+    idempotency_key: str | None = field(default=None, compare=False)
+    """The key ``create_job`` sent (None on jobs from other calls)."""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def ranks(self) -> int | None:
+        return _opt_int(self.spec.get("ranks"))
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], *, replayed: bool = False,
+                  idempotency_key: str | None = None) -> "Job":
+        return cls(id=str(d["id"]), name=d.get("name"), state=str(d.get("state", "")),
+                   spec=dict(d.get("spec") or {}), attempt=int(d.get("attempt") or 0),
+                   created_at=d.get("created_at", ""), updated_at=d.get("updated_at", ""),
+                   started_at=d.get("started_at"), finished_at=d.get("finished_at"),
+                   cancel_requested_at=d.get("cancel_requested_at"),
+                   cancel_reason=d.get("cancel_reason"),
+                   health=JobHealth.from_json(d.get("health")),
+                   exit=Exit.from_json(d.get("exit")), raw=dict(d), replayed=replayed,
+                   idempotency_key=idempotency_key)
+
+
+@dataclass(frozen=True)
+class JobPage:
+    jobs: list[Job]
+    next_page_token: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "JobPage":
+        return cls(jobs=[Job.from_json(j) for j in d.get("jobs") or []],
+                   next_page_token=d.get("next_page_token"), raw=dict(d))
+
+
+@dataclass(frozen=True)
+class Placement:
+    rank: int
+    node_id: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Placement":
+        return cls(rank=int(d["rank"]), node_id=str(d.get("node_id", "")))
+
+
+@dataclass(frozen=True)
+class Attempt:
+    attempt: int
+    state: str
+    placement: list[Placement]
+    created_at: str
+    finished_at: str | None
+    exit: Exit | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Attempt":
+        return cls(attempt=int(d["attempt"]), state=str(d.get("state", "")),
+                   placement=[Placement.from_json(p) for p in d.get("placement") or []],
+                   created_at=d.get("created_at", ""), finished_at=d.get("finished_at"),
+                   exit=Exit.from_json(d.get("exit")), raw=dict(d))
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: str
+    gpus: int | None
+    gpus_free: int | None
+    gpu_type: str | None
+    state: str | None
+    inbox_queue_url: str | None
+    last_seen_at: str | None
+    labels: dict[str, str]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Node":
+        return cls(node_id=str(d["node_id"]), gpus=_opt_int(d.get("gpus")),
+                   gpus_free=_opt_int(d.get("gpus_free")), gpu_type=d.get("gpu_type"),
+                   state=d.get("state"), inbox_queue_url=d.get("inbox_queue_url"),
+                   last_seen_at=d.get("last_seen_at"), labels=dict(d.get("labels") or {}),
+                   raw=dict(d))
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    rank: int
+    node_id: str | None
+    last_heard_at: str | None
+    silence_s: float | None
+    step: int | None
+    stalled: bool
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "RankStatus":
+        return cls(rank=int(d["rank"]), node_id=d.get("node_id"),
+                   last_heard_at=d.get("last_heard_at"), silence_s=_opt_float(d.get("silence_s")),
+                   step=_opt_int(d.get("step")), stalled=bool(d.get("stalled")), raw=dict(d))
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """``GET /v1/jobs/{id}/ranks``: every rank of the current attempt, ordered
+    by silence (longest first, ties by rank), as the server sends them."""
+    attempt: int
+    threshold_s: float | None
+    now: str | None
+    ranks: list[RankStatus]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def stalled(self) -> list[RankStatus]:
+        return [r for r in self.ranks if r.stalled]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Ranks":
+        return cls(attempt=int(d.get("attempt") or 0), threshold_s=_opt_float(d.get("threshold_s")),
+                   now=d.get("now"), ranks=[RankStatus.from_json(r) for r in d.get("ranks") or []],
+                   raw=dict(d))
+
+
+@dataclass(frozen=True)
+class HeartbeatAck:
+    received_at: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "HeartbeatAck":
+        return cls(received_at=str(d.get("received_at", "")), raw=dict(d))

@@ -1,0 +1,76 @@
+"""Fixtures for the SDK and CLI tests: a fake API server per test, stopped by
+its own handle; the client package importable even before `pip install -e`."""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+CLIENT_DIR = pathlib.Path(__file__).resolve().parents[2] / "client"
+try:
+    import gpujobs_client  # noqa: F401
+except ImportError:  # not installed into this interpreter: use the source tree
+    sys.path.insert(0, str(CLIENT_DIR))
+
+from .fakeserver import FakeApi  # noqa: E402
+
+
+@pytest.fixture
+def fake():
+    server = FakeApi().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Recorder:
+    """A RetryPolicy clock and sleep that record the waits and never sleep."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def waits():
+    return Recorder()
+
+
+@pytest.fixture
+def policy(waits):
+    from gpujobs_client import RetryPolicy
+
+    def make(**kw):
+        return RetryPolicy(**{"max_attempts": 5, "max_elapsed_s": 30.0, "base_delay_s": 0.01,
+                              "max_delay_s": 0.05, "sleep": waits.sleep, "clock": waits.clock,
+                              **kw})
+    return make
+
+
+@pytest.fixture
+def sdk(fake, policy):
+    from gpujobs_client import Client
+    c = Client(fake.url, "t1", timeout=5, retry=policy())
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def agent_sdk(fake, policy):
+    from gpujobs_client import Client
+    c = Client(fake.url, "a1", timeout=5, retry=policy())
+    try:
+        yield c
+    finally:
+        c.close()

@@ -1,0 +1,503 @@
+"""The `gpujobs` CLI with click's CliRunner against the fake server: output,
+`-o json`, exit codes, readable errors and where the settings come from."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+from gpujobs_client import cli as cli_module
+from gpujobs_client.cli import cli
+
+from .fakeserver import FakeApi
+
+
+@pytest.fixture
+def xdg(tmp_path):
+    d = tmp_path / "xdg"
+    d.mkdir()
+    return d
+
+
+class Run:
+    def __init__(self, fake: FakeApi, xdg) -> None:
+        self.fake, self.xdg = fake, xdg
+
+    def __call__(self, *args: str, env: dict | None = None, input: str | None = None,
+                 url: bool = True, token: bool = True):
+        base = {"GPUJOBS_API_URL": self.fake.url if url else None,
+                "GPUJOBS_TOKEN": "t1" if token else None, "XDG_CONFIG_HOME": str(self.xdg),
+                "GPUJOBS_RETRIES": None, "GPUJOBS_DEBUG": None, "COLUMNS": "200",
+                "NO_COLOR": "1", **(env or {})}
+        result = CliRunner().invoke(cli, list(args), env=base, input=input)
+        # never a traceback, whatever happened
+        assert "Traceback" not in result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), \
+            repr(result.exception)
+        return result
+
+
+@pytest.fixture
+def run(fake, xdg):
+    return Run(fake, xdg)
+
+
+def json_out(result):
+    return json.loads(result.stdout)
+
+
+# -- submit -------------------------------------------------------------------------
+def test_submit_with_flags_sends_the_spec_and_prints_the_job(run, fake):
+    r = run("submit", "--ranks", "2", "--gpu-type", "h100", "--name", "demo",
+            "--env", "A=1", "-e", "B=x=y", "--label", "team=nlp", "--priority", "5",
+            "--max-attempts", "3", "--gpus-per-rank", "2", "--idempotency-key", "key-1",
+            "--", "python", "train.py", "--lr", "3e-4")
+    assert r.exit_code == 0, r.output
+    sent = fake.sent("POST", "/v1/jobs")[0]
+    assert sent.json() == {"name": "demo", "ranks": 2, "gpus_per_rank": 2, "gpu_type": "h100",
+                           "priority": 5, "max_attempts": 3, "env": {"A": "1", "B": "x=y"},
+                           "labels": {"team": "nlp"},
+                           "command": ["python", "train.py", "--lr", "3e-4"]}
+    assert sent.headers["idempotency-key"] == "key-1"
+    (job_id,) = fake.jobs
+    assert f"Submitted: {job_id} PENDING" in r.stdout
+    assert "idempotency key: key-1" in r.stdout
+
+
+def test_submit_without_double_dash_stops_at_the_command(run, fake):
+    r = run("submit", "--ranks", "1", "python", "train.py", "--lr", "3e-4", "-o", "json")
+    assert r.exit_code == 0, r.output
+    assert fake.sent("POST", "/v1/jobs")[0].json()["command"] == [
+        "python", "train.py", "--lr", "3e-4", "-o", "json"]
+
+
+def test_submit_json_output_is_the_job_only(run, fake):
+    r = run("-o", "json", "submit", "--ranks", "1", "--", "true")
+    assert r.exit_code == 0
+    job = json_out(r)
+    assert job["id"] in fake.jobs and job["state"] == "PENDING"
+    again = run("submit", "--ranks", "1", "-o", "json", "--idempotency-key",
+                fake.sent("POST", "/v1/jobs")[0].headers["idempotency-key"], "--", "true")
+    assert json_out(again)["id"] == job["id"] and len(fake.jobs) == 1
+    assert "Already submitted" in run("submit", "--ranks", "1", "--idempotency-key",
+                                      fake.sent("POST", "/v1/jobs")[0].headers["idempotency-key"],
+                                      "--", "true").stdout
+
+
+@pytest.mark.parametrize("suffix, text", [
+    (".yaml", "name: from-file\nranks: 4\ncommand: [python, a.py]\nenv: {A: '1', B: '2'}\n"
+              "heartbeat: {interval_s: 5}\n"),
+    (".json", json.dumps({"name": "from-file", "ranks": 4, "command": ["python", "a.py"],
+                          "env": {"A": "1", "B": "2"}, "heartbeat": {"interval_s": 5}}))])
+def test_submit_from_a_file_with_flags_overriding(run, fake, tmp_path, suffix, text):
+    spec = tmp_path / f"spec{suffix}"
+    spec.write_text(text)
+    r = run("submit", "--file", str(spec), "--ranks", "8", "--env", "B=3", "-o", "json")
+    assert r.exit_code == 0, r.output
+    assert fake.sent("POST", "/v1/jobs")[0].json() == {
+        "name": "from-file", "ranks": 8, "command": ["python", "a.py"],
+        "env": {"A": "1", "B": "3"}, "heartbeat": {"interval_s": 5}}
+
+
+def test_submit_reads_a_spec_from_stdin_and_dry_run_sends_nothing(run, fake):
+    r = run("submit", "-f", "-", "--dry-run", input='{"ranks": 2, "command": ["x"]}')
+    assert r.exit_code == 0
+    assert json_out(r) == {"ranks": 2, "command": ["x"]}
+    assert fake.sent("POST", "/v1/jobs") == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["submit", "--", "python"], "--ranks is required"),
+    (["submit", "--ranks", "2"], "no command"),
+    (["submit", "--ranks", "0", "--", "x"], "0"),
+    (["submit", "--ranks", "2", "--label", "novalue", "--", "x"], "KEY=VALUE"),
+    (["submit", "--ranks", "2", "--env", "NOT_SET_ANYWHERE_XYZ", "--", "x"], "not set"),
+    (["submit", "--file", "/nonexistent/spec.yaml"], "cannot read"),
+    (["list", "--all", "--limit", "3"], "exclude each other"),
+    (["list", "--state", "sleeping"], "sleeping"),
+    (["frobnicate"], "No such command"),
+])
+def test_usage_errors_exit_2_and_send_nothing(run, fake, args, message):
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr
+    assert fake.requests == []
+
+
+def test_a_bad_spec_file_is_a_usage_error(run, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ranks: [1\n")
+    r = run("submit", "-f", str(bad))
+    assert r.exit_code == 2 and "not valid JSON or YAML" in r.stderr
+    bad.write_text("- 1\n- 2\n")
+    assert "must hold a mapping" in run("submit", "-f", str(bad)).stderr
+
+
+def test_no_token_is_a_usage_error(run, fake):
+    r = run("list", token=False)
+    assert r.exit_code == 2 and "no API token" in r.stderr
+    assert fake.requests == []
+
+
+# -- errors and exit codes --------------------------------------------------------------
+def test_a_400_shows_title_detail_and_field_and_exits_1(run, tmp_path):
+    spec = tmp_path / "s.json"
+    spec.write_text('{"ranks": 0, "command": ["x"]}')
+    r = run("submit", "-f", str(spec))
+    assert r.exit_code == 1
+    assert r.stdout == ""
+    assert r.stderr.strip() == ("Error: Invalid argument (400 invalid_argument): ranks must be "
+                                "bigger than or equal to 1 [field: ranks]")
+
+
+def test_not_found_exits_3_in_both_output_modes(run):
+    r = run("get", "job_nope")
+    assert r.exit_code == 3
+    assert "Not found (404 not_found): job job_nope not found [field: job_id]" in r.stderr
+    r = run("get", "job_nope", "-o", "json")
+    assert r.exit_code == 3 and r.stdout == ""
+    err = json.loads(r.stderr)
+    assert err["exit_code"] == 3
+    assert err["error"]["code"] == "not_found" and err["error"]["field"] == "job_id"
+    assert err["error"]["title"] == "Not found"
+
+
+def test_conflict_exits_4(run, fake):
+    job = fake.add_job()
+    fake.update_job(job["id"], state="SUCCEEDED")
+    r = run("cancel", job["id"])
+    assert r.exit_code == 4 and "already_finished" in r.stderr
+
+
+def test_unauthenticated_exits_1(run):
+    r = run("list", env={"GPUJOBS_TOKEN": "wrong"})
+    assert r.exit_code == 1 and "Unauthenticated (401 unauthenticated)" in r.stderr
+
+
+@pytest.mark.parametrize("status, code", [(500, "internal"), (503, "unavailable"),
+                                          (429, "rate_limited")])
+def test_server_errors_exit_5_after_retries(run, fake, status, code):
+    fake.fail("GET", "/v1/jobs", status=status, code=code, headers={"Retry-After": "0"},
+              times=100)
+    r = run("list", "--retries", "2")
+    assert r.exit_code == 5, r.output
+    sent = len(fake.sent("GET", "/v1/jobs"))
+    assert sent == (1 if status == 500 else 3)
+    if status != 500:
+        assert "after 3 attempts" in r.stderr
+
+
+def test_a_submit_that_may_have_failed_prints_the_key_to_repeat_it_with(run, fake):
+    fake.fail("POST", "/v1/jobs", status=503, code="unavailable", headers={"Retry-After": "0"},
+              times=100)
+    r = run("submit", "--ranks", "1", "--retries", "1", "--", "x")
+    assert r.exit_code == 5
+    key = fake.sent("POST", "/v1/jobs")[0].headers["idempotency-key"]
+    assert f"--idempotency-key {key}" in r.stderr
+
+
+def test_connection_refused_exits_6(run):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    r = run("--retries", "0", "list", "--api-url", f"http://127.0.0.1:{port}")
+    assert r.exit_code == 6
+    assert r.stderr.startswith("Error: cannot reach the API: cannot connect to")
+    r = run("list", "-o", "json", "--retries", "0", env={"GPUJOBS_API_URL":
+                                                         f"http://127.0.0.1:{port}"})
+    assert r.exit_code == 6 and json.loads(r.stderr)["error"]["code"] == "connection_error"
+
+
+def test_an_unexpected_bug_is_one_line_and_exit_70(run, fake, monkeypatch):
+    monkeypatch.setattr(cli_module, "job_panel", lambda job: 1 / 0)
+    job = fake.add_job()
+    r = run("get", job["id"])
+    assert r.exit_code == 70
+    assert "unexpected ZeroDivisionError" in r.stderr
+
+
+def test_help_documents_the_exit_codes():
+    r = CliRunner().invoke(cli, ["--help"])
+    assert r.exit_code == 0
+    for line in ("0  ok", "2  usage", "3  not found", "4  conflict", "5  server error",
+                 "6  cannot reach the API", "7  gave up waiting"):
+        assert line in r.output
+    assert CliRunner().invoke(cli, ["--version"]).output.startswith("gpujobs, version ")
+
+
+# -- list -------------------------------------------------------------------------------
+def test_list_shows_a_table_of_the_newest_jobs(run, fake):
+    ids = [fake.add_job(name=f"job-{i}")["id"] for i in range(3)]
+    r = run("list")
+    assert r.exit_code == 0
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["ID", "NAME", "STATE", "RANKS", "ATTEMPT", "HEALTH", "CREATED"]
+    assert [ln.split()[0] for ln in lines[1:]] == ids[::-1]
+    assert "job-2" in lines[1] and "PENDING" in lines[1]
+
+
+def test_list_all_follows_every_page(run, fake):
+    ids = [fake.add_job()["id"] for _ in range(5)]
+    r = run("list", "--all", "--page-size", "2", "-o", "json")
+    assert r.exit_code == 0
+    out = json_out(r)
+    assert [j["id"] for j in out["jobs"]] == ids[::-1]
+    assert out["next_page_token"] is None
+    assert len(fake.sent("GET", "/v1/jobs")) == 3
+
+
+def test_list_limit_asks_for_no_more_than_it_shows_and_offers_the_rest(run, fake):
+    ids = [fake.add_job()["id"] for _ in range(5)]
+    r = run("list", "--limit", "3", "-o", "json")
+    out = json_out(r)
+    assert [j["id"] for j in out["jobs"]] == ids[::-1][:3]
+    assert fake.sent("GET", "/v1/jobs")[0].query["page_size"] == ["3"]
+    rest = run("list", "--page-token", out["next_page_token"], "-o", "json")
+    assert [j["id"] for j in json_out(rest)["jobs"]] == ids[::-1][3:]
+    table = run("list", "--limit", "3")
+    assert "More jobs: gpujobs list --page-token" in table.stdout
+
+
+def test_list_state_filter_is_case_insensitive(run, fake):
+    job = fake.add_job()
+    fake.update_job(job["id"], state="RUNNING")
+    fake.add_job()
+    r = run("list", "--state", "running", "-o", "json")
+    assert [j["id"] for j in json_out(r)["jobs"]] == [job["id"]]
+    assert fake.sent("GET", "/v1/jobs")[0].query["state"] == ["RUNNING"]
+    assert "No SUCCEEDED jobs." in run("list", "--state", "SUCCEEDED").stdout
+
+
+# -- get, cancel, attempts ------------------------------------------------------------------
+def test_get_shows_the_job(run, fake):
+    job = fake.add_job(name="demo", ranks=4, gpu_type="h100", command=["python", "t.py"])
+    r = run("get", job["id"])
+    assert r.exit_code == 0
+    assert job["id"] in r.stdout and "demo" in r.stdout and "PENDING" in r.stdout
+    assert "4 x 1 GPU (h100)" in r.stdout and "python t.py" in r.stdout
+    assert json_out(run("get", job["id"], "-o", "json")) == fake.jobs[job["id"]]
+
+
+def test_cancel_shows_202_and_wait_polls_until_terminal(run, fake):
+    job = fake.add_job(ranks=2)
+    fake.place(job["id"], ["node-1"])
+    polls = []
+
+    def agents_confirm(j):
+        polls.append(j["state"])
+        if len(polls) == 2:
+            j.update(state="CANCELLED", finished_at=fake.now(),
+                     exit={"reason": "cancelled", "exit_code": None})
+
+    fake.on_get_job.append(agents_confirm)
+    r = run("cancel", job["id"], "--reason", "oops", "--wait", "--interval", "0")
+    assert r.exit_code == 0, r.output
+    assert f"Cancel accepted (202) for {job['id']}: state RUNNING" in r.stdout
+    assert f"Job {job['id']} is CANCELLED." in r.stdout
+    assert polls == ["RUNNING", "RUNNING"]
+    assert fake.sent("POST", r"/v1/jobs/.*/cancel")[0].json() == {"reason": "oops"}
+
+
+def test_cancel_of_a_pending_job_is_immediate_and_json_is_the_final_job(run, fake):
+    job = fake.add_job()
+    r = run("cancel", job["id"], "--wait", "-o", "json")
+    assert r.exit_code == 0
+    assert json_out(r)["state"] == "CANCELLED"
+    assert fake.sent("GET", r"/v1/jobs/job_.*") == []  # already terminal: no polling
+
+
+def test_cancel_wait_gives_up_after_its_timeout_with_exit_7(run, fake):
+    job = fake.add_job()
+    fake.place(job["id"], ["node-1"])
+    r = run("cancel", job["id"], "--wait", "--interval", "0", "--timeout", "0")
+    assert r.exit_code == 7 and "still RUNNING" in r.stderr
+
+
+def test_attempts_table_and_json(run, fake):
+    job = fake.add_job(ranks=4)
+    assert "No attempts yet" in run("attempts", job["id"]).stdout
+    fake.place(job["id"], ["node-1", "node-2"])
+    r = run("attempts", job["id"])
+    assert r.exit_code == 0
+    assert "node-1: 0,2  node-2: 1,3" in r.stdout and "RUNNING" in r.stdout
+    out = json_out(run("attempts", job["id"], "-o", "json"))
+    assert [a["attempt"] for a in out["attempts"]] == [1]
+
+
+# -- ranks and watch (endpoints not yet on the real server) --------------------------------
+def stalled_job(fake):
+    job = fake.add_job(ranks=4)
+    fake.place(job["id"], ["node-1", "node-2"])
+    beats = fake.beats.setdefault((job["id"], 1), {})
+    for rank, at, step in ((0, 95.0, 900), (1, 90.0, 880), (2, 40.0, 400), (3, 95.0, 901)):
+        beats[rank] = {"at": at, "step": step, "sent_at": None}
+    fake.clock = 100.0
+    fake.update_job(job["id"], health={"status": "STALLED", "first_stalled_rank": 2,
+                                       "last_heard_at": fake.now(), "detected_at": fake.now(),
+                                       "stalled_ranks": [2]})
+    return job
+
+
+def test_ranks_table_is_ordered_by_silence_with_the_stall_called_out(run, fake):
+    job = stalled_job(fake)
+    r = run("ranks", job["id"])
+    assert r.exit_code == 0, r.output
+    assert "First stalled rank: 2" in r.stdout
+    rows = [ln.split() for ln in r.stdout.splitlines() if ln.split() and ln.split()[0].isdigit()]
+    assert [row[0] for row in rows] == ["2", "1", "0", "3"]  # as the server ordered them
+    assert rows[0][-1] == "STALLED" and rows[1][-1] == "ok"
+    assert "60.0s" in " ".join(rows[0])
+
+
+def test_ranks_highlights_stalled_rows(run, fake):
+    job = stalled_job(fake)
+    r = run("ranks", job["id"], env={"NO_COLOR": None, "FORCE_COLOR": "1", "TERM": "xterm"})
+    stalled_line = next(ln for ln in r.stdout.splitlines() if "STALLED" in ln and "node" in ln)
+    ok_line = next(ln for ln in r.stdout.splitlines() if " ok" in ln)
+    assert "\x1b[1;31m" in stalled_line and "\x1b[1;31m" not in ok_line
+
+
+def test_ranks_json_has_the_ranks_and_the_job_health(run, fake):
+    job = stalled_job(fake)
+    out = json_out(run("ranks", job["id"], "-o", "json"))
+    assert [r["rank"] for r in out["ranks"]] == [2, 1, 0, 3]
+    assert out["health"]["first_stalled_rank"] == 2 and out["threshold_s"] == 30.0
+
+
+def test_watch_refreshes_until_the_job_is_terminal(run, fake):
+    job = fake.add_job(ranks=2)
+    fake.place(job["id"], ["node-1"])
+    fake.beats[(job["id"], 1)] = {0: {"at": 0.0, "step": 10, "sent_at": None},
+                                 1: {"at": 0.0, "step": 12, "sent_at": None}}
+    gets = []
+
+    def progress(j):
+        gets.append(j["state"])
+        if len(gets) == 3:
+            j.update(state="SUCCEEDED", finished_at=fake.now(),
+                     exit={"reason": "exited", "exit_code": 0})
+
+    fake.on_get_job.append(progress)
+    r = run("watch", job["id"], "--interval", "0")
+    assert r.exit_code == 0, r.output
+    assert len(gets) == 3
+    assert "Job finished: SUCCEEDED" in r.stdout
+    assert "node-1" in r.stdout
+
+
+def test_watch_json_prints_one_snapshot_per_refresh(run, fake):
+    job = fake.add_job(ranks=2)
+    fake.place(job["id"], ["node-1"])
+    fake.on_get_job.append(lambda j: len(fake.sent("GET", r"/v1/jobs/[^/]+")) >= 2 and j.update(
+        state="FAILED"))
+    r = run("watch", job["id"], "--interval", "0", "-o", "json")
+    lines = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert [ln["job"]["state"] for ln in lines] == ["RUNNING", "FAILED"]
+    assert [x["rank"] for x in lines[0]["ranks"]["ranks"]] == [0, 1]
+
+
+def test_watch_of_a_pending_job_does_not_ask_for_ranks_and_times_out_with_7(run, fake):
+    job = fake.add_job()
+    r = run("watch", job["id"], "--interval", "0", "--timeout", "0")
+    assert r.exit_code == 7
+    assert fake.sent("GET", r"/v1/jobs/.*/ranks") == []
+
+
+def test_watch_of_an_unknown_job_exits_3(run):
+    assert run("watch", "job_nope").exit_code == 3
+
+
+# -- nodes and health -------------------------------------------------------------------------
+def test_nodes(run, fake):
+    assert "No nodes registered." in run("nodes").stdout
+    fake.nodes["node-1"] = {"node_id": "node-1", "gpus": 8, "gpus_free": 6, "gpu_type": "h100",
+                            "state": "READY", "inbox_queue_url": "x", "labels": {"z": "a"},
+                            "last_seen_at": fake.now()}
+    r = run("nodes")
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith("node-1"))
+    assert row.split()[:5] == ["node-1", "h100", "8", "6", "READY"]
+    assert json_out(run("nodes", "-o", "json"))["nodes"][0]["node_id"] == "node-1"
+    assert json_out(run("nodes", "node-1", "-o", "json"))["gpus_free"] == 6
+    assert run("nodes", "node-9").exit_code == 3
+
+
+def test_health_needs_no_token(run, fake):
+    r = run("health", token=False)
+    assert r.exit_code == 0 and r.stdout.strip() == f"{fake.url}: ok"
+
+
+# -- configuration ---------------------------------------------------------------------------
+@pytest.fixture
+def second():
+    server = FakeApi().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_settings_precedence_flag_over_env_over_file_over_default(run, fake, second, xdg):
+    third = FakeApi().start()
+    try:
+        r = run("config", "set", "api_url", third.url, url=False, token=False)
+        assert r.exit_code == 0
+        assert run("config", "set", "token", "t1", url=False, token=False).exit_code == 0
+        # file only
+        assert run("list", url=False, token=False).exit_code == 0
+        assert len(third.sent("GET", "/v1/jobs")) == 1
+        # env over file
+        assert run("list", env={"GPUJOBS_API_URL": second.url}, token=False).exit_code == 0
+        assert len(second.sent("GET", "/v1/jobs")) == 1
+        # flag over env, before or after the command
+        assert run("--api-url", fake.url, "list", env={"GPUJOBS_API_URL": second.url}).exit_code == 0
+        assert run("list", "--api-url", fake.url, env={"GPUJOBS_API_URL": second.url}).exit_code == 0
+        assert len(fake.sent("GET", "/v1/jobs")) == 2 and len(second.sent("GET", "/v1/jobs")) == 1
+        # the token: env over file, flag over env
+        assert run("list", url=False, env={"GPUJOBS_TOKEN": "bogus"}).exit_code == 1
+        assert run("list", "--token", "t1", url=False,
+                   env={"GPUJOBS_TOKEN": "bogus"}).exit_code == 0
+        show = json_out(run("config", "show", "-o", "json", "--api-url", fake.url, url=False,
+                            token=False))
+        assert show["sources"] == {"api_url": "flag", "token": "file"}
+        assert show["token"] == "…" and show["config_file"] == str(xdg / "gpujobs" /
+                                                                    "config.toml")
+    finally:
+        third.stop()
+
+
+def test_default_api_url_when_nothing_is_set(run, tmp_path):
+    show = json_out(run("config", "show", "-o", "json", url=False, token=False))
+    assert show["api_url"] == "http://127.0.0.1:8000"
+    assert show["sources"] == {"api_url": "default", "token": "default"}
+
+
+def test_config_file_is_toml_under_xdg_config_home_and_private(run, xdg):
+    assert run("config", "set", "token", 'we"ird\\tok', token=False).exit_code == 0
+    assert run("config", "set", "api-url", "http://example.test:9/", token=False).exit_code == 0
+    path = xdg / "gpujobs" / "config.toml"
+    assert run("config", "path").stdout.strip() == str(path)
+    import tomllib
+    assert tomllib.loads(path.read_text()) == {"token": 'we"ird\\tok',
+                                               "api_url": "http://example.test:9"}
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert run("config", "unset", "token").exit_code == 0
+    assert "token" not in tomllib.loads(path.read_text())
+
+
+def test_config_set_prompts_for_a_missing_value(run, xdg):
+    r = run("config", "set", "token", input="secret\n", token=False)
+    assert r.exit_code == 0
+    assert 'token = "secret"' in (xdg / "gpujobs" / "config.toml").read_text()
+
+
+def test_config_errors_are_usage_errors(run, xdg):
+    assert run("config", "set", "colour", "blue").exit_code == 2
+    (xdg / "gpujobs").mkdir()
+    (xdg / "gpujobs" / "config.toml").write_text("token = [unterminated\n")
+    r = run("list", token=False)
+    assert r.exit_code == 2 and "cannot read config file" in r.stderr

@@ -1,0 +1,161 @@
+"""The `gpujobs` CLI as a user runs it (a subprocess, `python -m
+gpujobs_client.cli`) against the real local stack, started as the other
+end-to-end tests start it and stopped by its own handle.
+
+The stack runs with no agents (GPUJOBS_AGENTS=0), so jobs stay PENDING and a
+cancel is carried out by the control plane at once. Commands that need the
+node, heartbeat and rank endpoints (ranks, watch of a running job, nodes) are
+tested against the fake server in test_cli.py until the server has them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.conftest import TOKENS, start_stack
+
+from .conftest import CLIENT_DIR
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = start_stack(tmp_path_factory.mktemp("client-stack"), TOKENS)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def gpujobs(stack, tmp_path):
+    """Run the CLI in a subprocess with the stack's URL and a tenant token from
+    the environment, and an empty config directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOBS_")}
+    env.update({"GPUJOBS_API_URL": stack.api, "GPUJOBS_TOKEN": "e2e-tenant",
+                "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "COLUMNS": "200", "NO_COLOR": "1",
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(CLIENT_DIR), env.get("PYTHONPATH")) if p)})
+
+    def run(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
+        r = subprocess.run([sys.executable, "-m", "gpujobs_client.cli", *args],
+                           capture_output=True, text=True, timeout=120,
+                           env={**env, **extra_env})
+        assert "Traceback" not in r.stderr + r.stdout
+        return r
+    return run
+
+
+def submit_json(gpujobs, *args: str) -> dict:
+    r = gpujobs("submit", "-o", "json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_health(gpujobs, stack):
+    r = gpujobs("health")
+    assert r.returncode == 0 and r.stdout.strip() == f"{stack.api}: ok"
+
+
+def test_submit_then_get(gpujobs):
+    r = gpujobs("submit", "--ranks", "2", "--gpu-type", "h100", "--name", "demo",
+                "--label", "team=nlp", "--env", "SEED=1", "--", "python", "train.py",
+                "--lr", "3e-4")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Submitted: job_")
+    job_id = r.stdout.split()[1]
+    got = gpujobs("get", job_id, "-o", "json")
+    assert got.returncode == 0
+    job = json.loads(got.stdout)
+    assert job["state"] == "PENDING"
+    assert job["spec"]["command"] == ["python", "train.py", "--lr", "3e-4"]
+    assert job["spec"]["ranks"] == 2 and job["spec"]["gpu_type"] == "h100"
+    assert job["spec"]["labels"] == {"team": "nlp"} and job["spec"]["env"] == {"SEED": "1"}
+    table = gpujobs("get", job_id)
+    assert table.returncode == 0 and "demo" in table.stdout and "PENDING" in table.stdout
+
+
+def test_a_repeated_submit_with_its_key_is_the_same_job(gpujobs):
+    first = submit_json(gpujobs, "--ranks", "1", "--idempotency-key", "e2e-cli-key-1", "--",
+                        "true")
+    again = gpujobs("submit", "--ranks", "1", "--idempotency-key", "e2e-cli-key-1", "--", "true")
+    assert again.returncode == 0
+    assert again.stdout.startswith(f"Already submitted (same Idempotency-Key and body): "
+                                   f"{first['id']}")
+    other = gpujobs("submit", "--ranks", "2", "--idempotency-key", "e2e-cli-key-1", "--", "true")
+    assert other.returncode == 1
+    assert "Idempotency key reused (422 idempotency_key_reused)" in other.stderr
+
+
+def test_list_all_follows_every_page(gpujobs):
+    made = [submit_json(gpujobs, "--ranks", "1", "--name", f"page-{i}", "--", "true")["id"]
+            for i in range(5)]
+    r = gpujobs("list", "--all", "--page-size", "2", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    ids = [j["id"] for j in out["jobs"]]
+    assert out["next_page_token"] is None
+    assert len(ids) == len(set(ids))                 # each job once
+    assert set(made) <= set(ids)                     # every job
+    assert ids == sorted(ids, reverse=True)          # newest first
+    limited = json.loads(gpujobs("list", "--limit", "2", "-o", "json").stdout)
+    assert [j["id"] for j in limited["jobs"]] == ids[:2]
+    assert limited["next_page_token"] is not None
+    table = gpujobs("list", "--state", "pending")
+    assert table.returncode == 0 and made[-1] in table.stdout
+
+
+def test_cancel_wait_on_a_pending_job(gpujobs):
+    job = submit_json(gpujobs, "--ranks", "1", "--", "sleep", "100")
+    r = gpujobs("cancel", job["id"], "--reason", "e2e", "--wait", "--interval", "0.2",
+                "--timeout", "60")
+    assert r.returncode == 0, r.stderr
+    assert f"Cancel accepted (202) for {job['id']}" in r.stdout
+    assert f"Job {job['id']} is CANCELLED." in r.stdout
+    final = json.loads(gpujobs("get", job["id"], "-o", "json").stdout)
+    assert final["state"] == "CANCELLED" and final["cancel_reason"] == "e2e"
+    again = gpujobs("cancel", job["id"], "-o", "json")  # a repeat is harmless
+    assert again.returncode == 0 and json.loads(again.stdout)["state"] == "CANCELLED"
+    # a cancelled job is terminal: watch shows it and ends at once
+    watched = gpujobs("watch", job["id"], "--interval", "0")
+    assert watched.returncode == 0 and "Job finished: CANCELLED" in watched.stdout
+
+
+def test_attempts_of_a_job_never_placed(gpujobs):
+    job = submit_json(gpujobs, "--ranks", "1", "--", "true")
+    r = gpujobs("attempts", job["id"], "-o", "json")
+    assert r.returncode == 0 and json.loads(r.stdout) == {"attempts": []}
+    assert "No attempts yet" in gpujobs("attempts", job["id"]).stdout
+
+
+def test_errors_from_the_real_server_are_readable_with_their_exit_codes(gpujobs, tmp_path):
+    missing = gpujobs("get", "job_01JJ5D4Z7T3W9XKQ2M8N6P4R5S")
+    assert missing.returncode == 3
+    assert missing.stderr.startswith("Error: Not found (404 not_found):")
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("ranks: 0\ncommand: [x]\n")
+    bad = gpujobs("submit", "-f", str(spec), "-o", "json")
+    assert bad.returncode == 1 and bad.stdout == ""
+    err = json.loads(bad.stderr)["error"]
+    assert err["code"] == "invalid_argument" and err["field"] == "ranks"
+    assert gpujobs("list", GPUJOBS_TOKEN="not-a-token").returncode == 1
+    forbidden = gpujobs("list", GPUJOBS_TOKEN="e2e-agent")
+    assert forbidden.returncode == 1 and "403 forbidden" in forbidden.stderr
+
+
+def test_another_tenant_cannot_see_the_job(gpujobs):
+    job = submit_json(gpujobs, "--ranks", "1", "--", "true")
+    assert gpujobs("get", job["id"], GPUJOBS_TOKEN="e2e-other").returncode == 3
+    assert gpujobs("cancel", job["id"], GPUJOBS_TOKEN="e2e-other").returncode == 3
+
+
+def test_the_config_file_is_used_when_nothing_else_is_set(gpujobs, stack):
+    assert gpujobs("config", "set", "api_url", stack.api).returncode == 0
+    assert gpujobs("config", "set", "token", "e2e-tenant").returncode == 0
+    r = gpujobs("list", "--limit", "1", "-o", "json", GPUJOBS_API_URL="", GPUJOBS_TOKEN="")
+    assert r.returncode == 0, r.stderr

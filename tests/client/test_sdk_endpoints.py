@@ -1,0 +1,195 @@
+"""One SDK method per endpoint of API.md, against the fake server (which also
+serves the node, event, heartbeat and rank endpoints the real server is
+still growing)."""
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from gpujobs_client import (AlreadyFinished, Client, Forbidden, InvalidPageToken, Job, NotFound,
+                            StaleAttempt, Unauthenticated)
+from gpujobs_client.client import InvalidResponse
+
+
+def test_pagination_follows_every_token_to_the_end(fake, sdk):
+    ids = [fake.add_job(name=f"j{i}")["id"] for i in range(7)]
+    fake.add_job(tenant="other")
+    got = [j.id for j in sdk.iter_jobs(page_size=3)]
+    assert got == sorted(ids, reverse=True)  # newest first, each once, all of them
+    calls = fake.sent("GET", "/v1/jobs")
+    assert len(calls) == 3
+    assert "page_token" not in calls[0].query
+    assert all(c.query["page_size"] == ["3"] for c in calls)
+    # each request passes back the token of the answer before it
+    page1 = sdk.list_jobs(page_size=3)
+    assert calls[1].query["page_token"] == [page1.next_page_token]
+
+
+def test_pagination_keeps_the_filter_and_stops_at_a_limit(fake, sdk):
+    for i in range(5):
+        fake.update_job(fake.add_job()["id"], state="RUNNING")
+    fake.add_job()  # PENDING
+    running = list(sdk.iter_jobs(state="RUNNING", page_size=2))
+    assert len(running) == 5 and {j.state for j in running} == {"RUNNING"}
+    assert all(c.query["state"] == ["RUNNING"] for c in fake.sent("GET", "/v1/jobs"))
+    before = len(fake.sent("GET", "/v1/jobs"))
+    assert len(list(sdk.iter_jobs(page_size=2, limit=3))) == 3
+    assert len(fake.sent("GET", "/v1/jobs")) - before == 2
+
+
+def test_an_empty_page_with_a_token_is_not_the_end(fake, sdk):
+    job = fake.add_job()
+    # a token that resumes from the start, as the fake server makes them
+    token = base64.urlsafe_b64encode(json.dumps({"t": "acme", "s": None, "a": "job_~"})
+                                     .encode()).decode()
+    fake.fail("GET", "/v1/jobs", status=200, ctype="application/json",
+              body=json.dumps({"jobs": [], "next_page_token": token}).encode())
+    assert [j.id for j in sdk.iter_jobs()] == [job["id"]]
+    assert fake.sent("GET", "/v1/jobs")[1].query["page_token"] == [token]
+
+
+def test_a_token_that_comes_back_twice_is_an_error_not_a_loop(fake, sdk):
+    body = json.dumps({"jobs": [], "next_page_token": "same"}).encode()
+    fake.fail("GET", "/v1/jobs", status=200, ctype="application/json", body=body, times=5)
+    with pytest.raises(InvalidResponse):
+        list(sdk.iter_jobs())
+    assert len(fake.sent("GET", "/v1/jobs")) == 2
+
+
+def test_a_tampered_token_is_invalid_page_token(fake, sdk):
+    with pytest.raises(InvalidPageToken) as err:
+        sdk.list_jobs(page_token="garbage")
+    assert err.value.field == "page_token"
+
+
+def test_create_get_cancel_and_attempts(fake, sdk):
+    job = sdk.create_job(command=["python", "train.py"], ranks=4, gpu_type="h100",
+                         labels={"team": "nlp"})
+    assert isinstance(job, Job) and job.state == "PENDING" and job.ranks == 4
+    assert job.spec["gpus_per_rank"] == 1 and job.health.status == "UNKNOWN"
+    assert job.raw["spec"]["labels"] == {"team": "nlp"}
+    sent = fake.sent("POST", "/v1/jobs")[0]
+    assert sent.headers["content-type"] == "application/json"
+    assert sent.headers["authorization"] == "Bearer t1"
+    assert sent.json() == {"command": ["python", "train.py"], "ranks": 4, "gpu_type": "h100",
+                           "labels": {"team": "nlp"}}
+    assert sdk.get_job(job.id) == job
+    assert sdk.list_attempts(job.id) == []
+    cancelled = sdk.cancel_job(job.id, reason="wrong data")
+    assert cancelled.state == "CANCELLED" and cancelled.is_terminal
+    assert cancelled.cancel_reason == "wrong data" and cancelled.exit.reason == "cancelled"
+    assert fake.sent("POST", r"/v1/jobs/.*/cancel")[0].json() == {"reason": "wrong data"}
+    assert sdk.cancel_job(job.id).state == "CANCELLED"  # a repeat is harmless
+
+
+def test_cancel_of_a_finished_job_is_already_finished(fake, sdk):
+    job = fake.add_job()
+    fake.update_job(job["id"], state="SUCCEEDED")
+    with pytest.raises(AlreadyFinished):
+        sdk.cancel_job(job["id"])
+
+
+def test_wait_for_job_polls_until_terminal(fake, sdk):
+    job = fake.add_job()
+    fake.place(job["id"], ["node-1"])
+    polls = []
+    fake.on_get_job.append(lambda j: polls.append(j["state"]) or (
+        len(polls) == 3 and j.update(state="SUCCEEDED")))
+    done = sdk.wait_for_job(job["id"], interval_s=0, sleep=lambda s: None)
+    assert done.state == "SUCCEEDED" and len(polls) == 3
+
+
+def test_agent_endpoints_nodes_events_heartbeats_and_ranks(fake, sdk, agent_sdk):
+    node = agent_sdk.put_node("node-1", gpus=8, gpu_type="h100", labels={"zone": "a"})
+    assert (node.node_id, node.gpus, node.gpu_type, node.labels) == ("node-1", 8, "h100",
+                                                                     {"zone": "a"})
+    assert fake.sent("PUT", "/v1/nodes/node-1")[0].json() == {"gpus": 8, "gpu_type": "h100",
+                                                              "labels": {"zone": "a"}}
+    agent_sdk.put_node("node-2", gpus=4, gpu_type="a100")
+    assert [n.node_id for n in sdk.list_nodes()] == ["node-1", "node-2"]
+    assert sdk.get_node("node-2").gpus_free == 4
+    with pytest.raises(NotFound):
+        sdk.get_node("node-9")
+
+    job = sdk.create_job(command=["x"], ranks=3)
+    fake.place(job.id, ["node-1", "node-2"], state="SCHEDULED")
+    started = agent_sdk.post_event(job.id, 1, "STARTED", [0, 1, 2])
+    assert started.state == "RUNNING"
+    assert fake.sent("POST", r"/v1/jobs/.*/attempts/1/events")[0].json() == {
+        "type": "STARTED", "ranks": [0, 1, 2]}
+
+    fake.clock = 10.0
+    ack = agent_sdk.post_heartbeats(job.id, 1, [{"rank": 0, "step": 100}, (2, 90)])
+    assert ack.received_at == fake.now()
+    beats = fake.sent("POST", r"/v1/jobs/.*/heartbeats")[0].json()
+    assert beats["attempt"] == 1 and [b["rank"] for b in beats["ranks"]] == [0, 2]
+    assert all(b["sent_at"].endswith("Z") for b in beats["ranks"])
+
+    fake.clock = 50.0
+    ranks = sdk.get_ranks(job.id)
+    # never heard rank 1 is silent since the start; the others since t=10
+    assert [r.rank for r in ranks.ranks] == [1, 0, 2]
+    assert ranks.ranks[0].last_heard_at is None and ranks.ranks[0].silence_s == 50.0
+    assert ranks.ranks[1].step == 100 and ranks.ranks[1].node_id == "node-1"
+    assert [r.rank for r in ranks.stalled] == [1, 0, 2]
+    assert ranks.threshold_s == 30.0 and ranks.attempt == 1
+
+    with pytest.raises(StaleAttempt):
+        agent_sdk.post_event(job.id, 7, "EXITED", [0], exit_code=0)
+    done = agent_sdk.post_event(job.id, 1, "EXITED", [0, 1, 2], exit_code=1)
+    assert done.state == "FAILED" and done.exit.exit_code == 1
+    assert fake.sent("POST", r"/v1/jobs/.*/attempts/1/events")[-1].json()["exit_code"] == 1
+    with pytest.raises(AlreadyFinished):
+        agent_sdk.post_heartbeats(job.id, 1, [(0, 1)])
+
+
+def test_tokens_and_tenants(fake, sdk, agent_sdk):
+    job = sdk.create_job(command=["x"], ranks=1)
+    with Client(fake.url, "t2") as other, pytest.raises(NotFound):
+        other.get_job(job.id)
+    with pytest.raises(Forbidden):
+        agent_sdk.get_job(job.id)
+    with Client(fake.url, "nope") as bad, pytest.raises(Unauthenticated) as err:
+        bad.list_jobs()
+    assert err.value.field == "Authorization"
+    with Client(fake.url, None) as anonymous:
+        assert anonymous.health() == {"status": "ok"}
+    assert "authorization" not in fake.sent("GET", "/v1/health")[0].headers
+
+
+def test_a_job_id_cannot_reach_another_path(fake, sdk):
+    with pytest.raises(NotFound):
+        sdk.get_job("../nodes")
+    assert fake.sent("GET", r"/v1/jobs/.*")[0].path == "/v1/jobs/..%2Fnodes"
+
+
+def test_defaults_come_from_the_environment(fake, monkeypatch):
+    monkeypatch.setenv("GPUJOBS_API_URL", fake.url + "/")
+    monkeypatch.setenv("GPUJOBS_TOKEN", "t1")
+    with Client() as c:
+        assert c.api_url == fake.url
+        assert c.list_jobs().jobs == []
+
+
+def test_from_config_reads_the_config_file(fake, tmp_path, monkeypatch):
+    monkeypatch.delenv("GPUJOBS_API_URL", raising=False)
+    monkeypatch.delenv("GPUJOBS_TOKEN", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "gpujobs").mkdir()
+    (tmp_path / "gpujobs" / "config.toml").write_text(f'api_url = "{fake.url}"\ntoken = "t1"\n')
+    with Client.from_config() as c:
+        assert (c.api_url, c.token) == (fake.url, "t1")
+
+
+def test_importing_the_package_does_not_import_requests_or_rich():
+    import subprocess
+    import sys
+    from .conftest import CLIENT_DIR
+    code = ("import sys, gpujobs_client, gpujobs_client.cli; "
+            "print(sorted(m for m in ('requests', 'rich', 'yaml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(CLIENT_DIR), "PATH": ""}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -83,13 +83,13 @@ def _tenant():
     return services().auth.tenant(_authorization()).name
 
 
-def _body(schema: str, *, required: bool):
+def _body(schema: str, *, required: bool, max_bytes: int = validation.MAX_BODY_BYTES):
     """The validated body; None only when an optional body is absent (a JSON
     ``null`` is present, and refused by the schema like any other non-object)."""
     req = _request()
     if not req.raw_body and not required:
         return None
-    value = validation.parse_json(req.raw_body, required=True,
+    value = validation.parse_json(req.raw_body, required=True, max_bytes=max_bytes,
                                   content_type=req.headers.get("content-type"))
     return validation.validate(schema, value)
 
@@ -162,7 +162,7 @@ def report_attempt_event(job_id: str, attempt: str):
 @endpoint("/v1/jobs/{job_id}/heartbeats", "POST")
 def post_heartbeats(job_id: str):
     principal = services().auth.agent(_authorization())
-    body = _body("HEARTBEATS", required=True)
+    body = _body("HEARTBEATS", required=True, max_bytes=validation.MAX_HEARTBEATS_BYTES)
     received_at = services().heartbeats.ingest(principal, job_id, body)
     return ok({"received_at": iso(received_at)}, 202)
 

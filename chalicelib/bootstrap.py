@@ -69,7 +69,7 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
     scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s)
     return Services(
         config=config, store=store, node_store=node_store, jobs=jobs,
-        nodes=NodesService(node_store, inbox), attempts=attempts,
+        nodes=NodesService(node_store, inbox, collector), attempts=attempts,
         placer=Placer(store, node_store, dispatcher,
                       resend_after_s=config.cancel_resend_after_s),
         reconciler=Reconciler(store, node_store, dispatcher, attempts,

@@ -9,7 +9,7 @@ from chalice.config import Config as ChaliceConfig
 from chalice.local import (ChaliceRequestHandler, CustomLocalChalice, LocalChalice,
                            LocalDevServer, LocalGatewayException, ThreadedHTTPServer)
 
-from chalicelib.api.validation import MAX_BODY_BYTES
+from chalicelib.api.validation import MAX_ANY_BODY_BYTES
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -38,10 +38,10 @@ class ProblemRequestHandler(ChaliceRequestHandler):
             self.close_connection = True
             return self._send_problem(400, "invalid_argument", "Invalid argument",
                                       "Content-Length is not a number")
-        if length > MAX_BODY_BYTES:
+        if length > MAX_ANY_BODY_BYTES:
             self.close_connection = True
             return self._send_problem(413, "payload_too_large", "Payload too large",
-                                      f"request body exceeds {MAX_BODY_BYTES} bytes")
+                                      f"request body exceeds {MAX_ANY_BODY_BYTES} bytes")
         try:
             super()._generic_handle()
         except Exception:  # noqa: BLE001 - malformed at the gateway, e.g. the path

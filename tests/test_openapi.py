@@ -9,7 +9,7 @@ from __future__ import annotations
 import pathlib
 import re
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import jsonschema
 import pytest
@@ -25,6 +25,7 @@ from chalicelib.api import schemas  # noqa: E402
 from chalicelib.api.representation import attempt_json, job_json, node_json  # noqa: E402
 from chalicelib.api.validation import MAX_BODY_BYTES  # noqa: E402
 from chalicelib.domain import idempotency  # noqa: E402
+from chalicelib.domain.clock import iso  # noqa: E402
 from chalicelib.domain.attempts import LOST, Attempt, exit_info  # noqa: E402
 from chalicelib.domain.errors import ApiError  # noqa: E402
 from chalicelib.domain.ids import JOB_ID_RE, new_job_id  # noqa: E402
@@ -32,9 +33,14 @@ from chalicelib.domain.jobs import (Job, cancel_intent, initial_health,  # noqa:
                                     launch_intent, with_defaults)
 from chalicelib.domain.nodes import NODE_ID_RE, Node, NodeState  # noqa: E402
 from chalicelib.domain.placement import master_port  # noqa: E402
+from chalicelib.domain.principal import Principal  # noqa: E402
+from chalicelib.domain.stall import Beat  # noqa: E402
 from chalicelib.domain.states import Event, JobState  # noqa: E402
+from chalicelib.service.attempts import AttemptsService  # noqa: E402
+from chalicelib.service.heartbeats import HeartbeatsService  # noqa: E402
 from chalicelib.service.jobs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE  # noqa: E402
 from chalicelib.service.nodes import DEFAULT_GPU_TYPE  # noqa: E402
+from chalicelib.service.scan import Scanner  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "openapi.yaml"
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -153,6 +159,10 @@ def test_attempt_event_schema_equals_server_validation_schema(doc):
     assert doc["components"]["schemas"]["AttemptEvent"] == schemas.ATTEMPT_EVENT
 
 
+def test_heartbeats_schema_equals_server_validation_schema(doc):
+    assert doc["components"]["schemas"]["Heartbeats"] == schemas.HEARTBEATS
+
+
 def test_request_bodies_use_the_server_validation_schemas(doc):
     bodies = {(p, m): op["requestBody"]["content"]["application/json"]["schema"]
               for p, m, op in _operations(doc) if "requestBody" in op}
@@ -162,6 +172,7 @@ def test_request_bodies_use_the_server_validation_schemas(doc):
         ("/v1/nodes/{node_id}", "put"): {"$ref": "#/components/schemas/NodePut"},
         ("/v1/jobs/{job_id}/attempts/{attempt}/events", "post"): {
             "$ref": "#/components/schemas/AttemptEvent"},
+        ("/v1/jobs/{job_id}/heartbeats", "post"): {"$ref": "#/components/schemas/Heartbeats"},
     }
 
 
@@ -242,6 +253,9 @@ EXPECTED_STATUSES = {
                                             "503"},
     ("/v1/jobs/{job_id}/attempts/{attempt}/events", "post"): {
         "200", "400", "401", "403", "404", "409", "413", "415", "500", "503"},
+    ("/v1/jobs/{job_id}/heartbeats", "post"): {"202", "400", "401", "403", "404", "409",
+                                               "413", "415", "500", "503"},
+    ("/v1/jobs/{job_id}/ranks", "get"): {"200", "401", "403", "404", "415", "500", "503"},
     # nodes: any token reads them, so no 403 on the reads
     ("/v1/nodes", "get"): {"200", "401", "415", "500", "503"},
     ("/v1/nodes/{node_id}", "get"): {"200", "401", "404", "415", "500", "503"},
@@ -333,7 +347,11 @@ def test_job_representation_conforms_to_job_schema(doc):
         "pattern"]
     stalled = {"status": "STALLED", "threshold_s": 6.0, "first_stalled_rank": 2,
                "last_heard_at": "2025-01-31T12:05:00.000Z",
-               "detected_at": "2025-01-31T12:05:10.000Z", "stalled_ranks": [2, 3]}
+               "detected_at": "2025-01-31T12:05:10.000Z", "stalled_ranks": [2, 3],
+               "co_first": [{"rank": 3, "last_heard_at": "2025-01-31T12:05:00.001Z",
+                             "step": 17}],
+               "suspect_node": "node-2", "detection_s": 10.0, "false_alarms": 1,
+               "suppressed": None}
     cancelled = _job(name="x", state=JobState.CANCELLED, attempt=1,
                      started_at=_t("2025-01-31T12:01:00"),
                      finished_at=_t("2025-01-31T12:06:00"),
@@ -528,3 +546,218 @@ def test_every_example_conforms_to_its_schema(doc):
                 assert not problems, f"{method.upper()} {path} example {name}: {problems}"
                 checked += 1
     assert checked >= 10
+
+
+# -- heartbeats, the ranks view and the stall scan -------------------------------
+T0 = _t("2025-01-31T12:00:00")
+
+
+class _FakeJobStore:
+    """What HeartbeatsService, Scanner and AttemptsService.abandon read and write."""
+
+    def __init__(self, job: Job, attempt: Attempt | None) -> None:
+        self.job, self._attempt, self.healths, self.ended = job, attempt, [], []
+
+    def get(self, job_id):
+        return self.job if job_id == self.job.job_id else None
+
+    def attempt(self, job_id, attempt):
+        a = self._attempt
+        return a if a is not None and (a.job_id, a.attempt) == (job_id, attempt) else None
+
+    def active(self, state, limit):
+        return [self.job] if self.job.state is state else []
+
+    def record_health(self, job, health, *, incident_key=None):
+        self.healths.append(health)
+        return True
+
+    def end_attempt(self, job, attempt, to, exit_, now, stop=None):
+        self.ended.append((to, exit_, stop))
+        return _job(job_id=job.job_id, state=to, attempt=job.attempt, exit=exit_,
+                    spec=job.spec, health=job.health)
+
+
+class _FakeBeats:
+    def __init__(self, beats: dict[int, Beat]) -> None:
+        self.beats, self.written, self.paused = beats, [], []
+
+    def write(self, job_id, attempt, beats, node_of, now):
+        self.written += beats
+
+    def pause(self, job_id, attempt, rank, node_id, until, reason, now):
+        self.paused.append(rank)
+
+    def read(self, job_id, attempt, node_of):
+        return [self.beats.get(r, Beat(r, n)) for r, n in sorted(node_of.items())]
+
+
+class _FakeCollector:
+    def __init__(self, previous_scan=None, latest_ingest=None) -> None:
+        self._previous, self._latest = previous_scan, latest_ingest
+
+    def mark_ingest(self, now):
+        self._latest = now
+
+    def latest_ingest(self):
+        return self._latest
+
+    def previous_scan(self):
+        return self._previous
+
+    def record_scan(self, now):
+        self._previous = now
+
+
+class _FakeDispatcher:
+    def __init__(self) -> None:
+        self.sent = []
+
+    def send(self, intent, node_ids=None):
+        self.sent.append(intent)
+        return len(intent.targets)
+
+
+def _running(**spec) -> tuple[Job, Attempt]:
+    """A RUNNING 4-rank job, ranks 0-1 on node-1 and 2-3 on node-2, attempt 1."""
+    spec = with_defaults({"command": ["python", "train.py"], "ranks": 4,
+                          "heartbeat": {"interval_s": 5, "startup_grace_s": 30}, **spec})
+    job = _job(spec=spec, health=initial_health(spec, 60.0), state=JobState.RUNNING,
+               attempt=1, started_at=T0, inboxes={"node-1": "http://q/1", "node-2": "http://q/2"})
+    attempt = _attempt(job_id=job.job_id, world_size=4,
+                       placement=[{"rank": r, "node_id": n} for r, n in
+                                  enumerate(["node-1", "node-1", "node-2", "node-2"])],
+                       node_ranks={"node-1": [0, 1], "node-2": [2, 3]},
+                       node_gpus={"node-1": 2, "node-2": 2}, created_at=T0)
+    return job, attempt
+
+
+def _at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def test_initial_health_members_are_the_job_health_schema_properties(doc):
+    health = initial_health(with_defaults({"command": ["x"], "ranks": 2}), 60.0)
+    assert set(health) == set(doc["components"]["schemas"]["JobHealth"]["properties"])
+    _assert_valid(doc, "JobHealth", health)
+    for broken in ({**health, "status": "DEAD"}, {**health, "false_alarms": -1},
+                   {**health, "co_first": [{"rank": 1}]}):
+        assert not _schema_validator(doc, "JobHealth").is_valid(broken), broken
+
+
+def test_heartbeats_acceptance_conforms_to_its_schema(doc):
+    job, attempt = _running()
+    beats = _FakeBeats({})
+    service = HeartbeatsService(_FakeJobStore(job, attempt), beats, _FakeCollector(),
+                                scans_per_hour=60.0, clock=lambda: _at(10.5))
+    body = {"attempt": 1, "ranks": [
+        {"rank": 0, "step": 3, "sent_at": "2025-01-31T12:00:10.400Z"},
+        {"rank": 1, "pause": {"reason": "checkpoint", "remaining_s": 600}},
+        {"rank": 2, "step": 3, "pause": {"remaining_s": 60}}]}
+    assert _schema_validator(doc, "Heartbeats").is_valid(body)
+    received_at = service.ingest(Principal("agent", "*"), job.job_id, body)
+    _assert_valid(doc, "HeartbeatsAccepted", {"received_at": iso(received_at)})
+    # a pause without a step is not a beat; with a step it is both
+    assert [b["rank"] for b in beats.written] == [0, 2] and beats.paused == [1]
+
+
+def test_heartbeats_problems_name_the_documented_fields(doc):
+    job, attempt = _running()
+    service = HeartbeatsService(_FakeJobStore(job, attempt), _FakeBeats({}), _FakeCollector(),
+                                scans_per_hour=60.0, clock=lambda: _at(1))
+    cases = [
+        ({"attempt": 1, "ranks": [{"rank": 0, "step": 1}, {"rank": 4, "step": 1}]},
+         Principal("agent", "*"), "invalid_argument", "ranks.1.rank"),
+        ({"attempt": 1, "ranks": [{"rank": 0, "step": 1, "sent_at": "yesterday"}]},
+         Principal("agent", "*"), "invalid_argument", "ranks.0.sent_at"),
+        ({"attempt": 1, "ranks": [{"rank": 2, "step": 1}]},
+         Principal("agent", "node-1"), "forbidden", "ranks.0.rank"),
+        ({"attempt": 2, "ranks": [{"rank": 0, "step": 1}]},
+         Principal("agent", "*"), "stale_attempt", "attempt"),
+    ]
+    problems = doc["paths"]["/v1/jobs/{job_id}/heartbeats"]["post"]["responses"]
+    for body, principal, code, field in cases:
+        with pytest.raises(ApiError) as caught:
+            service.ingest(principal, job.job_id, body)
+        problem = caught.value.problem()
+        assert (problem["code"], problem.get("field")) == (code, field), body
+        _assert_valid(doc, "Problem", problem)
+        described = _resolve(doc, problems[str(problem["status"])])["description"]
+        assert f"field: {re.sub(r'[.][0-9]+[.]', '.<i>.', field)}`" in described, field
+
+
+def test_ranks_view_conforms_to_rank_list_schema(doc):
+    job, attempt = _running()
+    beats = {0: Beat(0, "node-1", heard_at=_at(100), step=20),
+             1: Beat(1, "node-1", heard_at=_at(100), step=20),
+             2: Beat(2, "node-2", heard_at=_at(60), step=12),
+             3: Beat(3, "node-2", paused_until=_at(500))}
+    service = HeartbeatsService(_FakeJobStore(job, attempt), _FakeBeats(beats),
+                                _FakeCollector(), scans_per_hour=60.0, clock=lambda: _at(101))
+    view = service.ranks(job)
+    schema = doc["components"]["schemas"]
+    assert set(view) == set(schema["RankList"]["properties"])
+    assert set(view["threshold_inputs"]) == set(schema["ThresholdInputs"]["properties"])
+    assert all(set(r) == set(schema["RankLiveness"]["properties"]) for r in view["ranks"])
+    _assert_valid(doc, "RankList", view)
+    # silent longest first, ties by rank; a never-heard rank counts from the start
+    assert [r["rank"] for r in view["ranks"]] == [3, 2, 0, 1]
+    assert view["ranks"][0]["last_heard_at"] is None and view["ranks"][0]["paused"]
+    assert view["ranks"][1]["stalled"] and not view["ranks"][0]["stalled"]
+    assert view["threshold_s"] == view["threshold_inputs"]["k"] * 5
+    unplaced = _job()
+    empty = service.ranks(unplaced)
+    assert (empty["attempt"], empty["ranks"]) == (0, [])
+    _assert_valid(doc, "RankList", empty)
+
+
+def test_scan_health_exit_and_cancel_conform_to_their_schemas(doc):
+    """A stall of node-2 with ``on_stall: restart`` and no attempts left."""
+    job, attempt = _running(on_stall="restart")
+    beats = {0: Beat(0, "node-1", heard_at=_at(200), step=40),
+             1: Beat(1, "node-1", heard_at=_at(200), step=40),
+             2: Beat(2, "node-2", heard_at=_at(100), step=20),
+             3: Beat(3, "node-2", heard_at=_at(100), step=19)}
+    store, dispatcher = _FakeJobStore(job, attempt), _FakeDispatcher()
+    clock = lambda: _at(201)  # noqa: E731
+    heartbeats = HeartbeatsService(store, _FakeBeats(beats), _FakeCollector(),
+                                   scans_per_hour=60.0, clock=clock)
+    attempts = AttemptsService(store, dispatcher, lambda: None, clock=clock)
+    scanner = Scanner(store, heartbeats, _FakeCollector(_at(141), _at(200)), attempts,
+                      period_s=60.0, clock=clock)
+    assert scanner.run() == {"jobs": 1, "incidents": 1, "suppressed": None}
+    [health] = store.healths
+    assert set(health) == set(doc["components"]["schemas"]["JobHealth"]["properties"])
+    _assert_valid(doc, "JobHealth", health)
+    assert (health["status"], health["first_stalled_rank"], health["suspect_node"]) == (
+        "STALLED", 2, "node-2")
+    [(to, exit_, stop)] = store.ended
+    assert to is JobState.FAILED and exit_ == {"reason": "stalled", "exit_code": None,
+                                               "rank": 2}
+    _assert_valid(doc, "Exit", exit_)
+    _assert_valid(doc, "Job", job_json(_job(spec=job.spec, state=to, attempt=1, health=health,
+                                            exit=exit_, started_at=T0, finished_at=_at(201))))
+    _assert_valid(doc, "AttemptList", {"attempts": [attempt_json(
+        {"attempt": 1, "state": "FAILED", "placement": attempt.placement,
+         "created_at": T0, "finished_at": _at(201), "exit": exit_})]})
+    [cancel] = dispatcher.sent
+    for node_id in cancel.targets:
+        _assert_valid(doc, "CancelMessage", cancel.message_for(node_id))
+    assert cancel.message["reason"] in doc["components"]["schemas"]["CancelMessage"][
+        "properties"]["reason"]["description"]
+
+
+def test_suppressed_scan_health_conforms_to_job_health_schema(doc):
+    job, attempt = _running()
+    store = _FakeJobStore(job, attempt)
+    beats = {r: Beat(r, n, heard_at=_at(10), step=1)
+             for r, n in enumerate(["node-1", "node-1", "node-2", "node-2"])}
+    heartbeats = HeartbeatsService(store, _FakeBeats(beats), _FakeCollector(),
+                                   scans_per_hour=60.0, clock=lambda: _at(400))
+    scanner = Scanner(store, heartbeats, _FakeCollector(_at(340), _at(10)), attempts=None,
+                      period_s=60.0, clock=lambda: _at(400))
+    report = scanner.run()
+    assert report["incidents"] == 0 and report["suppressed"]
+    [health] = store.healths
+    _assert_valid(doc, "JobHealth", health)
+    assert health["status"] == "OK" and health["suppressed"] and health["stalled_ranks"]

@@ -19,7 +19,7 @@ from pynamodb.transactions import TransactWrite
 from ..domain import idempotency
 from ..domain.clock import iso, parse_iso
 from ..domain.attempts import Attempt
-from ..domain.jobs import Intent, Job
+from ..domain.jobs import Intent, Job, clear_incident
 from ..domain.placement import Plan, queue_key
 from ..domain.states import PLACED, JobState
 from ..service.ports import (CapacityChanged, IdemClaim, IdempotencyConflict, IdemRecord,
@@ -251,6 +251,7 @@ class DynamoJobStore(metaclass=Translating):
                     JobModel.attempt.set(attempt),
                     JobModel.inboxes.set(intent.targets),
                     JobModel.pending_reason.remove(),
+                    JobModel.health.set(clear_incident(job.health)),
                     JobModel.updated_at.set(iso(now)),
                 ], condition=(JobModel.state == JobState.PENDING.value)
                     & (JobModel.attempt == job.attempt))

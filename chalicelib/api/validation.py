@@ -12,6 +12,10 @@ from ..domain.errors import InvalidArgument, PayloadTooLarge, UnsupportedMediaTy
 from . import schemas
 
 MAX_BODY_BYTES = 64 * 1024
+#: a heartbeat batch of 1,024 ranks with steps and times is about 90 KB
+MAX_HEARTBEATS_BYTES = 256 * 1024
+#: what the gateway admits before any route looks at it
+MAX_ANY_BODY_BYTES = MAX_HEARTBEATS_BYTES
 _validators: dict[str, Callable[[Any], Any]] = {}
 
 
@@ -35,10 +39,11 @@ def _reject_constant(s: str) -> None:
     raise ValueError(f"{s} is not JSON")
 
 
-def parse_json(raw: bytes | None, *, required: bool, content_type: str | None) -> Any:
+def parse_json(raw: bytes | None, *, required: bool, content_type: str | None,
+               max_bytes: int = MAX_BODY_BYTES) -> Any:
     """Bytes to a JSON value, or a 4xx naming what is wrong. Never raises anything else."""
-    if raw is not None and len(raw) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"request body exceeds {MAX_BODY_BYTES} bytes", field="body")
+    if raw is not None and len(raw) > max_bytes:
+        raise PayloadTooLarge(f"request body exceeds {max_bytes} bytes", field="body")
     if not raw:
         if required:
             raise InvalidArgument("request body is required", field="body")

@@ -47,6 +47,16 @@ def initial_health(spec: dict, scans_per_hour: float) -> dict:
     }
 
 
+_INCIDENT = {"first_stalled_rank": None, "last_heard_at": None, "detected_at": None,
+             "stalled_ranks": [], "co_first": [], "suspect_node": None, "detection_s": None}
+
+
+def clear_incident(health: dict) -> dict:
+    """Health with no incident open (a new attempt, or a false alarm over);
+    the threshold and the false-alarm count stay."""
+    return {**health, **_INCIDENT, "status": "UNKNOWN", "suppressed": None}
+
+
 @dataclass
 class Job:
     job_id: str

@@ -70,14 +70,21 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
     return sorted(out, key=lambda r: (-r.silence_s, r.rank))
 
 
-def jitter_band(beats: list[Beat], interval_s: float) -> float:
-    """How far apart beats of healthy ranks land: the 90th percentile of how far
-    each rank's last gap strayed from the interval. Within this band, which
-    rank went quiet first cannot be told."""
+def jitter_band(beats: list[Beat], interval_s: float,
+                healthy: list[RankView] | None = None) -> float:
+    """How far apart beats of healthy ranks land. Within this band, which rank
+    went quiet first cannot be told.
+
+    With two receive times per rank: the 90th percentile of how far each
+    rank's last gap strayed from the interval. With one (what the collector
+    stores): how far the most silent healthy rank is past one interval, since
+    a healthy rank is heard at least once an interval but for jitter.
+    """
     deviations = sorted(abs((b.heard_at - b.prev_heard_at).total_seconds() - interval_s)
                         for b in beats if b.heard_at and b.prev_heard_at)
     if not deviations:
-        return 0.0
+        silences = [r.silence_s for r in healthy or () if r.last_heard_at is not None]
+        return max(0.0, max(silences) - interval_s) if silences else 0.0
     if len(deviations) == 1:
         return deviations[0]
     return statistics.quantiles(deviations, n=10, method="inclusive")[-1]
@@ -88,7 +95,7 @@ def judge(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s
     ranks = view(beats, now=now, started_at=started_at, threshold_s=threshold_s,
                  startup_grace_s=startup_grace_s)
     stalled = [r for r in ranks if r.stalled]
-    jitter = jitter_band(beats, interval_s)
+    jitter = jitter_band(beats, interval_s, [r for r in ranks if not r.stalled])
     if not stalled:
         return Verdict(ranks, None, [], None, jitter)
     first = stalled[0]

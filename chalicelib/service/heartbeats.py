@@ -16,6 +16,7 @@ from ..domain.ids import is_job_id
 from ..domain.jobs import Job
 from ..domain.principal import Principal
 from ..domain.stall import view
+from ..domain.states import PLACED
 from .ports import CollectorStore, HeartbeatStore, JobStore
 
 _PLACEMENTS_CACHED = 1024
@@ -57,7 +58,8 @@ class HeartbeatsService:
             raise NotFound(f"job {job_id} not found", field="job_id")
         if job.state.terminal:
             raise AlreadyFinished(f"job {job_id} already {job.state.value}", field="job_id")
-        if body["attempt"] != job.attempt or job.attempt == 0:
+        if body["attempt"] != job.attempt or job.state not in PLACED:
+            # a PENDING job's attempt number is its last, ended attempt
             raise StaleAttempt(f"attempt {body['attempt']} is not the current attempt "
                                f"({job.attempt}) of job {job_id}", field="attempt")
         node_of = self.node_of(job_id, job.attempt)
@@ -74,7 +76,8 @@ class HeartbeatsService:
             if "pause" in r:
                 beat["paused_until"] = plus(now, r["pause"]["remaining_s"])
                 beat["pause_reason"] = r["pause"].get("reason", "paused")
-            (beats if "step" in r else pauses).append(beat)
+            # an entry with only a pause declares it without being a beat
+            (pauses if "pause" in r and "step" not in r else beats).append(beat)
         if beats:
             self.beats.write(job_id, job.attempt, beats, node_of, now)
         for p in pauses:  # a pause is not a beat: the last beat's time stands
@@ -109,7 +112,7 @@ class HeartbeatsService:
         if job.attempt == 0:
             return out
         node_of, created_at = self.placement(job.job_id, job.attempt)
-        started = job.started_at or created_at or now
+        started = attempt_start(job, created_at, now)
         for r in view(self.beats.read(job.job_id, job.attempt, node_of), now=now,
                       started_at=started, threshold_s=threshold,
                       startup_grace_s=hb["startup_grace_s"]):
@@ -119,3 +122,10 @@ class HeartbeatsService:
                 "silence_s": round(r.silence_s, 3), "step": r.step, "stalled": r.stalled,
                 "paused": r.paused})
         return out
+
+
+def attempt_start(job: Job, created_at: datetime | None, now: datetime) -> datetime:
+    """When the current attempt began: its STARTED, else its placement (the
+    job's ``started_at`` may belong to an earlier attempt)."""
+    starts = [t for t in (job.started_at, created_at) if t is not None]
+    return max(starts) if starts else now

@@ -7,15 +7,16 @@ from ..domain.clock import Clock, utcnow
 from ..domain.errors import Forbidden, InvalidArgument, NotFound
 from ..domain.nodes import Node, NodeState, is_node_id
 from ..domain.principal import Principal
-from .ports import Inbox, NodeStore
+from .ports import CollectorStore, Inbox, NodeStore
 
 DEFAULT_GPU_TYPE = "generic"
 ENSURE_EVERY_S = 600
 
 
 class NodesService:
-    def __init__(self, nodes: NodeStore, inbox: Inbox, clock: Clock = utcnow) -> None:
-        self.nodes, self.inbox, self._clock = nodes, inbox, clock
+    def __init__(self, nodes: NodeStore, inbox: Inbox, collector: CollectorStore,
+                 clock: Clock = utcnow) -> None:
+        self.nodes, self.inbox, self.collector, self._clock = nodes, inbox, collector, clock
         self._ensured: dict[str, datetime] = {}
 
     def authorize(self, principal: Principal, node_id: str) -> None:
@@ -39,10 +40,13 @@ class NodesService:
             self._ensured[node_id] = now
         else:
             url = current.inbox_queue_url
-        return self.nodes.register(
+        node = self.nodes.register(
             node_id, gpus=body["gpus"], gpu_type=body.get("gpu_type", DEFAULT_GPU_TYPE),
             labels=body.get("labels", {}), address=body.get("address", node_id),
             inbox_queue_url=url, now=now)
+        # a node calling in shows the ingest path works, even if no rank beats
+        self.collector.mark_ingest(now)
+        return node
 
     def get(self, node_id: str) -> Node:
         node = self.nodes.get(node_id) if is_node_id(node_id) else None

@@ -12,11 +12,11 @@ import logging
 from datetime import datetime
 
 from ..domain.clock import Clock, iso, utcnow
-from ..domain.jobs import Job
+from ..domain.jobs import Job, clear_incident
 from ..domain.stall import Verdict, judge, suppression
 from ..domain.states import JobState
 from .attempts import AttemptsService
-from .heartbeats import HeartbeatsService
+from .heartbeats import HeartbeatsService, attempt_start
 from .ports import CollectorStore, JobStore
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class Scanner:
             return 0
         hb = job.spec["heartbeat"]
         beats = self.heartbeats.beats.read(job.job_id, job.attempt, node_of)
-        verdict = judge(beats, now=now, started_at=job.started_at or created_at or now,
+        verdict = judge(beats, now=now, started_at=attempt_start(job, created_at, now),
                         threshold_s=job.health["threshold_s"],
                         startup_grace_s=hb["startup_grace_s"], interval_s=hb["interval_s"])
         health = dict(job.health)
@@ -99,6 +99,7 @@ class Scanner:
         beat_again = any(r.rank == culprit and r.last_heard_at and detected
                          and iso(r.last_heard_at) > detected for r in verdict.ranks)
         if beat_again:
+            health = clear_incident(health)
             health["false_alarms"] = int(health.get("false_alarms") or 0) + 1
             health["status"] = "OK"
             log.warning("job %s: rank %s beat again after its stall: a false alarm",

@@ -32,6 +32,7 @@ def running(iso, iso_client, tenants):
         iso.nodes.register(AGENT, n, {"gpus": 2})
     clock = Clock()
     iso.heartbeats._clock = iso.scanner._clock = iso.attempts._clock = clock
+    iso.placer._clock = clock
     job_id, by_node = placed(iso, iso_client, tenants,
                              heartbeat={"interval_s": 5, "startup_grace_s": 30})
     for n, ranks in by_node.items():
@@ -183,6 +184,7 @@ def test_restart_on_stall_cancels_the_attempt_and_requeues(iso, iso_client, tena
         iso.nodes.register(AGENT, n, {"gpus": 2})
     clock = Clock()
     iso.heartbeats._clock = iso.scanner._clock = iso.attempts._clock = clock
+    iso.placer._clock = clock
     job_id, by_node = placed(iso, iso_client, tenants, max_attempts=2, on_stall="restart",
                              heartbeat={"interval_s": 5, "startup_grace_s": 0})
     for n, ranks in by_node.items():
@@ -245,3 +247,33 @@ def test_a_throttled_write_is_503_with_retry_after(iso, iso_client, tenants, run
     r = beat(iso_client, tenants, job_id, [0])
     assert r.status_code == 503 and r.json_body["code"] == "unavailable"
     assert r.headers["Retry-After"] == "1"
+
+
+def test_a_bare_rank_entry_is_a_beat(iso, iso_client, tenants, running):
+    job_id, _, _ = running
+    r = iso_client.http.post(f"/v1/jobs/{job_id}/heartbeats", headers=tenants.headers("agents"),
+                             body=json.dumps({"attempt": 1, "ranks": [{"rank": 0}]}))
+    assert r.status_code == 202
+    [r0] = [r for r in ranks_view(iso_client, tenants, job_id)["ranks"] if r["rank"] == 0]
+    assert r0["last_heard_at"] is not None
+
+
+def test_a_full_batch_of_1024_ranks_fits_the_body_limit(iso, iso_client, tenants):
+    body = {"attempt": 1, "ranks": [{"rank": r, "step": 123456789,
+                                     "sent_at": "2026-11-29T17:00:00.123Z"}
+                                    for r in range(1024)]}
+    raw = json.dumps(body)
+    assert len(raw) > 64 * 1024
+    r = iso_client.http.post("/v1/jobs/job_01ARZ3NDEKTSV4RRFFQ69G5FAV/heartbeats", body=raw,
+                             headers=tenants.headers("agents"))
+    assert r.status_code == 404, "parsed and validated, then the job is not found"
+
+
+def test_beats_for_an_attempt_that_ended_are_stale(iso, iso_client, tenants):
+    for n in ("n1", "n2"):
+        iso.nodes.register(AGENT, n, {"gpus": 2})
+    job_id, by_node = placed(iso, iso_client, tenants, max_attempts=2)
+    event(iso_client, tenants, job_id, 1,
+          {"type": "EXITED", "ranks": by_node["n1"], "exit_code": 1, "node_id": "n1"})
+    r = beat(iso_client, tenants, job_id, by_node["n2"])
+    assert r.status_code == 409 and r.json_body["code"] == "stale_attempt"

@@ -130,6 +130,7 @@ def launch_intent(job: Job, attempt: int, ranks_by_node: dict[str, list[int]],
                   {"type": "LAUNCH", "job_id": job.job_id, "attempt": attempt,
                    "world_size": spec["ranks"], "command": spec["command"],
                    "env": spec.get("env", {}), "gpus_per_rank": spec["gpus_per_rank"],
-                   "master_addr": master_addr, "master_port": master_port},
+                   "master_addr": master_addr, "master_port": master_port,
+                   "heartbeat_interval_s": spec["heartbeat"]["interval_s"]},
                   dict(sorted(inboxes.items())),
                   {n: list(r) for n, r in sorted(ranks_by_node.items())})

@@ -37,12 +37,12 @@ class Scanner:
         why = suppression(now=now, previous_scan_at=previous, period_s=self._period_s,
                           latest_ingest_at=self.collector.latest_ingest(),
                           window_s=max(3 * self._period_s, 30.0))
-        if why:
-            log.warning("stall scan convicts nobody this time: %s", why)
         jobs = stalled = 0
         for job in self.store.active(JobState.RUNNING, MAX_JOBS_PER_SCAN):
             jobs += 1
             stalled += self.scan_job(job, now, why)
+        if why and jobs:
+            log.warning("stall scan convicts nobody this time: %s", why)
         return {"jobs": jobs, "incidents": stalled, "suppressed": why}
 
     def scan_job(self, job: Job, now: datetime, why: str | None = None) -> int:

@@ -1,0 +1,832 @@
+"""Endpoint latency against the bare AWS calls each endpoint needs, measured in one run.
+
+``make bench`` runs ``.venv/bin/python bench/endpoints.py`` from the repository
+root. Everything runs in-process on moto (``mock_aws``): the tables and queues
+come from infra/template.yaml, deployed through CloudFormation exactly as
+devstack/resources.py does; requests go through Chalice's test client.
+
+For every endpoint the script times, in interleaved pairs, the endpoint and a
+*baseline*: the minimum boto3 calls that endpoint needs, made with a plain
+client against the same moto tables. It prints the medians (CPU time of the
+calling thread, which other load on a shared machine does not move; wall-clock
+ratios alongside), their ratio and the DynamoDB/SQS requests the endpoint made
+(counted with a botocore ``request-created`` hook on every client, so retries
+count too), flagging any endpoint that makes more than its documented minimum. It also measures, in
+fresh interpreters, the import cost of ``import app`` over
+``import boto3, chalice, pynamodb`` (cold start) and the cost of the first
+request (bootstrap). See docs/benchmarks.md.
+
+Options: --rounds N (default 200), --warmup N (20), --cold-runs N (15),
+--first-runs N (3), --seed N, --profile ROW (cProfile that endpoint instead).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import gc
+import json
+import os
+import pathlib
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any, Callable
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TENANT = "bench"
+TOKEN = "bench"
+STAGE = "dev"  # the stage Chalice's test client applies (.chalice/config.json)
+REGION = "us-east-1"
+#: jobs of TENANT before the run: more than one page of 50, few enough that
+#: moto's whole-table copies per TransactWriteItems stay small
+LISTED_JOBS = 60
+BODY = {
+    "name": "bench-train",
+    "command": ["python", "train.py", "--epochs", "10", "--lr", "3e-4"],
+    "ranks": 4,
+    "gpus_per_rank": 8,
+    "gpu_type": "H100",
+    "env": {"NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": "8"},
+    "labels": {"team": "ml", "project": "bench"},
+}
+BODY_BYTES = json.dumps(BODY).encode("utf-8")
+HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+NODE = "n1"
+#: the node the placed jobs run on; its GPUs are given back after every round
+NODE_GPUS = 1024
+CANCEL_BYTES = json.dumps({"reason": "bench"}).encode("utf-8")
+COLD_TARGET_MS = 60.0
+RATIO_TARGET = 1.5
+
+# -- request counting -----------------------------------------------------------
+#: (service, operation) of every HTTP request any botocore client made; cleared
+#: before each timed call
+CALLS: list[tuple[str, str]] = []
+#: CPU seconds spent creating clients, by service (for the first-request line)
+CLIENT_CREATION_S: dict[str, float] = {}
+
+
+def install_request_counter() -> None:
+    """Hook every botocore client created from now on: PynamoDB makes its own
+    botocore session and clients, boto3 (the SQS inbox, the baseline) others;
+    all of them go through botocore.session.Session.create_client."""
+    import botocore.session
+
+    original = botocore.session.Session.create_client
+    if getattr(original, "_bench_counting", False):
+        return
+
+    def create_client(self, service_name, *args, **kwargs):
+        t0 = time.thread_time()
+        client = original(self, service_name, *args, **kwargs)
+        CLIENT_CREATION_S[service_name] = (CLIENT_CREATION_S.get(service_name, 0.0)
+                                           + time.thread_time() - t0)
+
+        def count(operation_name=None, **_):
+            # request-created fires once per HTTP attempt, retries included
+            CALLS.append((service_name, operation_name))
+
+        client.meta.events.register("request-created", count)
+        return client
+
+    create_client._bench_counting = True
+    botocore.session.Session.create_client = create_client
+
+
+# -- environment ----------------------------------------------------------------
+def start_environment() -> dict[str, str]:
+    """moto in-process, the stack deployed from infra/template.yaml, the env set."""
+    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": REGION,
+                       "GPUJOBS_PAGE_TOKEN_KEY": "bench-page-token-key"})
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "GPUJOBS_AWS_ENDPOINT_URL",
+                 "GPUJOBS_TOKENS_FILE"):
+        os.environ.pop(name, None)
+    from moto import mock_aws
+
+    mock = mock_aws()
+    mock.start()  # before any client exists
+    install_request_counter()
+    from devstack import resources
+
+    env = {k: v for k, v in resources.deploy(None, stage=STAGE, region=REGION).items()
+           if v is not None}
+    os.environ.update(env)
+    return env
+
+
+def build_services():
+    from chalicelib import bootstrap
+    from chalicelib.adapters.tokens import TokenStore
+    from chalicelib.config import Config
+
+    services = bootstrap.build(Config.from_env(),
+                               tokens=TokenStore.from_entries([{"token": TOKEN,
+                                                                "tenant": TENANT}]))
+    bootstrap.install(services)
+    return services
+
+
+def test_client():
+    from chalice.test import Client
+
+    import app as gpujobs
+
+    return Client(gpujobs.app, stage_name=STAGE, project_dir=str(ROOT))
+
+
+class Fail(RuntimeError):
+    pass
+
+
+def expect(response, status: int, what: str) -> Any:
+    if response.status_code != status:
+        raise Fail(f"{what}: HTTP {response.status_code}, expected {status}: "
+                   f"{response.body[:300]!r}")
+    return response.json_body
+
+
+# -- the benchmark ----------------------------------------------------------------
+@dataclasses.dataclass
+class Row:
+    name: str
+    #: the documented minimum: {"dynamodb": n, "sqs": m}
+    minimum: dict[str, int]
+    #: untimed: makes what one endpoint call and one baseline call consume
+    prepare: Callable[[], dict]
+    endpoint: Callable[[dict], Any]
+    baseline: Callable[[dict], Any]
+    check: Callable[[dict, Any, Any], None]
+    #: wall milliseconds per call
+    endpoint_ms: list[float] = dataclasses.field(default_factory=list)
+    baseline_ms: list[float] = dataclasses.field(default_factory=list)
+    #: CPU milliseconds of this thread per call (everything, moto included,
+    #: runs on it), which other processes on a busy machine barely move
+    endpoint_cpu: list[float] = dataclasses.field(default_factory=list)
+    baseline_cpu: list[float] = dataclasses.field(default_factory=list)
+    endpoint_calls: list[tuple] = dataclasses.field(default_factory=list)
+    baseline_calls: list[tuple] = dataclasses.field(default_factory=list)
+
+    @property
+    def min_total(self) -> int:
+        return sum(self.minimum.values())
+
+
+class Bench:
+    def __init__(self, services, client) -> None:
+        import boto3
+        from botocore.config import Config as BotoConfig
+
+        from chalicelib.config import Config
+        from chalicelib.domain.principal import Principal
+
+        self.services = services
+        self.http = client.http
+        self.cfg: Config = services.config
+        # the baseline: plain boto3 clients, no parameter validation (as PynamoDB)
+        plain = BotoConfig(parameter_validation=False)
+        session = boto3.session.Session()
+        self.ddb = session.client("dynamodb", region_name=REGION, config=plain)
+        self.sqs = session.client("sqs", region_name=REGION, config=plain)
+        self.cleanup = boto3.session.Session().client("dynamodb", region_name=REGION)
+        # registering creates the node's inbox queue (SqsInbox.ensure)
+        node = services.nodes.register(Principal("agent", "*"), NODE,
+                                       {"gpus": NODE_GPUS, "gpu_type": BODY["gpu_type"]})
+        self.queue_url = node.inbox_queue_url
+        self.queues = [u for u in (self.queue_url, self.cfg.pending_queue_url) if u]
+        self.garbage: list[tuple[str, dict]] = []
+        self.rows = self._rows()
+
+    # -- fixtures (untimed) ----------------------------------------------------
+    def _job_key(self, job_id: str) -> dict:
+        return {"job_id": {"S": job_id}}
+
+    def _new_job(self, *, key: str | None = None, placed: bool = False):
+        """A PENDING job made through the service (or placed on NODE, as the
+        placer would place it: a Plan, a LAUNCH intent, DynamoJobStore.place)."""
+        from chalicelib.domain import idempotency
+        from chalicelib.domain.clock import utcnow
+        from chalicelib.domain.jobs import launch_intent
+        from chalicelib.domain.placement import Plan
+
+        job, _ = self.services.jobs.create(TENANT, BODY, key)
+        self.garbage.append((self.cfg.jobs_table, self._job_key(job.job_id)))
+        if key is not None:
+            self.garbage.append((self.cfg.idempotency_table,
+                                 {"idem_id": {"S": idempotency.record_id(TENANT, key)}}))
+        if placed:
+            plan = Plan({NODE: list(range(job.spec["ranks"]))}, job.spec["gpus_per_rank"])
+            intent = launch_intent(job, job.attempt + 1, plan.ranks_by_node,
+                                   {NODE: self.queue_url}, NODE, 29500)
+            job = self.services.store.place(job, plan, intent, utcnow())
+            self.garbage.append((self.cfg.attempts_table,
+                                 {"job_id": {"S": job.job_id},
+                                  "attempt": {"N": str(job.attempt)}}))
+            for kind in ("LAUNCH", "CANCEL"):
+                self.garbage.append((self.cfg.outbox_table,
+                                     {"job_id": {"S": job.job_id},
+                                      "intent_id": {"S": f"{kind}#{job.attempt}"}}))
+        return job
+
+    def _create_items(self, key: str) -> tuple[dict, dict]:
+        """The idempotency record and job item exactly as the service writes them
+        (the PynamoDB models' serialize() of what DynamoJobStore.create saves)."""
+        from chalicelib.adapters.job_store import job_to_model
+        from chalicelib.adapters.models import IdempotencyModel
+        from chalicelib.domain import idempotency
+        from chalicelib.domain.clock import iso, utcnow
+        from chalicelib.domain.ids import new_job_id
+        from chalicelib.domain.jobs import Job, initial_health, with_defaults
+        from chalicelib.domain.states import JobState
+
+        now = utcnow()
+        spec = with_defaults(BODY)
+        idem_id = idempotency.record_id(TENANT, key)
+        job = Job(job_id=new_job_id(), tenant=TENANT, state=JobState.PENDING, spec=spec,
+                  created_at=now, updated_at=now, name=BODY["name"],
+                  health=initial_health(spec, self.cfg.scans_per_hour), idem_id=idem_id)
+        record = IdempotencyModel(idem_id, job_id=job.job_id,
+                                  body_hash=idempotency.body_hash(BODY), created_at=iso(now))
+        return record.serialize(), job_to_model(job).serialize()
+
+    def _transact_create(self, record: dict, job: dict) -> list[dict]:
+        return [
+            {"Put": {"TableName": self.cfg.idempotency_table, "Item": record,
+                     "ConditionExpression": "attribute_not_exists(#k)",
+                     "ExpressionAttributeNames": {"#k": "idem_id"},
+                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}},
+            {"Put": {"TableName": self.cfg.jobs_table, "Item": job,
+                     "ConditionExpression": "attribute_not_exists(#k)",
+                     "ExpressionAttributeNames": {"#k": "job_id"}}},
+        ]
+
+    def _cancel_update(self, job_id: str) -> dict:
+        """The UpdateItem of DynamoJobStore.cancel_unplaced, spelled out."""
+        from chalicelib.domain.clock import iso, utcnow
+
+        now = iso(utcnow())
+        return {
+            "TableName": self.cfg.jobs_table, "Key": self._job_key(job_id),
+            "UpdateExpression": "SET #s = :cancelled, #cra = :now, #ua = :now, #x = :exit, "
+                                "#fa = :now, #cr = :reason REMOVE #as",
+            "ConditionExpression": "#s = :pending",
+            "ExpressionAttributeNames": {"#s": "state", "#cra": "cancel_requested_at",
+                                         "#ua": "updated_at", "#x": "exit",
+                                         "#fa": "finished_at", "#cr": "cancel_reason",
+                                         "#as": "active_state"},
+            "ExpressionAttributeValues": {
+                ":cancelled": {"S": "CANCELLED"}, ":pending": {"S": "PENDING"},
+                ":now": {"S": now}, ":reason": {"S": "bench"},
+                ":exit": {"S": json.dumps({"reason": "cancelled", "exit_code": None})}},
+        }
+
+    # -- rows --------------------------------------------------------------------
+    def _rows(self) -> list[Row]:
+        from chalicelib.adapters.models import OutboxModel
+        from chalicelib.domain import idempotency
+        from chalicelib.domain.clock import iso, plus, utcnow
+        from chalicelib.domain.jobs import cancel_intent
+
+        cfg, ddb, sqs, http = self.cfg, self.ddb, self.sqs, self.http
+        jobs_table = cfg.jobs_table
+
+        def get_consistent(job_id: str) -> dict:
+            return ddb.get_item(TableName=jobs_table, Key=self._job_key(job_id),
+                                ConsistentRead=True)
+
+        # create ------------------------------------------------------------------
+        def create_prepare() -> dict:
+            key_e, key_b = f"e-{uuid.uuid4()}", f"b-{uuid.uuid4()}"
+            record, job = self._create_items(key_b)
+            self.garbage += [(cfg.idempotency_table, {"idem_id": record["idem_id"]}),
+                             (jobs_table, self._job_key(job["job_id"]["S"])),
+                             (cfg.idempotency_table,
+                              {"idem_id": {"S": idempotency.record_id(TENANT, key_e)}})]
+            return {"headers": {**HEADERS, "Idempotency-Key": key_e},
+                    "items": self._transact_create(record, job)}
+
+        def create_check(ctx, response, _baseline) -> None:
+            body = expect(response, 201, "create")
+            if "Idempotent-Replayed" in response.headers:
+                raise Fail("create: fresh key reported as a replay")
+            self.garbage.append((jobs_table, self._job_key(body["id"])))
+
+        # replayed create ----------------------------------------------------------
+        replay_key = f"replay-{uuid.uuid4()}"
+        first = expect(http.post("/v1/jobs", headers={**HEADERS, "Idempotency-Key": replay_key},
+                                 body=BODY_BYTES), 201, "replay set-up")
+        replay_job_id = first["id"]
+
+        def replay_prepare() -> dict:
+            record, job = self._create_items(replay_key)  # a new job id, the same key
+            return {"headers": {**HEADERS, "Idempotency-Key": replay_key},
+                    "items": self._transact_create(record, job)}
+
+        def replay_baseline(ctx) -> dict:
+            try:
+                ddb.transact_write_items(TransactItems=ctx["items"])
+            except ddb.exceptions.TransactionCanceledException as e:
+                held = e.response["CancellationReasons"][0]["Item"]
+                return get_consistent(held["job_id"]["S"])
+            raise Fail("replay baseline: the transaction did not fail")
+
+        def replay_check(ctx, response, baseline) -> None:
+            body = expect(response, 201, "replayed create")
+            if response.headers.get("Idempotent-Replayed") != "true" or \
+                    body["id"] != replay_job_id:
+                raise Fail("replayed create did not replay")
+            if baseline["Item"]["job_id"]["S"] != replay_job_id:
+                raise Fail("replay baseline read the wrong job")
+
+        # get and list -------------------------------------------------------------
+        get_job_id = replay_job_id
+
+        def list_baseline(ctx) -> dict:
+            return ddb.query(TableName=jobs_table, IndexName="by_tenant",
+                             KeyConditionExpression="#t = :t",
+                             ExpressionAttributeNames={"#t": "tenant"},
+                             ExpressionAttributeValues={":t": {"S": TENANT}},
+                             Limit=51, ScanIndexForward=False)
+
+        def list_check(ctx, response, baseline) -> None:
+            body = expect(response, 200, "list")
+            if len(body["jobs"]) != 50 or not body["next_page_token"]:
+                raise Fail("list: expected a full page and a next_page_token")
+            if len(baseline["Items"]) != 51:
+                raise Fail("list baseline: expected 51 items")
+
+        # cancel -------------------------------------------------------------------
+        def cancel_prepare(*, key: bool = False, placed: bool = False) -> Callable[[], dict]:
+            def prepare() -> dict:
+                e = self._new_job(key=f"c-{uuid.uuid4()}" if key else None, placed=placed)
+                b = self._new_job(key=f"c-{uuid.uuid4()}" if key else None, placed=placed)
+                return {"path": f"/v1/jobs/{e.job_id}/cancel", "job": b}
+            return prepare
+
+        def cancel_endpoint(ctx):
+            return http.post(ctx["path"], headers=HEADERS, body=CANCEL_BYTES)
+
+        def cancel_check(state: str) -> Callable:
+            def check(ctx, response, _baseline) -> None:
+                body = expect(response, 202, "cancel")
+                if body["state"] != state or body["cancel_requested_at"] is None:
+                    raise Fail(f"cancel: state {body['state']}, expected {state}")
+            return check
+
+        def cancel_pending_prepare() -> dict:
+            """GetItem, then the conditional UpdateItem (ALL_NEW, as PynamoDB's
+            Model.update asks) of DynamoJobStore.cancel_unplaced."""
+            ctx = cancel_prepare()()
+            ctx["update"] = {**self._cancel_update(ctx["job"].job_id), "ReturnValues": "ALL_NEW"}
+            return ctx
+
+        def cancel_pending_baseline(ctx) -> None:
+            get_consistent(ctx["job"].job_id)
+            ddb.update_item(**ctx["update"])
+
+        def cancel_keyed_prepare() -> dict:
+            """GetItem, then one transaction: the same update of the job and the
+            expiry of its idempotency record (DynamoJobStore._expire_key)."""
+            ctx = cancel_prepare(key=True)()
+            job = ctx["job"]
+            until = idempotency.expires_at(utcnow())
+            ctx["items"] = [
+                {"Update": self._cancel_update(job.job_id)},
+                {"Update": {
+                    "TableName": cfg.idempotency_table, "Key": {"idem_id": {"S": job.idem_id}},
+                    "UpdateExpression": "SET #e = :e, #t = :t",
+                    "ConditionExpression": "#j = :j",
+                    "ExpressionAttributeNames": {"#e": "expires_at", "#t": "ttl_epoch",
+                                                 "#j": "job_id"},
+                    "ExpressionAttributeValues": {
+                        ":e": {"S": iso(until)}, ":j": {"S": job.job_id},
+                        ":t": {"N": str(int(until.timestamp()) + 7 * 86400)}}}},
+            ]
+            return ctx
+
+        def cancel_keyed_baseline(ctx) -> None:
+            get_consistent(ctx["job"].job_id)
+            ddb.transact_write_items(TransactItems=ctx["items"])
+
+        def cancel_placed_prepare() -> dict:
+            """The endpoint's job, and the baseline's requests for another placed
+            job: GetItem, then one transaction that records the cancel request,
+            puts the CANCEL intent in the outbox and stops the LAUNCH intent's
+            resends (DynamoJobStore.request_cancel), then one SendMessage."""
+            ctx = cancel_prepare(placed=True)()
+            job = ctx["job"]
+            now = utcnow()
+            intent = cancel_intent(job, "bench")
+            outbox = OutboxModel(
+                job.job_id, intent.intent_id, attempt=intent.attempt, kind=intent.kind,
+                message=intent.message, targets=intent.targets, unacked=set(intent.targets),
+                created_at=iso(now), pending="1",
+                due_at=iso(plus(now, cfg.cancel_resend_after_s)), sends=1).serialize()
+            ctx["items"] = [
+                {"Update": {
+                    "TableName": jobs_table, "Key": self._job_key(job.job_id),
+                    "UpdateExpression": "SET #cra = :now, #ua = :now, #cr = :reason",
+                    "ConditionExpression": "#s IN (:sch, :run) AND #a = :a AND "
+                                           "attribute_not_exists(#cra)",
+                    "ExpressionAttributeNames": {"#cra": "cancel_requested_at",
+                                                 "#ua": "updated_at", "#cr": "cancel_reason",
+                                                 "#s": "state", "#a": "attempt"},
+                    "ExpressionAttributeValues": {
+                        ":now": {"S": iso(now)}, ":reason": {"S": "bench"},
+                        ":sch": {"S": "SCHEDULED"}, ":run": {"S": "RUNNING"},
+                        ":a": {"N": str(job.attempt)}}}},
+                {"Put": {"TableName": cfg.outbox_table, "Item": outbox,
+                         "ConditionExpression": "attribute_not_exists(#k)",
+                         "ExpressionAttributeNames": {"#k": "job_id"}}},
+                {"Update": {
+                    "TableName": cfg.outbox_table,
+                    "Key": {"job_id": {"S": job.job_id},
+                            "intent_id": {"S": f"LAUNCH#{job.attempt}"}},
+                    "UpdateExpression": "REMOVE #p",
+                    "ConditionExpression": "attribute_exists(#k)",
+                    "ExpressionAttributeNames": {"#p": "pending", "#k": "job_id"}}},
+            ]
+            ctx["message"] = json.dumps(intent.message_for(NODE), separators=(",", ":"))
+            return ctx
+
+        def cancel_placed_baseline(ctx) -> None:
+            get_consistent(ctx["job"].job_id)
+            ddb.transact_write_items(TransactItems=ctx["items"])
+            sqs.send_message(QueueUrl=self.queue_url, MessageBody=ctx["message"])
+
+        def create_baseline(ctx) -> None:
+            ddb.transact_write_items(TransactItems=ctx["items"])
+            sqs.send_message(QueueUrl=cfg.pending_queue_url, MessageBody='{"type":"PLACE"}')
+
+        no_ctx: Callable[[], dict] = dict
+        return [
+            # the job and its key in one transaction, then the placement nudge
+            # (placement runs right after a create: issue 3)
+            Row("create", {"dynamodb": 1, "sqs": 1}, create_prepare,
+                lambda c: http.post("/v1/jobs", headers=c["headers"], body=BODY_BYTES),
+                create_baseline, create_check),
+            Row("replayed create", {"dynamodb": 2, "sqs": 0}, replay_prepare,
+                lambda c: http.post("/v1/jobs", headers=c["headers"], body=BODY_BYTES),
+                replay_baseline, replay_check),
+            Row("get", {"dynamodb": 1, "sqs": 0}, no_ctx,
+                lambda c: http.get(f"/v1/jobs/{get_job_id}", headers=HEADERS),
+                lambda c: get_consistent(get_job_id),
+                lambda c, r, b: expect(r, 200, "get")),
+            Row("list page (50)", {"dynamodb": 1, "sqs": 0}, no_ctx,
+                lambda c: http.get("/v1/jobs?page_size=50", headers=HEADERS),
+                list_baseline, list_check),
+            Row("cancel PENDING", {"dynamodb": 2, "sqs": 0}, cancel_pending_prepare,
+                cancel_endpoint, cancel_pending_baseline, cancel_check("CANCELLED")),
+            Row("cancel PENDING, keyed", {"dynamodb": 2, "sqs": 0}, cancel_keyed_prepare,
+                cancel_endpoint, cancel_keyed_baseline, cancel_check("CANCELLED")),
+            Row("cancel placed", {"dynamodb": 2, "sqs": 1}, cancel_placed_prepare,
+                cancel_endpoint, cancel_placed_baseline, cancel_check("SCHEDULED")),
+        ]
+
+    # -- running -------------------------------------------------------------------
+    def fill(self) -> None:
+        for _ in range(LISTED_JOBS):
+            self.services.jobs.create(TENANT, BODY, None)
+
+    def collect_garbage(self) -> None:
+        """Delete what a round made, so tables keep their size (moto copies
+        whole tables on every TransactWriteItems), and empty the queues."""
+        by_table: dict[str, list] = {}
+        for table, key in self.garbage:
+            by_table.setdefault(table, []).append({"DeleteRequest": {"Key": key}})
+        self.garbage.clear()
+        for table, requests in by_table.items():
+            for i in range(0, len(requests), 25):
+                self.cleanup.batch_write_item(RequestItems={table: requests[i:i + 25]})
+        # the placed jobs' reservations: the node gets its GPUs back
+        self.cleanup.update_item(
+            TableName=self.cfg.nodes_table, Key={"node_id": {"S": NODE}},
+            UpdateExpression="SET #f = :g REMOVE #a",
+            ExpressionAttributeNames={"#f": "gpus_free", "#a": "attempts"},
+            ExpressionAttributeValues={":g": {"N": str(NODE_GPUS)}})
+        # moto keeps every model instance it ever made for its dashboard
+        # (BaseModel.__new__ -> instances_tracked), including the whole-table
+        # copies of every TransactWriteItems: without this the heap grows by
+        # ~15k objects a round and every call slows down as the run goes on
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.core.model_instances import reset_model_data
+        from moto.dynamodb.models import dynamodb_backends
+
+        reset_model_data()
+        # and deleting from a table with a range key leaves the hash key's
+        # empty bucket behind, which every later whole-table copy copies
+        for table in dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION].tables.values():
+            if table.has_range_key:
+                for key in [k for k, v in table.items.items() if not v]:
+                    del table.items[key]
+        for url in self.queues:  # moto's queues slow down as they fill
+            while True:
+                messages = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                                    WaitTimeSeconds=0).get("Messages", [])
+                if not messages:
+                    break
+                self.sqs.delete_message_batch(QueueUrl=url, Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                    for i, m in enumerate(messages)])
+
+    @staticmethod
+    def _timed(fn: Callable, ctx: dict) -> tuple[float, float, tuple, Any]:
+        CALLS.clear()
+        c0 = time.thread_time_ns()
+        t0 = time.perf_counter_ns()
+        result = fn(ctx)
+        wall = time.perf_counter_ns() - t0
+        cpu = time.thread_time_ns() - c0
+        return wall / 1e6, cpu / 1e6, tuple(CALLS), result
+
+    def round(self, index: int, rng: random.Random, record: bool) -> None:
+        rows = list(self.rows)
+        rng.shuffle(rows)
+        for position, row in enumerate(rows):
+            ctx = row.prepare()
+            if (index + position) % 2 == 0:
+                e_ms, e_cpu, e_calls, response = self._timed(row.endpoint, ctx)
+                b_ms, b_cpu, b_calls, base = self._timed(row.baseline, ctx)
+            else:
+                b_ms, b_cpu, b_calls, base = self._timed(row.baseline, ctx)
+                e_ms, e_cpu, e_calls, response = self._timed(row.endpoint, ctx)
+            row.check(ctx, response, base)
+            if record:
+                row.endpoint_ms.append(e_ms)
+                row.baseline_ms.append(b_ms)
+                row.endpoint_cpu.append(e_cpu)
+                row.baseline_cpu.append(b_cpu)
+                row.endpoint_calls.append(e_calls)
+                row.baseline_calls.append(b_calls)
+        self.collect_garbage()
+
+
+def _count(calls: tuple, service: str) -> int:
+    return sum(1 for s, _ in calls if s == service)
+
+
+def _describe(calls: tuple) -> str:
+    return " + ".join(op for _, op in calls)
+
+
+def report(rows: list[Row]) -> tuple[float, str]:
+    """The table; returns the worst ratio. Times are medians of the calling
+    thread's CPU time: app, botocore and moto all run on it without I/O, so
+    that is how long a call takes, and other processes on a busy machine do
+    not move it. Wall-clock ratios are shown alongside; on an idle machine
+    the two agree."""
+    head = (f"{'endpoint':<22} {'endpoint ms':>11} {'baseline ms':>11} {'ratio':>6} "
+            f"{'extra ms':>8} {'wall ratio':>10}  {'requests':>8} {'min':>4}  requests made")
+    print(head)
+    print("-" * len(head))
+    worst = (0.0, "")
+    flagged = []
+    for row in rows:
+        e, b = statistics.median(row.endpoint_cpu), statistics.median(row.baseline_cpu)
+        ratio = e / b
+        wall_ratio = statistics.median(row.endpoint_ms) / statistics.median(row.baseline_ms)
+        worst = max(worst, (ratio, row.name))
+        most = max(row.endpoint_calls, key=len)
+        counts = {s: max(_count(c, s) for c in row.endpoint_calls) for s in ("dynamodb", "sqs")}
+        total = max(len(c) for c in row.endpoint_calls)
+        varied = len({len(c) for c in row.endpoint_calls}) > 1
+        over = [s for s in counts if counts[s] > row.minimum[s]]
+        flag = "  !! ABOVE MINIMUM" if over else ""
+        if over:
+            flagged.append(f"{row.name} (+" + ", +".join(
+                f"{counts[s] - row.minimum[s]} {s}" for s in over) + ")")
+        split = f"ddb {counts['dynamodb']}" + (f" sqs {counts['sqs']}" if counts["sqs"] or
+                                                 row.minimum["sqs"] else "")
+        print(f"{row.name:<22} {e:>11.2f} {b:>11.2f} {ratio:>6.2f} {e - b:>8.2f} "
+              f"{wall_ratio:>10.2f}  {total:>8} {row.min_total:>4}  {split}: {_describe(most)}"
+              f"{' (count varied)' if varied else ''}{flag}")
+        for calls in row.baseline_calls:
+            if len(calls) != row.min_total:
+                print(f"   note: the {row.name} baseline made {len(calls)} requests: "
+                      f"{_describe(calls)}")
+                break
+    if flagged:
+        print(f"endpoints above their minimum request count: {', '.join(flagged)}")
+    else:
+        print("every endpoint made exactly its minimum number of requests")
+    cpu = sum(sum(r.endpoint_cpu) + sum(r.baseline_cpu) for r in rows)
+    wall = sum(sum(r.endpoint_ms) + sum(r.baseline_ms) for r in rows)
+    share = round(100 * cpu / wall)
+    busy = "" if share >= 85 else "; the machine was busy, so wall ratios are unreliable"
+    print(f"the timed calls got {share}% of a CPU{busy}")
+    return worst
+
+
+# -- cold start and first request ----------------------------------------------------
+IMPORT_BASE = "import boto3, chalice, pynamodb"
+IMPORT_APP = "import app"
+
+
+def _subprocess_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("PYTHONPROFILEIMPORTTIME", None)
+    return env
+
+
+def _import_ms(statement: str) -> tuple[float, float]:
+    """CPU and wall milliseconds of ``statement`` in a fresh interpreter."""
+    code = ("import time; c, t = time.process_time(), time.perf_counter(); " + statement +
+            "; print((time.process_time() - c) * 1e3, (time.perf_counter() - t) * 1e3)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_subprocess_env(),
+                         capture_output=True, text=True, check=True)
+    cpu, wall = out.stdout.split()[-2:]
+    return float(cpu), float(wall)
+
+
+def cold_start(runs: int) -> float:
+    """Import cost of the app over its libraries. Imports are CPU-bound, so the
+    difference is taken on the processes' CPU time, which other load on a noisy
+    machine barely moves; wall time is shown for information."""
+    for statement in (IMPORT_BASE, IMPORT_APP):
+        _import_ms(statement)  # write bytecode caches; not counted
+    base, full = [], []
+    for i in range(runs):
+        if i % 2:
+            full.append(_import_ms(IMPORT_APP))
+            base.append(_import_ms(IMPORT_BASE))
+        else:
+            base.append(_import_ms(IMPORT_BASE))
+            full.append(_import_ms(IMPORT_APP))
+    b_cpu, f_cpu = (statistics.median(c for c, _ in x) for x in (base, full))
+    b_wall, f_wall = (statistics.median(w for _, w in x) for x in (base, full))
+    print(f"imports (median of {runs} fresh interpreters each, interleaved; CPU ms, wall ms "
+          f"in brackets): `{IMPORT_BASE}` {b_cpu:.1f} ({b_wall:.1f}), `{IMPORT_APP}` "
+          f"{f_cpu:.1f} ({f_wall:.1f})")
+    delta = f_cpu - b_cpu
+    print(f"cold-start: +{delta:.1f} ms (target: under {COLD_TARGET_MS:.0f} ms; "
+          f"wall +{f_wall - b_wall:.1f} ms){'' if delta < COLD_TARGET_MS else '  !! ABOVE TARGET'}")
+    return delta
+
+
+def first_request_child() -> None:
+    """In a fresh interpreter: what the first request costs over a warm one."""
+    start_environment()
+    import fastjsonschema
+
+    import app as gpujobs  # noqa: F401 - imported as Lambda would, before any request
+    from chalice.test import Client
+
+    from chalicelib import bootstrap
+    from chalicelib.adapters.tokens import TokenStore
+    from chalicelib.api import validation
+    from chalicelib.config import Config
+
+    compile_s = [0.0]
+    original_compile = fastjsonschema.compile
+
+    def timed_compile(*args, **kwargs):
+        t = time.thread_time()
+        try:
+            return original_compile(*args, **kwargs)
+        finally:
+            compile_s[0] += time.thread_time() - t
+
+    validation.fastjsonschema.compile = timed_compile
+    http = Client(gpujobs.app, stage_name=STAGE, project_dir=str(ROOT)).http
+    tokens = TokenStore.from_entries([{"token": TOKEN, "tenant": TENANT}])
+    CLIENT_CREATION_S.clear()
+    t0 = time.thread_time()
+    config = Config.from_env()
+    t1 = time.thread_time()
+    services = bootstrap.build(config, tokens=tokens)
+    t2 = time.thread_time()
+    bootstrap.install(services)
+    sqs_client_s = CLIENT_CREATION_S.pop("sqs", 0.0)
+
+    created: list[str] = []
+
+    def create() -> float:
+        headers = {**HEADERS, "Idempotency-Key": str(uuid.uuid4())}
+        t = time.thread_time()
+        response = http.post("/v1/jobs", headers=headers, body=BODY_BYTES)
+        elapsed = time.thread_time() - t
+        created.append(expect(response, 201, "first-request create")["id"])
+        return elapsed
+
+    first = create()
+    ddb_client_s = CLIENT_CREATION_S.pop("dynamodb", 0.0)
+    warm = statistics.median(create() for _ in range(15))
+
+    def get(job_id: str) -> float:
+        t = time.thread_time()
+        response = http.get(f"/v1/jobs/{job_id}", headers=HEADERS)
+        elapsed = time.thread_time() - t
+        expect(response, 200, "first-request get")
+        return elapsed
+
+    # the first GET reads through JobModel's own PynamoDB connection, not the
+    # transaction connection the create used
+    job_id = created[0]
+    CLIENT_CREATION_S.clear()
+    first_get = get(job_id)
+    get_client_s = CLIENT_CREATION_S.pop("dynamodb", 0.0)
+    warm_get = statistics.median(get(job_id) for _ in range(15))
+    print(json.dumps({"config": t1 - t0, "build": t2 - t1, "sqs_client": sqs_client_s,
+                      "first": first, "ddb_client": ddb_client_s, "compile": compile_s[0],
+                      "warm": warm, "first_get": first_get, "get_client": get_client_s,
+                      "warm_get": warm_get}))
+
+
+def first_request(runs: int) -> None:
+    samples = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve()),
+                              "--first-request-child"], cwd=ROOT, env=_subprocess_env(),
+                             capture_output=True, text=True)
+        if out.returncode:
+            raise Fail(f"first-request run failed:\n{out.stderr[-2000:]}")
+        samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    m = {k: statistics.median(s[k] for s in samples) * 1e3 for k in samples[0]}
+    extra = m["config"] + m["build"] + m["first"] - m["warm"]
+    print(f"first request (median of {runs}, CPU ms, for information): +{extra:.1f} ms = "
+          f"bootstrap {m['config'] + m['build']:.1f} ms (config {m['config']:.2f}, "
+          f"bind + SQS client {m['build']:.1f}, of it the SQS client {m['sqs_client']:.1f})"
+          f" + first create {m['first']:.1f} ms vs {m['warm']:.1f} ms warm (of it the "
+          f"PynamoDB DynamoDB client {m['ddb_client']:.1f}, JOB_CREATE schema compile "
+          f"{m['compile']:.1f}); then the first get {m['first_get']:.1f} ms vs "
+          f"{m['warm_get']:.1f} ms warm (another DynamoDB client {m['get_client']:.1f})")
+
+
+# -- main ----------------------------------------------------------------------------
+def profile(bench: Bench, name: str, rounds: int) -> None:
+    import cProfile
+    import pstats
+
+    row = next(r for r in bench.rows if r.name.startswith(name))
+    profiler = cProfile.Profile()
+    for _ in range(rounds):
+        ctx = row.prepare()
+        profiler.enable()
+        result = row.endpoint(ctx)
+        profiler.disable()
+        if not 200 <= result.status_code < 300:
+            raise Fail(f"{row.name}: HTTP {result.status_code}: {result.body[:300]!r}")
+        if row.name.startswith("create"):
+            bench.garbage.append((bench.cfg.jobs_table, bench._job_key(result.json_body["id"])))
+        bench.collect_garbage()
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(60)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--cold-runs", type=int, default=15)
+    parser.add_argument("--first-runs", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--profile", metavar="ROW", help="cProfile one endpoint and exit")
+    parser.add_argument("--first-request-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.first_request_child:
+        first_request_child()
+        return 0
+
+    started = time.monotonic()
+    import moto
+
+    print(f"gpujobs endpoint benchmark, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+          f"Python {platform.python_version()}, moto {moto.__version__} in-process, "
+          f"{os.cpu_count()} CPUs")
+    if not args.profile:
+        cold_start(args.cold_runs)
+        first_request(args.first_runs)
+
+    start_environment()
+    services = build_services()
+    bench = Bench(services, test_client())
+    bench.fill()
+    if args.profile:
+        profile(bench, args.profile, args.rounds)
+        return 0
+    rng = random.Random(args.seed)
+    for i in range(args.warmup):
+        bench.round(i, rng, record=False)
+    gc.collect()
+    gc.freeze()
+    for i in range(args.rounds):
+        bench.round(i, rng, record=True)
+    print(f"\nmedians of {args.rounds} interleaved rounds after {args.warmup} warm-up rounds, "
+          f"in CPU ms of the calling thread; jobs table held {LISTED_JOBS}-{LISTED_JOBS + 20} "
+          f"items (target ratio: under {RATIO_TARGET})")
+    ratio, name = report(bench.rows)
+    print(f"total run time {time.monotonic() - started:.0f} s")
+    print(f"worst ratio: {ratio:.2f} ({name})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pathlib
 import secrets
 import signal
 import sys
@@ -57,6 +58,19 @@ def _tokens_file() -> str:
     return path
 
 
+def _with_agent_tokens(path: str, entries: list[dict], workdir: str) -> str:
+    """The API reads the user's tokens plus one per simulated agent; the
+    user's file is left as it is."""
+    if not entries:
+        return path
+    with open(path, encoding="utf-8") as f:
+        tokens = json.load(f)
+    merged = os.path.join(workdir, "tokens.json")
+    with open(os.open(merged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        json.dump(tokens + entries, f)
+    return merged
+
+
 class Timer(threading.Thread):
     """Runs a scheduled function every ``period_s`` until stopped, as EventBridge would."""
 
@@ -93,7 +107,7 @@ def main() -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's access log
     port = _int_env("PORT", 8000)
-    agents = _int_env("GPUJOBS_AGENTS", 2)
+    agents_count = _int_env("GPUJOBS_AGENTS", 2)
     gpus_per_agent = _int_env("GPUJOBS_GPUS_PER_AGENT", 8, minimum=1)
     scan_period_s = _float_env("GPUJOBS_SCAN_PERIOD_S", 5)
     tokens_file = _tokens_file()
@@ -107,11 +121,16 @@ def main() -> int:
     from devstack import resources
     from devstack.motoserver import MotoServer
 
+    from devstack.agents import Agents
+
+    workdir = tempfile.mkdtemp(prefix="gpujobs-local-")
+    agents = Agents(agents_count, gpus_per_agent, pathlib.Path(workdir))
     moto = MotoServer().start()
     try:
         os.environ.update(resources.deploy(moto.endpoint_url))
         os.environ.update({
-            "GPUJOBS_TOKENS_FILE": tokens_file,
+            "GPUJOBS_TOKENS_FILE": _with_agent_tokens(tokens_file, agents.token_entries(),
+                                                      workdir),
             "GPUJOBS_SCAN_PERIOD_S": str(scan_period_s),
             "GPUJOBS_CANCEL_RESEND_AFTER_S": os.environ.get("GPUJOBS_CANCEL_RESEND_AFTER_S",
                                                             str(max(2 * scan_period_s, 5))),
@@ -135,22 +154,33 @@ def main() -> int:
         ]
         for w in workers:
             w.start()
-        # Host agents arrive with the nodes issue; until then the count is
-        # validated and reported, and 0 leaves the inboxes to an outside program.
         if not _wait_healthy(f"http://127.0.0.1:{port}/v1/health", stop):
             if stop.is_set():
                 return 0
             print("gpujobs: the API did not become healthy", file=sys.stderr, flush=True)
             return 1
+        # real agent processes; 0 leaves the nodes to an outside program
+        agents.start(f"http://127.0.0.1:{port}")
+        from chalicelib.bootstrap import services
+        deadline = time.monotonic() + 60
+        while any(services().node_store.get(n) is None for n in agents.nodes):
+            if stop.wait(0.1) or time.monotonic() > deadline:
+                if stop.is_set():
+                    return 0
+                print("gpujobs: the simulated agents did not register", file=sys.stderr,
+                      flush=True)
+                return 1
         print(f"gpujobs ready: API http://127.0.0.1:{port} | AWS (moto) {moto.endpoint_url} | "
-              f"tokens {tokens_file} | agents {agents} x {gpus_per_agent} GPUs "
-              f"(simulated agents not yet available: none started) | "
+              f"tokens {tokens_file} | agents {agents_count} x {gpus_per_agent} GPUs "
+              f"({', '.join(agents.nodes) or 'none'}; logs under {workdir}) | "
               f"scan every {scan_period_s:g}s", flush=True)
         stop.wait()
+        agents.stop()
         server.shutdown()
         server.server.server_close()
         return 0
     finally:
+        agents.stop()
         moto.stop()
 
 

@@ -1,0 +1,140 @@
+"""``python -m agent``: the host agent's command line.
+
+Every option can also be given as an environment variable GPUJOBS_AGENT_<NAME>
+(``--node-id`` is GPUJOBS_AGENT_NODE_ID; ``--label`` is GPUJOBS_AGENT_LABELS,
+comma-separated ``k=v``). The command line wins. Prefer GPUJOBS_AGENT_TOKEN to
+``--token``: arguments are visible to every user in ``ps``.
+
+Exit status: 0 after SIGTERM or SIGINT; 2 for bad arguments, a state directory
+in use by another agent or unreadable, or a registration the API refuses
+outright (401, 403, 400: a wrong token, node id or URL; retrying cannot help).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Mapping
+
+from .api import ApiError
+from .runner import Settings, StateDirBusy, run
+from .state import StateError
+
+ENV_PREFIX = "GPUJOBS_AGENT_"
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"a label is key=value, got {text!r}")
+    return key, value
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+    return parse
+
+
+def _poll_wait(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 20:
+        raise argparse.ArgumentTypeError("SQS long polls last 0 to 20 seconds")
+    return value
+
+
+def _level(text: str) -> str:
+    if text.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise argparse.ArgumentTypeError(f"not a log level: {text!r}")
+    return text.upper()
+
+
+def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m agent",
+        description="gpujobs host agent: runs the ranks placed on this node. Every option "
+                    f"may also come from the environment as {ENV_PREFIX}<NAME>.")
+
+    def opt(name: str, text: str, *, type=str, default=None, required=False) -> None:  # noqa: A002
+        env_name = ENV_PREFIX + name.upper().replace("-", "_")
+        env_value = environ.get(env_name)
+        if env_value is not None:
+            try:
+                default, required = type(env_value), False
+            except (ValueError, argparse.ArgumentTypeError) as e:
+                p.error(f"{env_name}={env_value!r}: {e}")
+        p.add_argument(f"--{name}", type=type, default=default, required=required,
+                       help=f"{text} [{env_name}]")
+
+    opt("node-id", "this node's id (the agent token must be bound to it or to *)",
+        required=True)
+    opt("gpus", "GPU slots on this node", type=_positive(int), required=True)
+    opt("gpu-type", "GPU type, e.g. h100 (jobs asking for a type are placed only on it)",
+        required=True)
+    opt("api", "base URL of the gpujobs API, e.g. http://127.0.0.1:8000", required=True)
+    opt("token", "agent bearer token (prefer the environment variable)", required=True)
+    opt("state-dir", "directory for the state file, exit files and heartbeat files",
+        required=True)
+    opt("log-dir", "rank logs go to <log-dir>/<job_id>/<attempt>/rank-<r>.log "
+        "(default: <state-dir>/logs)")
+    opt("grace-s", "seconds between SIGTERM and SIGKILL on cancel", type=_positive(float),
+        default=10.0)
+    opt("poll-wait-s", "SQS long-poll wait, 0..20 s", type=_poll_wait, default=20)
+    opt("node-heartbeat-s", "seconds between node heartbeats (PUT /v1/nodes/{id})",
+        type=_positive(float), default=10.0)
+    opt("log-level", "DEBUG, INFO, WARNING or ERROR", type=_level, default="INFO")
+    env_labels = environ.get(ENV_PREFIX + "LABELS")
+    try:
+        labels = [_label(t) for t in env_labels.split(",") if t] if env_labels else None
+    except argparse.ArgumentTypeError as e:
+        p.error(f"{ENV_PREFIX}LABELS: {e}")
+    p.add_argument("--label", "--labels", dest="labels", type=_label, action="append",
+                   default=labels,
+                   help=f"node label key=value, repeatable [{ENV_PREFIX}LABELS=k=v,k2=v2]; "
+                        "command-line labels are added to those")
+    return p
+
+
+def parse_settings(argv: list[str] | None = None,
+                   environ: Mapping[str, str] | None = None) -> tuple[Settings, str]:
+    args = build_parser(os.environ if environ is None else environ).parse_args(argv)
+    settings = Settings(node_id=args.node_id, gpus=args.gpus, gpu_type=args.gpu_type,
+                        api=args.api, token=args.token, state_dir=args.state_dir,
+                        log_dir=args.log_dir, labels=dict(args.labels or []),
+                        grace_s=args.grace_s, poll_wait_s=args.poll_wait_s,
+                        node_heartbeat_s=args.node_heartbeat_s)
+    return settings, args.log_level
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings, level = parse_settings(argv)
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def ready(node: dict) -> None:
+        print(f"gpujobs-agent {settings.node_id} ready: {settings.gpus} x {settings.gpu_type}, "
+              f"inbox {node.get('inbox_queue_url')}, state {settings.state_dir}", flush=True)
+
+    try:
+        return run(settings, stop, on_ready=ready)
+    except (StateDirBusy, StateError) as e:
+        print(f"gpujobs-agent: {e}", file=sys.stderr, flush=True)
+        return 2
+    except ApiError as e:  # refused outright: a wrong token, node id or API URL
+        print(f"gpujobs-agent: the API refused to register node {settings.node_id}: {e}",
+              file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

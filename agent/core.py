@@ -1,0 +1,491 @@
+"""What the agent does with inbox messages and rank exits: the ``Agent`` class.
+
+It takes its collaborators (API client, inbox, launcher, state file, clock) as
+parameters, so tests drive it with fakes and real processes, and it is
+single-threaded: the runner calls ``handle`` for each message and ``tick`` a
+few times a second; nothing else touches its state.
+
+Order of effects, which is what makes at-least-once delivery and restarts safe:
+
+1. what is about to be done is recorded in the state file;
+2. it is done (processes started, signals sent);
+3. the result and the reports it calls for are recorded;
+4. only then is the SQS message deleted; the reports are sent afterwards, and
+   are removed from the state file only once the API took them.
+
+A message redelivered after any of these steps finds its attempt in the state
+file and is not acted on twice; a crash between 1 and 3 is repaired at start-up
+(``recover``), which finds shims launched but not yet recorded by their exit
+file (ranks.find_shims).
+
+Message rules:
+- LAUNCH of an attempt already known: ignored (never a second launch), except
+  that a tombstoned attempt (below) answers with STOPPED for the LAUNCH's ranks.
+- CANCEL of an attempt never launched here: a tombstone is recorded, so a later
+  LAUNCH never runs, and STOPPED with empty ranks is reported at once (the
+  server then confirms every rank it placed on this node).
+- CANCEL of a running attempt: SIGTERM to every rank's group, SIGKILL to the
+  groups still alive after the grace period, STOPPED with all the node's ranks
+  of the attempt once no process of theirs is left. Exits seen after a CANCEL
+  are not reported as EXITED: they are the cancel's doing.
+- A CANCEL of an attempt that already ended here answers STOPPED again (the
+  server's reconciler resends intents it has not seen acknowledged).
+- A LAUNCH that needs more GPU slots than are free is put back on the queue for
+  a few seconds (slots held by ranks still being stopped free up soon); if it
+  can never fit, it ends in the dead-letter queue with an error in the log.
+
+Attempts the server no longer cares about (a report answered ``409
+stale_attempt`` / ``already_finished``, or an older attempt of a job whose newer
+attempt is launched here) are stopped quietly: their ranks would otherwise hold
+GPUs the server counts as free. Nothing more is reported for them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Callable, Mapping
+
+from .api import ApiError, AttemptGone
+from .backoff import retry_delay
+from .inbox import InboxMessage
+from .messages import Cancel, Launch, MessageError, parse
+from .ranks import Launcher, ProcTable, Rank, read_stat
+from .state import (ACTIVE_PHASES, DONE, LAUNCHING, RUNNING, STOPPING, AgentState,
+                    AttemptRecord, PendingReport, RankRecord, StateFile, attempt_key)
+
+log = logging.getLogger("gpujobs.agent")
+#: the rank-side helper's directory (gpujobs_heartbeat), put on ranks' PYTHONPATH
+RANKSIDE = str(Path(__file__).resolve().parent / "rankside")
+
+# never handed on to ranks: the agent's own settings (its token) and AWS keys
+PRIVATE_ENV_PREFIXES = ("GPUJOBS_AGENT_",)
+PRIVATE_ENV = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+               "AWS_SECURITY_TOKEN"}
+
+
+class Outcome(Enum):
+    DONE = "done"    # acted on: delete the message
+    DEFER = "defer"  # not yet: make it visible again soon
+    LEAVE = "leave"  # cannot act on it: leave it for the dead-letter queue
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where per-rank files go. Job ids are checked (messages.JOB_ID_RE) before use here."""
+    state_dir: Path
+    log_dir: Path
+
+    @classmethod
+    def under(cls, state_dir: str | os.PathLike, log_dir: str | os.PathLike | None = None
+              ) -> "Paths":
+        state = Path(state_dir).resolve()
+        return cls(state, Path(log_dir).resolve() if log_dir else state / "logs")
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    def log_file(self, job_id: str, attempt: int, rank: int) -> Path:
+        return self.log_dir / job_id / str(attempt) / f"rank-{rank}.log"
+
+    def exit_file(self, job_id: str, attempt: int, rank: int) -> Path:
+        return self.state_dir / "exits" / job_id / str(attempt) / f"rank-{rank}.json"
+
+    def heartbeat_file(self, job_id: str, attempt: int, rank: int) -> Path:
+        return self.state_dir / "heartbeats" / job_id / str(attempt) / f"rank-{rank}"
+
+    def attempt_dirs(self, job_id: str, attempt: int) -> list[Path]:
+        """Agent-owned files of an attempt, removed when it is forgotten (logs stay)."""
+        return [self.state_dir / kind / job_id / str(attempt) for kind in ("exits", "heartbeats")]
+
+
+def rank_env(base: Mapping[str, str], launch: Launch, rank: int, local_rank: int,
+             slots: list[int], heartbeat_file: str, node_id: str) -> dict[str, str]:
+    """The rank's environment: the agent's (less its secrets), the job's, then ours."""
+    env = {k: v for k, v in base.items()
+           if k not in PRIVATE_ENV and not k.startswith(PRIVATE_ENV_PREFIXES)}
+    env.update(launch.env)
+    env.update({
+        "RANK": str(rank), "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(launch.world_size), "LOCAL_WORLD_SIZE": str(len(launch.ranks)),
+        "MASTER_ADDR": launch.master_addr, "MASTER_PORT": str(launch.master_port),
+        "GPUJOBS_JOB_ID": launch.job_id, "GPUJOBS_ATTEMPT": str(launch.attempt),
+        "GPUJOBS_NODE_ID": node_id,
+        "CUDA_VISIBLE_DEVICES": ",".join(str(s) for s in slots),
+        "GPUJOBS_HEARTBEAT_FILE": heartbeat_file,
+        # `from gpujobs_heartbeat import beat` works in every rank
+        "PYTHONPATH": os.pathsep.join(p for p in (RANKSIDE, env.get("PYTHONPATH")) if p),
+    })
+    return env
+
+
+class Agent:
+    def __init__(self, *, node_id: str, gpus: int, api, inbox, paths: Paths,
+                 state_file: StateFile | None = None, launcher: Launcher | None = None,
+                 grace_s: float = 10.0, defer_s: int = 5, retain_s: float = 14 * 86400,
+                 backoff_base: float = 0.5, backoff_cap: float = 30.0,
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+                 base_env: Mapping[str, str] | None = None) -> None:
+        self.node_id, self.gpus = node_id, gpus
+        self._api, self._paths = api, paths
+        self.inbox = inbox  # may come later: the runner learns its URL from the API
+        self._file = state_file or StateFile(paths.state_file)
+        self._launcher = launcher or Launcher()
+        self._grace_s, self._defer_s, self._retain_s = grace_s, defer_s, retain_s
+        self._backoff = (backoff_base, backoff_cap)
+        self._clock, self._rng = clock, rng or random.Random()
+        self._base_env = dict(os.environ if base_env is None else base_env)
+        self.state: AgentState = self._file.load()
+        self._ranks: dict[tuple[str, int], Rank] = {}
+        self._api_failures = 0
+        self._api_not_before = 0.0
+        self._next_prune = 0.0
+
+    # ---------------------------------------------------------------- start-up
+
+    def recover(self) -> None:
+        """Adopt what an earlier agent process left: finish interrupted launches,
+        re-attach to running ranks (they are not launched again), re-send SIGTERM
+        to attempts that were being stopped, and resume pending reports."""
+        shims = None
+        for rec in list(self.state.attempts.values()):
+            if rec.phase == LAUNCHING:
+                if shims is None:
+                    shims = self._launcher.find_shims()
+                self._start_ranks(rec, Launch(**_launch_args(rec.launch)), shims)
+                self._mark_running(rec)
+                log.info("%s: finished a launch interrupted by a restart", rec.key)
+            if rec.phase in (RUNNING, STOPPING) and any(not p.ended for p in rec.procs.values()):
+                log.info("%s: adopted %s ranks %s", rec.key, rec.phase.lower(),
+                         sorted(r for r, p in rec.procs.items() if not p.ended))
+            if rec.phase == STOPPING and not rec.killed:
+                self._terminate(rec)
+        self._save()
+
+    # ---------------------------------------------------------------- messages
+
+    def handle(self, message: InboxMessage) -> Outcome:
+        """Act on one inbox message, then delete it (or put it back, or leave it)."""
+        try:
+            parsed = parse(message.body)
+        except MessageError as e:
+            log.error("inbox message %s (received %s times) cannot be acted on, left for the "
+                      "dead-letter queue: %s", message.message_id, message.receive_count, e)
+            return Outcome.LEAVE
+        if isinstance(parsed, Launch):
+            outcome = self._on_launch(parsed)
+        else:
+            outcome = self._on_cancel(parsed)
+        if outcome is Outcome.DONE:
+            self._inbox_call("delete", message)
+        elif outcome is Outcome.DEFER:
+            self._inbox_call("defer", message, self._defer_s)
+        self._flush_reports()
+        return outcome
+
+    def _inbox_call(self, what: str, message: InboxMessage, *args) -> None:
+        try:
+            getattr(self.inbox, what)(message, *args)
+        except Exception as e:  # noqa: BLE001 - redelivery is harmless, see module doc
+            log.warning("inbox %s of message %s failed (%s); it will come back and be "
+                        "recognised", what, message.message_id, e)
+
+    def _on_launch(self, m: Launch) -> Outcome:
+        key = attempt_key(m.job_id, m.attempt)
+        rec = self.state.attempts.get(key)
+        if rec is not None and rec.phase == LAUNCHING:
+            # an earlier try at this launch failed half-way (an error, not a crash)
+            self._start_ranks(rec, m, self._launcher.find_shims())
+            self._mark_running(rec)
+            self._save()
+            log.info("%s: finished a launch that had failed half-way", key)
+            return Outcome.DONE
+        if rec is not None:
+            if rec.is_tombstone:
+                rec.ranks = sorted(set(rec.ranks) | set(m.ranks))
+                self._report(rec, "STOPPED", list(m.ranks))
+                self._save()
+                log.info("%s: LAUNCH after CANCEL: not launched, reported STOPPED %s",
+                         key, list(m.ranks))
+            else:
+                log.info("%s: duplicate LAUNCH ignored (%s)", key, rec.phase)
+            return Outcome.DONE
+        now = self._clock()
+        same_job = [a for a in self.state.attempts.values() if a.job_id == m.job_id]
+        if any(a.attempt > m.attempt for a in same_job):
+            self.state.attempts[key] = AttemptRecord(
+                job_id=m.job_id, attempt=m.attempt, phase=DONE, ranks=list(m.ranks),
+                quiet=True, created_at=now, finished_at=now)
+            self._save()
+            log.info("%s: LAUNCH of a superseded attempt: not launched", key)
+            return Outcome.DONE
+        for older in same_job:
+            if older.phase in ACTIVE_PHASES and not older.quiet:
+                log.info("%s: superseded by attempt %s: stopping it", older.key, m.attempt)
+                self._stop_quietly(older)
+        need = len(m.ranks) * m.gpus_per_rank
+        free = self._free_slots()
+        if len(free) < need:
+            (log.error if need > self.gpus else log.warning)(
+                "%s: needs %s GPU slots, %s of %s free: LAUNCH put back for %ss",
+                key, need, len(free), self.gpus, self._defer_s)
+            self._save()
+            return Outcome.DEFER
+        rec = AttemptRecord(job_id=m.job_id, attempt=m.attempt, phase=LAUNCHING,
+                            ranks=list(m.ranks), launch=m.to_dict(), created_at=now,
+                            heartbeat_interval_s=m.heartbeat_interval_s)
+        for local_rank, r in enumerate(m.ranks):
+            slots = free[local_rank * m.gpus_per_rank:(local_rank + 1) * m.gpus_per_rank]
+            rec.procs[r] = RankRecord(
+                rank=r, local_rank=local_rank, slots=slots,
+                exit_file=str(self._paths.exit_file(m.job_id, m.attempt, r)),
+                log_file=str(self._paths.log_file(m.job_id, m.attempt, r)),
+                heartbeat_file=str(self._paths.heartbeat_file(m.job_id, m.attempt, r)))
+        self.state.attempts[key] = rec
+        self._save()                     # 1. the intent
+        self._start_ranks(rec, m, {})    # 2. the processes
+        self._mark_running(rec)
+        self._save()                     # 3. their pids and the STARTED report
+        log.info("%s: launched ranks %s (pids %s)", key, list(m.ranks),
+                 [p.pid for p in rec.procs.values()])
+        return Outcome.DONE
+
+    def _start_ranks(self, rec: AttemptRecord, m: Launch, shims: dict[str, int]) -> None:
+        for r, p in rec.procs.items():
+            if p.pid is not None or p.ended:
+                continue
+            if p.exit_file in shims:  # launched just before a crash: adopt it
+                stat = read_stat(shims[p.exit_file])
+                if stat is not None:
+                    p.pid, p.pgid, p.start_time = stat.pid, stat.pgrp, stat.start_time
+                    continue
+            if os.path.exists(p.exit_file):  # it even ran to its end already
+                continue
+            try:
+                Path(p.heartbeat_file).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:  # the rank can run without; its heartbeats cannot
+                log.warning("%s rank %s: no heartbeat directory: %s", rec.key, r, e)
+            env = rank_env(self._base_env, m, r, p.local_rank, p.slots, p.heartbeat_file,
+                           self.node_id)
+            rank = self._launcher.launch(list(m.command), env, p.log_file, p.exit_file)
+            p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time
+            self._ranks[(rec.key, r)] = rank
+
+    def _mark_running(self, rec: AttemptRecord) -> None:
+        rec.phase, rec.launch = RUNNING, None  # the LAUNCH (with its env) is not kept
+        self._report(rec, "STARTED", rec.ranks)
+
+    def _on_cancel(self, m: Cancel) -> Outcome:
+        key = attempt_key(m.job_id, m.attempt)
+        rec = self.state.attempts.get(key)
+        now = self._clock()
+        if rec is None:
+            rec = AttemptRecord(job_id=m.job_id, attempt=m.attempt, phase=DONE, cancelled=True,
+                                cancel_reason=m.reason, created_at=now, finished_at=now)
+            self.state.attempts[key] = rec
+            self._report(rec, "STOPPED", [])
+            self._save()
+            log.info("%s: CANCEL before LAUNCH: tombstone recorded, reported STOPPED", key)
+            return Outcome.DONE
+        first = not rec.cancelled
+        rec.cancelled, rec.quiet = True, False  # the server asks: it wants the answer
+        rec.cancel_reason = rec.cancel_reason or m.reason
+        if rec.phase == RUNNING:
+            rec.phase, rec.stop_deadline = STOPPING, now + self._grace_s
+            self._save()            # the cancel is recorded before anything is signalled
+            self._terminate(rec)
+            log.info("%s: CANCEL (%s): SIGTERM sent, SIGKILL in %ss", key, m.reason,
+                     self._grace_s)
+        elif rec.phase == DONE and not self._has_pending(rec, "STOPPED"):
+            self._report(rec, "STOPPED", rec.ranks)
+            log.info("%s: CANCEL of an attempt that ended here: reported STOPPED %s",
+                     key, rec.ranks)
+        elif first:
+            log.info("%s: CANCEL while %s: STOPPED follows when its ranks are gone",
+                     key, rec.phase.lower())
+        self._save()
+        return Outcome.DONE
+
+    # ---------------------------------------------------------------- the tick
+
+    def tick(self) -> None:
+        """Notice rank exits, enforce grace periods, send reports, forget old attempts."""
+        now = self._clock()
+        table: ProcTable | None = None
+        changed = False
+        for rec in list(self.state.attempts.values()):
+            if rec.phase not in (RUNNING, STOPPING):
+                continue
+            exits: dict[int, list[int]] = defaultdict(list)
+            for r, p in rec.procs.items():
+                if p.ended:
+                    continue
+                rank = self._rank(rec, p)
+                if p.exit_code is None:
+                    p.exit_code = rank.exit_code()
+                    if p.exit_code is None:
+                        continue
+                    changed = True
+                    if rec.phase == RUNNING:
+                        exits[p.exit_code].append(r)
+                table = table or self._launcher.proc_table()
+                members = rank.members(table)
+                if [pid for pid in members if pid != rank.pid]:
+                    # the command ended, processes it left behind would hold the GPUs
+                    log.warning("%s rank %s: killing leftover processes %s", rec.key, r, members)
+                    rank.kill()
+                elif not members:
+                    p.ended, changed = True, True
+                    self._ranks.pop((rec.key, r), None)
+            for code, ranks in sorted(exits.items()):
+                self._report(rec, "EXITED", ranks, exit_code=code)
+                log.info("%s: ranks %s exited with %s", rec.key, ranks, code)
+            if all(p.ended for p in rec.procs.values()):
+                self._finish(rec, now)
+                changed = True
+            elif rec.phase == STOPPING and rec.stop_deadline is not None \
+                    and now >= rec.stop_deadline:
+                if not rec.killed:
+                    log.info("%s: grace period over: SIGKILL", rec.key)
+                rec.killed, changed = True, True
+                for p in rec.procs.values():
+                    if not p.ended:
+                        self._rank(rec, p).kill()
+        if now >= self._next_prune:
+            changed |= self._prune(now)
+            self._next_prune = now + 60
+        if changed:
+            self._save()
+        self._flush_reports()
+
+    def _finish(self, rec: AttemptRecord, now: float) -> None:
+        if rec.phase == STOPPING and rec.cancelled:
+            self._report(rec, "STOPPED", rec.ranks)
+            log.info("%s: every rank stopped: reported STOPPED %s", rec.key, rec.ranks)
+        rec.phase, rec.finished_at, rec.stop_deadline = DONE, now, None
+
+    def _rank(self, rec: AttemptRecord, p: RankRecord) -> Rank:
+        """The handle on a rank: the one from its launch, or one adopted from its
+        record (ranks that an earlier agent process started)."""
+        rank = self._ranks.get((rec.key, p.rank))
+        if rank is None:
+            rank = self._ranks[(rec.key, p.rank)] = self._launcher.adopt(
+                pid=p.pid, pgid=p.pgid, start_time=p.start_time, exit_file=p.exit_file)
+        return rank
+
+    def _terminate(self, rec: AttemptRecord) -> None:
+        for p in rec.procs.values():
+            if not p.ended:
+                self._rank(rec, p).terminate()
+
+    def _stop_quietly(self, rec: AttemptRecord) -> None:
+        rec.quiet = True
+        if rec.phase == RUNNING:
+            rec.phase, rec.stop_deadline = STOPPING, self._clock() + self._grace_s
+            self._save()
+            self._terminate(rec)
+
+    def _free_slots(self) -> list[int]:
+        used = {s for rec in self.state.attempts.values() if rec.phase in ACTIVE_PHASES
+                for p in rec.procs.values() if not p.ended for s in p.slots}
+        return [s for s in range(self.gpus) if s not in used]
+
+    def _prune(self, now: float) -> bool:
+        """Forget attempts that ended more than ``retain_s`` ago (duplicate messages
+        arrive within SQS's retention period, 14 days at most); logs are kept."""
+        busy = {attempt_key(p.job_id, p.attempt) for p in self.state.pending}
+        old = [k for k, a in self.state.attempts.items()
+               if a.phase == DONE and k not in busy and (a.finished_at or 0) < now - self._retain_s]
+        for k in old:
+            rec = self.state.attempts.pop(k)
+            for d in self._paths.attempt_dirs(rec.job_id, rec.attempt):
+                shutil.rmtree(d, ignore_errors=True)
+        return bool(old)
+
+    # ---------------------------------------------------------------- reports
+
+    def _report(self, rec: AttemptRecord, kind: str, ranks, exit_code: int | None = None) -> None:
+        """Queue an event durably (saved with the caller's next save); sent by _flush_reports."""
+        if rec.quiet:
+            return
+        event = {"type": kind, "ranks": sorted(ranks), "node_id": self.node_id}
+        if exit_code is not None:
+            event["exit_code"] = exit_code
+        self.state.pending.append(PendingReport(job_id=rec.job_id, attempt=rec.attempt,
+                                                event=event, queued_at=self._clock()))
+
+    def _has_pending(self, rec: AttemptRecord, kind: str) -> bool:
+        return any(p.job_id == rec.job_id and p.attempt == rec.attempt
+                   and p.event["type"] == kind for p in self.state.pending)
+
+    def _flush_reports(self) -> None:
+        """Send pending reports in order. A retryable failure (the API is down or
+        busy) pauses all sending for a jittered, growing delay, so per attempt the
+        order STARTED, EXITED..., STOPPED is kept."""
+        if not self.state.pending or self._clock() < self._api_not_before:
+            return
+        changed = False
+        try:
+            for report in list(self.state.pending):
+                if report not in self.state.pending:  # dropped with its attempt meanwhile
+                    continue
+                try:
+                    self._api.post_event(report.job_id, report.attempt, report.event)
+                except AttemptGone as e:
+                    log.info("%s/%s: %s: the server no longer cares about it; its reports "
+                             "stop", report.job_id, report.attempt, e.code)
+                    self._attempt_gone(report.job_id, report.attempt)
+                except ApiError as e:
+                    if e.retryable:
+                        self._api_failures += 1
+                        delay = retry_delay(self._api_failures, *self._backoff, self._rng,
+                                            retry_after=e.retry_after)
+                        self._api_not_before = self._clock() + delay
+                        log.warning("reporting %s for %s/%s failed (%s); %s report(s) kept, "
+                                    "next try in %.1fs", report.event["type"], report.job_id,
+                                    report.attempt, e, len(self.state.pending), delay)
+                        return
+                    log.error("report %s for %s/%s refused, dropped: %s", report.event,
+                              report.job_id, report.attempt, e)
+                    self.state.pending.remove(report)
+                else:
+                    self._api_failures = 0
+                    self.state.pending.remove(report)
+                changed = True
+        finally:
+            if changed:
+                self._save()
+
+    def _attempt_gone(self, job_id: str, attempt: int) -> None:
+        self.state.pending = [p for p in self.state.pending
+                              if (p.job_id, p.attempt) != (job_id, attempt)]
+        rec = self.state.attempts.get(attempt_key(job_id, attempt))
+        if rec is not None:
+            rec.quiet = True
+            if rec.phase == RUNNING:
+                log.info("%s: stopping its ranks, which nobody waits for", rec.key)
+            self._stop_quietly(rec)
+
+    # ---------------------------------------------------------------- misc
+
+    def _save(self) -> None:
+        self._file.save(self.state)
+
+    def close(self) -> None:
+        """Save and let go; running ranks are left running, to be adopted next time."""
+        self._save()
+
+
+def _launch_args(launch: dict | None) -> dict:
+    if launch is None:
+        raise MessageError("no LAUNCH recorded for an attempt that was launching")
+    args = {k: v for k, v in launch.items() if k != "type"}
+    args["ranks"], args["command"] = tuple(args["ranks"]), tuple(args["command"])
+    return args

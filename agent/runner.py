@@ -1,0 +1,201 @@
+"""The agent's main loop: register, then poll the inbox, tick and beat until stopped.
+
+Two threads: the inbox poller (inbox.Poller), which only receives, and this
+loop, which alone acts: it hands each received message to ``Agent.handle``,
+calls ``Agent.tick`` about four times a second (rank exits, grace deadlines,
+pending reports) and repeats ``PUT /v1/nodes/{id}`` every ``node_heartbeat_s``
+as the node's heartbeat.
+
+One agent per state directory: a second one would launch the same messages
+twice, so an exclusive ``flock`` on ``<state-dir>/agent.lock`` is held for the
+agent's lifetime (released by the kernel if the process dies).
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .api import ApiClient, ApiError
+from .beats import BeatPoster
+from .backoff import retry_delay
+from .core import Agent, Paths
+from .inbox import Poller, SqsInbox
+from .ranks import Rank
+from .state import StateFile
+
+log = logging.getLogger("gpujobs.agent")
+
+
+@dataclass
+class Settings:
+    node_id: str
+    gpus: int
+    gpu_type: str
+    api: str
+    token: str
+    state_dir: str
+    log_dir: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    grace_s: float = 10.0
+    poll_wait_s: int = 20
+    node_heartbeat_s: float = 10.0
+    tick_s: float = 0.25
+
+
+class StateDirBusy(RuntimeError):
+    pass
+
+
+class StateDirLock:
+    def __init__(self, state_dir: str | os.PathLike) -> None:
+        self._path = Path(state_dir) / "agent.lock"
+        self._fd: int | None = None
+
+    def __enter__(self) -> "StateDirLock":
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StateDirBusy(f"another agent is using {self._path.parent}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # releases the lock
+            self._fd = None
+
+
+def run(settings: Settings, stop: threading.Event, *,
+        on_ready: Callable[[dict], None] | None = None) -> int:
+    """Run until ``stop`` is set; returns the process exit status.
+
+    Ranks are left running when it returns: the next agent on this state
+    directory adopts them (see the package docstring). Raises ApiError when the
+    API refuses the registration outright (a wrong token or URL)."""
+    paths = Paths.under(settings.state_dir, settings.log_dir)
+    with StateDirLock(paths.state_dir):
+        api = ApiClient(settings.api, settings.token)
+        rng = random.Random()
+        agent = Agent(node_id=settings.node_id, gpus=settings.gpus, api=api, inbox=None,
+                      paths=paths, grace_s=settings.grace_s, rng=rng)
+        try:
+            # adopted ranks are watched from the start, also while the API is away
+            agent.recover()
+
+            def register() -> dict:
+                return api.put_node(settings.node_id, settings.gpus, settings.gpu_type,
+                                    settings.labels)
+
+            node = _register(register, agent, stop, settings.tick_s, rng)
+            if node is None:
+                return 0  # stopped before the API ever answered
+            inbox_url = node.get("inbox_queue_url")
+            if not isinstance(inbox_url, str) or not inbox_url:
+                raise ApiError(f"PUT /v1/nodes/{settings.node_id} named no inbox_queue_url")
+            agent.inbox = SqsInbox(inbox_url, wait_s=settings.poll_wait_s)
+            poller = Poller(agent.inbox, stop, rng=rng)
+            poller.start()
+            if on_ready is not None:
+                on_ready(node)
+            beats = BeatPoster(api)
+            _loop(agent, poller, stop, settings, lambda: _beat(register, inbox_url),
+                  lambda: beats.tick(agent.state.attempts.values()))
+        finally:
+            agent.close()
+        # let a receive still open return, so what it brings is handed back at once
+        poller.join(timeout=settings.poll_wait_s + 5)
+        return 0
+
+
+def kill_recorded_ranks(state_dir: str | os.PathLike) -> int:
+    """SIGKILL every rank group the state file in ``state_dir`` records; returns how
+    many groups were signalled.
+
+    For a throwaway stack (``make up``, tests) that, unlike a real host, must not
+    leave ranks behind once its agents stopped: call it after the agent exited.
+    Each group is checked as the agent checks it (ranks.group_is_ours)."""
+    state = StateFile(Paths.under(state_dir).state_file).load()
+    killed = 0
+    for rec in state.attempts.values():
+        for p in rec.procs.values():
+            if p.pgid is not None and not p.ended:
+                Rank(pid=p.pid, pgid=p.pgid, start_time=p.start_time,
+                     exit_file=p.exit_file).kill()
+                killed += 1
+    return killed
+
+
+def _register(register: Callable[[], dict], agent: Agent, stop: threading.Event,
+              tick_s: float, rng: random.Random, *, base: float = 0.5,
+              cap: float = 30.0) -> dict | None:
+    """The node, once ``PUT /v1/nodes/{id}`` answers; None if stopped first.
+
+    Retryable failures are retried with capped, jittered backoff (Retry-After
+    as a floor) while the agent keeps ticking: exits are recorded and grace
+    periods enforced for adopted ranks even when the API is down."""
+    failures, next_try = 0, 0.0
+    while not stop.is_set():
+        if time.monotonic() >= next_try:
+            try:
+                return register()
+            except ApiError as e:
+                if not e.retryable:
+                    raise
+                failures += 1
+                delay = retry_delay(failures, base, cap, rng, retry_after=e.retry_after)
+                next_try = time.monotonic() + delay
+                log.warning("registering the node failed (%s); retry %s in %.1fs",
+                            e, failures, delay)
+        _step(agent.tick, stop)
+        stop.wait(tick_s)
+    return None
+
+
+def _loop(agent: Agent, poller: Poller, stop: threading.Event, settings: Settings,
+          beat: Callable[[], None], post_beats: Callable[[], object] = lambda: None) -> None:
+    next_beat = time.monotonic() + settings.node_heartbeat_s
+    while not stop.is_set():
+        message = poller.get(timeout=settings.tick_s)
+        if message is not None:
+            try:
+                _step(lambda: agent.handle(message), stop)
+            finally:
+                poller.done()
+        _step(agent.tick, stop)
+        _step(post_beats, stop)
+        if time.monotonic() >= next_beat:
+            next_beat = time.monotonic() + settings.node_heartbeat_s
+            beat()
+
+
+def _step(fn: Callable[[], object], stop: threading.Event) -> None:
+    """One step of the agent; an unexpected error (a full disk, a bug) is logged and
+    the agent goes on: ranks keep being watched, a message not deleted comes back."""
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.exception("agent step failed; going on")
+        stop.wait(1.0)
+
+
+def _beat(register: Callable[[], dict], inbox_url: str) -> None:
+    try:
+        node = register()
+    except ApiError as e:
+        log.warning("node heartbeat failed: %s", e)
+        return
+    if node.get("inbox_queue_url") not in (None, inbox_url):
+        log.error("the server now names inbox %s, not %s: restart the agent to follow it",
+                  node.get("inbox_queue_url"), inbox_url)

@@ -1,0 +1,118 @@
+"""The supervisor shim: one per rank, between the agent and the rank's command.
+
+    python -I agent/shim.py --exit-file F -- command [args...]
+
+Why it exists: the agent must learn every rank's exit code, also of ranks that a
+previous agent process started (after a restart they are no longer its children,
+so ``waitpid`` cannot reach them). The shim is the command's parent for the
+command's whole life and writes its exit code to F atomically (temporary file,
+fsync, ``os.replace``); the agent reads F.
+
+Process layout: the agent starts the shim as the leader of a new session and
+process group, and the command runs in that same group (pgid = the shim's pid),
+so ``killpg(pgid)`` reaches the command and every descendant that stayed in it.
+
+Signals: SIGTERM (or SIGINT) to the shim is forwarded once to the whole group,
+the shim swallowing its own copy, and the shim goes on waiting, so the exit code of
+a gracefully stopped rank is still recorded. Every process of the group thus gets
+exactly one SIGTERM. A SIGKILL of the group kills the shim too; no exit file is
+written then, and the agent, which sent it, knows why.
+
+Exit codes written: the command's own; ``128 + N`` when it was killed by signal
+N (the shell's convention); 127 when it could not be started at all, with the
+reason in the rank's log.
+
+Standard library only, and run by path with ``-I``, so it neither depends on nor
+is disturbed by the rank's PYTHONPATH or working directory.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+CANNOT_START = 127
+
+
+def write_exit_file(path: str, exit_code: int) -> None:
+    """Atomically record ``exit_code`` at ``path``: a reader sees all of it or nothing."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"exit_code": exit_code}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_exit_file(path: str) -> int | None:
+    """The exit code recorded at ``path``, or None when nothing is recorded (yet)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f).get("exit_code")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def status_to_exit_code(returncode: int) -> int:
+    """``subprocess`` returncode to a shell-style exit code (killed by N is 128 + N)."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def _parse(argv: list[str]) -> tuple[str, list[str]]:
+    if len(argv) < 4 or argv[0] != "--exit-file" or argv[2] != "--":
+        raise SystemExit("usage: shim.py --exit-file FILE -- command [args...]")
+    return argv[1], argv[3:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    exit_file, command = _parse(sys.argv[1:] if argv is None else argv)
+    received: list[int] = []
+    own_copies = [0]  # our own copies of a forwarded signal, still to arrive
+
+    def forward(signum: int, _frame) -> None:
+        # Send one copy to the whole group, so the command and whatever it spawned
+        # get exactly one, and swallow the copy that comes back to us. (Not
+        # SIG_IGN: a command started right after would inherit it through exec.)
+        if own_copies[0]:
+            own_copies[0] -= 1
+            return
+        received.append(signum)
+        own_copies[0] += 1
+        try:
+            os.killpg(os.getpgrp(), signum)
+        except OSError:
+            own_copies[0] -= 1
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+
+    if received:  # stopped before the command even started: do not start it
+        code = 128 + received[0]
+    else:
+        try:
+            child = subprocess.Popen(command)
+        except (OSError, ValueError) as e:
+            print(f"gpujobs-shim: cannot start {command[0]!r}: {e}", file=sys.stderr, flush=True)
+            code = CANNOT_START
+        else:
+            code = status_to_exit_code(child.wait())
+    write_exit_file(exit_file, code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The agent posts only ranks that beat: silence must reach the server as silence."""
+import os
+import sys
+
+from agent.api import ApiError, AttemptGone
+from agent.beats import BeatPoster
+from agent.state import RUNNING, AttemptRecord, RankRecord
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "agent", "rankside"))
+import gpujobs_heartbeat as hb  # noqa: E402
+
+
+class FakeApi:
+    def __init__(self, fail=None):
+        self.posts, self.fail = [], fail
+
+    def post_heartbeats(self, job_id, attempt, ranks):
+        if self.fail:
+            raise self.fail
+        self.posts.append((job_id, attempt, ranks))
+
+
+class Clock:
+    def __init__(self):
+        self.ns = 10**12
+
+    def __call__(self):
+        return self.ns
+
+
+def attempt(tmp_path, ranks=(0, 1)):
+    rec = AttemptRecord(job_id="job_x", attempt=1, phase=RUNNING, ranks=list(ranks),
+                        heartbeat_interval_s=1.0)
+    for r in ranks:
+        rec.procs[r] = RankRecord(rank=r, local_rank=r, slots=[r], exit_file="", log_file="",
+                                  heartbeat_file=str(tmp_path / f"rank-{r}"))
+    return rec
+
+
+def writer(rec, r):
+    return hb._Writer(rec.procs[r].heartbeat_file)
+
+
+def test_a_rank_that_stopped_beating_is_not_posted(tmp_path):
+    rec, clock, api = attempt(tmp_path), Clock(), FakeApi()
+    poster = BeatPoster(api, monotonic_ns=clock, wall=lambda: "2026-01-01T00:00:00.000Z")
+    w0, w1 = writer(rec, 0), writer(rec, 1)
+    w0.write(1)
+    w1.write(1)
+    poster.tick([rec])
+    assert [e["rank"] for e in api.posts[-1][2]] == [0, 1]
+    w0.write(2)  # rank 1 is silent from here on
+    clock.ns += int(1e9)
+    poster.tick([rec])
+    assert api.posts[-1][2] == [{"rank": 0, "step": 2, "sent_at": "2026-01-01T00:00:00.000Z"}]
+    clock.ns += int(1e9)
+    poster.tick([rec])
+    assert len(api.posts) == 2, "nothing new: nothing posted"
+
+
+def test_posts_wait_for_the_interval(tmp_path):
+    rec, clock, api = attempt(tmp_path, ranks=(0,)), Clock(), FakeApi()
+    poster = BeatPoster(api, monotonic_ns=clock)
+    w = writer(rec, 0)
+    w.write(1)
+    poster.tick([rec])
+    w.write(2)
+    clock.ns += int(0.5e9)
+    poster.tick([rec])
+    assert len(api.posts) == 1
+    clock.ns += int(0.5e9)
+    poster.tick([rec])
+    assert len(api.posts) == 2
+
+
+def test_a_declared_pause_is_posted_with_its_remaining_time(tmp_path, monkeypatch):
+    rec, clock, api = attempt(tmp_path, ranks=(0,)), Clock(), FakeApi()
+    poster = BeatPoster(api, monotonic_ns=clock)
+    w = writer(rec, 0)
+    w.set_pause(clock.ns + int(600e9), "checkpoint")
+    monkeypatch.setattr(hb.time, "monotonic_ns", clock)
+    w.write(5)
+    poster.tick([rec])
+    clock.ns += int(2e9)
+    poster.tick([rec])
+    entry = api.posts[-1][2][0]
+    assert "step" not in entry, "no new beat inside the pause"
+    assert entry["pause"] == {"reason": "checkpoint", "remaining_s": 598.0}
+
+
+def test_a_failed_post_is_retried_and_nothing_is_marked_posted(tmp_path):
+    rec, clock = attempt(tmp_path, ranks=(0,)), Clock()
+    api = FakeApi(fail=ApiError("down", retryable=True))
+    poster = BeatPoster(api, monotonic_ns=clock)
+    writer(rec, 0).write(1)
+    poster.tick([rec])
+    api.fail = None
+    poster.tick([rec])
+    assert [e["rank"] for e in api.posts[-1][2]] == [0], "retried at once, same beat"
+
+
+def test_a_stale_attempt_ends_posting(tmp_path):
+    rec, clock = attempt(tmp_path, ranks=(0,)), Clock()
+    api = FakeApi(fail=AttemptGone("409 stale_attempt", status=409, code="stale_attempt"))
+    poster = BeatPoster(api, monotonic_ns=clock)
+    w = writer(rec, 0)
+    w.write(1)
+    poster.tick([rec])
+    api.fail = None
+    w.write(2)
+    clock.ns += int(5e9)
+    poster.tick([rec])
+    assert api.posts == []

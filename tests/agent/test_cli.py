@@ -1,0 +1,57 @@
+"""The command line: options, their GPUJOBS_AGENT_* environment variables, errors."""
+from __future__ import annotations
+
+import pytest
+
+from agent.__main__ import parse_settings
+
+REQUIRED = ["--node-id", "node-1", "--gpus", "8", "--gpu-type", "h100",
+            "--api", "http://127.0.0.1:8000", "--token", "t", "--state-dir", "/tmp/s"]
+
+
+def test_defaults():
+    settings, level = parse_settings(REQUIRED, environ={})
+    assert (settings.node_id, settings.gpus, settings.gpu_type, settings.token) == \
+        ("node-1", 8, "h100", "t")
+    assert (settings.grace_s, settings.poll_wait_s, settings.node_heartbeat_s) == (10.0, 20, 10.0)
+    assert settings.log_dir is None and settings.labels == {} and level == "INFO"
+
+
+def test_every_option_can_come_from_the_environment():
+    env = {"GPUJOBS_AGENT_NODE_ID": "n7", "GPUJOBS_AGENT_GPUS": "4",
+           "GPUJOBS_AGENT_GPU_TYPE": "a100", "GPUJOBS_AGENT_API": "http://api",
+           "GPUJOBS_AGENT_TOKEN": "secret", "GPUJOBS_AGENT_STATE_DIR": "/var/lib/a",
+           "GPUJOBS_AGENT_LOG_DIR": "/var/log/a", "GPUJOBS_AGENT_GRACE_S": "2.5",
+           "GPUJOBS_AGENT_POLL_WAIT_S": "5", "GPUJOBS_AGENT_NODE_HEARTBEAT_S": "3",
+           "GPUJOBS_AGENT_LOG_LEVEL": "debug", "GPUJOBS_AGENT_LABELS": "zone=a,rack=7"}
+    settings, level = parse_settings([], environ=env)
+    assert (settings.node_id, settings.gpus, settings.gpu_type, settings.api, settings.token,
+            settings.state_dir, settings.log_dir, settings.grace_s, settings.poll_wait_s,
+            settings.node_heartbeat_s, level) == \
+        ("n7", 4, "a100", "http://api", "secret", "/var/lib/a", "/var/log/a", 2.5, 5, 3.0,
+         "DEBUG")
+    assert settings.labels == {"zone": "a", "rack": "7"}
+
+
+def test_the_command_line_wins_over_the_environment():
+    settings, _ = parse_settings(REQUIRED + ["--labels", "zone=b", "--label", "pool=x"],
+                                 environ={"GPUJOBS_AGENT_TOKEN": "env", "GPUJOBS_AGENT_LABELS":
+                                          "zone=a"})
+    assert settings.token == "t" and settings.labels == {"zone": "b", "pool": "x"}
+
+
+@pytest.mark.parametrize("argv,env", [
+    (REQUIRED[2:], {}),                                      # no --node-id
+    (REQUIRED + ["--gpus", "0"], {}),
+    (REQUIRED + ["--poll-wait-s", "21"], {}),
+    (REQUIRED + ["--grace-s", "-1"], {}),
+    (REQUIRED + ["--label", "novalue"], {}),
+    (REQUIRED + ["--log-level", "chatty"], {}),
+    (REQUIRED, {"GPUJOBS_AGENT_GPUS": "many"}),
+    (REQUIRED, {"GPUJOBS_AGENT_LABELS": "zone"}),
+])
+def test_bad_arguments_exit_with_status_2(argv, env, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_settings(argv, environ=env)
+    assert e.value.code == 2
+    assert "error" in capsys.readouterr().err

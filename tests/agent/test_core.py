@@ -1,0 +1,317 @@
+"""The agent's message handling, with a fake API and inbox and real rank processes."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from agent.api import ApiError
+from agent.core import Outcome
+from agent.messages import default_master_port
+from agent.ranks import ProcTable
+
+from .conftest import (PY, RecordingLauncher, alive, cancel, launch, message, run_until,
+                       wait_until)
+
+NODE = {"node_id": "node-1"}
+
+
+def phase(world, key="job_a/1"):
+    return world.state()["attempts"][key]["phase"]
+
+
+def group_members(ranks, per_rank: int) -> list[int]:
+    """Once every rank's group has ``per_rank`` live processes, all their pids."""
+    def ready():
+        table = ProcTable.read()
+        groups = [r.members(table) for r in ranks]
+        return all(len(g) == per_rank for g in groups) and [p for g in groups for p in g]
+    return wait_until(ready, what=f"{per_rank} processes in each rank's group")
+
+
+def test_a_duplicate_launch_starts_the_ranks_once(world):
+    agent = world.agent()
+    m = launch(ranks=[0, 1], command=["sh", "-c", "echo started; exec sleep 30"])
+    assert agent.handle(message(m, 1)) is Outcome.DONE
+    assert agent.handle(message(m, 2)) is Outcome.DONE
+    assert len(world.launchers[0].launched) == 2  # one process per rank, not two
+    assert world.inbox.deleted == ["m-1", "m-2"]
+    assert world.api.events == [("job_a", 1, {"type": "STARTED", "ranks": [0, 1], **NODE})]
+    log = world.paths.log_file("job_a", 1, 0)
+    wait_until(lambda: log.exists() and log.read_text() == "started\n", what="rank log")
+    # a restarted agent also knows it
+    again = world.agent()
+    again.recover()
+    again.handle(message(m, 3))
+    assert world.launchers[1].launched == []
+
+
+def test_cancel_before_launch_reports_stopped_and_the_launch_never_runs(world):
+    agent = world.agent()
+    assert agent.handle(message(cancel("job_c"), 1)) is Outcome.DONE
+    assert world.api.events == [("job_c", 1, {"type": "STOPPED", "ranks": [], **NODE})]
+    assert agent.handle(message(launch("job_c", ranks=[0, 1]), 2)) is Outcome.DONE
+    assert world.launchers[0].launched == []
+    assert world.api.events[1:] == [("job_c", 1, {"type": "STOPPED", "ranks": [0, 1], **NODE})]
+    assert world.inbox.deleted == ["m-1", "m-2"]
+    assert not world.paths.log_file("job_c", 1, 0).exists()
+    # the tombstone survives a restart
+    again = world.agent()
+    again.recover()
+    again.handle(message(launch("job_c", ranks=[0, 1]), 3))
+    assert world.launchers[1].launched == []
+
+
+def test_cancel_stops_the_whole_process_group_and_reports_stopped(world):
+    agent = world.agent(grace_s=10)
+    agent.handle(message(launch(ranks=[0, 1], command=["sh", "-c", "sleep 30 & sleep 30; wait"]),
+                         1))
+    pids = group_members(world.launchers[0].launched, per_rank=4)  # shim, sh, two sleeps
+    started = time.monotonic()
+    assert agent.handle(message(cancel(), 2)) is Outcome.DONE
+    run_until(agent, lambda: world.api.of("STOPPED"), what="STOPPED")
+    assert time.monotonic() - started < 5  # SIGTERM was enough: no wait for the grace period
+    assert world.api.of("STOPPED") == [{"type": "STOPPED", "ranks": [0, 1], **NODE}]
+    assert not any(alive(pid) for pid in pids)
+    assert world.api.of("EXITED") == []  # exits the cancel caused are not failures
+    assert phase(world) == "DONE"
+
+
+def test_cancel_kills_ranks_that_ignore_sigterm_after_the_grace_period(world):
+    agent = world.agent(grace_s=0.5)
+    agent.handle(message(launch(command=["sh", "-c", 'trap "" TERM; sleep 30 & sleep 30; wait']),
+                         1))
+    pids = group_members(world.launchers[0].launched, per_rank=4)
+    started = time.monotonic()
+    agent.handle(message(cancel(), 2))
+    run_until(agent, lambda: world.api.of("STOPPED"), what="STOPPED")
+    assert time.monotonic() - started >= 0.5
+    assert not any(alive(pid) for pid in pids)
+    assert world.state()["attempts"]["job_a/1"]["killed"] is True
+    assert world.api.of("STOPPED") == [{"type": "STOPPED", "ranks": [0], **NODE}]
+
+
+def test_exit_codes_are_reported_with_ranks_grouped_by_code(world):
+    agent = world.agent()
+    cmd = [PY, "-c", "import os, sys; sys.exit({'1': 3}.get(os.environ['RANK'], 0))"]
+    agent.handle(message(launch(ranks=[0, 1, 2], command=cmd), 1))
+    wait_until(lambda: all(world.paths.exit_file("job_a", 1, r).exists() for r in range(3)),
+               what="all ranks exited")
+    run_until(agent, lambda: phase(world) == "DONE", what="attempt done")
+    assert [e for _, _, e in world.api.events] == [
+        {"type": "STARTED", "ranks": [0, 1, 2], **NODE},
+        {"type": "EXITED", "ranks": [0, 2], "exit_code": 0, **NODE},
+        {"type": "EXITED", "ranks": [1], "exit_code": 3, **NODE}]
+
+
+def test_a_command_not_found_exits_127(world):
+    agent = world.agent()
+    agent.handle(message(launch(command=["/nonexistent/trainer"]), 1))
+    run_until(agent, lambda: world.api.of("EXITED"), what="EXITED")
+    assert world.api.of("EXITED") == [{"type": "EXITED", "ranks": [0], "exit_code": 127, **NODE}]
+    assert "cannot start" in world.paths.log_file("job_a", 1, 0).read_text()
+
+
+DUMP_ENV = ("import json, os, sys; "
+            "json.dump(dict(os.environ), open(os.path.join(sys.argv[1], os.environ['RANK'] "
+            "+ '.json.tmp'), 'w')); "
+            "os.replace(os.path.join(sys.argv[1], os.environ['RANK'] + '.json.tmp'), "
+            "os.path.join(sys.argv[1], os.environ['RANK'] + '.json'))")
+
+
+def read_envs(out, ranks) -> dict[int, dict]:
+    wait_until(lambda: all((out / f"{r}.json").exists() for r in ranks), what="env dumps")
+    return {r: json.loads((out / f"{r}.json").read_text()) for r in ranks}
+
+
+def test_rank_environment_and_gpu_slots(world, tmp_path):
+    out = tmp_path / "env"
+    out.mkdir()
+    base = {"PATH": os.environ["PATH"], "KEEP": "base", "OVERRIDE": "base",
+            "GPUJOBS_AGENT_TOKEN": "secret", "AWS_SECRET_ACCESS_KEY": "key"}
+    agent = world.agent(gpus=8, base_env=base)
+    # slots 0 and 1 are taken by a running rank
+    agent.handle(message(launch("job_busy", ranks=[0], gpus_per_rank=2), 1))
+    agent.handle(message(launch("job_env", attempt=3, ranks=[5, 4], world_size=8,
+                                gpus_per_rank=2, command=[PY, "-c", DUMP_ENV, str(out)],
+                                env={"OVERRIDE": "job", "RANK": "99", "NCCL_DEBUG": "INFO"},
+                                master_addr="10.1.2.3", master_port=29501), 2))
+    envs = read_envs(out, [4, 5])
+    for r, local, slots in [(4, 0, "2,3"), (5, 1, "4,5")]:
+        e = envs[r]
+        assert (e["RANK"], e["LOCAL_RANK"], e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"]) == \
+            (str(r), str(local), "8", "2")
+        assert e["CUDA_VISIBLE_DEVICES"] == slots
+        assert (e["MASTER_ADDR"], e["MASTER_PORT"]) == ("10.1.2.3", "29501")
+        assert (e["GPUJOBS_JOB_ID"], e["GPUJOBS_ATTEMPT"]) == ("job_env", "3")
+        assert e["GPUJOBS_HEARTBEAT_FILE"] == str(world.paths.heartbeat_file("job_env", 3, r))
+        assert e["GPUJOBS_HEARTBEAT_FILE"].startswith(str(world.paths.state_dir))
+        assert os.path.isdir(os.path.dirname(e["GPUJOBS_HEARTBEAT_FILE"]))
+        assert (e["KEEP"], e["OVERRIDE"], e["NCCL_DEBUG"]) == ("base", "job", "INFO")
+        assert "GPUJOBS_AGENT_TOKEN" not in e and "AWS_SECRET_ACCESS_KEY" not in e
+    assert envs[4]["GPUJOBS_HEARTBEAT_FILE"] != envs[5]["GPUJOBS_HEARTBEAT_FILE"]
+    # once job_env's ranks are gone their slots are free again, the busy ones are not
+    run_until(agent, lambda: phase(world, "job_env/3") == "DONE", what="job_env done")
+    agent.handle(message(launch("job_next", ranks=[0], gpus_per_rank=3,
+                                command=[PY, "-c", DUMP_ENV, str(out)]), 3))
+    assert read_envs(out, [0])[0]["CUDA_VISIBLE_DEVICES"] == "2,3,4"
+
+
+def test_master_address_and_port_defaults(world, tmp_path):
+    out = tmp_path / "env"
+    out.mkdir()
+    agent = world.agent()
+    agent.handle(message(launch("job_d", attempt=2, command=[PY, "-c", DUMP_ENV, str(out)]), 1))
+    e = read_envs(out, [0])[0]
+    assert (e["MASTER_ADDR"], e["MASTER_PORT"], e["CUDA_VISIBLE_DEVICES"]) == \
+        ("127.0.0.1", str(default_master_port("job_d", 2)), "0")
+
+
+def test_a_launch_that_does_not_fit_is_put_back_until_slots_free_up(world):
+    agent = world.agent(gpus=2)
+    agent.handle(message(launch("job_big", gpus_per_rank=2), 1))
+    assert agent.handle(message(launch("job_next"), 2)) is Outcome.DEFER
+    assert world.inbox.log[-1] == ("defer", "m-2")
+    assert len(world.launchers[0].launched) == 1
+    agent.handle(message(cancel("job_big"), 3))
+    run_until(agent, lambda: world.api.of("STOPPED"), what="job_big stopped")
+    assert agent.handle(message(launch("job_next"), 4)) is Outcome.DONE
+    assert world.state()["attempts"]["job_next/1"]["procs"]["0"]["slots"] == [0]
+
+
+def test_messages_are_deleted_only_after_acting_on_them(world):
+    agent = world.agent()
+    snapshots = {}
+
+    def on_delete(msg):  # what is on disk and running at the moment of the delete
+        state = world.state()
+        rec = state["attempts"]["job_a/1"]
+        snapshots[msg.message_id] = {
+            "phase": rec["phase"], "cancelled": rec["cancelled"],
+            "alive": [alive(p["pid"]) for p in rec["procs"].values()],
+            "pending": [p["event"]["type"] for p in state["pending"]],
+            "reported": [e["type"] for _, _, e in world.api.events]}
+    world.inbox.on_delete = on_delete
+    agent.handle(message(launch(ranks=[0, 1]), 1))
+    agent.handle(message(cancel(), 2))
+    assert snapshots["m-1"] == {"phase": "RUNNING", "cancelled": False, "alive": [True, True],
+                                "pending": ["STARTED"], "reported": []}
+    assert snapshots["m-2"]["phase"] == "STOPPING" and snapshots["m-2"]["cancelled"]
+    assert world.inbox.deleted == ["m-1", "m-2"]
+    # reports go out after the delete
+    assert world.api.of("STARTED") == [{"type": "STARTED", "ranks": [0, 1], **NODE}]
+
+
+def test_a_message_that_cannot_be_acted_on_is_left_for_the_dead_letter_queue(world):
+    agent = world.agent()
+    for n, body in enumerate(["not json", json.dumps(launch(job_id="../../etc")),
+                              json.dumps({"type": "REBOOT"})]):
+        assert agent.handle(message(body, n)) is Outcome.LEAVE
+    assert world.inbox.log == [] and world.launchers[0].launched == []
+
+
+def test_reports_are_kept_while_the_api_is_down_and_sent_in_order_after(world):
+    world.now = 1000.0  # the agent's clock, moved by hand past backoff delays
+    world.api.fail_with = ApiError("HTTP 503", status=503, retryable=True)
+    agent = world.agent()
+    agent.handle(message(launch(command=["sh", "-c", "exit 2"]), 1))
+    run_until(agent, lambda: phase(world) == "DONE", what="attempt done")
+    assert world.api.events == []
+    assert [p["event"]["type"] for p in world.state()["pending"]] == ["STARTED", "EXITED"]
+    calls = world.api.calls
+    agent.tick()
+    agent.tick()
+    assert world.api.calls == calls  # backing off, not hammering
+    world.api.fail_with = None
+    world.now += 60
+    agent.tick()
+    assert [e for _, _, e in world.api.events] == [
+        {"type": "STARTED", "ranks": [0], **NODE},
+        {"type": "EXITED", "ranks": [0], "exit_code": 2, **NODE}]
+    assert world.state()["pending"] == []
+
+
+def test_an_attempt_the_server_no_longer_cares_about_is_stopped_and_not_reported(world):
+    world.api.gone.add(("job_a", 1))  # every report answers 409 stale_attempt
+    agent = world.agent()
+    agent.handle(message(launch(command=["sleep", "30"]), 1))
+    rank = world.launchers[0].launched[0]
+    run_until(agent, lambda: phase(world) == "DONE", what="stale attempt stopped")
+    assert not alive(rank.pid)
+    assert world.api.events == [] and world.state()["pending"] == []
+
+
+def test_a_newer_attempt_of_the_job_stops_the_older_one_quietly(world):
+    agent = world.agent()
+    agent.handle(message(launch("job_a", 1), 1))
+    old = world.launchers[0].launched[0]
+    agent.handle(message(launch("job_a", 2), 2))
+    run_until(agent, lambda: phase(world, "job_a/1") == "DONE", what="attempt 1 stopped")
+    assert not alive(old.pid) and phase(world, "job_a/2") == "RUNNING"
+    assert [(a, e["type"]) for _, a, e in world.api.events] == [(1, "STARTED"), (2, "STARTED")]
+    agent.handle(message(launch("job_a", 1), 3))  # a late duplicate of the old attempt
+    assert len(world.launchers[0].launched) == 2
+
+
+def test_a_cancel_of_an_attempt_that_ended_is_answered_again(world):
+    agent = world.agent()
+    agent.handle(message(launch(command=["true"]), 1))
+    run_until(agent, lambda: phase(world) == "DONE", what="done")
+    agent.handle(message(cancel(), 2))
+    assert world.api.of("STOPPED") == [{"type": "STOPPED", "ranks": [0], **NODE}]
+
+
+def test_attempts_that_ended_long_ago_are_forgotten_but_their_logs_kept(world):
+    world.now = 1000.0
+    agent = world.agent()
+    agent.handle(message(launch(command=["sh", "-c", "echo bye"]), 1))
+    run_until(agent, lambda: phase(world) == "DONE", what="done")
+    assert world.paths.exit_file("job_a", 1, 0).exists()
+    world.now += 15 * 86400
+    agent.tick()
+    assert "job_a/1" not in world.state()["attempts"]
+    assert not world.paths.exit_file("job_a", 1, 0).exists()
+    assert world.paths.log_file("job_a", 1, 0).read_text() == "bye\n"
+
+
+def test_a_rank_whose_log_cannot_be_written_exits_127(world):
+    world.paths.log_dir.parent.mkdir(parents=True, exist_ok=True)
+    world.paths.log_dir.write_text("a file where the log directory should be")
+    agent = world.agent()
+    agent.handle(message(launch(ranks=[0, 1]), 1))
+    run_until(agent, lambda: world.api.of("EXITED"), what="EXITED")
+    assert world.api.of("EXITED") == [{"type": "EXITED", "ranks": [0, 1], "exit_code": 127,
+                                       **NODE}]
+    assert world.launchers[0].launched[0].pid is None
+
+
+class FailingOnce:
+    """A launcher that raises on its second launch the first time (a launch failing
+    half-way with an error the agent survives)."""
+
+    def __init__(self, launcher):
+        self.launcher, self.failed = launcher, False
+
+    def __getattr__(self, name):
+        return getattr(self.launcher, name)
+
+    def launch(self, *args):
+        if len(self.launcher.launched) == 1 and not self.failed:
+            self.failed = True
+            raise OSError("too many open files")
+        return self.launcher.launch(*args)
+
+
+def test_a_launch_that_failed_half_way_is_finished_when_the_message_comes_back(world):
+    inner = RecordingLauncher()
+    world.launchers.append(inner)
+    agent = world.agent(launcher=FailingOnce(inner))
+    with pytest.raises(OSError):
+        agent.handle(message(launch(ranks=[0, 1]), 1))
+    assert world.inbox.deleted == [] and len(inner.launched) == 1
+    agent.handle(message(launch(ranks=[0, 1]), 2))  # the redelivery
+    assert len(inner.launched) == 2  # rank 1 started now, rank 0 not again
+    assert phase(world) == "RUNNING" and world.inbox.deleted == ["m-2"]
+    assert world.api.of("STARTED") == [{"type": "STARTED", "ranks": [0, 1], **NODE}]

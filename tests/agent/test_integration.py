@@ -1,0 +1,250 @@
+"""The agent as a process (``python -m agent``) against a real SQS (moto server) and a
+small fake of the gpujobs API that answers 503 a few times before it works."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import queue
+import re
+import signal
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from .conftest import PY, alive, kill_ranks_in_state, stop_process, wait_until
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TOKEN = "agent-token-1"
+NODE_PATH = re.compile(r"^/v1/nodes/(?P<node>[^/]+)$")
+EVENT_PATH = re.compile(r"^/v1/jobs/(?P<job>[^/]+)/attempts/(?P<attempt>\d+)/events$")
+
+
+class FakeControlPlane:
+    """PUT /v1/nodes/{id} and POST .../events, the first ``flaky`` of each answered 503."""
+
+    def __init__(self, queue_url: str, flaky: int = 2) -> None:
+        self.queue_url = queue_url
+        self.lock = threading.Lock()
+        self.puts: list[dict] = []
+        self.events: list[tuple[str, int, dict]] = []
+        self.failures = {"PUT": flaky, "POST": flaky}
+        self.unavailable = 0
+        plane = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _send(self, status: int, body: dict, **headers: str) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                for k, v in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _handle(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    return self._send(401, {"status": 401, "code": "unauthenticated"})
+                with plane.lock:
+                    if plane.failures[self.command] > 0:
+                        plane.failures[self.command] -= 1
+                        plane.unavailable += 1
+                        return self._send(503, {"status": 503, "code": "unavailable"},
+                                          **{"Retry-After": "0"})
+                    node, event = NODE_PATH.match(self.path), EVENT_PATH.match(self.path)
+                    if self.command == "PUT" and node:
+                        plane.puts.append(body)
+                        return self._send(200, {
+                            "node_id": node["node"], "gpus": body["gpus"], "gpus_free": 0,
+                            "gpu_type": body["gpu_type"], "state": "READY",
+                            "inbox_queue_url": plane.queue_url, "last_seen_at": "now"})
+                    if self.command == "POST" and event:
+                        plane.events.append((event["job"], int(event["attempt"]), body))
+                        return self._send(200, {"id": event["job"]})
+                return self._send(404, {"status": 404, "code": "not_found"})
+
+            do_PUT = do_POST = _handle
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def of(self, kind: str, job_id: str) -> list[dict]:
+        with self.lock:
+            return [e for j, _, e in self.events if j == job_id and e["type"] == kind]
+
+    def __enter__(self) -> "FakeControlPlane":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+class AgentProcess:
+    def __init__(self, api_url: str, state_dir: pathlib.Path, *extra: str) -> None:
+        env = {**os.environ, "GPUJOBS_AGENT_TOKEN": TOKEN, "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+        self.proc = subprocess.Popen(
+            [PY, "-m", "agent", "--node-id", "node-1", "--gpus", "4", "--gpu-type", "h100",
+             "--api", api_url, "--state-dir", str(state_dir), "--poll-wait-s", "1",
+             "--node-heartbeat-s", "0.5", "--grace-s", "2", "--label", "zone=a", *extra],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: "queue.Queue[str]" = queue.Queue()
+        self.output: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self.output.append(line)
+            self.lines.put(line)
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        wait_until(lambda: any("ready" in line for line in self.output) or
+                   self.proc.poll() is not None, timeout=timeout, what="agent ready")
+        assert self.proc.poll() is None, "agent exited:\n" + "".join(self.output)
+
+
+@pytest.fixture
+def agents(tmp_path):
+    started: list[AgentProcess] = []
+
+    def start(api_url: str, *extra: str) -> AgentProcess:
+        agent = AgentProcess(api_url, tmp_path / "state", *extra)
+        started.append(agent)
+        return agent
+
+    try:
+        yield start
+    finally:
+        for n, agent in enumerate(started):
+            stop_process(agent.proc)
+            print(f"--- agent {n} output ---\n" + "".join(agent.output))  # shown on failure
+        kill_ranks_in_state(tmp_path / "state")
+
+
+def send(sqs, body: dict) -> None:
+    client, url = sqs
+    client.send_message(QueueUrl=url, MessageBody=json.dumps(body))
+
+
+def queue_is_empty(sqs) -> bool:
+    client, url = sqs
+    attrs = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return (attrs["ApproximateNumberOfMessages"], attrs["ApproximateNumberOfMessagesNotVisible"]
+            ) == ("0", "0")
+
+
+def state(tmp_path) -> dict:
+    return json.loads((tmp_path / "state" / "state.json").read_text())
+
+
+def exited_ranks(plane, job_id, code) -> list[int]:
+    return sorted(r for e in plane.of("EXITED", job_id) if e["exit_code"] == code
+                  for r in e["ranks"])
+
+
+def test_the_agent_runs_and_cancels_ranks_through_the_inbox(sqs, agents, tmp_path):
+    node = {"node_id": "node-1"}
+    with FakeControlPlane(sqs[1]) as plane:
+        agent = agents(plane.url)
+        agent.wait_ready()
+        hello = [PY, "-c", "import os; print('hello from', os.environ['RANK'])"]
+        ok = {"type": "LAUNCH", "job_id": "job_ok", "attempt": 1, "ranks": [0, 1],
+              "world_size": 2, "command": hello, "env": {}}
+        send(sqs, ok)
+        send(sqs, ok)  # a duplicate delivery
+        send(sqs, {"type": "LAUNCH", "job_id": "job_long", "attempt": 1, "ranks": [0],
+                   "world_size": 1, "command": ["sleep", "60"], "env": {}})
+        send(sqs, {"type": "CANCEL", "job_id": "job_never", "attempt": 1, "reason": "x"})
+
+        wait_until(lambda: exited_ranks(plane, "job_ok", 0) == [0, 1], timeout=30,
+                   what="job_ok EXITED 0")
+        assert plane.of("STARTED", "job_ok") == [{"type": "STARTED", "ranks": [0, 1], **node}]
+        wait_until(lambda: plane.of("STARTED", "job_long"), timeout=30, what="job_long STARTED")
+        wait_until(lambda: plane.of("STOPPED", "job_never"), timeout=30, what="tombstone")
+        assert plane.of("STOPPED", "job_never") == [{"type": "STOPPED", "ranks": [], **node}]
+
+        long_pid = state(tmp_path)["attempts"]["job_long/1"]["procs"]["0"]["pid"]
+        assert alive(long_pid)
+        send(sqs, {"type": "CANCEL", "job_id": "job_long", "attempt": 1, "reason": "user"})
+        wait_until(lambda: plane.of("STOPPED", "job_long"), timeout=30, what="job_long STOPPED")
+        assert plane.of("STOPPED", "job_long") == [{"type": "STOPPED", "ranks": [0], **node}]
+        assert not alive(long_pid)
+
+        send(sqs, {"type": "LAUNCH", "job_id": "job_never", "attempt": 1, "ranks": [0, 1],
+                   "world_size": 2, "command": ["sleep", "60"], "env": {}})
+        wait_until(lambda: len(plane.of("STOPPED", "job_never")) == 2, timeout=30,
+                   what="STOPPED for the LAUNCH after its CANCEL")
+        assert plane.of("STOPPED", "job_never")[1] == {"type": "STOPPED", "ranks": [0, 1], **node}
+        assert state(tmp_path)["attempts"]["job_never/1"]["procs"] == {}
+
+        wait_until(lambda: queue_is_empty(sqs), timeout=30, what="every message deleted")
+        log = tmp_path / "state" / "logs" / "job_ok" / "1" / "rank-0.log"
+        assert log.read_text() == "hello from 0\n"  # launched once despite the duplicate
+        assert plane.unavailable == 4  # two 503s for PUT, two for POST, and retried
+        wait_until(lambda: len(plane.puts) >= 3, what="node heartbeats")
+        assert plane.puts[0] == {"gpus": 4, "gpu_type": "h100", "labels": {"zone": "a"}}
+
+        agent.proc.send_signal(signal.SIGTERM)
+        assert agent.proc.wait(15) == 0
+
+
+@pytest.mark.parametrize("sqs", [2], indirect=True)
+def test_a_killed_agent_is_replaced_by_one_that_adopts_its_ranks(sqs, agents, tmp_path):
+    gate = tmp_path / "gate"
+    cmd = ["sh", "-c", f'echo "start $RANK"; if [ "$RANK" = 1 ]; then '
+                       f'while [ ! -e "{gate}" ]; do sleep 0.02; done; exit 3; fi; exec sleep 60']
+    job = {"type": "LAUNCH", "job_id": "job_r", "attempt": 1, "ranks": [0, 1],
+           "world_size": 2, "command": cmd, "env": {}}
+    with FakeControlPlane(sqs[1], flaky=0) as plane:
+        first = agents(plane.url)
+        first.wait_ready()
+        send(sqs, job)
+        wait_until(lambda: plane.of("STARTED", "job_r"), timeout=30, what="STARTED")
+        procs = state(tmp_path)["attempts"]["job_r/1"]["procs"]
+        first.proc.kill()  # SIGKILL: no chance to clean anything up
+        first.proc.wait(10)
+        assert alive(procs["0"]["pid"]) and alive(procs["1"]["pid"])
+
+        gate.touch()  # rank 1 ends while no agent runs
+        exit_file = procs["1"]["exit_file"]
+        wait_until(lambda: os.path.exists(exit_file), what="rank 1 exit file")
+
+        second = agents(plane.url)
+        second.wait_ready()
+        busy = agents(plane.url)  # a third one on the same state directory is refused
+        assert busy.proc.wait(30) == 2
+        assert "another agent" in "".join(busy.output)
+
+        send(sqs, job)  # redelivered LAUNCH
+        wait_until(lambda: plane.of("EXITED", "job_r"), timeout=30, what="EXITED after restart")
+        assert plane.of("EXITED", "job_r") == [
+            {"type": "EXITED", "ranks": [1], "exit_code": 3, "node_id": "node-1"}]
+        send(sqs, {"type": "CANCEL", "job_id": "job_r", "attempt": 1, "reason": "user"})
+        wait_until(lambda: plane.of("STOPPED", "job_r"), timeout=30, what="STOPPED")
+        assert plane.of("STOPPED", "job_r") == [
+            {"type": "STOPPED", "ranks": [0, 1], "node_id": "node-1"}]
+        assert not alive(procs["0"]["pid"])
+        logs = tmp_path / "state" / "logs" / "job_r" / "1"
+        assert [(logs / f"rank-{r}.log").read_text() for r in (0, 1)] == ["start 0\n", "start 1\n"]
+        wait_until(lambda: queue_is_empty(sqs), timeout=30, what="every message deleted")
+
+
+def test_a_registration_the_api_refuses_ends_the_agent_with_status_2(sqs, tmp_path):
+    with FakeControlPlane(sqs[1], flaky=0) as plane:
+        agent = AgentProcess(plane.url, tmp_path / "state", "--token", "wrong-token")
+        try:
+            assert agent.proc.wait(30) == 2
+        finally:
+            stop_process(agent.proc)
+        assert "refused to register node node-1" in "".join(agent.output)
+        assert "401" in "".join(agent.output)

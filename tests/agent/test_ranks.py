@@ -1,0 +1,143 @@
+"""The shim and rank handles, with real processes."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from agent.ranks import LOST_EXIT_CODE, Launcher, ProcTable, Rank, read_stat
+from agent.shim import read_exit_file
+
+from .conftest import PY, alive, wait_until
+
+
+@pytest.fixture
+def launched():
+    ranks: list[Rank] = []
+    try:
+        yield ranks
+    finally:
+        for r in ranks:
+            r.kill()
+            if r._popen is not None:
+                r._popen.wait(5)
+
+
+def start(launched, tmp_path, command, name="r", env=None) -> Rank:
+    rank = Launcher().launch(list(command), dict(os.environ if env is None else env),
+                             str(tmp_path / f"{name}.log"), str(tmp_path / f"{name}.exit"))
+    launched.append(rank)
+    return rank
+
+
+def test_exit_code_is_recorded_by_the_shim(launched, tmp_path):
+    rank = start(launched, tmp_path, ["sh", "-c", "echo out; echo err >&2; exit 7"])
+    assert wait_until(lambda: rank.exit_code() is not None) and rank.exit_code() == 7
+    assert read_exit_file(rank.exit_file) == 7
+    assert (tmp_path / "r.log").read_text() == "out\nerr\n"  # stdout and stderr, in order
+
+
+def test_a_command_that_cannot_start_exits_127_with_the_reason_in_the_log(launched, tmp_path):
+    rank = start(launched, tmp_path, ["/nonexistent/trainer", "--x"])
+    wait_until(lambda: rank.exit_code() is not None)
+    assert rank.exit_code() == 127
+    assert "cannot start '/nonexistent/trainer'" in (tmp_path / "r.log").read_text()
+
+
+def test_the_rank_runs_in_its_own_session_and_group_led_by_the_shim(launched, tmp_path):
+    rank = start(launched, tmp_path, ["sleep", "30"])
+    assert rank.pgid == rank.pid and os.getpgid(rank.pid) == rank.pid
+    assert os.getsid(rank.pid) == rank.pid and os.getsid(rank.pid) != os.getsid(0)
+    members = wait_until(lambda: len(rank.members(ProcTable.read())) == 2 and
+                         rank.members(ProcTable.read()), what="shim and sleep")
+    assert rank.pid in members
+
+
+COUNT_TERMS = textwrap.dedent("""
+    import os, signal, sys, time
+    path = sys.argv[1]
+    def on_term(*_):
+        with open(path, "a") as f:
+            f.write("TERM\\n")
+    signal.signal(signal.SIGTERM, on_term)
+    open(path + ".ready", "w").close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not os.path.exists(path):
+        time.sleep(0.01)
+    time.sleep(0.5)  # time for a second SIGTERM to arrive, if one were sent
+    sys.exit(5)
+""")
+
+
+def test_sigterm_reaches_every_process_of_the_group_exactly_once(launched, tmp_path):
+    counts = tmp_path / "terms"
+    rank = start(launched, tmp_path, [PY, "-c", COUNT_TERMS, str(counts)])
+    wait_until(lambda: (tmp_path / "terms.ready").exists(), what="handler installed")
+    rank.terminate()
+    wait_until(lambda: rank.exit_code() is not None, what="exit after SIGTERM")
+    assert counts.read_text() == "TERM\n"
+    assert rank.exit_code() == 5  # the shim kept waiting and recorded the command's own code
+
+
+def test_sigterm_stops_a_whole_process_tree(launched, tmp_path):
+    rank = start(launched, tmp_path, ["sh", "-c", "sleep 30 & sleep 30; wait"])
+    members = wait_until(lambda: len(rank.members(ProcTable.read())) == 4 and
+                         rank.members(ProcTable.read()), what="shim, sh and two sleeps")
+    rank.terminate()
+    wait_until(lambda: not rank.members(ProcTable.read()), what="group gone")
+    assert not any(alive(pid) for pid in members)
+    assert rank.exit_code() == 128 + signal.SIGTERM
+
+
+def test_kill_ends_a_group_that_ignores_sigterm(launched, tmp_path):
+    rank = start(launched, tmp_path, ["sh", "-c", 'trap "" TERM; sleep 30 & sleep 30; wait'])
+    members = wait_until(lambda: len(rank.members(ProcTable.read())) == 4 and
+                         rank.members(ProcTable.read()), what="group up")
+    rank.terminate()
+    time.sleep(0.3)  # a negative check: give SIGTERM time to (not) work
+    assert rank.members(ProcTable.read()) == members
+    rank.kill()
+    wait_until(lambda: not rank.members(ProcTable.read()), what="group killed")
+    assert not any(alive(pid) for pid in members)
+
+
+def test_an_adopted_rank_is_not_signalled_when_its_pid_now_belongs_to_another_process(
+        launched, tmp_path):
+    # a process of "someone else", leading its own group like a shim would
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        real_start = read_stat(other.pid).start_time
+        stale = Launcher().adopt(pid=other.pid, pgid=other.pid, start_time=real_start - 1,
+                                 exit_file=str(tmp_path / "none"))
+        assert not stale.shim_alive()
+        assert stale.members(ProcTable.read()) == []
+        stale.terminate()
+        stale.kill()
+        time.sleep(0.2)  # a negative check: a signal would have landed by now
+        assert other.poll() is None
+        assert stale.exit_code() == LOST_EXIT_CODE  # gone without a record
+        ours = Launcher().adopt(pid=other.pid, pgid=other.pid, start_time=real_start,
+                                exit_file=str(tmp_path / "none"))
+        assert ours.shim_alive()
+        ours.kill()
+        assert other.wait(5) == -signal.SIGKILL
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait()
+
+
+def test_an_adopted_rank_reports_the_exit_code_its_shim_recorded(launched, tmp_path):
+    gate = tmp_path / "gate"
+    rank = start(launched, tmp_path, ["sh", "-c", f'while [ ! -e "{gate}" ]; do sleep 0.02; '
+                                                  f'done; exit 4'])
+    adopted = Launcher().adopt(pid=rank.pid, pgid=rank.pgid, start_time=rank.start_time,
+                               exit_file=rank.exit_file)
+    assert adopted.shim_alive() and adopted.exit_code() is None
+    gate.touch()
+    wait_until(lambda: adopted.exit_code() is not None, what="adopted exit")
+    assert adopted.exit_code() == 4

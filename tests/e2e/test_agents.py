@@ -1,0 +1,145 @@
+"""Jobs really run and really stop: the local stack with real agent processes."""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from .conftest import TOKENS, Api, start_stack
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def agent_stack(tmp_path_factory):
+    s = start_stack(tmp_path_factory.mktemp("agents"), TOKENS, GPUJOBS_AGENTS="2",
+                    GPUJOBS_GPUS_PER_AGENT="4", GPUJOBS_SCAN_PERIOD_S="1",
+                    GPUJOBS_AGENT_GRACE_S="2")
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def tenant(agent_stack):
+    return Api(agent_stack.api, "e2e-tenant")
+
+
+def wait_for(api: Api, job_id: str, states: set[str], timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = api.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] in states:
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"{job_id} still {job['state']} after {timeout}s: {job}")
+
+
+def processes(marker: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def test_the_agents_register_their_nodes(tenant):
+    nodes = tenant.get("/v1/nodes").json()["nodes"]
+    assert [n["node_id"] for n in nodes] == ["local-1", "local-2"]
+    assert all(n["state"] == "READY" and n["gpus"] == 4 for n in nodes)
+
+
+def test_a_two_rank_hello_reaches_succeeded(tenant):
+    job = tenant.post("/v1/jobs", json={"command": ["python", "-c", "print('hello')"],
+                                        "ranks": 2}).json()
+    done = wait_for(tenant, job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
+    assert done["state"] == "SUCCEEDED", done
+    assert done["exit"] == {"reason": "succeeded", "exit_code": 0}
+    nodes = tenant.get("/v1/nodes").json()["nodes"]
+    assert sum(n["gpus_free"] for n in nodes) == 8, "GPUs given back"
+
+
+def test_a_gang_wider_than_one_node_spans_two(tenant):
+    job = tenant.post("/v1/jobs", json={"command": ["python", "-c", "pass"],
+                                        "ranks": 6}).json()
+    assert wait_for(tenant, job["id"], {"SUCCEEDED", "FAILED"})["state"] == "SUCCEEDED"
+    [attempt] = tenant.get(f"/v1/jobs/{job['id']}/attempts").json()["attempts"]
+    assert {p["node_id"] for p in attempt["placement"]} == {"local-1", "local-2"}
+
+
+def test_a_failing_rank_fails_the_job_with_its_exit_code(tenant):
+    job = tenant.post("/v1/jobs", json={"command": ["python", "-c",
+                                                    "import os,sys; sys.exit(3 if os.environ['RANK']=='1' else 0)"],
+                                        "ranks": 2}).json()
+    done = wait_for(tenant, job["id"], {"SUCCEEDED", "FAILED"})
+    assert done["state"] == "FAILED"
+    assert done["exit"]["exit_code"] == 3 and done["exit"]["rank"] == 1
+
+
+def test_a_cancelled_sleep_stops_within_seconds_and_its_processes_are_gone(tenant):
+    marker = "sleep 613"
+    job = tenant.post("/v1/jobs", json={"command": ["sleep", "613"], "ranks": 2}).json()
+    wait_for(tenant, job["id"], {"RUNNING"})
+    assert processes(marker), "the ranks run as real processes"
+    asked = time.monotonic()
+    r = tenant.post(f"/v1/jobs/{job['id']}/cancel", json={"reason": "e2e"})
+    assert r.status_code == 202
+    done = wait_for(tenant, job["id"], {"CANCELLED"}, timeout=20)
+    assert time.monotonic() - asked < 10
+    assert done["cancel_reason"] == "e2e"
+    deadline = time.monotonic() + 5
+    while processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes(marker), "no rank process survives the cancel"
+
+
+def test_a_job_that_can_never_fit_stays_pending_with_a_reason(tenant):
+    job = tenant.post("/v1/jobs", json={"command": ["true"], "ranks": 9}).json()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        j = tenant.get(f"/v1/jobs/{job['id']}").json()
+        if j["pending_reason"]:
+            break
+        time.sleep(0.2)
+    assert j["state"] == "PENDING" and "can never fit" in j["pending_reason"]
+    tenant.post(f"/v1/jobs/{job['id']}/cancel")
+
+
+HANG = """
+import os, time
+from gpujobs_heartbeat import beat
+rank = int(os.environ["RANK"])
+for step in range(100000):
+    if rank == 3 and step >= 20:
+        time.sleep(3600)   # alive, but no longer beating: the culprit
+    if rank != 3 and step >= 30:
+        time.sleep(3600)   # the rest block behind it two seconds later
+    beat(step)
+    time.sleep(0.2)
+"""
+
+
+def test_a_hung_rank_is_named_first_and_the_ranks_behind_it_after(tenant):
+    job = tenant.post("/v1/jobs", json={
+        "command": ["python", "-c", HANG], "ranks": 4,
+        "heartbeat": {"interval_s": 1, "startup_grace_s": 10}}).json()
+    try:
+        wait_for(tenant, job["id"], {"RUNNING"})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            health = tenant.get(f"/v1/jobs/{job['id']}").json()["health"]
+            if health["status"] == "STALLED":
+                break
+            time.sleep(0.3)
+        assert health["status"] == "STALLED", health
+        assert health["first_stalled_rank"] == 3
+        assert health["detection_s"] > health["threshold_s"]
+        view = tenant.get(f"/v1/jobs/{job['id']}/ranks").json()
+        assert view["ranks"][0]["rank"] == 3 and view["ranks"][0]["stalled"]
+        assert view["ranks"][0]["step"] == 19
+        while time.monotonic() < deadline and not all(r["stalled"] for r in view["ranks"]):
+            time.sleep(0.3)
+            view = tenant.get(f"/v1/jobs/{job['id']}/ranks").json()
+        assert [r["rank"] for r in view["ranks"]][0] == 3
+        assert all(r["stalled"] for r in view["ranks"]), "the rest stalled behind it"
+    finally:
+        tenant.post(f"/v1/jobs/{job['id']}/cancel")

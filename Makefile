@@ -27,6 +27,7 @@ test: $(STAMP) lint
 ## bench: ratios against a baseline measured in the same run
 bench: $(STAMP)
 	$(PY) bench/endpoints.py
+	$(PY) bench/placement.py
 	$(PY) bench/stall_sim.py
 	$(PY) bench/beat_cost.py
 

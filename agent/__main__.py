@@ -88,6 +88,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     opt("poll-wait-s", "SQS long-poll wait, 0..20 s", type=_poll_wait, default=20)
     opt("node-heartbeat-s", "seconds between node heartbeats (PUT /v1/nodes/{id})",
         type=_positive(float), default=10.0)
+    opt("address", "where other nodes reach this one (MASTER_ADDR when it holds rank 0); "
+        "default: the node id as a host name")
     opt("log-level", "DEBUG, INFO, WARNING or ERROR", type=_level, default="INFO")
     env_labels = environ.get(ENV_PREFIX + "LABELS")
     try:
@@ -108,7 +110,7 @@ def parse_settings(argv: list[str] | None = None,
                         api=args.api, token=args.token, state_dir=args.state_dir,
                         log_dir=args.log_dir, labels=dict(args.labels or []),
                         grace_s=args.grace_s, poll_wait_s=args.poll_wait_s,
-                        node_heartbeat_s=args.node_heartbeat_s)
+                        node_heartbeat_s=args.node_heartbeat_s, address=args.address)
     return settings, args.log_level
 
 

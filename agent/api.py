@@ -58,10 +58,12 @@ class ApiClient:
         self._timeout = timeout_s
 
     def put_node(self, node_id: str, gpus: int, gpu_type: str,
-                 labels: dict[str, str]) -> dict[str, Any]:
+                 labels: dict[str, str], address: str | None = None) -> dict[str, Any]:
         """Register or refresh the node (also its heartbeat); returns the node."""
-        return self._request("PUT", f"/v1/nodes/{_seg(node_id)}",
-                             {"gpus": gpus, "gpu_type": gpu_type, "labels": labels})
+        body: dict[str, Any] = {"gpus": gpus, "gpu_type": gpu_type, "labels": labels}
+        if address:
+            body["address"] = address
+        return self._request("PUT", f"/v1/nodes/{_seg(node_id)}", body)
 
     def post_event(self, job_id: str, attempt: int, event: dict[str, Any]) -> dict[str, Any]:
         """Report STARTED / EXITED / STOPPED for ranks of an attempt; returns the job."""

@@ -47,6 +47,7 @@ class Settings:
     poll_wait_s: int = 20
     node_heartbeat_s: float = 10.0
     tick_s: float = 0.25
+    address: str | None = None
 
 
 class StateDirBusy(RuntimeError):
@@ -96,7 +97,7 @@ def run(settings: Settings, stop: threading.Event, *,
 
             def register() -> dict:
                 return api.put_node(settings.node_id, settings.gpus, settings.gpu_type,
-                                    settings.labels)
+                                    settings.labels, address=settings.address)
 
             node = _register(register, agent, stop, settings.tick_s, rng)
             if node is None:

@@ -34,6 +34,7 @@ class Agents:
                  "--gpu-type", os.environ.get("GPUJOBS_AGENT_GPU_TYPE", "h100"),
                  "--api", api_url, "--state-dir", str(home / "state"),
                  "--log-dir", str(home / "logs"), "--poll-wait-s", "1",
+                 "--address", "127.0.0.1",
                  "--grace-s", os.environ.get("GPUJOBS_AGENT_GRACE_S", "3"),
                  "--node-heartbeat-s", os.environ.get("GPUJOBS_AGENT_NODE_HEARTBEAT_S", "5"),
                  "--log-level", os.environ.get("GPUJOBS_AGENT_LOG_LEVEL", "WARNING")],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from datetime import datetime, timedelta
 
 from pynamodb.connection import Connection
@@ -86,16 +85,16 @@ class DynamoCollectorStore(metaclass=Translating):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last_mark = 0.0
+        self._last_mark: datetime | None = None
 
     def mark_ingest(self, now: datetime) -> None:
         # at most one write a second per process, spread over shards: the
         # mark must never become the hot item it is meant to watch
         with self._lock:
-            mono = time.monotonic()
-            if mono - self._last_mark < 1.0:
+            if self._last_mark is not None and \
+                    abs((now - self._last_mark).total_seconds()) < 1.0:
                 return
-            self._last_mark = mono
+            self._last_mark = now
         CollectorModel(f"ingest#{random.randrange(INGEST_SHARDS)}", at=iso(now)).save()
 
     def latest_ingest(self) -> datetime | None:
@@ -103,12 +102,16 @@ class DynamoCollectorStore(metaclass=Translating):
             [f"ingest#{i}" for i in range(INGEST_SHARDS)]) if m.at]
         return parse_iso(max(marks)) if marks else None
 
-    def previous_scan(self) -> datetime | None:
+    def previous_scan(self) -> tuple[datetime | None, datetime | None, str | None]:
+        """(when the last scan ran, until when convictions are held, why)."""
         try:
             m = CollectorModel.get("scanner", consistent_read=True)
-            return parse_iso(m.at) if m.at else None
         except CollectorModel.DoesNotExist:
-            return None
+            return None, None, None
+        return (m.at and parse_iso(m.at), m.hold_until and parse_iso(m.hold_until),
+                m.hold_reason)
 
-    def record_scan(self, now: datetime) -> None:
-        CollectorModel("scanner", at=iso(now)).save()
+    def record_scan(self, now: datetime, hold_until: datetime | None = None,
+                    hold_reason: str | None = None) -> None:
+        CollectorModel("scanner", at=iso(now), hold_until=hold_until and iso(hold_until),
+                       hold_reason=hold_reason).save()

@@ -182,6 +182,9 @@ class CollectorModel(Model):
 
     name = UnicodeAttribute(hash_key=True)
     at = UnicodeAttribute(null=True)
+    #: convictions stay suppressed until then, and why (after a collector pause)
+    hold_until = UnicodeAttribute(null=True)
+    hold_reason = UnicodeAttribute(null=True)
 
 
 class OutboxDue(GlobalSecondaryIndex["OutboxModel"]):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from ..domain.clock import Clock, iso, utcnow
+from ..domain.clock import Clock, iso, plus, utcnow
 from ..domain.jobs import Job, clear_incident
 from ..domain.stall import Verdict, judge, suppression
 from ..domain.states import JobState
@@ -29,14 +29,24 @@ class Scanner:
                  clock: Clock = utcnow) -> None:
         self.store, self.heartbeats, self.collector = store, heartbeats, collector
         self.attempts, self._period_s, self._clock = attempts, period_s, clock
+        #: how long convictions stay held after the collector was blind
+        self._hold_s = 2 * period_s + 10.0
 
     def run(self) -> dict:
         now = self._clock()
-        previous = self.collector.previous_scan()
-        self.collector.record_scan(now)
+        previous, hold_until, hold_reason = self.collector.previous_scan()
         why = suppression(now=now, previous_scan_at=previous, period_s=self._period_s,
                           latest_ingest_at=self.collector.latest_ingest(),
                           window_s=max(3 * self._period_s, 30.0))
+        if why:
+            # beats that queued up during the blind spell keep arriving for a
+            # while: hold convictions until that backlog has drained
+            hold_until, hold_reason = plus(now, self._hold_s), why
+        elif hold_until is not None and now < hold_until:
+            why = f"recovering until {iso(hold_until)} from: {hold_reason}"
+        else:
+            hold_until = hold_reason = None
+        self.collector.record_scan(now, hold_until, hold_reason)
         jobs = stalled = 0
         for job in self.store.active(JobState.RUNNING, MAX_JOBS_PER_SCAN):
             jobs += 1

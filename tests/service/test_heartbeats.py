@@ -32,7 +32,7 @@ def running(iso, iso_client, tenants):
         iso.nodes.register(AGENT, n, {"gpus": 2})
     clock = Clock()
     iso.heartbeats._clock = iso.scanner._clock = iso.attempts._clock = clock
-    iso.placer._clock = clock
+    iso.placer._clock = iso.nodes._clock = clock
     job_id, by_node = placed(iso, iso_client, tenants,
                              heartbeat={"interval_s": 5, "startup_grace_s": 30})
     for n, ranks in by_node.items():
@@ -184,7 +184,7 @@ def test_restart_on_stall_cancels_the_attempt_and_requeues(iso, iso_client, tena
         iso.nodes.register(AGENT, n, {"gpus": 2})
     clock = Clock()
     iso.heartbeats._clock = iso.scanner._clock = iso.attempts._clock = clock
-    iso.placer._clock = clock
+    iso.placer._clock = iso.nodes._clock = clock
     job_id, by_node = placed(iso, iso_client, tenants, max_attempts=2, on_stall="restart",
                              heartbeat={"interval_s": 5, "startup_grace_s": 0})
     for n, ranks in by_node.items():
@@ -277,3 +277,28 @@ def test_beats_for_an_attempt_that_ended_are_stale(iso, iso_client, tenants):
           {"type": "EXITED", "ranks": by_node["n1"], "exit_code": 1, "node_id": "n1"})
     r = beat(iso_client, tenants, job_id, by_node["n2"])
     assert r.status_code == 409 and r.json_body["code"] == "stale_attempt"
+
+
+def test_convictions_stay_held_while_the_backlog_drains_after_a_pause(iso, iso_client,
+                                                                      tenants, running):
+    job_id, _, clock = running
+    iso.scanner.run()
+    clock.advance(31)
+    beat(iso_client, tenants, job_id, [0, 1, 2, 3])
+    clock.advance(600)  # the collector was blind for ten minutes
+    iso.nodes.register(AGENT, "n1", {"gpus": 2})
+    assert "collector paused" in iso.scanner.run()["suppressed"]
+    clock.advance(5)  # the next, punctual scan: ranks are still catching up
+    iso.nodes.register(AGENT, "n1", {"gpus": 2})
+    report = iso.scanner.run()
+    assert report["suppressed"].startswith("recovering until")
+    assert health(iso_client, tenants, job_id)["status"] != "STALLED"
+    held_for = 5.0
+    while held_for <= iso.scanner._hold_s:  # punctual scans until the hold is over
+        clock.advance(30)
+        held_for += 30
+        iso.nodes.register(AGENT, "n1", {"gpus": 2})
+        beat(iso_client, tenants, job_id, [0, 1, 2])
+        report = iso.scanner.run()
+    assert report["suppressed"] is None, "silence counts again"
+    assert health(iso_client, tenants, job_id)["first_stalled_rank"] == 3

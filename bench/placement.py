@@ -1,0 +1,566 @@
+"""Placement throughput against the bare conditional writes it needs, and the
+DynamoDB requests per placed job, at 10, 100 and 1000 nodes, in one run.
+
+``.venv/bin/python bench/placement.py`` from the repository root. As in
+bench/endpoints.py (whose request counter this imports), everything runs
+in-process on moto (``mock_aws``); the tables and queues come from
+infra/template.yaml, deployed through CloudFormation by devstack/resources.py,
+and the services from chalicelib.bootstrap. Every scale deploys a fresh stack
+(Stage ``pb<N>``), so no table carries items from one scale into the next.
+
+At each scale N nodes register through ``services.nodes.register`` (8 h100
+GPUs each; untimed, and without moto's per-transaction table backups, see
+``no_table_backups``); every round submits the same M seeded jobs (ranks 1..4,
+gpus_per_rank 1..2, h100) through ``services.jobs.create`` and times, in
+alternating order:
+
+* placement: ``services.placer.run()``, repeated while a run both places jobs
+  and leaves some waiting, so every job that fits is placed (at 10 nodes the
+  second run places nothing); an untimed check then reads the attempts and
+  nodes back: no job placed twice, no node over capacity, no waiting job that
+  fits what is left;
+* the baseline: another copy of the M jobs and, for each job placement placed,
+  with the node map placement chose for it in the warm-up round, only the
+  writes a placement needs at minimum, made with a plain boto3 client against
+  the same moto tables: one TransactWriteItems per job (the job update
+  conditioned on PENDING and its attempt, the attempt put, the LAUNCH outbox
+  put, one ``gpus_free`` update per node conditioned on room and READY; items
+  shaped like DynamoJobStore.place's) and one SQS SendMessage per node used.
+
+After each half its jobs, attempts and intents are deleted, the queues purged
+and the nodes given their GPUs back, and moto's leaks are undone as
+bench/endpoints.py does, so both halves start from the same tables (moto's
+TransactWriteItems deep-copies every table it touches: the per-job cost grows
+with the nodes table, for both sides alike). As in timeit, the cyclic GC is off
+inside the timed calls: moto's table copies would otherwise set off full
+collections of its heap every few transactions. Times are per placed job; the
+ratio is the median over rounds of (placement / baseline) within a round, on
+process CPU time: everything, moto included, runs in this process, so CPU time
+is the work done and other processes on a busy machine barely move it (wall
+time is shown too). The headline ratio is the 100-node one: every job fits
+there, so both sides place the same jobs and nothing else, and moto's table
+copies do not yet drown the difference. Requests are counted with the botocore
+``request-created`` hook of bench/endpoints.py (retries count too); the nodes
+placement reads are counted by wrapping the node store's ``ready_pages`` on the
+instance (chalicelib is not changed). The last line reads
+``placement-bench: ratio=<x> reads_per_job_10=<n> reads_per_job_1000=<n>``.
+
+Options: --jobs M (50), --jobs-1000 M (default M), --rounds R (8),
+--rounds-1000 R (4), --scales 10,100,1000, --seed N.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import gc
+import json
+import os
+import pathlib
+import platform
+import random
+import statistics
+import sys
+import time
+from typing import Callable
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.endpoints import CALLS, REGION, Fail, install_request_counter  # noqa: E402
+
+TENANT = "bench"
+GPUS_PER_NODE = 8
+GPU_TYPE = "h100"
+#: DynamoDB operations that read; every other DynamoDB operation writes
+READS = frozenset({"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"})
+
+
+# -- environment ----------------------------------------------------------------
+def start_moto() -> None:
+    """moto in-process and the request counter, before any client exists."""
+    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": REGION,
+                       "GPUJOBS_PAGE_TOKEN_KEY": "bench-page-token-key",
+                       # rounds purge the queues more often than once a minute
+                       "MOTO_SQS_ENFORCE_STRICT_QUEUE_PURGE_BEHAVIOUR": "false"})
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "GPUJOBS_AWS_ENDPOINT_URL",
+                 "GPUJOBS_TOKENS_FILE"):
+        os.environ.pop(name, None)
+    from moto import mock_aws
+
+    mock_aws().start()
+    install_request_counter()
+
+
+def deploy_stack(stage: str):
+    """A fresh stack from infra/template.yaml, and services bound to it."""
+    from chalicelib import bootstrap
+    from chalicelib.adapters.tokens import TokenStore
+    from chalicelib.config import Config
+    from devstack import resources
+
+    env = {k: v for k, v in resources.deploy(None, stage=stage, region=REGION).items()
+           if v is not None}
+    os.environ.update(env)
+    services = bootstrap.build(Config.from_env(), tokens=TokenStore({}))
+    bootstrap.install(services)
+    return services
+
+
+class no_table_backups:
+    """Untimed set-up only: moto's TransactWriteItems deep-copies every table it
+    touches, to roll back on failure, so registering node i copies i nodes and
+    1000 registrations take most of a minute. Registration's transactions
+    (a new node, conditioned on its absence, and the fleet totals) cannot fail
+    here, so while nodes register a Table is "copied" as itself; anything else
+    is still deep-copied. The fleet totals are checked afterwards."""
+
+    def __enter__(self):
+        import copy
+        import types
+
+        from moto.dynamodb import models
+        from moto.dynamodb.models.table import Table
+
+        def deepcopy(value, memo=None):
+            return value if isinstance(value, Table) else copy.deepcopy(value, memo)
+
+        self._models, self._copy = models, models.copy
+        models.copy = types.SimpleNamespace(deepcopy=deepcopy)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._models.copy = self._copy
+
+
+def moto_housekeeping() -> None:
+    """What bench/endpoints.py's collect_garbage undoes between rounds: moto keeps
+    every model instance it made (BaseModel.__new__ -> instances_tracked, the
+    whole-table copies of every TransactWriteItems included), and deleting from
+    a table with a range key leaves the hash key's empty bucket behind, which
+    every later whole-table copy copies."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.core.model_instances import reset_model_data
+    from moto.dynamodb.models import dynamodb_backends
+
+    reset_model_data()
+    for table in dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION].tables.values():
+        if table.has_range_key:
+            for key in [k for k, v in table.items.items() if not v]:
+                del table.items[key]
+
+
+def job_bodies(count: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"name": f"pb-{i}", "command": ["python", "train.py", "--epochs", "1"],
+             "ranks": rng.randint(1, 4), "gpus_per_rank": rng.randint(1, 2),
+             "gpu_type": GPU_TYPE, "env": {"NCCL_DEBUG": "WARN"}}
+            for i in range(count)]
+
+
+def split(calls) -> collections.Counter:
+    """{"reads": n, "writes": n, "sqs": n} and the count of every operation."""
+    out: collections.Counter = collections.Counter()
+    for service, op in calls:
+        if service == "dynamodb":
+            out["reads" if op in READS else "writes"] += 1
+            out[op] += 1
+        elif service == "sqs":
+            out["sqs"] += 1
+            out["sqs:" + op] += 1
+        else:
+            out[f"{service}:{op}"] += 1
+    return out
+
+
+# -- one scale ----------------------------------------------------------------------
+class Scale:
+    def __init__(self, nodes: int, jobs: int, seed: int) -> None:
+        import boto3
+        from botocore.config import Config as BotoConfig
+
+        from chalicelib.domain.principal import Principal
+
+        self.n_nodes, self.n_jobs = nodes, jobs
+        t0 = time.perf_counter()
+        self.services = deploy_stack(f"pb{nodes}")
+        self.cfg = self.services.config
+        t1 = time.perf_counter()
+        agent = Principal("agent", "*")
+        self.urls: dict[str, str] = {}
+        with no_table_backups():
+            for i in range(nodes):
+                node = self.services.nodes.register(
+                    agent, f"node-{i:04d}", {"gpus": GPUS_PER_NODE, "gpu_type": GPU_TYPE})
+                self.urls[node.node_id] = node.inbox_queue_url
+        self.setup_s = (t1 - t0, time.perf_counter() - t1)
+        fleet = self.services.node_store.fleet(GPU_TYPE)
+        if fleet != (GPUS_PER_NODE * nodes, GPUS_PER_NODE) or \
+                len(self.services.nodes.list()) != nodes:
+            raise Fail(f"N={nodes}: registration left the fleet at {fleet}")
+        moto_housekeeping()
+        self.bodies = job_bodies(jobs, seed)
+        # the baseline: plain clients without parameter validation (as PynamoDB)
+        session = boto3.session.Session()
+        plain = BotoConfig(parameter_validation=False)
+        self.ddb = session.client("dynamodb", region_name=REGION, config=plain)
+        self.sqs = session.client("sqs", region_name=REGION, config=plain)
+        self.cleanup = boto3.session.Session().client("dynamodb", region_name=REGION)
+        # node items placement reads (an instance wrapper: nothing in chalicelib changes)
+        self.nodes_read = 0
+        store = self.services.node_store
+        ready_pages = store.ready_pages
+
+        def counted(gpu_type, min_free):
+            for page in ready_pages(gpu_type, min_free):
+                self.nodes_read += len(page)
+                yield page
+
+        store.ready_pages = counted
+        #: spec index -> the node map placement chose in the warm-up round
+        self.plans: dict[int, dict[str, list[int]]] = {}
+        self.created: list[str] = []
+        self.touched: set[str] = set()
+        self.samples: dict[str, list] = collections.defaultdict(list)
+        #: CPU and wall nanoseconds of every timed half
+        self.cpu_wall = [0, 0]
+
+    # -- fixtures (untimed) ------------------------------------------------------
+    def submit(self, indices) -> list:
+        jobs = []
+        for i in indices:
+            job, _ = self.services.jobs.create(TENANT, self.bodies[i], None)
+            self.created.append(job.job_id)
+            jobs.append((i, job))
+        return jobs
+
+    def collect_garbage(self) -> None:
+        deletes: dict[str, list] = collections.defaultdict(list)
+        for job_id in self.created:
+            key = {"job_id": {"S": job_id}}
+            deletes[self.cfg.jobs_table].append(key)
+            deletes[self.cfg.attempts_table].append({**key, "attempt": {"N": "1"}})
+            deletes[self.cfg.outbox_table].append({**key, "intent_id": {"S": "LAUNCH#1"}})
+        self.created.clear()
+        for table, keys in deletes.items():
+            for i in range(0, len(keys), 25):
+                self.cleanup.batch_write_item(RequestItems={table: [
+                    {"DeleteRequest": {"Key": k}} for k in keys[i:i + 25]]})
+        for url in [self.cfg.pending_queue_url, *(self.urls[n] for n in self.touched)]:
+            if url:
+                self.sqs.purge_queue(QueueUrl=url)
+        # every node placement or the baseline reserved on gets its GPUs back
+        for node_id in sorted(self.touched):
+            self.cleanup.update_item(
+                TableName=self.cfg.nodes_table, Key={"node_id": {"S": node_id}},
+                UpdateExpression="SET #f = :g REMOVE #a",
+                ExpressionAttributeNames={"#f": "gpus_free", "#a": "attempts"},
+                ExpressionAttributeValues={":g": {"N": str(GPUS_PER_NODE)}})
+        self.touched.clear()
+        moto_housekeeping()
+
+    def baseline_items(self, jobs) -> list[tuple[list, list]]:
+        """For each job: its TransactItems and its (queue URL, body) sends,
+        shaped like DynamoJobStore.place and the Dispatcher's messages."""
+        from chalicelib.adapters.models import AttemptModel, JobModel, OutboxModel
+        from chalicelib.domain import placement
+        from chalicelib.domain.clock import iso, plus, utcnow
+        from chalicelib.domain.jobs import clear_incident, launch_intent
+        from chalicelib.domain.placement import Plan
+
+        out = []
+        for index, job in jobs:
+            plan = Plan(self.plans[index], job.spec["gpus_per_rank"])
+            attempt = job.attempt + 1
+            first = plan.placement()[0]["node_id"]
+            intent = launch_intent(job, attempt, plan.ranks_by_node,
+                                   {n: self.urls[n] for n in plan.ranks_by_node},
+                                   master_addr=first,
+                                   master_port=placement.master_port(job.job_id, attempt))
+            now = utcnow()
+            gpus = plan.gpus_by_node()
+            key = f"{job.job_id}#{attempt}"
+            items = [
+                {"Update": {
+                    "TableName": self.cfg.jobs_table, "Key": {"job_id": {"S": job.job_id}},
+                    "UpdateExpression": "SET #s = :s, #as = :s, #a = :a, #i = :i, #h = :h, "
+                                        "#u = :u REMOVE #pr",
+                    "ConditionExpression": "#s = :pending AND #a = :prev",
+                    "ExpressionAttributeNames": {"#s": "state", "#as": "active_state",
+                                                 "#a": "attempt", "#i": "inboxes",
+                                                 "#h": "health", "#u": "updated_at",
+                                                 "#pr": "pending_reason"},
+                    "ExpressionAttributeValues": {
+                        ":s": {"S": "SCHEDULED"}, ":a": {"N": str(attempt)},
+                        ":i": {"S": JobModel.inboxes.serialize(intent.targets)},
+                        ":h": {"S": JobModel.health.serialize(clear_incident(job.health))},
+                        ":u": {"S": iso(now)}, ":pending": {"S": "PENDING"},
+                        ":prev": {"N": str(job.attempt)}}}},
+                {"Put": {"TableName": self.cfg.attempts_table,
+                         "Item": AttemptModel(
+                             job.job_id, attempt, state="SCHEDULED",
+                             placement=plan.placement(), node_ranks=plan.ranks_by_node,
+                             node_gpus=gpus, world_size=job.spec["ranks"],
+                             created_at=iso(now), exit_codes={}).serialize(),
+                         "ConditionExpression": "attribute_not_exists(#k)",
+                         "ExpressionAttributeNames": {"#k": "job_id"}}},
+                {"Put": {"TableName": self.cfg.outbox_table,
+                         "Item": OutboxModel(
+                             job.job_id, intent.intent_id, attempt=attempt, kind=intent.kind,
+                             message=intent.message, targets=intent.targets,
+                             node_ranks=intent.node_ranks, unacked=set(intent.targets),
+                             created_at=iso(now), pending="1",
+                             due_at=iso(plus(now, self.cfg.cancel_resend_after_s)),
+                             sends=1).serialize(),
+                         "ConditionExpression": "attribute_not_exists(#k)",
+                         "ExpressionAttributeNames": {"#k": "job_id"}}},
+            ]
+            for node_id in sorted(gpus):
+                items.append({"Update": {
+                    "TableName": self.cfg.nodes_table, "Key": {"node_id": {"S": node_id}},
+                    "UpdateExpression": "ADD #f :neg, #at :key",
+                    "ConditionExpression": "#f >= :n AND #st = :ready",
+                    "ExpressionAttributeNames": {"#f": "gpus_free", "#at": "attempts",
+                                                 "#st": "state"},
+                    "ExpressionAttributeValues": {
+                        ":neg": {"N": str(-gpus[node_id])}, ":n": {"N": str(gpus[node_id])},
+                        ":key": {"SS": [key]}, ":ready": {"S": "READY"}}}})
+            sends = [(self.urls[n], json.dumps(intent.message_for(n), separators=(",", ":")))
+                     for n in intent.targets]
+            out.append((items, sends))
+        return out
+
+    # -- the two halves ------------------------------------------------------------
+    def _timed(self, fn: Callable[[], object]):
+        # as timeit does: no cyclic GC inside the timed calls. moto's whole-table
+        # copies (a 1000-node table per node update) otherwise set off full
+        # collections over moto's heap every few transactions, a cost of
+        # CPython's collector running moto, not of either side
+        gc.collect()
+        CALLS.clear()
+        self.nodes_read = 0
+        gc.disable()
+        try:
+            c0, t0 = time.process_time_ns(), time.perf_counter_ns()
+            result = fn()
+            wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
+        finally:
+            gc.enable()
+        self.cpu_wall[0] += cpu
+        self.cpu_wall[1] += wall
+        return wall / 1e6, cpu / 1e6, split(CALLS), result
+
+    def placement_half(self, record: bool) -> int:
+        jobs = self.submit(range(self.n_jobs))
+
+        def place():
+            runs, placed = [], []
+            while True:
+                report = self.services.placer.run()
+                runs.append(report)
+                placed += report.placed
+                if not report.waiting or not report.placed:
+                    return runs, placed
+
+        wall, cpu, calls, (runs, placed) = self._timed(place)
+        nodes_read = self.nodes_read
+        index_of = {job.job_id: i for i, job in jobs}
+        if len(set(placed)) != len(placed) or not set(placed) <= set(index_of):
+            raise Fail(f"N={self.n_nodes}: placement placed a job twice or a stranger")
+        if not placed:
+            raise Fail(f"N={self.n_nodes}: nothing was placed")
+        plans = self.check_placement(jobs, placed, runs[-1].waiting)
+        if not self.plans:  # the warm-up round: the node maps the baseline replays
+            self.plans = {index_of[j]: plans[j] for j in placed}
+        elif sorted(index_of[j] for j in placed) != sorted(self.plans):
+            raise Fail(f"N={self.n_nodes}: placement placed other jobs than in warm-up")
+        if record:
+            s = self.samples
+            s["p_ms"].append(wall / len(placed))
+            s["p_cpu"].append(cpu / len(placed))
+            s["p_calls"].append(calls)
+            s["p_placed"].append(len(placed))
+            s["p_runs"].append(len(runs))
+            s["p_nodes_read"].append(nodes_read)
+            s["p_node_updates"].append(sum(len(p) for p in plans.values()))
+        return len(placed)
+
+    def check_placement(self, jobs, placed, waiting) -> dict[str, dict]:
+        """Untimed: the node maps of the placed jobs, no node over capacity, and
+        no waiting job that fits what is left."""
+        from chalicelib.adapters.models import AttemptModel, NodeModel
+
+        plans = {}
+        used: collections.Counter = collections.Counter()
+        for job_id in placed:
+            a = AttemptModel.get(job_id, 1, consistent_read=True)
+            plans[job_id] = {n: list(r) for n, r in a.node_ranks.items()}
+            used.update({n: int(g) for n, g in a.node_gpus.items()})
+        self.touched |= set(used)
+        free = {}
+        for node_id in used:
+            n = NodeModel.get(node_id, consistent_read=True)
+            free[node_id] = int(n.gpus_free)
+            if free[node_id] != GPUS_PER_NODE - used[node_id] or free[node_id] < 0:
+                raise Fail(f"N={self.n_nodes}: {node_id} has {free[node_id]} GPUs free, "
+                           f"{used[node_id]} of {GPUS_PER_NODE} reserved")
+        untouched = GPUS_PER_NODE * (self.n_nodes - len(used))
+        spec = {job.job_id: job.spec for _, job in jobs}
+        for job_id in waiting:
+            g, ranks = spec[job_id]["gpus_per_rank"], spec[job_id]["ranks"]
+            room = sum(f // g for f in free.values()) + untouched // GPUS_PER_NODE * \
+                (GPUS_PER_NODE // g)
+            if room >= ranks:
+                raise Fail(f"N={self.n_nodes}: job {job_id} ({ranks} x {g}) waits but fits")
+        return plans
+
+    def baseline_half(self, record: bool) -> None:
+        # all M jobs, as placement gets them, so both halves copy the same tables;
+        # the ones placement left waiting stay PENDING here too
+        jobs = [(i, job) for i, job in self.submit(range(self.n_jobs)) if i in self.plans]
+        work = self.baseline_items(jobs)
+        for index, _ in jobs:
+            self.touched |= set(self.plans[index])
+        ddb, sqs = self.ddb, self.sqs
+
+        def run():
+            for items, sends in work:
+                ddb.transact_write_items(TransactItems=items)
+                for url, body in sends:
+                    sqs.send_message(QueueUrl=url, MessageBody=body)
+
+        wall, cpu, calls, _ = self._timed(run)
+        expected = len(work), sum(len(s) for _, s in work)
+        if (calls["TransactWriteItems"], calls["sqs"]) != expected or calls["reads"]:
+            raise Fail(f"N={self.n_nodes}: the baseline made {dict(calls)}")
+        if record:
+            self.samples["b_ms"].append(wall / len(work))
+            self.samples["b_cpu"].append(cpu / len(work))
+            self.samples["b_node_updates"].append(sum(len(i) - 3 for i, _ in work))
+
+    def round(self, index: int, record: bool) -> None:
+        halves = [self.placement_half, self.baseline_half]
+        if index % 2 and self.plans:  # the first round fixes the node maps to replay
+            halves.reverse()
+        for half in halves:
+            half(record)
+            # each half starts from the same tables: only the nodes, and its own jobs
+            self.collect_garbage()
+
+    # -- summary -------------------------------------------------------------------------
+    def result(self) -> dict:
+        s = self.samples
+        calls = s["p_calls"]
+        placed = s["p_placed"]
+        per_job = {k: sum(c[k] for c in calls) / sum(placed) for k in ("reads", "writes", "sqs")}
+        ops: collections.Counter = collections.Counter()
+        for c in calls:
+            ops.update({k: v for k, v in c.items() if k not in ("reads", "writes", "sqs")})
+        p, b = statistics.median(s["p_ms"]), statistics.median(s["b_ms"])
+        pc, bc = statistics.median(s["p_cpu"]), statistics.median(s["b_cpu"])
+        return {"nodes": self.n_nodes, "jobs": self.n_jobs, "rounds": len(placed),
+                "placed": statistics.median(placed), "runs": max(s["p_runs"]),
+                "reads_per_run": sum(c["reads"] for c in calls) / sum(s["p_runs"]),
+                "extra_writes": sum(c["writes"] - c["TransactWriteItems"] for c in calls)
+                / len(calls),
+                "p_ms": p, "b_ms": b, "p_cpu": pc, "b_cpu": bc,
+                "ratio": statistics.median(x / y for x, y in zip(s["p_ms"], s["b_ms"])),
+                "cpu_ratio": statistics.median(x / y for x, y in zip(s["p_cpu"], s["b_cpu"])),
+                "ratios": sorted(x / y for x, y in zip(s["p_ms"], s["b_ms"])),
+                "cpu_ratios": sorted(x / y for x, y in zip(s["p_cpu"], s["b_cpu"])),
+                "per_job": per_job, "ops": {k: v / len(calls) for k, v in sorted(ops.items())},
+                "nodes_read": statistics.median(s["p_nodes_read"]),
+                "node_updates": (statistics.median(s["p_node_updates"]),
+                                 statistics.median(s["b_node_updates"])),
+                "setup_s": self.setup_s, "cpu_share": self.cpu_wall[0] / self.cpu_wall[1]}
+
+
+def run_scale(nodes: int, jobs: int, rounds: int, seed: int) -> dict:
+    t0 = time.perf_counter()
+    scale = Scale(nodes, jobs, seed)
+    scale.round(0, record=False)  # warm-up: also fixes the node maps the baseline replays
+    gc.collect()
+    for i in range(rounds):
+        scale.round(i, record=True)
+    r = scale.result()
+    r["seconds"] = time.perf_counter() - t0
+    deploy_s, register_s = r["setup_s"]
+    share = r["cpu_share"]
+    print(f"N={nodes:<5} {jobs} jobs x {rounds} rounds + 1 warm-up; deploy {deploy_s:.1f} s, "
+          f"register {register_s:.1f} s, scale total {r['seconds']:.0f} s; the timed halves "
+          f"got {share:.0%} of a CPU{'' if share >= 0.85 else '  !! BUSY MACHINE'}", flush=True)
+    return r
+
+
+def report(results: list[dict]) -> None:
+    head = (f"{'nodes':>5} {'jobs':>4} {'placed':>6} {'runs':>4} {'place cpu':>9} "
+            f"{'base cpu':>8} {'ratio':>5} {'place wall':>10} {'base wall':>9} {'ratio':>5}  "
+            f"{'reads/job':>9} {'reads/run':>9} {'writes/job':>10} {'sqs/job':>7} "
+            f"{'nodes read':>10}")
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        pj = r["per_job"]
+        print(f"{r['nodes']:>5} {r['jobs']:>4} {r['placed']:>6.0f} {r['runs']:>4} "
+              f"{r['p_cpu']:>9.2f} {r['b_cpu']:>8.2f} {r['cpu_ratio']:>5.2f} "
+              f"{r['p_ms']:>10.2f} {r['b_ms']:>9.2f} {r['ratio']:>5.2f}  "
+              f"{pj['reads']:>9.2f} {r['reads_per_run']:>9.1f} {pj['writes']:>10.2f} "
+              f"{pj['sqs']:>7.2f} {r['nodes_read']:>10.0f}")
+    print()
+    for r in results:
+        ops = ", ".join(f"{k} {v:g}" for k, v in r["ops"].items())
+        print(f"N={r['nodes']}: requests of a round's placement: {ops}; node updates "
+              f"{r['node_updates'][0]:.0f} (baseline {r['node_updates'][1]:.0f}); writes "
+              f"besides the placing transactions: {r['extra_writes']:g}")
+        print(f"   per-round ratios, cpu: {', '.join(f'{x:.2f}' for x in r['cpu_ratios'])}; "
+              f"wall: {', '.join(f'{x:.2f}' for x in r['ratios'])}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--jobs-1000", type=int, default=None,
+                        help="jobs per round at 1000 nodes (default: --jobs); moto copies "
+                             "the whole nodes table for every node a TransactWriteItems "
+                             "updates, so a round there takes about 10 s")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds-1000", type=int, default=4)
+    parser.add_argument("--scales", default="10,100,1000")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    started = time.monotonic()
+    import moto
+
+    print(f"gpujobs placement benchmark, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+          f"Python {platform.python_version()}, moto {moto.__version__} in-process, "
+          f"{os.cpu_count()} CPUs", flush=True)
+    start_moto()
+    scales = [int(x) for x in args.scales.split(",")]
+    jobs_1000 = args.jobs if args.jobs_1000 is None else args.jobs_1000
+    results = []
+    for nodes in scales:
+        big = nodes >= 1000
+        results.append(run_scale(nodes, jobs_1000 if big else args.jobs,
+                                 args.rounds_1000 if big else args.rounds, args.seed))
+    print("\nms per placed job, medians over rounds in which placement and the baseline "
+          "alternate going first;\nratio: median of the rounds' placement/baseline; "
+          "requests per placed job and per placer run, every run of a round counted")
+    report(results)
+    by_n = {r["nodes"]: r for r in results}
+    headline = by_n.get(100, results[0])
+    print(f"total run time {time.monotonic() - started:.0f} s")
+    print(f"headline ratio: N={headline['nodes']}, CPU time (wall {headline['ratio']:.2f})")
+    reads_10 = by_n.get(10, by_n[min(by_n)])["per_job"]["reads"]
+    reads_1000 = by_n.get(1000, by_n[max(by_n)])["per_job"]["reads"]
+    print(f"placement-bench: ratio={headline['cpu_ratio']:.2f} reads_per_job_10={reads_10:.1f} "
+          f"reads_per_job_1000={reads_1000:.1f}", flush=True)
+    # spare the interpreter's exit a full collection of moto's heap
+    gc.freeze()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""IAM: each stage's hand-written policy (.chalice/policy-<stage>.json) grants
+every AWS call the code makes, and is scoped to that stage's resources.
+
+The calls are recorded over the whole test session by tests/iam_recorder.py;
+the check of the recording runs after every other test. Set IAM_POLICY_DIR
+to try a candidate policy folder without touching .chalice/.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import pytest
+
+from tests import iam_recorder as rec
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+POLICY_DIR = pathlib.Path(os.environ.get("IAM_POLICY_DIR") or ROOT / ".chalice")
+ACCOUNT, REGION = "123456789012", "us-east-1"
+
+#: what the Lambda service itself does with PlaceOnNudge's role to feed it from
+#: the pending queue (the event source mapping); the code never makes these calls
+EVENT_SOURCE_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+
+
+def policy(stage: str) -> dict:
+    return json.loads((POLICY_DIR / f"policy-{stage}.json").read_text())
+
+
+def _arn_sqs(name: str) -> str:
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+
+
+# -- how calls become IAM requests, and how a policy is read ---------------------------
+def test_a_transaction_is_authorised_item_by_item():
+    params = {"TransactItems": [
+        {"Put": {"TableName": "gpujobs-t1a2b3c4d5-idempotency"}},
+        {"Update": {"TableName": "gpujobs-test-jobs"}},
+        {"ConditionCheck": {"TableName": "gpujobs-test-nodes"}},
+        {"Delete": {"TableName": "gpujobs-test-outbox"}},
+    ]}
+    table = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/"
+    assert rec.iam_requests("dynamodb", "TransactWriteItems", params) == [
+        ("dynamodb:PutItem", table + "gpujobs-dev-idempotency"),
+        ("dynamodb:UpdateItem", table + "gpujobs-dev-jobs"),
+        ("dynamodb:ConditionCheckItem", table + "gpujobs-dev-nodes"),
+        ("dynamodb:DeleteItem", table + "gpujobs-dev-outbox"),
+    ]
+
+
+def test_index_batch_queue_and_parameter_requests():
+    table = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/"
+    assert rec.iam_requests("dynamodb", "Query", {
+        "TableName": "gpujobs-local-jobs", "IndexName": "by_tenant"}) == [
+        ("dynamodb:Query", table + "gpujobs-dev-jobs/index/by_tenant")]
+    assert rec.iam_requests("dynamodb", "BatchWriteItem", {
+        "RequestItems": {"gpujobs-test-heartbeats": []}}) == [
+        ("dynamodb:BatchWriteItem", table + "gpujobs-dev-heartbeats")]
+    assert rec.iam_requests("sqs", "SendMessageBatch", {
+        "QueueUrl": "http://127.0.0.1:5000/123456789012/gpujobs-test-inbox-n1"}) == [
+        ("sqs:SendMessage", _arn_sqs("gpujobs-dev-inbox-n1"))]
+    assert rec.iam_requests("sqs", "CreateQueue", {"QueueName": "gpujobs-test-inbox-n1"}) == [
+        ("sqs:CreateQueue", _arn_sqs("gpujobs-dev-inbox-n1"))]
+    assert rec.iam_requests("ssm", "GetParameter", {"Name": "/gpujobs/test/page-token-key"}) \
+        == [("ssm:GetParameter",
+             f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/gpujobs/dev/page-token-key")]
+
+
+def test_policy_evaluation_wildcards_deny_and_conditions():
+    p = {"Statement": [
+        {"Effect": "Allow", "Action": "sqs:Send*", "Resource": "arn:aws:sqs:*:*:q-*"},
+        {"Effect": "Deny", "Action": "sqs:SendMessage", "Resource": "arn:aws:sqs:*:*:q-dlq"},
+        {"Effect": "Allow", "Action": "dynamodb:GetItem", "Resource": "*",
+         "Condition": {"Bool": {"aws:SecureTransport": "true"}}},
+    ]}
+    assert rec.allowed(p, "sqs:SendMessage", _arn_sqs("q-1"))
+    assert rec.allowed(p, "SQS:sendmessage", _arn_sqs("q-1"))  # actions ignore case
+    assert not rec.allowed(p, "sqs:SendMessage", _arn_sqs("Q-1"))  # resources do not
+    assert not rec.allowed(p, "sqs:SendMessage", _arn_sqs("q-dlq"))
+    assert not rec.allowed(p, "sqs:CreateQueue", _arn_sqs("q-1"))
+    assert not rec.allowed(p, "dynamodb:GetItem", "arn:aws:dynamodb:x:y:table/t")
+
+
+def test_only_the_application_code_is_recorded():
+    import sys
+
+    assert rec.caller(sys._getframe()) == (False, "")  # this file is test code
+    # a frame of chalicelib's scan service (compiled under its file name) is the app's
+    ns: dict = {}
+    exec(compile("import sys\ndef run():\n    return sys._getframe()\nframe = run()\n",
+                 str(ROOT / "chalicelib" / "service" / "scan.py"), "exec"), ns)
+    assert rec.caller(ns["frame"]) == (True, "scan")
+
+
+# -- the policies as written -------------------------------------------------------------
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_no_wildcard_actions_and_only_the_stage_resources(stage):
+    for st in policy(stage)["Statement"]:
+        actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+        assert all("*" not in a for a in actions), st
+        if st["Effect"] != "Allow":
+            continue
+        resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
+        for r in resources:
+            assert r != "*", st
+            if r.startswith(("arn:aws:dynamodb:", "arn:aws:sqs:")):
+                assert f"gpujobs-{stage}-" in r, (stage, r)
+            if r.startswith("arn:aws:ssm:"):
+                assert f":parameter/gpujobs/{stage}/" in r, (stage, r)
+
+
+def test_prod_policy_is_the_dev_policy_for_prod():
+    dev = json.dumps(policy("dev"), sort_keys=True)
+    expected = dev.replace("gpujobs-dev-", "gpujobs-prod-").replace("/gpujobs/dev/",
+                                                                    "/gpujobs/prod/")
+    assert json.loads(expected) == policy("prod")
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_the_pending_queue_event_source_can_poll(stage):
+    queue = _arn_sqs(f"gpujobs-{stage}-pending")
+    missing = [a for a in EVENT_SOURCE_ACTIONS if not rec.allowed(policy(stage), a, queue)]
+    assert not missing, f"policy-{stage}.json must grant {missing} on {queue}"
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_the_functions_may_read_the_secrets(stage):
+    for name in ("page-token-key", "token-hashes"):
+        arn = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/gpujobs/{stage}/{name}"
+        assert rec.allowed(policy(stage), "ssm:GetParameter", arn), arn
+
+
+# -- the recording, checked after everything else ran ---------------------------------------
+def test_every_call_the_code_made_is_granted_by_the_dev_policy():
+    if rec.RECORDER is None:
+        pytest.fail('tests.iam_recorder is not loaded: tests/conftest.py needs '
+                    'pytest_plugins = ["tests.iam_recorder"]')
+    records = rec.RECORDER.records()
+    if not any(r.action.split(":")[0] in ("dynamodb", "sqs") for r in records):
+        pytest.skip("no DynamoDB or SQS call by the application in this session: "
+                    "run the whole suite (make test)")
+    p = policy("dev")
+    missing: dict[tuple[str, str], set[str]] = {}
+    for r in records:
+        if not rec.allowed(p, r.action, r.resource):
+            missing.setdefault((r.action, rec.generalised(r.resource)), set()).add(r.function)
+    lines = [f"  {action} on {resource} (by {', '.join(sorted(fns))})"
+             for (action, resource), fns in sorted(missing.items())]
+    assert not missing, (f"{POLICY_DIR / 'policy-dev.json'} does not grant what the code "
+                         "called:\n" + "\n".join(lines)
+                         + "\n(all calls: build/iam-recorded.json)")
+
+
+test_every_call_the_code_made_is_granted_by_the_dev_policy.iam_runs_last = True

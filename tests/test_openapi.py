@@ -603,9 +603,9 @@ class _FakeCollector:
         return self._latest
 
     def previous_scan(self):
-        return self._previous
+        return self._previous, None, None
 
-    def record_scan(self, now):
+    def record_scan(self, now, hold_until=None, hold_reason=None):
         self._previous = now
 
 

@@ -74,7 +74,10 @@ class BeatPoster:
                 continue  # silent: not posted, so the server sees the silence
             entry: dict = {"rank": r}
             if fresh:
-                entry.update(step=record.step, sent_at=self._wall())
+                # how long ago the rank last called beat(), on this host's
+                # monotonic clock: the server orders stopped ranks by it
+                age = max(0.0, (now - record.beat_ns) / 1e9)
+                entry.update(step=record.step, sent_at=self._wall(), age_s=round(age, 3))
                 seqs[r] = record.seq
             if paused:
                 entry["pause"] = {"reason": record.pause_reason or "paused",

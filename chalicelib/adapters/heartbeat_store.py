@@ -44,6 +44,7 @@ class DynamoHeartbeatStore(metaclass=Translating):
                 batch.save(HeartbeatModel(
                     shard_key(job_id, attempt, b["rank"]), b["rank"],
                     node_id=node_of.get(b["rank"], ""), heard_at=iso(now), step=b.get("step"),
+                    beat_at=b.get("beat_at") and iso(b["beat_at"]),
                     sent_at=sent and iso(sent),
                     offset_s=sent and round((sent - now).total_seconds(), 3),
                     paused_until=paused_until and iso(paused_until), pause_reason=reason,
@@ -75,6 +76,7 @@ class DynamoHeartbeatStore(metaclass=Translating):
                 continue
             out.append(Beat(rank, node_of[rank],
                             heard_at=m.heard_at and parse_iso(m.heard_at),
+                            beat_at=m.beat_at and parse_iso(m.beat_at),
                             step=None if m.step is None else int(m.step),
                             paused_until=m.paused_until and parse_iso(m.paused_until)))
         return out

@@ -166,6 +166,8 @@ class HeartbeatModel(Model):
     node_id = UnicodeAttribute()
     #: the collector's receive time: the only time that decides liveness
     heard_at = UnicodeAttribute(null=True)
+    #: heard_at minus the agent-measured age of the beat (ordering hint only)
+    beat_at = UnicodeAttribute(null=True)
     step = NumberAttribute(null=True)
     #: the sender's clock, and sender minus receiver, kept for diagnosis only
     sent_at = UnicodeAttribute(null=True)

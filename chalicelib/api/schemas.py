@@ -91,6 +91,7 @@ HEARTBEATS = {
                     "rank": {"type": "integer", "minimum": 0, "maximum": 65535},
                     "step": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
                     "sent_at": {"type": "string", "maxLength": 64},
+                    "age_s": {"type": "number", "minimum": 0, "maximum": 3600},
                     "pause": {
                         "type": "object",
                         "additionalProperties": False,

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 
+#: the least uncertainty of an estimated last beat(): a post's transit time
+MIN_BEAT_BAND_S = 0.25
+
+
 @dataclass(frozen=True)
 class Beat:
     """The collector's record of one rank of one attempt."""
@@ -26,6 +30,10 @@ class Beat:
     prev_heard_at: datetime | None = None  # and of the one before (for jitter)
     step: int | None = None
     paused_until: datetime | None = None   # collector time a declared pause ends
+    #: when the rank last called beat(), estimated as the receive time minus the
+    #: age the agent measured on its host's monotonic clock (never a wall clock);
+    #: never later than heard_at, so it cannot make a rank look alive
+    beat_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,7 @@ class RankView:
     step: int | None
     stalled: bool
     paused: bool
+    beat_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,8 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
             stalled = silence > threshold_s and silence > startup_grace_s
         else:
             stalled = silence > threshold_s  # strictly: at the threshold is not stalled
-        out.append(RankView(b.rank, b.node_id, b.heard_at, silence, b.step, stalled, paused))
+        out.append(RankView(b.rank, b.node_id, b.heard_at, silence, b.step, stalled, paused,
+                            b.beat_at))
     return sorted(out, key=lambda r: (-r.silence_s, r.rank))
 
 
@@ -101,10 +111,19 @@ def judge(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s
     first = stalled[0]
     co = []
     if first.last_heard_at is not None:
+        # receive times only say when a rank's beat was *posted*: within one
+        # posting interval (plus jitter) the order of stops is not known
         co = [r for r in stalled[1:] if r.last_heard_at is not None
               and (r.last_heard_at - first.last_heard_at).total_seconds() <= jitter]
-        # inside the band, a lower step is the better guess at who stopped first
-        co.sort(key=lambda r: (r.step if r.step is not None else -1, r.rank))
+        if first.beat_at is not None:
+            # with the agents' measured ages, anything whose last beat() came no
+            # later than the first's (within the estimate's own band) is a rival
+            band = max(jitter, MIN_BEAT_BAND_S)
+            co += [r for r in stalled[1:] if r not in co and r.beat_at is not None
+                   and (r.beat_at - first.beat_at).total_seconds() <= band]
+        # best guess first: the earliest last beat(), then the lowest step
+        co.sort(key=lambda r: (r.beat_at or r.last_heard_at,
+                               r.step if r.step is not None else -1, r.rank))
     return Verdict(ranks, first, co, suspect_node(ranks, interval_s), jitter)
 
 

@@ -73,6 +73,8 @@ class HeartbeatsService:
                 raise Forbidden(f"rank {rank} is not placed on node {principal.name}",
                                 field=f"ranks.{i}.rank")
             beat = {"rank": rank, "step": r.get("step"), "sent_at": self._sent_at(r, i)}
+            if "age_s" in r:  # a duration on the agent's clock: the ordering hint
+                beat["beat_at"] = plus(now, -r["age_s"])
             if "pause" in r:
                 beat["paused_until"] = plus(now, r["pause"]["remaining_s"])
                 beat["pause_reason"] = r["pause"].get("reason", "paused")

@@ -89,7 +89,8 @@ class Scanner:
             "last_heard_at": since and iso(since), "detected_at": iso(now),
             "detection_s": None if since is None else round((now - since).total_seconds(), 3),
             "co_first": [{"rank": r.rank, "last_heard_at": r.last_heard_at and
-                          iso(r.last_heard_at), "step": r.step} for r in verdict.co_first],
+                          iso(r.last_heard_at), "step": r.step,
+                          "beat_at": r.beat_at and iso(r.beat_at)} for r in verdict.co_first],
             "suspect_node": verdict.suspect_node,
         })
         if not self.store.record_health(job, health, incident_key=f"{job.attempt}#{n}"):

@@ -102,3 +102,14 @@ def test_when_nothing_reaches_the_collector_nobody_is_convicted():
 def test_a_healthy_collector_suppresses_nothing():
     assert suppression(now=at(100), previous_scan_at=at(95), period_s=5,
                        latest_ingest_at=at(99), window_s=30) is None
+
+
+def test_a_rank_whose_last_beat_came_earlier_is_a_rival_even_when_posted_later():
+    # the culprit (rank 2) last beat at 19.0 but its agent posted at 21.0;
+    # rank 0's agent posted at 20.0 a beat made at 19.9: receive time names 0
+    beats = [Beat(0, "a", heard_at=at(20), beat_at=at(19.9), step=12),
+             Beat(2, "b", heard_at=at(21), beat_at=at(19.0), step=11),
+             Beat(3, "b", heard_at=at(95), beat_at=at(95), step=40)]
+    v = judge(beats, interval_s=10, **kw())
+    assert v.first.rank == 0, "the contract's first: silent longest by receive time"
+    assert [r.rank for r in v.co_first] == [2], "the earlier beat() is listed as a rival"

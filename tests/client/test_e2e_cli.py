@@ -3,9 +3,9 @@ gpujobs_client.cli`) against the real local stack, started as the other
 end-to-end tests start it and stopped by its own handle.
 
 The stack runs with no agents (GPUJOBS_AGENTS=0), so jobs stay PENDING and a
-cancel is carried out by the control plane at once. Commands that need the
-node, heartbeat and rank endpoints (ranks, watch of a running job, nodes) are
-tested against the fake server in test_cli.py until the server has them.
+cancel is carried out by the control plane at once. Commands that need running
+jobs (ranks, watch, nodes, cancel --wait of a running job) are in
+test_e2e_cli_agents.py, against a stack with real agents.
 """
 from __future__ import annotations
 

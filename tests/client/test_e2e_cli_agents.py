@@ -1,0 +1,108 @@
+"""The CLI against the local stack with real agents: nodes, watch until done,
+ranks naming a hung rank, cancel --wait of a running job."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.e2e.conftest import TOKENS, start_stack
+
+from .conftest import CLIENT_DIR
+
+pytestmark = pytest.mark.e2e
+HANG = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "hang.py")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = start_stack(tmp_path_factory.mktemp("cli-agents"), TOKENS, GPUJOBS_AGENTS="2",
+                    GPUJOBS_GPUS_PER_AGENT="4", GPUJOBS_SCAN_PERIOD_S="1",
+                    GPUJOBS_AGENT_GRACE_S="2")
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def gpujobs(stack, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOBS_")}
+    env.update({"GPUJOBS_API_URL": stack.api, "GPUJOBS_TOKEN": "e2e-tenant",
+                "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "COLUMNS": "200", "NO_COLOR": "1",
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(CLIENT_DIR), env.get("PYTHONPATH")) if p)})
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        r = subprocess.run([sys.executable, "-m", "gpujobs_client.cli", *args],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert "Traceback" not in r.stderr + r.stdout
+        return r
+    return run
+
+
+def submit(gpujobs, *args: str) -> str:
+    r = gpujobs("submit", "-o", "json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["id"]
+
+
+def test_nodes_lists_the_simulated_agents(gpujobs):
+    r = gpujobs("nodes", "-o", "json")
+    assert r.returncode == 0
+    nodes = json.loads(r.stdout)
+    nodes = nodes["nodes"] if isinstance(nodes, dict) else nodes
+    assert sorted(n["node_id"] for n in nodes) == ["local-1", "local-2"]
+    table = gpujobs("nodes")
+    assert "local-1" in table.stdout and "h100" in table.stdout
+    assert gpujobs("nodes", "nope").returncode == 3
+
+
+def test_watch_follows_a_job_until_it_succeeds(gpujobs):
+    job_id = submit(gpujobs, "--ranks", "2", "--", "python", "-c",
+                    "import time; time.sleep(2); print('hello')")
+    r = gpujobs("watch", job_id, "--interval", "0.5", "--timeout", "60")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SUCCEEDED" in r.stdout
+    attempts = json.loads(gpujobs("attempts", job_id, "-o", "json").stdout)
+    attempts = attempts["attempts"] if isinstance(attempts, dict) else attempts
+    assert len(attempts) == 1 and attempts[0]["placement"]
+
+
+def test_ranks_names_the_hung_rank_first(gpujobs, tmp_path):
+    spec = {"command": ["python", HANG], "ranks": 4,
+            "heartbeat": {"interval_s": 1, "startup_grace_s": 10}}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    job_id = submit(gpujobs, "--file", str(path))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            view = json.loads(gpujobs("ranks", job_id, "-o", "json").stdout)
+            if (view.get("health") or {}).get("status") == "STALLED":
+                break
+            time.sleep(0.5)
+        assert view["health"]["first_stalled_rank"] == 3
+        assert view["ranks"][0]["rank"] == 3 and view["ranks"][0]["stalled"]
+        table = gpujobs("ranks", job_id)
+        assert table.returncode == 0
+        assert "3" in table.stdout and "stalled" in table.stdout.lower()
+    finally:
+        gpujobs("cancel", job_id)
+
+
+def test_cancel_wait_returns_when_the_agents_confirm(gpujobs):
+    job_id = submit(gpujobs, "--ranks", "2", "--", "sleep", "617")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if json.loads(gpujobs("get", job_id, "-o", "json").stdout)["state"] == "RUNNING":
+            break
+        time.sleep(0.3)
+    r = gpujobs("cancel", job_id, "--wait", "--timeout", "30", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["state"] == "CANCELLED"

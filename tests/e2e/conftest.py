@@ -27,6 +27,7 @@ class Stack:
     api: str
     aws: str
     lines: "queue.Queue[str]"
+    ready_line: str = ""
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
         if self.proc.poll() is None:
@@ -67,7 +68,7 @@ def start_stack(tmp: pathlib.Path, tokens: list[dict], **env: str) -> Stack:
             seen.append(line)
             m = READY.search(line)
             if m:
-                return Stack(proc, m.group(1), m.group(2), lines)
+                return Stack(proc, m.group(1), m.group(2), lines, line)
         raise RuntimeError("local stack did not become ready:\n" + "".join(seen))
     except BaseException:
         Stack(proc, "", "", lines).stop()

@@ -18,7 +18,7 @@ def test_the_stack_serves_then_exits_cleanly_on(sig, tmp_path):
     stack = start_stack(tmp_path, TOKENS, GPUJOBS_SCAN_PERIOD_S="0.2")
     try:
         assert requests.get(stack.api + "/v1/health", timeout=10).json() == {"status": "ok"}
-        assert "agents 0 x 8 GPUs" in "".join(stack.lines.queue) or True
+        assert "agents 0 x 8 GPUs (none" in stack.ready_line, "GPUJOBS_AGENTS=0 honoured"
     finally:
         code = stack.stop(sig)
     assert code == 0

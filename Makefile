@@ -4,7 +4,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: up test lint bench clean
+STAGE  ?= dev
+
+.PHONY: up test lint bench clean package
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +32,10 @@ bench: $(STAMP)
 	$(PY) bench/placement.py
 	$(PY) bench/stall_sim.py
 	$(PY) bench/beat_cost.py
+
+## package: the deployable bundle of STAGE (default dev): build/STAGE/sam.json, deployment.zip
+package: $(STAMP)
+	$(PY) infra/package.py --stage $(STAGE) --out build/$(STAGE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

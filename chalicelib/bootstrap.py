@@ -14,7 +14,7 @@ from .adapters.inbox import SqsInbox, SqsNudge
 from .adapters.job_store import DynamoJobStore
 from .adapters.node_store import DynamoNodeStore
 from .adapters.tokens import TokenStore
-from .config import Config
+from .config import Config, ssm_parameter
 from .service.attempts import AttemptsService
 from .service.auth import Authenticator
 from .service.dispatch import Dispatcher
@@ -56,8 +56,13 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
     inbox = inbox or sqs_inbox
     nudge = nudge or SqsNudge(config, sqs_inbox.client)
     if tokens is None:
-        tokens = TokenStore.from_file(config.tokens_file) if config.tokens_file \
-            else TokenStore({})
+        if config.tokens_file:
+            tokens = TokenStore.from_file(config.tokens_file)
+        elif config.token_hashes_param:
+            tokens = TokenStore.from_hashes_json(ssm_parameter(
+                config.token_hashes_param, config.region, config.endpoint_url))
+        else:
+            tokens = TokenStore({})
     dispatcher = Dispatcher(inbox)
     jobs = JobsService(store, dispatcher, nudge, page_token_key=config.page_token_key,
                        scans_per_hour=config.scans_per_hour,

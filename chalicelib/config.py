@@ -2,6 +2,7 @@
 Chalice's test client patches the stage's variables in only around a call)."""
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Mapping
@@ -28,6 +29,8 @@ class Config:
     inbox_queue_prefix: str
     page_token_key: bytes
     tokens_file: str | None
+    #: SSM parameter holding the token hashes (AWS); the local stack uses tokens_file
+    token_hashes_param: str | None
     scans_per_hour: float
     scan_period_s: float
     cancel_resend_after_s: float
@@ -44,9 +47,18 @@ class Config:
                 raise ConfigError(f"environment variable {name} is not set")
             return value
 
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+        endpoint_url = env.get("GPUJOBS_AWS_ENDPOINT_URL") or None
+        page_key = env.get("GPUJOBS_PAGE_TOKEN_KEY")
+        if not page_key:
+            param = env.get("GPUJOBS_PAGE_TOKEN_KEY_PARAM")
+            if not param:
+                raise ConfigError("set GPUJOBS_PAGE_TOKEN_KEY (local) or "
+                                  "GPUJOBS_PAGE_TOKEN_KEY_PARAM (an SSM parameter)")
+            page_key = ssm_parameter(param, region, endpoint_url)
         return cls(
-            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
-            endpoint_url=env.get("GPUJOBS_AWS_ENDPOINT_URL") or None,
+            region=region,
+            endpoint_url=endpoint_url,
             jobs_table=need("GPUJOBS_JOBS_TABLE"),
             idempotency_table=need("GPUJOBS_IDEMPOTENCY_TABLE"),
             attempts_table=need("GPUJOBS_ATTEMPTS_TABLE"),
@@ -58,10 +70,25 @@ class Config:
             pending_queue_url=env.get("GPUJOBS_PENDING_QUEUE_URL") or None,
             inbox_dlq_arn=need("GPUJOBS_INBOX_DLQ_ARN"),
             inbox_queue_prefix=need("GPUJOBS_INBOX_QUEUE_PREFIX"),
-            page_token_key=need("GPUJOBS_PAGE_TOKEN_KEY").encode("utf-8"),
+            page_token_key=page_key.encode("utf-8"),
             tokens_file=env.get("GPUJOBS_TOKENS_FILE") or None,
+            token_hashes_param=env.get("GPUJOBS_TOKEN_HASHES_PARAM") or None,
             scans_per_hour=3600.0 / float(env.get("GPUJOBS_SCAN_PERIOD_S") or 60),
             scan_period_s=float(env.get("GPUJOBS_SCAN_PERIOD_S") or 60),
             cancel_resend_after_s=float(env.get("GPUJOBS_CANCEL_RESEND_AFTER_S") or 30),
             node_down_after_s=float(env.get("GPUJOBS_NODE_DOWN_AFTER_S") or 60),
         )
+
+
+@functools.lru_cache(maxsize=8)
+def ssm_parameter(name: str, region: str, endpoint_url: str | None) -> str:
+    """A SecureString from SSM Parameter Store, read once per process (a Lambda
+    container reads each secret on its first invocation, never at import)."""
+    import boto3
+    from botocore.config import Config as BotoConfig
+
+    ssm = boto3.session.Session().client(
+        "ssm", region_name=region, endpoint_url=endpoint_url,
+        config=BotoConfig(connect_timeout=2, read_timeout=3,
+                          retries={"max_attempts": 5, "mode": "standard"}))
+    return ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]

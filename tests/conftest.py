@@ -7,6 +7,8 @@ import uuid
 
 import pytest
 
+pytest_plugins = ["tests.iam_recorder"]
+
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")

@@ -290,12 +290,16 @@ def install(sink: pathlib.Path | None = None) -> Recorder:
 
 
 # -- pytest hooks -----------------------------------------------------------------------
+_OWN_DIR: str | None = None
+
+
 def pytest_configure(config):
     import tempfile
 
+    global _OWN_DIR
     directory = os.environ.get(ENV_DIR)
     if not directory:
-        directory = tempfile.mkdtemp(prefix="iam-record-")
+        directory = _OWN_DIR = tempfile.mkdtemp(prefix="iam-record-")
         os.environ[ENV_DIR] = directory
     paths = [str(SITE_DIR)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                                if p and p != str(SITE_DIR)]
@@ -367,3 +371,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_sep("-", "IAM: granted in policy-dev.json, not called this session")
         for line in unused:
             terminalreporter.write_line(f"  {line}")
+
+
+def pytest_unconfigure(config):
+    """Remove the subprocesses' record files (after the summary has read them)."""
+    global _OWN_DIR
+    if _OWN_DIR is not None:
+        import shutil
+
+        shutil.rmtree(_OWN_DIR, ignore_errors=True)
+        if os.environ.get(ENV_DIR) == _OWN_DIR:
+            del os.environ[ENV_DIR]
+        _OWN_DIR = None

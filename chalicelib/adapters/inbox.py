@@ -32,7 +32,8 @@ class SqsInbox:
         as it is gets a hash of itself, so two nodes never share an inbox."""
         prefix = self._config.inbox_queue_prefix
         name = prefix + node_id
-        if _NODE_RE.search(node_id) or len(name) > 80:
+        # "dlq" would name the inboxes' own dead-letter queue
+        if _NODE_RE.search(node_id) or len(name) > 80 or node_id.lower() == "dlq":
             digest = hashlib.sha256(node_id.encode("utf-8")).hexdigest()[:12]
             name = f"{prefix}{_NODE_RE.sub('_', node_id)}"[:80 - 13] + "-" + digest
         return name

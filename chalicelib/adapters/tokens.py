@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from ..domain.principal import Principal
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def token_hash(token: str) -> str:
@@ -31,6 +35,20 @@ class TokenStore:
             else:
                 raise ValueError("each token entry names a tenant or an agent")
             hashes[token_hash(str(e["token"]))] = p
+        return cls(hashes)
+
+    @classmethod
+    def from_hashes_json(cls, text: str) -> "TokenStore":
+        """``{"<sha256 hex of a token>": {"tenant": name} | {"agent": node or "*"}}``,
+        the form kept in SSM on AWS: no plain token anywhere."""
+        hashes = {}
+        for digest, who in json.loads(text).items():
+            if not _SHA256.match(digest) or not isinstance(who, dict) or len(who) != 1:
+                raise ValueError("token hashes map 64 hex digits to {tenant: ...} or {agent: ...}")
+            [(kind, name)] = who.items()
+            if kind not in ("tenant", "agent"):
+                raise ValueError(f"unknown principal kind {kind!r}")
+            hashes[digest] = Principal(kind, str(name))
         return cls(hashes)
 
     @classmethod

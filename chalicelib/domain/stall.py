@@ -116,10 +116,13 @@ def judge(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s
         co = [r for r in stalled[1:] if r.last_heard_at is not None
               and (r.last_heard_at - first.last_heard_at).total_seconds() <= jitter]
         if first.beat_at is not None:
-            # with the agents' measured ages, anything whose last beat() came no
-            # later than the first's (within the estimate's own band) is a rival
+            # with the agents' measured ages, any rank whose last beat() came no
+            # later than the first's (within the estimate's own band) is a rival,
+            # stalled or not yet: the culprit's last post may simply have arrived
+            # later than the beats of ranks that stopped after it
             band = max(jitter, MIN_BEAT_BAND_S)
-            co += [r for r in stalled[1:] if r not in co and r.beat_at is not None
+            co += [r for r in ranks if r is not first and r not in co
+                   and r.beat_at is not None
                    and (r.beat_at - first.beat_at).total_seconds() <= band]
         # best guess first: the earliest last beat(), then the lowest step
         co.sort(key=lambda r: (r.beat_at or r.last_heard_at,

@@ -55,6 +55,18 @@ def endpoint(path: str, method: str, **route_kwargs):
     return decorate
 
 
+@app.middleware("all")
+def observed(event, get_response):
+    """Every log line names the invocation; its metrics leave as one EMF record."""
+    telemetry = services().telemetry
+    context = app.lambda_context
+    telemetry.begin(getattr(context, "aws_request_id", None))
+    try:
+        return get_response(event)
+    finally:
+        telemetry.flush()
+
+
 @app.middleware("http")
 def problems_for_framework_errors(event, get_response):
     """Chalice answers 405 and 415 itself; give those the problem shape too."""

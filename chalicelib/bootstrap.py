@@ -22,7 +22,7 @@ from .service.heartbeats import HeartbeatsService
 from .service.jobs import JobsService
 from .service.nodes import NodesService
 from .service.placement import Placer
-from .service.ports import JobStore, NodeStore
+from .service.ports import JobStore, NodeStore, Telemetry
 from .service.reconciler import Reconciler
 from .service.scan import Scanner
 
@@ -40,6 +40,7 @@ class Services:
     heartbeats: HeartbeatsService
     scanner: Scanner
     auth: Authenticator
+    telemetry: Telemetry
 
 
 _lock = threading.Lock()
@@ -48,7 +49,7 @@ _services: Services | None = None
 
 def build(config: Config, *, inbox=None, store: JobStore | None = None,
           node_store: NodeStore | None = None, nudge=None,
-          tokens: TokenStore | None = None) -> Services:
+          tokens: TokenStore | None = None, telemetry: Telemetry | None = None) -> Services:
     connection = models.bind(config)
     store = store or DynamoJobStore(connection)
     node_store = node_store or DynamoNodeStore(connection)
@@ -63,14 +64,18 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
                 config.token_hashes_param, config.region, config.endpoint_url))
         else:
             tokens = TokenStore({})
+    if telemetry is None:
+        from .adapters.telemetry import PowertoolsTelemetry  # first use, not import
+        telemetry = PowertoolsTelemetry()
     dispatcher = Dispatcher(inbox)
     jobs = JobsService(store, dispatcher, nudge, page_token_key=config.page_token_key,
                        scans_per_hour=config.scans_per_hour,
-                       cancel_resend_after_s=config.cancel_resend_after_s)
+                       cancel_resend_after_s=config.cancel_resend_after_s,
+                       telemetry=telemetry)
     attempts = AttemptsService(store, dispatcher, nudge)
     collector = DynamoCollectorStore()
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
-                                   scans_per_hour=config.scans_per_hour)
+                                   scans_per_hour=config.scans_per_hour, telemetry=telemetry)
     scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s)
     return Services(
         config=config, store=store, node_store=node_store, jobs=jobs,
@@ -80,7 +85,8 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
         reconciler=Reconciler(store, node_store, dispatcher, attempts,
                               resend_after_s=config.cancel_resend_after_s,
                               down_after_s=config.node_down_after_s),
-        heartbeats=heartbeats, scanner=scanner, auth=Authenticator(tokens))
+        heartbeats=heartbeats, scanner=scanner, auth=Authenticator(tokens),
+        telemetry=telemetry)
 
 
 def services() -> Services:

@@ -21,6 +21,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import app  # noqa: E402
+from chalicelib.adapters.telemetry import NullTelemetry  # noqa: E402
 from chalicelib.api import schemas  # noqa: E402
 from chalicelib.api.representation import attempt_json, job_json, node_json  # noqa: E402
 from chalicelib.api.validation import MAX_BODY_BYTES  # noqa: E402
@@ -649,7 +650,7 @@ def test_heartbeats_acceptance_conforms_to_its_schema(doc):
     job, attempt = _running()
     beats = _FakeBeats({})
     service = HeartbeatsService(_FakeJobStore(job, attempt), beats, _FakeCollector(),
-                                scans_per_hour=60.0, clock=lambda: _at(10.5))
+                                scans_per_hour=60.0, telemetry=NullTelemetry(), clock=lambda: _at(10.5))
     body = {"attempt": 1, "ranks": [
         {"rank": 0, "step": 3, "sent_at": "2025-01-31T12:00:10.400Z"},
         {"rank": 1, "pause": {"reason": "checkpoint", "remaining_s": 600}},
@@ -664,7 +665,7 @@ def test_heartbeats_acceptance_conforms_to_its_schema(doc):
 def test_heartbeats_problems_name_the_documented_fields(doc):
     job, attempt = _running()
     service = HeartbeatsService(_FakeJobStore(job, attempt), _FakeBeats({}), _FakeCollector(),
-                                scans_per_hour=60.0, clock=lambda: _at(1))
+                                scans_per_hour=60.0, telemetry=NullTelemetry(), clock=lambda: _at(1))
     cases = [
         ({"attempt": 1, "ranks": [{"rank": 0, "step": 1}, {"rank": 4, "step": 1}]},
          Principal("agent", "*"), "invalid_argument", "ranks.1.rank"),
@@ -693,7 +694,7 @@ def test_ranks_view_conforms_to_rank_list_schema(doc):
              2: Beat(2, "node-2", heard_at=_at(60), step=12),
              3: Beat(3, "node-2", paused_until=_at(500))}
     service = HeartbeatsService(_FakeJobStore(job, attempt), _FakeBeats(beats),
-                                _FakeCollector(), scans_per_hour=60.0, clock=lambda: _at(101))
+                                _FakeCollector(), scans_per_hour=60.0, telemetry=NullTelemetry(), clock=lambda: _at(101))
     view = service.ranks(job)
     schema = doc["components"]["schemas"]
     assert set(view) == set(schema["RankList"]["properties"])
@@ -721,7 +722,7 @@ def test_scan_health_exit_and_cancel_conform_to_their_schemas(doc):
     store, dispatcher = _FakeJobStore(job, attempt), _FakeDispatcher()
     clock = lambda: _at(201)  # noqa: E731
     heartbeats = HeartbeatsService(store, _FakeBeats(beats), _FakeCollector(),
-                                   scans_per_hour=60.0, clock=clock)
+                                   scans_per_hour=60.0, telemetry=NullTelemetry(), clock=clock)
     attempts = AttemptsService(store, dispatcher, lambda: None, clock=clock)
     scanner = Scanner(store, heartbeats, _FakeCollector(_at(141), _at(200)), attempts,
                       period_s=60.0, clock=clock)
@@ -753,7 +754,7 @@ def test_suppressed_scan_health_conforms_to_job_health_schema(doc):
     beats = {r: Beat(r, n, heard_at=_at(10), step=1)
              for r, n in enumerate(["node-1", "node-1", "node-2", "node-2"])}
     heartbeats = HeartbeatsService(store, _FakeBeats(beats), _FakeCollector(),
-                                   scans_per_hour=60.0, clock=lambda: _at(400))
+                                   scans_per_hour=60.0, telemetry=NullTelemetry(), clock=lambda: _at(400))
     scanner = Scanner(store, heartbeats, _FakeCollector(_at(340), _at(10)), attempts=None,
                       period_s=60.0, clock=lambda: _at(400))
     report = scanner.run()

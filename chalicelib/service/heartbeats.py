@@ -17,15 +17,16 @@ from ..domain.jobs import Job
 from ..domain.principal import Principal
 from ..domain.stall import view
 from ..domain.states import PLACED
-from .ports import CollectorStore, HeartbeatStore, JobStore
+from .ports import CollectorStore, HeartbeatStore, JobStore, Telemetry
 
 _PLACEMENTS_CACHED = 1024
 
 
 class HeartbeatsService:
     def __init__(self, store: JobStore, beats: HeartbeatStore, collector: CollectorStore, *,
-                 scans_per_hour: float, clock: Clock = utcnow) -> None:
+                 scans_per_hour: float, telemetry: Telemetry, clock: Clock = utcnow) -> None:
         self.store, self.beats, self.collector = store, beats, collector
+        self.telemetry = telemetry
         self._scans_per_hour, self._clock = scans_per_hour, clock
         # an attempt's placement never changes: remember it, read it once
         self._placements: OrderedDict[tuple[str, int], tuple[dict[int, str], datetime | None]] \
@@ -86,6 +87,7 @@ class HeartbeatsService:
             self.beats.pause(job_id, job.attempt, p["rank"], node_of.get(p["rank"], ""),
                              p["paused_until"], p["pause_reason"], now)
         self.collector.mark_ingest(now)
+        self.telemetry.count("HeartbeatsIngested", len(body["ranks"]))
         return now
 
     @staticmethod

@@ -11,7 +11,7 @@ from ..domain.ids import is_job_id, new_job_id
 from ..domain.jobs import Job, cancel_intent, initial_health, with_defaults
 from ..domain.states import JobState
 from .dispatch import Dispatcher
-from .ports import IdemClaim, IdempotencyConflict, JobStore, Nudge, StateChanged
+from .ports import IdemClaim, IdempotencyConflict, JobStore, Nudge, StateChanged, Telemetry
 
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
@@ -22,8 +22,9 @@ _RACE_RETRIES = 3
 class JobsService:
     def __init__(self, store: JobStore, dispatcher: Dispatcher, nudge: Nudge, *,
                  page_token_key: bytes, scans_per_hour: float, cancel_resend_after_s: float,
-                 clock: Clock = utcnow) -> None:
+                 telemetry: Telemetry, clock: Clock = utcnow) -> None:
         self.store, self.dispatcher, self.nudge = store, dispatcher, nudge
+        self.telemetry = telemetry
         self._token_key = page_token_key
         self._scans_per_hour = scans_per_hour
         self._resend_after_s = cancel_resend_after_s
@@ -40,6 +41,7 @@ class JobsService:
                   health=initial_health(spec, self._scans_per_hour))
         if idempotency_key is None:
             self.store.create(job, None)
+            self.telemetry.count("JobsCreated")
             self.nudge()
             return job, False
         claim = IdemClaim(idempotency.record_id(tenant, idempotency_key),
@@ -48,6 +50,7 @@ class JobsService:
         for _ in range(_RACE_RETRIES):
             try:
                 self.store.create(job, claim, reclaim=reclaim)
+                self.telemetry.count("JobsCreated")
                 self.nudge()
                 return dataclasses.replace(job, idem_id=claim.idem_id), False
             except IdempotencyConflict as conflict:
@@ -63,6 +66,7 @@ class JobsService:
                     field="Idempotency-Key")
             existing = self.store.get(held.job_id)
             if existing is not None:
+                self.telemetry.count("IdempotentReplays")
                 return existing, True
             break
         raise RequestInProgress("a request with this Idempotency-Key is in progress; retry")
@@ -111,12 +115,15 @@ class JobsService:
             now = self._clock()
             try:
                 if job.state is JobState.PENDING:
-                    return self.store.cancel_unplaced(job, now, reason)
+                    job = self.store.cancel_unplaced(job, now, reason)
+                    self.telemetry.count("CancelsRequested")
+                    return job
                 intent = cancel_intent(job, reason)
                 job = self.store.request_cancel(job, now, reason, intent,
                                                 due_at=plus(now, self._resend_after_s))
             except StateChanged:
                 continue  # placed, started or finished meanwhile: decide again
+            self.telemetry.count("CancelsRequested")
             self.dispatcher.send(intent)
             return job
         raise RequestInProgress(f"job {job_id} is changing state; retry")

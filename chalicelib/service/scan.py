@@ -35,6 +35,9 @@ class Scanner:
     def run(self) -> dict:
         now = self._clock()
         previous, hold_until, hold_reason = self.collector.previous_scan()
+        if previous is not None:
+            self.heartbeats.telemetry.seconds("ScanLagSeconds",
+                                              (now - previous).total_seconds())
         why = suppression(now=now, previous_scan_at=previous, period_s=self._period_s,
                           latest_ingest_at=self.collector.latest_ingest(),
                           window_s=max(3 * self._period_s, 30.0))
@@ -95,6 +98,7 @@ class Scanner:
         })
         if not self.store.record_health(job, health, incident_key=f"{job.attempt}#{n}"):
             return 0  # another scan recorded it, or the job moved on
+        self.heartbeats.telemetry.count("StallsDetected")
         log.warning("job %s attempt %d: rank %d stalled first (silent %.1fs)", job.job_id,
                     job.attempt, first.rank, first.silence_s)
         if job.spec.get("on_stall") == "restart":

@@ -61,7 +61,8 @@ class PowertoolsTelemetry:
             for name, value in self._batched.items():
                 self.metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
             self._batched, self._batched_since = {}, time.monotonic()
-        self.metrics.flush_metrics(raise_on_empty_metrics=False)
+        if self.metrics.metric_set:  # nothing to say: no record, no warning
+            self.metrics.flush_metrics(raise_on_empty_metrics=False)
 
 
 class NullTelemetry:

@@ -30,6 +30,7 @@ test: $(STAMP) lint
 bench: $(STAMP)
 	$(PY) bench/endpoints.py
 	$(PY) bench/placement.py
+	$(PY) bench/scan.py
 	$(PY) bench/stall_sim.py
 	$(PY) bench/beat_cost.py
 

@@ -76,7 +76,8 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
     collector = DynamoCollectorStore()
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
                                    scans_per_hour=config.scans_per_hour, telemetry=telemetry)
-    scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s)
+    scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s,
+                      telemetry=telemetry)
     return Services(
         config=config, store=store, node_store=node_store, jobs=jobs,
         nodes=NodesService(node_store, inbox, collector), attempts=attempts,

@@ -10,24 +10,20 @@ from chalice.local import (ChaliceRequestHandler, CustomLocalChalice, LocalChali
                            LocalDevServer, LocalGatewayException, ThreadedHTTPServer)
 
 from chalicelib.api.validation import MAX_ANY_BODY_BYTES
+from chalicelib.domain.errors import ApiError, InvalidArgument, NotFound, PayloadTooLarge
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def _problem(status: int, code: str, title: str, detail: str) -> bytes:
-    return json.dumps({"type": f"urn:gpujobs:problem:{code}", "title": title,
-                       "status": status, "detail": detail, "code": code}).encode()
-
-
 class ProblemRequestHandler(ChaliceRequestHandler):
-    def _send_problem(self, status: int, code: str, title: str, detail: str) -> None:
-        self._send_http_response(status, {"Content-Type": "application/problem+json"},
-                                 _problem(status, code, title, detail))
+    def _send_problem(self, err: ApiError) -> None:
+        self._send_http_response(err.status, {"Content-Type": "application/problem+json"},
+                                 json.dumps(err.problem()).encode())
 
     def _send_error_response(self, error: LocalGatewayException) -> None:
         # API Gateway says 403 "Missing Authentication Token" for a path it does
         # not route; to a client that is simply a path that does not exist
-        self._send_problem(404, "not_found", "Not found", f"no route for {self.path}")
+        self._send_problem(NotFound(f"no route for {self.path}"))
 
     def _generic_handle(self) -> None:
         try:
@@ -36,18 +32,18 @@ class ProblemRequestHandler(ChaliceRequestHandler):
             length = -1
         if length < 0:
             self.close_connection = True
-            return self._send_problem(400, "invalid_argument", "Invalid argument",
-                                      "Content-Length is not a number")
+            return self._send_problem(InvalidArgument("Content-Length is not a number",
+                                                      field="Content-Length"))
         if length > MAX_ANY_BODY_BYTES:
             self.close_connection = True
-            return self._send_problem(413, "payload_too_large", "Payload too large",
-                                      f"request body exceeds {MAX_ANY_BODY_BYTES} bytes")
+            return self._send_problem(PayloadTooLarge(
+                f"request body exceeds {MAX_ANY_BODY_BYTES} bytes", field="body"))
         try:
             super()._generic_handle()
         except Exception:  # noqa: BLE001 - malformed at the gateway, e.g. the path
             self.close_connection = True
-            self._send_problem(400, "invalid_argument", "Invalid argument",
-                               "the request could not be parsed")
+            self._send_problem(InvalidArgument("the request could not be parsed",
+                                               field="request"))
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002
         pass  # the access log of 32 racing threads is noise

@@ -725,7 +725,7 @@ def test_scan_health_exit_and_cancel_conform_to_their_schemas(doc):
                                    scans_per_hour=60.0, telemetry=NullTelemetry(), clock=clock)
     attempts = AttemptsService(store, dispatcher, lambda: None, clock=clock)
     scanner = Scanner(store, heartbeats, _FakeCollector(_at(141), _at(200)), attempts,
-                      period_s=60.0, clock=clock)
+                      period_s=60.0, telemetry=NullTelemetry(), clock=clock)
     assert scanner.run() == {"jobs": 1, "incidents": 1, "suppressed": None}
     [health] = store.healths
     assert set(health) == set(doc["components"]["schemas"]["JobHealth"]["properties"])
@@ -756,7 +756,7 @@ def test_suppressed_scan_health_conforms_to_job_health_schema(doc):
     heartbeats = HeartbeatsService(store, _FakeBeats(beats), _FakeCollector(),
                                    scans_per_hour=60.0, telemetry=NullTelemetry(), clock=lambda: _at(400))
     scanner = Scanner(store, heartbeats, _FakeCollector(_at(340), _at(10)), attempts=None,
-                      period_s=60.0, clock=lambda: _at(400))
+                      period_s=60.0, telemetry=NullTelemetry(), clock=lambda: _at(400))
     report = scanner.run()
     assert report["incidents"] == 0 and report["suppressed"]
     [health] = store.healths

@@ -11,7 +11,6 @@ from pynamodb.transactions import TransactWrite
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from ..domain.nodes import Node, NodeState
-from ..domain.placement import Candidate
 from .dynamo_errors import Translating, lost_condition, tx_lost
 from .models import FleetModel, NodeModel
 
@@ -46,17 +45,18 @@ class DynamoNodeStore(metaclass=Translating):
         return sorted((node_from_model(m) for m in NodeModel.scan()), key=lambda n: n.node_id)
 
     def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
-                 address: str, inbox_queue_url: str, now: datetime) -> Node:
+                 address: str, inbox_queue_url: str, now: datetime,
+                 current: Node | None) -> Node:
         """Create or update a node; a repeat only refreshes ``last_seen_at``.
 
-        Capacity changes move ``gpus_free`` by the same delta, and the fleet
-        totals with them, in one transaction conditioned on what was read.
+        ``current`` is the node as the caller just read it (None: not
+        registered). Capacity changes move ``gpus_free`` by the same delta, and
+        the fleet totals with them, in one transaction conditioned on that
+        read; only a lost race reads the node again.
         """
-        for _ in range(5):
-            try:
-                current = NodeModel.get(node_id, consistent_read=True)
-            except DoesNotExist:
-                current = None
+        for attempt in range(5):
+            if attempt:
+                current = self.get(node_id)
             try:
                 return self._register(current, node_id, gpus, gpu_type, labels, address,
                                       inbox_queue_url, now)
@@ -65,7 +65,8 @@ class DynamoNodeStore(metaclass=Translating):
         raise ServiceUnavailable(f"node {node_id} is being registered concurrently; retry",
                                  headers={"Retry-After": "1"})
 
-    def _register(self, current, node_id, gpus, gpu_type, labels, address, url, now) -> Node:
+    def _register(self, current: Node | None, node_id, gpus, gpu_type, labels, address, url,
+                  now) -> Node:
         ready = {"ready_type": gpu_type, "ready_any": "1"}
         with_fleet: list[tuple[str, int]] = []
         if current is None:
@@ -86,11 +87,11 @@ class DynamoNodeStore(metaclass=Translating):
             self._raise_largest(gpu_type, gpus)
             return node_from_model(item)
 
-        old_gpus, old_type = int(current.gpus), current.gpu_type
+        old_gpus, old_type, old_state = current.gpus, current.gpu_type, current.state
         delta = gpus - old_gpus
         actions = [NodeModel.last_seen_at.set(iso(now)), NodeModel.labels.set(labels),
                    NodeModel.address.set(address), NodeModel.inbox_queue_url.set(url)]
-        if current.state == NodeState.DOWN.value:
+        if old_state is NodeState.DOWN:
             # back from the dead: its attempts were failed and their GPUs returned
             actions += [NodeModel.state.set(NodeState.READY.value)]
         if delta or gpu_type != old_type:
@@ -99,10 +100,9 @@ class DynamoNodeStore(metaclass=Translating):
             deltas = {old_type: -old_gpus, ALL_TYPES: delta}
             deltas[gpu_type] = deltas.get(gpu_type, 0) + gpus
             with_fleet = [(t, d) for t, d in deltas.items() if d]
-        state = NodeState.READY.value if current.state == NodeState.DOWN.value else current.state
-        if state == NodeState.READY.value:
+        if old_state in (NodeState.READY, NodeState.DOWN):  # READY from here on
             actions += [NodeModel.ready_type.set(gpu_type), NodeModel.ready_any.set("1")]
-        condition = (NodeModel.gpus == old_gpus) & (NodeModel.state == current.state)
+        condition = (NodeModel.gpus == old_gpus) & (NodeModel.state == old_state.value)
         model = NodeModel(node_id)
         try:
             if with_fleet:
@@ -187,8 +187,3 @@ class DynamoNodeStore(metaclass=Translating):
             out.append((job_id, int(attempt)))
         return sorted(out)
 
-
-def candidates(pages: Iterator[list[Node]]) -> Iterator[Candidate]:
-    for page in pages:
-        for n in page:
-            yield Candidate(n.node_id, n.gpus_free)

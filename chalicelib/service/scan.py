@@ -17,7 +17,7 @@ from ..domain.stall import Verdict, judge, suppression
 from ..domain.states import JobState
 from .attempts import AttemptsService
 from .heartbeats import HeartbeatsService, attempt_start
-from .ports import CollectorStore, JobStore
+from .ports import CollectorStore, JobStore, Telemetry
 
 log = logging.getLogger(__name__)
 MAX_JOBS_PER_SCAN = 5000
@@ -26,8 +26,9 @@ MAX_JOBS_PER_SCAN = 5000
 class Scanner:
     def __init__(self, store: JobStore, heartbeats: HeartbeatsService,
                  collector: CollectorStore, attempts: AttemptsService, *, period_s: float,
-                 clock: Clock = utcnow) -> None:
+                 telemetry: Telemetry, clock: Clock = utcnow) -> None:
         self.store, self.heartbeats, self.collector = store, heartbeats, collector
+        self.telemetry = telemetry
         self.attempts, self._period_s, self._clock = attempts, period_s, clock
         #: how long convictions stay held after the collector was blind
         self._hold_s = 2 * period_s + 10.0
@@ -36,7 +37,7 @@ class Scanner:
         now = self._clock()
         previous, hold_until, hold_reason = self.collector.previous_scan()
         if previous is not None:
-            self.heartbeats.telemetry.seconds("ScanLagSeconds",
+            self.telemetry.seconds("ScanLagSeconds",
                                               (now - previous).total_seconds())
         why = suppression(now=now, previous_scan_at=previous, period_s=self._period_s,
                           latest_ingest_at=self.collector.latest_ingest(),
@@ -98,7 +99,7 @@ class Scanner:
         })
         if not self.store.record_health(job, health, incident_key=f"{job.attempt}#{n}"):
             return 0  # another scan recorded it, or the job moved on
-        self.heartbeats.telemetry.count("StallsDetected")
+        self.telemetry.count("StallsDetected")
         log.warning("job %s attempt %d: rank %d stalled first (silent %.1fs)", job.job_id,
                     job.attempt, first.rank, first.silence_s)
         if job.spec.get("on_stall") == "restart":

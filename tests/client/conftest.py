@@ -74,3 +74,26 @@ def agent_sdk(fake, policy):
         yield c
     finally:
         c.close()
+
+
+def cli_runner(api_url: str, config_home):
+    """Run ``gpujobs`` as a user does: a subprocess with the API URL and a tenant
+    token from the environment and an empty config directory. No traceback may
+    ever reach the user."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOBS_")}
+    env.update({"GPUJOBS_API_URL": api_url, "GPUJOBS_TOKEN": "e2e-tenant",
+                "XDG_CONFIG_HOME": str(config_home), "COLUMNS": "200", "NO_COLOR": "1",
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(CLIENT_DIR), env.get("PYTHONPATH")) if p)})
+
+    def run(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
+        r = subprocess.run([sys.executable, "-m", "gpujobs_client.cli", *args],
+                           capture_output=True, text=True, timeout=120,
+                           env={**env, **extra_env})
+        assert "Traceback" not in r.stderr + r.stdout
+        return r
+    return run

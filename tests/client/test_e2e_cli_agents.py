@@ -3,17 +3,14 @@ ranks naming a hung rank, cancel --wait of a running job."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 import time
 
 import pytest
 
 from tests.e2e.conftest import TOKENS, start_stack
 
-from .conftest import CLIENT_DIR
+from .conftest import cli_runner
 
 pytestmark = pytest.mark.e2e
 HANG = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "hang.py")
@@ -32,18 +29,7 @@ def stack(tmp_path_factory):
 
 @pytest.fixture
 def gpujobs(stack, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOBS_")}
-    env.update({"GPUJOBS_API_URL": stack.api, "GPUJOBS_TOKEN": "e2e-tenant",
-                "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "COLUMNS": "200", "NO_COLOR": "1",
-                "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(CLIENT_DIR), env.get("PYTHONPATH")) if p)})
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        r = subprocess.run([sys.executable, "-m", "gpujobs_client.cli", *args],
-                           capture_output=True, text=True, timeout=120, env=env)
-        assert "Traceback" not in r.stderr + r.stdout
-        return r
-    return run
+    return cli_runner(stack.api, tmp_path / "xdg")
 
 
 def submit(gpujobs, *args: str) -> str:

@@ -206,6 +206,7 @@ def test_restart_on_stall_cancels_the_attempt_and_requeues(iso, iso_client, tena
     ({"attempt": 1, "ranks": []}, 400, "invalid_argument"),
     ({"attempt": 1, "ranks": [{"rank": 0, "sent_at": "yesterday"}]}, 400, "invalid_argument"),
     ({"attempt": 1, "ranks": [{"rank": 0, "step": 10**40}]}, 400, "invalid_argument"),
+    ({"attempt": 1, "ranks": [{"rank": 0, "step": 1}] * 1025}, 400, "invalid_argument"),
 ])
 def test_bad_heartbeats_are_refused(iso, iso_client, tenants, running, body, status, code):
     job_id, _, _ = running

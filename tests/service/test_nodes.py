@@ -73,3 +73,13 @@ def test_node_ids_that_differ_only_in_unsafe_characters_get_different_inboxes(is
     b = iso.nodes.inbox.queue_name("node_1")
     c = iso.nodes.inbox.queue_name("x" * 63)
     assert a != b and len(c) <= 80
+
+
+def test_a_node_calling_in_is_read_once(iso_client, tenants):
+    from .helpers import aws_calls
+
+    put(iso_client, tenants, "n1", {"gpus": 8})
+    with aws_calls() as calls:
+        assert put(iso_client, tenants, "n1", {"gpus": 8}).status_code == 200
+    reads = [op for svc, op in calls if op in ("GetItem", "Query", "Scan")]
+    assert reads == ["GetItem"], calls

@@ -167,3 +167,9 @@ def test_unreachable_storage_is_503_with_retry_after(make_services, aws_env, ten
     assert r.status_code == 503 and r.json_body["code"] == "unavailable"
     assert r.headers["Retry-After"] == "1"
     assert h.status_code == 503
+
+
+def test_page_size_defaults_to_50(client, tenants):
+    create(client, tenants, 51)
+    page = client.http.get("/v1/jobs", headers=tenants.headers()).json_body
+    assert len(page["jobs"]) == 50 and page["next_page_token"] is not None

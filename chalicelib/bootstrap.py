@@ -15,6 +15,7 @@ from .adapters.job_store import DynamoJobStore
 from .adapters.node_store import DynamoNodeStore
 from .adapters.tokens import TokenStore
 from .config import Config, ssm_parameter
+from .domain.clock import Clock, utcnow
 from .service.attempts import AttemptsService
 from .service.auth import Authenticator
 from .service.dispatch import Dispatcher
@@ -49,7 +50,10 @@ _services: Services | None = None
 
 def build(config: Config, *, inbox=None, store: JobStore | None = None,
           node_store: NodeStore | None = None, nudge=None,
-          tokens: TokenStore | None = None, telemetry: Telemetry | None = None) -> Services:
+          tokens: TokenStore | None = None, telemetry: Telemetry | None = None,
+          clock: Clock = utcnow) -> Services:
+    """Every service of the app over the configured adapters; ``clock`` is the
+    one time source they all read (tests pass a clock they control)."""
     connection = models.bind(config)
     store = store or DynamoJobStore(connection)
     node_store = node_store or DynamoNodeStore(connection)
@@ -71,21 +75,22 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
     jobs = JobsService(store, dispatcher, nudge, page_token_key=config.page_token_key,
                        scans_per_hour=config.scans_per_hour,
                        cancel_resend_after_s=config.cancel_resend_after_s,
-                       telemetry=telemetry)
-    attempts = AttemptsService(store, dispatcher, nudge)
+                       telemetry=telemetry, clock=clock)
+    attempts = AttemptsService(store, dispatcher, nudge, clock=clock)
     collector = DynamoCollectorStore()
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
-                                   scans_per_hour=config.scans_per_hour, telemetry=telemetry)
+                                   scans_per_hour=config.scans_per_hour, telemetry=telemetry,
+                                   clock=clock)
     scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s,
-                      telemetry=telemetry)
+                      telemetry=telemetry, clock=clock)
     return Services(
         config=config, store=store, node_store=node_store, jobs=jobs,
-        nodes=NodesService(node_store, inbox, collector), attempts=attempts,
+        nodes=NodesService(node_store, inbox, collector, clock=clock), attempts=attempts,
         placer=Placer(store, node_store, dispatcher,
-                      resend_after_s=config.cancel_resend_after_s),
+                      resend_after_s=config.cancel_resend_after_s, clock=clock),
         reconciler=Reconciler(store, node_store, dispatcher, attempts,
                               resend_after_s=config.cancel_resend_after_s,
-                              down_after_s=config.node_down_after_s),
+                              down_after_s=config.node_down_after_s, clock=clock),
         heartbeats=heartbeats, scanner=scanner, auth=Authenticator(tokens),
         telemetry=telemetry)
 

@@ -40,10 +40,61 @@ def aws_env(moto_server):
     return _deploy(moto_server, "test")
 
 
+@pytest.fixture(scope="session")
+def _whole_table_env(moto_server):
+    return _deploy(moto_server, "whole")
+
+
 @pytest.fixture
-def fresh_env(moto_server):
-    """A stack of its own, for tests that read whole tables (placement, nodes)."""
-    return _deploy(moto_server, "t" + uuid.uuid4().hex[:10])
+def fresh_env(_whole_table_env):
+    """The second shared stack, emptied before the test: for tests of code that
+    reads whole tables (the placer, the reconciler, the scan), whose answers
+    must not include other tests' jobs and nodes. Emptying a few items costs
+    milliseconds; deploying a stack per test cost seconds."""
+    empty_stack(_whole_table_env)
+    return _whole_table_env
+
+
+def empty_stack(env: dict) -> None:
+    """Delete every item of the stack's tables, every node inbox, and every
+    message on its pending queue."""
+    import boto3
+
+    from devstack.resources import OUTPUT_ENV
+
+    session = boto3.session.Session()
+    kw = {"endpoint_url": env["GPUJOBS_AWS_ENDPOINT_URL"], "region_name": "us-east-1"}
+    ddb, sqs = session.client("dynamodb", **kw), session.client("sqs", **kw)
+    for var in OUTPUT_ENV.values():
+        if not var.endswith("_TABLE"):
+            continue
+        table = env[var]
+        keys = [k["AttributeName"]
+                for k in ddb.describe_table(TableName=table)["Table"]["KeySchema"]]
+        for page in ddb.get_paginator("scan").paginate(
+                TableName=table, ProjectionExpression=", ".join(f"#k{i}" for i in range(len(keys))),
+                ExpressionAttributeNames={f"#k{i}": k for i, k in enumerate(keys)}):
+            items = page["Items"]
+            for i in range(0, len(items), 25):
+                ddb.batch_write_item(RequestItems={table: [
+                    {"DeleteRequest": {"Key": item}} for item in items[i:i + 25]]})
+    prefix = env["GPUJOBS_INBOX_QUEUE_PREFIX"]
+    for url in sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", []):
+        if url.rsplit("/", 1)[-1] != prefix + "dlq":
+            sqs.delete_queue(QueueUrl=url)
+    pending = env["GPUJOBS_PENDING_QUEUE_URL"]  # PurgeQueue is once a minute
+    while msgs := sqs.receive_message(QueueUrl=pending, MaxNumberOfMessages=10,
+                                      WaitTimeSeconds=0).get("Messages"):
+        sqs.delete_message_batch(QueueUrl=pending, Entries=[
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(msgs)])
+
+
+@pytest.fixture
+def clock():
+    """The services' time: real time, moved on by ``clock.advance(seconds)``."""
+    from tests.clock import ShiftedClock
+
+    return ShiftedClock()
 
 
 class Tenants:
@@ -72,13 +123,15 @@ def tenants():
 
 
 @pytest.fixture
-def make_services(aws_env, tenants):
-    """Build and install services on the moto stack; ``overrides`` swap adapters."""
+def make_services(aws_env, tenants, clock):
+    """Build and install services on the moto stack; ``overrides`` swap adapters
+    (or the clock, which is the test's ``clock`` fixture by default)."""
     from chalicelib import bootstrap
     from chalicelib.adapters.tokens import TokenStore
     from chalicelib.config import Config
 
     def make(env=None, **overrides):
+        overrides.setdefault("clock", clock)
         s = bootstrap.build(Config.from_env(env or aws_env),
                             tokens=TokenStore.from_entries(tenants.entries), **overrides)
         bootstrap.install(s)
@@ -101,3 +154,30 @@ def client(services):
 
     with Client(app.app) as c:
         yield c
+
+
+# -- the local stack, as `make up` runs it: each kind started once per session ----
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory):
+    """No agents: jobs stay PENDING, and a cancel is the control plane's alone."""
+    from tests.stacks import TOKENS, start_stack
+
+    s = start_stack(tmp_path_factory.mktemp("stack"), TOKENS)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="session")
+def agent_stack(tmp_path_factory):
+    """Two real agents of 4 GPUs each, scanning every second: jobs really run."""
+    from tests.stacks import TOKENS, start_stack
+
+    s = start_stack(tmp_path_factory.mktemp("agents"), TOKENS, GPUJOBS_AGENTS="2",
+                    GPUJOBS_GPUS_PER_AGENT="4", GPUJOBS_SCAN_PERIOD_S="1",
+                    GPUJOBS_AGENT_GRACE_S="2")
+    try:
+        yield s
+    finally:
+        s.stop()

@@ -200,16 +200,9 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
 
 
 @pytest.fixture(scope="session")
-def moto_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+def moto_endpoint(moto_server):
+    """The session's one moto server (tests/conftest.py)."""
+    return moto_server.endpoint_url
 
 
 @pytest.fixture

@@ -13,20 +13,9 @@ import json
 
 import pytest
 
-from tests.e2e.conftest import TOKENS, start_stack
-
 from .conftest import cli_runner
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = start_stack(tmp_path_factory.mktemp("client-stack"), TOKENS)
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture

@@ -8,28 +8,15 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import TOKENS, start_stack
-
 from .conftest import cli_runner
 
 pytestmark = pytest.mark.e2e
 HANG = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "hang.py")
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = start_stack(tmp_path_factory.mktemp("cli-agents"), TOKENS, GPUJOBS_AGENTS="2",
-                    GPUJOBS_GPUS_PER_AGENT="4", GPUJOBS_SCAN_PERIOD_S="1",
-                    GPUJOBS_AGENT_GRACE_S="2")
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
 @pytest.fixture
-def gpujobs(stack, tmp_path):
-    return cli_runner(stack.api, tmp_path / "xdg")
+def gpujobs(agent_stack, tmp_path):
+    return cli_runner(agent_stack.api, tmp_path / "xdg")
 
 
 def submit(gpujobs, *args: str) -> str:

@@ -6,20 +6,9 @@ import time
 
 import pytest
 
-from .conftest import TOKENS, Api, start_stack
+from tests.stacks import Api
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def agent_stack(tmp_path_factory):
-    s = start_stack(tmp_path_factory.mktemp("agents"), TOKENS, GPUJOBS_AGENTS="2",
-                    GPUJOBS_GPUS_PER_AGENT="4", GPUJOBS_SCAN_PERIOD_S="1",
-                    GPUJOBS_AGENT_GRACE_S="2")
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture

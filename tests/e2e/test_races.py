@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .conftest import Api
+from tests.stacks import Api
 
 pytestmark = pytest.mark.e2e
 THREADS = 32

@@ -8,7 +8,7 @@ import sys
 import pytest
 import requests
 
-from .conftest import ROOT, TOKENS, start_stack
+from tests.stacks import ROOT, TOKENS, start_stack
 
 pytestmark = pytest.mark.e2e
 

@@ -1,12 +1,10 @@
 """POST /v1/jobs/{id}/cancel: an intent, recorded before the answer, never lost."""
 import json
-from datetime import timedelta
 
 import boto3
 import pytest
 
 from chalicelib.adapters.models import JobModel, OutboxModel
-from chalicelib.domain.clock import utcnow
 
 from .helpers import aws_calls, drain, place
 
@@ -108,7 +106,8 @@ def test_a_placed_job_gets_one_cancel_per_node_and_stays_placed(client, tenants,
     assert all(drain(sqs, url, job_id) == [] for url in inboxes.values())
 
 
-def test_the_intent_is_recorded_even_when_sqs_fails(client, tenants, make_services, sqs):
+def test_the_intent_is_recorded_even_when_sqs_fails(client, tenants, make_services, sqs,
+                                                    clock):
     services = make_services()
     job_id = create(client, tenants)
     inboxes = place(services, job_id, ["node-a", "node-b"])
@@ -123,22 +122,21 @@ def test_the_intent_is_recorded_even_when_sqs_fails(client, tenants, make_servic
 
     # the reconciler, once SQS is back, delivers the intent to every node
     healthy = make_services()
-    later = utcnow() + timedelta(seconds=healthy.config.cancel_resend_after_s + 1)
-    healthy.reconciler._clock = lambda: later
+    clock.advance(healthy.config.cancel_resend_after_s + 1)
     assert healthy.reconciler.resend_due_intents() >= 2
     for url in inboxes.values():
         assert [m["type"] for m in drain(sqs, url, job_id)] == ["CANCEL"]
 
 
 def test_the_reconciler_resends_only_to_nodes_that_have_not_acknowledged(
-        client, tenants, services, sqs):
+        client, tenants, services, sqs, clock):
     job_id = create(client, tenants)
     inboxes = place(services, job_id, ["node-a", "node-b"])
     cancel(client, tenants, job_id)
     for url in inboxes.values():
         drain(sqs, url, job_id)
     services.store.ack_intent(job_id, "CANCEL#1", "node-a")
-    services.reconciler._clock = lambda: utcnow() + timedelta(hours=1)
+    clock.advance(3600)
     services.reconciler.resend_due_intents()
     assert drain(sqs, inboxes["node-a"], job_id) == []
     assert [m["job_id"] for m in drain(sqs, inboxes["node-b"], job_id)] == [job_id]

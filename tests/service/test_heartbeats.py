@@ -9,30 +9,22 @@ from chalicelib.domain.clock import iso as rfc3339
 from chalicelib.domain.clock import utcnow
 from chalicelib.domain.principal import Principal
 
+from ..clock import FakeClock
 from .test_events import event, placed
 
 AGENT = Principal("agent", "*")
 
 
-class Clock:
-    def __init__(self):
-        self.t = utcnow()
-
-    def __call__(self):
-        return self.t
-
-    def advance(self, s):
-        self.t += timedelta(seconds=s)
+@pytest.fixture
+def clock():
+    return FakeClock()
 
 
 @pytest.fixture
-def running(iso, iso_client, tenants):
+def running(iso, iso_client, tenants, clock):
     """A 4-rank RUNNING job on two nodes, with every clock under the test's control."""
     for n in ("n1", "n2"):
         iso.nodes.register(AGENT, n, {"gpus": 2})
-    clock = Clock()
-    iso.heartbeats._clock = iso.scanner._clock = iso.attempts._clock = clock
-    iso.placer._clock = iso.nodes._clock = clock
     job_id, by_node = placed(iso, iso_client, tenants,
                              heartbeat={"interval_s": 5, "startup_grace_s": 30})
     for n, ranks in by_node.items():
@@ -179,12 +171,9 @@ def test_a_declared_pause_is_not_silence_until_its_bound(iso, iso_client, tenant
     assert all(r["stalled"] for r in ranks_view(iso_client, tenants, job_id)["ranks"])
 
 
-def test_restart_on_stall_cancels_the_attempt_and_requeues(iso, iso_client, tenants):
+def test_restart_on_stall_cancels_the_attempt_and_requeues(iso, iso_client, tenants, clock):
     for n in ("n1", "n2"):
         iso.nodes.register(AGENT, n, {"gpus": 2})
-    clock = Clock()
-    iso.heartbeats._clock = iso.scanner._clock = iso.attempts._clock = clock
-    iso.placer._clock = iso.nodes._clock = clock
     job_id, by_node = placed(iso, iso_client, tenants, max_attempts=2, on_stall="restart",
                              heartbeat={"interval_s": 5, "startup_grace_s": 0})
     for n, ranks in by_node.items():

@@ -12,6 +12,7 @@ import os
 import re
 
 from chalice import Chalice, Rate, Response
+from chalice.app import Request
 
 from chalicelib.api import validation
 from chalicelib.api.representation import attempt_json, job_json, node_json
@@ -55,12 +56,22 @@ def endpoint(path: str, method: str, **route_kwargs):
     return decorate
 
 
+def _lambda_context(event):
+    """This invocation's LambdaContext, from its own event: a request carries
+    it as ``lambda_context`` (``context`` is API Gateway's requestContext), a
+    scheduled or SQS event as ``context``. Never ``app.lambda_context``: Chalice
+    sets that only when it serves HTTP, and a scheduled or queue function is a
+    Lambda of its own that never does."""
+    if isinstance(event, Request):
+        return event.lambda_context
+    return getattr(event, "context", None)
+
+
 @app.middleware("all")
 def observed(event, get_response):
     """Every log line names the invocation; its metrics leave as one EMF record."""
     telemetry = services().telemetry
-    context = app.lambda_context
-    telemetry.begin(getattr(context, "aws_request_id", None))
+    telemetry.begin(getattr(_lambda_context(event), "aws_request_id", None))
     try:
         return get_response(event)
     finally:

@@ -229,8 +229,25 @@ def place(event):
 @app.on_sqs_message(queue=os.environ.get("GPUJOBS_PENDING_QUEUE_NAME", "gpujobs-dev-pending"),
                     batch_size=10, name="place_on_nudge")
 def place_on_nudge(event):
-    """A create or freed GPUs asked for a run: one run serves the whole batch."""
+    """A create or freed GPUs asked for a run: one run serves the whole batch.
+    A message that is no nudge is reported failed (``batchItemFailures``): the
+    queue's redrive policy moves it to the dead-letter queue, for a human."""
     services().placer.run()
+    return _batch_failures([r for r in event if not _is_nudge(r.body)])
+
+
+def _is_nudge(body: str) -> bool:
+    try:
+        return json.loads(body) == {"type": "PLACE"}
+    except ValueError:
+        return False
+
+
+def _batch_failures(records) -> dict:
+    """The SQS partial batch response (the event source reports
+    ReportBatchItemFailures): only these messages are received again."""
+    return {"batchItemFailures": [{"itemIdentifier": r.to_dict()["messageId"]}
+                                  for r in records]}
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="scan")

@@ -18,9 +18,6 @@ import re
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
-
-import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STAGE = "dev"
@@ -35,53 +32,6 @@ DEV_ONLY = {"moto", "pytest", "_pytest", "hypothesis", "cfnlint", "samtranslator
 CHALICE_RUNTIME = {"chalice/__init__.py", "chalice/app.py", "chalice/app.pyi"}
 SCHEDULED = {"Place": "rate(1 minute)", "Scan": "rate(1 minute)",
              "Reconcile": "rate(1 minute)"}
-
-
-def _package_module():
-    spec = importlib.util.spec_from_file_location("gpujobs_infra_package",
-                                                  ROOT / "infra" / "package.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@dataclass
-class Bundle:
-    out: pathlib.Path
-    sam: dict
-    template: dict      # infra/template.yaml, long-form intrinsics
-    environment: dict   # the environment every function must get
-    names: list[str]    # the zip's entries
-    zipped: int
-    unzipped: int
-
-    @property
-    def resources(self) -> dict:
-        return self.sam["Resources"]
-
-    def functions(self) -> dict:
-        return {k: v for k, v in self.resources.items()
-                if v["Type"] == "AWS::Serverless::Function"}
-
-
-@pytest.fixture(scope="session")
-def bundle(tmp_path_factory) -> Bundle:
-    out = tmp_path_factory.mktemp("package") / STAGE
-    # its own process: packaging imports app.py with the stage's environment
-    done = subprocess.run([sys.executable, str(ROOT / "infra" / "package.py"),
-                           "--stage", STAGE, "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"packaging failed:\n{done.stdout}\n{done.stderr}"
-    pkg = _package_module()
-    template = pkg.load_template()
-    with zipfile.ZipFile(out / "deployment.zip") as z:
-        infos = z.infolist()
-    return Bundle(out=out, sam=json.loads((out / "sam.json").read_text()),
-                  template=template, environment=pkg.environment(template),
-                  names=[i.filename for i in infos],
-                  zipped=(out / "deployment.zip").stat().st_size,
-                  unzipped=sum(i.file_size for i in infos))
 
 
 def test_cfn_lint_is_clean(bundle):

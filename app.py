@@ -256,6 +256,21 @@ def scan(event):
     return services().scanner.run()
 
 
+@app.on_sqs_message(queue=os.environ.get("GPUJOBS_SCAN_QUEUE_NAME", "gpujobs-dev-scan"),
+                    batch_size=1, name="scan_shard")
+def scan_shard(event):
+    """One shard of a fanned-out stall scan (chalicelib/service/scan_fanout.py);
+    a shard that fails is received again, then dead-lettered."""
+    failed = []
+    for record in event:
+        try:
+            services().scan_fanout.judge(record.body, services().scanner.scan_job)
+        except Exception:  # noqa: BLE001 - this message only; the others stand
+            log.exception("scan shard %s failed", record.to_dict().get("messageId"))
+            failed.append(record)
+    return _batch_failures(failed)
+
+
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")
 def reconcile(event):
     """Resend unacknowledged intents; mark silent nodes DOWN and fail their attempts."""

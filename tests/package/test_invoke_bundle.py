@@ -262,7 +262,7 @@ def body(result: dict) -> dict:
 
 # -- the functions, each cold then warm -------------------------------------------------
 #: every function the package defines gets a test below
-INVOKED = {"APIHandler", "Place", "PlaceOnNudge", "Scan", "Reconcile"}
+INVOKED = {"APIHandler", "Place", "PlaceOnNudge", "Scan", "ScanShard", "Reconcile"}
 
 
 def test_every_function_of_the_package_is_invoked_here(functions):
@@ -406,6 +406,35 @@ def test_the_queue_consumer_reports_only_the_bad_message_as_failed(functions, st
     assert nudges, "the creates queued their nudges"
     batch = sqs_event(arn, messages)
     out = fn.run([batch, sqs_event(arn, nudges)])
+    cold, warm = out["results"]
+    assert cold["response"] == {"batchItemFailures": [{"itemIdentifier": bad["MessageId"]}]}
+    assert warm["response"] == {"batchItemFailures": []}
+
+
+def test_the_scan_shard_consumer_reports_only_the_bad_shard_as_failed(functions, stack, api):
+    """A shard of the fanned-out scan naming the API's job (judged, or skipped
+    if not RUNNING), and a message that is no shard: only that one fails."""
+    from datetime import datetime, timezone
+
+    fn = functions["ScanShard"]
+    [source] = [e for e in fn.props["Events"].values() if e["Type"] == "SQS"]
+    assert "ReportBatchItemFailures" in source["Properties"]["FunctionResponseTypes"]
+    queue = source["Properties"]["Queue"]["Fn::Sub"][2:-len(".Arn}")]
+    url, arn = stack.queue_url(queue), stack.resolve(source["Properties"]["Queue"])
+    now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    shard = json.dumps({"type": "SCAN", "scan_at": now, "suppressed": None,
+                        "jobs": [[api["job_id"], 1]]})
+    for text in (shard, "not a shard"):
+        stack.sqs.send_message(QueueUrl=url, MessageBody=text)
+    messages: list[dict] = []
+    for _ in range(10):
+        messages += stack.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                              WaitTimeSeconds=0).get("Messages", [])
+        if len(messages) >= 2:
+            break
+    [bad] = [m for m in messages if m["Body"] == "not a shard"]
+    good = [m for m in messages if m["Body"] == shard]
+    out = fn.run([sqs_event(arn, messages), sqs_event(arn, good)])
     cold, warm = out["results"]
     assert cold["response"] == {"batchItemFailures": [{"itemIdentifier": bad["MessageId"]}]}
     assert warm["response"] == {"batchItemFailures": []}

@@ -22,9 +22,10 @@ up: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/cfn-lint infra/template.yaml
 
-## test: installs what it needs, then runs every test
-test: $(STAMP) lint
-	$(PY) -m pytest
+## test: installs what it needs, builds the bundle, then runs every test
+## (tests/package invoke every function of that bundle as Lambda does)
+test: $(STAMP) lint package
+	GPUJOBS_BUNDLE=build/$(STAGE) $(PY) -m pytest
 
 ## bench: ratios against a baseline measured in the same run
 bench: $(STAMP)

@@ -12,6 +12,7 @@ import os
 import re
 
 from chalice import Chalice, Rate, Response
+from chalice.app import Request
 
 from chalicelib.api import validation
 from chalicelib.api.representation import attempt_json, job_json, node_json
@@ -55,12 +56,22 @@ def endpoint(path: str, method: str, **route_kwargs):
     return decorate
 
 
+def _lambda_context(event):
+    """This invocation's LambdaContext, from its own event: a request carries
+    it as ``lambda_context`` (``context`` is API Gateway's requestContext), a
+    scheduled or SQS event as ``context``. Never ``app.lambda_context``: Chalice
+    sets that only when it serves HTTP, and a scheduled or queue function is a
+    Lambda of its own that never does."""
+    if isinstance(event, Request):
+        return event.lambda_context
+    return getattr(event, "context", None)
+
+
 @app.middleware("all")
 def observed(event, get_response):
     """Every log line names the invocation; its metrics leave as one EMF record."""
     telemetry = services().telemetry
-    context = app.lambda_context
-    telemetry.begin(getattr(context, "aws_request_id", None))
+    telemetry.begin(getattr(_lambda_context(event), "aws_request_id", None))
     try:
         return get_response(event)
     finally:
@@ -218,14 +229,46 @@ def place(event):
 @app.on_sqs_message(queue=os.environ.get("GPUJOBS_PENDING_QUEUE_NAME", "gpujobs-dev-pending"),
                     batch_size=10, name="place_on_nudge")
 def place_on_nudge(event):
-    """A create or freed GPUs asked for a run: one run serves the whole batch."""
+    """A create or freed GPUs asked for a run: one run serves the whole batch.
+    A message that is no nudge is reported failed (``batchItemFailures``): the
+    queue's redrive policy moves it to the dead-letter queue, for a human."""
     services().placer.run()
+    return _batch_failures([r for r in event if not _is_nudge(r.body)])
+
+
+def _is_nudge(body: str) -> bool:
+    try:
+        return json.loads(body) == {"type": "PLACE"}
+    except ValueError:
+        return False
+
+
+def _batch_failures(records) -> dict:
+    """The SQS partial batch response (the event source reports
+    ReportBatchItemFailures): only these messages are received again."""
+    return {"batchItemFailures": [{"itemIdentifier": r.to_dict()["messageId"]}
+                                  for r in records]}
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="scan")
 def scan(event):
     """Judge every RUNNING job's ranks; record each stall once."""
     return services().scanner.run()
+
+
+@app.on_sqs_message(queue=os.environ.get("GPUJOBS_SCAN_QUEUE_NAME", "gpujobs-dev-scan"),
+                    batch_size=1, name="scan_shard")
+def scan_shard(event):
+    """One shard of a fanned-out stall scan (chalicelib/service/scan_fanout.py);
+    a shard that fails is received again, then dead-lettered."""
+    failed = []
+    for record in event:
+        try:
+            services().scan_fanout.judge(record.body, services().scanner.scan_job)
+        except Exception:  # noqa: BLE001 - this message only; the others stand
+            log.exception("scan shard %s failed", record.to_dict().get("messageId"))
+            failed.append(record)
+    return _batch_failures(failed)
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .adapters import models
 from .adapters.heartbeat_store import DynamoCollectorStore, DynamoHeartbeatStore
-from .adapters.inbox import SqsInbox, SqsNudge
+from .adapters.inbox import SqsInbox, SqsNudge, SqsScanQueue
 from .adapters.job_store import DynamoJobStore
 from .adapters.node_store import DynamoNodeStore
 from .adapters.tokens import TokenStore
@@ -26,6 +26,7 @@ from .service.placement import Placer
 from .service.ports import JobStore, NodeStore, Telemetry
 from .service.reconciler import Reconciler
 from .service.scan import Scanner
+from .service.scan_fanout import ScanFanout
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Services:
     reconciler: Reconciler
     heartbeats: HeartbeatsService
     scanner: Scanner
+    scan_fanout: ScanFanout | None
     auth: Authenticator
     telemetry: Telemetry
 
@@ -81,8 +83,10 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
                                    scans_per_hour=config.scans_per_hour, telemetry=telemetry,
                                    clock=clock)
+    fanout = ScanFanout(SqsScanQueue(config.scan_queue_url, sqs_inbox.client), store,
+                        period_s=config.scan_period_s) if config.scan_queue_url else None
     scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s,
-                      telemetry=telemetry, clock=clock)
+                      fanout=fanout, telemetry=telemetry, clock=clock)
     return Services(
         config=config, store=store, node_store=node_store, jobs=jobs,
         nodes=NodesService(node_store, inbox, collector, clock=clock), attempts=attempts,
@@ -91,7 +95,7 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
         reconciler=Reconciler(store, node_store, dispatcher, attempts,
                               resend_after_s=config.cancel_resend_after_s,
                               down_after_s=config.node_down_after_s, clock=clock),
-        heartbeats=heartbeats, scanner=scanner, auth=Authenticator(tokens),
+        heartbeats=heartbeats, scanner=scanner, scan_fanout=fanout, auth=Authenticator(tokens),
         telemetry=telemetry)
 
 

@@ -25,6 +25,8 @@ class Config:
     collector_table: str
     fleet_table: str
     pending_queue_url: str | None
+    #: the stall scan's shards (scan_fanout); None: every scan judges inline
+    scan_queue_url: str | None
     inbox_dlq_arn: str
     inbox_queue_prefix: str
     page_token_key: bytes
@@ -68,6 +70,7 @@ class Config:
             collector_table=need("GPUJOBS_COLLECTOR_TABLE"),
             fleet_table=need("GPUJOBS_FLEET_TABLE"),
             pending_queue_url=env.get("GPUJOBS_PENDING_QUEUE_URL") or None,
+            scan_queue_url=env.get("GPUJOBS_SCAN_QUEUE_URL") or None,
             inbox_dlq_arn=need("GPUJOBS_INBOX_DLQ_ARN"),
             inbox_queue_prefix=need("GPUJOBS_INBOX_QUEUE_PREFIX"),
             page_token_key=page_key.encode("utf-8"),

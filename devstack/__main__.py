@@ -154,6 +154,9 @@ def main() -> int:
             Timer("scan", scan_period_s, gpujobs.scan, stop),
             QueueConsumer("place_on_nudge", os.environ["GPUJOBS_PENDING_QUEUE_URL"],
                           gpujobs.place_on_nudge, stop, endpoint_url=moto.endpoint_url),
+            QueueConsumer("scan_shard", os.environ["GPUJOBS_SCAN_QUEUE_URL"],
+                          gpujobs.scan_shard, stop, endpoint_url=moto.endpoint_url,
+                          batch_size=1),
         ]
         for w in workers:
             w.start()

@@ -38,10 +38,14 @@ class QueueConsumer(threading.Thread):
                 "messageAttributes": {}, "eventSource": "aws:sqs",
                 "eventSourceARN": self._arn, "awsRegion": "us-east-1"} for m in messages]}
             try:
-                self._handler(event, None)
+                response = self._handler(event, None)
             except Exception:  # noqa: BLE001 - like Lambda: the batch becomes visible again
                 log.exception("%s failed; the messages will be retried", self.name)
                 continue
-            self._sqs.delete_message_batch(QueueUrl=self._url, Entries=[
-                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                for i, m in enumerate(messages)])
+            # ReportBatchItemFailures: the messages it names are received again
+            failed = {f["itemIdentifier"] for f in (response or {}).get("batchItemFailures", [])}
+            done = [m for m in messages if m["MessageId"] not in failed]
+            if done:
+                self._sqs.delete_message_batch(QueueUrl=self._url, Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                    for i, m in enumerate(done)])

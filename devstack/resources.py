@@ -20,6 +20,7 @@ OUTPUT_ENV = {
     "CollectorTableName": "GPUJOBS_COLLECTOR_TABLE",
     "FleetTableName": "GPUJOBS_FLEET_TABLE",
     "PendingQueueUrl": "GPUJOBS_PENDING_QUEUE_URL",
+    "ScanQueueUrl": "GPUJOBS_SCAN_QUEUE_URL",
     "InboxDeadLetterQueueArn": "GPUJOBS_INBOX_DLQ_ARN",
     "InboxQueuePrefix": "GPUJOBS_INBOX_QUEUE_PREFIX",
 }

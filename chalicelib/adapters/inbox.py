@@ -69,3 +69,18 @@ class SqsNudge:
             self._sqs.send_message(QueueUrl=self._url, MessageBody='{"type":"PLACE"}')
         except Exception:  # noqa: BLE001 - the schedule is the fallback
             log.warning("placement nudge failed; the scheduled run will place", exc_info=True)
+
+
+class SqsScanQueue:
+    """The stall scan's shards (service/scan_fanout.py), ten to a request."""
+
+    def __init__(self, url: str, sqs) -> None:
+        self._url, self._sqs = url, sqs
+
+    def send(self, bodies: list[str]) -> None:
+        for i in range(0, len(bodies), 10):
+            entries = [{"Id": str(n), "MessageBody": b} for n, b in enumerate(bodies[i:i + 10])]
+            failed = self._sqs.send_message_batch(QueueUrl=self._url,
+                                                  Entries=entries).get("Failed", [])
+            if failed:  # the scan fails, and the next one sends them again
+                raise RuntimeError(f"{len(failed)} scan shards not sent: {failed[0]}")

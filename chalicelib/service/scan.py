@@ -26,8 +26,10 @@ MAX_JOBS_PER_SCAN = 5000
 class Scanner:
     def __init__(self, store: JobStore, heartbeats: HeartbeatsService,
                  collector: CollectorStore, attempts: AttemptsService, *, period_s: float,
-                 telemetry: Telemetry, clock: Clock = utcnow) -> None:
+                 telemetry: Telemetry, clock: Clock = utcnow, fanout=None) -> None:
         self.store, self.heartbeats, self.collector = store, heartbeats, collector
+        #: scan_fanout.ScanFanout: too many ranks for one invocation go out in shards
+        self.fanout = fanout
         self.telemetry = telemetry
         self.attempts, self._period_s, self._clock = attempts, period_s, clock
         #: how long convictions stay held after the collector was blind
@@ -52,7 +54,11 @@ class Scanner:
             hold_until = hold_reason = None
         self.collector.record_scan(now, hold_until, hold_reason)
         jobs = stalled = 0
-        for job in self.store.active(JobState.RUNNING, MAX_JOBS_PER_SCAN):
+        running = self.store.active(JobState.RUNNING, MAX_JOBS_PER_SCAN)
+        shards = self.fanout.send(running, now, why) if self.fanout else 0
+        if shards:
+            return {"jobs": len(running), "incidents": 0, "suppressed": why, "shards": shards}
+        for job in running:
             jobs += 1
             stalled += self.scan_job(job, now, why)
         if why and jobs:

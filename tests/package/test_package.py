@@ -18,9 +18,6 @@ import re
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
-
-import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STAGE = "dev"
@@ -35,53 +32,6 @@ DEV_ONLY = {"moto", "pytest", "_pytest", "hypothesis", "cfnlint", "samtranslator
 CHALICE_RUNTIME = {"chalice/__init__.py", "chalice/app.py", "chalice/app.pyi"}
 SCHEDULED = {"Place": "rate(1 minute)", "Scan": "rate(1 minute)",
              "Reconcile": "rate(1 minute)"}
-
-
-def _package_module():
-    spec = importlib.util.spec_from_file_location("gpujobs_infra_package",
-                                                  ROOT / "infra" / "package.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@dataclass
-class Bundle:
-    out: pathlib.Path
-    sam: dict
-    template: dict      # infra/template.yaml, long-form intrinsics
-    environment: dict   # the environment every function must get
-    names: list[str]    # the zip's entries
-    zipped: int
-    unzipped: int
-
-    @property
-    def resources(self) -> dict:
-        return self.sam["Resources"]
-
-    def functions(self) -> dict:
-        return {k: v for k, v in self.resources.items()
-                if v["Type"] == "AWS::Serverless::Function"}
-
-
-@pytest.fixture(scope="session")
-def bundle(tmp_path_factory) -> Bundle:
-    out = tmp_path_factory.mktemp("package") / STAGE
-    # its own process: packaging imports app.py with the stage's environment
-    done = subprocess.run([sys.executable, str(ROOT / "infra" / "package.py"),
-                           "--stage", STAGE, "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"packaging failed:\n{done.stdout}\n{done.stderr}"
-    pkg = _package_module()
-    template = pkg.load_template()
-    with zipfile.ZipFile(out / "deployment.zip") as z:
-        infos = z.infolist()
-    return Bundle(out=out, sam=json.loads((out / "sam.json").read_text()),
-                  template=template, environment=pkg.environment(template),
-                  names=[i.filename for i in infos],
-                  zipped=(out / "deployment.zip").stat().st_size,
-                  unzipped=sum(i.file_size for i in infos))
 
 
 def test_cfn_lint_is_clean(bundle):
@@ -107,7 +57,7 @@ def test_every_dead_letter_queue_is_there_and_used(bundle):
     queues = {k: v for k, v in bundle.resources.items() if v["Type"] == "AWS::SQS::Queue"}
     targets = {q["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
                for q in queues.values() if "RedrivePolicy" in q["Properties"]}
-    assert targets == {"PendingDeadLetterQueue"}
+    assert targets == {"PendingDeadLetterQueue", "ScanDeadLetterQueue"}
     assert targets <= set(queues)
     # the inbox queues are made at run time with this one as their redrive target
     for fn in bundle.functions().values():
@@ -129,12 +79,15 @@ def test_the_pending_queue_feeds_place_on_nudge_with_partial_batch_failures(bund
                   for name, fn in bundle.functions().items()
                   for event_id, event in fn["Properties"].get("Events", {}).items()
                   if event["Type"] == "SQS"}
-    assert set(sqs_events) == {("PlaceOnNudge", "PlaceOnNudgeSqsEventSource")}
-    for event in sqs_events.values():
+    assert set(sqs_events) == {("PlaceOnNudge", "PlaceOnNudgeSqsEventSource"),
+                               ("ScanShard", "ScanShardSqsEventSource")}
+    queues = {"PlaceOnNudge": ("PendingQueue", 10), "ScanShard": ("ScanQueue", 1)}
+    for (name, _), event in sqs_events.items():
         props = event["Properties"]
-        assert props["Queue"] == {"Fn::Sub": "${PendingQueue.Arn}"}
+        queue, batch = queues[name]
+        assert props["Queue"] == {"Fn::Sub": "${%s.Arn}" % queue}
         assert "ReportBatchItemFailures" in props["FunctionResponseTypes"]
-        assert props["BatchSize"] == 10
+        assert props["BatchSize"] == batch
 
 
 def test_queue_visibility_covers_the_function_timeout(bundle):
@@ -149,7 +102,7 @@ def test_queue_visibility_covers_the_function_timeout(bundle):
             visibility = bundle.resources[queue]["Properties"].get("VisibilityTimeout", 30)
             assert visibility >= timeout, (queue, visibility, name, timeout)
             checked += 1
-    assert checked == 1
+    assert checked == 2
 
 
 _LITERAL = re.compile(r"gpujobs-|arn:|amazonaws\.com|\b\d{12}\b")
@@ -159,7 +112,7 @@ def test_every_function_names_the_real_resources(bundle):
     kinds = {"_TABLE": "AWS::DynamoDB::Table", "_QUEUE_URL": "AWS::SQS::Queue",
              "_QUEUE_NAME": "AWS::SQS::Queue", "_DLQ_ARN": "AWS::SQS::Queue"}
     assert set(bundle.functions()) == {"APIHandler", "Place", "PlaceOnNudge", "Scan",
-                                       "Reconcile"}
+                                       "ScanShard", "Reconcile"}
     for name, fn in bundle.functions().items():
         env = fn["Properties"]["Environment"]["Variables"]
         for var, expected in bundle.environment.items():

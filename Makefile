@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt c
 
 STAGE  ?= dev
 
-.PHONY: up test lint bench clean package
+.PHONY: up test lint bench clean package browser
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,8 +22,17 @@ up: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/cfn-lint infra/template.yaml
 
+## browser: headless Chromium and its driver for the dashboard's tests (Debian packages)
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+	  echo "installing chromium and chromium-driver (apt-get) for the browser tests"; \
+	  { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+	    --no-install-recommends chromium chromium-driver fonts-dejavu-core; } || \
+	  echo "!!! chromium could not be installed: the browser tests will be SKIPPED !!!"; fi
+
 ## test: installs what it needs, then runs every test
-test: $(STAMP) lint
+test: $(STAMP) lint browser
 	$(PY) -m pytest
 
 ## bench: ratios against a baseline measured in the same run

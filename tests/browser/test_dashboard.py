@@ -3,6 +3,8 @@ with real agents: sign in, watch a job appear, open it, cancel it, see the
 heatmap name a hung rank, and check that user strings render as text."""
 from __future__ import annotations
 
+import json
+
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
@@ -201,3 +203,76 @@ def test_keyboard_alone_reaches_every_page(page, browser_stack):
     page.switch_to.active_element.send_keys(Keys.ENTER)
     ui.present(page, "#nodes-body")
     assert page.current_url.endswith("#/nodes")
+
+
+
+def _wide_job(ranks: int = 16384, per_node: int = 256) -> tuple[dict, dict]:
+    """A RUNNING job of 16,384 ranks on 64 nodes, in the API's shapes, with
+    every status issue 11 adds, one first-stalled rank, co-first ranks and a
+    suspect node. (A real gang this wide stayed PENDING on the local stack
+    when tried, probably because its attempt's placement map passes
+    DynamoDB's 400 KB item limit; so the page is fed this instead.)"""
+    first, co, suspect = 9000, [9001, 9003], "node-35"
+    view = []
+    for r in range(ranks):
+        node = f"node-{r // per_node:02d}"
+        silence = (r * 7919 % 1000) / 100  # 0 to 10 s, scattered
+        rank = {"rank": r, "node_id": node, "last_heard_at": "2026-01-01T00:00:00.000Z",
+                "silence_s": silence, "step": 1000 + r % 13, "stalled": False, "paused": False}
+        if node == suspect:
+            rank.update(silence_s=30 + r % 5, stalled=True, status="stalled")
+        if r == first:
+            rank.update(silence_s=60.0)
+        elif r in co:
+            rank.update(silence_s=59.5)
+        elif r % 997 == 0:
+            rank.update(status="paused", paused=True)
+        elif r % 1009 == 0:
+            rank.update(status="busy")
+        elif 12800 <= r < 13056:
+            rank.update(status="exited")
+        view.append(rank)
+    view.sort(key=lambda x: (-x["silence_s"], x["rank"]))
+    job = {"id": "job_WIDE16384", "name": "wide-16384", "state": "RUNNING", "attempt": 1,
+           "spec": {"ranks": ranks, "gpus_per_rank": 1, "command": ["train"], "labels": {}},
+           "health": {"status": "STALLED", "threshold_s": 12.0, "first_stalled_rank": first,
+                      "co_first": [{"rank": r} for r in co], "suspect_node": suspect,
+                      "stalled_ranks": sorted(x["rank"] for x in view if x["stalled"]),
+                      "detected_at": "2026-01-01T00:01:00.000Z"}}
+    return job, {"attempt": 1, "threshold_s": 12.0, "now": "2026-01-01T00:01:00.000Z",
+                 "ranks": view}
+
+
+def test_the_heatmap_draws_16384_ranks_by_node(page, browser_stack):
+    """The page, fed a 16,384-rank job through its own fetch: one cell per
+    rank, 64 node blocks on about one screen, the culprit named as text."""
+    job, ranks = _wide_job()
+    script = page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        const FAKE = %s, real = window.fetch;
+        window.fetch = (url, opts) => {
+          const u = String(url);
+          if (!u.includes('/v1/jobs/' + FAKE.job.id)) return real(url, opts);
+          const body = u.endsWith('/ranks') ? FAKE.ranks : FAKE.job;
+          return Promise.resolve(new Response(JSON.stringify(body),
+            {status: 200, headers: {'Content-Type': 'application/json'}}));
+        };""" % json.dumps({"job": job, "ranks": ranks})})
+    try:
+        page.get(browser_stack.api + f"/#/jobs/{job['id']}/ranks")
+        page.refresh()  # the script applies from the next document on
+        meta = ui.text_in(page, "#heatmap-meta", "16,384 ranks on 64 nodes")
+        first = ui.text_in(page, "#stall-summary .sum-first", "First to stop")
+        assert first.startswith("First to stop: rank 9000 on node-35"), first
+        summary = page.find_element(By.ID, "stall-summary").text
+        assert "co-first): ranks 9001, 9003" in summary and "Suspect node: node-35" in summary
+        canvas = page.find_element(By.ID, "heatmap")
+        assert canvas.get_attribute("data-cells") == "16384"
+        assert canvas.size["height"] <= 760, "about one screen"
+        ui.screenshot(page, "ranks-16384")
+        page.find_element(By.ID, "table-toggle").click()
+        rows = page.find_elements(By.CSS_SELECTOR, "#rank-table tbody tr")
+        assert len(rows) == 500 and rows[0].get_attribute("data-rank") == "9000"
+        assert "more of 15884" in page.find_element(By.ID, "more-ranks").text
+        print(f"16,384-rank heatmap: {meta}")
+    finally:
+        page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
+                             {"identifier": script["identifier"]})

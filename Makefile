@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt c
 
 STAGE  ?= dev
 
-.PHONY: up test lint bench clean package
+.PHONY: up test lint bench clean package browser
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,9 +22,18 @@ up: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/cfn-lint infra/template.yaml
 
+## browser: headless Chromium and its driver for the dashboard's tests (Debian packages)
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+	  echo "installing chromium and chromium-driver (apt-get) for the browser tests"; \
+	  { $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+	    --no-install-recommends chromium chromium-driver fonts-dejavu-core; } || \
+	  echo "!!! chromium could not be installed: the browser tests will be SKIPPED !!!"; fi
+
 ## test: installs what it needs, builds the bundle, then runs every test
 ## (tests/package invoke every function of that bundle as Lambda does)
-test: $(STAMP) lint package
+test: $(STAMP) lint browser package
 	GPUJOBS_BUNDLE=build/$(STAGE) $(PY) -m pytest
 
 ## bench: ratios against a baseline measured in the same run
@@ -34,6 +43,7 @@ bench: $(STAMP)
 	$(PY) bench/scan.py
 	$(PY) bench/stall_sim.py
 	$(PY) bench/beat_cost.py
+	$(PY) bench/dashboard.py
 
 ## package: the deployable bundle of STAGE (default dev): build/STAGE/sam.json, deployment.zip
 package: $(STAMP)

@@ -15,11 +15,12 @@ from chalice import Chalice, Rate, Response
 from chalice.app import Request
 
 from chalicelib.api import validation
+from chalicelib import web
 from chalicelib.api.representation import attempt_json, job_json, node_json
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import iso
-from chalicelib.domain.errors import (ApiError, InvalidArgument, MethodNotAllowed,
+from chalicelib.domain.errors import (ApiError, InvalidArgument, MethodNotAllowed, NotFound,
                                       UnsupportedMediaType)
 from chalicelib.service import health
 
@@ -215,6 +216,32 @@ def get_node(node_id: str):
 def list_nodes():
     services().auth.authenticate(_authorization())
     return ok({"nodes": [node_json(n) for n in services().nodes.list()]})
+
+
+# -- the dashboard: static files (chalicelib/web) that call the JSON API above ------
+def _asset(name: str) -> Response:
+    found = web.asset(name)
+    if found is None:
+        raise NotFound(f"no file {name}", field="name")
+    if found.fresh_for(_request().headers.get("if-none-match")):
+        return Response(body="", status_code=304, headers=found.headers())
+    return Response(body=found.body, status_code=200, headers=found.headers())
+
+
+@endpoint("/", "GET", content_types=["*/*"])
+def dashboard():
+    # "/api" (a stage without its slash) would resolve the page's relative
+    # links against "/"; send the browser to "/api/"
+    path = (_request().context or {}).get("path") or "/"
+    if not path.endswith("/"):
+        return Response(body="", status_code=301,
+                        headers={"Location": path.rsplit("/", 1)[-1] + "/"})
+    return _asset(web.INDEX)
+
+
+@endpoint("/static/{name}", "GET", content_types=["*/*"])
+def static_file(name: str):
+    return _asset(name)
 
 
 # -- scheduled and queued ------------------------------------------------------------

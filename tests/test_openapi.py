@@ -106,8 +106,10 @@ def test_bearer_auth_is_global_and_health_needs_no_token(doc):
     assert doc["paths"]["/v1/health"]["get"].get("security") == [], (
         "GET /v1/health must override the global security with `security: []`")
     unauthenticated = [(p, m) for p, m, op in _operations(doc) if op.get("security") == []]
-    assert unauthenticated == [("/v1/health", "get")], (
-        f"only GET /v1/health may skip the token, but these do: {unauthenticated}")
+    assert unauthenticated == [("/v1/health", "get"), ("/", "get"),
+                               ("/static/{name}", "get")], (
+        "only GET /v1/health and the dashboard's static files may skip the token, "
+        f"but these do: {unauthenticated}")
 
 
 # -- 2. the document's operations are exactly the app's routes ----------------
@@ -262,6 +264,9 @@ EXPECTED_STATUSES = {
     ("/v1/nodes/{node_id}", "get"): {"200", "401", "404", "415", "500", "503"},
     ("/v1/nodes/{node_id}", "put"): {"200", "400", "401", "403", "413", "415", "500",
                                      "503"},
+    # the dashboard's static files: no token, no storage, any Content-Type
+    ("/", "get"): {"200", "301", "304", "500"},
+    ("/static/{name}", "get"): {"200", "304", "404", "500"},
 }
 
 

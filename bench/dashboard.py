@@ -1,0 +1,89 @@
+"""The dashboard in headless Chromium against the local stack: first paint and
+first rows of the jobs page, and the heatmap's draw time at 16,384 ranks
+against 64 ranks (a ratio measured in the same run).
+
+    .venv/bin/python bench/dashboard.py
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import statistics
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+
+from tests.browser.conftest import CHROMEDRIVER, CHROMIUM, FLAGS  # noqa: E402
+from tests.browser.test_dashboard import _wide_job  # noqa: E402
+from tests.browser import ui  # noqa: E402
+from tests.e2e.conftest import Api, start_stack  # noqa: E402
+
+LOADS = 5
+TOKENS = [{"token": "bench", "tenant": "bench"}]
+
+
+def main() -> None:
+    if not (CHROMIUM and CHROMEDRIVER):
+        sys.exit("chromium and chromedriver are needed (make browser)")
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="gpujobs-bench-ui-"))
+    stack = start_stack(tmp, TOKENS)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS + [f"--user-data-dir={tmp / 'profile'}"]:
+        options.add_argument(flag)
+    service = Service(executable_path=CHROMEDRIVER)
+    driver = webdriver.Chrome(service=service, options=options)
+    try:
+        api = Api(stack.api, "bench")
+        for i in range(50):
+            api.post("/v1/jobs", json={"name": f"bench-{i}", "command": ["true"], "ranks": 1,
+                                       "gpu_type": "none"})
+        ui.sign_in(driver, stack.api + "/", "bench")
+        paint, rows = [], []
+        for _ in range(LOADS):
+            driver.get(stack.api + "/#/jobs")
+            driver.refresh()
+            ui.wait(driver).until(lambda d: len(d.find_elements("css selector", "#jobs-body tr")) == 25)
+            t = driver.execute_script("""
+                const fcp = performance.getEntriesByName('first-contentful-paint')[0];
+                return [fcp ? fcp.startTime : null, performance.now()];""")
+            paint.append(t[0])
+            rows.append(t[1])
+        draws = {}
+        for n, per in ((64, 8), (16384, 256)):
+            job, ranks = _wide_job(n, per)
+            job["id"] = f"job_BENCH{n}"
+            sid = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+                const FAKE = %s, real = window.fetch;
+                window.fetch = (url, opts) => String(url).includes('/v1/jobs/' + FAKE.job.id)
+                  ? Promise.resolve(new Response(JSON.stringify(String(url).endsWith('/ranks')
+                      ? FAKE.ranks : FAKE.job), {status: 200}))
+                  : real(url, opts);""" % json.dumps({"job": job, "ranks": ranks})})["identifier"]
+            samples = []
+            for _ in range(LOADS):
+                driver.get(stack.api + f"/#/jobs/{job['id']}/ranks")
+                driver.refresh()
+                ui.wait(driver).until(lambda d: d.find_element("id", "heatmap").get_attribute("data-cells") == str(n))
+                samples.append(float(driver.find_element("id", "heatmap").get_attribute("data-draw-ms")))
+            driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": sid})
+            draws[n] = statistics.median(samples)
+        print(f"jobs page: first contentful paint median {statistics.median(paint):.0f} ms, "
+              f"25 rows shown at {statistics.median(rows):.0f} ms after navigation start "
+              f"({LOADS} loads)")
+        print(f"heatmap draw: 64 ranks {draws[64]:.1f} ms, 16,384 ranks {draws[16384]:.1f} ms "
+              f"(ratio {draws[16384] / max(draws[64], 0.1):.0f}x for 256x the cells)")
+    finally:
+        driver.quit()
+        service.stop()
+        stack.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+// The public JSON API, called with the user's bearer token. The token lives
+// in sessionStorage only: never in a URL, never in a cookie.
+
+const TOKEN_KEY = 'gpujobs.token';
+// this module is served from <root>/static/api.js; the API is under <root>/v1/
+const ROOT = new URL('../', import.meta.url);
+
+export const token = {
+  get: () => sessionStorage.getItem(TOKEN_KEY),
+  set: (t) => sessionStorage.setItem(TOKEN_KEY, t),
+  clear: () => sessionStorage.removeItem(TOKEN_KEY),
+};
+
+export class ApiError extends Error {
+  constructor(status, problem) {
+    super((problem && (problem.detail || problem.title)) || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+    this.code = problem && problem.code;
+  }
+}
+
+let onUnauthenticated = () => {};
+export function whenUnauthenticated(fn) { onUnauthenticated = fn; }
+
+export async function call(method, path, { query, body, signal } = {}) {
+  const url = new URL(path, ROOT);
+  for (const [k, v] of Object.entries(query || {})) {
+    if (v != null && v !== '') url.searchParams.set(k, v);
+  }
+  const headers = { Authorization: `Bearer ${token.get() || ''}`, Accept: 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const res = await fetch(url, {
+    method, headers, signal, cache: 'no-store', credentials: 'omit',
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch { data = null; }
+  if (!res.ok) {
+    if (res.status === 401) onUnauthenticated();
+    throw new ApiError(res.status, data);
+  }
+  return { status: res.status, data };
+}
+
+const id = (s) => encodeURIComponent(s);
+const get = async (path, query) => (await call('GET', path, { query })).data;
+
+/** null when the endpoint (or the thing) is not there: the page says so and goes on. */
+async function optional(promise) {
+  try { return await promise; } catch (e) {
+    if (e instanceof ApiError && (e.status === 404 || e.status === 405 || e.status === 501)) return null;
+    throw e;
+  }
+}
+
+export const api = {
+  listJobs: ({ state, pageSize = 25, pageToken } = {}) =>
+    get('v1/jobs', { state, page_size: pageSize, page_token: pageToken }),
+  job: (jobId) => get(`v1/jobs/${id(jobId)}`),
+  attempts: (jobId) => get(`v1/jobs/${id(jobId)}/attempts`),
+  ranks: (jobId) => get(`v1/jobs/${id(jobId)}/ranks`),
+  nodes: () => get('v1/nodes'),
+  cancel: (jobId, reason) =>
+    call('POST', `v1/jobs/${id(jobId)}/cancel`, { body: reason ? { reason } : {} }),
+  // The job's story and its output come from endpoints that may not exist on
+  // an older server: these two return null then.
+  events: async (jobId) => {
+    const data = await optional(get(`v1/jobs/${id(jobId)}/events`));
+    return data == null ? null : normaliseEvents(data);
+  },
+  logs: async (jobId, { tail = 200 } = {}) => {
+    const data = await optional(get(`v1/jobs/${id(jobId)}/logs`, { tail }));
+    return data == null ? null : normaliseLogs(data);
+  },
+};
+
+// -- shapes of the optional endpoints, kept in one place --------------------
+const pick = (o, ...keys) => { for (const k of keys) if (o && o[k] != null) return o[k]; return null; };
+
+export function normaliseEvents(data) {
+  const list = Array.isArray(data) ? data : pick(data, 'events', 'items') || [];
+  const known = new Set(['at', 'time', 'timestamp', 'created_at', 'type', 'kind', 'event',
+    'reason', 'detail', 'message']);
+  return list.map((e) => {
+    const rest = Object.fromEntries(Object.entries(e || {}).filter(([k]) => !known.has(k)));
+    return {
+      at: pick(e, 'at', 'time', 'timestamp', 'created_at'),
+      type: String(pick(e, 'type', 'kind', 'event') || 'event'),
+      detail: String(pick(e, 'reason', 'detail', 'message') || ''),
+      extra: Object.keys(rest).length ? JSON.stringify(rest) : '',
+    };
+  });
+}
+
+export function normaliseLogs(data) {
+  const list = Array.isArray(data) ? data : pick(data, 'lines', 'events', 'logs', 'items') || [];
+  return list.map((l) => (typeof l === 'string' ? { at: null, rank: null, stream: '', text: l } : {
+    at: pick(l, 'time', 'timestamp', 'at'),
+    rank: pick(l, 'rank'),
+    stream: String(pick(l, 'stream') || ''),
+    text: String(pick(l, 'line', 'message', 'text') ?? ''),
+  }));
+}

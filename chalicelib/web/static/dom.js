@@ -1,0 +1,98 @@
+// DOM helpers. Every string goes in as text (text nodes, textContent,
+// attributes): nothing here, or anywhere in the dashboard, parses HTML.
+
+export function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value == null || value === false) continue;
+    if (key === 'class') el.className = value;
+    else if (key === 'text') el.textContent = String(value);
+    else if (key === 'dataset') Object.assign(el.dataset, value);
+    else if (key.startsWith('on')) el.addEventListener(key.slice(2), value);
+    else el.setAttribute(key, value === true ? '' : String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+export function append(el, children) {
+  for (const c of children.flat(Infinity)) {
+    if (c == null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+/** Replace el's text only when it changed (no layout work, no flicker). */
+export function setText(el, text) {
+  const s = text == null ? '' : String(text);
+  if (el.textContent !== s) el.textContent = s;
+}
+
+export function time(iso) {
+  if (!iso) return '—';
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? String(iso) : d.toLocaleString();
+}
+
+export function ago(iso, now = Date.now()) {
+  if (!iso) return 'never';
+  const s = Math.max(0, (now - new Date(iso).getTime()) / 1000);
+  if (s < 60) return `${s.toFixed(0)} s ago`;
+  if (s < 3600) return `${(s / 60).toFixed(0)} min ago`;
+  if (s < 86400) return `${(s / 3600).toFixed(1)} h ago`;
+  return `${(s / 86400).toFixed(1)} d ago`;
+}
+
+export function seconds(s) {
+  if (s == null) return '—';
+  return s < 100 ? `${Number(s).toFixed(1)} s` : `${Number(s).toFixed(0)} s`;
+}
+
+export function stateBadge(state) {
+  return h('span', { class: `badge s-${String(state || '').toLowerCase()}`, text: state || '?' });
+}
+
+/** [0,1,2,5,7,8] -> "0–2, 5, 7–8" */
+export function ranges(nums) {
+  const sorted = [...nums].sort((a, b) => a - b);
+  const out = [];
+  for (let i = 0; i < sorted.length; i++) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) j++;
+    out.push(i === j ? `${sorted[i]}` : `${sorted[i]}–${sorted[j]}`);
+    i = j;
+  }
+  return out.join(', ');
+}
+
+export function naturalCompare(a, b) {
+  return String(a).localeCompare(String(b), undefined, { numeric: true });
+}
+
+export const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
+
+export function problemText(err) {
+  if (err && err.problem) {
+    const p = err.problem;
+    return `${err.status} ${p.title || ''}: ${p.detail || p.code || ''}`.trim();
+  }
+  return String((err && err.message) || err);
+}
+
+/** A poller that runs fn now and every ms while the tab is visible; stop() ends it. */
+export function poll(fn, ms) {
+  let timer = null;
+  let stopped = false;
+  let running = false;
+  const tick = async () => {
+    if (stopped) return;
+    if (!document.hidden && !running) {
+      running = true;
+      try { await fn(); } catch (e) { console.warn(e); } finally { running = false; }
+    }
+    if (!stopped) timer = setTimeout(tick, ms);
+  };
+  tick();
+  return { stop() { stopped = true; clearTimeout(timer); }, now() { clearTimeout(timer); tick(); } };
+}

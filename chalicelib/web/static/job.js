@@ -1,0 +1,172 @@
+// Job: spec, state, pending_reason, health, attempts with their node -> ranks
+// map, the event timeline and logs (where the server has them), and Cancel.
+import { api } from './api.js';
+import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, TERMINAL } from './dom.js';
+
+const REFRESH_MS = 1500;
+
+function dl(pairs) {
+  return h('dl', { class: 'facts' }, pairs.filter(([, v]) => v != null && v !== '')
+    .map(([k, v]) => [h('dt', { text: k }), h('dd', {}, v)]));
+}
+
+function healthFacts(hl) {
+  if (!hl) return [];
+  const co = (hl.co_first || []).map((c) => (typeof c === 'object' ? c.rank : c));
+  return [
+    ['Health', hl.status],
+    ['Stall threshold', hl.threshold_s != null ? `${hl.threshold_s} s` : null],
+    ['First stalled rank', hl.first_stalled_rank],
+    ['Culprit', hl.culprit ? (typeof hl.culprit === 'object' ? JSON.stringify(hl.culprit) : String(hl.culprit)) : null],
+    ['Also first (jitter band)', co.length ? ranges(co) : null],
+    ['Suspect node', hl.suspect_node],
+    ['Stalled ranks', (hl.stalled_ranks || []).length ? ranges(hl.stalled_ranks) : null],
+    ['Last heard', hl.last_heard_at ? time(hl.last_heard_at) : null],
+    ['Detected', hl.detected_at ? time(hl.detected_at) : null],
+  ];
+}
+
+export function nodeMap(placement) {
+  const byNode = new Map();
+  for (const p of placement || []) {
+    if (!byNode.has(p.node_id)) byNode.set(p.node_id, []);
+    byNode.get(p.node_id).push(p.rank);
+  }
+  return [...byNode.entries()].sort(([a], [b]) => naturalCompare(a, b));
+}
+
+function attemptsTable(attempts) {
+  if (!attempts.length) return h('p', { class: 'muted', text: 'Not placed yet.' });
+  return h('table', { class: 'attempts' },
+    h('thead', {}, h('tr', {}, ['Attempt', 'State', 'Nodes → ranks', 'Created', 'Finished', 'Exit']
+      .map((t) => h('th', { scope: 'col', text: t })))),
+    h('tbody', {}, attempts.map((a) => h('tr', {},
+      h('td', { class: 'num', text: a.attempt }), h('td', {}, stateBadge(a.state)),
+      h('td', {}, h('ul', { class: 'nodemap' }, nodeMap(a.placement).map(([node, rs]) =>
+        h('li', {}, h('code', { text: node }), ` → ranks ${ranges(rs)}`)))),
+      h('td', { text: time(a.created_at) }), h('td', { text: time(a.finished_at) }),
+      h('td', { text: a.exit ? JSON.stringify(a.exit) : '' })))));
+}
+
+function eventsList(events) {
+  if (events == null) return h('p', { class: 'muted', text: 'This server has no event timeline (GET /v1/jobs/{id}/events).' });
+  if (!events.length) return h('p', { class: 'muted', text: 'No events yet.' });
+  return h('ol', { class: 'timeline' }, events.map((e) => h('li', {},
+    h('time', { datetime: e.at || '', text: time(e.at) }), ' ', h('strong', { text: e.type }),
+    e.detail ? ` — ${e.detail}` : '', e.extra ? h('span', { class: 'muted', text: ` ${e.extra}` }) : '')));
+}
+
+function logsView(lines) {
+  if (lines == null) return h('p', { class: 'muted', text: 'This server does not serve logs (GET /v1/jobs/{id}/logs).' });
+  if (!lines.length) return h('p', { class: 'muted', text: 'No output yet.' });
+  return h('pre', { class: 'logs', tabindex: 0 }, lines.map((l) =>
+    `${l.rank != null ? `[${l.rank}${l.stream ? ` ${l.stream}` : ''}] ` : ''}${l.text}\n`).join(''));
+}
+
+export function mount(main, [jobId]) {
+  document.title = `${jobId} · gpujobs`;
+  const title = h('h1', { id: 'job-title', tabindex: -1, text: jobId });
+  const badge = h('span', { id: 'job-state' });
+  const cancelBtn = h('button', { type: 'button', id: 'cancel', class: 'danger', text: 'Cancel job…' });
+  const cancelStatus = h('p', { id: 'cancel-status', role: 'status', class: 'notice', hidden: true });
+  const facts = h('section', { id: 'facts' });
+  const spec = h('pre', { id: 'spec', class: 'spec', tabindex: 0 });
+  const attempts = h('section', { id: 'attempts' });
+  const events = h('section', { id: 'events' });
+  const logs = h('section', { id: 'logs' });
+  const error = h('p', { class: 'error', role: 'alert' });
+  const reason = h('input', { id: 'cancel-reason', type: 'text', maxlength: 256, placeholder: 'optional' });
+  const dialog = h('dialog', { id: 'cancel-dialog', 'aria-labelledby': 'cancel-dialog-title' },
+    h('form', { method: 'dialog' },
+      h('h2', { id: 'cancel-dialog-title', text: 'Cancel this job?' }),
+      h('p', { id: 'cancel-dialog-text' }),
+      h('label', { for: 'cancel-reason', text: 'Reason' }), reason,
+      h('div', { class: 'buttons' },
+        h('button', { value: 'keep', text: 'Keep it running' }),
+        h('button', { value: 'cancel', id: 'confirm-cancel', class: 'danger', text: 'Cancel job' }))));
+  let job = null;
+  const seen = {};
+
+  main.append(
+    h('p', { class: 'crumbs' }, h('a', { href: '#/jobs', text: '← Jobs' })),
+    h('div', { class: 'title-row' }, title, badge),
+    h('div', { class: 'toolbar' }, h('a', { id: 'ranks-link', class: 'button', href: `#/jobs/${encodeURIComponent(jobId)}/ranks`, text: 'Rank heatmap' }), cancelBtn),
+    cancelStatus, error, facts,
+    h('h2', { text: 'Attempts' }), attempts,
+    h('h2', { text: 'Events' }), events,
+    h('h2', { text: 'Logs' }), logs,
+    h('h2', { text: 'Spec' }), spec, dialog);
+  title.focus();
+
+  cancelBtn.addEventListener('click', () => {
+    setText(dialog.querySelector('#cancel-dialog-text'),
+      `“${job ? job.name || job.id : jobId}” is ${job ? job.state : '?'}. The agents stop its ranks (SIGTERM, then SIGKILL after a grace period); the job becomes CANCELLED when they confirm.`);
+    reason.value = '';
+    dialog.returnValue = '';
+    dialog.showModal();
+  });
+  dialog.addEventListener('close', async () => {
+    if (dialog.returnValue !== 'cancel') return;
+    cancelBtn.disabled = true;
+    try {
+      const res = await api.cancel(jobId, reason.value.trim());
+      cancelStatus.hidden = false;
+      setText(cancelStatus, `${res.status} Accepted: cancel requested at ${time(res.data.cancel_requested_at)}; state ${res.data.state}. Waiting for the agents to confirm…`);
+      update(res.data);
+      poller.now();
+    } catch (e) {
+      cancelStatus.hidden = false;
+      setText(cancelStatus, `Cancel refused: ${problemText(e)}`);
+      cancelBtn.disabled = false;
+    }
+  });
+
+  function changed(key, value) {
+    const s = JSON.stringify(value);
+    if (seen[key] === s) return false;
+    seen[key] = s;
+    return true;
+  }
+
+  function update(j) {
+    job = j;
+    document.title = `${j.name || j.id} · gpujobs`;
+    setText(title, j.name || j.id);
+    if (changed('state', j.state)) badge.replaceChildren(stateBadge(j.state));
+    cancelBtn.disabled = TERMINAL.has(j.state) || !!j.cancel_requested_at;
+    if (!cancelStatus.hidden && TERMINAL.has(j.state)) setText(cancelStatus, `Cancel requested at ${time(j.cancel_requested_at)}; the job is now ${j.state}.`);
+    if (changed('facts', j)) {
+      facts.replaceChildren(dl([
+        ['ID', h('code', { text: j.id })], ['State', j.state],
+        ['Why pending', j.state === 'PENDING' ? j.pending_reason : null],
+        ['Attempt', j.attempt], ['Ranks', `${j.spec.ranks} × ${j.spec.gpus_per_rank} GPU (${j.spec.gpu_type || 'any type'})`],
+        ['Command', h('code', { text: (j.spec.command || []).join(' ') })],
+        ['Labels', Object.entries(j.spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ')],
+        ['Created', time(j.created_at)], ['Started', j.started_at && time(j.started_at)],
+        ['Finished', j.finished_at && time(j.finished_at)],
+        ['Cancel requested', j.cancel_requested_at && time(j.cancel_requested_at)], ['Cancel reason', j.cancel_reason],
+        ['Exit', j.exit ? `${j.exit.reason}${j.exit.exit_code != null ? ` (exit code ${j.exit.exit_code})` : ''}` : null],
+        ...healthFacts(j.health),
+      ]));
+      setText(spec, JSON.stringify(j.spec, null, 2));
+    }
+  }
+
+  async function refresh() {
+    try {
+      const [j, a, ev, lg] = await Promise.all([api.job(jobId), api.attempts(jobId),
+        api.events(jobId).catch(() => null), api.logs(jobId).catch(() => null)]);
+      error.textContent = '';
+      update(j);
+      if (changed('attempts', a.attempts)) attempts.replaceChildren(attemptsTable(a.attempts));
+      if (changed('events', ev)) events.replaceChildren(eventsList(ev));
+      if (changed('logs', lg)) logs.replaceChildren(logsView(lg));
+      if (TERMINAL.has(j.state) && seen.final) poller.stop();
+      seen.final = TERMINAL.has(j.state);
+    } catch (e) {
+      setText(error, e.status === 404 ? `No job ${jobId} (or it belongs to another tenant).` : `Could not load the job: ${problemText(e)}`);
+    }
+  }
+  const poller = poll(refresh, REFRESH_MS);
+  return () => poller.stop();
+}

@@ -1,0 +1,155 @@
+// Jobs: a table with a state filter, a search over the page shown, cursor
+// paging with the API's page tokens, and a live refresh that updates rows in
+// place (no re-render, no flicker).
+import { api } from './api.js';
+import { h, setText, stateBadge, ago, time, poll, problemText } from './dom.js';
+
+const STATES = ['PENDING', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
+const PAGE_SIZE = 25;
+const REFRESH_MS = 2000;
+
+function labelsText(labels) {
+  return Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(' ');
+}
+
+/** name, id or any label (key, value or key=value) contains every word of q */
+export function matches(job, q) {
+  const words = q.toLowerCase().split(/\s+/).filter(Boolean);
+  if (!words.length) return true;
+  const hay = [job.name || '', job.id, labelsText(job.spec && job.spec.labels)].join(' ').toLowerCase();
+  return words.every((w) => hay.includes(w));
+}
+
+function healthText(job) {
+  const hl = job.health || {};
+  if (hl.status === 'STALLED') return `stalled: rank ${hl.first_stalled_rank} first`;
+  return hl.status && hl.status !== 'UNKNOWN' ? hl.status.toLowerCase() : '';
+}
+
+function noteText(job) {
+  if (job.cancel_requested_at && !['CANCELLED', 'SUCCEEDED', 'FAILED'].includes(job.state)) return 'cancel requested';
+  if (job.state === 'PENDING' && job.pending_reason) return job.pending_reason;
+  if (job.exit) return `${job.exit.reason}${job.exit.exit_code != null ? ` (exit ${job.exit.exit_code})` : ''}`;
+  return '';
+}
+
+function newRow(job) {
+  const tr = h('tr', { dataset: { id: job.id } });
+  tr.cells_ = {
+    name: h('a', { href: `#/jobs/${encodeURIComponent(job.id)}`, class: 'job-link' }),
+    id: h('code'), state: h('td'), ranks: h('td', { class: 'num' }), attempt: h('td', { class: 'num' }),
+    health: h('td'), created: h('td'), note: h('td', { class: 'note' }), labels: h('td', { class: 'labels' }),
+  };
+  const c = tr.cells_;
+  tr.append(h('td', {}, c.name), h('td', {}, c.id), c.state, c.ranks, c.attempt, c.health,
+    c.labels, c.created, c.note);
+  return tr;
+}
+
+function fillRow(tr, job) {
+  const c = tr.cells_;
+  setText(c.name, job.name || '(no name)');
+  setText(c.id, job.id);
+  if (c.state.dataset.state !== job.state) {
+    c.state.dataset.state = job.state;
+    c.state.replaceChildren(stateBadge(job.state));
+  }
+  setText(c.ranks, job.spec && job.spec.ranks);
+  setText(c.attempt, job.attempt);
+  setText(c.health, healthText(job));
+  setText(c.labels, labelsText(job.spec && job.spec.labels));
+  setText(c.created, ago(job.created_at));
+  c.created.title = time(job.created_at);
+  setText(c.note, noteText(job));
+  tr.classList.toggle('stalled', (job.health || {}).status === 'STALLED');
+}
+
+export function mount(main, _params, hash) {
+  document.title = 'Jobs · gpujobs';
+  const query = new URLSearchParams((hash.split('?')[1]) || '');
+  const view = { state: STATES.includes(query.get('state')) ? query.get('state') : '', q: query.get('q') || '', tokens: [null], page: 0 };
+  const rows = new Map();
+  let jobs = [];
+  let next = null;
+
+  const stateSel = h('select', { id: 'state-filter', onchange: () => { view.state = stateSel.value; restart(); } },
+    h('option', { value: '', text: 'All states' }), STATES.map((s) => h('option', { value: s, text: s })));
+  stateSel.value = view.state;
+  const search = h('input', { id: 'search', type: 'search', placeholder: 'name, id or label (team=nlp)', value: view.q,
+    oninput: () => { view.q = search.value; remember(); render(); } });
+  const live = h('input', { id: 'live', type: 'checkbox', checked: true, onchange: () => (live.checked ? poller.now() : null) });
+  const status = h('span', { class: 'muted', role: 'status', id: 'jobs-status' });
+  const tbody = h('tbody', { id: 'jobs-body' });
+  const empty = h('p', { class: 'muted', id: 'jobs-empty', hidden: true });
+  const prev = h('button', { type: 'button', id: 'newer', onclick: () => { view.page--; load(); }, text: '← Newer' });
+  const nextBtn = h('button', { type: 'button', id: 'older', onclick: () => { view.tokens[view.page + 1] = next; view.page++; load(); }, text: 'Older →' });
+  const pageNo = h('span', { class: 'muted', id: 'page-no' });
+
+  main.append(
+    h('h1', { text: 'Jobs' }),
+    h('div', { class: 'toolbar' },
+      h('label', { for: 'state-filter', text: 'State' }), stateSel,
+      h('label', { for: 'search', text: 'Search' }), search,
+      h('label', { class: 'inline' }, live, ' Live'), status),
+    h('div', { class: 'table-wrap' }, h('table', { class: 'jobs' },
+      h('caption', { class: 'sr-only', text: 'Jobs, newest first' }),
+      h('thead', {}, h('tr', {}, ['Name', 'ID', 'State', 'Ranks', 'Attempt', 'Health', 'Labels', 'Created', 'Note']
+        .map((t) => h('th', { scope: 'col', text: t })))),
+      tbody)),
+    empty,
+    h('div', { class: 'pager' }, prev, pageNo, nextBtn));
+
+  function remember() {
+    const p = new URLSearchParams();
+    if (view.state) p.set('state', view.state);
+    if (view.q) p.set('q', view.q);
+    const s = p.toString();
+    history.replaceState(null, '', `#/jobs${s ? `?${s}` : ''}`);
+  }
+
+  function render() {
+    const shown = jobs.filter((j) => matches(j, view.q));
+    const keep = new Set(shown.map((j) => j.id));
+    for (const [id, tr] of rows) if (!keep.has(id)) { tr.remove(); rows.delete(id); }
+    let cursor = tbody.firstChild; // rows already in place are never moved
+    for (const job of shown) {
+      let tr = rows.get(job.id);
+      if (!tr) { tr = newRow(job); rows.set(job.id, tr); }
+      fillRow(tr, job);
+      if (tr === cursor) cursor = cursor.nextSibling;
+      else tbody.insertBefore(tr, cursor);
+    }
+    empty.hidden = shown.length > 0;
+    setText(empty, jobs.length ? `None of the ${jobs.length} jobs on this page match “${view.q}”.` : 'No jobs here yet.');
+    prev.disabled = view.page === 0;
+    nextBtn.disabled = !next;
+    setText(pageNo, `page ${view.page + 1}`);
+  }
+
+  let generation = 0;
+  async function load() {
+    const mine = ++generation;
+    try {
+      const data = await api.listJobs({ state: view.state, pageSize: PAGE_SIZE, pageToken: view.tokens[view.page] });
+      if (mine !== generation) return; // a newer request (filter, page) won
+      jobs = data.jobs;
+      next = data.next_page_token;
+      render();
+      setText(status, `updated ${new Date().toLocaleTimeString()}`);
+      status.classList.remove('error');
+    } catch (e) {
+      if (mine !== generation) return;
+      setText(status, `refresh failed: ${problemText(e)}`);
+      status.classList.add('error');
+    }
+  }
+
+  function restart() {
+    view.tokens = [null]; view.page = 0; remember();
+    load();
+  }
+
+  render();
+  const poller = poll(async () => { if (live.checked) await load(); }, REFRESH_MS);
+  return () => { generation++; poller.stop(); };
+}

@@ -1,0 +1,315 @@
+// Ranks: a heatmap of every rank's silence against the stall threshold, one
+// cell per rank, laid out by node, drawn on a canvas (fast at 16,384 ranks).
+// Everything it shows is also text: the summary, the cell under the pointer
+// or keyboard cursor, and a table.
+import { api } from './api.js';
+import { h, setText, stateBadge, seconds, time, ranges, naturalCompare, poll, problemText, TERMINAL } from './dom.js';
+
+const REFRESH_MS = 2000;
+const TABLE_CHUNK = 500;
+const STATUS_KEYS = ['exited', 'stopped', 'paused', 'busy', 'not_instrumented'];
+
+function css(name) {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+}
+
+function palette() {
+  const p = {};
+  for (const k of ['ok', 'warn', 'stall', 'stall-deep', 'never', 'exited', 'stopped', 'paused', 'busy',
+    'not_instrumented', 'first', 'co', 'suspect', 'cursor', 'bg', 'fg', 'grid']) p[k] = css(`--hm-${k.replace('_', '-')}`);
+  return p;
+}
+
+function rgb(hex) {
+  const n = parseInt(hex.replace('#', ''), 16);
+  return [(n >> 16) & 255, (n >> 8) & 255, n & 255];
+}
+
+function mix(a, b, t) {
+  const x = rgb(a); const y = rgb(b);
+  return `rgb(${x.map((v, i) => Math.round(v + (y[i] - v) * t)).join(',')})`;
+}
+
+/** What a rank is: the server's status when it says one, else derived. */
+export function rankStatus(r, threshold) {
+  if (r.status) return r.status;
+  if (r.paused) return 'paused';
+  if (r.stalled) return 'stalled';
+  if (r.last_heard_at == null) return 'never heard';
+  return threshold && r.silence_s > threshold / 2 ? 'silent' : 'ok';
+}
+
+export function colourOf(r, threshold, pal, scale) {
+  const s = r.status || (r.paused ? 'paused' : null);
+  if (s && STATUS_KEYS.includes(s)) return pal[s];
+  const ratio = threshold ? r.silence_s / threshold : 0;
+  if (r.stalled || s === 'stalled' || ratio > 1) return scale.stall[Math.min(scale.stall.length - 1, Math.floor((ratio - 1) / 2 * scale.stall.length))] || scale.stall[0];
+  if (r.last_heard_at == null) return pal.never;
+  return scale.ok[Math.min(scale.ok.length - 1, Math.floor(ratio * scale.ok.length))];
+}
+
+/** Cells grouped by node: every node a block of cells, blocks flowed into lines. */
+export function layout(ranks, width, maxHeight = 720) {
+  const byNode = new Map();
+  for (const r of ranks) {
+    const n = r.node_id || '?';
+    if (!byNode.has(n)) byNode.set(n, []);
+    byNode.get(n).push(r);
+  }
+  const nodes = [...byNode.keys()].sort(naturalCompare).map((id) => ({ id, ranks: byNode.get(id).sort((a, b) => a.rank - b.rank) }));
+  const maxPer = Math.max(1, ...nodes.map((n) => n.ranks.length));
+  const cols = maxPer <= 32 ? maxPer : Math.ceil(Math.sqrt(maxPer * 4));
+  const rows = Math.ceil(maxPer / cols);
+  let L;
+  for (let cell = 28; cell >= 3; cell--) {
+    const gap = cell >= 8 ? 2 : 1;
+    const pitch = cell + gap;
+    const label = cell >= 10 ? 16 : 0;
+    const blockW = cols * pitch - gap;
+    const blockH = rows * pitch - gap + label;
+    const sepX = Math.max(8, cell);
+    const sepY = Math.max(6, Math.round(cell / 2));
+    const perLine = Math.max(1, Math.floor((width + sepX) / (blockW + sepX)));
+    const lines = Math.ceil(nodes.length / perLine);
+    const height = lines * (blockH + sepY) + 4;
+    L = { nodes, cols, rows, cell, gap, pitch, label, blockW, blockH, sepX, sepY, perLine, lines, width, height };
+    if (height <= maxHeight) break;
+  }
+  nodes.forEach((n, i) => {
+    n.x = 2 + (i % L.perLine) * (L.blockW + L.sepX);
+    n.y = 2 + Math.floor(i / L.perLine) * (L.blockH + L.sepY);
+  });
+  L.where = new Map();
+  nodes.forEach((n, ni) => n.ranks.forEach((r, i) => L.where.set(r.rank, [ni, i])));
+  return L;
+}
+
+export function cellBox(L, ni, i) {
+  const n = L.nodes[ni];
+  return [n.x + (i % L.cols) * L.pitch, n.y + L.label + Math.floor(i / L.cols) * L.pitch, L.cell, L.cell];
+}
+
+export function hit(L, x, y) {
+  const line = Math.floor((y - 2) / (L.blockH + L.sepY));
+  const col = Math.floor((x - 2) / (L.blockW + L.sepX));
+  if (line < 0 || col < 0 || col >= L.perLine) return null;
+  const ni = line * L.perLine + col;
+  const n = L.nodes[ni];
+  if (!n) return null;
+  const cx = Math.floor((x - n.x) / L.pitch);
+  const cy = Math.floor((y - n.y - L.label) / L.pitch);
+  if (cx < 0 || cy < 0 || cx >= L.cols || cy >= L.rows) return null;
+  const i = cy * L.cols + cx;
+  return i < n.ranks.length ? n.ranks[i] : null;
+}
+
+function draw(canvas, L, data, health, pal, cursor) {
+  const t0 = performance.now();
+  const dpr = window.devicePixelRatio || 1;
+  canvas.width = Math.round(L.width * dpr);
+  canvas.height = Math.round(L.height * dpr);
+  canvas.style.width = `${L.width}px`;   // CSSOM, allowed by the CSP (no style attribute)
+  canvas.style.height = `${L.height}px`;
+  const g = canvas.getContext('2d', { alpha: false });
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.fillStyle = pal.bg;
+  g.fillRect(0, 0, L.width, L.height);
+  const threshold = data.threshold_s;
+  const scale = {
+    ok: Array.from({ length: 16 }, (_, i) => mix(pal.ok, pal.warn, i / 15)),
+    stall: Array.from({ length: 8 }, (_, i) => mix(pal.stall, pal['stall-deep'], i / 7)),
+  };
+  const first = health.status === 'STALLED' ? health.first_stalled_rank : null;
+  const co = new Set((health.co_first || []).map((c) => (typeof c === 'object' ? c.rank : c)));
+  g.font = '12px system-ui, sans-serif';
+  g.textBaseline = 'top';
+  L.nodes.forEach((n, ni) => {
+    if (L.label) {
+      g.fillStyle = n.id === health.suspect_node ? pal.suspect : pal.fg;
+      const text = n.id === health.suspect_node ? `⚠ ${n.id} (suspect)` : n.id;
+      g.save(); g.beginPath(); g.rect(n.x, n.y, L.blockW, L.label); g.clip();
+      g.fillText(text, n.x, n.y + 1); g.restore();
+    }
+    for (let i = 0; i < n.ranks.length; i++) {
+      const r = n.ranks[i];
+      const [x, y, w] = cellBox(L, ni, i);
+      g.fillStyle = colourOf(r, threshold, pal, scale);
+      g.fillRect(x, y, w, w);
+      if (r.stalled && w >= 8) { // not by colour alone: a slash on stalled cells
+        g.strokeStyle = pal.bg; g.lineWidth = 1.5;
+        g.beginPath(); g.moveTo(x + 2, y + w - 2); g.lineTo(x + w - 2, y + 2); g.stroke();
+      }
+    }
+    if (n.id === health.suspect_node) {
+      g.strokeStyle = pal.suspect; g.lineWidth = 2; g.setLineDash([4, 3]);
+      g.strokeRect(n.x - 3, n.y - 2, L.blockW + 6, L.blockH + 4);
+      g.setLineDash([]);
+    }
+  });
+  const ring = (rank, colour, dash, width) => {
+    const at = L.where.get(rank);
+    if (!at) return;
+    const [x, y, w] = cellBox(L, ...at);
+    g.strokeStyle = colour; g.lineWidth = width; g.setLineDash(dash);
+    g.strokeRect(x - width / 2 - 1, y - width / 2 - 1, w + width + 2, w + width + 2);
+    g.setLineDash([]);
+  };
+  for (const r of co) if (r !== first) ring(r, pal.co, [3, 2], 2);
+  if (first != null) ring(first, pal.first, [], 3);
+  if (cursor != null) ring(cursor, pal.cursor, [], 2);
+  const ms = performance.now() - t0;
+  canvas.dataset.drawMs = ms.toFixed(1);
+  canvas.dataset.cells = String(data.ranks.length);
+  return ms;
+}
+
+function summaryLines(job, data) {
+  const hl = job.health || {};
+  const byRank = new Map(data.ranks.map((r) => [r.rank, r]));
+  const th = data.threshold_s;
+  const out = [];
+  const describe = (rank) => {
+    const r = byRank.get(rank);
+    return r ? `rank ${rank} on ${r.node_id} (silent ${seconds(r.silence_s)}, step ${r.step ?? '—'})` : `rank ${rank}`;
+  };
+  if (hl.status === 'STALLED' && hl.first_stalled_rank != null) {
+    out.push(['first', `First to stop: ${describe(hl.first_stalled_rank)}; threshold ${seconds(th)}.`]);
+    if (hl.culprit != null) out.push(['culprit', `Culprit: ${typeof hl.culprit === 'object' ? `rank ${hl.culprit.rank} (${Object.entries(hl.culprit).filter(([k]) => k !== 'rank').map(([k, v]) => `${k} ${v}`).join(', ')})` : hl.culprit}.`]);
+    const co = (hl.co_first || []).map((c) => (typeof c === 'object' ? c.rank : c)).filter((r) => r !== hl.first_stalled_rank);
+    if (co.length) out.push(['co', `Stopped within the same jitter band (co-first): ranks ${ranges(co)}.`]);
+    if (hl.suspect_node) out.push(['suspect', `Suspect node: ${hl.suspect_node}.`]);
+    const stalled = data.ranks.filter((r) => r.stalled).length;
+    out.push(['count', `${stalled} of ${data.ranks.length} ranks stalled${hl.detected_at ? `; detected ${time(hl.detected_at)}` : ''}.`]);
+  } else {
+    const top = data.ranks[0];
+    out.push(['first', th == null ? 'No stall threshold yet (the job has not run).'
+      : `No rank is stalled. Threshold ${seconds(th)}${top ? `; longest silence: ${describe(top.rank)}` : ''}.`]);
+  }
+  const counts = {};
+  for (const r of data.ranks) { const s = rankStatus(r, th); counts[s] = (counts[s] || 0) + 1; }
+  out.push(['counts', Object.entries(counts).map(([k, v]) => `${v} ${k}`).join(' · ')]);
+  return out;
+}
+
+function rankText(r, th) {
+  if (!r) return 'Point at a cell, or focus the map and use the arrow keys.';
+  const ratio = th ? ` (${(r.silence_s / th).toFixed(2)} × threshold)` : '';
+  return `Rank ${r.rank} on ${r.node_id}: ${rankStatus(r, th)}, silent ${seconds(r.silence_s)}${ratio}, step ${r.step ?? '—'}, last heard ${r.last_heard_at ? time(r.last_heard_at) : 'never'}.`;
+}
+
+export function mount(main, [jobId]) {
+  document.title = `Ranks of ${jobId} · gpujobs`;
+  const pal = palette();
+  const title = h('h1', { id: 'ranks-title', tabindex: -1, text: `Ranks of ${jobId}` });
+  const badge = h('span');
+  const summary = h('div', { id: 'stall-summary', class: 'summary', role: 'status', 'aria-live': 'polite' });
+  const canvas = h('canvas', { id: 'heatmap', tabindex: 0, role: 'img', 'aria-describedby': 'stall-summary rank-info', 'aria-label': 'Heatmap of rank silence by node' });
+  const info = h('p', { id: 'rank-info', class: 'rank-info', 'aria-live': 'polite' });
+  const wrap = h('div', { class: 'heatmap-wrap' }, canvas);
+  const tableBtn = h('button', { type: 'button', id: 'table-toggle', 'aria-pressed': 'false', 'aria-controls': 'rank-table-wrap', text: 'Show as table' });
+  const tableWrap = h('div', { id: 'rank-table-wrap', hidden: true });
+  const meta = h('p', { class: 'muted small', id: 'heatmap-meta' });
+  const error = h('p', { class: 'error', role: 'alert' });
+  const legend = h('ul', { class: 'legend', 'aria-label': 'Legend' },
+    [['ok', 'beating (green → amber as silence nears the threshold)'], ['stall', 'stalled: silence > threshold (darker: longer)'],
+      ['never', 'never heard'], ['paused', 'declared pause'], ['busy', 'busy (I/O, e.g. checkpoint)'],
+      ['exited', 'exited'], ['stopped', 'stopped'], ['not_instrumented', 'not instrumented'],
+      ['first', 'outline: first to stop'], ['co', 'dashed outline: co-first'], ['suspect', 'dashed box: suspect node']]
+      .map(([k, t]) => h('li', {}, h('span', { class: `swatch hm-${k.replace('_', '-')}`, 'aria-hidden': 'true' }), t)));
+  main.append(
+    h('p', { class: 'crumbs' }, h('a', { href: '#/jobs', text: 'Jobs' }), ' / ', h('a', { href: `#/jobs/${encodeURIComponent(jobId)}`, id: 'back-to-job', text: jobId })),
+    h('div', { class: 'title-row' }, title, badge), error, summary,
+    h('div', { class: 'toolbar' }, tableBtn, meta), wrap, info, legend, tableWrap);
+  title.focus();
+
+  let job = null; let data = null; let L = null; let cursor = null; let shown = TABLE_CHUNK;
+
+  function redraw() {
+    if (!data) return;
+    const width = Math.max(320, Math.floor(wrap.clientWidth) - 4);
+    if (!L || L.width !== width || L.count !== data.ranks.length || L.key !== data.key) {
+      L = layout(data.ranks, width);
+      L.count = data.ranks.length; L.key = data.key;
+    }
+    const ms = draw(canvas, L, data, job.health || {}, pal, cursor);
+    setText(meta, `${data.ranks.length.toLocaleString()} ranks on ${L.nodes.length.toLocaleString()} nodes · attempt ${data.attempt} · drawn in ${ms.toFixed(0)} ms · updated ${new Date().toLocaleTimeString()}`);
+  }
+
+  function renderTable() {
+    if (tableWrap.hidden || !data) return;
+    const th = data.threshold_s;
+    const rows = data.ranks.slice(0, shown).map((r) => h('tr', { class: r.stalled ? 'stalled' : null, dataset: { rank: r.rank } },
+      h('td', { class: 'num', text: r.rank }), h('td', {}, h('code', { text: r.node_id })),
+      h('td', { text: rankStatus(r, th) + (r.rank === (job.health || {}).first_stalled_rank && job.health.status === 'STALLED' ? ' (first)' : '') }),
+      h('td', { class: 'num', text: seconds(r.silence_s) }), h('td', { class: 'num', text: th ? (r.silence_s / th).toFixed(2) : '—' }),
+      h('td', { class: 'num', text: r.step ?? '—' }), h('td', { text: r.last_heard_at ? time(r.last_heard_at) : 'never' })));
+    const more = data.ranks.length > shown ? h('button', { type: 'button', id: 'more-ranks', text: `Show ${Math.min(TABLE_CHUNK, data.ranks.length - shown)} more of ${data.ranks.length - shown}`, onclick: () => { shown += TABLE_CHUNK; renderTable(); } }) : null;
+    tableWrap.replaceChildren(h('table', { id: 'rank-table', class: 'ranks' },
+      h('caption', { text: 'Ranks, silent longest first' }),
+      h('thead', {}, h('tr', {}, ['Rank', 'Node', 'Status', 'Silence', '÷ threshold', 'Step', 'Last heard'].map((t) => h('th', { scope: 'col', text: t })))),
+      h('tbody', {}, rows)), more);
+  }
+
+  tableBtn.addEventListener('click', () => {
+    const on = tableWrap.hidden;
+    tableWrap.hidden = !on;
+    tableBtn.setAttribute('aria-pressed', String(on));
+    setText(tableBtn, on ? 'Hide table' : 'Show as table');
+    renderTable();
+  });
+
+  const byRank = () => new Map(data.ranks.map((r) => [r.rank, r]));
+  canvas.addEventListener('mousemove', (e) => {
+    if (!L) return;
+    const box = canvas.getBoundingClientRect();
+    const r = hit(L, e.clientX - box.left, e.clientY - box.top);
+    setText(info, rankText(r, data.threshold_s));
+    canvas.classList.toggle('pointing', !!r);
+  });
+  canvas.addEventListener('keydown', (e) => {
+    if (!L || !data.ranks.length) return;
+    const order = L.nodes.flatMap((n) => n.ranks.map((r) => r.rank));
+    let i = cursor == null ? -1 : order.indexOf(cursor);
+    const step = { ArrowRight: 1, ArrowLeft: -1, ArrowDown: L.cols, ArrowUp: -L.cols, Home: -Infinity, End: Infinity }[e.key];
+    if (step === undefined) return;
+    e.preventDefault();
+    i = i < 0 ? 0 : Math.max(0, Math.min(order.length - 1, i + (Number.isFinite(step) ? step : step > 0 ? order.length : -order.length)));
+    cursor = order[i];
+    setText(info, rankText(byRank().get(cursor), data.threshold_s));
+    redraw();
+  });
+  canvas.addEventListener('focus', () => {
+    if (cursor == null && data && data.ranks.length) {
+      cursor = (job.health || {}).status === 'STALLED' ? job.health.first_stalled_rank : data.ranks[0].rank;
+      setText(info, rankText(byRank().get(cursor), data.threshold_s));
+      redraw();
+    }
+  });
+  const onResize = () => redraw();
+  window.addEventListener('resize', onResize);
+
+  async function refresh() {
+    try {
+      const [j, d] = await Promise.all([api.job(jobId), api.ranks(jobId)]);
+      job = j;
+      d.key = `${d.attempt}:${d.ranks.length}`;
+      data = d;
+      setText(title, `Ranks of ${j.name || j.id}`);
+      document.title = `Ranks of ${j.name || j.id} · gpujobs`;
+      if (badge.dataset.state !== j.state) { badge.dataset.state = j.state; badge.replaceChildren(stateBadge(j.state)); }
+      const lines = summaryLines(j, d);
+      summary.replaceChildren(...lines.map(([k, t]) => h('p', { class: `sum-${k}`, text: t })));
+      error.textContent = '';
+      redraw();
+      renderTable();
+      if (!d.ranks.length) setText(info, 'This job has no ranks placed yet.');
+      else if (cursor != null) setText(info, rankText(byRank().get(cursor), d.threshold_s));
+      else if (!info.textContent) setText(info, rankText(null));
+      if (TERMINAL.has(j.state)) poller.stop();
+    } catch (e) {
+      setText(error, e.status === 404 ? `No job ${jobId} (or it belongs to another tenant).` : `Could not load the ranks: ${problemText(e)}`);
+    }
+  }
+  const poller = poll(refresh, REFRESH_MS);
+  return () => { poller.stop(); window.removeEventListener('resize', onResize); };
+}

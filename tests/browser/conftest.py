@@ -1,0 +1,99 @@
+"""Headless Chromium (Debian's ``chromium`` and ``chromium-driver``) driven by
+Selenium against the local stack, which the session starts as ``make up``
+does, with real agents. Every process is stopped by its own handle."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+import uuid
+
+import pytest
+
+from tests.e2e.conftest import TOKENS, Api, start_stack
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+TENANT_TOKEN = "e2e-tenant"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--window-size=1280,900", "--force-device-scale-factor=1",
+         "--lang=en-GB"]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/browser" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def browser_stack(tmp_path_factory):
+    s = start_stack(tmp_path_factory.mktemp("browser"), TOKENS, GPUJOBS_AGENTS="2",
+                    GPUJOBS_SCAN_PERIOD_S="1", GPUJOBS_AGENT_GRACE_S="1")
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="session")
+def chrome():
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("!!! BROWSER TESTS NOT RUN: chromium and chromedriver are not installed; "
+                    "`make test` installs them (apt-get install chromium chromium-driver) !!!")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="gpujobs-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={profile}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(executable_path=CHROMEDRIVER)
+    driver = webdriver.Chrome(service=service, options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        try:
+            driver.quit()
+        finally:
+            service.stop()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def tenant(browser_stack):
+    return Api(browser_stack.api, TENANT_TOKEN)
+
+
+@pytest.fixture
+def page(chrome, browser_stack):
+    """The dashboard, signed in (sessionStorage holds the token)."""
+    from tests.browser import ui
+    ui.sign_in(chrome, browser_stack.api + "/", TENANT_TOKEN)
+    return chrome
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def submit(api: Api, **spec) -> dict:
+    body = {"command": ["sleep", "600"], "ranks": 1, "gpu_type": "h100", **spec}
+    r = api.post("/v1/jobs", data=json.dumps(body), headers={"Content-Type": "application/json"})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def wait_state(api: Api, job_id: str, states: set[str], timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = api.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] in states or time.monotonic() > deadline:
+            return job
+        time.sleep(0.2)

@@ -1,0 +1,122 @@
+"""The dashboard's static files as the app serves them (chalicelib/web): the
+right content types, a strict Content-Security-Policy, conditional GETs, no
+file outside the folder, and nothing that API Gateway would treat as binary."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from chalice.app import _matches_content_type
+
+import app
+from chalicelib import web
+
+CSP = web.CSP
+
+
+def test_the_index_is_html_with_a_strict_policy(client):
+    r = client.http.get("/")
+    assert r.status_code == 200
+    assert r.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert r.headers["Content-Security-Policy"] == CSP
+    assert r.headers["X-Content-Type-Options"] == "nosniff"
+    assert r.headers["X-Frame-Options"] == "DENY"
+    assert b'<script type="module" src="static/app.js"></script>' in r.body
+
+
+def test_the_policy_allows_no_inline_code_and_no_other_origin():
+    directives = dict(d.strip().split(" ", 1) for d in CSP.split(";"))
+    assert directives["default-src"] == "'none'"
+    for name in ("script-src", "style-src", "connect-src", "img-src"):
+        assert directives[name] == "'self'", name
+    assert "unsafe" not in CSP and "http" not in CSP and "data:" not in CSP
+    assert directives["frame-ancestors"] == "'none'"
+
+
+@pytest.mark.parametrize("name", web.names())
+def test_every_file_is_served_with_its_text_content_type(client, name):
+    r = client.http.get(f"/static/{name}")
+    assert r.status_code == 200
+    ext = name.rsplit(".", 1)[1]
+    assert r.headers["Content-Type"] == web.CONTENT_TYPES[ext]
+    assert r.headers["Content-Security-Policy"] == CSP
+    assert r.headers["Cache-Control"] == "no-cache"
+    assert r.body == (web.STATIC_DIR / name).read_bytes()
+
+
+def test_no_served_type_is_binary_to_api_gateway():
+    """A binary type would be base64-encoded by Chalice and need a matching
+    Accept header; text types pass through API Gateway as they are."""
+    for content_type in web.CONTENT_TYPES.values():
+        assert not _matches_content_type(content_type, app.app.api.binary_types), content_type
+
+
+def test_a_matching_etag_is_304_without_a_body(client):
+    first = client.http.get("/static/app.js")
+    etag = first.headers["ETag"]
+    again = client.http.get("/static/app.js", headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.body == b""
+    assert again.headers["ETag"] == etag
+    other = client.http.get("/static/app.js", headers={"If-None-Match": '"stale"'})
+    assert other.status_code == 200 and other.body == first.body
+
+
+@pytest.mark.parametrize("name", ["nope.js", "app.py", "..%2Fapp.py", "%2E%2E", "APP.JS",
+                                  ".hidden.js", "index.html.bak", "web.pyc"])
+def test_anything_else_is_a_problem_json_404(client, name):
+    r = client.http.get(f"/static/{name}")
+    assert r.status_code == 404
+    assert r.headers["Content-Type"] == "application/problem+json"
+    assert json.loads(r.body)["code"] == "not_found"
+
+
+def test_any_request_content_type_is_accepted_for_a_page(client):
+    r = client.http.get("/", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 200
+
+
+def _event(path: str) -> dict:
+    return {"resource": "/", "path": "/", "httpMethod": "GET", "headers": {},
+            "multiValueHeaders": {}, "queryStringParameters": None,
+            "multiValueQueryStringParameters": None, "pathParameters": None,
+            "stageVariables": None, "body": None, "isBase64Encoded": False,
+            "requestContext": {"resourcePath": "/", "httpMethod": "GET", "path": path,
+                               "stage": "api"}}
+
+
+class _Context:
+    aws_request_id = "test"
+    function_name = "gpujobs"
+
+
+@pytest.mark.usefixtures("services")
+def test_the_stage_root_without_its_slash_redirects_so_relative_links_resolve():
+    answer = app.app(_event("/api"), _Context())
+    assert answer["statusCode"] == 301
+    assert answer["headers"]["Location"] == "api/"
+    page = app.app(_event("/api/"), _Context())
+    assert page["statusCode"] == 200 and not page.get("isBase64Encoded")
+    assert page["body"].startswith("<!doctype html>")
+
+
+# -- the files themselves ------------------------------------------------------
+def _sources(ext: str):
+    return [(p.name, p.read_text(encoding="utf-8")) for p in sorted(web.STATIC_DIR.glob(f"*.{ext}"))]
+
+
+def test_no_module_parses_html_or_evaluates_strings():
+    """User strings reach the page only as text (textContent, text nodes)."""
+    sink = re.compile(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function|"
+                      r"createContextualFragment|DOMParser|setAttribute\(\s*['\"](style|on)")
+    for name, text in _sources("js"):
+        assert not sink.search(text), f"{name}: {sink.search(text).group(0)}"
+
+
+def test_nothing_is_loaded_from_another_origin_and_nothing_is_inline():
+    for ext in ("html", "css", "js"):
+        for name, text in _sources(ext):
+            assert not re.search(r"(?<![\w.])(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text), name
+    html = (web.STATIC_DIR / web.INDEX).read_text(encoding="utf-8")
+    assert not re.search(r"<script(?![^>]*\bsrc=)", html), "inline script"
+    assert "<style" not in html and " style=" not in html and " on" + "click=" not in html

@@ -64,6 +64,7 @@ NODE_PUT = {
                    "propertyNames": {"minLength": 1, "maxLength": 128},
                    "additionalProperties": {"type": "string", "maxLength": 256}},
         "address": {"type": "string", "minLength": 1, "maxLength": 255},
+        "isolation": {"enum": ["user", "none"]},
     },
 }
 

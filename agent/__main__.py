@@ -2,8 +2,12 @@
 
 Every option can also be given as an environment variable GPUJOBS_AGENT_<NAME>
 (``--node-id`` is GPUJOBS_AGENT_NODE_ID; ``--label`` is GPUJOBS_AGENT_LABELS,
-comma-separated ``k=v``). The command line wins. Prefer GPUJOBS_AGENT_TOKEN to
-``--token``: arguments are visible to every user in ``ps``.
+comma-separated ``k=v``). The command line wins.
+
+The agent token comes from ``--token-file`` (mode 0600, or ``-`` for stdin) or
+from GPUJOBS_AGENT_TOKEN, which is removed from the environment before anything
+else runs; ``--token`` on the command line is refused (every user reads argv in
+``ps``). See agent/isolation.py and docs/security.md.
 
 Exit status: 0 after SIGTERM or SIGINT; 2 for bad arguments, a state directory
 in use by another agent or unreadable, or a registration the API refuses
@@ -20,6 +24,9 @@ import threading
 from typing import Mapping
 
 from .api import ApiError
+from .isolation import (DEFAULT_RANK_USER, TOKEN_ENV, IsolationError, isolation_name,
+                        make_non_dumpable, read_token_file, resolve_rank_user,
+                        take_token_from_env)
 from .runner import Settings, StateDirBusy, run
 from .state import StateError
 
@@ -78,7 +85,11 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     opt("gpu-type", "GPU type, e.g. h100 (jobs asking for a type are placed only on it)",
         required=True)
     opt("api", "base URL of the gpujobs API, e.g. http://127.0.0.1:8000", required=True)
-    opt("token", "agent bearer token (prefer the environment variable)", required=True)
+    opt("token-file", "file holding the agent bearer token, mode 0600 ('-': stdin); "
+        f"or set {TOKEN_ENV}")
+    opt("rank-user", "unprivileged user ranks run as when the agent runs as root "
+        "('' runs them as the agent: isolation none, for throwaway test stacks only)",
+        default=DEFAULT_RANK_USER)
     opt("state-dir", "directory for the state file, exit files and heartbeat files",
         required=True)
     opt("log-dir", "rank logs go to <log-dir>/<job_id>/<attempt>/rank-<r>.log "
@@ -104,20 +115,53 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
 
 
 def parse_settings(argv: list[str] | None = None,
-                   environ: Mapping[str, str] | None = None) -> tuple[Settings, str]:
-    args = build_parser(os.environ if environ is None else environ).parse_args(argv)
+                   environ: Mapping[str, str] | None = None,
+                   stdin=None) -> tuple[Settings, str]:
+    environ = os.environ if environ is None else environ
+    parser = build_parser(environ)
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--token" or a.startswith("--token=") for a in argv):
+        parser.error("--token on the command line is readable by every process on the host "
+                     f"(/proc/<pid>/cmdline): use --token-file or {TOKEN_ENV}")
+    args = parser.parse_args(argv)
+    try:
+        token = read_token_file(args.token_file, stdin) if args.token_file \
+            else environ.get(TOKEN_ENV)
+    except IsolationError as e:
+        parser.error(str(e))
+    if not token:
+        parser.error(f"no agent token: give --token-file or set {TOKEN_ENV}")
     settings = Settings(node_id=args.node_id, gpus=args.gpus, gpu_type=args.gpu_type,
-                        api=args.api, token=args.token, state_dir=args.state_dir,
+                        api=args.api, token=token, state_dir=args.state_dir,
                         log_dir=args.log_dir, labels=dict(args.labels or []),
                         grace_s=args.grace_s, poll_wait_s=args.poll_wait_s,
                         node_heartbeat_s=args.node_heartbeat_s, address=args.address)
+    settings.rank_user = args.rank_user
     return settings, args.log_level
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings, level = parse_settings(argv)
+    # before anything else: /proc/<pid>/environ, mem and ptrace closed to ranks;
+    # the token out of the environment every child would inherit; private files
+    make_non_dumpable()
+    environ = dict(os.environ)
+    take_token_from_env(os.environ)
+    os.umask(0o077)
+    settings, level = parse_settings(argv, environ)
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings.rank_identity = resolve_rank_user(settings.rank_user)
+    except IsolationError as e:
+        print(f"gpujobs-agent: {e}", file=sys.stderr, flush=True)
+        return 2
+    if settings.rank_identity is None:
+        why = ("--rank-user is empty" if os.geteuid() == 0 else
+               f"not running as root, the agent cannot run ranks as {settings.rank_user!r}")
+        print(f"gpujobs-agent: WARNING: NO RANK ISOLATION. {why}: they run as this user, share its "
+              f"files and can signal the agent. The node reports isolation \"none\". Run "
+              f"the agent as root on hosts that run other people's code.",
+              file=sys.stderr, flush=True)
     logging.getLogger("botocore").setLevel(logging.WARNING)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -125,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def ready(node: dict) -> None:
         print(f"gpujobs-agent {settings.node_id} ready: {settings.gpus} x {settings.gpu_type}, "
-              f"inbox {node.get('inbox_queue_url')}, state {settings.state_dir}", flush=True)
+              f"inbox {node.get('inbox_queue_url')}, state {settings.state_dir}, isolation "
+              f"{isolation_name(settings.rank_identity)}", flush=True)
 
     try:
         return run(settings, stop, on_ready=ready)

@@ -58,11 +58,14 @@ class ApiClient:
         self._timeout = timeout_s
 
     def put_node(self, node_id: str, gpus: int, gpu_type: str,
-                 labels: dict[str, str], address: str | None = None) -> dict[str, Any]:
+                 labels: dict[str, str], address: str | None = None,
+                 isolation: str | None = None) -> dict[str, Any]:
         """Register or refresh the node (also its heartbeat); returns the node."""
         body: dict[str, Any] = {"gpus": gpus, "gpu_type": gpu_type, "labels": labels}
         if address:
             body["address"] = address
+        if isolation:
+            body["isolation"] = isolation
         return self._request("PUT", f"/v1/nodes/{_seg(node_id)}", body)
 
     def post_event(self, job_id: str, attempt: int, event: dict[str, Any]) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from typing import Callable, Mapping
 from .api import ApiError, AttemptGone
 from .backoff import retry_delay
 from .inbox import InboxMessage
+from .isolation import give_rank_dir
 from .messages import Cancel, Launch, MessageError, parse
 from .ranks import Launcher, ProcTable, Rank, read_stat
 from .state import (ACTIVE_PHASES, DONE, LAUNCHING, RUNNING, STOPPING, AgentState,
@@ -67,7 +68,7 @@ RANKSIDE = str(Path(__file__).resolve().parent / "rankside")
 # never handed on to ranks: the agent's own settings (its token) and AWS keys
 PRIVATE_ENV_PREFIXES = ("GPUJOBS_AGENT_",)
 PRIVATE_ENV = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-               "AWS_SECURITY_TOKEN"}
+               "AWS_SECURITY_TOKEN", "GPUJOBS_TOKENS_FILE", "GPUJOBS_PAGE_TOKEN_KEY"}
 
 
 class Outcome(Enum):
@@ -107,11 +108,14 @@ class Paths:
 
 
 def rank_env(base: Mapping[str, str], launch: Launch, rank: int, local_rank: int,
-             slots: list[int], heartbeat_file: str, node_id: str) -> dict[str, str]:
+             slots: list[int], heartbeat_file: str, node_id: str,
+             identity=None) -> dict[str, str]:
     """The rank's environment: the agent's (less its secrets), the job's, then ours."""
     env = {k: v for k, v in base.items()
            if k not in PRIVATE_ENV and not k.startswith(PRIVATE_ENV_PREFIXES)}
     env.update(launch.env)
+    if identity is not None:  # the rank user's own, not the agent's
+        env.update({"HOME": identity.home, "USER": identity.name, "LOGNAME": identity.name})
     env.update({
         "RANK": str(rank), "LOCAL_RANK": str(local_rank),
         "WORLD_SIZE": str(launch.world_size), "LOCAL_WORLD_SIZE": str(len(launch.ranks)),
@@ -269,11 +273,12 @@ class Agent:
             if os.path.exists(p.exit_file):  # it even ran to its end already
                 continue
             try:
-                Path(p.heartbeat_file).parent.mkdir(parents=True, exist_ok=True)
+                give_rank_dir(Path(p.heartbeat_file).parent, self._paths.state_dir,
+                              getattr(self._launcher, "identity", None))
             except OSError as e:  # the rank can run without; its heartbeats cannot
                 log.warning("%s rank %s: no heartbeat directory: %s", rec.key, r, e)
             env = rank_env(self._base_env, m, r, p.local_rank, p.slots, p.heartbeat_file,
-                           self.node_id)
+                           self.node_id, getattr(self._launcher, "identity", None))
             rank = self._launcher.launch(list(m.command), env, p.log_file, p.exit_file)
             p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time
             self._ranks[(rec.key, r)] = rank

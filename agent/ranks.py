@@ -208,8 +208,10 @@ def _signal(send, rank: Rank) -> None:
 class Launcher:
     """Starts ranks under the shim and re-creates handles for recorded ones."""
 
-    def __init__(self, python: str = sys.executable) -> None:
+    def __init__(self, python: str = sys.executable, identity=None) -> None:
         self._python = python
+        #: isolation.RankIdentity the commands run as; None: as the agent itself
+        self.identity = identity
 
     def launch(self, command: list[str], env: dict[str, str], log_file: str,
                exit_file: str) -> Rank:
@@ -217,7 +219,9 @@ class Launcher:
 
         Never raises for a rank that cannot start: the rank then has exit code 127
         (recorded in its exit file, the reason in its log), as for a command not found."""
-        argv = [self._python, "-I", str(SHIM), "--exit-file", exit_file, "--", *command]
+        drop = [] if self.identity is None else [
+            "--uid", str(self.identity.uid), "--gid", str(self.identity.gid)]
+        argv = [self._python, "-I", str(SHIM), "--exit-file", exit_file, *drop, "--", *command]
         try:
             for path in (log_file, exit_file):
                 Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,8 @@ from .beats import BeatPoster
 from .backoff import retry_delay
 from .core import Agent, Paths
 from .inbox import Poller, SqsInbox
-from .ranks import Rank
+from .isolation import isolation_name, lock_down_state_dir
+from .ranks import Launcher, Rank
 from .state import StateFile
 
 log = logging.getLogger("gpujobs.agent")
@@ -48,6 +49,9 @@ class Settings:
     node_heartbeat_s: float = 10.0
     tick_s: float = 0.25
     address: str | None = None
+    #: isolation.RankIdentity ranks run as; None: as the agent (isolation "none")
+    rank_identity: object = None
+    rank_user: str | None = None
 
 
 class StateDirBusy(RuntimeError):
@@ -86,18 +90,23 @@ def run(settings: Settings, stop: threading.Event, *,
     directory adopts them (see the package docstring). Raises ApiError when the
     API refuses the registration outright (a wrong token or URL)."""
     paths = Paths.under(settings.state_dir, settings.log_dir)
+    identity = settings.rank_identity
+    if identity is not None:
+        lock_down_state_dir(paths.state_dir)
     with StateDirLock(paths.state_dir):
         api = ApiClient(settings.api, settings.token)
         rng = random.Random()
         agent = Agent(node_id=settings.node_id, gpus=settings.gpus, api=api, inbox=None,
-                      paths=paths, grace_s=settings.grace_s, rng=rng)
+                      paths=paths, grace_s=settings.grace_s, rng=rng,
+                      launcher=Launcher(identity=identity))
         try:
             # adopted ranks are watched from the start, also while the API is away
             agent.recover()
 
             def register() -> dict:
                 return api.put_node(settings.node_id, settings.gpus, settings.gpu_type,
-                                    settings.labels, address=settings.address)
+                                    settings.labels, address=settings.address,
+                                    isolation=isolation_name(identity))
 
             node = _register(register, agent, stop, settings.tick_s, rng)
             if node is None:

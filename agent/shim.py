@@ -1,6 +1,6 @@
 """The supervisor shim: one per rank, between the agent and the rank's command.
 
-    python -I agent/shim.py --exit-file F -- command [args...]
+    python -I agent/shim.py --exit-file F [--uid U --gid G] -- command [args...]
 
 Why it exists: the agent must learn every rank's exit code, also of ranks that a
 previous agent process started (after a restart they are no longer its children,
@@ -72,14 +72,30 @@ def status_to_exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-def _parse(argv: list[str]) -> tuple[str, list[str]]:
-    if len(argv) < 4 or argv[0] != "--exit-file" or argv[2] != "--":
-        raise SystemExit("usage: shim.py --exit-file FILE -- command [args...]")
-    return argv[1], argv[3:]
+USAGE = "usage: shim.py --exit-file FILE [--uid UID --gid GID] -- command [args...]"
+
+
+def _parse(argv: list[str]) -> tuple[str, list[str], tuple[int, int] | None]:
+    """(exit file, command, (uid, gid) the command runs as or None)."""
+    if len(argv) < 4 or argv[0] != "--exit-file":
+        raise SystemExit(USAGE)
+    run_as = None
+    rest = argv[2:]
+    if rest[:1] == ["--uid"]:
+        if len(rest) < 5 or rest[2] != "--gid":
+            raise SystemExit(USAGE)
+        try:
+            run_as = (int(rest[1]), int(rest[3]))
+        except ValueError:
+            raise SystemExit(USAGE) from None
+        rest = rest[4:]
+    if len(rest) < 2 or rest[0] != "--":
+        raise SystemExit(USAGE)
+    return argv[1], rest[1:], run_as
 
 
 def main(argv: list[str] | None = None) -> int:
-    exit_file, command = _parse(sys.argv[1:] if argv is None else argv)
+    exit_file, command, run_as = _parse(sys.argv[1:] if argv is None else argv)
     received: list[int] = []
     own_copies = [0]  # our own copies of a forwarded signal, still to arrive
 
@@ -104,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         code = 128 + received[0]
     else:
         try:
-            child = subprocess.Popen(command)
+            # as the rank user when asked: the shim (root) keeps writing the exit
+            # file; the command gets no supplementary groups and a usual umask
+            drop = {} if run_as is None else {"user": run_as[0], "group": run_as[1],
+                                               "extra_groups": [], "umask": 0o022}
+            child = subprocess.Popen(command, **drop)
         except (OSError, ValueError) as e:
             print(f"gpujobs-shim: cannot start {command[0]!r}: {e}", file=sys.stderr, flush=True)
             code = CANNOT_START

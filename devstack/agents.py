@@ -29,6 +29,9 @@ class Agents:
             home = self._workdir / node
             home.mkdir(parents=True, exist_ok=True)
             env = {**os.environ, "GPUJOBS_AGENT_TOKEN": self.tokens[node]}
+            # a throwaway stack in private temporary directories: ranks run as the
+            # agent (isolation "none") unless a rank user is named (docs/security.md)
+            env.setdefault("GPUJOBS_AGENT_RANK_USER", "")
             self._procs.append(subprocess.Popen(
                 [sys.executable, "-m", "agent", "--node-id", node, "--gpus", str(self._gpus),
                  "--gpu-type", os.environ.get("GPUJOBS_AGENT_GPU_TYPE", "h100"),

@@ -254,9 +254,10 @@ EXPECTED_STATUSES = {
                                            "415", "500", "503"},
     ("/v1/jobs/{job_id}/attempts", "get"): {"200", "401", "403", "404", "415", "500",
                                             "503"},
+    # agent endpoints: no 404, an agent token cannot tell whether a job exists
     ("/v1/jobs/{job_id}/attempts/{attempt}/events", "post"): {
-        "200", "400", "401", "403", "404", "409", "413", "415", "500", "503"},
-    ("/v1/jobs/{job_id}/heartbeats", "post"): {"202", "400", "401", "403", "404", "409",
+        "200", "400", "401", "403", "409", "413", "415", "500", "503"},
+    ("/v1/jobs/{job_id}/heartbeats", "post"): {"202", "400", "401", "403", "409",
                                                "413", "415", "500", "503"},
     ("/v1/jobs/{job_id}/ranks", "get"): {"200", "401", "403", "404", "415", "500", "503"},
     # nodes: any token reads them, so no 403 on the reads

@@ -143,6 +143,8 @@ class NodeModel(Model):
     registered_at = UnicodeAttribute()
     #: "job_id#attempt" of every attempt holding GPUs here
     attempts = UnicodeSetAttribute(null=True)
+    #: how the agent isolates ranks, as it last registered ("user" or "none")
+    isolation = UnicodeAttribute(null=True)
 
     ready_by_type = NodesReadyByType()
     ready_any_index = NodesReadyAny()

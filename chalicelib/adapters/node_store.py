@@ -24,7 +24,7 @@ def node_from_model(m: NodeModel) -> Node:
                 gpu_type=m.gpu_type, state=NodeState(m.state),
                 inbox_queue_url=m.inbox_queue_url, last_seen_at=parse_iso(m.last_seen_at),
                 registered_at=parse_iso(m.registered_at), labels=m.labels or {},
-                address=m.address or m.node_id)
+                address=m.address or m.node_id, isolation=m.isolation or "none")
 
 
 class NodeRaced(Exception):
@@ -46,7 +46,7 @@ class DynamoNodeStore(metaclass=Translating):
 
     def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
                  address: str, inbox_queue_url: str, now: datetime,
-                 current: Node | None) -> Node:
+                 current: Node | None, isolation: str = "none") -> Node:
         """Create or update a node; a repeat only refreshes ``last_seen_at``.
 
         ``current`` is the node as the caller just read it (None: not
@@ -59,21 +59,21 @@ class DynamoNodeStore(metaclass=Translating):
                 current = self.get(node_id)
             try:
                 return self._register(current, node_id, gpus, gpu_type, labels, address,
-                                      inbox_queue_url, now)
+                                      inbox_queue_url, now, isolation)
             except NodeRaced:
                 continue
         raise ServiceUnavailable(f"node {node_id} is being registered concurrently; retry",
                                  headers={"Retry-After": "1"})
 
     def _register(self, current: Node | None, node_id, gpus, gpu_type, labels, address, url,
-                  now) -> Node:
+                  now, isolation="none") -> Node:
         ready = {"ready_type": gpu_type, "ready_any": "1"}
         with_fleet: list[tuple[str, int]] = []
         if current is None:
             item = NodeModel(node_id, gpus=gpus, gpus_free=gpus, gpu_type=gpu_type,
                              state=NodeState.READY.value, address=address, labels=labels,
                              inbox_queue_url=url, last_seen_at=iso(now),
-                             registered_at=iso(now), **ready)
+                             registered_at=iso(now), isolation=isolation, **ready)
             with_fleet = [(gpu_type, gpus), (ALL_TYPES, gpus)]
             try:
                 with TransactWrite(connection=self._conn) as tx:
@@ -90,7 +90,8 @@ class DynamoNodeStore(metaclass=Translating):
         old_gpus, old_type, old_state = current.gpus, current.gpu_type, current.state
         delta = gpus - old_gpus
         actions = [NodeModel.last_seen_at.set(iso(now)), NodeModel.labels.set(labels),
-                   NodeModel.address.set(address), NodeModel.inbox_queue_url.set(url)]
+                   NodeModel.address.set(address), NodeModel.inbox_queue_url.set(url),
+                   NodeModel.isolation.set(isolation)]
         if old_state is NodeState.DOWN:
             # back from the dead: its attempts were failed and their GPUs returned
             actions += [NodeModel.state.set(NodeState.READY.value)]

@@ -4,16 +4,21 @@
 """
 from __future__ import annotations
 
-_POSITIVE_NUMBER = {"type": "number", "exclusiveMinimum": 0}
+from ..domain import threshold as _t
 
+# ranges that keep the stall threshold's arithmetic bounded (domain/threshold.py)
 HEARTBEAT = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "interval_s": {**_POSITIVE_NUMBER, "maximum": 3600},
-        "false_positive_budget_per_hour": _POSITIVE_NUMBER,
-        "miss_probability": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
-        "startup_grace_s": {"type": "number", "minimum": 0, "maximum": 86400},
+        "interval_s": {"type": "number", "minimum": _t.INTERVAL_S_MIN,
+                       "maximum": _t.INTERVAL_S_MAX},
+        "false_positive_budget_per_hour": {"type": "number", "minimum": _t.BUDGET_MIN,
+                                           "maximum": _t.BUDGET_MAX},
+        "miss_probability": {"type": "number", "minimum": _t.MISS_PROBABILITY_MIN,
+                             "maximum": _t.MISS_PROBABILITY_MAX},
+        "startup_grace_s": {"type": "number", "minimum": 0,
+                            "maximum": _t.STARTUP_GRACE_S_MAX},
     },
 }
 
@@ -59,6 +64,7 @@ NODE_PUT = {
                    "propertyNames": {"minLength": 1, "maxLength": 128},
                    "additionalProperties": {"type": "string", "maxLength": 256}},
         "address": {"type": "string", "minLength": 1, "maxLength": 255},
+        "isolation": {"enum": ["user", "none"]},
     },
 }
 

@@ -13,6 +13,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 
 from .errors import InvalidPageToken
 
@@ -25,8 +26,18 @@ def _b64e(b: bytes) -> str:
     return base64.urlsafe_b64encode(b).decode("ascii").rstrip("=")
 
 
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def _b64d(s: str) -> bytes:
-    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    """Strict: only the base64url alphabet, no padding, and the one canonical
+    spelling of the bytes (unused trailing bits zero), so any change is a change."""
+    if not _B64URL.fullmatch(s) or len(s) % 4 == 1:
+        raise ValueError("not canonical base64url")
+    raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    if _b64e(raw) != s:
+        raise ValueError("not canonical base64url")
+    return raw
 
 
 def _mac(secret: bytes, tenant: str, filter_key: str, payload: str) -> bytes:
@@ -47,7 +58,7 @@ def decode(token: str, *, tenant: str, filter_key: str, secret: bytes) -> str:
     payload, mac = token.split(".")
     try:
         given = _b64d(mac)
-        if not hmac.compare_digest(given, _mac(secret, tenant, filter_key, payload)):
+        if len(given) != _MAC_BYTES or not hmac.compare_digest(given, _mac(secret, tenant, filter_key, payload)):
             raise bad
         key = json.loads(_b64d(payload))["k"]
     except (ValueError, binascii.Error, KeyError, TypeError, UnicodeError):

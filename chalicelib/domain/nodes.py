@@ -28,6 +28,8 @@ class Node:
     labels: dict = field(default_factory=dict)
     #: where other nodes reach this one (MASTER_ADDR when it holds rank 0)
     address: str = ""
+    #: "user": ranks run as an unprivileged user; "none": as the agent (docs/security.md)
+    isolation: str = "none"
 
 
 def is_node_id(s: str) -> bool:

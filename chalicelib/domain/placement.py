@@ -78,3 +78,35 @@ def queue_key(priority: int, job_id: str) -> str:
 def master_port(job_id: str, attempt: int) -> int:
     """A rendezvous port for the attempt, the same on every node."""
     return 20000 + zlib.crc32(f"{job_id}#{attempt}".encode()) % 20000
+
+
+# -- fairness between tenants (docs/security.md, "Placement") ---------------------
+def demand(spec: dict) -> int:
+    """The GPUs a job holds while it runs."""
+    return int(spec["ranks"]) * int(spec["gpus_per_rank"])
+
+
+def fair_order(queues: dict[str, list], usage: dict[str, int], size) -> Iterable:
+    """The order in which one placement run tries jobs: max-min fair share of GPUs
+    between tenants (dominant resource fairness with the GPU as the one resource,
+    admitting by the share *after* admission, as Kueue's fair sharing does).
+
+    ``queues`` holds each tenant's jobs in its own order (its ``priority``, then
+    age): priority orders a tenant's own jobs only. Each step takes the head job of
+    the tenant whose GPUs in use plus that job's size is smallest (ties: fewer
+    GPUs in use, then tenant name), so a tenant with huge or many jobs at the
+    highest priority cannot keep a lighter tenant's small job waiting. The
+    caller sends back, after each job, how many GPUs it placed (0: it did not
+    fit now), and usage grows by that much.
+    """
+    heads = {t: 0 for t, q in queues.items() if q}
+    used = {t: usage.get(t, 0) for t in heads}
+    while heads:
+        tenant = min(heads, key=lambda t: (used[t] + size(queues[t][heads[t]]), used[t], t))
+        i = heads[tenant]
+        placed = yield queues[tenant][i]
+        used[tenant] += placed or 0
+        if i + 1 < len(queues[tenant]):
+            heads[tenant] = i + 1
+        else:
+            del heads[tenant]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from ..domain.attempts import LOST, Attempt, exit_info, outcome
 from ..domain.clock import Clock, utcnow
-from ..domain.errors import Forbidden, InvalidArgument, NotFound, StaleAttempt
+from ..domain.errors import Forbidden, InvalidArgument, StaleAttempt
 from ..domain.ids import is_job_id
 from ..domain.jobs import Intent, Job
 from ..domain.principal import Principal
 from ..domain.states import PLACED, Event, JobState, next_state
 from .dispatch import Dispatcher
+from .heartbeats import not_placed_here
 from .ports import JobStore, Nudge, StateChanged
 
 _RACE_RETRIES = 3
@@ -30,10 +31,13 @@ class AttemptsService:
         kind = body["type"]
         if kind == "EXITED" and "exit_code" not in body:
             raise InvalidArgument("EXITED needs exit_code", field="exit_code")
+        if principal.kind != "agent":
+            raise Forbidden("attempt events take an agent token", field="Authorization")
         job = self.store.get(job_id) if is_job_id(job_id) else None
-        if job is None:
-            raise NotFound(f"job {job_id} not found", field="job_id")
-        attempt = self.store.attempt(job_id, attempt_no)
+        attempt = self.store.attempt(job_id, attempt_no) if job is not None else None
+        if job is None or (attempt is None and principal.name != "*"):
+            # one answer whether or not the job exists (docs/security.md)
+            raise not_placed_here(principal, job_id, attempt_no)
         if attempt is None:
             raise StaleAttempt(f"job {job_id} has no attempt {attempt_no}; its current "
                                f"attempt is {job.attempt}", field="attempt")
@@ -41,8 +45,7 @@ class AttemptsService:
         ranks = sorted(set(body.get("ranks", [])))
         held = attempt.ranks_on(node_id)
         if not held:
-            raise Forbidden(f"node {node_id} holds no rank of attempt {attempt_no}",
-                            field="node_id")
+            raise not_placed_here(principal, job_id, attempt_no)
         if not set(ranks) <= set(held):
             raise Forbidden(f"ranks {sorted(set(ranks) - set(held))} are not placed on "
                             f"node {node_id}", field="ranks")

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from datetime import datetime
 
 from ..domain.clock import Clock, iso, parse_iso, plus, utcnow
-from ..domain.errors import AlreadyFinished, Forbidden, InvalidArgument, NotFound, StaleAttempt
+from ..domain.errors import AlreadyFinished, Forbidden, InvalidArgument, StaleAttempt
 from ..domain.ids import is_job_id
 from ..domain.jobs import Job
 from ..domain.principal import Principal
@@ -55,8 +55,11 @@ class HeartbeatsService:
         if principal.kind != "agent":
             raise Forbidden("heartbeats take an agent token", field="Authorization")
         job = self.store.get(job_id) if is_job_id(job_id) else None
-        if job is None:
-            raise NotFound(f"job {job_id} not found", field="job_id")
+        if job is None or (principal.name != "*" and principal.name not in set(
+                self.node_of(job_id, body["attempt"]).values())):
+            # the same answer for a job that does not exist: an agent token must
+            # not tell whether a tenant's job exists (docs/security.md)
+            raise not_placed_here(principal, job_id, body["attempt"])
         if job.state.terminal:
             raise AlreadyFinished(f"job {job_id} already {job.state.value}", field="job_id")
         if body["attempt"] != job.attempt or job.state not in PLACED:
@@ -126,6 +129,14 @@ class HeartbeatsService:
                 "silence_s": round(r.silence_s, 3), "step": r.step, "stalled": r.stalled,
                 "paused": r.paused})
         return out
+
+
+def not_placed_here(principal: Principal, job_id: str, attempt: int) -> Forbidden:
+    """The one answer an agent gets for a job, or attempt, it holds no rank of,
+    whether or not that job exists."""
+    who = "any node" if principal.name == "*" else f"node {principal.name}"
+    return Forbidden(f"no rank of job {job_id} attempt {attempt} is placed on {who}",
+                     field="job_id")
 
 
 def attempt_start(job: Job, created_at: datetime | None, now: datetime) -> datetime:

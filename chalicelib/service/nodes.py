@@ -43,7 +43,8 @@ class NodesService:
         node = self.nodes.register(
             node_id, gpus=body["gpus"], gpu_type=body.get("gpu_type", DEFAULT_GPU_TYPE),
             labels=body.get("labels", {}), address=body.get("address", node_id),
-            inbox_queue_url=url, now=now, current=current)
+            inbox_queue_url=url, now=now, current=current,
+            isolation=body.get("isolation", "none"))
         # a node calling in shows the ingest path works, even if no rank beats
         self.collector.mark_ingest(now)
         return node

@@ -16,6 +16,7 @@ from ..domain import placement
 from ..domain.clock import Clock, plus, utcnow
 from ..domain.jobs import Job, launch_intent
 from ..domain.nodes import Node
+from ..domain.states import JobState
 from ..domain.placement import Candidate
 from .dispatch import Dispatcher
 from .ports import CapacityChanged, JobStore, NodeStore, StateChanged
@@ -89,11 +90,37 @@ class Placer:
         self.store, self.nodes, self.dispatcher, self._clock = store, nodes, dispatcher, clock
         self._resend_after_s = resend_after_s
 
-    def run(self, limit: int = 500) -> PlacementReport:
+    def run(self, limit: int = 500, read_limit: int = 5000) -> PlacementReport:
+        """One run: at most ``limit`` placement tries, over at most ``read_limit``
+        PENDING jobs read. Jobs that can never fit the registered fleet are noted
+        and skipped without using a try; the rest are tried in fair order between
+        tenants (placement.fair_order)."""
         report = PlacementReport()
+        queues = self._fitting_by_tenant(read_limit, report)
+        # usage only matters between tenants: one tenant's queue is its own order
+        usage = self._usage() if len(queues) > 1 else {}
+        order = placement.fair_order(queues, usage, lambda j: placement.demand(j.spec))
         pool = _Pool(self.nodes)
+        placed_gpus = None
+        for _ in range(limit):
+            try:
+                job = order.send(placed_gpus)
+            except StopIteration:
+                break
+            if self._place(job, pool):
+                report.placed.append(job.job_id)
+                placed_gpus = placement.demand(job.spec)
+            else:
+                report.waiting.append(job.job_id)
+                placed_gpus = 0
+        return report
+
+    def _fitting_by_tenant(self, read_limit: int, report: PlacementReport) -> dict[str, list[Job]]:
+        """PENDING jobs that could fit the fleet, per tenant in the tenant's own order;
+        cancels of unplaced jobs are finished, never-fitting jobs noted on the way."""
         fleets: dict[str | None, tuple[int, int]] = {}
-        for job in self.store.pending(limit):
+        queues: dict[str, list[Job]] = {}
+        for job in self.store.pending(read_limit):
             if job.cancel_requested_at is not None:
                 # cancelled while waiting for a new attempt: finish the cancel
                 try:
@@ -110,11 +137,16 @@ class Placer:
                 self._note(job, f"can never fit: {impossible}")
                 report.never.append(job.job_id)
                 continue
-            if self._place(job, pool):
-                report.placed.append(job.job_id)
-            else:
-                report.waiting.append(job.job_id)
-        return report
+            queues.setdefault(job.tenant, []).append(job)
+        return queues
+
+    def _usage(self, limit: int = 10000) -> dict[str, int]:
+        """GPUs each tenant's placed jobs hold now (SCHEDULED and RUNNING)."""
+        used: dict[str, int] = {}
+        for state in (JobState.SCHEDULED, JobState.RUNNING):
+            for job in self.store.active(state, limit):
+                used[job.tenant] = used.get(job.tenant, 0) + placement.demand(job.spec)
+        return used
 
     def _place(self, job: Job, pool: _Pool) -> bool:
         spec = job.spec

@@ -6,11 +6,12 @@ import pytest
 from agent.__main__ import parse_settings
 
 REQUIRED = ["--node-id", "node-1", "--gpus", "8", "--gpu-type", "h100",
-            "--api", "http://127.0.0.1:8000", "--token", "t", "--state-dir", "/tmp/s"]
+            "--api", "http://127.0.0.1:8000", "--state-dir", "/tmp/s"]
+TOKEN = {"GPUJOBS_AGENT_TOKEN": "t"}
 
 
 def test_defaults():
-    settings, level = parse_settings(REQUIRED, environ={})
+    settings, level = parse_settings(REQUIRED, environ=TOKEN)
     assert (settings.node_id, settings.gpus, settings.gpu_type, settings.token) == \
         ("node-1", 8, "h100", "t")
     assert (settings.grace_s, settings.poll_wait_s, settings.node_heartbeat_s) == (10.0, 20, 10.0)
@@ -34,10 +35,11 @@ def test_every_option_can_come_from_the_environment():
 
 
 def test_the_command_line_wins_over_the_environment():
-    settings, _ = parse_settings(REQUIRED + ["--labels", "zone=b", "--label", "pool=x"],
+    settings, _ = parse_settings(REQUIRED + ["--labels", "zone=b", "--label", "pool=x",
+                                             "--node-id", "n9"],
                                  environ={"GPUJOBS_AGENT_TOKEN": "env", "GPUJOBS_AGENT_LABELS":
-                                          "zone=a"})
-    assert settings.token == "t" and settings.labels == {"zone": "b", "pool": "x"}
+                                          "zone=a", "GPUJOBS_AGENT_NODE_ID": "n1"})
+    assert settings.node_id == "n9" and settings.labels == {"zone": "b", "pool": "x"}
 
 
 @pytest.mark.parametrize("argv,env", [
@@ -52,6 +54,47 @@ def test_the_command_line_wins_over_the_environment():
 ])
 def test_bad_arguments_exit_with_status_2(argv, env, capsys):
     with pytest.raises(SystemExit) as e:
-        parse_settings(argv, environ=env)
+        parse_settings(argv, environ={**TOKEN, **env})
     assert e.value.code == 2
     assert "error" in capsys.readouterr().err
+
+
+# -- issue 9: the token never on argv, only from a private file, stdin or the env ---
+def test_a_token_on_the_command_line_is_refused(capsys):
+    for argv in (REQUIRED + ["--token", "t"], REQUIRED + ["--token=t"]):
+        with pytest.raises(SystemExit) as e:
+            parse_settings(argv, environ={})
+        assert e.value.code == 2
+        assert "--token-file" in capsys.readouterr().err
+
+
+def test_no_token_at_all_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_settings(REQUIRED, environ={})
+    assert e.value.code == 2 and "no agent token" in capsys.readouterr().err
+
+
+def test_the_token_file_must_be_private(tmp_path, capsys):
+    f = tmp_path / "token"
+    f.write_text("secret-token\n")
+    f.chmod(0o600)
+    settings, _ = parse_settings(REQUIRED + ["--token-file", str(f)], environ={})
+    assert settings.token == "secret-token"
+    f.chmod(0o640)
+    with pytest.raises(SystemExit) as e:
+        parse_settings(REQUIRED + ["--token-file", str(f)], environ={})
+    assert e.value.code == 2 and "chmod 600" in capsys.readouterr().err
+
+
+def test_the_token_can_come_from_stdin():
+    import io
+    settings, _ = parse_settings(REQUIRED + ["--token-file", "-"], environ={},
+                                 stdin=io.StringIO("from-stdin\n"))
+    assert settings.token == "from-stdin"
+
+
+def test_the_rank_user_defaults_to_gpujobs_rank():
+    settings, _ = parse_settings(REQUIRED, environ=TOKEN)
+    assert settings.rank_user == "gpujobs-rank"
+    settings, _ = parse_settings(REQUIRED + ["--rank-user", "nobody"], environ=TOKEN)
+    assert settings.rank_user == "nobody"

@@ -91,7 +91,8 @@ class FakeControlPlane:
 
 class AgentProcess:
     def __init__(self, api_url: str, state_dir: pathlib.Path, *extra: str) -> None:
-        env = {**os.environ, "GPUJOBS_AGENT_TOKEN": TOKEN, "AWS_ACCESS_KEY_ID": "testing",
+        env = {**os.environ, "GPUJOBS_AGENT_TOKEN": TOKEN, "GPUJOBS_AGENT_RANK_USER": "",
+               "AWS_ACCESS_KEY_ID": "testing",
                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
         self.proc = subprocess.Popen(
             [PY, "-m", "agent", "--node-id", "node-1", "--gpus", "4", "--gpu-type", "h100",
@@ -192,7 +193,8 @@ def test_the_agent_runs_and_cancels_ranks_through_the_inbox(sqs, agents, tmp_pat
         assert log.read_text() == "hello from 0\n"  # launched once despite the duplicate
         assert plane.unavailable == 4  # two 503s for PUT, two for POST, and retried
         wait_until(lambda: len(plane.puts) >= 3, what="node heartbeats")
-        assert plane.puts[0] == {"gpus": 4, "gpu_type": "h100", "labels": {"zone": "a"}}
+        assert plane.puts[0] == {"gpus": 4, "gpu_type": "h100", "labels": {"zone": "a"},
+                                 "isolation": "none"}  # --rank-user '': loud, and reported
 
         agent.proc.send_signal(signal.SIGTERM)
         assert agent.proc.wait(15) == 0
@@ -241,7 +243,10 @@ def test_a_killed_agent_is_replaced_by_one_that_adopts_its_ranks(sqs, agents, tm
 
 def test_a_registration_the_api_refuses_ends_the_agent_with_status_2(sqs, tmp_path):
     with FakeControlPlane(sqs[1], flaky=0) as plane:
-        agent = AgentProcess(plane.url, tmp_path / "state", "--token", "wrong-token")
+        wrong = tmp_path / "wrong-token"
+        wrong.write_text("wrong-token\n")
+        wrong.chmod(0o600)
+        agent = AgentProcess(plane.url, tmp_path / "state", "--token-file", str(wrong))
         try:
             assert agent.proc.wait(30) == 2
         finally:

@@ -147,6 +147,16 @@ def test_a_bad_idempotency_key_is_400_naming_the_header(client, tenants, key):
     ('{"command": "x", "ranks": 1}', "command"), ("not json", "body"), ("", "body"),
     ('{"command": ["x"], "ranks": 1, "heartbeat": {"miss_probability": 2}}',
      "heartbeat.miss_probability"),
+    # issue 9: these pinned a server thread for minutes, or answered 500
+    ('{"command": ["x"], "ranks": 1, "heartbeat": {"miss_probability": 0.9999999999999999,'
+     ' "false_positive_budget_per_hour": 1e-320}}',
+     "heartbeat.false_positive_budget_per_hour"),
+    ('{"command": ["x"], "ranks": 1, "heartbeat": {"false_positive_budget_per_hour": 5e-324}}',
+     "heartbeat.false_positive_budget_per_hour"),
+    ('{"command": ["x"], "ranks": 1, "heartbeat": {"interval_s": 1e-300}}',
+     "heartbeat.interval_s"),
+    ('{"command": ["x"], "ranks": 1, "heartbeat": {"miss_probability": 0.9999999999999999}}',
+     "heartbeat.miss_probability"),
 ])
 def test_a_bad_body_is_400_naming_the_field_and_writes_nothing(client, tenants, body, field):
     with aws_calls() as calls:

@@ -162,3 +162,37 @@ def test_an_event_for_an_attempt_that_does_not_exist_is_stale(iso, iso_client, t
     job_id, _ = placed(iso, iso_client, tenants)
     r = event(iso_client, tenants, job_id, 7, {"type": "STARTED", "ranks": [], "node_id": "n1"})
     assert r.status_code == 409 and r.json_body["code"] == "stale_attempt"
+
+
+def test_an_agent_token_cannot_tell_whether_a_tenants_job_exists(iso, iso_client, tenants,
+                                                                  cluster):
+    """Issue 9: a job of a tenant not placed on the token's node, a job id that does
+    not exist and a malformed one get the same 403 from both agent endpoints."""
+    job_id, _ = placed(iso, iso_client, tenants)  # on n1 and n2, not node-1
+    missing = "job_01ARZ3NDEKTSV4RRFFQ69G5FAV"
+    answers = []
+    for jid in (job_id, missing, "nonsense"):
+        for attempt in (1, 2):
+            ev = event(iso_client, tenants, jid, attempt, {"type": "STARTED", "ranks": [0]},
+                       who="agent")
+            hb = iso_client.http.post(f"/v1/jobs/{jid}/heartbeats", headers=tenants.headers(
+                "agent"), body=json.dumps({"attempt": attempt, "ranks": [{"rank": 0}]}))
+            for r in (ev, hb):
+                p = r.json_body
+                answers.append((r.status_code, p["code"], p["field"],
+                                p["detail"].replace(jid, "JOB").replace(f"attempt {attempt}", "N")))
+    assert len(set(answers)) == 1, answers
+    assert answers[0][:3] == (403, "forbidden", "job_id")
+
+
+def test_an_agent_token_cannot_report_for_a_job_placed_elsewhere(iso, iso_client, tenants,
+                                                                 cluster):
+    """Issue 9, kept tested: events and beats only for ranks placed on the token's node."""
+    job_id, by_node = placed(iso, iso_client, tenants)
+    for r in (event(iso_client, tenants, job_id, 1,
+                    {"type": "EXITED", "ranks": by_node["n1"], "exit_code": 1}, who="agent"),
+              iso_client.http.post(f"/v1/jobs/{job_id}/heartbeats", headers=tenants.headers(
+                  "agent"), body=json.dumps({"attempt": 1, "ranks": [{"rank": 0}]}))):
+        assert r.status_code == 403
+    j = iso_client.http.get(f"/v1/jobs/{job_id}", headers=tenants.headers()).json_body
+    assert j["state"] == "SCHEDULED" and j["exit"] is None

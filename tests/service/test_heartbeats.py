@@ -256,7 +256,7 @@ def test_a_full_batch_of_1024_ranks_fits_the_body_limit(iso, iso_client, tenants
     assert len(raw) > 64 * 1024
     r = iso_client.http.post("/v1/jobs/job_01ARZ3NDEKTSV4RRFFQ69G5FAV/heartbeats", body=raw,
                              headers=tenants.headers("agents"))
-    assert r.status_code == 404, "parsed and validated, then the job is not found"
+    assert r.status_code == 403, "parsed and validated, then the job is not this node's"
 
 
 def test_beats_for_an_attempt_that_ended_are_stale(iso, iso_client, tenants):

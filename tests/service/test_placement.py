@@ -165,3 +165,37 @@ def test_racing_placers_never_oversubscribe_and_never_place_twice(iso, iso_clien
         assert free >= 0, f"{n} oversubscribed"
         assert reserved[n] + free == g, f"{n}: reserved {reserved[n]} + free {free} != {g}"
     assert placed > 0
+
+
+def test_a_flood_of_never_fitting_and_huge_top_priority_jobs_cannot_hold_back_a_small_job(
+        iso):
+    """Issue 9: tenant B floods 600 never-fitting and 200 fitting-but-huge jobs at the
+    highest priority; tenant A's small job starts in the first run after GPUs free."""
+    for n in ("fair-1", "fair-2"):
+        register(iso, n, gpus=8, gpu_type="fair")
+
+    def create(tenant, ranks, gpus_per_rank, priority=0):
+        job, _ = iso.jobs.create(tenant, {"command": ["x"], "ranks": ranks, "gpu_type": "fair",
+                                          "gpus_per_rank": gpus_per_rank,
+                                          "priority": priority}, None)
+        return job.job_id
+
+    busy = create("tenant-b", 2, 8)
+    assert iso.placer.run().placed == [busy]  # every GPU taken
+    top = 1_000_000
+    never = [create("tenant-b", 3, 8, top) for _ in range(600)]  # 24 GPUs: the fleet has 16
+    huge = [create("tenant-b", 2, 8, top) for _ in range(200)]   # all 16 GPUs each
+    small = create("tenant-a", 1, 1)
+    first = iso.placer.run()
+    assert set(first.never) == set(never) and first.placed == []
+
+    attempt = iso.store.attempt(busy, 1)
+    for node, ranks in attempt.node_ranks.items():
+        iso.attempts.report(AGENT, busy, 1, {"type": "EXITED", "ranks": ranks, "exit_code": 0,
+                                             "node_id": node})
+    report = iso.placer.run()
+    assert small in report.placed, "A's small job starts in the first run after GPUs free"
+    assert iso.store.get(small).state.value == "SCHEDULED"
+    assert not set(report.placed) & set(never)
+    assert len(report.placed) == 1, "the 16-GPU jobs no longer fit beside it"
+    assert set(report.waiting) <= set(huge)

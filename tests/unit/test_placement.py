@@ -60,3 +60,36 @@ def test_queue_key_orders_by_priority_then_age():
 def test_the_rendezvous_port_is_stable_and_in_range():
     assert master_port("job_x", 1) == master_port("job_x", 1)
     assert 20000 <= master_port("job_x", 2) < 40000
+
+
+# -- issue 9: fairness between tenants --------------------------------------------
+from chalicelib.domain.placement import fair_order  # noqa: E402
+
+
+def _run(queues, usage, fits):
+    """Drive fair_order; ``fits(job)`` says whether a job is placed."""
+    order, out, sent = fair_order(queues, usage, lambda j: j[1]), [], None
+    while True:
+        try:
+            job = order.send(sent)
+        except StopIteration:
+            return out
+        out.append(job[0])
+        sent = job[1] if fits(job) else 0
+
+
+def test_a_flooding_tenant_at_top_priority_does_not_go_before_a_small_job():
+    queues = {"b": [(f"b{i}", 16) for i in range(200)], "a": [("a0", 1)]}
+    assert _run(queues, {}, lambda j: False)[0] == "a0"
+
+
+def test_usage_decides_between_tenants_and_grows_with_each_placement():
+    queues = {"a": [("a0", 2), ("a1", 2), ("a2", 2)], "b": [("b0", 2), ("b1", 2)]}
+    assert _run(queues, {"a": 4}, lambda j: True) == ["b0", "b1", "a0", "a1", "a2"]
+    assert _run(queues, {}, lambda j: True) == ["a0", "b0", "a1", "b1", "a2"]
+
+
+def test_a_tenants_own_order_is_kept():
+    queues = {"a": [("hi", 1), ("lo", 1)], "b": [("x", 1)]}
+    order = _run(queues, {}, lambda j: True)
+    assert order.index("hi") < order.index("lo")

@@ -40,9 +40,34 @@ def test_inputs_that_have_no_threshold_are_refused(args):
 
 
 def test_a_huge_budget_still_gives_at_least_one_interval():
-    assert threshold_k(1, 1, 0.5, 1e300) == 1
+    assert threshold_k(1, 1, 0.5, 1e6) == 1  # 1e6: the largest budget accepted
 
 
 def test_an_infinite_budget_is_refused():
     with pytest.raises(ValueError):
         threshold_k(1, 1, 0.5, math.inf)
+
+
+# issue 9: input that turns arithmetic into a denial of service is refused
+from chalicelib.domain import threshold as t  # noqa: E402
+
+
+@given(ranks=st.integers(1, 65536), sph=st.sampled_from([1, 60, 720, 3600]),
+       p=st.floats(t.MISS_PROBABILITY_MIN, t.MISS_PROBABILITY_MAX),
+       budget=st.floats(t.BUDGET_MIN, t.BUDGET_MAX))
+def test_inside_the_documented_ranges_k_is_exact_and_bounded(ranks, sph, p, budget):
+    k = threshold_k(ranks, sph, p, budget)
+    assert 1 <= k <= 41_000
+    assert ranks * sph * p ** k <= budget
+    if k > 1:
+        assert ranks * sph * p ** (k - 1) > budget
+
+
+def test_the_worst_corner_of_the_ranges_is_41_thousand_intervals_at_most():
+    assert threshold_k(65536, 3600, t.MISS_PROBABILITY_MAX, t.BUDGET_MIN) < 41_000
+
+
+@pytest.mark.parametrize("p, budget", [(0.9999999999999999, 1e-320), (0.5, 5e-324)])
+def test_outside_them_it_refuses_at_once_instead_of_looping(p, budget):
+    with pytest.raises(ValueError):
+        threshold_k(1, 60, p, budget)

@@ -1,0 +1,121 @@
+"""Keeping ranks from becoming the agent (docs/security.md).
+
+- The agent's token comes from a file of mode 0600 (or stdin), or from
+  GPUJOBS_AGENT_TOKEN, which is removed from the environment at once; never from
+  argv, which every local user reads in ``/proc/<pid>/cmdline``.
+- The agent marks itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): its
+  ``/proc/<pid>/environ``, ``mem`` and ptrace are then closed to every
+  unprivileged process, also to one of its own uid.
+- Running as root, it starts ranks as an unprivileged rank user (the shim stays
+  root and drops privileges for the command alone), each in its own session and
+  process group. The state directory is 0711 (traversable, not readable), every
+  file in it 0600; only a rank's own heartbeat directory belongs to the rank user.
+- Not running as root, it cannot drop privileges: it says so loudly at start and
+  reports ``isolation: "none"`` to the API (``GET /v1/nodes/{id}`` shows it).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import pwd
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_RANK_USER = "gpujobs-rank"
+PR_SET_DUMPABLE = 4
+TOKEN_ENV = "GPUJOBS_AGENT_TOKEN"
+
+
+class IsolationError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class RankIdentity:
+    """Who ranks run as: an unprivileged user, never root."""
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+def resolve_rank_user(name: str) -> RankIdentity | None:
+    """The identity ranks run as, or None when this process cannot drop privileges
+    (not root): isolation is then "none"."""
+    if os.geteuid() != 0 or not name:
+        return None  # not root, or told not to drop privileges (--rank-user '')
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        raise IsolationError(
+            f"rank user {name!r} does not exist; create it (useradd --system --no-create-home "
+            f"--shell /usr/sbin/nologin {name}) or name another with --rank-user") from None
+    if pw.pw_uid == 0 or pw.pw_gid == 0:
+        raise IsolationError(f"rank user {name!r} is root or in group root: ranks must run "
+                             "unprivileged")
+    return RankIdentity(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir or "/")
+
+
+def isolation_name(identity: RankIdentity | None) -> str:
+    return "user" if identity is not None else "none"
+
+
+def make_non_dumpable() -> bool:
+    """prctl(PR_SET_DUMPABLE, 0): /proc/<pid>/environ, mem and ptrace closed to
+    unprivileged processes. False where it is not available (not Linux)."""
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name or not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
+def take_token_from_env(environ=os.environ) -> str | None:
+    """GPUJOBS_AGENT_TOKEN, removed from the environment (children never get it)."""
+    return environ.pop(TOKEN_ENV, None)
+
+
+def read_token_file(path: str, stdin=None) -> str:
+    """The token from ``path`` (``-``: the first line of stdin). A file that other
+    users may read, or that is not a regular file, is refused."""
+    if path == "-":
+        token = (stdin or sys.stdin).readline().strip()
+    else:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as e:
+            raise IsolationError(f"cannot open the token file {path}: {e.strerror}") from None
+        with os.fdopen(fd, encoding="utf-8") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise IsolationError(f"the token file {path} is not a regular file")
+            if st.st_mode & 0o077:
+                raise IsolationError(f"the token file {path} has mode "
+                                     f"{stat.S_IMODE(st.st_mode):04o}; other users could read "
+                                     f"it: chmod 600 {path}")
+            token = f.readline().strip()
+    if not token:
+        raise IsolationError(f"the token file {path} is empty")
+    return token
+
+
+def lock_down_state_dir(state_dir: Path) -> None:
+    """0711: ranks may pass through to their heartbeat directory, never list or read."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(state_dir, 0o711)
+
+
+def give_rank_dir(directory: Path, state_dir: Path, identity: RankIdentity | None) -> None:
+    """Create ``directory`` (under ``state_dir``) for a rank to write in: the
+    directories above it traversable only, itself owned by the rank user."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if identity is None:
+        return
+    for parent in directory.relative_to(state_dir).parents:
+        if str(parent) != ".":
+            os.chmod(state_dir / parent, 0o711)
+    os.chown(directory, identity.uid, identity.gid)
+    os.chmod(directory, 0o700)

@@ -12,6 +12,7 @@ from .adapters import models
 from .adapters.heartbeat_store import DynamoCollectorStore, DynamoHeartbeatStore
 from .adapters.inbox import SqsInbox, SqsNudge
 from .adapters.job_store import DynamoJobStore
+from .adapters.log_reader import CloudWatchLogReader
 from .adapters.node_store import DynamoNodeStore
 from .adapters.tokens import TokenStore
 from .config import Config, ssm_parameter
@@ -20,6 +21,7 @@ from .service.auth import Authenticator
 from .service.dispatch import Dispatcher
 from .service.heartbeats import HeartbeatsService
 from .service.jobs import JobsService
+from .service.logs import LogsService
 from .service.nodes import NodesService
 from .service.placement import Placer
 from .service.ports import JobStore, NodeStore, Telemetry
@@ -41,6 +43,7 @@ class Services:
     scanner: Scanner
     auth: Authenticator
     telemetry: Telemetry
+    logs: LogsService | None = None
 
 
 _lock = threading.Lock()
@@ -49,7 +52,8 @@ _services: Services | None = None
 
 def build(config: Config, *, inbox=None, store: JobStore | None = None,
           node_store: NodeStore | None = None, nudge=None,
-          tokens: TokenStore | None = None, telemetry: Telemetry | None = None) -> Services:
+          tokens: TokenStore | None = None, telemetry: Telemetry | None = None,
+          log_reader=None) -> Services:
     connection = models.bind(config)
     store = store or DynamoJobStore(connection)
     node_store = node_store or DynamoNodeStore(connection)
@@ -87,7 +91,9 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
                               resend_after_s=config.cancel_resend_after_s,
                               down_after_s=config.node_down_after_s),
         heartbeats=heartbeats, scanner=scanner, auth=Authenticator(tokens),
-        telemetry=telemetry)
+        telemetry=telemetry,
+        logs=LogsService(jobs, log_reader or CloudWatchLogReader(config),
+                         page_token_key=config.page_token_key))
 
 
 def services() -> Services:

@@ -22,6 +22,7 @@ OUTPUT_ENV = {
     "PendingQueueUrl": "GPUJOBS_PENDING_QUEUE_URL",
     "InboxDeadLetterQueueArn": "GPUJOBS_INBOX_DLQ_ARN",
     "InboxQueuePrefix": "GPUJOBS_INBOX_QUEUE_PREFIX",
+    "RankLogGroupName": "GPUJOBS_LOG_GROUP",
 }
 
 

@@ -511,7 +511,10 @@ class DynamoJobStore(metaclass=Translating):
         return ev.timeline(_as_dict(job.events), *(_as_dict(a.events) for a in attempts))
 
     def attempts(self, job_id: str) -> list[dict]:
-        return [{"attempt": int(m.attempt), "state": m.state, "placement": m.placement,
+        # an attempt whose ranks started is running, though only the job's
+        # state records it (the attempt's state is written when it ends)
+        return [{"attempt": int(m.attempt), "placement": m.placement,
+                 "state": "RUNNING" if m.state == "SCHEDULED" and m.started else m.state,
                  "created_at": parse_iso(m.created_at), "finished_at": _t(m.finished_at),
                  "exit": m.exit}
                 for m in AttemptModel.query(job_id, consistent_read=True)]

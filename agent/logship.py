@@ -56,8 +56,8 @@ _FILE_RE = re.compile(r"^rank-(\d+)\.(log|err)$")
 
 def logs_client(region: str | None = None):
     """The CloudWatch Logs client, made on first use (one place to point it at
-    a shared botocore session later). ``AWS_ENDPOINT_URL_LOGS`` (botocore's
-    service endpoint variable) points it at a local emulator."""
+    a shared botocore session later). ``AWS_ENDPOINT_URL_CLOUDWATCH_LOGS``
+    (botocore's per-service endpoint variable) points it at a local emulator."""
     import boto3
 
     return boto3.client("logs", region_name=region or os.environ.get("AWS_DEFAULT_REGION")

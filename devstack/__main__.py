@@ -135,6 +135,8 @@ def main() -> int:
             "GPUJOBS_TOKENS_FILE": _with_agent_tokens(tokens_file, agents.token_entries(),
                                                       workdir),
             "GPUJOBS_SCAN_PERIOD_S": str(scan_period_s),
+            # the agents ship rank logs to the embedded moto (botocore's own variable)
+            "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": moto.endpoint_url,
             "GPUJOBS_CANCEL_RESEND_AFTER_S": os.environ.get("GPUJOBS_CANCEL_RESEND_AFTER_S",
                                                             str(max(2 * scan_period_s, 5))),
         })

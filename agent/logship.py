@@ -37,6 +37,7 @@ import re
 import tempfile
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -54,14 +55,27 @@ STREAMS = {".log": "stdout", ".err": "stderr"}
 _FILE_RE = re.compile(r"^rank-(\d+)\.(log|err)$")
 
 
-def logs_client(region: str | None = None):
+def logs_client(region: str | None = None, endpoint_url: str | None = None):
     """The CloudWatch Logs client, made on first use (one place to point it at
     a shared botocore session later). ``AWS_ENDPOINT_URL_CLOUDWATCH_LOGS``
     (botocore's per-service endpoint variable) points it at a local emulator."""
     import boto3
 
     return boto3.client("logs", region_name=region or os.environ.get("AWS_DEFAULT_REGION")
-                        or os.environ.get("AWS_REGION") or "us-east-1")
+                        or os.environ.get("AWS_REGION") or "us-east-1",
+                        endpoint_url=endpoint_url)
+
+
+def emulator_endpoint(inbox_endpoint: str, environ=os.environ) -> str | None:
+    """Where to send logs when the inbox is not on AWS: an emulator (the local
+    stack's moto server) serves every service at the inbox's address. None on
+    AWS, or when botocore's endpoint variables already say where logs go."""
+    host = urllib.parse.urlsplit(inbox_endpoint).hostname or ""
+    if host.endswith((".amazonaws.com", ".amazonaws.com.cn")):
+        return None
+    if environ.get("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS") or environ.get("AWS_ENDPOINT_URL"):
+        return None
+    return inbox_endpoint
 
 
 def stream_name(job_id: str, attempt: int | str, rank: int | str) -> str:

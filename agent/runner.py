@@ -26,8 +26,8 @@ from .api import ApiClient, ApiError
 from .beats import BeatPoster
 from .backoff import retry_delay
 from .core import Agent, Paths
-from .inbox import Poller, SqsInbox
-from .logship import Shipper
+from .inbox import Poller, SqsInbox, endpoint_from_queue_url
+from .logship import Shipper, emulator_endpoint, logs_client
 from .ranks import Rank
 from .state import StateFile
 
@@ -109,7 +109,9 @@ def run(settings: Settings, stop: threading.Event, *,
                 raise ApiError(f"PUT /v1/nodes/{settings.node_id} named no inbox_queue_url")
             agent.inbox = SqsInbox(inbox_url, wait_s=settings.poll_wait_s)
             if node.get("log_group"):
-                shipper = Shipper(paths.log_dir, paths.state_dir, node["log_group"])
+                logs_at = emulator_endpoint(endpoint_from_queue_url(inbox_url))
+                shipper = Shipper(paths.log_dir, paths.state_dir, node["log_group"],
+                                  client_factory=lambda: logs_client(endpoint_url=logs_at))
                 shipper.start()
             poller = Poller(agent.inbox, stop, rng=rng)
             poller.start()

@@ -324,11 +324,14 @@ def load_spec_file(path: str) -> dict[str, Any]:
 @click.option("--idempotency-key", metavar="KEY",
               help="Reuse to repeat a submit safely (default: a fresh uuid4, shown on output).")
 @click.option("--dry-run", is_flag=True, help="Print the request body and send nothing.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Print only the job id, for scripts: JOB=$(gpujobs submit -q ...).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def submit(spec_file: str | None, name: str | None, ranks: int | None,
            gpus_per_rank: int | None, gpu_type: str | None, priority: int | None,
            max_attempts: int | None, env: tuple[str, ...], labels: tuple[str, ...],
-           idempotency_key: str | None, dry_run: bool, command: tuple[str, ...]) -> None:
+           idempotency_key: str | None, dry_run: bool, quiet: bool,
+           command: tuple[str, ...]) -> None:
     """Submit a job: gpujobs submit --ranks 2 -- python train.py --lr 3e-4
 
     Everything after the options (or after `--`) is the command each rank runs.
@@ -371,6 +374,9 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
         raise
     if json_mode():
         out_json(job.raw)
+        return
+    if quiet:
+        click.echo(job.id)
         return
     c = console()
     verb = "Already submitted (same Idempotency-Key and body)" if job.replayed else "Submitted"

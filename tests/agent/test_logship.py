@@ -160,3 +160,16 @@ def test_a_failing_service_is_retried_and_nothing_is_lost(tmp_path, group, logs,
     for _ in range(6):
         s.tick()
     assert [e["line"] for e in lines(logs, group, f"{job}/1/rank-2")] == ["a", "b"]
+
+
+@pytest.mark.parametrize("inbox, environ, expected", [
+    # the local stack: moto serves every service where the inbox is
+    ("http://127.0.0.1:5000", {}, "http://127.0.0.1:5000"),
+    # AWS: the regional endpoint botocore picks
+    ("https://sqs.eu-west-1.amazonaws.com", {}, None),
+    # told where logs go: botocore's own variables win
+    ("http://127.0.0.1:5000", {"AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": "http://h:1"}, None),
+    ("http://127.0.0.1:5000", {"AWS_ENDPOINT_URL": "http://h:1"}, None),
+])
+def test_logs_go_where_the_inbox_is_served_by_an_emulator(inbox, environ, expected):
+    assert logship.emulator_endpoint(inbox, environ) == expected

@@ -174,6 +174,22 @@ def list_attempts(job_id: str):
     return ok({"attempts": [attempt_json(a) for a in attempts]})
 
 
+@endpoint("/v1/jobs/{job_id}/events", "GET")
+def list_job_events(job_id: str):
+    return ok({"events": services().jobs.events(_tenant(), job_id)})
+
+
+@endpoint("/v1/jobs/{job_id}/logs", "GET")
+def get_job_logs(job_id: str):
+    tenant = _tenant()
+    params = _request().query_params or {}
+    attempt = _query_int("attempt", 0) if "attempt" in params else None
+    rank = _query_int("rank", 0) if "rank" in params else None
+    return ok(services().logs.read(
+        tenant, job_id, attempt=attempt, rank=rank, since=params.get("since"),
+        page_token=params.get("page_token"), page_size=_query_int("page_size", 1000)))
+
+
 @endpoint("/v1/jobs/{job_id}/attempts/{attempt}/events", "POST")
 def report_attempt_event(job_id: str, attempt: str):
     principal = services().auth.agent(_authorization())
@@ -203,7 +219,9 @@ def put_node(node_id: str):
     principal = services().auth.authenticate(_authorization())
     services().nodes.authorize(principal, node_id)
     body = _body("NODE_PUT", required=True)
-    return ok(node_json(services().nodes.register(principal, node_id, body)))
+    node = node_json(services().nodes.register(principal, node_id, body))
+    # where the node's agent ships its ranks' output (agent/logship.py)
+    return ok({**node, "log_group": services().config.log_group})
 
 
 @endpoint("/v1/nodes/{node_id}", "GET")

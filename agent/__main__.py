@@ -9,7 +9,7 @@ from GPUJOBS_AGENT_TOKEN, which is removed from the environment before anything
 else runs; ``--token`` on the command line is refused (every user reads argv in
 ``ps``). See agent/isolation.py and docs/security.md.
 
-Exit status: 0 after SIGTERM or SIGINT; 2 for bad arguments, a state directory
+Exit status: 0 after SIGTERM or SIGINT; 2 for bad arguments, no AWS credentials, a state directory
 in use by another agent or unreadable, or a registration the API refuses
 outright (401, 403, 400: a wrong token, node id or URL; retrying cannot help).
 """
@@ -140,6 +140,20 @@ def parse_settings(argv: list[str] | None = None,
     return settings, args.log_level
 
 
+NO_CREDENTIALS = (
+    "gpujobs-agent: no AWS credentials to read the inbox with. On a host, give the agent "
+    "a role (instance profile) or AWS_PROFILE / AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+    "and AWS_REGION; against `make up` any will do, e.g. "
+    "AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local (see agent/README.md)")
+
+
+def has_aws_credentials() -> bool:
+    """boto3's usual chain (environment, profile, container or instance role)."""
+    import botocore.session
+
+    return botocore.session.get_session().get_credentials() is not None
+
+
 def main(argv: list[str] | None = None) -> int:
     # before anything else: /proc/<pid>/environ, mem and ptrace closed to ranks;
     # the token out of the environment every child would inherit; private files
@@ -148,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     take_token_from_env(os.environ)
     os.umask(0o077)
     settings, level = parse_settings(argv, environ)
+    if not has_aws_credentials():  # else every receive fails, retried for ever
+        print(NO_CREDENTIALS, file=sys.stderr, flush=True)
+        return 2
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:

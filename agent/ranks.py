@@ -205,6 +205,11 @@ def _signal(send, rank: Rank) -> None:
         log.error("cannot signal rank group %s: %s", rank.pgid, e)
 
 
+def err_file(log_file: str) -> str:
+    """Where a rank's stderr goes: rank-<r>.err beside its stdout, rank-<r>.log."""
+    return log_file[:-4] + ".err" if log_file.endswith(".log") else log_file + ".err"
+
+
 class Launcher:
     """Starts ranks under the shim and re-creates handles for recorded ones."""
 
@@ -215,7 +220,8 @@ class Launcher:
 
     def launch(self, command: list[str], env: dict[str, str], log_file: str,
                exit_file: str) -> Rank:
-        """Start one rank; stdout and stderr go to ``log_file`` (appended).
+        """Start one rank; stdout goes to ``log_file``, stderr to the same name
+        with ``.err`` for ``.log`` (both appended; agent/logship.py ships them).
 
         Never raises for a rank that cannot start: the rank then has exit code 127
         (recorded in its exit file, the reason in its log), as for a command not found."""
@@ -225,13 +231,13 @@ class Launcher:
         try:
             for path in (log_file, exit_file):
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            with open(log_file, "ab") as out:
+            with open(log_file, "ab") as out, open(err_file(log_file), "ab") as err:
                 try:
                     popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                             stderr=subprocess.STDOUT, env=env,
+                                             stderr=err, env=env,
                                              start_new_session=True, close_fds=True)
                 except (OSError, ValueError) as e:
-                    out.write(f"gpujobs-agent: cannot start the rank: {e}\n".encode())
+                    err.write(f"gpujobs-agent: cannot start the rank: {e}\n".encode())
                     raise
         except (OSError, ValueError) as e:
             log.error("cannot start rank (%s): %s", exit_file, e)

@@ -26,8 +26,9 @@ from .api import ApiClient, ApiError
 from .beats import BeatPoster
 from .backoff import retry_delay
 from .core import Agent, Paths
-from .inbox import Poller, SqsInbox
+from .inbox import Poller, SqsInbox, endpoint_from_queue_url
 from .isolation import isolation_name, lock_down_state_dir
+from .logship import Shipper, emulator_endpoint, logs_client
 from .ranks import Launcher, Rank
 from .state import StateFile
 
@@ -96,6 +97,7 @@ def run(settings: Settings, stop: threading.Event, *,
     with StateDirLock(paths.state_dir):
         api = ApiClient(settings.api, settings.token)
         rng = random.Random()
+        shipper = None
         agent = Agent(node_id=settings.node_id, gpus=settings.gpus, api=api, inbox=None,
                       paths=paths, grace_s=settings.grace_s, rng=rng,
                       launcher=Launcher(identity=identity))
@@ -115,6 +117,11 @@ def run(settings: Settings, stop: threading.Event, *,
             if not isinstance(inbox_url, str) or not inbox_url:
                 raise ApiError(f"PUT /v1/nodes/{settings.node_id} named no inbox_queue_url")
             agent.inbox = SqsInbox(inbox_url, wait_s=settings.poll_wait_s)
+            if node.get("log_group"):
+                logs_at = emulator_endpoint(endpoint_from_queue_url(inbox_url))
+                shipper = Shipper(paths.log_dir, paths.state_dir, node["log_group"],
+                                  client_factory=lambda: logs_client(endpoint_url=logs_at))
+                shipper.start()
             poller = Poller(agent.inbox, stop, rng=rng)
             poller.start()
             if on_ready is not None:
@@ -123,6 +130,8 @@ def run(settings: Settings, stop: threading.Event, *,
             _loop(agent, poller, stop, settings, lambda: _beat(register, inbox_url),
                   lambda: beats.tick(agent.state.attempts.values()))
         finally:
+            if shipper is not None:
+                shipper.stop()
             agent.close()
         # let a receive still open return, so what it brings is handed back at once
         poller.join(timeout=settings.poll_wait_s + 5)

@@ -12,6 +12,7 @@ from .adapters import models
 from .adapters.heartbeat_store import DynamoCollectorStore, DynamoHeartbeatStore
 from .adapters.inbox import SqsInbox, SqsNudge, SqsScanQueue
 from .adapters.job_store import DynamoJobStore
+from .adapters.log_reader import CloudWatchLogReader
 from .adapters.node_store import DynamoNodeStore
 from .adapters.tokens import TokenStore
 from .config import Config, ssm_parameter
@@ -21,6 +22,7 @@ from .service.auth import Authenticator
 from .service.dispatch import Dispatcher
 from .service.heartbeats import HeartbeatsService
 from .service.jobs import JobsService
+from .service.logs import LogsService
 from .service.nodes import NodesService
 from .service.placement import Placer
 from .service.ports import JobStore, NodeStore, Telemetry
@@ -44,6 +46,7 @@ class Services:
     scan_fanout: ScanFanout | None
     auth: Authenticator
     telemetry: Telemetry
+    logs: LogsService | None = None
 
 
 _lock = threading.Lock()
@@ -53,7 +56,7 @@ _services: Services | None = None
 def build(config: Config, *, inbox=None, store: JobStore | None = None,
           node_store: NodeStore | None = None, nudge=None,
           tokens: TokenStore | None = None, telemetry: Telemetry | None = None,
-          clock: Clock = utcnow) -> Services:
+          log_reader=None, clock: Clock = utcnow) -> Services:
     """Every service of the app over the configured adapters; ``clock`` is the
     one time source they all read (tests pass a clock they control)."""
     connection = models.bind(config)
@@ -96,7 +99,9 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
                               resend_after_s=config.cancel_resend_after_s,
                               down_after_s=config.node_down_after_s, clock=clock),
         heartbeats=heartbeats, scanner=scanner, scan_fanout=fanout, auth=Authenticator(tokens),
-        telemetry=telemetry)
+        telemetry=telemetry,
+        logs=LogsService(jobs, log_reader or CloudWatchLogReader(config),
+                         page_token_key=config.page_token_key))
 
 
 def services() -> Services:

@@ -38,6 +38,8 @@ class Config:
     cancel_resend_after_s: float
     #: a node that has not called in for this long is DOWN
     node_down_after_s: float
+    #: the ranks' log group (infra/ RankLogGroup); None: logs are not shipped
+    log_group: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Config":
@@ -80,6 +82,7 @@ class Config:
             scan_period_s=float(env.get("GPUJOBS_SCAN_PERIOD_S") or 60),
             cancel_resend_after_s=float(env.get("GPUJOBS_CANCEL_RESEND_AFTER_S") or 30),
             node_down_after_s=float(env.get("GPUJOBS_NODE_DOWN_AFTER_S") or 60),
+            log_group=env.get("GPUJOBS_LOG_GROUP") or None,
         )
 
 

@@ -58,6 +58,16 @@ def _tokens_file() -> str:
     return path
 
 
+def _tenant_token(path: str) -> str:
+    """The first tenant token of the file, for the ready line to offer."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tokens = json.load(f)
+        return next(t["token"] for t in tokens if isinstance(t, dict) and t.get("tenant"))
+    except (OSError, ValueError, KeyError, StopIteration, TypeError):
+        return "<a tenant token of the tokens file>"
+
+
 def _with_agent_tokens(path: str, entries: list[dict], workdir: str) -> str:
     """The API reads the user's tokens plus one per simulated agent; the
     user's file is left as it is."""
@@ -135,6 +145,8 @@ def main() -> int:
             "GPUJOBS_TOKENS_FILE": _with_agent_tokens(tokens_file, agents.token_entries(),
                                                       workdir),
             "GPUJOBS_SCAN_PERIOD_S": str(scan_period_s),
+            # the agents ship rank logs to the embedded moto (botocore's own variable)
+            "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": moto.endpoint_url,
             "GPUJOBS_CANCEL_RESEND_AFTER_S": os.environ.get("GPUJOBS_CANCEL_RESEND_AFTER_S",
                                                             str(max(2 * scan_period_s, 5))),
         })
@@ -179,7 +191,9 @@ def main() -> int:
         print(f"gpujobs ready: API http://127.0.0.1:{port} | AWS (moto) {moto.endpoint_url} | "
               f"tokens {tokens_file} | agents {agents_count} x {gpus_per_agent} GPUs "
               f"({', '.join(agents.nodes) or 'none'}; logs under {workdir}) | "
-              f"scan every {scan_period_s:g}s", flush=True)
+              f"scan every {scan_period_s:g}s | to use it: "
+              f"export GPUJOBS_API_URL=http://127.0.0.1:{port} "
+              f"GPUJOBS_TOKEN={_tenant_token(tokens_file)}", flush=True)
         stop.wait()
         agents.stop()
         server.shutdown()

@@ -23,6 +23,7 @@ OUTPUT_ENV = {
     "ScanQueueUrl": "GPUJOBS_SCAN_QUEUE_URL",
     "InboxDeadLetterQueueArn": "GPUJOBS_INBOX_DLQ_ARN",
     "InboxQueuePrefix": "GPUJOBS_INBOX_QUEUE_PREFIX",
+    "RankLogGroupName": "GPUJOBS_LOG_GROUP",
 }
 
 

@@ -53,6 +53,14 @@ class _Server(ThreadedHTTPServer):
     # the default backlog of 5 resets clients when dozens connect at once
     request_queue_size = 128
 
+    def handle_error(self, request, client_address) -> None:
+        """A client that hung up first (the readiness probe's timeout, a Ctrl-C'd
+        curl) is no error of ours: no traceback for it."""
+        import sys
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
 
 def make_server(app, host: str, port: int, stage: str = "dev") -> LocalDevServer:
     # as chalice.local.create_local_server does: a thread-local current_request,

@@ -113,7 +113,8 @@ def render(value, template: dict, stage: str):
         if value["Ref"] == "Stage":
             return stage
         props = template["Resources"][value["Ref"]]["Properties"]
-        name = render(props.get("TableName") or props["QueueName"], template, stage)
+        name = render(props.get("TableName") or props.get("QueueName")
+                      or props["LogGroupName"], template, stage)
         if template["Resources"][value["Ref"]]["Type"] == "AWS::SQS::Queue":
             return f"https://sqs.{REGION}.amazonaws.com/000000000000/{name}"
         return name

@@ -49,7 +49,11 @@ _ROOT = str(ROOT) + os.sep
 _APP_DIRS = (str(ROOT / "chalicelib") + os.sep,)
 _APP_FILES = (str(ROOT / "app.py"),)
 #: services whose calls are recorded and checked
-SERVICES = ("dynamodb", "sqs", "ssm")
+SERVICES = ("dynamodb", "sqs", "ssm", "logs")
+#: the host agent's code: recorded as function "agent", checked against the
+#: agent's own role (infra/agent-policy-<stage>.json), never the Lambda's
+_AGENT_DIR = str(ROOT / "agent") + os.sep
+AGENT = "agent"
 ENV_DIR = "IAM_RECORD_DIR"
 SITE_DIR = ROOT / "tests" / "iam_site"
 #: scheduled and queued entry points of app.py; everything else there is the API
@@ -89,6 +93,8 @@ def caller(frame) -> tuple[bool, str]:
     if nearest is None:
         return False, ""
     name = nearest.f_code.co_filename
+    if name.startswith(_AGENT_DIR):
+        return True, AGENT
     if not (name.startswith(_APP_DIRS) or name in _APP_FILES):
         return False, ""
     return True, _function_of(nearest)
@@ -172,6 +178,12 @@ def iam_requests(service: str, operation: str, params: dict, *, region: str = "u
         if "QueueName" in params:
             return [(action, _queue_arn(region, account, params["QueueName"]))]
         return [(action, "*")]
+    if service == "logs":
+        group = staged(params.get("logGroupName", "*"))
+        base = f"arn:aws:logs:{region}:{account}:log-group:{group}"
+        if "logStreamName" in params:
+            return [(f"logs:{operation}", f"{base}:log-stream:{params['logStreamName']}")]
+        return [(f"logs:{operation}", f"{base}:*")]
     if service == "ssm":
         names = params.get("Names") or [params.get("Name") or params.get("Path") or "*"]
         return [(f"ssm:{operation}",
@@ -358,7 +370,7 @@ def unexercised(policy: dict, records) -> list[str]:
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if RECORDER is None:
         return
-    records = RECORDER.records()
+    records = {r for r in RECORDER.records() if r.function != AGENT}
     if not any(r.action.startswith(("dynamodb:", "sqs:")) for r in records):
         return
     directory = pathlib.Path(os.environ.get("IAM_POLICY_DIR") or ROOT / ".chalice")

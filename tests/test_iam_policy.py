@@ -136,7 +136,7 @@ def test_every_call_the_code_made_is_granted_by_the_dev_policy():
     if rec.RECORDER is None:
         pytest.fail('tests.iam_recorder is not loaded: tests/conftest.py needs '
                     'pytest_plugins = ["tests.iam_recorder"]')
-    records = rec.RECORDER.records()
+    records = {r for r in rec.RECORDER.records() if r.function != rec.AGENT}
     if not any(r.action.split(":")[0] in ("dynamodb", "sqs") for r in records):
         pytest.skip("no DynamoDB or SQS call by the application in this session: "
                     "run the whole suite (make test)")
@@ -153,3 +153,51 @@ def test_every_call_the_code_made_is_granted_by_the_dev_policy():
 
 
 test_every_call_the_code_made_is_granted_by_the_dev_policy.iam_runs_last = True
+
+
+# -- the host agent's role ------------------------------------------------------------
+def agent_policy(stage: str) -> dict:
+    return json.loads((ROOT / "infra" / f"agent-policy-{stage}.json").read_text())
+
+
+def test_log_calls_are_authorised_on_their_group_and_stream():
+    group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:gpujobs-dev-ranks"
+    assert rec.iam_requests("logs", "PutLogEvents", {
+        "logGroupName": "gpujobs-test-ranks", "logStreamName": "job_x/1/rank-0"}) == [
+        ("logs:PutLogEvents", f"{group}:log-stream:job_x/1/rank-0")]
+    assert rec.iam_requests("logs", "FilterLogEvents", {"logGroupName": "gpujobs-t1-ranks"}) \
+        == [("logs:FilterLogEvents", f"{group}:*")]
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_the_agent_role_is_scoped_to_inboxes_and_rank_logs(stage):
+    p = agent_policy(stage)
+    for st in p["Statement"]:
+        actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
+        resources = [st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"]
+        assert all("*" not in a for a in actions), st
+        assert all(f"gpujobs-{stage}-" in r for r in resources), st
+    stream = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:gpujobs-{stage}-ranks:log-stream:j/1/rank-0"
+    assert rec.allowed(p, "logs:PutLogEvents", stream)
+    assert not rec.allowed(p, "logs:FilterLogEvents",
+                           f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:gpujobs-{stage}-ranks:*"), \
+        "an agent reads no other job's logs"
+    assert not rec.allowed(p, "sqs:SendMessage", _arn_sqs(f"gpujobs-{stage}-inbox-n1"))
+    assert not rec.allowed(p, "dynamodb:GetItem",
+                           f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/gpujobs-{stage}-jobs")
+    assert json.loads(json.dumps(agent_policy("dev")).replace("gpujobs-dev-", "gpujobs-prod-")) \
+        == agent_policy("prod")
+
+
+def test_every_call_the_agent_made_is_granted_by_the_agent_policy():
+    records = {r for r in rec.RECORDER.records() if r.function == rec.AGENT} \
+        if rec.RECORDER else set()
+    if not records:
+        pytest.skip("no AWS call by the agent in this session: run tests/agent")
+    p = agent_policy("dev")
+    missing = sorted({(r.action, rec.generalised(r.resource)) for r in records
+                      if not rec.allowed(p, r.action, r.resource)})
+    assert not missing, f"infra/agent-policy-dev.json does not grant: {missing}"
+
+
+test_every_call_the_agent_made_is_granted_by_the_agent_policy.iam_runs_last = True

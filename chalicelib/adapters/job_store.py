@@ -16,8 +16,9 @@ from pynamodb.constants import ALL_OLD
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
+from ..domain import events as ev
 from ..domain import idempotency
-from ..domain.clock import iso, parse_iso
+from ..domain.clock import iso, parse_iso, utcnow
 from ..domain.attempts import Attempt
 from ..domain.jobs import Intent, Job, clear_incident
 from ..domain.placement import Plan, queue_key
@@ -63,6 +64,12 @@ def job_to_model(j: Job) -> JobModel:
     )
 
 
+def _event(model, key: str, value: dict):
+    """Set one event of the item's map, keeping the first of a repeat."""
+    path = model.events[key]
+    return path.set(path | value)
+
+
 def _as_dict(value) -> dict:
     return value.as_dict() if isinstance(value, MapAttribute) else dict(value or {})
 
@@ -97,11 +104,18 @@ class DynamoJobStore(metaclass=Translating):
         self._conn = connection
 
     # -- create and read -------------------------------------------------
+    @staticmethod
+    def _new_job_model(job: Job) -> JobModel:
+        m = job_to_model(job)
+        m.events = {"created": ev.event("created", job.created_at, reason="submitted",
+                                        tenant=job.tenant)}
+        return m
+
     def create(self, job: Job, claim: IdemClaim | None, *,
                reclaim: IdemRecord | None = None) -> None:
         if claim is None:
             # one conditional put; a ULID collision is not a case to handle
-            job_to_model(job).save(condition=JobModel.job_id.does_not_exist())
+            self._new_job_model(job).save(condition=JobModel.job_id.does_not_exist())
             return
         job = dataclasses.replace(job, idem_id=claim.idem_id)
         record = IdempotencyModel(claim.idem_id, job_id=job.job_id,
@@ -114,7 +128,7 @@ class DynamoJobStore(metaclass=Translating):
         try:
             with TransactWrite(connection=self._conn) as tx:
                 tx.save(record, condition=condition, return_values=ALL_OLD)
-                tx.save(job_to_model(job), condition=JobModel.job_id.does_not_exist())
+                tx.save(self._new_job_model(job), condition=JobModel.job_id.does_not_exist())
         except TransactWriteError as e:
             reasons = e.cancellation_reasons or []
             first = reasons[0] if reasons else None
@@ -181,6 +195,12 @@ class DynamoJobStore(metaclass=Translating):
             JobModel.exit.set(exit_),
             JobModel.pending_reason.remove(),
             *self._finish_actions(job, now),
+            _event(JobModel, "cancel_requested", ev.event(
+                "cancel_requested", now, attempt=job.attempt or None, reason=reason,
+                by=job.tenant)),
+            _event(JobModel, "finished", ev.event(
+                "finished", now, attempt=job.attempt or None, state="CANCELLED",
+                reason="cancelled before it was placed")),
         ]
         if reason is not None:
             actions.append(JobModel.cancel_reason.set(reason))
@@ -207,7 +227,10 @@ class DynamoJobStore(metaclass=Translating):
 
     def request_cancel(self, job: Job, now: datetime, reason: str | None,
                        intent: Intent, due_at: datetime) -> Job:
-        actions = [JobModel.cancel_requested_at.set(iso(now)), JobModel.updated_at.set(iso(now))]
+        actions = [JobModel.cancel_requested_at.set(iso(now)), JobModel.updated_at.set(iso(now)),
+                   _event(JobModel, "cancel_requested", ev.event(
+                       "cancel_requested", now, attempt=job.attempt, reason=reason,
+                       by=job.tenant, nodes=sorted(intent.targets)))]
         if reason is not None:
             actions.append(JobModel.cancel_reason.set(reason))
         condition = (JobModel.state.is_in(*(s.value for s in PLACED))
@@ -253,6 +276,10 @@ class DynamoJobStore(metaclass=Translating):
                     JobModel.pending_reason.remove(),
                     JobModel.health.set(clear_incident(job.health)),
                     JobModel.updated_at.set(iso(now)),
+                    _event(JobModel, f"placed#{attempt}", ev.event(
+                        "placed", now, attempt=attempt,
+                        reason=f"placed on {len(nodes)} node{'s' if len(nodes) != 1 else ''}",
+                        nodes={n: sorted(r) for n, r in plan.ranks_by_node.items()})),
                 ], condition=(JobModel.state == JobState.PENDING.value)
                     & (JobModel.attempt == job.attempt))
                 tx.save(AttemptModel(
@@ -290,10 +317,14 @@ class DynamoJobStore(metaclass=Translating):
                                                                           limit=limit)]
 
     def set_pending_reason(self, job: Job, reason: str | None) -> None:
-        action = JobModel.pending_reason.set(reason) if reason else \
-            JobModel.pending_reason.remove()
+        actions = [JobModel.pending_reason.set(reason) if reason else
+                   JobModel.pending_reason.remove()]
+        if reason:
+            actions.append(_event(JobModel, ev.waiting_key(job.attempt, reason),
+                                  ev.event("waiting", self._now(), attempt=job.attempt or None,
+                                           reason=reason)))
         try:
-            JobModel(job.job_id).update(actions=[action], condition=(
+            JobModel(job.job_id).update(actions=actions, condition=(
                 JobModel.state == JobState.PENDING.value) & (JobModel.attempt == job.attempt))
         except UpdateError as e:
             if not lost_condition(e):
@@ -307,7 +338,7 @@ class DynamoJobStore(metaclass=Translating):
             return None
 
     def record_ranks(self, job_id: str, attempt: int, kind: str, ranks: list[int],
-                     exit_code: int | None = None) -> Attempt:
+                     exit_code: int | None = None, node_id: str | None = None) -> Attempt:
         """Add ranks to the attempt's ``started``, ``exited`` or ``stopped`` set;
         adding is idempotent, so a repeated report changes nothing."""
         attr = {"started": AttemptModel.started, "exited": AttemptModel.exited,
@@ -315,6 +346,10 @@ class DynamoJobStore(metaclass=Translating):
         actions = [attr.add(set(ranks))] if ranks else []
         if kind == "exited":
             actions += [AttemptModel.exit_codes[str(r)].set(exit_code) for r in ranks]
+        if ranks:
+            code = exit_code if kind == "exited" else None
+            actions.append(_event(AttemptModel, ev.ranks_key(kind, ranks, code), ev.rank_event(
+                kind, self._now(), attempt, ranks, code, node_id)))
         m = AttemptModel(job_id, attempt)
         if not actions:
             m.refresh(consistent_read=True)
@@ -349,7 +384,10 @@ class DynamoJobStore(metaclass=Translating):
             m.update(actions=[JobModel.state.set(JobState.RUNNING.value),
                               JobModel.active_state.set(JobState.RUNNING.value),
                               JobModel.started_at.set(iso(now)),
-                              JobModel.updated_at.set(iso(now))],
+                              JobModel.updated_at.set(iso(now)),
+                              _event(JobModel, f"started#{job.attempt}", ev.event(
+                                  "started", now, attempt=job.attempt,
+                                  reason="the first ranks started"))],
                      condition=(JobModel.state == JobState.SCHEDULED.value)
                      & (JobModel.attempt == job.attempt))
         except UpdateError as e:
@@ -365,10 +403,19 @@ class DynamoJobStore(metaclass=Translating):
         leaves; the attempt records its end; ``stop`` (CANCEL to the nodes still
         running ranks) is recorded in the same transaction."""
         actions = [JobModel.state.set(to.value), JobModel.updated_at.set(iso(now))]
+        why = (exit_ or {}).get("reason")
         if to.terminal:
-            actions += [JobModel.exit.set(exit_), *self._finish_actions(job, now)]
+            actions += [JobModel.exit.set(exit_), *self._finish_actions(job, now),
+                        _event(JobModel, "finished", ev.event(
+                            "finished", now, attempt=attempt.attempt, state=to.value,
+                            reason=why, exit_code=(exit_ or {}).get("exit_code"),
+                            rank=(exit_ or {}).get("rank")))]
         else:
-            actions += [JobModel.active_state.set(to.value), JobModel.inboxes.remove()]
+            actions += [JobModel.active_state.set(to.value), JobModel.inboxes.remove(),
+                        _event(JobModel, f"retried#{attempt.attempt}", ev.event(
+                            "retried", now, attempt=attempt.attempt, reason=why,
+                            next_attempt=attempt.attempt + 1,
+                            rank=(exit_ or {}).get("rank")))]
         condition = (JobModel.state.is_in(*(s.value for s in PLACED))
                      & (JobModel.attempt == attempt.attempt))
         if not to.terminal:
@@ -405,6 +452,12 @@ class DynamoJobStore(metaclass=Translating):
                      & (JobModel.attempt == job.attempt))
         if incident_key is not None:
             actions.append(JobModel.incident_key.set(incident_key))
+            actions.append(_event(JobModel, f"stalled#{incident_key}", ev.event(
+                "stalled", self._now(), attempt=job.attempt,
+                reason=f"rank {health.get('first_stalled_rank')} stalled first",
+                rank=health.get("first_stalled_rank"),
+                co_first=[c.get("rank") for c in health.get("co_first") or []] or None,
+                suspect_node=health.get("suspect_node"))))
             condition &= (JobModel.incident_key.does_not_exist() if job.incident_key is None
                           else JobModel.incident_key == job.incident_key)
         try:
@@ -446,8 +499,22 @@ class DynamoJobStore(metaclass=Translating):
         if not m.unacked:
             m.update(actions=[OutboxModel.pending.remove()])
 
+    @staticmethod
+    def _now() -> datetime:
+        return utcnow()
+
+    def events(self, job_id: str) -> list[dict]:
+        """The job's events and its attempts', oldest first."""
+        job = JobModel.get(job_id, consistent_read=True, attributes_to_get=["events"])
+        attempts = AttemptModel.query(job_id, consistent_read=True,
+                                      attributes_to_get=["events"])
+        return ev.timeline(_as_dict(job.events), *(_as_dict(a.events) for a in attempts))
+
     def attempts(self, job_id: str) -> list[dict]:
-        return [{"attempt": int(m.attempt), "state": m.state, "placement": m.placement,
+        # an attempt whose ranks started is running, though only the job's
+        # state records it (the attempt's state is written when it ends)
+        return [{"attempt": int(m.attempt), "placement": m.placement,
+                 "state": "RUNNING" if m.state == "SCHEDULED" and m.started else m.state,
                  "created_at": parse_iso(m.created_at), "finished_at": _t(m.finished_at),
                  "exit": m.exit}
                 for m in AttemptModel.query(job_id, consistent_read=True)]

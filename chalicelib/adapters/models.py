@@ -65,6 +65,9 @@ class JobModel(Model):
     inboxes = JSONAttribute(null=True)
     #: "<attempt>#<n>" of the last stall incident recorded (each recorded once)
     incident_key = UnicodeAttribute(null=True)
+    #: the job's story: event key -> event, each written with its transition
+    #: (chalicelib/domain/events.py)
+    events = MapAttribute(default=dict)
 
     by_tenant = JobsByTenant()
     by_active_state = JobsByActiveState()
@@ -106,6 +109,8 @@ class AttemptModel(Model):
     exit_codes = MapAttribute(default=dict)
     #: nodes whose reserved GPUs were given back (exactly once each)
     released = UnicodeSetAttribute(null=True)
+    #: ranks started, exited, stopped: one event per report (domain/events.py)
+    events = MapAttribute(default=dict)
 
 
 class NodesReadyByType(GlobalSecondaryIndex["NodeModel"]):

@@ -54,7 +54,7 @@ class AttemptsService:
         attempt = self.store.record_ranks(job_id, attempt_no,
                                           {"STARTED": "started", "EXITED": "exited",
                                            "STOPPED": "stopped"}[kind],
-                                          ranks, body.get("exit_code"))
+                                          ranks, body.get("exit_code"), node_id)
         self._acknowledge(attempt, node_id)
         self.settle_node(attempt, node_id)
         if attempt_no != job.attempt:
@@ -94,7 +94,8 @@ class AttemptsService:
     def node_lost(self, job: Job, attempt: Attempt, node_id: str) -> Job:
         """The node went DOWN: its ranks count as failed, its GPUs go back."""
         lost = [r for r in attempt.ranks_on(node_id) if r not in attempt.done]
-        attempt = self.store.record_ranks(job.job_id, attempt.attempt, "exited", lost, LOST)
+        attempt = self.store.record_ranks(job.job_id, attempt.attempt, "exited", lost, LOST,
+                                          node_id)
         self._acknowledge(attempt, node_id)
         self.settle_node(attempt, node_id)
         if attempt.attempt != job.attempt:

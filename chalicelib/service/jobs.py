@@ -83,6 +83,11 @@ class JobsService:
         self.get(tenant, job_id)
         return self.store.attempts(job_id)
 
+    def events(self, tenant: str, job_id: str) -> list[dict]:
+        """The job's story, oldest first (chalicelib/domain/events.py)."""
+        self.get(tenant, job_id)
+        return self.store.events(job_id)
+
     def list(self, tenant: str, *, state: str | None, page_size: int,
              page_token: str | None) -> tuple[list[Job], str | None]:
         if state is not None and state not in JobState.__members__:

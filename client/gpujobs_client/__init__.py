@@ -19,6 +19,7 @@ _EXPORTS = {
     "Job": "models", "JobPage": "models", "JobHealth": "models", "Exit": "models",
     "Attempt": "models", "Placement": "models", "Node": "models", "Ranks": "models",
     "RankStatus": "models", "HeartbeatAck": "models", "STATES": "models",
+    "LogLine": "models", "JobEvent": "models",
     "TERMINAL_STATES": "models", "parse_time": "models",
     "GpujobsError": "errors", "TransportError": "errors", "ApiError": "errors",
     "BadRequest": "errors", "InvalidArgument": "errors", "InvalidPageToken": "errors",

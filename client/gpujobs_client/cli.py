@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console, RenderableType
 
     from .client import Client
-    from .models import Job, Ranks
+    from .models import Job, LogLine, Ranks
 
 # -- exit codes (documented in --help and client/README.md; tested) ---------------
 EXIT_OK = 0
@@ -324,11 +324,14 @@ def load_spec_file(path: str) -> dict[str, Any]:
 @click.option("--idempotency-key", metavar="KEY",
               help="Reuse to repeat a submit safely (default: a fresh uuid4, shown on output).")
 @click.option("--dry-run", is_flag=True, help="Print the request body and send nothing.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Print only the job id, for scripts: JOB=$(gpujobs submit -q ...).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def submit(spec_file: str | None, name: str | None, ranks: int | None,
            gpus_per_rank: int | None, gpu_type: str | None, priority: int | None,
            max_attempts: int | None, env: tuple[str, ...], labels: tuple[str, ...],
-           idempotency_key: str | None, dry_run: bool, command: tuple[str, ...]) -> None:
+           idempotency_key: str | None, dry_run: bool, quiet: bool,
+           command: tuple[str, ...]) -> None:
     """Submit a job: gpujobs submit --ranks 2 -- python train.py --lr 3e-4
 
     Everything after the options (or after `--`) is the command each rank runs.
@@ -372,6 +375,9 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     if json_mode():
         out_json(job.raw)
         return
+    if quiet:
+        click.echo(job.id)
+        return
     c = console()
     verb = "Already submitted (same Idempotency-Key and body)" if job.replayed else "Submitted"
     c.print(f"{verb}: [bold]{job.id}[/] {styled_state(job.state)}")
@@ -394,6 +400,8 @@ def job_panel(job: "Job") -> "RenderableType":
     t.add_row("id", job.id)
     t.add_row("name", escape(job.name or "-"))
     t.add_row("state", styled_state(job.state))
+    if job.pending_reason and job.state == "PENDING":
+        t.add_row("pending reason", escape(job.pending_reason))
     t.add_row("attempt", f"{job.attempt} of max {spec.get('max_attempts', 1)}")
     t.add_row("ranks", f"{spec.get('ranks')} x {spec.get('gpus_per_rank', 1)} GPU "
                        f"({escape(spec.get('gpu_type') or 'any type')})")
@@ -412,6 +420,14 @@ def job_panel(job: "Job") -> "RenderableType":
         health += (f"  first stalled rank {h.first_stalled_rank} (last heard "
                    f"{short_time(h.last_heard_at) if h.last_heard_at else 'never'}, "
                    f"detected {short_time(h.detected_at)})")
+        co = [c.get("rank") for c in h.raw.get("co_first") or [] if isinstance(c, dict)]
+        if co:
+            health += f"  co-first {escape(ranges(r for r in co if r is not None))}"
+        if h.raw.get("suspect_node"):
+            health += f"  suspect node {escape(h.raw['suspect_node'])}"
+    for key in ("suppressed",):
+        if h.raw.get(key):
+            health += f"  ({escape(key.replace('_', ' '))}: {escape(h.raw[key])})"
     t.add_row("health", health)
     if job.exit is not None:
         code = "" if job.exit.exit_code is None else f", exit code {job.exit.exit_code}"
@@ -476,13 +492,18 @@ def list_(state: str | None, limit: int | None, all_: bool, page_size: int | Non
     else:
         from rich.table import Table
         t = Table(box=None, header_style="bold", pad_edge=False)
-        for col in ("ID", "NAME", "STATE", "RANKS", "ATTEMPT", "HEALTH", "CREATED"):
+        waiting = any(j.pending_reason for j in jobs)
+        cols = ("ID", "NAME", "STATE", "RANKS", "ATTEMPT", "HEALTH", "CREATED")
+        for col in cols + (("PENDING REASON",) if waiting else ()):
             t.add_column(col, no_wrap=col in ("ID", "STATE", "CREATED"))
         for j in jobs:
-            t.add_row(j.id, escape(j.name or "-"), styled_state(j.state), str(j.ranks or "-"),
-                      str(j.attempt),
-                      f"[{HEALTH_STYLE.get(j.health.status, '')}]{j.health.status}[/]",
-                      short_time(j.created_at))
+            row = [j.id, escape(j.name or "-"), styled_state(j.state), str(j.ranks or "-"),
+                   str(j.attempt),
+                   f"[{HEALTH_STYLE.get(j.health.status, '')}]{j.health.status}[/]",
+                   short_time(j.created_at)]
+            if waiting:
+                row.append(escape(j.pending_reason or "") if j.state == "PENDING" else "")
+            t.add_row(*row)
         c.print(t)
     if token is not None:
         c.print(f"More jobs: gpujobs list --page-token {escape(token)}  (or --all)", style="dim")
@@ -661,7 +682,8 @@ def watch_view(job: "Job", rk: "Ranks | None", note: str | None, interval: float
 def snapshot(client: "Client", job_id: str) -> tuple["Job", "Ranks | None", str | None]:
     job = client.get_job(job_id)
     if job.attempt == 0 or job.state == "PENDING":
-        return job, None, "waiting for placement"
+        return job, None, "waiting for placement" + (
+            f": {job.pending_reason}" if job.pending_reason else "")
     try:
         return job, client.get_ranks(job_id), None
     except ApiError as e:  # ranks are extra: the job itself was read
@@ -710,6 +732,104 @@ def watch(job_id: str, interval: float, wait_timeout: float | None, max_ranks: i
             time.sleep(interval)
             job, rk, note = snapshot(client, job_id)
             live.update(watch_view(job, rk, note, interval, max_ranks), refresh=True)
+
+
+# -- logs ---------------------------------------------------------------------------------
+def _log_out(line: "LogLine", prefix: bool) -> None:
+    if json_mode():
+        click.echo(json.dumps({**line.raw, "attempt": line.attempt}, ensure_ascii=False))
+        return
+    head = f"[rank {line.rank}] " if prefix else ""
+    click.echo(head + line.line, err=line.stream == "stderr")
+
+
+@cli.command()
+@common_options
+@click.argument("job_id")
+@click.option("--rank", type=click.IntRange(min=0), help="Only this rank's lines.")
+@click.option("--all-ranks", is_flag=True, help="Every rank's lines, interleaved by time "
+              "and prefixed by their rank (the default).")
+@click.option("--attempt", type=click.IntRange(min=1), help="This attempt (default: the newest).")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.option("--since", metavar="WHEN", help="Only lines since a time (RFC 3339) or a "
+              "duration ago: 30s, 10m, 2h, 1d.")
+@click.option("--tail", type=click.IntRange(min=0), metavar="N",
+              help="Only the last N lines (then new ones with -f).")
+@click.option("--interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds between polls with -f.")
+def logs(job_id: str, rank: int | None, all_ranks: bool, attempt: int | None, follow: bool,
+         since: str | None, tail: int | None, interval: float) -> None:
+    """Print what the job's ranks wrote (stdout to stdout, stderr to stderr).
+
+    Lines come from CloudWatch Logs, where the agents ship them; with several
+    ranks each line starts with [rank N]. With -o json, one JSON object per line:
+    {"rank", "stream", "time", "line", "id", "attempt"}.
+    """
+    if rank is not None and all_ranks:
+        raise click.UsageError("--rank and --all-ranks exclude each other")
+    client = make_client()
+    prefix = rank is None
+    if tail is not None:
+        from collections import deque
+        last: "deque[LogLine]" = deque(maxlen=tail)
+        last.extend(client.iter_logs(job_id, attempt=attempt, rank=rank, since=since))
+        for line in last:
+            _log_out(line, prefix)
+        if not follow:
+            return
+        if last:
+            since = last[-1].time
+            attempt = attempt or last[-1].attempt
+        shown = {line.id for line in last if line.time == since}
+    else:
+        shown = set()
+    for line in client.iter_logs(job_id, attempt=attempt, rank=rank, since=since,
+                                 follow=follow, interval_s=interval):
+        if line.id in shown:
+            continue
+        _log_out(line, prefix)
+
+
+# -- describe -----------------------------------------------------------------------------
+@cli.command()
+@common_options
+@click.argument("job_id")
+def describe(job_id: str) -> None:
+    """Everything about a job: spec, state, why it waits, attempts (node -> ranks),
+    health and the story of its transitions."""
+    client = make_client()
+    job = client.get_job(job_id)
+    items = client.list_attempts(job_id)
+    events = client.list_events(job_id)
+    if json_mode():
+        out_json({"job": job.raw, "attempts": [a.raw for a in items],
+                  "events": [e.raw for e in events]})
+        return
+    from rich.table import Table
+    c = console()
+    c.print(job_panel(job))
+    if items:
+        c.print()
+        t = Table(box=None, header_style="bold", pad_edge=False, title="attempts",
+                  title_justify="left", title_style="bold")
+        for col in ("ATTEMPT", "STATE", "PLACEMENT (node: ranks)", "CREATED", "FINISHED", "EXIT"):
+            t.add_column(col)
+        for a in items:
+            ex = "-" if a.exit is None else (
+                a.exit.reason + ("" if a.exit.exit_code is None else f" ({a.exit.exit_code})"))
+            t.add_row(str(a.attempt), styled_state(a.state),
+                      escape(placement_summary(a.placement)), short_time(a.created_at),
+                      short_time(a.finished_at), escape(ex))
+        c.print(t)
+    c.print()
+    t = Table(box=None, header_style="bold", pad_edge=False, title="events",
+              title_justify="left", title_style="bold")
+    for col in ("TIME", "ATTEMPT", "EVENT", "REASON"):
+        t.add_column(col)
+    for e in events:
+        t.add_row(short_time(e.time), "-" if e.attempt is None else str(e.attempt),
+                  escape(e.type), escape(e.reason or ""))
+    c.print(t)
 
 
 # -- nodes --------------------------------------------------------------------------------

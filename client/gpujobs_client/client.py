@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from . import __version__
 from .errors import ApiError, GpujobsError, TransportError, error_from_problem
-from .models import Attempt, HeartbeatAck, Job, JobPage, Node, Ranks
+from .models import Attempt, HeartbeatAck, Job, JobEvent, JobPage, LogLine, Node, Ranks
 from .retry import (RETRY_CODES, RETRY_STATUSES_ANY, RETRY_STATUSES_IDEMPOTENT, RetryPolicy,
                     parse_retry_after)
 
@@ -272,6 +272,59 @@ class Client:
         """``GET /v1/jobs/{job_id}/attempts``, oldest first."""
         data = self._json("GET", f"/v1/jobs/{_seg(job_id)}/attempts")
         return [Attempt.from_json(a) for a in data.get("attempts") or []]
+
+    def list_events(self, job_id: str) -> list[JobEvent]:
+        """``GET /v1/jobs/{job_id}/events``: the job's story, oldest first."""
+        data = self._json("GET", f"/v1/jobs/{_seg(job_id)}/events")
+        return [JobEvent.from_json(e) for e in data.get("events") or []]
+
+    def get_logs(self, job_id: str, *, attempt: int | None = None, rank: int | None = None,
+                 since: str | None = None, page_token: str | None = None,
+                 page_size: int | None = None) -> dict[str, Any]:
+        """One page of ``GET /v1/jobs/{job_id}/logs`` as the API returns it."""
+        return self._json("GET", f"/v1/jobs/{_seg(job_id)}/logs", params={
+            "attempt": attempt, "rank": rank, "since": since, "page_token": page_token,
+            "page_size": page_size})
+
+    def iter_logs(self, job_id: str, *, attempt: int | None = None, rank: int | None = None,
+                  since: str | None = None, follow: bool = False, interval_s: float = 1.0,
+                  page_size: int | None = None, drain_s: float = 5.0,
+                  sleep: Callable[[float], None] = time.sleep) -> Iterator[LogLine]:
+        """Every line of the job's ranks (one rank with ``rank``), oldest first,
+        of the newest attempt unless ``attempt`` names one.
+
+        With ``follow``, keeps polling for new lines until the job is terminal
+        (and ``drain_s`` more seconds, for what the agents ship last); each
+        line is yielded once (lines are re-read from the last time seen and
+        told apart by their ``id``)."""
+        token, query_since = None, since
+        last_time, at_last_time = None, set()
+        ended_at = None
+        while True:
+            page = self.get_logs(job_id, attempt=attempt, rank=rank, since=query_since,
+                                 page_token=token, page_size=page_size)
+            got = int(page.get("attempt") or 0)
+            if follow and attempt is None and got:
+                attempt = got  # follow the attempt being read
+            for d in page.get("lines") or []:
+                line = LogLine.from_json(d, got)
+                if line.time == last_time and line.id in at_last_time:
+                    continue
+                if line.time != last_time:
+                    last_time, at_last_time = line.time, set()
+                at_last_time.add(line.id)
+                yield line
+            token = page.get("next_page_token")
+            if token:
+                continue
+            if not follow:
+                return
+            if ended_at is None and self.get_job(job_id).is_terminal:
+                ended_at = time.monotonic()
+            if ended_at is not None and time.monotonic() - ended_at >= drain_s:
+                return
+            sleep(interval_s)
+            query_since = last_time or since
 
     # -- ranks and heartbeats ---------------------------------------------------
     def get_ranks(self, job_id: str) -> Ranks:

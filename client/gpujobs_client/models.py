@@ -85,6 +85,8 @@ class Job:
     same ``Idempotency-Key`` made (``Idempotent-Replayed: true``)."""
     idempotency_key: str | None = field(default=None, compare=False)
     """The key ``create_job`` sent (None on jobs from other calls)."""
+    pending_reason: str | None = None
+    """Why a PENDING job waits ("can never fit: ..."), from the placer."""
 
     @property
     def is_terminal(self) -> bool:
@@ -105,7 +107,7 @@ class Job:
                    cancel_reason=d.get("cancel_reason"),
                    health=JobHealth.from_json(d.get("health")),
                    exit=Exit.from_json(d.get("exit")), raw=dict(d), replayed=replayed,
-                   idempotency_key=idempotency_key)
+                   idempotency_key=idempotency_key, pending_reason=d.get("pending_reason"))
 
 
 @dataclass(frozen=True)
@@ -215,3 +217,36 @@ class HeartbeatAck:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "HeartbeatAck":
         return cls(received_at=str(d.get("received_at", "")), raw=dict(d))
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line a rank wrote (GET /v1/jobs/{id}/logs)."""
+    rank: int | None
+    stream: str
+    time: str
+    line: str
+    id: str | None
+    attempt: int
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], attempt: int) -> "LogLine":
+        return cls(rank=_opt_int(d.get("rank")), stream=str(d.get("stream", "stdout")),
+                   time=str(d.get("time", "")), line=str(d.get("line", "")), id=d.get("id"),
+                   attempt=attempt, raw=dict(d))
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One event of a job's story (GET /v1/jobs/{id}/events)."""
+    type: str
+    time: str
+    attempt: int | None
+    reason: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "JobEvent":
+        return cls(type=str(d.get("type", "")), time=str(d.get("time", "")),
+                   attempt=_opt_int(d.get("attempt")), reason=d.get("reason"), raw=dict(d))

@@ -98,3 +98,23 @@ def test_the_rank_user_defaults_to_gpujobs_rank():
     assert settings.rank_user == "gpujobs-rank"
     settings, _ = parse_settings(REQUIRED + ["--rank-user", "nobody"], environ=TOKEN)
     assert settings.rank_user == "nobody"
+
+
+def test_no_aws_credentials_exit_2_at_once_saying_what_to_give(tmp_path):
+    """Without credentials every receive would fail and be retried for ever
+    ("Unable to locate credentials" in a loop): the agent says so once instead."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AWS_", "GPUJOBS_AGENT_"))}
+    env.update(AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true", **TOKEN)
+    argv = [a if a != "/tmp/s" else str(tmp_path / "s") for a in REQUIRED]
+    r = subprocess.run([sys.executable, "-m", "agent", *argv], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2
+    assert "no AWS credentials" in r.stderr and "AWS_ACCESS_KEY_ID=local" in r.stderr
+    assert "Traceback" not in r.stderr

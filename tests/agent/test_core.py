@@ -111,7 +111,7 @@ def test_a_command_not_found_exits_127(world):
     agent.handle(message(launch(command=["/nonexistent/trainer"]), 1))
     run_until(agent, lambda: world.api.of("EXITED"), what="EXITED")
     assert world.api.of("EXITED") == [{"type": "EXITED", "ranks": [0], "exit_code": 127, **NODE}]
-    assert "cannot start" in world.paths.log_file("job_a", 1, 0).read_text()
+    assert "cannot start" in world.paths.log_file("job_a", 1, 0).with_suffix(".err").read_text()
 
 
 DUMP_ENV = ("import json, os, sys; "

@@ -38,14 +38,16 @@ def test_exit_code_is_recorded_by_the_shim(launched, tmp_path):
     rank = start(launched, tmp_path, ["sh", "-c", "echo out; echo err >&2; exit 7"])
     assert wait_until(lambda: rank.exit_code() is not None) and rank.exit_code() == 7
     assert read_exit_file(rank.exit_file) == 7
-    assert (tmp_path / "r.log").read_text() == "out\nerr\n"  # stdout and stderr, in order
+    # stdout and stderr apart, so the log shipper can tell them apart
+    assert (tmp_path / "r.log").read_text() == "out\n"
+    assert (tmp_path / "r.err").read_text() == "err\n"
 
 
 def test_a_command_that_cannot_start_exits_127_with_the_reason_in_the_log(launched, tmp_path):
     rank = start(launched, tmp_path, ["/nonexistent/trainer", "--x"])
     wait_until(lambda: rank.exit_code() is not None)
     assert rank.exit_code() == 127
-    assert "cannot start '/nonexistent/trainer'" in (tmp_path / "r.log").read_text()
+    assert "cannot start '/nonexistent/trainer'" in (tmp_path / "r.err").read_text()
 
 
 def test_the_rank_runs_in_its_own_session_and_group_led_by_the_shim(launched, tmp_path):

@@ -85,6 +85,9 @@ class FakeApi:
         self.attempts: dict[str, list[dict[str, Any]]] = {}
         self.beats: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
+        #: job id -> its log lines ({"rank", "stream", "time", "line", "id", "attempt"})
+        self.logs: dict[str, list[dict[str, Any]]] = {}
+        self.events: dict[str, list[dict[str, Any]]] = {}
         self.clock = 0.0                   # seconds since EPOCH; tests move it
         self.on_get_job: list[Callable[[dict[str, Any]], None]] = []
         self.release = threading.Event()   # ends "hang" faults
@@ -284,6 +287,23 @@ class FakeApi:
                     {"t": t, "s": state, "a": page[-1]["id"]}).encode()).decode()
             return 200, {"jobs": page, "next_page_token": nxt}, {}
 
+        m = re.fullmatch(r"/v1/jobs/([^/]+)/(logs|events)", path)
+        if m and method == "GET":
+            job = self._job_for(tenant(), m.group(1))
+            if m.group(2) == "events":
+                return 200, {"events": self.events.get(job["id"], [])}, {}
+            q = {k: v[0] for k, v in query.items()}
+            attempt = int(q.get("attempt", job["attempt"]))
+            lines = [x for x in self.logs.get(job["id"], []) if x["attempt"] == attempt
+                     and ("rank" not in q or x["rank"] == int(q["rank"]))
+                     and ("since" not in q or x["time"] >= q["since"])]
+            start = int(q.get("page_token", 0))
+            size = int(q.get("page_size", 1000))
+            page = lines[start:start + size]
+            more = start + size < len(lines)
+            return 200, {"job_id": job["id"], "attempt": attempt,
+                         "lines": [{k: v for k, v in x.items() if k != "attempt"} for x in page],
+                         "next_page_token": str(start + size) if more else None}, {}
         m = re.fullmatch(r"/v1/jobs/([^/]+)(/cancel|/attempts|/ranks|/heartbeats|"
                          r"/attempts/([^/]+)/events)?", path)
         if m:

@@ -88,6 +88,13 @@ def test_submit_json_output_is_the_job_only(run, fake):
                                       "--", "true").stdout
 
 
+def test_submit_quiet_prints_only_the_job_id_for_scripts(run, fake):
+    r = run("submit", "-q", "--ranks", "1", "--", "true")
+    assert r.exit_code == 0, r.output
+    (job_id,) = fake.jobs
+    assert r.stdout == job_id + "\n"
+
+
 @pytest.mark.parametrize("suffix, text", [
     (".yaml", "name: from-file\nranks: 4\ncommand: [python, a.py]\nenv: {A: '1', B: '2'}\n"
               "heartbeat: {interval_s: 5}\n"),

@@ -1,0 +1,54 @@
+"""The LogReader port on CloudWatch Logs: one FilterLogEvents call a page."""
+from __future__ import annotations
+
+from typing import Callable
+
+import boto3
+from botocore.config import Config as BotoConfig
+
+from ..config import Config
+from ..service.ports import LogPage
+
+#: FilterLogEvents takes at most this many stream names
+MAX_STREAM_NAMES = 100
+
+
+def logs_client(config: Config):
+    """A CloudWatch Logs client; the one place that makes it (to be pointed at
+    a shared botocore session)."""
+    return boto3.session.Session().client(
+        "logs", region_name=config.region, endpoint_url=config.endpoint_url,
+        config=BotoConfig(connect_timeout=2, read_timeout=5,
+                          retries={"max_attempts": 3, "mode": "standard"}))
+
+
+class CloudWatchLogReader:
+    def __init__(self, config: Config, factory: Callable[[Config], object] = logs_client) -> None:
+        self._config, self._factory, self._client = config, factory, None
+
+    @property
+    def client(self):
+        if self._client is None:  # made on first use: cold starts that never read logs skip it
+            self._client = self._factory(self._config)
+        return self._client
+
+    def read(self, streams: list[str], prefix: str, *, start_ms: int | None,
+             token: str | None, limit: int) -> LogPage:
+        if self._config.log_group is None:
+            return LogPage([], None)
+        args: dict = {"logGroupName": self._config.log_group, "limit": limit}
+        if len(streams) <= MAX_STREAM_NAMES:
+            args["logStreamNames"] = streams
+        else:
+            args["logStreamNamePrefix"] = prefix
+        if start_ms is not None:
+            args["startTime"] = start_ms
+        if token:
+            args["nextToken"] = token
+        try:
+            out = self.client.filter_log_events(**args)
+        except self.client.exceptions.ResourceNotFoundException:
+            return LogPage([], None)  # no stream yet: nothing was written
+        events = [(e["logStreamName"], int(e["timestamp"]), e["message"], e.get("eventId"))
+                  for e in out.get("events", [])]
+        return LogPage(events, out.get("nextToken") or None)

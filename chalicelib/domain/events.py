@@ -1,0 +1,82 @@
+"""A job's story: the events written with its transitions.
+
+Every event is stored in the same conditional write (or transaction) as the
+transition it tells of, as one entry of a map on the job's or the attempt's
+item, under a key that names the occurrence. A repeated report or a retried
+write therefore sets the same key again (``if_not_exists``: the first time
+stays), and a transition that loses its condition writes no event at all.
+
+Job item keys: ``created``, ``waiting#<attempt>#<reason hash>``,
+``placed#<attempt>``, ``started#<attempt>``, ``cancel_requested``,
+``stalled#<incident>``, ``retried#<attempt>``, ``finished``.
+Attempt item keys: ``<kind>#<exit code>#<ranks hash>`` for each report of
+ranks that started, exited or stopped (one per node report, so an attempt holds
+about as many as it has nodes).
+"""
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+
+from .clock import iso
+
+#: order of events that carry the same time (one transaction writes several)
+_ORDER = {"created": 0, "waiting": 1, "placed": 2, "rank_started": 3, "started": 4,
+          "cancel_requested": 5, "stalled": 6, "rank_exited": 7, "rank_stopped": 7,
+          "retried": 8, "finished": 9}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def event(kind: str, at: datetime, *, attempt: int | None = None,
+          reason: str | None = None, **details) -> dict:
+    """An event as stored and served: type, time, attempt, reason, details."""
+    out = {"type": kind, "time": iso(at), "attempt": attempt, "reason": reason, **details}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def waiting_key(attempt: int, reason: str) -> str:
+    return f"waiting#{attempt}#{_digest(reason)}"
+
+
+def ranks_key(kind: str, ranks: list[int], exit_code: int | None) -> str:
+    return f"{kind}#{exit_code}#{_digest(','.join(map(str, sorted(ranks))))}"
+
+
+def rank_event(kind: str, at: datetime, attempt: int, ranks: list[int],
+               exit_code: int | None, node_id: str | None = None) -> dict:
+    """Ranks of one node report that started, exited (with a code) or stopped."""
+    verb = {"started": "started", "exited": "exited", "stopped": "stopped"}[kind]
+    ranks = sorted(ranks)
+    if kind == "exited":
+        reason = (f"rank{'s' if len(ranks) > 1 else ''} {_span(ranks)} exited "
+                  f"with code {exit_code}")
+    else:
+        reason = f"rank{'s' if len(ranks) > 1 else ''} {_span(ranks)} {verb}"
+    return event(f"rank_{verb}", at, attempt=attempt, reason=reason, ranks=ranks,
+                 exit_code=exit_code if kind == "exited" else None, node_id=node_id)
+
+
+def _span(ranks: list[int]) -> str:
+    """0-3,7 for [0, 1, 2, 3, 7]."""
+    parts, start, prev = [], None, None
+    for r in ranks:
+        if start is None:
+            start = prev = r
+        elif r == prev + 1:
+            prev = r
+        else:
+            parts.append(f"{start}-{prev}" if prev != start else str(start))
+            start = prev = r
+    if start is not None:
+        parts.append(f"{start}-{prev}" if prev != start else str(start))
+    return ",".join(parts)
+
+
+def timeline(*maps: dict | None) -> list[dict]:
+    """Events of the job's and its attempts' maps, oldest first."""
+    events = [{"attempt": None, "reason": None, **e} for m in maps for e in (m or {}).values()]
+    events.sort(key=lambda e: (e["time"], e.get("attempt") or 0, _ORDER.get(e["type"], 5)))
+    return events

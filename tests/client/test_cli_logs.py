@@ -1,0 +1,94 @@
+"""`gpujobs logs`, `describe` and pending reasons, against the fake server:
+rank prefixes when ranks interleave, stderr kept on stderr, --tail, --follow
+until the job ends (each line once), and the SDK's iterator underneath."""
+from __future__ import annotations
+
+import json
+
+from gpujobs_client import Client
+
+from .test_cli import Run  # noqa: F401 - the runner
+from .test_cli import run, xdg  # noqa: F401 - fixtures
+
+
+def line(rank, text, t, stream="stdout", attempt=1, n=[0]):
+    n[0] += 1
+    return {"rank": rank, "stream": stream, "time": t, "line": text, "id": f"e{n[0]}",
+            "attempt": attempt}
+
+
+def running_job(fake, ranks=2):
+    job = fake.add_job(ranks=ranks)
+    fake.place(job["id"], ["n1"])
+    return job
+
+
+def test_logs_interleave_ranks_with_prefixes_and_keep_stderr_apart(run, fake):
+    job = running_job(fake)
+    fake.logs[job["id"]] = [line(0, "hello 0", "2030-01-01T00:00:00.000Z"),
+                            line(1, "oops", "2030-01-01T00:00:00.001Z", "stderr"),
+                            line(1, "hello 1", "2030-01-01T00:00:00.002Z")]
+    r = run("logs", job["id"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines() == ["[rank 0] hello 0", "[rank 1] hello 1"]
+    assert r.stderr.splitlines() == ["[rank 1] oops"]
+    one = run("logs", job["id"], "--rank", "1")
+    assert one.stdout.splitlines() == ["hello 1"], "one rank: no prefix"
+    assert fake.sent("GET", f"/v1/jobs/{job['id']}/logs")[-1].query["rank"] == ["1"]
+    assert run("logs", job["id"], "--rank", "1", "--all-ranks").exit_code == 2
+
+
+def test_tail_and_json_lines(run, fake):
+    job = running_job(fake, ranks=1)
+    fake.logs[job["id"]] = [line(0, f"l{i}", f"2030-01-01T00:00:0{i}.000Z") for i in range(5)]
+    assert run("logs", job["id"], "--tail", "2").stdout.splitlines() == ["[rank 0] l3",
+                                                                        "[rank 0] l4"]
+    r = run("-o", "json", "logs", job["id"], "--tail", "1")
+    assert [json.loads(x)["line"] for x in r.stdout.splitlines()] == ["l4"]
+
+
+def test_follow_prints_each_line_once_until_the_job_ends(fake):
+    job = running_job(fake, ranks=1)
+    lines = fake.logs[job["id"]] = [line(0, "a", "2030-01-01T00:00:00.000Z"),
+                                    line(0, "b", "2030-01-01T00:00:00.000Z")]
+    polls = []
+
+    def sleep(_):
+        polls.append(1)
+        if len(polls) == 1:
+            lines.append(line(0, "c", "2030-01-01T00:00:00.000Z"))  # same ms as before
+            lines.append(line(0, "d", "2030-01-01T00:00:01.000Z"))
+        if len(polls) == 2:
+            fake.update_job(job["id"], state="SUCCEEDED")
+            lines.append(line(0, "e", "2030-01-01T00:00:02.000Z"))
+
+    with Client(fake.url, "t1") as c:
+        got = [x.line for x in c.iter_logs(job["id"], follow=True, interval_s=0, drain_s=0,
+                                           sleep=sleep)]
+    assert got == ["a", "b", "c", "d", "e"]
+
+
+def test_describe_shows_attempts_health_and_the_story(run, fake):
+    job = running_job(fake)
+    fake.events[job["id"]] = [
+        {"type": "created", "time": "2030-01-01T00:00:00.000Z", "attempt": None,
+         "reason": "submitted"},
+        {"type": "placed", "time": "2030-01-01T00:00:01.000Z", "attempt": 1,
+         "reason": "placed on 1 node", "nodes": {"n1": [0, 1]}}]
+    r = run("describe", job["id"])
+    assert r.exit_code == 0, r.output
+    for text in ("attempts", "n1: 0-1", "events", "created", "placed on 1 node"):
+        assert text in r.stdout, text
+    r = run("-o", "json", "describe", job["id"])
+    body = json.loads(r.stdout)
+    assert [e["type"] for e in body["events"]] == ["created", "placed"]
+    assert body["job"]["id"] == job["id"] and len(body["attempts"]) == 1
+
+
+def test_pending_reason_in_get_list_and_the_sdk(run, fake):
+    job = fake.add_job(ranks=99)
+    fake.update_job(job["id"], pending_reason="can never fit: needs 99 GPUs; the fleet has 16")
+    assert "can never fit" in run("get", job["id"]).stdout
+    assert "can never fit" in run("list").stdout
+    with Client(fake.url, "t1") as c:
+        assert c.get_job(job["id"]).pending_reason.startswith("can never fit")

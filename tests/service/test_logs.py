@@ -1,0 +1,93 @@
+"""GET /v1/jobs/{id}/logs: the lines the agents shipped, with rank, stream and
+time, newest attempt by default, paged by a signed cursor; another tenant's
+job is not found."""
+import json
+import time
+
+import boto3
+import pytest
+
+from agent.logship import Shipper
+from chalicelib.domain.principal import Principal
+
+from .test_events import event, placed
+
+AGENT = Principal("agent", "*")
+
+
+@pytest.fixture
+def cluster(iso):
+    return {n: iso.nodes.register(AGENT, n, {"gpus": 2}).inbox_queue_url for n in ("n1", "n2")}
+
+
+def ship(tmp_path, env, job_id, attempt, rank, out="", err=""):
+    d = tmp_path / "logs" / job_id / str(attempt)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"rank-{rank}.log").open("a").write(out)
+    (d / f"rank-{rank}.err").open("a").write(err)
+    client = boto3.client("logs", endpoint_url=env["GPUJOBS_AWS_ENDPOINT_URL"],
+                          region_name="us-east-1")
+    Shipper(tmp_path / "logs", tmp_path / "state", env["GPUJOBS_LOG_GROUP"],
+            client_factory=lambda: client).tick()
+
+
+def get(client, tenants, job_id, who="a", **q):
+    qs = "&".join(f"{k}={v}" for k, v in q.items())
+    return client.http.get(f"/v1/jobs/{job_id}/logs?{qs}", headers=tenants.headers(who))
+
+
+def test_lines_of_every_rank_newest_attempt_by_default(iso, iso_client, tenants, cluster,
+                                                       fresh_env, tmp_path):
+    job_id, by_node = placed(iso, iso_client, tenants)
+    for r in range(4):
+        ship(tmp_path, fresh_env, job_id, 1, r, out=f"out {r}\n",
+             err=f"err {r}\n")
+    r = get(iso_client, tenants, job_id)
+    assert r.status_code == 200, r.json_body
+    body = r.json_body
+    assert body["attempt"] == 1 and body["next_page_token"] is None
+    got = sorted((x["rank"], x["stream"], x["line"]) for x in body["lines"])
+    assert got == sorted([(k, "stdout", f"out {k}") for k in range(4)]
+                         + [(k, "stderr", f"err {k}") for k in range(4)])
+    assert all(x["time"].endswith("Z") and x["id"] for x in body["lines"])
+    one = get(iso_client, tenants, job_id, rank=2).json_body["lines"]
+    assert {(x["rank"], x["line"]) for x in one} == {(2, "out 2"), (2, "err 2")}
+
+
+def test_pages_follow_a_signed_cursor_without_skips_or_repeats(iso, iso_client, tenants,
+                                                              cluster, fresh_env, tmp_path):
+    job_id, _ = placed(iso, iso_client, tenants)
+    ship(tmp_path, fresh_env, job_id, 1, 0, out="".join(f"l{i}\n" for i in range(7)))
+    seen, token = [], None
+    for _ in range(10):
+        q = {"page_size": 3, **({"page_token": token} if token else {})}
+        body = get(iso_client, tenants, job_id, **q).json_body
+        seen += [x["line"] for x in body["lines"]]
+        token = body["next_page_token"]
+        if token is None:
+            break
+    assert seen == [f"l{i}" for i in range(7)]
+    first = get(iso_client, tenants, job_id, page_size=3).json_body["next_page_token"]
+    r = get(iso_client, tenants, job_id, page_size=3, rank=0, page_token=first)
+    assert r.status_code == 400 and r.json_body["field"] == "page_token", \
+        "a token is bound to its filter"
+
+
+def test_another_tenant_gets_404_and_bad_parameters_name_their_field(iso, iso_client, tenants,
+                                                                     cluster):
+    job_id, _ = placed(iso, iso_client, tenants)
+    r = get(iso_client, tenants, job_id, who="b")
+    assert r.status_code == 404 and r.json_body["field"] == "job_id"
+    for q, field in (({"rank": 9}, "rank"), ({"attempt": 5}, "attempt"),
+                     ({"since": "yesterday"}, "since"), ({"page_size": 0}, "page_size")):
+        r = get(iso_client, tenants, job_id, **q)
+        assert r.status_code == 400 and r.json_body["field"] == field, (q, r.json_body)
+
+
+def test_since_leaves_out_older_lines(iso, iso_client, tenants, cluster, fresh_env, tmp_path):
+    job_id, _ = placed(iso, iso_client, tenants)
+    ship(tmp_path, fresh_env, job_id, 1, 0, out="old\n")
+    assert [x["line"] for x in get(iso_client, tenants, job_id, since="1h").json_body["lines"]] \
+        == ["old"]
+    later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+    assert get(iso_client, tenants, job_id, since=later).json_body["lines"] == []

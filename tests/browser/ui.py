@@ -1,13 +1,17 @@
 """Small helpers over Selenium for the dashboard's pages."""
 from __future__ import annotations
 
+import os
 import pathlib
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+#: where screenshots go: build/ by default, so a test run leaves the tree clean;
+#: `GPUJOBS_SCREENSHOTS=docs make test` refreshes the ones the README shows
+SHOTS = ROOT / os.environ.get("GPUJOBS_SCREENSHOTS", "build/screenshots")
 
 
 def wait(driver, timeout: float = 30) -> WebDriverWait:
@@ -38,8 +42,9 @@ def sign_in(driver, url: str, token: str) -> None:
 
 
 def screenshot(driver, name: str) -> pathlib.Path:
-    """A PNG of the page into docs/ (viewport-sized, to keep it small)."""
-    path = DOCS / f"dashboard-{name}.png"
+    """A PNG of the page (viewport-sized, to keep it small)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"dashboard-{name}.png"
     driver.save_screenshot(str(path))
     return path
 

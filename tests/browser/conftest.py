@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from tests.e2e.conftest import TOKENS, Api, start_stack
+from tests.stacks import Api
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -29,13 +29,9 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
-def browser_stack(tmp_path_factory):
-    s = start_stack(tmp_path_factory.mktemp("browser"), TOKENS, GPUJOBS_AGENTS="2",
-                    GPUJOBS_SCAN_PERIOD_S="1", GPUJOBS_AGENT_GRACE_S="1")
-    try:
-        yield s
-    finally:
-        s.stop()
+def browser_stack(agent_stack):
+    """The session's stack with real agents (tests/conftest.py)."""
+    return agent_stack
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from .conftest import ROOT, Api, start_stack
+from tests.stacks import ROOT, Api, start_stack
 
 pytestmark = pytest.mark.e2e
 

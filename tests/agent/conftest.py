@@ -217,6 +217,6 @@ def sqs(moto_endpoint, request):
     visibility = getattr(request, "param", 30)
     client = boto3.client("sqs", endpoint_url=moto_endpoint, region_name="us-east-1",
                           aws_access_key_id="testing", aws_secret_access_key="testing")
-    url = client.create_queue(QueueName=f"inbox-{uuid.uuid4().hex[:8]}",
+    url = client.create_queue(QueueName=f"gpujobs-test-inbox-{uuid.uuid4().hex[:8]}",
                               Attributes={"VisibilityTimeout": str(visibility)})["QueueUrl"]
     return client, url

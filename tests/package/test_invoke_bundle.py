@@ -293,6 +293,9 @@ def api(functions):
         ("get_node", api_event("GET", "/v1/nodes/{node_id}", f"/v1/nodes/{NODE}",
                                token=AGENT_TOKEN, path_params={"node_id": NODE})),
         ("list_nodes", api_event("GET", "/v1/nodes", "/v1/nodes", token=AGENT_TOKEN)),
+        ("dashboard", api_event("GET", "/", "/", token=None)),
+        ("asset", api_event("GET", "/static/{name}", "/static/app.js", token=None,
+                            path_params={"name": "app.js"})),
     ]
     out = fn.run([e for _, e in steps])
     results = dict(zip([n for n, _ in steps], out["results"]))
@@ -316,6 +319,10 @@ def api(functions):
                             f"/v1/jobs/{job_id}/attempts/1/events", token=AGENT_TOKEN,
                             body={"type": "STARTED", "node_id": NODE},
                             path_params={"job_id": job_id, "attempt": "1"})),
+        ("events", api_event("GET", "/v1/jobs/{job_id}/events", f"/v1/jobs/{job_id}/events",
+                             path_params=pp)),
+        ("logs", api_event("GET", "/v1/jobs/{job_id}/logs", f"/v1/jobs/{job_id}/logs",
+                           path_params=pp)),
     ]
     warm = fn.run([steps[0][1]] + [e for _, e in more])
     results.update(dict(zip(["health_again"] + [n for n, _ in more], warm["results"])))
@@ -330,6 +337,10 @@ def test_api_routes_answer_as_the_contract_says(api):
     assert status(r["create"]) == 201
     assert r["create"]["response"]["headers"]["Location"] == f"/v1/jobs/{api['job_id']}"
     assert status(r["list"]) == 200
+    assert status(r["dashboard"]) == 200 and status(r["asset"]) == 200
+    assert r["asset"]["response"]["headers"]["Content-Type"].startswith("text/javascript")
+    assert status(r["events"]) == 200 and "events" in body(r["events"])
+    assert status(r["logs"]) == 200 and "lines" in body(r["logs"])
     assert api["job_id"] in [j["id"] for j in body(r["list"])["jobs"]]
     assert status(r["get"]) == 200 and body(r["get"])["id"] == api["job_id"]
     assert status(r["get_node"]) == 200 and status(r["list_nodes"]) == 200

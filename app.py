@@ -14,6 +14,7 @@ import re
 from chalice import Chalice, Rate, Response
 
 from chalicelib.api import validation
+from chalicelib.adapters.dynamo_errors import as_unavailable
 from chalicelib.api.representation import attempt_json, job_json, node_json
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
@@ -48,11 +49,32 @@ def endpoint(path: str, method: str, **route_kwargs):
                 return view(**params)
             except ApiError as e:
                 return problem(e)
-            except Exception:  # noqa: BLE001 - a bug; never show its trace
+            except Exception as e:  # noqa: BLE001 - a failing dependency, or a bug
+                unavailable = as_unavailable(e)
+                if unavailable is not None:
+                    log.warning("%s %s: %s", method, path, unavailable.detail)
+                    return problem(unavailable)
                 log.exception("unhandled error on %s %s", method, path)
                 return problem(ApiError("internal error; it has been logged"))
         return app.route(path, methods=[method], **route_kwargs)(handler)
     return decorate
+
+
+def handler(fn):
+    """A scheduled or queued function: a failing dependency fails the
+    invocation as ServiceUnavailable (the schedule or the queue retries it),
+    told apart from a bug, which keeps its trace."""
+    @functools.wraps(fn)
+    def run(event, *args):
+        try:
+            return fn(event, *args)
+        except Exception as e:
+            unavailable = as_unavailable(e)
+            if unavailable is None or unavailable is e:
+                raise
+            log.warning("%s: %s", fn.__name__, unavailable.detail)
+            raise unavailable from e
+    return run
 
 
 @app.middleware("all")
@@ -208,6 +230,7 @@ def list_nodes():
 
 # -- scheduled and queued ------------------------------------------------------------
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="place")
+@handler
 def place(event):
     """Place PENDING jobs (also run right after a create, through the pending queue)."""
     report = services().placer.run()
@@ -217,18 +240,21 @@ def place(event):
 
 @app.on_sqs_message(queue=os.environ.get("GPUJOBS_PENDING_QUEUE_NAME", "gpujobs-dev-pending"),
                     batch_size=10, name="place_on_nudge")
+@handler
 def place_on_nudge(event):
     """A create or freed GPUs asked for a run: one run serves the whole batch."""
     services().placer.run()
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="scan")
+@handler
 def scan(event):
     """Judge every RUNNING job's ranks; record each stall once."""
     return services().scanner.run()
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")
+@handler
 def reconcile(event):
     """Resend unacknowledged intents; mark silent nodes DOWN and fail their attempts."""
     return services().reconciler.run()

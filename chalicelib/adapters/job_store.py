@@ -24,7 +24,7 @@ from ..domain.placement import Plan, queue_key
 from ..domain.states import PLACED, JobState
 from ..service.ports import (CapacityChanged, IdemClaim, IdempotencyConflict, IdemRecord,
                              OutboxEntry, StateChanged)
-from .dynamo_errors import Translating, lost_condition, tx_lost
+from .dynamo_errors import lost_condition, tx_lost
 from .models import AttemptModel, IdempotencyModel, JobModel, NodeModel, OutboxModel
 
 #: a filtered page reads at most this many DynamoDB pages before it returns
@@ -92,7 +92,7 @@ def _record_from_raw(raw: dict) -> IdemRecord:
     return IdemRecord(m.idem_id, m.job_id, m.body_hash, _t(m.expires_at))
 
 
-class DynamoJobStore(metaclass=Translating):
+class DynamoJobStore:
     def __init__(self, connection: Connection) -> None:
         self._conn = connection
 

@@ -11,7 +11,7 @@ from pynamodb.transactions import TransactWrite
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from ..domain.nodes import Node, NodeState
-from .dynamo_errors import Translating, lost_condition, tx_lost
+from .dynamo_errors import lost_condition, tx_lost
 from .models import FleetModel, NodeModel
 
 ALL_TYPES = "*"
@@ -31,7 +31,7 @@ class NodeRaced(Exception):
     """The node changed between reading and writing it; read it again."""
 
 
-class DynamoNodeStore(metaclass=Translating):
+class DynamoNodeStore:
     def __init__(self, connection: Connection) -> None:
         self._conn = connection
 

@@ -57,14 +57,20 @@ def _error_response(request, status: int, code: str) -> AWSResponse:
 
 
 class Injection:
-    def __init__(self, operations: set[str], fault: str, times: int | None) -> None:
-        self.operations, self.fault, self.left = operations, fault, times
+    def __init__(self, operations: set[str], fault: str, times: int | None,
+                 when: str | None = None) -> None:
+        self.operations, self.fault, self.left, self.when = operations, fault, times, when
         self.hits = 0
         self._lock = threading.Lock()
 
     def take(self, request) -> bool:
         if self.operations and _operation(request) not in self.operations:
             return False
+        if self.when is not None:
+            body = request.body or b""
+            body = body.decode() if isinstance(body, bytes) else str(body)
+            if self.when not in body:
+                return False
         with self._lock:
             if self.left is not None:
                 if self.left <= 0:
@@ -75,12 +81,14 @@ class Injection:
 
 
 @contextlib.contextmanager
-def inject(operations: str | tuple[str, ...] | None, fault: str, *, times: int | None = None):
-    """Apply ``fault`` to the named operations (None: every operation), at most
-    ``times`` times (None: always). botocore's own retries run as in
-    production, without their back-off sleeps."""
+def inject(operations: str | tuple[str, ...] | None, fault, *, times: int | None = None,
+           when: str | None = None):
+    """Apply ``fault`` to the named operations (None: every operation) whose
+    request body contains ``when`` (None: any), at most ``times`` times (None:
+    always). botocore's own retries run as in production, without their
+    back-off sleeps."""
     ops = {operations} if isinstance(operations, str) else set(operations or ())
-    injection = Injection(ops, fault, times)
+    injection = Injection(ops, fault, times, when)
     original = botocore.endpoint.Endpoint._send
     original_delay = botocore.retries.standard.ExponentialBackoff.delay_amount
 

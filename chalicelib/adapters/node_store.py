@@ -6,12 +6,12 @@ from typing import Iterator
 
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.connection import Connection
-from pynamodb.transactions import TransactWrite
 
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from ..domain.nodes import Node, NodeState
 from .dynamo_errors import lost_condition, tx_lost
+from .job_store import new_transaction
 from .models import FleetModel, NodeModel
 
 ALL_TYPES = "*"
@@ -76,7 +76,7 @@ class DynamoNodeStore:
                              registered_at=iso(now), **ready)
             with_fleet = [(gpu_type, gpus), (ALL_TYPES, gpus)]
             try:
-                with TransactWrite(connection=self._conn) as tx:
+                with new_transaction(self._conn) as tx:
                     tx.save(item, condition=NodeModel.node_id.does_not_exist())
                     for t, delta in with_fleet:
                         tx.update(FleetModel(t), actions=[FleetModel.gpus.add(delta)])
@@ -106,7 +106,7 @@ class DynamoNodeStore:
         model = NodeModel(node_id)
         try:
             if with_fleet:
-                with TransactWrite(connection=self._conn) as tx:
+                with new_transaction(self._conn) as tx:
                     tx.update(model, actions=actions, condition=condition)
                     for t, d in with_fleet:
                         tx.update(FleetModel(t), actions=[FleetModel.gpus.add(d)])

@@ -18,6 +18,8 @@ import threading
 import time
 import urllib.request
 
+from chalicelib.domain.errors import ServiceUnavailable
+
 log = logging.getLogger("devstack")
 
 
@@ -76,17 +78,30 @@ class Timer(threading.Thread):
 
     def __init__(self, name: str, period_s: float, fn, stop: threading.Event) -> None:
         super().__init__(name=f"timer-{name}", daemon=True)
-        self._period, self._fn, self._stop = period_s, fn, stop
+        self._period, self._fn, self._halt = period_s, fn, stop
 
     def run(self) -> None:
         event = {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events",
                  "account": "123456789012", "region": "us-east-1", "resources": [],
                  "detail": {}, "id": "local", "time": ""}
-        while not self._stop.wait(self._period):
+        # runs start at fixed period boundaries, as EventBridge's do: a slow run
+        # shortens the wait before the next one instead of pushing it back (a
+        # run that overran whole periods skips the starts it missed)
+        next_at = time.monotonic() + self._period
+        while not self._halt.wait(max(0.0, next_at - time.monotonic())):
             try:
                 self._fn(event, None)
+            except ServiceUnavailable as e:
+                log.warning("scheduled function %s: %s", self.name, e.detail)
             except Exception:  # noqa: BLE001 - keep the timer alive, say what broke
                 log.exception("scheduled function %s failed", self.name)
+            next_at = next_period_start(next_at, self._period, time.monotonic())
+
+
+def next_period_start(last_start: float, period: float, now: float) -> float:
+    """The first period boundary after ``now`` on the grid that ``last_start`` is on."""
+    missed = max(0, int((now - last_start) // period))
+    return last_start + (missed + 1) * period
 
 
 def _wait_healthy(url: str, stop: threading.Event, timeout_s: float = 60) -> bool:

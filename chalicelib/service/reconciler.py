@@ -11,6 +11,7 @@ import logging
 from datetime import timedelta
 
 from ..domain.clock import Clock, plus, utcnow
+from ..domain.jobs import Intent
 from .attempts import AttemptsService
 from .dispatch import Dispatcher
 from .ports import JobStore, NodeStore
@@ -48,5 +49,13 @@ class Reconciler:
                 job = self.store.get(job_id)
                 attempt = self.store.attempt(job_id, attempt_no)
                 if job is not None and attempt is not None:
+                    # a CANCEL waits in the lost node's inbox: an agent that
+                    # comes back (paused, restarted) reads it first and stops
+                    # the ranks of the attempt failed here
+                    self.dispatcher.send(Intent(
+                        job_id, attempt_no, "CANCEL",
+                        {"type": "CANCEL", "job_id": job_id, "attempt": attempt_no,
+                         "reason": "node_lost"},
+                        {node.node_id: node.inbox_queue_url}))
                     self.attempts.node_lost(job, attempt, node.node_id)
         return down

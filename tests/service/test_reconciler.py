@@ -86,3 +86,14 @@ def test_a_node_that_keeps_calling_in_is_not_marked_down(iso):
     iso.nodes.register(AGENT, "n1", {"gpus": 4})
     later(iso, iso.config.node_down_after_s / 2)
     assert iso.reconciler.mark_silent_nodes_down() == []
+
+
+def test_a_node_lost_finds_a_cancel_in_its_inbox_when_it_comes_back(iso, iso_client, tenants,
+                                                                   sqs):
+    url = iso.nodes.register(AGENT, "n1", {"gpus": 4}).inbox_queue_url
+    job_id, _ = placed(iso, iso_client, tenants, ranks=2)
+    drain(sqs, url, job_id)
+    later(iso, iso.config.node_down_after_s + 1)
+    assert iso.reconciler.mark_silent_nodes_down() == ["n1"]
+    [cancel] = drain(sqs, url, job_id)
+    assert cancel == {"type": "CANCEL", "job_id": job_id, "attempt": 1, "reason": "node_lost"}

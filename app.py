@@ -15,7 +15,8 @@ from chalice import Chalice, Rate, Response
 
 from chalicelib.api import validation
 from chalicelib.adapters.dynamo_errors import as_unavailable
-from chalicelib.api.representation import attempt_json, job_json, node_json
+from chalicelib.api.representation import (attempt_json, job_json, node_json,
+                                           node_registration_json)
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import iso
@@ -213,7 +214,7 @@ def put_node(node_id: str):
     principal = services().auth.authenticate(_authorization())
     services().nodes.authorize(principal, node_id)
     body = _body("NODE_PUT", required=True)
-    return ok(node_json(services().nodes.register(principal, node_id, body)))
+    return ok(node_registration_json(services().nodes.register(principal, node_id, body)))
 
 
 @endpoint("/v1/nodes/{node_id}", "GET")

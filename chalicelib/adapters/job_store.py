@@ -376,6 +376,7 @@ class DynamoJobStore:
                 tx.update(NodeModel(node_id), actions=[
                     NodeModel.gpus_free.add(gpus),
                     NodeModel.attempts.delete({f"{attempt.job_id}#{attempt.attempt}"}),
+                    NodeModel.lost.delete({f"{attempt.job_id}#{attempt.attempt}"}),
                 ], condition=NodeModel.node_id.exists())
         except TransactWriteError as e:
             if tx_lost(e):

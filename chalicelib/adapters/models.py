@@ -143,6 +143,8 @@ class NodeModel(Model):
     registered_at = UnicodeAttribute()
     #: "job_id#attempt" of every attempt holding GPUs here
     attempts = UnicodeSetAttribute(null=True)
+    #: those of them lost with the node (DOWN), until its agent confirms their ranks gone
+    lost = UnicodeSetAttribute(null=True)
 
     ready_by_type = NodesReadyByType()
     ready_any_index = NodesReadyAny()

@@ -24,7 +24,8 @@ def node_from_model(m: NodeModel) -> Node:
                 gpu_type=m.gpu_type, state=NodeState(m.state),
                 inbox_queue_url=m.inbox_queue_url, last_seen_at=parse_iso(m.last_seen_at),
                 registered_at=parse_iso(m.registered_at), labels=m.labels or {},
-                address=m.address or m.node_id)
+                address=m.address or m.node_id, attempts=frozenset(m.attempts or ()),
+                lost=frozenset(m.lost or ()))
 
 
 class NodeRaced(Exception):
@@ -170,6 +171,19 @@ class DynamoNodeStore:
                 actions=[NodeModel.state.set(NodeState.DOWN.value),
                          NodeModel.ready_type.remove(), NodeModel.ready_any.remove()],
                 condition=NodeModel.last_seen_at == iso(node.last_seen_at))
+            return True
+        except UpdateError as e:
+            if lost_condition(e):
+                return False
+            raise
+
+    def mark_lost(self, node_id: str, key: str) -> bool:
+        """Record that the attempt ``key`` ("job_id#attempt") was lost with the
+        node: it keeps its GPUs until the node's agent confirms its ranks gone.
+        False if it holds none here any more (its ranks were all confirmed)."""
+        try:
+            NodeModel(node_id).update(actions=[NodeModel.lost.add({key})],
+                                      condition=NodeModel.attempts.contains(key))
             return True
         except UpdateError as e:
             if lost_condition(e):

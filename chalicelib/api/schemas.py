@@ -59,6 +59,10 @@ NODE_PUT = {
                    "propertyNames": {"minLength": 1, "maxLength": 128},
                    "additionalProperties": {"type": "string", "maxLength": 256}},
         "address": {"type": "string", "minLength": 1, "maxLength": 255},
+        "running": {"type": "array", "maxItems": 4096, "items": {
+            "type": "object", "additionalProperties": False, "required": ["job_id", "attempt"],
+            "properties": {"job_id": {"type": "string", "minLength": 1, "maxLength": 128},
+                           "attempt": {"type": "integer", "minimum": 1}}}},
     },
 }
 

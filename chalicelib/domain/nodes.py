@@ -28,6 +28,16 @@ class Node:
     labels: dict = field(default_factory=dict)
     #: where other nodes reach this one (MASTER_ADDR when it holds rank 0)
     address: str = ""
+    #: "job_id#attempt" of every attempt holding GPUs here
+    attempts: frozenset = frozenset()
+    #: those of them lost with the node (DOWN): they hold their GPUs until the
+    #: node's agent confirms their ranks gone
+    lost: frozenset = frozenset()
+
+    @property
+    def live_attempts(self) -> list[str]:
+        """The attempts the server still waits for on this node."""
+        return sorted(self.attempts - self.lost)
 
 
 def is_node_id(s: str) -> bool:

@@ -3,7 +3,9 @@
 - Intents some agent has not acknowledged in time are sent again (to the
   nodes that have not acknowledged only).
 - A node that stopped calling in is marked DOWN; the attempts it held lose its
-  ranks (failed, or re-queued while attempts remain) and its GPUs come back.
+  ranks (failed, or re-queued while attempts remain) and a CANCEL waits in its
+  inbox. Its GPUs come back only once its agent confirms those ranks gone
+  (AttemptsService.settle_node, NodesService.register).
 """
 from __future__ import annotations
 
@@ -57,5 +59,7 @@ class Reconciler:
                         {"type": "CANCEL", "job_id": job_id, "attempt": attempt_no,
                          "reason": "node_lost"},
                         {node.node_id: node.inbox_queue_url}))
+                    # its GPUs stay held until the agent confirms the ranks gone
+                    self.nodes.mark_lost(node.node_id, f"{job_id}#{attempt_no}")
                     self.attempts.node_lost(job, attempt, node.node_id)
         return down

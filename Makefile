@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(PY) bench/stall_sim.py
 	$(PY) bench/beat_cost.py
 	$(PY) bench/dashboard.py
+	$(PY) bench/load.py
 
 ## package: the deployable bundle of STAGE (default dev): build/STAGE/sam.json, deployment.zip
 package: $(STAMP)

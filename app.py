@@ -16,7 +16,9 @@ from chalice.app import Request
 
 from chalicelib.api import validation
 from chalicelib import web
-from chalicelib.api.representation import attempt_json, job_json, node_json
+from chalicelib.adapters.dynamo_errors import as_unavailable
+from chalicelib.api.representation import (attempt_json, job_json, node_json,
+                                           node_registration_json)
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import iso
@@ -50,7 +52,11 @@ def endpoint(path: str, method: str, **route_kwargs):
                 return view(**params)
             except ApiError as e:
                 return problem(e)
-            except Exception:  # noqa: BLE001 - a bug; never show its trace
+            except Exception as e:  # noqa: BLE001 - a failing dependency, or a bug
+                unavailable = as_unavailable(e)
+                if unavailable is not None:
+                    log.warning("%s %s: %s", method, path, unavailable.detail)
+                    return problem(unavailable)
                 log.exception("unhandled error on %s %s", method, path)
                 return problem(ApiError("internal error; it has been logged"))
         return app.route(path, methods=[method], **route_kwargs)(handler)
@@ -66,6 +72,23 @@ def _lambda_context(event):
     if isinstance(event, Request):
         return event.lambda_context
     return getattr(event, "context", None)
+
+
+def handler(fn):
+    """A scheduled or queued function: a failing dependency fails the
+    invocation as ServiceUnavailable (the schedule or the queue retries it),
+    told apart from a bug, which keeps its trace."""
+    @functools.wraps(fn)
+    def run(event, *args):
+        try:
+            return fn(event, *args)
+        except Exception as e:
+            unavailable = as_unavailable(e)
+            if unavailable is None or unavailable is e:
+                raise
+            log.warning("%s: %s", fn.__name__, unavailable.detail)
+            raise unavailable from e
+    return run
 
 
 @app.middleware("all")
@@ -219,7 +242,7 @@ def put_node(node_id: str):
     principal = services().auth.authenticate(_authorization())
     services().nodes.authorize(principal, node_id)
     body = _body("NODE_PUT", required=True)
-    node = node_json(services().nodes.register(principal, node_id, body))
+    node = node_registration_json(services().nodes.register(principal, node_id, body))
     # where the node's agent ships its ranks' output (agent/logship.py)
     return ok({**node, "log_group": services().config.log_group})
 
@@ -264,6 +287,7 @@ def static_file(name: str):
 
 # -- scheduled and queued ------------------------------------------------------------
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="place")
+@handler
 def place(event):
     """Place PENDING jobs (also run right after a create, through the pending queue)."""
     report = services().placer.run()
@@ -273,6 +297,7 @@ def place(event):
 
 @app.on_sqs_message(queue=os.environ.get("GPUJOBS_PENDING_QUEUE_NAME", "gpujobs-dev-pending"),
                     batch_size=10, name="place_on_nudge")
+@handler
 def place_on_nudge(event):
     """A create or freed GPUs asked for a run: one run serves the whole batch.
     A message that is no nudge is reported failed (``batchItemFailures``): the
@@ -296,6 +321,7 @@ def _batch_failures(records) -> dict:
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="scan")
+@handler
 def scan(event):
     """Judge every RUNNING job's ranks; record each stall once."""
     return services().scanner.run()
@@ -317,6 +343,7 @@ def scan_shard(event):
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")
+@handler
 def reconcile(event):
     """Resend unacknowledged intents; mark silent nodes DOWN and fail their attempts."""
     return services().reconciler.run()

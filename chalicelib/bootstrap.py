@@ -92,7 +92,8 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
                       fanout=fanout, telemetry=telemetry, clock=clock)
     return Services(
         config=config, store=store, node_store=node_store, jobs=jobs,
-        nodes=NodesService(node_store, inbox, collector, clock=clock), attempts=attempts,
+        nodes=NodesService(node_store, inbox, collector, clock=clock,
+                           confirm_gone=attempts.confirm_gone), attempts=attempts,
         placer=Placer(store, node_store, dispatcher,
                       resend_after_s=config.cancel_resend_after_s, clock=clock),
         reconciler=Reconciler(store, node_store, dispatcher, attempts,

@@ -3,6 +3,14 @@
 Reads PORT, GPUJOBS_TOKENS_FILE, GPUJOBS_AGENTS, GPUJOBS_GPUS_PER_AGENT and
 GPUJOBS_SCAN_PERIOD_S (API.md, "The local stack"). Prints a line containing
 ``ready`` once GET /v1/health answers; exits cleanly on SIGINT or SIGTERM.
+
+State (tables, queues, generated tokens, the page-token key, agents' folders)
+lives in ``.gpujobs-local/`` in the checkout (GPUJOBS_STATE_DIR to move it),
+snapshotted at most a second after each change: a restart, also after
+``kill -9``, comes back with every job, node and token. GPUJOBS_EPHEMERAL=1
+runs a throwaway stack in a folder of its own, removed when it stops (and by
+the next start if it was killed). Nothing is written to the system's
+temporary folder.
 """
 from __future__ import annotations
 
@@ -13,10 +21,13 @@ import pathlib
 import secrets
 import signal
 import sys
-import tempfile
+import fcntl
+import shutil
 import threading
 import time
 import urllib.request
+
+from chalicelib.domain.errors import ServiceUnavailable
 
 log = logging.getLogger("devstack")
 
@@ -43,19 +54,79 @@ def _float_env(name: str, default: float) -> float:
     return value
 
 
-def _tokens_file() -> str:
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _private(path: pathlib.Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _kept(path: pathlib.Path, make) -> str:
+    """The secret kept at ``path``, made by ``make()`` the first time."""
+    if path.exists():
+        return path.read_text().strip()
+    value = make()
+    _private(path, value)
+    return value
+
+
+def _tokens_file(state: pathlib.Path) -> str:
     path = os.environ.get("GPUJOBS_TOKENS_FILE")
     if path:
         if not os.path.isfile(path):
             sys.exit(f"GPUJOBS_TOKENS_FILE={path} does not exist")
         return path
+    kept = state / "tokens.json"
+    if kept.exists():
+        print(f"gpujobs: no GPUJOBS_TOKENS_FILE given; tokens kept in {kept}", flush=True)
+        return str(kept)
     tokens = [{"token": "t_" + secrets.token_urlsafe(24), "tenant": "default"},
               {"token": "a_" + secrets.token_urlsafe(24), "agent": "*"}]
-    fd, path = tempfile.mkstemp(prefix="gpujobs-tokens-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(tokens, f, indent=2)
-    print(f"gpujobs: no GPUJOBS_TOKENS_FILE given; fresh tokens written to {path}", flush=True)
-    return path
+    _private(kept, json.dumps(tokens, indent=2))
+    print(f"gpujobs: no GPUJOBS_TOKENS_FILE given; fresh tokens written to {kept}", flush=True)
+    return str(kept)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _state_dir() -> tuple[pathlib.Path, bool]:
+    """(the folder this stack keeps its state in, whether to remove it at the end)."""
+    root = pathlib.Path(os.environ.get("GPUJOBS_STATE_DIR") or ROOT / ".gpujobs-local")
+    root.mkdir(parents=True, exist_ok=True)
+    from devstack.agents import sweep
+
+    # throwaway stacks that were killed: stop what they left, remove them
+    for old in root.glob("ephemeral-*"):
+        pid = old.name.rpartition("-")[2]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            sweep(old / "agents")
+            shutil.rmtree(old, ignore_errors=True)
+    if os.environ.get("GPUJOBS_EPHEMERAL", "") not in ("", "0"):
+        state = root / f"ephemeral-{os.getpid()}"
+        state.mkdir()
+        return state, True
+    return root, False
+
+
+def _lock(state: pathlib.Path):
+    f = open(state / "lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(f"gpujobs: another local stack is running on {state}; stop it, or set "
+                 "GPUJOBS_EPHEMERAL=1 or GPUJOBS_STATE_DIR for a stack of its own")
+    return f
 
 
 def _tenant_token(path: str) -> str:
@@ -86,17 +157,30 @@ class Timer(threading.Thread):
 
     def __init__(self, name: str, period_s: float, fn, stop: threading.Event) -> None:
         super().__init__(name=f"timer-{name}", daemon=True)
-        self._period, self._fn, self._stop = period_s, fn, stop
+        self._period, self._fn, self._halt = period_s, fn, stop
 
     def run(self) -> None:
         event = {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events",
                  "account": "123456789012", "region": "us-east-1", "resources": [],
                  "detail": {}, "id": "local", "time": ""}
-        while not self._stop.wait(self._period):
+        # runs start at fixed period boundaries, as EventBridge's do: a slow run
+        # shortens the wait before the next one instead of pushing it back (a
+        # run that overran whole periods skips the starts it missed)
+        next_at = time.monotonic() + self._period
+        while not self._halt.wait(max(0.0, next_at - time.monotonic())):
             try:
                 self._fn(event, None)
+            except ServiceUnavailable as e:
+                log.warning("scheduled function %s: %s", self.name, e.detail)
             except Exception:  # noqa: BLE001 - keep the timer alive, say what broke
                 log.exception("scheduled function %s failed", self.name)
+            next_at = next_period_start(next_at, self._period, time.monotonic())
+
+
+def next_period_start(last_start: float, period: float, now: float) -> float:
+    """The first period boundary after ``now`` on the grid that ``last_start`` is on."""
+    missed = max(0, int((now - last_start) // period))
+    return last_start + (missed + 1) * period
 
 
 def _wait_healthy(url: str, stop: threading.Event, timeout_s: float = 60) -> bool:
@@ -120,7 +204,18 @@ def main() -> int:
     agents_count = _int_env("GPUJOBS_AGENTS", 2)
     gpus_per_agent = _int_env("GPUJOBS_GPUS_PER_AGENT", 8, minimum=1)
     scan_period_s = _float_env("GPUJOBS_SCAN_PERIOD_S", 5)
-    tokens_file = _tokens_file()
+    state, ephemeral = _state_dir()
+    try:
+        return _run(port, agents_count, gpus_per_agent, scan_period_s, state)
+    finally:
+        if ephemeral:
+            shutil.rmtree(state, ignore_errors=True)
+
+
+def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float,
+         state: pathlib.Path) -> int:
+    held = _lock(state)  # noqa: F841 - held until the process ends
+    tokens_file = _tokens_file(state)
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -134,23 +229,34 @@ def main() -> int:
     from devstack import resources
     from devstack.motoserver import MotoServer
 
-    from devstack.agents import Agents
+    from devstack.agents import Agents, sweep
+    from devstack.persist import Snapshots
 
-    workdir = tempfile.mkdtemp(prefix="gpujobs-local-")
-    agents = Agents(agents_count, gpus_per_agent, pathlib.Path(workdir))
-    moto = MotoServer().start()
+    workdir = state / "agents"
+    workdir.mkdir(exist_ok=True)
+    sweep(workdir)  # ranks a crashed stack left running
+    agent_tokens = state / "agent-tokens.json"
+    agents = Agents(agents_count, gpus_per_agent, workdir,
+                    json.loads(agent_tokens.read_text()) if agent_tokens.exists() else None)
+    _private(agent_tokens, json.dumps(agents.tokens))
+    snapshots = None
+    moto = MotoServer(on_change=lambda: snapshots and snapshots.changed()).start()
     try:
         os.environ.update(resources.deploy(moto.endpoint_url))
+        snapshots = Snapshots(state, moto.app.lock)
+        restored = snapshots.restore()
+        snapshots.start()
         os.environ.update({
             "GPUJOBS_TOKENS_FILE": _with_agent_tokens(tokens_file, agents.token_entries(),
-                                                      workdir),
+                                                      str(workdir)),
             "GPUJOBS_SCAN_PERIOD_S": str(scan_period_s),
             # the agents ship rank logs to the embedded moto (botocore's own variable)
             "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": moto.endpoint_url,
             "GPUJOBS_CANCEL_RESEND_AFTER_S": os.environ.get("GPUJOBS_CANCEL_RESEND_AFTER_S",
                                                             str(max(2 * scan_period_s, 5))),
         })
-        os.environ.setdefault("GPUJOBS_PAGE_TOKEN_KEY", secrets.token_hex(32))
+        os.environ.setdefault("GPUJOBS_PAGE_TOKEN_KEY", _kept(
+            state / "page-token-key", lambda: secrets.token_hex(32)))
 
         import app as gpujobs  # the same app object Lambda runs
         from devstack.server import make_server
@@ -191,7 +297,8 @@ def main() -> int:
         print(f"gpujobs ready: API http://127.0.0.1:{port} | AWS (moto) {moto.endpoint_url} | "
               f"tokens {tokens_file} | agents {agents_count} x {gpus_per_agent} GPUs "
               f"({', '.join(agents.nodes) or 'none'}; logs under {workdir}) | "
-              f"scan every {scan_period_s:g}s | to use it: "
+              f"scan every {scan_period_s:g}s | state {state} "
+              f"({'restored' if restored else 'new'}) | to use it: "
               f"export GPUJOBS_API_URL=http://127.0.0.1:{port} "
               f"GPUJOBS_TOKEN={_tenant_token(tokens_file)}", flush=True)
         stop.wait()
@@ -201,6 +308,8 @@ def main() -> int:
         return 0
     finally:
         agents.stop()
+        if snapshots is not None:
+            snapshots.stop()
         moto.stop()
 
 

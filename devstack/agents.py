@@ -3,6 +3,7 @@
 GPU slots, stopped by their own pids when the stack stops."""
 from __future__ import annotations
 
+import ctypes
 import os
 import pathlib
 import secrets
@@ -11,12 +12,38 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the stack dies, however it dies
+    (the ranks it leaves are stopped by the sweep at the next start)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the sweep at the next start stops what is left
+
+
+def sweep(workdir: pathlib.Path) -> int:
+    """Stop the ranks that agents of an earlier stack left behind (a crash
+    gives them no chance to be stopped); the number of agent folders swept."""
+    from agent.runner import kill_recorded_ranks
+
+    swept = 0
+    for state in sorted(workdir.glob("*/state")):
+        if (state / "state.json").exists():
+            kill_recorded_ranks(state)
+            swept += 1
+    return swept
 
 
 class Agents:
-    def __init__(self, count: int, gpus: int, workdir: pathlib.Path) -> None:
+    def __init__(self, count: int, gpus: int, workdir: pathlib.Path,
+                 tokens: dict[str, str] | None = None) -> None:
         self.nodes = [f"local-{i + 1}" for i in range(count)]
-        self.tokens = {n: "sim_" + secrets.token_urlsafe(24) for n in self.nodes}
+        tokens = tokens or {}
+        self.tokens = {n: tokens.get(n) or "sim_" + secrets.token_urlsafe(24)
+                       for n in self.nodes}
         self._gpus, self._workdir = gpus, workdir
         self._procs: list[subprocess.Popen] = []
 
@@ -41,7 +68,7 @@ class Agents:
                  "--grace-s", os.environ.get("GPUJOBS_AGENT_GRACE_S", "3"),
                  "--node-heartbeat-s", os.environ.get("GPUJOBS_AGENT_NODE_HEARTBEAT_S", "5"),
                  "--log-level", os.environ.get("GPUJOBS_AGENT_LOG_LEVEL", "WARNING")],
-                cwd=ROOT, env=env))
+                cwd=ROOT, env=env, preexec_fn=_die_with_parent))
 
     def stop(self, timeout: float = 10) -> None:
         """Stop the agents, then the ranks they leave running: a real host keeps

@@ -14,20 +14,20 @@ class QueueConsumer(threading.Thread):
     def __init__(self, name: str, queue_url: str, handler, stop: threading.Event, *,
                  endpoint_url: str, region: str = "us-east-1", batch_size: int = 10) -> None:
         super().__init__(name=f"sqs-{name}", daemon=True)
-        self._url, self._handler, self._stop, self._batch = queue_url, handler, stop, batch_size
+        self._url, self._handler, self._halt, self._batch = queue_url, handler, stop, batch_size
         self._sqs = boto3.session.Session().client("sqs", endpoint_url=endpoint_url,
                                                    region_name=region)
         self._arn = self._sqs.get_queue_attributes(
             QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 messages = self._sqs.receive_message(
                     QueueUrl=self._url, MaxNumberOfMessages=self._batch,
                     WaitTimeSeconds=1).get("Messages", [])
             except Exception:  # noqa: BLE001 - the stack is shutting down, or moto hiccuped
-                if not self._stop.wait(0.5):
+                if not self._halt.wait(0.5):
                     log.exception("receiving from %s failed", self.name)
                 continue
             if not messages:

@@ -47,7 +47,7 @@ def start_stack(tmp: pathlib.Path, tokens: list[dict], **env: str) -> Stack:
         [sys.executable, "-m", "devstack"], cwd=ROOT, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PORT": "0", "GPUJOBS_TOKENS_FILE": str(tokens_file),
-             "GPUJOBS_AGENTS": "0", **env})
+             "GPUJOBS_AGENTS": "0", "GPUJOBS_EPHEMERAL": "1", **env})
     lines: queue.Queue[str] = queue.Queue()
 
     def pump() -> None:

@@ -23,7 +23,8 @@ if str(ROOT) not in sys.path:
 import app  # noqa: E402
 from chalicelib.adapters.telemetry import NullTelemetry  # noqa: E402
 from chalicelib.api import schemas  # noqa: E402
-from chalicelib.api.representation import attempt_json, job_json, node_json  # noqa: E402
+from chalicelib.api.representation import (attempt_json, job_json, node_json,  # noqa: E402
+                                           node_registration_json)
 from chalicelib.api.validation import MAX_BODY_BYTES  # noqa: E402
 from chalicelib.domain import idempotency  # noqa: E402
 from chalicelib.domain.clock import iso  # noqa: E402
@@ -484,6 +485,15 @@ def test_node_representation_conforms_to_node_schema(doc):
     for broken in ({**node, "state": "GONE"}, {**node, "last_seen_at": None},
                    {k: v for k, v in node.items() if k != "inbox_queue_url"}):
         assert not _schema_validator(doc, "Node").is_valid(broken), broken
+
+
+def test_node_registration_answer_conforms_to_its_schema(doc):
+    node = _node(attempts=frozenset({"job_a#1", "job_b#2"}), lost=frozenset({"job_b#2"}))
+    answer = node_registration_json(node)
+    assert answer["attempts"] == [{"job_id": "job_a", "attempt": 1}], "lost ones are not live"
+    _assert_valid(doc, "NodeRegistration", answer)
+    _assert_valid(doc, "NodeRegistration", node_registration_json(_node()))
+    assert not _schema_validator(doc, "NodeRegistration").is_valid(node_json(node))
 
 
 def test_node_registration_defaults_are_documented(doc):

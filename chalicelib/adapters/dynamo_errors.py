@@ -1,18 +1,24 @@
-"""How DynamoDB failures read to the services.
+"""How DynamoDB and SQS failures read to the services and the entry points.
 
-A lost condition is a fact the service acts on (someone else got there first);
-throttling and unreachable storage become 503 with Retry-After, so clients
-retry; anything else is a bug and surfaces as such.
+A lost condition is a fact the service acts on (someone else got there first):
+the adapters turn it into a domain answer where it happens. Every other failure
+of a dependency (timeouts, dropped connections, throttling, 5xx, whatever
+botocore raises, directly or wrapped by PynamoDB) is translated once, at the
+boundary where requests and events enter (``app.py``'s ``endpoint`` and
+``handler`` wrappers), by :func:`as_unavailable`: it becomes 503 with
+Retry-After, so clients retry. Anything else is a bug and surfaces as such.
+One boundary covers every adapter method, generators included, since a
+generator is only ever drained inside a request or event.
 """
 from __future__ import annotations
 
-import functools
-
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 
 from ..domain.errors import ServiceUnavailable
 
 _CONFLICT = "ConditionalCheckFailedException"
+RETRY_AFTER_S = 1
 
 
 def lost_condition(e: Exception) -> bool:
@@ -25,28 +31,58 @@ def tx_lost(e: TransactWriteError) -> bool:
     return bool(codes & {"ConditionalCheckFailed", "TransactionConflict"})
 
 
-_TRANSIENT = {"ProvisionedThroughputExceededException", "ThrottlingException",
-              "RequestLimitExceeded", "InternalServerError", "ServiceUnavailable"}
+#: error codes that say "busy or unwell, try again", DynamoDB's and SQS's
+TRANSIENT_CODES = frozenset({
+    "ProvisionedThroughputExceededException", "ThrottlingException", "Throttling",
+    "RequestLimitExceeded", "InternalServerError", "InternalFailure", "InternalError",
+    "ServiceUnavailable", "ServiceUnavailableException", "TransactionInProgressException",
+    "RequestThrottled", "AWS.SimpleQueueService.RequestThrottled", "SlowDown",
+    "LimitExceededException", "TooManyRequestsException", "RequestTimeout",
+    "RequestTimeoutException", "PriorRequestNotComplete",
+    # a transaction's per-item reasons
+    "ThrottlingError", "ProvisionedThroughputExceeded",
+})
 
 
-def _transient_as_unavailable(fn):
-    """Throttling and unreachable storage become 503 + Retry-After: retry, not a bug."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except PynamoDBException as e:
-            code = e.cause_response_code
-            if code in _TRANSIENT or (code is None and not isinstance(e, DoesNotExist)):
-                raise ServiceUnavailable("storage is busy or unreachable; retry",
-                                         headers={"Retry-After": "1"}) from e
-            raise
-    return wrapper
+def _client_error_transient(e: ClientError) -> bool:
+    err = e.response.get("Error", {}) if isinstance(e.response, dict) else {}
+    status = (e.response.get("ResponseMetadata", {}) if isinstance(e.response, dict)
+              else {}).get("HTTPStatusCode") or 0
+    return err.get("Code") in TRANSIENT_CODES or int(status) >= 500
 
 
-class Translating(type):
-    def __new__(mcs, name, bases, ns):
-        for k, v in list(ns.items()):
-            if callable(v) and not k.startswith("_"):
-                ns[k] = _transient_as_unavailable(v)
-        return super().__new__(mcs, name, bases, ns)
+def dependency_failure(e: BaseException) -> bool:
+    """True when ``e`` says a dependency failed (retry later), not that the
+    request or the code is wrong."""
+    if isinstance(e, ServiceUnavailable):
+        return True
+    if isinstance(e, TransactWriteError):
+        reasons = {r.code for r in (e.cancellation_reasons or []) if r is not None}
+        if reasons & TRANSIENT_CODES:
+            return True
+    if isinstance(e, PynamoDBException):
+        if isinstance(e, DoesNotExist):
+            return False
+        cause = e.cause
+        if cause is None:  # e.g. unprocessed batch items after every retry
+            return e.cause_response_code is None or e.cause_response_code in TRANSIENT_CODES
+        return dependency_failure(cause)
+    if isinstance(e, ParamValidationError):
+        return False  # a request botocore refused to send: a bug
+    if isinstance(e, BotoCoreError):
+        return True  # timeouts, dropped or refused connections, credentials, ...
+    if isinstance(e, ClientError):
+        return _client_error_transient(e)
+    return False
+
+
+def as_unavailable(e: BaseException) -> ServiceUnavailable | None:
+    """The 503 a dependency failure answers as; None when ``e`` is not one."""
+    if isinstance(e, ServiceUnavailable):
+        return e
+    if not dependency_failure(e):
+        return None
+    cause = getattr(e, "cause", None) or e
+    return ServiceUnavailable(
+        f"a dependency is busy or unreachable ({type(cause).__name__}); retry",
+        headers={"Retry-After": str(RETRY_AFTER_S)})

@@ -15,7 +15,6 @@ from pynamodb.connection import Connection
 
 from ..domain.clock import iso, parse_iso
 from ..domain.stall import Beat
-from .dynamo_errors import Translating
 from .models import CollectorModel, HeartbeatModel
 
 SHARD_RANKS = 512
@@ -28,7 +27,7 @@ def shard_key(job_id: str, attempt: int, rank: int) -> str:
     return f"{job_id}#{attempt}#{rank // SHARD_RANKS}"
 
 
-class DynamoHeartbeatStore(metaclass=Translating):
+class DynamoHeartbeatStore:
     def __init__(self, connection: Connection) -> None:
         self._conn = connection
 
@@ -82,7 +81,7 @@ class DynamoHeartbeatStore(metaclass=Translating):
         return out
 
 
-class DynamoCollectorStore(metaclass=Translating):
+class DynamoCollectorStore:
     """When the scan last ran; when anything last reached the ingest path."""
 
     def __init__(self) -> None:

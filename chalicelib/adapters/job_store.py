@@ -7,13 +7,14 @@ record (condition: absent) and the job go in together or not at all.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from datetime import datetime, timedelta
 from typing import Iterator
 
 from pynamodb.attributes import MapAttribute
 from pynamodb.connection import Connection
 from pynamodb.constants import ALL_OLD
-from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
+from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from ..domain import events as ev
@@ -25,7 +26,7 @@ from ..domain.placement import Plan, queue_key
 from ..domain.states import PLACED, JobState
 from ..service.ports import (CapacityChanged, IdemClaim, IdempotencyConflict, IdemRecord,
                              OutboxEntry, StateChanged)
-from .dynamo_errors import Translating, lost_condition, tx_lost
+from .dynamo_errors import lost_condition, tx_lost
 from .models import AttemptModel, IdempotencyModel, JobModel, NodeModel, OutboxModel
 
 #: a filtered page reads at most this many DynamoDB pages before it returns
@@ -99,9 +100,31 @@ def _record_from_raw(raw: dict) -> IdemRecord:
     return IdemRecord(m.idem_id, m.job_id, m.body_hash, _t(m.expires_at))
 
 
-class DynamoJobStore(metaclass=Translating):
+def new_transaction(connection: Connection) -> TransactWrite:
+    """A transaction with its own ClientRequestToken: when botocore retries it
+    after a lost answer, DynamoDB applies it once and answers the retry as it
+    answered the first (moto ignores the token: the writers below also
+    recognise their own write when its retry fails its condition)."""
+    return TransactWrite(connection=connection, client_request_token=uuid.uuid4().hex)
+
+
+class DynamoJobStore:
+    """Every conditional write that botocore may retry recognises itself: when
+    a retry fails the condition its own first try made false, the writer reads
+    the item back and finds its own stamp (``now``), and answers as if the
+    first answer had arrived."""
+
     def __init__(self, connection: Connection) -> None:
         self._conn = connection
+
+    def _tx(self) -> TransactWrite:
+        return new_transaction(self._conn)
+
+    def _mine(self, job_id: str, check) -> Job | None:
+        """The job as it is now, if ``check(job)`` says the lost race was our own
+        earlier try; else None."""
+        current = self.get(job_id)
+        return current if current is not None and check(current) else None
 
     # -- create and read -------------------------------------------------
     @staticmethod
@@ -114,8 +137,16 @@ class DynamoJobStore(metaclass=Translating):
     def create(self, job: Job, claim: IdemClaim | None, *,
                reclaim: IdemRecord | None = None) -> None:
         if claim is None:
-            # one conditional put; a ULID collision is not a case to handle
-            self._new_job_model(job).save(condition=JobModel.job_id.does_not_exist())
+            # one conditional put; a ULID collision is not a case to handle, so
+            # a failed condition is this very put, retried after a lost answer
+            try:
+                self._new_job_model(job).save(condition=JobModel.job_id.does_not_exist())
+            except PutError as e:
+                if lost_condition(e) and self._mine(
+                        job.job_id, lambda j: j.tenant == job.tenant
+                        and j.created_at == job.created_at):
+                    return
+                raise
             return
         job = dataclasses.replace(job, idem_id=claim.idem_id)
         record = IdempotencyModel(claim.idem_id, job_id=job.job_id,
@@ -126,13 +157,15 @@ class DynamoJobStore(metaclass=Translating):
             condition = ((IdempotencyModel.job_id == reclaim.job_id)
                          & (IdempotencyModel.expires_at == iso(reclaim.expires_at)))
         try:
-            with TransactWrite(connection=self._conn) as tx:
+            with self._tx() as tx:
                 tx.save(record, condition=condition, return_values=ALL_OLD)
                 tx.save(self._new_job_model(job), condition=JobModel.job_id.does_not_exist())
         except TransactWriteError as e:
             reasons = e.cancellation_reasons or []
             first = reasons[0] if reasons else None
             if first is not None and first.code == "ConditionalCheckFailed":
+                if first.raw_item and _record_from_raw(first.raw_item).job_id == job.job_id:
+                    return  # the key holds this very job: our retried transaction
                 raise IdempotencyConflict(
                     _record_from_raw(first.raw_item) if first.raw_item else None) from None
             if tx_lost(e) or e.cause_response_code == "TransactionInProgressException":
@@ -210,15 +243,15 @@ class DynamoJobStore(metaclass=Translating):
                 m = JobModel(job.job_id)
                 m.update(actions=actions, condition=condition)
                 return job_from_model(m)
-            with TransactWrite(connection=self._conn) as tx:
+            with self._tx() as tx:
                 tx.update(JobModel(job.job_id), actions=actions, condition=condition)
                 self._expire_key(tx, job, now)
-        except UpdateError as e:
-            if lost_condition(e):
-                raise StateChanged(job.job_id) from None
-            raise
-        except TransactWriteError as e:
-            if tx_lost(e):
+        except (UpdateError, TransactWriteError) as e:
+            if lost_condition(e) or (isinstance(e, TransactWriteError) and tx_lost(e)):
+                mine = self._mine(job.job_id, lambda j: j.state is JobState.CANCELLED
+                                  and j.cancel_requested_at == parse_iso(iso(now)))
+                if mine is not None:
+                    return mine
                 raise StateChanged(job.job_id) from None
             raise
         return dataclasses.replace(job, state=JobState.CANCELLED, cancel_requested_at=now,
@@ -239,7 +272,7 @@ class DynamoJobStore(metaclass=Translating):
         try:
             # the intent is recorded with the request, before anything is sent;
             # and the attempt's LAUNCH is no longer resent
-            with TransactWrite(connection=self._conn) as tx:
+            with self._tx() as tx:
                 tx.update(JobModel(job.job_id), actions=actions, condition=condition)
                 tx.save(_outbox_item(intent, now, due_at),
                         condition=OutboxModel.job_id.does_not_exist())
@@ -248,6 +281,10 @@ class DynamoJobStore(metaclass=Translating):
                           condition=OutboxModel.job_id.exists())
         except TransactWriteError as e:
             if tx_lost(e):
+                mine = self._mine(job.job_id,
+                                  lambda j: j.cancel_requested_at == parse_iso(iso(now)))
+                if mine is not None:
+                    return mine
                 raise StateChanged(job.job_id) from None
             raise
         return dataclasses.replace(job, cancel_requested_at=now, cancel_reason=reason,
@@ -267,7 +304,7 @@ class DynamoJobStore(metaclass=Translating):
         key = f"{job.job_id}#{attempt}"
         nodes = sorted(gpus)
         try:
-            with TransactWrite(connection=self._conn) as tx:
+            with self._tx() as tx:
                 tx.update(JobModel(job.job_id), actions=[
                     JobModel.state.set(JobState.SCHEDULED.value),
                     JobModel.active_state.set(JobState.SCHEDULED.value),
@@ -300,6 +337,11 @@ class DynamoJobStore(metaclass=Translating):
             if not tx_lost(e):
                 raise
             if reasons and reasons[0] is not None:
+                mine = self._mine(job.job_id, lambda j: j.attempt == attempt
+                                  and j.state is JobState.SCHEDULED
+                                  and j.updated_at == parse_iso(iso(now)))
+                if mine is not None:
+                    return mine
                 raise StateChanged(job.job_id) from None
             full = [n for n, r in zip(nodes, reasons[3:]) if r is not None]
             raise CapacityChanged(full or nodes) from None
@@ -361,7 +403,7 @@ class DynamoJobStore(metaclass=Translating):
         """Give a node back the GPUs this attempt reserved there, exactly once."""
         gpus = int(attempt.node_gpus.get(node_id, 0))
         try:
-            with TransactWrite(connection=self._conn) as tx:
+            with self._tx() as tx:
                 tx.update(AttemptModel(attempt.job_id, attempt.attempt),
                           actions=[AttemptModel.released.add({node_id})],
                           condition=AttemptModel.job_id.exists()
@@ -369,6 +411,7 @@ class DynamoJobStore(metaclass=Translating):
                 tx.update(NodeModel(node_id), actions=[
                     NodeModel.gpus_free.add(gpus),
                     NodeModel.attempts.delete({f"{attempt.job_id}#{attempt.attempt}"}),
+                    NodeModel.lost.delete({f"{attempt.job_id}#{attempt.attempt}"}),
                 ], condition=NodeModel.node_id.exists())
         except TransactWriteError as e:
             if tx_lost(e):
@@ -392,6 +435,10 @@ class DynamoJobStore(metaclass=Translating):
                      & (JobModel.attempt == job.attempt))
         except UpdateError as e:
             if lost_condition(e):
+                mine = self._mine(job.job_id, lambda j: j.attempt == job.attempt
+                                  and j.started_at == parse_iso(iso(now)))
+                if mine is not None:
+                    return mine
                 raise StateChanged(job.job_id) from None
             raise
         return job_from_model(m)
@@ -422,7 +469,7 @@ class DynamoJobStore(metaclass=Translating):
             # a cancel recorded meanwhile wins: no new attempt for a cancelled job
             condition &= JobModel.cancel_requested_at.does_not_exist()
         try:
-            with TransactWrite(connection=self._conn) as tx:
+            with self._tx() as tx:
                 tx.update(JobModel(job.job_id), actions=actions, condition=condition)
                 tx.update(AttemptModel(attempt.job_id, attempt.attempt), actions=[
                     AttemptModel.state.set(to.value if to.terminal else JobState.FAILED.value),
@@ -438,6 +485,10 @@ class DynamoJobStore(metaclass=Translating):
                     self._expire_key(tx, job, now)
         except TransactWriteError as e:
             if tx_lost(e):
+                ended = self.attempt(job.job_id, attempt.attempt)
+                if ended is not None and ended.finished_at == parse_iso(iso(now)) \
+                        and ended.exit == exit_:
+                    return self.get(job.job_id)  # our own end, retried
                 raise StateChanged(job.job_id) from None
             raise
         return self.get(job.job_id)

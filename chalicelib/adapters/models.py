@@ -150,6 +150,8 @@ class NodeModel(Model):
     attempts = UnicodeSetAttribute(null=True)
     #: how the agent isolates ranks, as it last registered ("user" or "none")
     isolation = UnicodeAttribute(null=True)
+    #: those of them lost with the node (DOWN), until its agent confirms their ranks gone
+    lost = UnicodeSetAttribute(null=True)
 
     ready_by_type = NodesReadyByType()
     ready_any_index = NodesReadyAny()

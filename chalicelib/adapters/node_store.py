@@ -6,12 +6,12 @@ from typing import Iterator
 
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.connection import Connection
-from pynamodb.transactions import TransactWrite
 
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from ..domain.nodes import Node, NodeState
-from .dynamo_errors import Translating, lost_condition, tx_lost
+from .dynamo_errors import lost_condition, tx_lost
+from .job_store import new_transaction
 from .models import FleetModel, NodeModel
 
 ALL_TYPES = "*"
@@ -24,14 +24,15 @@ def node_from_model(m: NodeModel) -> Node:
                 gpu_type=m.gpu_type, state=NodeState(m.state),
                 inbox_queue_url=m.inbox_queue_url, last_seen_at=parse_iso(m.last_seen_at),
                 registered_at=parse_iso(m.registered_at), labels=m.labels or {},
-                address=m.address or m.node_id, isolation=m.isolation or "none")
+                address=m.address or m.node_id, isolation=m.isolation or "none",
+                attempts=frozenset(m.attempts or ()), lost=frozenset(m.lost or ()))
 
 
 class NodeRaced(Exception):
     """The node changed between reading and writing it; read it again."""
 
 
-class DynamoNodeStore(metaclass=Translating):
+class DynamoNodeStore:
     def __init__(self, connection: Connection) -> None:
         self._conn = connection
 
@@ -76,7 +77,7 @@ class DynamoNodeStore(metaclass=Translating):
                              registered_at=iso(now), isolation=isolation, **ready)
             with_fleet = [(gpu_type, gpus), (ALL_TYPES, gpus)]
             try:
-                with TransactWrite(connection=self._conn) as tx:
+                with new_transaction(self._conn) as tx:
                     tx.save(item, condition=NodeModel.node_id.does_not_exist())
                     for t, delta in with_fleet:
                         tx.update(FleetModel(t), actions=[FleetModel.gpus.add(delta)])
@@ -107,7 +108,7 @@ class DynamoNodeStore(metaclass=Translating):
         model = NodeModel(node_id)
         try:
             if with_fleet:
-                with TransactWrite(connection=self._conn) as tx:
+                with new_transaction(self._conn) as tx:
                     tx.update(model, actions=actions, condition=condition)
                     for t, d in with_fleet:
                         tx.update(FleetModel(t), actions=[FleetModel.gpus.add(d)])
@@ -171,6 +172,19 @@ class DynamoNodeStore(metaclass=Translating):
                 actions=[NodeModel.state.set(NodeState.DOWN.value),
                          NodeModel.ready_type.remove(), NodeModel.ready_any.remove()],
                 condition=NodeModel.last_seen_at == iso(node.last_seen_at))
+            return True
+        except UpdateError as e:
+            if lost_condition(e):
+                return False
+            raise
+
+    def mark_lost(self, node_id: str, key: str) -> bool:
+        """Record that the attempt ``key`` ("job_id#attempt") was lost with the
+        node: it keeps its GPUs until the node's agent confirms its ranks gone.
+        False if it holds none here any more (its ranks were all confirmed)."""
+        try:
+            NodeModel(node_id).update(actions=[NodeModel.lost.add({key})],
+                                      condition=NodeModel.attempts.contains(key))
             return True
         except UpdateError as e:
             if lost_condition(e):

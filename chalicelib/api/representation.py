@@ -41,3 +41,15 @@ def node_json(node: Node) -> dict:
             "gpu_type": node.gpu_type, "state": node.state.value,
             "inbox_queue_url": node.inbox_queue_url, "last_seen_at": _t(node.last_seen_at),
             "labels": node.labels, "address": node.address, "isolation": node.isolation}
+
+
+def node_registration_json(node: Node) -> dict:
+    """The answer to the node's own agent: the node, and the attempts the server
+    still waits for there. An attempt the agent runs that is not among them is
+    over for the server (lost with the node, or ended): the agent stops its ranks.
+    Only for the agent: tenants reading nodes see no job ids."""
+    attempts = []
+    for key in node.live_attempts:
+        job_id, _, n = key.rpartition("#")
+        attempts.append({"job_id": job_id, "attempt": int(n)})
+    return {**node_json(node), "attempts": attempts}

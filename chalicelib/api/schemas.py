@@ -65,6 +65,10 @@ NODE_PUT = {
                    "additionalProperties": {"type": "string", "maxLength": 256}},
         "address": {"type": "string", "minLength": 1, "maxLength": 255},
         "isolation": {"enum": ["user", "none"]},
+        "running": {"type": "array", "maxItems": 4096, "items": {
+            "type": "object", "additionalProperties": False, "required": ["job_id", "attempt"],
+            "properties": {"job_id": {"type": "string", "minLength": 1, "maxLength": 128},
+                           "attempt": {"type": "integer", "minimum": 1}}}},
     },
 }
 

@@ -44,6 +44,14 @@ class Attempt:
     def node_done(self, node_id: str) -> bool:
         return set(self.ranks_on(node_id)) <= self.done
 
+    def node_confirmed(self, node_id: str) -> bool:
+        """Every rank on the node is known gone: stopped, or exited as its agent
+        reported. A rank lost with its node (exit code LOST) is done for the
+        job, but may still run there: only its agent's word that it is gone
+        (STOPPED, or an EXITED with its real code) confirms it."""
+        return all(r in self.stopped or (r in self.exited and self.exit_codes.get(r) != LOST)
+                   for r in self.ranks_on(node_id))
+
     @property
     def all_done(self) -> bool:
         return len(self.done) >= self.world_size

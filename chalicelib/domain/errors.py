@@ -43,7 +43,11 @@ NotFound = _error("NotFound", 404, "not_found", "Not found")
 MethodNotAllowed = _error("MethodNotAllowed", 405, "method_not_allowed", "Method not allowed")
 AlreadyFinished = _error("AlreadyFinished", 409, "already_finished", "Job already finished")
 StaleAttempt = _error("StaleAttempt", 409, "stale_attempt", "Stale attempt")
+RequestTimeout = _error("RequestTimeout", 408, "request_timeout", "Request timeout")
 PayloadTooLarge = _error("PayloadTooLarge", 413, "payload_too_large", "Payload too large")
+UriTooLong = _error("UriTooLong", 414, "uri_too_long", "URI too long")
+HeadersTooLarge = _error("HeadersTooLarge", 431, "request_header_fields_too_large",
+                         "Request header fields too large")
 UnsupportedMediaType = _error("UnsupportedMediaType", 415, "unsupported_media_type",
                               "Unsupported media type")
 IdempotencyKeyReused = _error("IdempotencyKeyReused", 422, "idempotency_key_reused",

@@ -30,6 +30,16 @@ class Node:
     address: str = ""
     #: "user": ranks run as an unprivileged user; "none": as the agent (docs/security.md)
     isolation: str = "none"
+    #: "job_id#attempt" of every attempt holding GPUs here
+    attempts: frozenset = frozenset()
+    #: those of them lost with the node (DOWN): they hold their GPUs until the
+    #: node's agent confirms their ranks gone
+    lost: frozenset = frozenset()
+
+    @property
+    def live_attempts(self) -> list[str]:
+        """The attempts the server still waits for on this node."""
+        return sorted(self.attempts - self.lost)
 
 
 def is_node_id(s: str) -> bool:

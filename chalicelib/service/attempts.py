@@ -86,13 +86,30 @@ class AttemptsService:
             self.store.ack_intent(attempt.job_id, f"CANCEL#{attempt.attempt}", node_id)
 
     def settle_node(self, attempt: Attempt, node_id: str) -> None:
-        """Once every rank on the node is done, its GPUs go back, exactly once."""
-        if attempt.node_done(node_id) and node_id not in attempt.released:
+        """Once every rank on the node is known gone, its GPUs go back, exactly once."""
+        if attempt.node_confirmed(node_id) and node_id not in attempt.released:
             if self.store.release(attempt, node_id):
                 self.nudge()
 
+    def confirm_gone(self, job_id: str, attempt_no: int, node_id: str) -> None:
+        """The node's agent registered without this attempt among those it runs:
+        its ranks there are gone (stopped, or never launched), so its GPUs go
+        back. Counted as STOPPED, which adds nothing to the job's progress
+        (those ranks were already lost)."""
+        attempt = self.store.attempt(job_id, attempt_no)
+        if attempt is None or not attempt.ranks_on(node_id):
+            return
+        attempt = self.store.record_ranks(job_id, attempt_no, "stopped",
+                                          attempt.ranks_on(node_id))
+        self._acknowledge(attempt, node_id)
+        self.settle_node(attempt, node_id)
+
     def node_lost(self, job: Job, attempt: Attempt, node_id: str) -> Job:
-        """The node went DOWN: its ranks count as failed, its GPUs go back."""
+        """The node went DOWN: its ranks count as failed. Its GPUs stay held
+        until its agent confirms the ranks gone (a STOPPED or EXITED report,
+        or a registration that no longer lists the attempt): ranks of a paused
+        or cut-off node may still run. A node that stays DOWN takes no
+        placements, so the GPUs it holds keep nothing else waiting."""
         lost = [r for r in attempt.ranks_on(node_id) if r not in attempt.done]
         attempt = self.store.record_ranks(job.job_id, attempt.attempt, "exited", lost, LOST,
                                           node_id)

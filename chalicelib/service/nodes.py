@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Callable
 
 from ..domain.clock import Clock, utcnow
 from ..domain.errors import Forbidden, InvalidArgument, NotFound
@@ -15,8 +16,11 @@ ENSURE_EVERY_S = 600
 
 class NodesService:
     def __init__(self, nodes: NodeStore, inbox: Inbox, collector: CollectorStore,
-                 clock: Clock = utcnow) -> None:
+                 clock: Clock = utcnow,
+                 confirm_gone: Callable[[str, int, str], None] | None = None) -> None:
         self.nodes, self.inbox, self.collector, self._clock = nodes, inbox, collector, clock
+        #: (job_id, attempt, node_id): the agent no longer runs that attempt's ranks
+        self._confirm_gone = confirm_gone
         self._ensured: dict[str, datetime] = {}
 
     def authorize(self, principal: Principal, node_id: str) -> None:
@@ -47,7 +51,21 @@ class NodesService:
             isolation=body.get("isolation", "none"))
         # a node calling in shows the ingest path works, even if no rank beats
         self.collector.mark_ingest(now)
+        running = body.get("running")
+        if running is not None and node.lost and self._confirm_gone is not None:
+            node = self._settle_lost(node, {f"{r['job_id']}#{r['attempt']}" for r in running})
         return node
+
+    def _settle_lost(self, node: Node, running: set[str]) -> Node:
+        """Attempts lost with the node (DOWN) that its agent no longer runs have
+        no rank left there: their GPUs come back. Those it still runs keep them
+        until it stops them (their absence from the answer's ``attempts`` tells
+        it to) and says so."""
+        gone = sorted(node.lost - running)
+        for key in gone:
+            job_id, _, attempt = key.rpartition("#")
+            self._confirm_gone(job_id, int(attempt), node.node_id)
+        return (self.nodes.get(node.node_id) or node) if gone else node
 
     def get(self, node_id: str) -> Node:
         node = self.nodes.get(node_id) if is_node_id(node_id) else None

@@ -3,7 +3,9 @@
 - Intents some agent has not acknowledged in time are sent again (to the
   nodes that have not acknowledged only).
 - A node that stopped calling in is marked DOWN; the attempts it held lose its
-  ranks (failed, or re-queued while attempts remain) and its GPUs come back.
+  ranks (failed, or re-queued while attempts remain) and a CANCEL waits in its
+  inbox. Its GPUs come back only once its agent confirms those ranks gone
+  (AttemptsService.settle_node, NodesService.register).
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import logging
 from datetime import timedelta
 
 from ..domain.clock import Clock, plus, utcnow
+from ..domain.jobs import Intent
 from .attempts import AttemptsService
 from .dispatch import Dispatcher
 from .ports import JobStore, NodeStore
@@ -48,5 +51,15 @@ class Reconciler:
                 job = self.store.get(job_id)
                 attempt = self.store.attempt(job_id, attempt_no)
                 if job is not None and attempt is not None:
+                    # a CANCEL waits in the lost node's inbox: an agent that
+                    # comes back (paused, restarted) reads it first and stops
+                    # the ranks of the attempt failed here
+                    self.dispatcher.send(Intent(
+                        job_id, attempt_no, "CANCEL",
+                        {"type": "CANCEL", "job_id": job_id, "attempt": attempt_no,
+                         "reason": "node_lost"},
+                        {node.node_id: node.inbox_queue_url}))
+                    # its GPUs stay held until the agent confirms the ranks gone
+                    self.nodes.mark_lost(node.node_id, f"{job_id}#{attempt_no}")
                     self.attempts.node_lost(job, attempt, node.node_id)
         return down

@@ -31,7 +31,8 @@ def test_without_a_tokens_file_fresh_tokens_are_made_and_printed(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "GPUJOBS_TOKENS_FILE"}
     proc = subprocess.Popen([sys.executable, "-m", "devstack"], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**env, "PORT": "0", "GPUJOBS_AGENTS": "0"})
+                            env={**env, "PORT": "0", "GPUJOBS_AGENTS": "0",
+                                 "GPUJOBS_STATE_DIR": str(tmp_path / "state")})
     try:
         first = proc.stdout.readline()
         path = re.search(r"written to (\S+)", first).group(1)

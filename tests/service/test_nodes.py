@@ -56,7 +56,13 @@ def test_a_tenant_cannot_register_nodes_but_can_read_them(iso_client, tenants):
 @pytest.mark.parametrize("body, field", [({}, "gpus"), ({"gpus": 0}, "gpus"),
                                          ({"gpus": "8"}, "gpus"),
                                          ({"gpus": 8, "gpu_type": ""}, "gpu_type"),
-                                         ({"gpus": 8, "x": 1}, "x")])
+                                         ({"gpus": 8, "x": 1}, "x"),
+                                         ({"gpus": 8, "running": {}}, "running"),
+                                         ({"gpus": 8, "running": [{"job_id": "j"}]},
+                                          "running.0.attempt"),
+                                         ({"gpus": 8, "running": [{"job_id": "j",
+                                                                   "attempt": 0}]},
+                                          "running.0.attempt")])
 def test_a_bad_registration_is_400_naming_the_field(iso_client, tenants, body, field):
     r = put(iso_client, tenants, "n1", body)
     assert r.status_code == 400 and r.json_body["field"] == field

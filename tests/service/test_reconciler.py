@@ -1,6 +1,9 @@
-"""The reconciler: lost sends are resent, silent nodes go DOWN and give back
-their GPUs, and the attempts they held are failed or re-queued."""
+"""The reconciler: lost sends are resent, silent nodes go DOWN, and the
+attempts they held are failed or re-queued; the lost node's GPUs come back only
+once its agent confirms the ranks gone (a report, or a registration)."""
 import json
+
+import pytest
 
 from chalicelib.adapters.models import NodeModel
 from chalicelib.domain.principal import Principal
@@ -47,7 +50,8 @@ def test_a_silent_node_goes_down_and_its_job_is_requeued(clock, iso, iso_client,
     assert iso.reconciler.mark_silent_nodes_down() == ["n1"]
     node = NodeModel.get("n1")
     assert node.state == "DOWN" and node.ready_any is None
-    assert int(node.gpus_free) == 2, "the lost ranks' GPUs came back"
+    assert int(node.gpus_free) == 0, "held until n1's agent confirms its ranks gone"
+    assert node.lost == {f"{job_id}#1"}
     job = iso_client.http.get(f"/v1/jobs/{job_id}", headers=tenants.headers()).json_body
     assert job["state"] == "PENDING", "re-queued while attempts remain"
     [attempt] = iso.store.attempts(job_id)
@@ -63,7 +67,7 @@ def test_a_silent_node_fails_a_job_with_no_attempts_left(clock, iso, iso_client,
     assert iso.reconciler.mark_silent_nodes_down() == ["n1"]
     job = iso_client.http.get(f"/v1/jobs/{job_id}", headers=tenants.headers()).json_body
     assert job["state"] == "FAILED" and job["exit"]["reason"] == "node_lost"
-    assert free("n1") == 4
+    assert free("n1") == 2, "the lost ranks may still run there: their GPUs stay held"
 
 
 def test_a_node_that_comes_back_is_ready_again(clock, iso):
@@ -79,3 +83,93 @@ def test_a_node_that_keeps_calling_in_is_not_marked_down(clock, iso):
     iso.nodes.register(AGENT, "n1", {"gpus": 4})
     clock.advance(iso.config.node_down_after_s / 2)
     assert iso.reconciler.mark_silent_nodes_down() == []
+
+
+def test_a_node_lost_finds_a_cancel_in_its_inbox_when_it_comes_back(clock, iso, iso_client, tenants,
+                                                                   sqs):
+    url = iso.nodes.register(AGENT, "n1", {"gpus": 4}).inbox_queue_url
+    job_id, _ = placed(iso, iso_client, tenants, ranks=2)
+    drain(sqs, url, job_id)
+    clock.advance(iso.config.node_down_after_s + 1)
+    assert iso.reconciler.mark_silent_nodes_down() == ["n1"]
+    [cancel] = drain(sqs, url, job_id)
+    assert cancel == {"type": "CANCEL", "job_id": job_id, "attempt": 1, "reason": "node_lost"}
+
+
+def put_node(client, tenants, node_id, **body):
+    r = client.http.put(f"/v1/nodes/{node_id}", headers=tenants.headers("agents"),
+                        body=json.dumps({"gpus": 4, **body}))
+    assert r.status_code == 200, r.json_body
+    return r.json_body
+
+
+def lost_job(clock, iso, client, tenants, sqs):
+    """A two-rank job running on n1 (4 GPUs), which then goes DOWN."""
+    url = iso.nodes.register(AGENT, "n1", {"gpus": 4}).inbox_queue_url
+    job_id, _ = placed(iso, client, tenants, ranks=2)
+    event(client, tenants, job_id, 1, {"type": "STARTED", "ranks": [0, 1], "node_id": "n1"})
+    drain(sqs, url, job_id)
+    clock.advance(iso.config.node_down_after_s + 1)
+    assert iso.reconciler.mark_silent_nodes_down() == ["n1"]
+    assert free("n1") == 2
+    return job_id
+
+
+def test_the_registration_answer_lists_the_attempts_the_server_waits_for(iso, iso_client,
+                                                                         tenants):
+    put_node(iso_client, tenants, "n1")
+    job_id, _ = placed(iso, iso_client, tenants, ranks=2)
+    node = put_node(iso_client, tenants, "n1", running=[])
+    assert node["attempts"] == [{"job_id": job_id, "attempt": 1}]
+    assert node["gpus_free"] == 2, "a placement not yet launched keeps its GPUs"
+    listed = iso_client.http.get("/v1/nodes/n1", headers=tenants.headers("a")).json_body
+    assert "attempts" not in listed, "tenants reading nodes see no job ids"
+
+
+@pytest.mark.parametrize("report", [{"type": "STOPPED", "ranks": [0, 1]},
+                                    {"type": "STOPPED"},
+                                    {"type": "EXITED", "ranks": [0, 1], "exit_code": -15}])
+def test_a_lost_nodes_gpus_come_back_when_its_agent_confirms_the_ranks_gone(clock, 
+        iso, iso_client, tenants, sqs, report):
+    job_id = lost_job(clock, iso, iso_client, tenants, sqs)
+    event(iso_client, tenants, job_id, 1, {**report, "node_id": "n1"})
+    assert free("n1") == 4
+    assert NodeModel.get("n1").lost is None
+
+
+def test_a_lost_node_reporting_started_or_one_rank_gone_keeps_its_gpus(clock, iso, iso_client,
+                                                                        tenants, sqs):
+    job_id = lost_job(clock, iso, iso_client, tenants, sqs)
+    event(iso_client, tenants, job_id, 1, {"type": "STARTED", "ranks": [0, 1], "node_id": "n1"})
+    event(iso_client, tenants, job_id, 1,
+          {"type": "EXITED", "ranks": [0], "exit_code": 0, "node_id": "n1"})
+    assert free("n1") == 2, "rank 1 may still run"
+    event(iso_client, tenants, job_id, 1,
+          {"type": "EXITED", "ranks": [1], "exit_code": 0, "node_id": "n1"})
+    assert free("n1") == 4
+
+
+def test_a_lost_node_registering_without_the_attempt_gets_its_gpus_back(clock, iso, iso_client,
+                                                                         tenants, sqs):
+    job_id = lost_job(clock, iso, iso_client, tenants, sqs)
+    node = put_node(iso_client, tenants, "n1", running=[])
+    assert node["state"] == "READY" and node["gpus_free"] == 4 and node["attempts"] == []
+    job = iso_client.http.get(f"/v1/jobs/{job_id}", headers=tenants.headers()).json_body
+    assert job["state"] == "FAILED" and job["exit"]["reason"] == "node_lost", "unchanged"
+
+
+def test_a_lost_node_still_running_the_attempt_keeps_its_gpus_and_is_told_to_stop_it(clock, 
+        iso, iso_client, tenants, sqs):
+    job_id = lost_job(clock, iso, iso_client, tenants, sqs)
+    node = put_node(iso_client, tenants, "n1", running=[{"job_id": job_id, "attempt": 1}])
+    assert node["state"] == "READY" and node["gpus_free"] == 2
+    assert node["attempts"] == [], "the failed attempt is not live: the agent stops it"
+    node = put_node(iso_client, tenants, "n1", running=[])  # stopped now
+    assert node["gpus_free"] == 4
+
+
+def test_a_lost_node_whose_agent_does_not_say_what_runs_keeps_its_gpus(clock, iso, iso_client,
+                                                                        tenants, sqs):
+    lost_job(clock, iso, iso_client, tenants, sqs)
+    node = put_node(iso_client, tenants, "n1")  # an agent that does not send `running`
+    assert node["gpus_free"] == 2 and node["attempts"] == []

@@ -45,3 +45,17 @@ def test_a_lost_node_reads_as_node_lost():
 def test_a_node_is_done_when_all_its_ranks_are():
     a = attempt(exited={0}, stopped={1})
     assert a.node_done("a") and not a.node_done("b")
+
+
+def test_ranks_lost_with_their_node_are_done_but_not_confirmed_gone():
+    a = attempt(exited={0, 1}, exit_codes={0: LOST, 1: LOST})
+    assert a.node_done("a") and not a.node_confirmed("a")
+    a.exit_codes[0] = 0          # the returning agent reports rank 0's real exit
+    assert not a.node_confirmed("a")
+    a.stopped.add(1)             # and rank 1 stopped
+    assert a.node_confirmed("a")
+
+
+def test_ranks_that_exited_or_stopped_as_reported_are_confirmed_gone():
+    assert attempt(exited={0}, exit_codes={0: 3}, stopped={1}).node_confirmed("a")
+    assert not attempt(exited={0}, exit_codes={0: 0}).node_confirmed("a")

@@ -1,0 +1,104 @@
+"""The local stack loses nothing on restart: jobs, nodes and generated tokens
+come back after SIGTERM and after kill -9 (snapshots at most a second old);
+its agents die with it; a throwaway stack leaves nothing behind, and nothing
+is written to the system's temporary folder."""
+import json
+import os
+import pathlib
+import signal
+import tempfile
+import time
+
+import requests
+
+from tests.stacks import ROOT, start_stack  # noqa: F401
+
+
+def children(pid: int) -> set[int]:
+    out = set()
+    for task in pathlib.Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out |= {int(p) for p in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def poll(cond, timeout=30, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def gpujobs_temp_entries() -> set[str]:
+    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("gpujobs")}
+
+
+def test_kill_9_and_sigterm_restarts_keep_every_job_node_and_token(tmp_path):
+    temp_before = gpujobs_temp_entries()
+    state = tmp_path / "state"
+    # no tokens file: the stack makes its own and must keep them
+    env = {"GPUJOBS_STATE_DIR": str(state), "GPUJOBS_EPHEMERAL": "0", "GPUJOBS_AGENTS": "1",
+           "GPUJOBS_TOKENS_FILE": ""}
+    first = start_stack(tmp_path, [], **env)
+    try:
+        tokens = json.loads((state / "tokens.json").read_text())
+        tenant = next(t["token"] for t in tokens if "tenant" in t)
+        auth = {"Authorization": f"Bearer {tenant}"}
+        jobs = [requests.post(first.api + "/v1/jobs", headers=auth, timeout=30,
+                              json={"command": ["true"], "ranks": 1}).json()["id"]
+                for _ in range(3)]
+        written = time.time()
+        snapshot = state / "moto-state.pickle"
+        poll(lambda: snapshot.exists() and snapshot.stat().st_mtime > written, 10,
+             "a snapshot after the last create")
+        agents = children(first.proc.pid)
+        assert agents, "the stack runs an agent process"
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+        poll(lambda: not any(alive(p) for p in agents), 15, "agents to die with the stack")
+    finally:
+        first.stop()
+
+    second = start_stack(tmp_path, [], **env)
+    try:
+        for job_id in jobs:
+            r = requests.get(f"{second.api}/v1/jobs/{job_id}", headers=auth, timeout=30)
+            assert r.status_code == 200, (job_id, r.text)
+        nodes = requests.get(second.api + "/v1/nodes", headers=auth, timeout=30).json()
+        assert "local-1" in {n["node_id"] for n in nodes["nodes"]}
+        more = requests.post(second.api + "/v1/jobs", headers=auth, timeout=30,
+                             json={"command": ["true"], "ranks": 1}).json()["id"]
+    finally:
+        assert second.stop(signal.SIGTERM, timeout=60) == 0
+
+    third = start_stack(tmp_path, [], **env)
+    try:
+        listed = requests.get(third.api + "/v1/jobs?page_size=100", headers=auth,
+                              timeout=30).json()["jobs"]
+        assert set(jobs) | {more} <= {j["id"] for j in listed}
+    finally:
+        third.stop()
+    assert gpujobs_temp_entries() <= temp_before, "nothing left in the temporary folder"
+
+
+def test_a_throwaway_stack_removes_its_state_when_it_stops(tmp_path):
+    root = tmp_path / "root"
+    s = start_stack(tmp_path, [{"token": "tk", "tenant": "t"}],
+                    GPUJOBS_STATE_DIR=str(root), GPUJOBS_EPHEMERAL="1")
+    try:
+        assert [p.name for p in root.glob("ephemeral-*")], "state in a folder of its own"
+    finally:
+        assert s.stop(signal.SIGTERM, timeout=60) == 0
+    assert not list(root.glob("ephemeral-*"))

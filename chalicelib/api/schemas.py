@@ -14,6 +14,9 @@ HEARTBEAT = {
         "false_positive_budget_per_hour": _POSITIVE_NUMBER,
         "miss_probability": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
         "startup_grace_s": {"type": "number", "minimum": 0, "maximum": 86400},
+        "mode": {"enum": ["auto", "beats", "process", "off"]},
+        "max_busy_s": {"type": "number", "minimum": 0, "maximum": 86400},
+        "idle_s": {**_POSITIVE_NUMBER, "maximum": 86400},
     },
 }
 
@@ -92,6 +95,28 @@ HEARTBEATS = {
                     "step": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
                     "sent_at": {"type": "string", "maxLength": 64},
                     "age_s": {"type": "number", "minimum": 0, "maximum": 3600},
+                    "proc": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "cpu": {"type": "number", "minimum": 0, "maximum": 65536},
+                            "io_bps": {"type": "number", "minimum": 0, "maximum": 1e13},
+                            "state": {"type": "string", "maxLength": 8},
+                            "procs": {"type": "integer", "minimum": 0, "maximum": 1000000},
+                            "gpu_util": {"type": "number", "minimum": 0, "maximum": 100},
+                            "gpu_mem_b": {"type": "integer", "minimum": 0,
+                                          "maximum": 2**63 - 1},
+                        },
+                    },
+                    "collective": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["seq"],
+                        "properties": {
+                            "seq": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+                            "name": {"type": "string", "maxLength": 32},
+                        },
+                    },
                     "pause": {
                         "type": "object",
                         "additionalProperties": False,

@@ -136,13 +136,19 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
 
     Evidence of work comes from the host's samples: a rank is doing I/O "now"
     when its latest busy sample is within two intervals. A rank that would be
-    stalled by silence but does I/O now is ``busy``; so (shown ``silent``) is a
-    silent rank with no I/O of its own while another silent rank of the job
-    writes, for ranks wait in a barrier for the slowest writer of a
-    checkpoint. Either excuse ends ``max_busy_s`` past the threshold.
+    stalled by silence but does I/O now is ``busy``. Real I/O counts as a sign
+    of life, so a silent rank is also excused (shown ``silent``) until its own
+    last I/O, or the last of any silent rank of its job (ranks wait in a
+    checkpoint's barrier for the slowest writer), is ``threshold_s`` old
+    (at least two intervals). Every excuse ends ``max_busy_s`` past the
+    threshold.
     """
     interval = interval_s if interval_s is not None else threshold_s
     fresh_s = 2 * interval
+    # real I/O is a sign of life as good as a beat: silence since the last of
+    # it must pass the threshold too (a rank that wrote its shard early waits
+    # in the checkpoint's barrier for the others, without I/O)
+    io_s = max(fresh_s, threshold_s)
     instrumented = mode != "auto" or any(b.heard_at is not None for b in beats)
     rows = []
     for b in beats:
@@ -159,7 +165,7 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
             would = silence > threshold_s  # strictly: at the threshold is not stalled
         rows.append((b, silence, paused, would))
     within_busy = threshold_s + max_busy_s
-    job_writing = any(would and _fresh(b.io_at, now, fresh_s) and silence <= within_busy
+    job_writing = any(would and _fresh(b.io_at, now, io_s) and silence <= within_busy
                       for b, silence, paused, would in rows)
     out = []
     for b, silence, paused, would in rows:
@@ -181,7 +187,7 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
             status = "not_instrumented"
         elif would and silence <= within_busy and _fresh(b.io_at, now, fresh_s):
             status = "busy"
-        elif would and silence <= within_busy and job_writing:
+        elif would and silence <= within_busy and (_fresh(b.io_at, now, io_s) or job_writing):
             status = "silent"
         elif would:
             stalled, status = True, "stalled"

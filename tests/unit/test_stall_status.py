@@ -65,16 +65,20 @@ def test_a_silent_rank_writing_at_a_real_rate_is_busy_up_to_max_busy_s():
     assert judge([writing], max_busy_s=300.0, **kw()).first is None
     # the excuse is bounded: past threshold + max_busy_s it is a stall again
     assert judge([writing], max_busy_s=60.0, **kw()).first.rank == 0
-    # I/O that stopped two intervals ago excuses nothing
-    stale = Beat(0, "n", heard_at=at(100), io_at=at(175), sampled_at=at(195))
-    assert judge([stale], max_busy_s=300.0, **kw()).first.rank == 0
+    # I/O is a sign of life: its silence must pass the threshold too
+    quiet = Beat(0, "n", heard_at=at(100), io_at=at(175), sampled_at=at(195))
+    assert status([quiet], max_busy_s=300.0) == {0: "silent"}
+    assert judge([quiet], max_busy_s=300.0, **kw(now=at(205))).first is None
+    assert judge([quiet], max_busy_s=300.0, **kw(now=at(205.001))).first.rank == 0
 
 
 def test_a_rank_waiting_for_a_peer_still_writing_its_checkpoint_is_not_convicted():
     beats = [Beat(0, "n", heard_at=at(100), io_at=at(195)),
-             Beat(1, "n", heard_at=at(100), io_at=at(120))]
+             Beat(1, "n", heard_at=at(100), io_at=at(120)),
+             Beat(2, "n", heard_at=at(100))]
     v = judge(beats, max_busy_s=300.0, **kw())
-    assert v.first is None and {r.rank: r.status for r in v.ranks} == {0: "busy", 1: "silent"}
+    assert v.first is None
+    assert {r.rank: r.status for r in v.ranks} == {0: "busy", 1: "silent", 2: "silent"}
 
 
 def test_a_beating_peers_background_io_excuses_nobody():

@@ -264,15 +264,16 @@ def _receive(r: RankView) -> str | None:
 def culprit(ranks: list[RankView], first: RankView, co_first: list[RankView]) -> dict:
     """The one rank that stopped first, by name, and the evidence used.
 
-    With collective-arrival markers: the collective the stalled ranks are
-    waiting in is the highest one any of them arrived at; the culprit is a
-    rank that never arrived at it (the furthest behind, then the earliest last
-    beat). Without markers: the earliest estimated last ``beat()`` among
+    With collective-arrival markers: the collective the ranks are waiting in
+    is the highest one any live rank arrived at; the culprit is a rank that
+    never arrived at it (the furthest behind, then the earliest last beat). Without markers: the earliest estimated last ``beat()`` among
     ``first`` and ``co_first`` (lowest step on a tie), a guess that ties at
     step boundaries make right about half the time.
     """
     live = [r for r in ranks if r.status not in _OUT]
-    waiting = [r for r in live if r.stalled and r.beat and r.beat.arrived_seq is not None]
+    # the furthest any rank got: the collective the others block in (the culprit
+    # itself may be the only rank stalled yet)
+    waiting = [r for r in live if r.beat and r.beat.arrived_seq is not None]
     if waiting:
         top = max(waiting, key=lambda r: (r.beat.arrived_seq, r.rank))
         seq = top.beat.arrived_seq

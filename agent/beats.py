@@ -6,6 +6,11 @@ stopped calling ``beat`` is left out, so the server's receive time for it stops
 advancing and its silence grows (posting it anyway would fake liveness). A rank
 inside a declared pause is posted with the pause's remaining time, a duration on
 this host's monotonic clock, so the server can bound it on its own clock.
+
+Every visit also samples each live rank's process group (procs.py) and posts the
+summary: with the beat of a rank that beat, and alone (``{"rank", "proc"}``, which
+the server does not take for a beat) for a rank that did not, or never beats at
+all. A rank's last collective mark rides with its beats.
 ``sent_at`` (this host's wall clock) is sent for diagnosis only.
 
 A failed post is retried at the next visit (beats are idempotent: the newest
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .api import ApiError, AttemptGone
+from .procs import ProcSampler
 from .state import RUNNING, AttemptRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "rankside"))
@@ -28,6 +34,7 @@ import gpujobs_heartbeat  # noqa: E402  (the same module the ranks write with)
 
 log = logging.getLogger("gpujobs.agent.beats")
 MAX_RANKS_PER_POST = 1024
+MAX_AGE_S = 3600.0  # the server takes ages up to an hour
 
 
 def _now_iso() -> str:
@@ -37,8 +44,10 @@ def _now_iso() -> str:
 
 class BeatPoster:
     def __init__(self, api, *, monotonic_ns: Callable[[], int] = time.monotonic_ns,
-                 wall: Callable[[], str] = _now_iso) -> None:
+                 wall: Callable[[], str] = _now_iso,
+                 sampler: ProcSampler | None = None) -> None:
         self._api, self._mono, self._wall = api, monotonic_ns, wall
+        self._sampler = sampler if sampler is not None else ProcSampler()
         self._posted: dict[tuple[str, int], int] = {}  # (attempt key, rank) -> seq posted
         self._next: dict[str, int] = {}                 # attempt key -> next visit (ns)
         self._gone: set[str] = set()
@@ -58,31 +67,43 @@ class BeatPoster:
             sent += self._post(rec, now)
         for key in set(self._next) - live:  # forget ended attempts
             self._next.pop(key, None)
+        self._sampler.forget(k for k in self._sampler.keys() if k[0] not in live)
         return sent
 
     def _entries(self, rec: AttemptRecord, now: int) -> tuple[list[dict], dict[int, int]]:
         entries, seqs = [], {}
+        samples = self._sampler.sample({(rec.key, r): p.pid for r, p in rec.procs.items()
+                                        if not p.ended and p.pid})
         for r, p in sorted(rec.procs.items()):
-            if p.ended or not p.heartbeat_file:
+            if p.ended:
                 continue
-            record = gpujobs_heartbeat.read(p.heartbeat_file)
+            proc = samples.get((rec.key, r))
+            record = gpujobs_heartbeat.read(p.heartbeat_file) if p.heartbeat_file else None
             if record is None:
+                if proc is not None:  # never beat: the host's evidence only
+                    entries.append({"rank": r, "proc": proc})
                 continue
             fresh = record.seq != self._posted.get((rec.key, r))
             paused = record.pause_deadline_ns > now
-            if not fresh and not paused:
-                continue  # silent: not posted, so the server sees the silence
             entry: dict = {"rank": r}
             if fresh:
                 # how long ago the rank last called beat(), on this host's
                 # monotonic clock: the server orders stopped ranks by it
-                age = max(0.0, (now - record.beat_ns) / 1e9)
-                entry.update(step=record.step, sent_at=self._wall(), age_s=round(age, 3))
+                entry.update(step=record.step, sent_at=self._wall())
+                if record.beat_ns:  # 0: it marked a collective or a pause, never beat()
+                    age = max(0.0, (now - record.beat_ns) / 1e9)
+                    entry["age_s"] = min(MAX_AGE_S, round(age, 3))
+                if record.collective_seq is not None:
+                    entry["collective"] = {"seq": record.collective_seq,
+                                           "name": record.collective_name or "collective"}
                 seqs[r] = record.seq
             if paused:
                 entry["pause"] = {"reason": record.pause_reason or "paused",
                                   "remaining_s": round((record.pause_deadline_ns - now) / 1e9, 3)}
-            entries.append(entry)
+            if proc is not None:
+                entry["proc"] = proc
+            if len(entry) > 1:  # a silent rank with no sample is not posted at all
+                entries.append(entry)
         return entries, seqs
 
     def _post(self, rec: AttemptRecord, now: int) -> int:

@@ -47,6 +47,8 @@ class Services:
     auth: Authenticator
     telemetry: Telemetry
     logs: LogsService | None = None
+    #: the one time source every service reads
+    clock: Clock = utcnow
 
 
 _lock = threading.Lock()
@@ -100,7 +102,7 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
                               resend_after_s=config.cancel_resend_after_s,
                               down_after_s=config.node_down_after_s, clock=clock),
         heartbeats=heartbeats, scanner=scanner, scan_fanout=fanout, auth=Authenticator(tokens),
-        telemetry=telemetry,
+        telemetry=telemetry, clock=clock,
         logs=LogsService(jobs, log_reader or CloudWatchLogReader(config),
                          page_token_key=config.page_token_key))
 

@@ -19,18 +19,37 @@ The record is a seqlock: the sequence number is written before and after the
 payload, and a reader that sees them differ reads again. Times are
 CLOCK_MONOTONIC, shared by every process on the host, so the agent can tell how
 much of a pause remains without trusting any wall clock.
+
+Naming the culprit of a hang: mark each collective as the rank enters it,
+
+    with collective("allreduce"):
+        dist.all_reduce(grad)
+
+(or ``arrive(seq)``, or ``instrument_collectives()`` once, which wraps the
+``torch.distributed`` collectives). The mark is one more write of the same
+record, at the same cost as ``beat``. When ranks stall, the one that never
+arrived at the collective the others wait in is the culprit.
+
+Pauses without touching the training loop: ``declare_checkpoints()`` wraps
+``torch.save`` and ``torch.distributed.checkpoint.save``; ``lightning_callback()``
+and ``hf_callback()`` beat once per step and pause around checkpointing and
+evaluation. torch, Lightning and transformers are imported only when asked for.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import struct
 import time
 from typing import Iterator, NamedTuple
 
-# seq, step, beat_ns, pause_deadline_ns, reason, seq
-_FORMAT = struct.Struct("<QqQQ32sQ")
+# seq, step, beat_ns, pause_deadline_ns, reason, collective seq + 1 (0: none),
+# collective name, seq
+_FORMAT = struct.Struct("<QqQQ32sQ16sQ")
 RECORD_SIZE = _FORMAT.size
+# the record before collective marks (a rank started by an older helper)
+_FORMAT_V1 = struct.Struct("<QqQQ32sQ")
 
 
 class Record(NamedTuple):
@@ -39,6 +58,9 @@ class Record(NamedTuple):
     beat_ns: int
     pause_deadline_ns: int
     pause_reason: str
+    #: the last collective the rank arrived at (None: never marked one)
+    collective_seq: int | None = None
+    collective_name: str = ""
 
 
 class _Writer:
@@ -46,17 +68,34 @@ class _Writer:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._seq = 0
         self._step = 0
+        self._beat_ns = 0
         self._pause = (0, b"")
+        self._pause_to_beat = False  # the pause ends at the next beat()
+        self._coll = (0, b"")        # (seq + 1, name)
 
     def write(self, step: int | None) -> None:
-        self._seq += 1
+        if self._pause_to_beat:
+            self._pause, self._pause_to_beat = (0, b""), False
         self._step = self._step + 1 if step is None else int(step)
-        deadline, reason = self._pause
-        os.pwrite(self._fd, _FORMAT.pack(self._seq, self._step, time.monotonic_ns(),
-                                         deadline, reason, self._seq), 0)
+        self._beat_ns = time.monotonic_ns()
+        self._flush()
 
-    def set_pause(self, deadline_ns: int, reason: str) -> None:
+    def arrive(self, seq: int | None, name: str) -> None:
+        nxt = self._coll[0] if seq is None else int(seq) + 1
+        if seq is None:
+            nxt += 1
+        self._coll = (nxt, name.encode("utf-8")[:16])
+        self._flush()
+
+    def _flush(self) -> None:
+        self._seq += 1
+        deadline, reason = self._pause
+        os.pwrite(self._fd, _FORMAT.pack(self._seq, self._step, self._beat_ns, deadline,
+                                         reason, self._coll[0], self._coll[1], self._seq), 0)
+
+    def set_pause(self, deadline_ns: int, reason: str, until_beat: bool = False) -> None:
         self._pause = (deadline_ns, reason.encode("utf-8")[:32])
+        self._pause_to_beat = until_beat
 
 
 _writer: _Writer | None = None
@@ -89,12 +128,158 @@ def pause(reason: str, *, max_s: float) -> Iterator[None]:
         yield
         return
     w.set_pause(time.monotonic_ns() + int(max_s * 1e9), reason)
-    w.write(w._step)
+    w._flush()
     try:
         yield
     finally:
         w.set_pause(0, "")
-        w.write(w._step)
+        w._flush()
+
+
+def pause_until_beat(reason: str, *, max_s: float) -> None:
+    """Declare a pause that the next ``beat()`` ends (for hooks that see a
+    checkpoint or an evaluation begin but not end)."""
+    w = _get()
+    if w is not None:
+        w.set_pause(time.monotonic_ns() + int(max_s * 1e9), reason, until_beat=True)
+        w._flush()
+
+
+def arrive(seq: int | None = None, name: str = "collective") -> None:
+    """Mark that this rank entered collective number ``seq`` (default: the one
+    after the last it marked). Call it as the rank enters, before it can block."""
+    w = _writer if _checked else _get()
+    if w is not None:
+        w.arrive(seq, name)
+
+
+@contextlib.contextmanager
+def collective(name: str, seq: int | None = None) -> Iterator[None]:
+    """``with collective("allreduce"): dist.all_reduce(t)``: marks the arrival."""
+    arrive(seq, name)
+    yield
+
+
+#: the torch.distributed calls that block until every rank arrives
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
+               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+               "broadcast", "broadcast_object_list", "reduce", "gather", "scatter",
+               "barrier", "monitored_barrier")
+
+
+def instrument_collectives(dist=None):
+    """Wrap the ``torch.distributed`` collectives so each marks its arrival
+    (idempotent). ``dist``: the module (imported here when not given)."""
+    if dist is None:
+        import torch.distributed as dist  # noqa: PLC0415 - lazily: no hard dependency
+    for name in COLLECTIVES:
+        fn = getattr(dist, name, None)
+        if fn is None or getattr(fn, "__gpujobs_wrapped__", False):
+            continue
+        setattr(dist, name, _arriving(fn, name))
+    return dist
+
+
+def _arriving(fn, name: str):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        arrive(None, name)
+        return fn(*args, **kwargs)
+    wrapper.__gpujobs_wrapped__ = True
+    return wrapper
+
+
+def pausing(fn, reason: str = "checkpoint", *, max_s: float = 1800.0):
+    """``fn`` run inside a declared pause (idempotent)."""
+    if getattr(fn, "__gpujobs_wrapped__", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with pause(reason, max_s=max_s):
+            return fn(*args, **kwargs)
+    wrapper.__gpujobs_wrapped__ = True
+    return wrapper
+
+
+def declare_checkpoints(*, max_s: float = 1800.0, torch=None, dcp=None) -> list[str]:
+    """Make ``torch.save`` and ``torch.distributed.checkpoint.save`` declare a
+    pause of at most ``max_s``; returns what was wrapped. Modules are imported
+    here when not given; one that is not installed is skipped."""
+    done = []
+    if torch is None:
+        try:
+            import torch  # noqa: PLC0415
+        except ImportError:
+            torch = None
+    if torch is not None and hasattr(torch, "save"):
+        torch.save = pausing(torch.save, "checkpoint", max_s=max_s)
+        done.append("torch.save")
+    if dcp is None:
+        try:
+            import torch.distributed.checkpoint as dcp  # noqa: PLC0415
+        except ImportError:
+            dcp = None
+    if dcp is not None:
+        for name in ("save", "async_save", "save_state_dict"):
+            if hasattr(dcp, name):
+                setattr(dcp, name, pausing(getattr(dcp, name), "checkpoint", max_s=max_s))
+                done.append(f"torch.distributed.checkpoint.{name}")
+    return done
+
+
+def lightning_callback(*, max_checkpoint_s: float = 1800.0, max_eval_s: float = 3600.0,
+                       base=None):
+    """A PyTorch Lightning callback: a beat per training batch, a pause around
+    validation and around each checkpoint save. ``base``: the Callback class
+    (``lightning.pytorch.Callback``, else ``pytorch_lightning.Callback``)."""
+    if base is None:
+        try:
+            from lightning.pytorch import Callback as base  # noqa: PLC0415
+        except ImportError:
+            from pytorch_lightning import Callback as base  # noqa: PLC0415
+
+    class GpujobsHeartbeat(base):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            beat(int(trainer.global_step))
+
+        def on_validation_start(self, trainer, pl_module):
+            pause_until_beat("evaluation", max_s=max_eval_s)
+
+        def on_validation_end(self, trainer, pl_module):
+            beat(int(trainer.global_step))
+
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+            # called as the checkpoint is assembled, before it is written: the
+            # pause lasts until the next beat, after the write
+            pause_until_beat("checkpoint", max_s=max_checkpoint_s)
+
+    return GpujobsHeartbeat()
+
+
+def hf_callback(*, max_checkpoint_s: float = 1800.0, max_eval_s: float = 3600.0, base=None):
+    """A Hugging Face ``TrainerCallback``: a beat per step; when the step's
+    control says an evaluation or a save follows, a pause until the next beat."""
+    if base is None:
+        from transformers import TrainerCallback as base  # noqa: PLC0415
+
+    class GpujobsHeartbeat(base):
+        def on_step_end(self, args, state, control, **kwargs):
+            beat(int(state.global_step))
+            if getattr(control, "should_evaluate", False):
+                pause_until_beat("evaluation", max_s=max_eval_s + (
+                    max_checkpoint_s if getattr(control, "should_save", False) else 0))
+            elif getattr(control, "should_save", False):
+                pause_until_beat("checkpoint", max_s=max_checkpoint_s)
+
+        def on_evaluate(self, args, state, control, **kwargs):
+            if getattr(control, "should_save", False):
+                pause_until_beat("checkpoint", max_s=max_checkpoint_s)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            beat(int(state.global_step))
+
+    return GpujobsHeartbeat()
 
 
 def read(path: str) -> Record | None:
@@ -106,12 +291,18 @@ def read(path: str) -> Record | None:
     try:
         for _ in range(100):
             raw = os.pread(fd, RECORD_SIZE, 0)
-            if len(raw) < RECORD_SIZE:
+            if len(raw) == _FORMAT_V1.size:
+                seq, step, beat_ns, deadline, reason, seq_end = _FORMAT_V1.unpack(raw)
+                coll, name = 0, b""
+            elif len(raw) < RECORD_SIZE:
                 return None
-            seq, step, beat_ns, deadline, reason, seq_end = _FORMAT.unpack(raw)
+            else:
+                seq, step, beat_ns, deadline, reason, coll, name, seq_end = _FORMAT.unpack(raw)
             if seq == seq_end:
                 return Record(seq, step, beat_ns, deadline,
-                              reason.rstrip(b"\0").decode("utf-8", "replace"))
+                              reason.rstrip(b"\0").decode("utf-8", "replace"),
+                              coll - 1 if coll else None,
+                              name.rstrip(b"\0").decode("utf-8", "replace"))
         return None
     finally:
         os.close(fd)

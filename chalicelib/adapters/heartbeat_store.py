@@ -47,7 +47,18 @@ class DynamoHeartbeatStore:
                     sent_at=sent and iso(sent),
                     offset_s=sent and round((sent - now).total_seconds(), 3),
                     paused_until=paused_until and iso(paused_until), pause_reason=reason,
-                    ttl_epoch=ttl))
+                    ttl_epoch=ttl, **_evidence(b)))
+
+    def sample(self, job_id: str, attempt: int, rank: int, node_id: str, sample: dict,
+               now: datetime) -> None:
+        """Record a process sample of a silent rank without touching its last
+        beat's time; the receive times of earlier busy or active samples stand
+        unless this one is busy or active too."""
+        ev = _evidence(sample)
+        actions = [getattr(HeartbeatModel, k).set(v) for k, v in ev.items() if v is not None]
+        HeartbeatModel(shard_key(job_id, attempt, rank), rank).update(actions=[
+            *actions, HeartbeatModel.node_id.set(node_id),
+            HeartbeatModel.ttl_epoch.set(int((now + KEEP).timestamp()))])
 
     def pause(self, job_id: str, attempt: int, rank: int, node_id: str,
               until: datetime, reason: str, now: datetime) -> None:
@@ -77,8 +88,22 @@ class DynamoHeartbeatStore:
                             heard_at=m.heard_at and parse_iso(m.heard_at),
                             beat_at=m.beat_at and parse_iso(m.beat_at),
                             step=None if m.step is None else int(m.step),
-                            paused_until=m.paused_until and parse_iso(m.paused_until)))
+                            paused_until=m.paused_until and parse_iso(m.paused_until),
+                            proc=m.proc, sampled_at=m.sampled_at and parse_iso(m.sampled_at),
+                            io_at=m.io_at and parse_iso(m.io_at),
+                            active_at=m.active_at and parse_iso(m.active_at),
+                            arrived_seq=None if m.arrived_seq is None else int(m.arrived_seq),
+                            arrived_name=m.arrived_name))
         return out
+
+
+def _evidence(b: dict) -> dict:
+    """The process sample and collective marker of an ingested entry, as stored."""
+    out = {"proc": b.get("proc"), "arrived_seq": b.get("arrived_seq"),
+           "arrived_name": b.get("arrived_name")}
+    for k in ("sampled_at", "io_at", "active_at"):
+        out[k] = b.get(k) and iso(b[k])
+    return out
 
 
 class DynamoCollectorStore:

@@ -21,7 +21,7 @@ from ..domain import events as ev
 from ..domain import idempotency
 from ..domain.clock import iso, parse_iso, utcnow
 from ..domain.attempts import Attempt
-from ..domain.jobs import Intent, Job, clear_incident
+from ..domain.jobs import Intent, Job, clear_incident, frozen_health
 from ..domain.placement import Plan, queue_key
 from ..domain.states import PLACED, JobState
 from ..service.ports import (CapacityChanged, IdemClaim, IdempotencyConflict, IdemRecord,
@@ -449,7 +449,10 @@ class DynamoJobStore:
         for a new attempt), conditioned on the placed state and attempt it
         leaves; the attempt records its end; ``stop`` (CANCEL to the nodes still
         running ranks) is recorded in the same transaction."""
-        actions = [JobModel.state.set(to.value), JobModel.updated_at.set(iso(now))]
+        actions = [JobModel.state.set(to.value), JobModel.updated_at.set(iso(now)),
+                   # nothing is judged once the attempt ended: no stale health
+                   JobModel.health.set(frozen_health(job.health, iso(now), to.terminal,
+                                                     exit_))]
         why = (exit_ or {}).get("reason")
         if to.terminal:
             actions += [JobModel.exit.set(exit_), *self._finish_actions(job, now),

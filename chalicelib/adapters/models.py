@@ -185,6 +185,15 @@ class HeartbeatModel(Model):
     paused_until = UnicodeAttribute(null=True)
     pause_reason = UnicodeAttribute(null=True)
     ttl_epoch = NumberAttribute(null=True)
+    #: the host's latest sample of the rank's process tree, its receive time,
+    #: and the receive times of the latest samples showing real I/O / any work
+    proc = JSONAttribute(null=True)
+    sampled_at = UnicodeAttribute(null=True)
+    io_at = UnicodeAttribute(null=True)
+    active_at = UnicodeAttribute(null=True)
+    #: the last collective the rank arrived at (the culprit's evidence)
+    arrived_seq = NumberAttribute(null=True)
+    arrived_name = UnicodeAttribute(null=True)
 
 
 class CollectorModel(Model):

@@ -19,6 +19,9 @@ HEARTBEAT = {
                              "maximum": _t.MISS_PROBABILITY_MAX},
         "startup_grace_s": {"type": "number", "minimum": 0,
                             "maximum": _t.STARTUP_GRACE_S_MAX},
+        "mode": {"enum": ["auto", "beats", "process", "off"]},
+        "max_busy_s": {"type": "number", "minimum": 0, "maximum": 86400},
+        "idle_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
     },
 }
 
@@ -102,6 +105,28 @@ HEARTBEATS = {
                     "step": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
                     "sent_at": {"type": "string", "maxLength": 64},
                     "age_s": {"type": "number", "minimum": 0, "maximum": 3600},
+                    "proc": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "cpu": {"type": "number", "minimum": 0, "maximum": 65536},
+                            "io_bps": {"type": "number", "minimum": 0, "maximum": 1e13},
+                            "state": {"type": "string", "maxLength": 8},
+                            "procs": {"type": "integer", "minimum": 0, "maximum": 1000000},
+                            "gpu_util": {"type": "number", "minimum": 0, "maximum": 100},
+                            "gpu_mem_b": {"type": "integer", "minimum": 0,
+                                          "maximum": 2**63 - 1},
+                        },
+                    },
+                    "collective": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["seq"],
+                        "properties": {
+                            "seq": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+                            "name": {"type": "string", "maxLength": 32},
+                        },
+                    },
                     "pause": {
                         "type": "object",
                         "additionalProperties": False,

@@ -13,6 +13,12 @@ HEARTBEAT_DEFAULTS = {
     "false_positive_budget_per_hour": 0.001,
     "miss_probability": 0.01,
     "startup_grace_s": 120,
+    # what the job is judged by (stall.MODES); how long silence with I/O at a
+    # real rate (a checkpoint) is excused past the threshold; how long process
+    # evidence may show no CPU and no I/O in mode "process"
+    "mode": "auto",
+    "max_busy_s": 900,
+    "idle_s": 300,
 }
 SPEC_DEFAULTS = {"gpus_per_rank": 1, "priority": 0, "max_attempts": 1, "on_stall": "report"}
 
@@ -44,17 +50,34 @@ def initial_health(spec: dict, scans_per_hour: float) -> dict:
         "detection_s": None,
         "false_alarms": 0,
         "suppressed": None,
+        "culprit": None,
+        "ranks_by_status": {},
+        "instrumented": None,
+        "frozen_at": None,
     }
 
 
 _INCIDENT = {"first_stalled_rank": None, "last_heard_at": None, "detected_at": None,
-             "stalled_ranks": [], "co_first": [], "suspect_node": None, "detection_s": None}
+             "stalled_ranks": [], "co_first": [], "suspect_node": None, "detection_s": None,
+             "culprit": None, "ranks_by_status": {}, "instrumented": None}
 
 
 def clear_incident(health: dict) -> dict:
     """Health with no incident open (a new attempt, or a false alarm over);
     the threshold and the false-alarm count stay."""
     return {**health, **_INCIDENT, "status": "UNKNOWN", "suppressed": None}
+
+
+def frozen_health(health: dict, at: str, to_terminal: bool, exit_: dict | None) -> dict:
+    """Health once the attempt ended. A new attempt to come: cleared. The job
+    finished: frozen as the last scan left it (the incident stays, as
+    history), stamped ``frozen_at``; nothing is being judged any more, so it
+    is STALLED only when the stall is what ended it."""
+    if not to_terminal:
+        return clear_incident(health)
+    stalled = bool(exit_) and exit_.get("reason") == "stalled"
+    return {**health, "status": "STALLED" if stalled else "UNKNOWN", "suppressed": None,
+            "frozen_at": at}
 
 
 @dataclass

@@ -9,16 +9,52 @@ silence until its bound passes. The first stalled rank is the one silent
 longest, ties by rank; ranks whose last beat lies within one measured jitter
 band of it are reported beside it as ``co_first``, because the order inside
 that band is noise.
+
+Only live ranks are judged: a rank recorded as exited or stopped is never
+stalled. What a rank *is* comes out as a status (:data:`STATUSES`), decided by
+the job's ``heartbeat.mode`` (:data:`MODES`) from three kinds of evidence:
+beats (silence), the host's samples of the rank's process tree (CPU and I/O:
+a silent rank writing at a real rate is ``busy``, a checkpoint, for at most
+``max_busy_s`` past the threshold), and collective-arrival markers, which name
+the culprit of a hang (:func:`culprit`): the rank that never arrived at the
+collective the others are waiting in.
 """
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
+
+from .clock import iso
 
 
 #: the least uncertainty of an estimated last beat(): a post's transit time
 MIN_BEAT_BAND_S = 0.25
+
+#: ``heartbeat.mode``: ``auto`` judges by beats once any rank of the attempt
+#: has beaten (until then the job is not instrumented and nobody is convicted),
+#: ``beats`` from the attempt's start, ``process`` by process evidence alone,
+#: ``off`` not at all
+MODES = ("auto", "beats", "process", "off")
+#: what a rank is, as health and the ranks view show it
+STATUSES = ("live", "silent", "stalled", "paused", "busy", "not_instrumented", "exited",
+            "stopped")
+#: I/O of a rank's process tree at this rate or more is real work (a checkpoint
+#: writes hundreds of MB/s; a log line or a heartbeat file is bytes)
+BUSY_IO_BPS = 1 << 20
+#: a process sample with less CPU (cores) and less I/O than these is idle
+IDLE_CPU = 0.02
+IDLE_IO_BPS = 4096
+
+
+def sample_is_busy(proc: dict) -> bool:
+    """Whether a process sample shows I/O at a real rate."""
+    return (proc.get("io_bps") or 0) >= BUSY_IO_BPS
+
+
+def sample_is_active(proc: dict) -> bool:
+    """Whether a process sample shows any work at all (CPU or I/O)."""
+    return (proc.get("cpu") or 0) >= IDLE_CPU or (proc.get("io_bps") or 0) >= IDLE_IO_BPS
 
 
 @dataclass(frozen=True)
@@ -34,6 +70,18 @@ class Beat:
     #: age the agent measured on its host's monotonic clock (never a wall clock);
     #: never later than heard_at, so it cannot make a rank look alive
     beat_at: datetime | None = None
+    #: "exited" or "stopped" once the attempt recorded it: never judged again
+    ended: str | None = None
+    #: collector receive time of the latest sample of the rank's process tree
+    sampled_at: datetime | None = None
+    #: ... of the latest sample showing I/O at a real rate, and showing any work
+    io_at: datetime | None = None
+    active_at: datetime | None = None
+    #: the latest sample itself, for display ({"cpu", "io_bps", "state", ...})
+    proc: dict | None = None
+    #: the last collective the rank arrived at: its sequence number and name
+    arrived_seq: int | None = None
+    arrived_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +94,9 @@ class RankView:
     stalled: bool
     paused: bool
     beat_at: datetime | None = None
+    status: str = "live"
+    #: the beat this view was made from (evidence, markers)
+    beat: Beat | None = None
 
 
 @dataclass(frozen=True)
@@ -55,28 +106,95 @@ class Verdict:
     co_first: list[RankView]
     suspect_node: str | None
     jitter_s: float
+    #: the one name for the rank that stopped first, with its evidence
+    culprit: dict | None = None
+    #: False while mode ``auto`` has heard no beat from any rank of the attempt
+    instrumented: bool = True
 
     @property
     def stalled(self) -> list[RankView]:
         return [r for r in self.ranks if r.stalled]
 
+    def by_status(self) -> dict[str, list[int]]:
+        """Ranks by status, every status but ``live`` (compact for health)."""
+        out: dict[str, list[int]] = {}
+        for r in sorted(self.ranks, key=lambda r: r.rank):
+            if r.status != "live":
+                out.setdefault(r.status, []).append(r.rank)
+        return out
+
+
+def _fresh(t: datetime | None, now: datetime, window_s: float) -> bool:
+    return t is not None and (now - t).total_seconds() <= window_s
+
 
 def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s: float,
-         startup_grace_s: float) -> list[RankView]:
-    """Every rank, silent longest first, ties by rank ascending."""
-    out = []
+         startup_grace_s: float, mode: str = "beats", interval_s: float | None = None,
+         max_busy_s: float = 0.0, idle_s: float | None = None) -> list[RankView]:
+    """Every rank, silent longest first, ties by rank ascending, each with its
+    status under ``mode`` (see :data:`MODES`).
+
+    Evidence of work comes from the host's samples: a rank is doing I/O "now"
+    when its latest busy sample is within two intervals. A rank that would be
+    stalled by silence but does I/O now is ``busy``. Real I/O counts as a sign
+    of life, so a silent rank is also excused (shown ``silent``) until its own
+    last I/O, or the last of any silent rank of its job (ranks wait in a
+    checkpoint's barrier for the slowest writer), is ``threshold_s`` old
+    (at least two intervals). Every excuse ends ``max_busy_s`` past the
+    threshold.
+    """
+    interval = interval_s if interval_s is not None else threshold_s
+    fresh_s = 2 * interval
+    # real I/O is a sign of life as good as a beat: silence since the last of
+    # it must pass the threshold too (a rank that wrote its shard early waits
+    # in the checkpoint's barrier for the others, without I/O)
+    io_s = max(fresh_s, threshold_s)
+    instrumented = mode != "auto" or any(b.heard_at is not None for b in beats)
+    rows = []
     for b in beats:
         since = b.heard_at or started_at
         silence = (now - since).total_seconds()
         paused = b.paused_until is not None and now <= b.paused_until
-        if paused:
-            stalled = False
+        if b.ended:
+            would = False
+        elif paused:
+            would = False
         elif b.heard_at is None:
-            stalled = silence > threshold_s and silence > startup_grace_s
+            would = silence > threshold_s and silence > startup_grace_s
         else:
-            stalled = silence > threshold_s  # strictly: at the threshold is not stalled
+            would = silence > threshold_s  # strictly: at the threshold is not stalled
+        rows.append((b, silence, paused, would))
+    within_busy = threshold_s + max_busy_s
+    job_writing = any(would and _fresh(b.io_at, now, io_s) and silence <= within_busy
+                      for b, silence, paused, would in rows)
+    out = []
+    for b, silence, paused, would in rows:
+        stalled = False
+        if b.ended:
+            status = b.ended
+        elif paused:
+            status = "paused"
+        elif mode == "off":
+            status = "live" if silence <= fresh_s else "silent"
+        elif mode == "process":
+            idle = idle_s if idle_s is not None else threshold_s
+            active = b.active_at or b.heard_at
+            quiet = (now - (active or started_at)).total_seconds()
+            stalled = quiet > idle and (active is not None or quiet > startup_grace_s)
+            status = ("stalled" if stalled else "busy" if _fresh(b.io_at, now, fresh_s)
+                      else "live" if quiet <= fresh_s else "silent")
+        elif not instrumented:
+            status = "not_instrumented"
+        elif would and silence <= within_busy and _fresh(b.io_at, now, fresh_s):
+            status = "busy"
+        elif would and silence <= within_busy and (_fresh(b.io_at, now, io_s) or job_writing):
+            status = "silent"
+        elif would:
+            stalled, status = True, "stalled"
+        else:
+            status = "live" if b.heard_at is not None and silence <= fresh_s else "silent"
         out.append(RankView(b.rank, b.node_id, b.heard_at, silence, b.step, stalled, paused,
-                            b.beat_at))
+                            b.beat_at, status, b))
     return sorted(out, key=lambda r: (-r.silence_s, r.rank))
 
 
@@ -101,13 +219,17 @@ def jitter_band(beats: list[Beat], interval_s: float,
 
 
 def judge(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s: float,
-          startup_grace_s: float, interval_s: float) -> Verdict:
+          startup_grace_s: float, interval_s: float, mode: str = "beats",
+          max_busy_s: float = 0.0, idle_s: float | None = None) -> Verdict:
     ranks = view(beats, now=now, started_at=started_at, threshold_s=threshold_s,
-                 startup_grace_s=startup_grace_s)
+                 startup_grace_s=startup_grace_s, mode=mode, interval_s=interval_s,
+                 max_busy_s=max_busy_s, idle_s=idle_s)
+    instrumented = mode != "auto" or any(b.heard_at is not None for b in beats)
     stalled = [r for r in ranks if r.stalled]
-    jitter = jitter_band(beats, interval_s, [r for r in ranks if not r.stalled])
+    live = [r for r in ranks if not r.stalled and r.beat and not r.beat.ended]
+    jitter = jitter_band([b for b in beats if not b.ended], interval_s, live)
     if not stalled:
-        return Verdict(ranks, None, [], None, jitter)
+        return Verdict(ranks, None, [], None, jitter, None, instrumented)
     first = stalled[0]
     co = []
     if first.last_heard_at is not None:
@@ -122,12 +244,63 @@ def judge(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s
             # later than the beats of ranks that stopped after it
             band = max(jitter, MIN_BEAT_BAND_S)
             co += [r for r in ranks if r is not first and r not in co
-                   and r.beat_at is not None
+                   and r.beat_at is not None and r.status not in _OUT
                    and (r.beat_at - first.beat_at).total_seconds() <= band]
         # best guess first: the earliest last beat(), then the lowest step
         co.sort(key=lambda r: (r.beat_at or r.last_heard_at,
                                r.step if r.step is not None else -1, r.rank))
-    return Verdict(ranks, first, co, suspect_node(ranks, interval_s), jitter)
+    return Verdict(ranks, first, co, suspect_node(ranks, interval_s), jitter,
+                   culprit(ranks, first, co), instrumented)
+
+
+#: ranks that are no rival for the first stop: gone, or declared paused
+_OUT = ("exited", "stopped", "paused")
+
+
+def _receive(r: RankView) -> str | None:
+    return r.last_heard_at and iso(r.last_heard_at)
+
+
+def culprit(ranks: list[RankView], first: RankView, co_first: list[RankView]) -> dict:
+    """The one rank that stopped first, by name, and the evidence used.
+
+    With collective-arrival markers: the collective the ranks are waiting in
+    is the highest one any live rank arrived at; the culprit is a rank that
+    never arrived at it (the furthest behind, then the earliest last beat). Without markers: the earliest estimated last ``beat()`` among
+    ``first`` and ``co_first`` (lowest step on a tie), a guess that ties at
+    step boundaries make right about half the time.
+    """
+    live = [r for r in ranks if r.status not in _OUT]
+    # the furthest any rank got: the collective the others block in (the culprit
+    # itself may be the only rank stalled yet)
+    waiting = [r for r in live if r.beat and r.beat.arrived_seq is not None]
+    if waiting:
+        top = max(waiting, key=lambda r: (r.beat.arrived_seq, r.rank))
+        seq = top.beat.arrived_seq
+
+        def arrived(r: RankView) -> int:
+            return -1 if r.beat is None or r.beat.arrived_seq is None else r.beat.arrived_seq
+        missing = sorted((r for r in live if arrived(r) < seq),
+                         key=lambda r: (arrived(r), r.beat_at or r.last_heard_at or _NEVER,
+                                        r.rank))
+        if missing:
+            c = missing[0]
+            return {"rank": c.rank, "by": "collective",
+                    "collective": {"seq": seq, "name": top.beat.arrived_name,
+                                   "waiting": sum(1 for r in live if arrived(r) >= seq),
+                                   "missing": [r.rank for r in missing[:16]]},
+                    "arrived_seq": None if arrived(c) < 0 else arrived(c),
+                    "beat_at": c.beat_at and iso(c.beat_at),
+                    "receive_time": _receive(c)}
+    pool = [first, *co_first]
+    c = min(pool, key=lambda r: (r.beat_at or r.last_heard_at or _NEVER,
+                                 r.step if r.step is not None else -1, r.rank))
+    return {"rank": c.rank, "by": "beat_at" if c.beat_at else "receive_time",
+            "collective": None, "arrived_seq": None,
+            "beat_at": c.beat_at and iso(c.beat_at), "receive_time": _receive(c)}
+
+
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 
 def suspect_node(ranks: list[RankView], interval_s: float) -> str | None:

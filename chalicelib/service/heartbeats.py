@@ -8,15 +8,16 @@ decides liveness.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import replace
 from datetime import datetime
 
 from ..domain.clock import Clock, iso, parse_iso, plus, utcnow
 from ..domain.errors import AlreadyFinished, Forbidden, InvalidArgument, StaleAttempt
 from ..domain.ids import is_job_id
-from ..domain.jobs import Job
+from ..domain.jobs import HEARTBEAT_DEFAULTS, Job
 from ..domain.principal import Principal
-from ..domain.stall import view
-from ..domain.states import PLACED
+from ..domain.stall import Beat, Verdict, judge, sample_is_active, sample_is_busy
+from ..domain.states import PLACED, JobState
 from .ports import CollectorStore, HeartbeatStore, JobStore, Telemetry
 
 _PLACEMENTS_CACHED = 1024
@@ -82,13 +83,28 @@ class HeartbeatsService:
             if "pause" in r:
                 beat["paused_until"] = plus(now, r["pause"]["remaining_s"])
                 beat["pause_reason"] = r["pause"].get("reason", "paused")
-            # an entry with only a pause declares it without being a beat
-            (pauses if "pause" in r and "step" not in r else beats).append(beat)
+            if "proc" in r:  # the host's sample of the rank's process tree
+                beat["proc"] = r["proc"]
+                beat["sampled_at"] = now
+                beat["io_at"] = now if sample_is_busy(r["proc"]) else None
+                beat["active_at"] = now if sample_is_active(r["proc"]) else None
+            if "collective" in r:  # the last collective the rank arrived at
+                beat["arrived_seq"] = r["collective"]["seq"]
+                beat["arrived_name"] = r["collective"].get("name")
+            # an entry with only a pause or a process sample is not a beat
+            is_beat = "step" in r or not ("pause" in r or "proc" in r)
+            if is_beat:
+                beat["active_at"] = now  # a beat is work done
+            (beats if is_beat else pauses).append(beat)
         if beats:
             self.beats.write(job_id, job.attempt, beats, node_of, now)
-        for p in pauses:  # a pause is not a beat: the last beat's time stands
-            self.beats.pause(job_id, job.attempt, p["rank"], node_of.get(p["rank"], ""),
-                             p["paused_until"], p["pause_reason"], now)
+        for p in pauses:  # not a beat: the last beat's time stands
+            node = node_of.get(p["rank"], "")
+            if "paused_until" in p:
+                self.beats.pause(job_id, job.attempt, p["rank"], node,
+                                 p["paused_until"], p["pause_reason"], now)
+            if "proc" in p:
+                self.beats.sample(job_id, job.attempt, p["rank"], node, p, now)
         self.collector.mark_ingest(now)
         self.telemetry.count("HeartbeatsIngested", len(body["ranks"]))
         return now
@@ -103,12 +119,41 @@ class HeartbeatsService:
             raise InvalidArgument("sent_at must be an RFC 3339 time",
                                   field=f"ranks.{i}.sent_at") from None
 
+    def attempt_beats(self, job: Job, now: datetime) -> tuple[list[Beat], datetime] | None:
+        """The current attempt's beats, ranks recorded as exited or stopped
+        marked so (read fresh: they change while the attempt runs), and when
+        the attempt started."""
+        if job.attempt == 0:
+            return None
+        a = self.store.attempt(job.job_id, job.attempt)
+        if a is None:
+            return None
+        node_of = {r: n for n, rs in a.node_ranks.items() for r in rs}
+        ended = {**{r: "stopped" for r in a.stopped}, **{r: "exited" for r in a.exited}}
+        beats = [replace(b, ended=ended[b.rank]) if b.rank in ended else b
+                 for b in self.beats.read(job.job_id, job.attempt, node_of)]
+        return beats, attempt_start(job, a.created_at, now)
+
+    def verdict(self, job: Job, now: datetime) -> Verdict | None:
+        """The judgement of the current attempt's ranks (pure: domain.stall.judge).
+        Only a RUNNING job is judged; any other is shown as it is (mode off)."""
+        read = self.attempt_beats(job, now)
+        if read is None:
+            return None
+        beats, started = read
+        hb = {**HEARTBEAT_DEFAULTS, **job.spec["heartbeat"]}
+        return judge(beats, now=now, started_at=started, threshold_s=job.health["threshold_s"],
+                     startup_grace_s=hb["startup_grace_s"], interval_s=hb["interval_s"],
+                     mode=hb["mode"] if job.state is JobState.RUNNING else "off",
+                     max_busy_s=hb["max_busy_s"], idle_s=hb["idle_s"])
+
     def ranks(self, job: Job) -> dict:
         """Every rank of the current attempt, silent longest first."""
         now = self._clock()
-        hb = job.spec["heartbeat"]
+        hb = {**HEARTBEAT_DEFAULTS, **job.spec["heartbeat"]}
         threshold = job.health.get("threshold_s")
         out = {"attempt": job.attempt, "threshold_s": threshold, "now": iso(now), "ranks": [],
+               "mode": hb["mode"], "judged": job.state is JobState.RUNNING,
                "threshold_inputs": {
                    "ranks": job.spec["ranks"], "interval_s": hb["interval_s"],
                    "miss_probability": hb["miss_probability"],
@@ -116,18 +161,24 @@ class HeartbeatsService:
                    "scans_per_hour": self._scans_per_hour,
                    "k": None if not threshold else round(threshold / hb["interval_s"]),
                    "startup_grace_s": hb["startup_grace_s"]}}
-        if job.attempt == 0:
+        verdict = self.verdict(job, now)
+        if verdict is None:
             return out
-        node_of, created_at = self.placement(job.job_id, job.attempt)
-        started = attempt_start(job, created_at, now)
-        for r in view(self.beats.read(job.job_id, job.attempt, node_of), now=now,
-                      started_at=started, threshold_s=threshold,
-                      startup_grace_s=hb["startup_grace_s"]):
-            out["ranks"].append({
-                "rank": r.rank, "node_id": r.node_id,
-                "last_heard_at": r.last_heard_at and iso(r.last_heard_at),
-                "silence_s": round(r.silence_s, 3), "step": r.step, "stalled": r.stalled,
-                "paused": r.paused})
+        out["instrumented"] = verdict.instrumented
+        for r in verdict.ranks:
+            b = r.beat
+            row = {"rank": r.rank, "node_id": r.node_id,
+                   "last_heard_at": r.last_heard_at and iso(r.last_heard_at),
+                   "silence_s": round(r.silence_s, 3), "step": r.step, "stalled": r.stalled,
+                   "paused": r.paused, "status": r.status,
+                   "beat_at": r.beat_at and iso(r.beat_at), "proc": None, "collective": None}
+            if b is not None and b.sampled_at is not None:
+                row["proc"] = {**(b.proc or {}), "sampled_at": iso(b.sampled_at),
+                               "io_at": b.io_at and iso(b.io_at),
+                               "active_at": b.active_at and iso(b.active_at)}
+            if b is not None and b.arrived_seq is not None:
+                row["collective"] = {"seq": b.arrived_seq, "name": b.arrived_name}
+            out["ranks"].append(row)
         return out
 
 

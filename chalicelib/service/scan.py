@@ -9,14 +9,15 @@ counted false alarm.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 
 from ..domain.clock import Clock, iso, plus, utcnow
 from ..domain.jobs import Job, clear_incident
-from ..domain.stall import Verdict, judge, suppression
+from ..domain.stall import Verdict, suppression
 from ..domain.states import JobState
 from .attempts import AttemptsService
-from .heartbeats import HeartbeatsService, attempt_start
+from .heartbeats import HeartbeatsService
 from .ports import CollectorStore, JobStore, Telemetry
 
 log = logging.getLogger(__name__)
@@ -66,24 +67,22 @@ class Scanner:
         return {"jobs": jobs, "incidents": stalled, "suppressed": why}
 
     def scan_job(self, job: Job, now: datetime, why: str | None = None) -> int:
-        node_of, created_at = self.heartbeats.placement(job.job_id, job.attempt)
-        if not node_of:
+        """Judge one RUNNING job (callable on its own: a per-job fan-out)."""
+        verdict = self.heartbeats.verdict(job, now)
+        if verdict is None:
             return 0
-        hb = job.spec["heartbeat"]
-        beats = self.heartbeats.beats.read(job.job_id, job.attempt, node_of)
-        verdict = judge(beats, now=now, started_at=attempt_start(job, created_at, now),
-                        threshold_s=job.health["threshold_s"],
-                        startup_grace_s=hb["startup_grace_s"], interval_s=hb["interval_s"])
         health = dict(job.health)
         health["suppressed"] = why
         health["stalled_ranks"] = [r.rank for r in verdict.stalled]
+        health["ranks_by_status"] = verdict.by_status()
+        health["instrumented"] = verdict.instrumented
         heard = [r.last_heard_at for r in verdict.ranks if r.last_heard_at]
         open_incident = health.get("status") == "STALLED" and self._current(job)
         if open_incident:
             return self._follow(job, health, verdict)
         if verdict.first is not None and not why:
             return self._convict(job, health, verdict, now)
-        health["status"] = "OK" if heard else "UNKNOWN"
+        health["status"] = "OK" if heard and verdict.instrumented else "UNKNOWN"
         self._save(job, health)
         return 0
 
@@ -102,6 +101,7 @@ class Scanner:
                           iso(r.last_heard_at), "step": r.step,
                           "beat_at": r.beat_at and iso(r.beat_at)} for r in verdict.co_first],
             "suspect_node": verdict.suspect_node,
+            "culprit": verdict.culprit,
         })
         if not self.store.record_health(job, health, incident_key=f"{job.attempt}#{n}"):
             return 0  # another scan recorded it, or the job moved on
@@ -109,8 +109,9 @@ class Scanner:
         log.warning("job %s attempt %d: rank %d stalled first (silent %.1fs)", job.job_id,
                     job.attempt, first.rank, first.silence_s)
         if job.spec.get("on_stall") == "restart":
-            self.attempts.abandon(job, {"reason": "stalled", "exit_code": None,
-                                        "rank": first.rank})
+            # the job as just recorded: ending the attempt freezes this health
+            self.attempts.abandon(replace(job, health=health, incident_key=f"{job.attempt}#{n}"),
+                                  {"reason": "stalled", "exit_code": None, "rank": first.rank})
         return 1
 
     def _follow(self, job: Job, health: dict, verdict: Verdict) -> int:
@@ -126,6 +127,9 @@ class Scanner:
             health["status"] = "OK"
             log.warning("job %s: rank %s beat again after its stall: a false alarm",
                         job.job_id, culprit)
+        elif verdict.culprit is not None:
+            # late posts keep landing after the conviction: the name sharpens
+            health["culprit"] = verdict.culprit
         self._save(job, health)
         return 0
 

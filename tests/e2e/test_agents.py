@@ -132,3 +132,62 @@ def test_a_hung_rank_is_named_first_and_the_ranks_behind_it_after(tenant):
         assert all(r["stalled"] for r in view["ranks"]), "the rest stalled behind it"
     finally:
         tenant.post(f"/v1/jobs/{job['id']}/cancel")
+
+
+RING = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "ring.py")
+
+
+def test_the_ring_names_the_rank_that_never_arrived_at_the_collective(tenant):
+    """Issue 11, item 5: real processes all-reduce over TCP; rank 2 hangs before
+    arriving at step 15's all-reduce, the others block inside it. The API names
+    rank 2 by the collective it never arrived at, whatever the receive times say."""
+    job = tenant.post("/v1/jobs", json={
+        "command": ["python", RING], "ranks": 4,
+        "env": {"HANG_RANK": "2", "HANG_STEP": "15", "STEP_S": "0.05"},
+        "heartbeat": {"interval_s": 1, "startup_grace_s": 10}}).json()
+    try:
+        wait_for(tenant, job["id"], {"RUNNING"})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            health = tenant.get(f"/v1/jobs/{job['id']}").json()["health"]
+            if health["status"] == "STALLED":
+                break
+            time.sleep(0.3)
+        assert health["status"] == "STALLED", health
+        culprit = health["culprit"]
+        assert culprit["rank"] == 2 and culprit["by"] == "collective", health
+        assert culprit["collective"]["seq"] == 15 and culprit["collective"]["name"] == "allreduce"
+        assert culprit["arrived_seq"] == 14 and 2 in culprit["collective"]["missing"]
+        view = tenant.get(f"/v1/jobs/{job['id']}/ranks").json()
+        marks = {r["rank"]: r["collective"]["seq"] for r in view["ranks"]}
+        assert marks[2] == 14 and all(marks[r] == 15 for r in (0, 1, 3)), marks
+        assert all(r["proc"] is not None for r in view["ranks"]), "the host's samples"
+    finally:
+        tenant.post(f"/v1/jobs/{job['id']}/cancel")
+
+
+def test_an_uninstrumented_sleep_is_watched_not_convicted_and_an_exited_rank_not_judged(
+        tenant):
+    """Items 1 and 2 with real processes: rank 0 exits 0 at once, rank 1 sleeps
+    without ever importing the helper; neither is stalled past the grace."""
+    job = tenant.post("/v1/jobs", json={
+        "command": ["python", "-c", "import os,time\nif os.environ['RANK']=='1': time.sleep(600)"],
+        "ranks": 2, "heartbeat": {"interval_s": 1, "startup_grace_s": 2}}).json()
+    try:
+        wait_for(tenant, job["id"], {"RUNNING"})
+        deadline = time.monotonic() + 60
+        view = {}
+        while time.monotonic() < deadline:
+            view = tenant.get(f"/v1/jobs/{job['id']}/ranks").json()
+            status = {r["rank"]: r["status"] for r in view["ranks"]}
+            if status == {0: "exited", 1: "not_instrumented"} and view["ranks"][1]["proc"] \
+                    and view["ranks"][1]["silence_s"] > 8:
+                break
+            time.sleep(0.3)
+        assert status == {0: "exited", 1: "not_instrumented"}, view
+        [sleeper] = [r for r in view["ranks"] if r["rank"] == 1]
+        assert sleeper["proc"]["cpu"] < 0.1 and not sleeper["stalled"]
+        health = tenant.get(f"/v1/jobs/{job['id']}").json()["health"]
+        assert health["status"] != "STALLED" and health["instrumented"] is False
+    finally:
+        tenant.post(f"/v1/jobs/{job['id']}/cancel")

@@ -1,0 +1,137 @@
+"""Host evidence (issue 11, item 3): the agent samples each rank's real process
+group, and posts what it saw with the beats, or alone for a silent rank."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agent.beats import BeatPoster
+from agent.procs import ProcSampler
+from agent.state import RUNNING, AttemptRecord, RankRecord
+
+from .test_beats import Clock, FakeApi, writer
+
+WRITER = """
+import os, sys, time
+buf = b"x" * (1 << 20)
+with open(sys.argv[1], "wb") as f:
+    while True:                       # a checkpoint: writes at a real rate
+        f.write(buf); f.flush(); f.seek(0)
+        time.sleep(0.005)
+"""
+SLEEPER = "import time\ntime.sleep(600)"      # a hang: no CPU, no I/O
+SPINNER = "while True: pass"                   # a hang spinning on the CPU
+
+
+@pytest.fixture
+def group(tmp_path):
+    """Start a real process leading its own process group; kill it by its id."""
+    started = []
+
+    def start(code, *args):
+        p = subprocess.Popen([sys.executable, "-c", code, *args], start_new_session=True)
+        started.append(p)
+        return p
+    yield start
+    for p in started:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=10)
+
+
+def sample_until(sampler, groups, ok, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    seen = {}
+    while time.monotonic() < deadline:
+        seen = sampler.sample(groups)
+        if seen and ok(seen):
+            return seen
+        time.sleep(0.3)
+    raise AssertionError(f"never saw the expected sample: {seen}")
+
+
+def test_the_sampler_tells_a_writer_from_a_sleeper_and_a_spinner(tmp_path, group):
+    writer_p = group(WRITER, str(tmp_path / "ckpt.bin"))
+    sleeper, spinner = group(SLEEPER), group(SPINNER)
+    sampler = ProcSampler()
+    groups = {"w": writer_p.pid, "s": sleeper.pid, "c": spinner.pid}
+    seen = sample_until(sampler, groups,
+                        lambda s: len(s) == 3 and s["w"]["io_bps"] >= 1 << 20
+                        and s["c"]["cpu"] > 0.3 and s["s"]["cpu"] == 0)
+    assert seen["s"]["io_bps"] < 4096 and seen["s"]["state"] == "S"
+    assert seen["c"]["io_bps"] < 1 << 20 and seen["c"]["state"] == "R"
+    assert all(v["procs"] == 1 for v in seen.values())
+    assert "gpu_util" not in seen["w"], "no NVML here: the GPU fields are left out"
+
+
+def test_the_first_sample_has_no_rate_and_a_vanished_group_reads_as_empty(group):
+    p = group(SLEEPER)
+    sampler = ProcSampler()
+    assert sampler.sample({"k": p.pid}) == {}, "a rate needs two samples"
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    time.sleep(0.01)
+    [v] = sampler.sample({"k": p.pid}).values()
+    assert v["procs"] == 0 and v["cpu"] == 0 and v["io_bps"] == 0
+
+
+def test_nvml_fields_come_from_an_nvml_module_when_present(group):
+    p = group(SLEEPER)
+
+    class Fake:
+        class P:
+            pid, usedGpuMemory = p.pid, 3 << 30
+
+        nvmlDeviceGetCount = staticmethod(lambda: 1)
+        nvmlDeviceGetHandleByIndex = staticmethod(lambda i: i)
+        nvmlDeviceGetUtilizationRates = staticmethod(lambda h: type("U", (), {"gpu": 97})())
+        nvmlDeviceGetComputeRunningProcesses = staticmethod(lambda h: [Fake.P()])
+    sampler = ProcSampler(nvml=Fake)
+    sampler.sample({"k": p.pid})
+    time.sleep(0.05)
+    [v] = sampler.sample({"k": p.pid}).values()
+    assert v["gpu_util"] == 97 and v["gpu_mem_b"] == 3 << 30
+
+
+class FakeSampler:
+    def __init__(self, by_rank):
+        self.by_rank, self.forgotten = by_rank, []
+
+    def sample(self, groups):
+        return {k: self.by_rank[k[1]] for k in groups if k[1] in self.by_rank}
+
+    def forget(self, keys):
+        self.forgotten += list(keys)
+
+    def keys(self):
+        return []
+
+
+def test_a_silent_or_uninstrumented_rank_is_posted_with_its_sample_alone(tmp_path):
+    rec = AttemptRecord(job_id="job_x", attempt=1, phase=RUNNING, ranks=[0, 1, 2],
+                        heartbeat_interval_s=1.0)
+    for r in (0, 1, 2):
+        rec.procs[r] = RankRecord(rank=r, local_rank=r, slots=[r], exit_file="", log_file="",
+                                  heartbeat_file=str(tmp_path / f"rank-{r}"), pid=1000 + r)
+    sample = {"cpu": 0.0, "io_bps": 250e6, "state": "D", "procs": 2}
+    clock, api = Clock(), FakeApi()
+    poster = BeatPoster(api, monotonic_ns=clock, wall=lambda: "2026-01-01T00:00:00.000Z",
+                        sampler=FakeSampler({0: sample, 1: sample, 2: sample}))
+    w0, w1 = writer(rec, 0), writer(rec, 1)
+    w0.write(1)
+    w1.write(1)
+    w1.arrive(None, "allreduce")
+    poster.tick([rec])
+    by_rank = {e["rank"]: e for e in api.posts[-1][2]}
+    assert by_rank[0]["step"] == 1 and by_rank[0]["proc"] == sample
+    assert by_rank[1]["collective"] == {"seq": 0, "name": "allreduce"}
+    assert by_rank[2] == {"rank": 2, "proc": sample}, "never beat: evidence only"
+    clock.ns += int(1e9)
+    poster.tick([rec])
+    assert all(set(e) == {"rank", "proc"} for e in api.posts[-1][2]), \
+        "silent ranks: their sample is posted, never a beat"

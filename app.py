@@ -14,14 +14,19 @@ import re
 from chalice import Chalice, Rate, Response
 from chalice.app import Request
 
-from chalicelib.api import validation
 from chalicelib import web
+from chalicelib.api import validation
 from chalicelib.api.representation import attempt_json, job_json, node_json
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import iso
-from chalicelib.domain.errors import (ApiError, InvalidArgument, MethodNotAllowed, NotFound,
-                                      UnsupportedMediaType)
+from chalicelib.domain.errors import (
+    ApiError,
+    InvalidArgument,
+    MethodNotAllowed,
+    NotFound,
+    UnsupportedMediaType,
+)
 from chalicelib.service import health
 
 app = Chalice(app_name="gpujobs")

@@ -58,8 +58,19 @@ from .inbox import InboxMessage
 from .isolation import give_rank_dir
 from .messages import Cancel, Launch, MessageError, parse
 from .ranks import Launcher, ProcTable, Rank, read_stat
-from .state import (ACTIVE_PHASES, DONE, LAUNCHING, RUNNING, STOPPING, AgentState,
-                    AttemptRecord, PendingReport, RankRecord, StateFile, attempt_key)
+from .state import (
+    ACTIVE_PHASES,
+    DONE,
+    LAUNCHING,
+    RUNNING,
+    STOPPING,
+    AgentState,
+    AttemptRecord,
+    PendingReport,
+    RankRecord,
+    StateFile,
+    attempt_key,
+)
 
 log = logging.getLogger("gpujobs.agent")
 #: the rank-side helper's directory (gpujobs_heartbeat), put on ranks' PYTHONPATH

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Callable
 
 from .api import ApiClient, ApiError
-from .beats import BeatPoster
 from .backoff import retry_delay
+from .beats import BeatPoster
 from .core import Agent, Paths
 from .inbox import Poller, SqsInbox, endpoint_from_queue_url
 from .isolation import isolation_name, lock_down_state_dir

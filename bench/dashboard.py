@@ -19,9 +19,9 @@ sys.path.insert(0, str(ROOT))
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 
+from tests.browser import ui  # noqa: E402
 from tests.browser.conftest import CHROMEDRIVER, CHROMIUM, FLAGS  # noqa: E402
 from tests.browser.test_dashboard import _wide_job  # noqa: E402
-from tests.browser import ui  # noqa: E402
 from tests.e2e.conftest import Api, start_stack  # noqa: E402
 
 LOADS = 5

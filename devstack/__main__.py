@@ -132,9 +132,8 @@ def main() -> int:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     from devstack import resources
-    from devstack.motoserver import MotoServer
-
     from devstack.agents import Agents
+    from devstack.motoserver import MotoServer
 
     workdir = tempfile.mkdtemp(prefix="gpujobs-local-")
     agents = Agents(agents_count, gpus_per_agent, pathlib.Path(workdir))

@@ -12,8 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 
-from moto.moto_server.werkzeug_app import (DomainDispatcherApplication, MotoRequestHandler,
-                                           create_backend_app)
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
 from werkzeug.serving import make_server
 
 

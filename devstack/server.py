@@ -6,8 +6,14 @@ import json
 import pathlib
 
 from chalice.config import Config as ChaliceConfig
-from chalice.local import (ChaliceRequestHandler, CustomLocalChalice, LocalChalice,
-                           LocalDevServer, LocalGatewayException, ThreadedHTTPServer)
+from chalice.local import (
+    ChaliceRequestHandler,
+    CustomLocalChalice,
+    LocalChalice,
+    LocalDevServer,
+    LocalGatewayException,
+    ThreadedHTTPServer,
+)
 
 from chalicelib.api.validation import MAX_ANY_BODY_BYTES
 from chalicelib.domain.errors import ApiError, InvalidArgument, NotFound, PayloadTooLarge

@@ -18,13 +18,19 @@ from pynamodb.transactions import TransactWrite
 
 from ..domain import events as ev
 from ..domain import idempotency
-from ..domain.clock import iso, parse_iso, utcnow
 from ..domain.attempts import Attempt
+from ..domain.clock import iso, parse_iso, utcnow
 from ..domain.jobs import Intent, Job, clear_incident
 from ..domain.placement import Plan, queue_key
 from ..domain.states import PLACED, JobState
-from ..service.ports import (CapacityChanged, IdemClaim, IdempotencyConflict, IdemRecord,
-                             OutboxEntry, StateChanged)
+from ..service.ports import (
+    CapacityChanged,
+    IdemClaim,
+    IdempotencyConflict,
+    IdemRecord,
+    OutboxEntry,
+    StateChanged,
+)
 from .dynamo_errors import Translating, lost_condition, tx_lost
 from .models import AttemptModel, IdempotencyModel, JobModel, NodeModel, OutboxModel
 

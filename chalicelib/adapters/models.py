@@ -5,8 +5,14 @@ reads ``Meta`` when it first connects), never from the environment at import.
 """
 from __future__ import annotations
 
-from pynamodb.attributes import (JSONAttribute, MapAttribute, NumberAttribute,
-                                 NumberSetAttribute, UnicodeAttribute, UnicodeSetAttribute)
+from pynamodb.attributes import (
+    JSONAttribute,
+    MapAttribute,
+    NumberAttribute,
+    NumberSetAttribute,
+    UnicodeAttribute,
+    UnicodeSetAttribute,
+)
 from pynamodb.connection import Connection
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model

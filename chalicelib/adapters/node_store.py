@@ -4,8 +4,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Iterator
 
-from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.connection import Connection
+from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from ..domain.clock import iso, parse_iso

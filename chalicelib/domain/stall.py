@@ -16,7 +16,6 @@ import statistics
 from dataclasses import dataclass
 from datetime import datetime
 
-
 #: the least uncertainty of an estimated last beat(): a post's transit time
 MIN_BEAT_BAND_S = 0.25
 

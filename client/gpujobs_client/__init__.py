@@ -50,12 +50,44 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import DEFAULT_API_URL, Client, InvalidResponse, WaitTimeout, new_idempotency_key
-    from .errors import (AlreadyFinished, ApiError, BadRequest, Conflict, Forbidden,
-                         GpujobsError, IdempotencyKeyReused, InternalError, InvalidArgument,
-                         InvalidPageToken, MethodNotAllowed, NotFound, PayloadTooLarge,
-                         RateLimited, RequestInProgress, ServerError, StaleAttempt,
-                         TransportError, Unauthenticated, Unavailable, Unprocessable,
-                         UnsupportedMediaType, error_class)
-    from .models import (STATES, TERMINAL_STATES, Attempt, Exit, HeartbeatAck, Job, JobHealth,
-                         JobPage, Node, Placement, RankStatus, Ranks, parse_time)
+    from .errors import (
+        AlreadyFinished,
+        ApiError,
+        BadRequest,
+        Conflict,
+        Forbidden,
+        GpujobsError,
+        IdempotencyKeyReused,
+        InternalError,
+        InvalidArgument,
+        InvalidPageToken,
+        MethodNotAllowed,
+        NotFound,
+        PayloadTooLarge,
+        RateLimited,
+        RequestInProgress,
+        ServerError,
+        StaleAttempt,
+        TransportError,
+        Unauthenticated,
+        Unavailable,
+        Unprocessable,
+        UnsupportedMediaType,
+        error_class,
+    )
+    from .models import (
+        STATES,
+        TERMINAL_STATES,
+        Attempt,
+        Exit,
+        HeartbeatAck,
+        Job,
+        JobHealth,
+        JobPage,
+        Node,
+        Placement,
+        Ranks,
+        RankStatus,
+        parse_time,
+    )
     from .retry import RetryPolicy

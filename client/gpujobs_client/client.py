@@ -16,8 +16,13 @@ from urllib.parse import quote
 from . import __version__
 from .errors import ApiError, GpujobsError, TransportError, error_from_problem
 from .models import Attempt, HeartbeatAck, Job, JobEvent, JobPage, LogLine, Node, Ranks
-from .retry import (RETRY_CODES, RETRY_STATUSES_ANY, RETRY_STATUSES_IDEMPOTENT, RetryPolicy,
-                    parse_retry_after)
+from .retry import (
+    RETRY_CODES,
+    RETRY_STATUSES_ANY,
+    RETRY_STATUSES_IDEMPOTENT,
+    RetryPolicy,
+    parse_retry_after,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import requests

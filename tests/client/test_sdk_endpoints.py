@@ -8,8 +8,16 @@ import json
 
 import pytest
 
-from gpujobs_client import (AlreadyFinished, Client, Forbidden, InvalidPageToken, Job, NotFound,
-                            StaleAttempt, Unauthenticated)
+from gpujobs_client import (
+    AlreadyFinished,
+    Client,
+    Forbidden,
+    InvalidPageToken,
+    Job,
+    NotFound,
+    StaleAttempt,
+    Unauthenticated,
+)
 from gpujobs_client.client import InvalidResponse
 
 
@@ -186,6 +194,7 @@ def test_from_config_reads_the_config_file(fake, tmp_path, monkeypatch):
 def test_importing_the_package_does_not_import_requests_or_rich():
     import subprocess
     import sys
+
     from .conftest import CLIENT_DIR
     code = ("import sys, gpujobs_client, gpujobs_client.cli; "
             "print(sorted(m for m in ('requests', 'rich', 'yaml') if m in sys.modules))")

@@ -1,6 +1,5 @@
 """The reconciler: lost sends are resent, silent nodes go DOWN and give back
 their GPUs, and the attempts they held are failed or re-queued."""
-import json
 
 from chalicelib.adapters.models import NodeModel
 from chalicelib.domain.principal import Principal

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import requests
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 READY = re.compile(r"ready: API (http://\S+) \| AWS \(moto\) (http://\S+)")
 
 

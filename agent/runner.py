@@ -13,6 +13,7 @@ agent's lifetime (released by the kernel if the process dies).
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import random
@@ -189,7 +190,7 @@ def _loop(agent: Agent, poller: Poller, stop: threading.Event, settings: Setting
         message = poller.get(timeout=settings.tick_s)
         if message is not None:
             try:
-                _step(lambda: agent.handle(message), stop)
+                _step(functools.partial(agent.handle, message), stop)
             finally:
                 poller.done()
         _step(agent.tick, stop)

@@ -69,7 +69,7 @@ def main() -> None:
             for _ in range(LOADS):
                 driver.get(stack.api + f"/#/jobs/{job['id']}/ranks")
                 driver.refresh()
-                ui.wait(driver).until(lambda d: d.find_element("id", "heatmap").get_attribute("data-cells") == str(n))
+                ui.wait(driver).until(lambda d, n=n: d.find_element("id", "heatmap").get_attribute("data-cells") == str(n))
                 samples.append(float(driver.find_element("id", "heatmap").get_attribute("data-draw-ms")))
             driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": sid})
             draws[n] = statistics.median(samples)

@@ -16,8 +16,7 @@ from pynamodb.constants import ALL_OLD
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
-from ..domain import events as ev
-from ..domain import idempotency
+from ..domain import events as ev, idempotency
 from ..domain.attempts import Attempt
 from ..domain.clock import iso, parse_iso, utcnow
 from ..domain.jobs import Intent, Job, clear_incident

@@ -291,17 +291,19 @@ def load_spec_file(path: str) -> dict[str, Any]:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
     except OSError as e:
-        raise click.BadParameter(f"cannot read {path}: {e.strerror or e}", param_hint="--file")
+        raise click.BadParameter(f"cannot read {path}: {e.strerror or e}",
+                                 param_hint="--file") from e
     try:
         if path.lower().endswith(".json"):
             data = json.loads(text)
         else:
             import yaml  # YAML is a superset of JSON, so this reads both
             data = yaml.safe_load(text)
-    except Exception as e:  # json.JSONDecodeError, yaml.YAMLError
+    # YAMLError, JSONDecodeError, also ValueError (a bad date): any parse failure is a bad --file
+    except Exception as e:  # noqa: BLE001 - deliberate, see above
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise click.BadParameter(f"{path} is not valid JSON or YAML: {first}",
-                                 param_hint="--file")
+                                 param_hint="--file") from e
     if not isinstance(data, dict):
         raise click.BadParameter(f"{path} must hold a mapping (a job spec)", param_hint="--file")
     return data

@@ -77,7 +77,7 @@ class CrashAfterFirstLaunch(RecordingLauncher):
         pass
 
     def launch(self, *args):
-        rank = super().launch(*args)
+        super().launch(*args)
         raise self.Crash()
 
 

@@ -36,7 +36,7 @@ def test_pagination_follows_every_token_to_the_end(fake, sdk):
 
 
 def test_pagination_keeps_the_filter_and_stops_at_a_limit(fake, sdk):
-    for i in range(5):
+    for _ in range(5):
         fake.update_job(fake.add_job()["id"], state="RUNNING")
     fake.add_job()  # PENDING
     running = list(sdk.iter_jobs(state="RUNNING", page_size=2))

@@ -1,6 +1,5 @@
 """Pure gang planning: whole gangs, fewest nodes, contiguous ranks."""
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from chalicelib.domain.placement import (
     MAX_NODES_PER_GANG,

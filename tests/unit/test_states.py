@@ -1,7 +1,6 @@
 """The job state machine: terminal states never change again."""
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from chalicelib.domain.states import (
     PLACED,

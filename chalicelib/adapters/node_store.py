@@ -41,7 +41,7 @@ class DynamoNodeStore(metaclass=Translating):
         except DoesNotExist:
             return None
 
-    def list(self) -> list[Node]:
+    def all(self) -> list[Node]:
         return sorted((node_from_model(m) for m in NodeModel.scan()), key=lambda n: n.node_id)
 
     def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,

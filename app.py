@@ -314,7 +314,10 @@ def scan_shard(event):
     failed = []
     for record in event:
         try:
-            services().scan_fanout.judge(record.body, services().scanner.scan_job)
+            fanout = services().scan_fanout
+            if fanout is None:  # only deployed with its queue (GPUJOBS_SCAN_QUEUE_URL)
+                raise RuntimeError("a scan shard arrived but no scan queue is configured")
+            fanout.judge(record.body, services().scanner.scan_job)
         except Exception:  # noqa: BLE001 - this message only; the others stand
             log.exception("scan shard %s failed", record.to_dict().get("messageId"))
             failed.append(record)

@@ -24,6 +24,10 @@ KEEP = timedelta(days=7)
 INGEST_SHARDS = 8
 
 
+def _t(value: str | None) -> datetime | None:
+    return parse_iso(value) if value else None
+
+
 def shard_key(job_id: str, attempt: int, rank: int) -> str:
     return f"{job_id}#{attempt}#{rank // SHARD_RANKS}"
 
@@ -70,15 +74,13 @@ class DynamoHeartbeatStore(metaclass=Translating):
                 heard[int(m.rank)] = m
         out = []
         for rank in range(world):
-            m = heard.get(rank)
-            if m is None:
+            h = heard.get(rank)
+            if h is None:
                 out.append(Beat(rank, node_of[rank]))
                 continue
-            out.append(Beat(rank, node_of[rank],
-                            heard_at=m.heard_at and parse_iso(m.heard_at),
-                            beat_at=m.beat_at and parse_iso(m.beat_at),
-                            step=None if m.step is None else int(m.step),
-                            paused_until=m.paused_until and parse_iso(m.paused_until)))
+            out.append(Beat(rank, node_of[rank], heard_at=_t(h.heard_at), beat_at=_t(h.beat_at),
+                            step=None if h.step is None else int(h.step),
+                            paused_until=_t(h.paused_until)))
         return out
 
 
@@ -110,8 +112,7 @@ class DynamoCollectorStore(metaclass=Translating):
             m = CollectorModel.get("scanner", consistent_read=True)
         except CollectorModel.DoesNotExist:
             return None, None, None
-        return (m.at and parse_iso(m.at), m.hold_until and parse_iso(m.hold_until),
-                m.hold_reason)
+        return _t(m.at), _t(m.hold_until), m.hold_reason
 
     def record_scan(self, now: datetime, hold_until: datetime | None = None,
                     hold_reason: str | None = None) -> None:

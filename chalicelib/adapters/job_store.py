@@ -14,6 +14,7 @@ from pynamodb.attributes import MapAttribute
 from pynamodb.connection import Connection
 from pynamodb.constants import ALL_OLD
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
+from pynamodb.expressions.update import Action
 from pynamodb.transactions import TransactWrite
 
 from ..domain import events as ev, idempotency
@@ -129,7 +130,9 @@ class DynamoJobStore(metaclass=Translating):
             condition = IdempotencyModel.idem_id.does_not_exist()
         else:  # take over an expired key, exactly as it was read
             condition = ((IdempotencyModel.job_id == reclaim.job_id)
-                         & (IdempotencyModel.expires_at == iso(reclaim.expires_at)))
+                         & (IdempotencyModel.expires_at.does_not_exist()
+                            if reclaim.expires_at is None
+                            else IdempotencyModel.expires_at == iso(reclaim.expires_at)))
         try:
             with TransactWrite(connection=self._conn) as tx:
                 tx.save(record, condition=condition, return_values=ALL_OLD)
@@ -177,7 +180,7 @@ class DynamoJobStore(metaclass=Translating):
                 return jobs, jobs[-1].job_id
             if start is None:
                 return jobs, None
-        return jobs, start["job_id"]["S"]
+        return jobs, (start["job_id"]["S"] if start else None)
 
     # -- transitions ------------------------------------------------------
     def _finish_actions(self, job: Job, now: datetime) -> list:
@@ -322,8 +325,8 @@ class DynamoJobStore(metaclass=Translating):
                                                                           limit=limit)]
 
     def set_pending_reason(self, job: Job, reason: str | None) -> None:
-        actions = [JobModel.pending_reason.set(reason) if reason else
-                   JobModel.pending_reason.remove()]
+        actions: list[Action] = [JobModel.pending_reason.set(reason) if reason else
+                                 JobModel.pending_reason.remove()]
         if reason:
             actions.append(_event(JobModel, ev.waiting_key(job.attempt, reason),
                                   ev.event("waiting", self._now(), attempt=job.attempt or None,
@@ -348,7 +351,7 @@ class DynamoJobStore(metaclass=Translating):
         adding is idempotent, so a repeated report changes nothing."""
         attr = {"started": AttemptModel.started, "exited": AttemptModel.exited,
                 "stopped": AttemptModel.stopped}[kind]
-        actions = [attr.add(set(ranks))] if ranks else []
+        actions: list[Action] = [attr.add(set(ranks))] if ranks else []
         if kind == "exited":
             actions += [AttemptModel.exit_codes[str(r)].set(exit_code) for r in ranks]
         if ranks:
@@ -407,7 +410,7 @@ class DynamoJobStore(metaclass=Translating):
         for a new attempt), conditioned on the placed state and attempt it
         leaves; the attempt records its end; ``stop`` (CANCEL to the nodes still
         running ranks) is recorded in the same transaction."""
-        actions = [JobModel.state.set(to.value), JobModel.updated_at.set(iso(now))]
+        actions: list[Action] = [JobModel.state.set(to.value), JobModel.updated_at.set(iso(now))]
         why = (exit_ or {}).get("reason")
         if to.terminal:
             actions += [JobModel.exit.set(exit_), *self._finish_actions(job, now),
@@ -445,14 +448,17 @@ class DynamoJobStore(metaclass=Translating):
             if tx_lost(e):
                 raise StateChanged(job.job_id) from None
             raise
-        return self.get(job.job_id)
+        ended = self.get(job.job_id)
+        if ended is None:  # never: jobs are not deleted
+            raise StateChanged(job.job_id)
+        return ended
 
     # -- health -------------------------------------------------------------
     def record_health(self, job: Job, health: dict, *, incident_key: str | None = None) -> bool:
         """Store the scan's view of the running attempt. With ``incident_key``,
         record a new incident: conditioned on the key read before, so however
         many scans see the same stall, it is recorded once."""
-        actions = [JobModel.health.set(health)]
+        actions: list[Action] = [JobModel.health.set(health)]
         condition = ((JobModel.state == JobState.RUNNING.value)
                      & (JobModel.attempt == job.attempt))
         if incident_key is not None:

@@ -6,6 +6,7 @@ from typing import Iterator
 
 from pynamodb.connection import Connection
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
+from pynamodb.expressions.update import Action
 from pynamodb.transactions import TransactWrite
 
 from ..domain.clock import iso, parse_iso
@@ -89,9 +90,10 @@ class DynamoNodeStore(metaclass=Translating):
 
         old_gpus, old_type, old_state = current.gpus, current.gpu_type, current.state
         delta = gpus - old_gpus
-        actions = [NodeModel.last_seen_at.set(iso(now)), NodeModel.labels.set(labels),
-                   NodeModel.address.set(address), NodeModel.inbox_queue_url.set(url),
-                   NodeModel.isolation.set(isolation)]
+        actions: list[Action] = [
+            NodeModel.last_seen_at.set(iso(now)), NodeModel.labels.set(labels),
+            NodeModel.address.set(address), NodeModel.inbox_queue_url.set(url),
+            NodeModel.isolation.set(isolation)]
         if old_state is NodeState.DOWN:
             # back from the dead: its attempts were failed and their GPUs returned
             actions += [NodeModel.state.set(NodeState.READY.value)]

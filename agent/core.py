@@ -50,7 +50,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from .api import ApiError, AttemptGone
 from .backoff import retry_delay
@@ -431,7 +431,7 @@ class Agent:
         """Queue an event durably (saved with the caller's next save); sent by _flush_reports."""
         if rec.quiet:
             return
-        event = {"type": kind, "ranks": sorted(ranks), "node_id": self.node_id}
+        event: dict[str, Any] = {"type": kind, "ranks": sorted(ranks), "node_id": self.node_id}
         if exit_code is not None:
             event["exit_code"] = exit_code
         self.state.pending.append(PendingReport(job_id=rec.job_id, attempt=rec.attempt,

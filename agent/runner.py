@@ -28,7 +28,7 @@ from .backoff import retry_delay
 from .beats import BeatPoster
 from .core import Agent, Paths
 from .inbox import Poller, SqsInbox, endpoint_from_queue_url
-from .isolation import isolation_name, lock_down_state_dir
+from .isolation import RankIdentity, isolation_name, lock_down_state_dir
 from .logship import Shipper, emulator_endpoint, logs_client
 from .ranks import Launcher, Rank
 from .state import StateFile
@@ -52,7 +52,7 @@ class Settings:
     tick_s: float = 0.25
     address: str | None = None
     #: isolation.RankIdentity ranks run as; None: as the agent (isolation "none")
-    rank_identity: object = None
+    rank_identity: RankIdentity | None = None
     rank_user: str | None = None
 
 

@@ -44,7 +44,7 @@ class MotoServer:
 
     @property
     def endpoint_url(self) -> str:
-        host, port = self._server.server_address[:2]
+        host, port = self._server.socket.getsockname()[:2]
         return f"http://{host}:{port}"
 
     def start(self) -> "MotoServer":

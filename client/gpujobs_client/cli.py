@@ -350,8 +350,8 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     for key, values, from_env in (("env", env, True), ("labels", labels, False)):
         pairs = _pairs(values, "--env" if key == "env" else "--label", from_env=from_env)
         if pairs:
-            existing = body.get(key) if isinstance(body.get(key), dict) else {}
-            body[key] = {**existing, **pairs}
+            existing = body.get(key)
+            body[key] = {**(existing if isinstance(existing, dict) else {}), **pairs}
     if command:
         body["command"] = list(command)
     if not body.get("command"):
@@ -370,7 +370,7 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
         job = client.create_job(body, idempotency_key=key)
     except (TransportError, ApiError) as e:
         if isinstance(e, TransportError) or e.status >= 500 or e.status == 429:
-            e.hint = (f"the job may or may not have been created; repeat with "  # type: ignore[attr-defined]
+            e.hint = (f"the job may or may not have been created; repeat with "
                       f"--idempotency-key {key} and the same arguments to make sure, "
                       "without risking a second job")
         raise

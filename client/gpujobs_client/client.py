@@ -303,7 +303,8 @@ class Client:
         line is yielded once (lines are re-read from the last time seen and
         told apart by their ``id``)."""
         token, query_since = None, since
-        last_time, at_last_time = None, set()
+        last_time: str | None = None
+        at_last_time: set[str | None] = set()
         ended_at = None
         while True:
             page = self.get_logs(job_id, attempt=attempt, rank=rank, since=query_since,

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt c
 
 STAGE  ?= dev
 
-.PHONY: up test lint bench clean package browser
+.PHONY: up test lint fmt bench clean package browser
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,9 +18,15 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject
 up: $(STAMP)
 	$(PY) -m devstack
 
-## lint: the CloudFormation template
+## lint: the CloudFormation template, ruff (rules in ruff.toml) and mypy (mypy.ini)
 lint: $(STAMP)
 	$(VENV)/bin/cfn-lint infra/template.yaml
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+## fmt: apply ruff's fixable findings (import order, unused imports)
+fmt: $(STAMP)
+	$(PY) -m ruff check --fix .
 
 ## browser: headless Chromium and its driver for the dashboard's tests (Debian packages)
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -14,16 +14,20 @@ import re
 from chalice import Chalice, Rate, Response
 from chalice.app import Request
 
-from chalicelib.api import validation
 from chalicelib import web
 from chalicelib.adapters.dynamo_errors import as_unavailable
-from chalicelib.api.representation import (attempt_json, job_json, node_json,
-                                           node_registration_json)
+from chalicelib.api import validation
+from chalicelib.api.representation import attempt_json, job_json, node_json, node_registration_json
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import iso
-from chalicelib.domain.errors import (ApiError, InvalidArgument, MethodNotAllowed, NotFound,
-                                      UnsupportedMediaType)
+from chalicelib.domain.errors import (
+    ApiError,
+    InvalidArgument,
+    MethodNotAllowed,
+    NotFound,
+    UnsupportedMediaType,
+)
 from chalicelib.service import health
 
 app = Chalice(app_name="gpujobs")
@@ -335,7 +339,10 @@ def scan_shard(event):
     failed = []
     for record in event:
         try:
-            services().scan_fanout.judge(record.body, services().scanner.scan_job)
+            fanout = services().scan_fanout
+            if fanout is None:  # only deployed with its queue (GPUJOBS_SCAN_QUEUE_URL)
+                raise RuntimeError("a scan shard arrived but no scan queue is configured")
+            fanout.judge(record.body, services().scanner.scan_job)
         except Exception:  # noqa: BLE001 - this message only; the others stand
             log.exception("scan shard %s failed", record.to_dict().get("messageId"))
             failed.append(record)

@@ -24,9 +24,16 @@ import threading
 from typing import Mapping
 
 from .api import ApiError
-from .isolation import (DEFAULT_RANK_USER, TOKEN_ENV, IsolationError, isolation_name,
-                        make_non_dumpable, read_token_file, resolve_rank_user,
-                        take_token_from_env)
+from .isolation import (
+    DEFAULT_RANK_USER,
+    TOKEN_ENV,
+    IsolationError,
+    isolation_name,
+    make_non_dumpable,
+    read_token_file,
+    resolve_rank_user,
+    take_token_from_env,
+)
 from .runner import Settings, StateDirBusy, run
 from .state import StateError
 

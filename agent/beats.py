@@ -121,7 +121,7 @@ class BeatPoster:
                             rec.key, e)
                 self._next[rec.key] = now
                 return i
-            for e in chunk:
-                if e["rank"] in seqs:
-                    self._posted[(rec.key, e["rank"])] = seqs[e["rank"]]
+            for entry in chunk:
+                if entry["rank"] in seqs:
+                    self._posted[(rec.key, entry["rank"])] = seqs[entry["rank"]]
         return len(entries)

@@ -50,7 +50,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from .api import ApiError, AttemptGone
 from .backoff import retry_delay
@@ -58,8 +58,19 @@ from .inbox import InboxMessage
 from .isolation import give_rank_dir
 from .messages import Cancel, Launch, MessageError, parse
 from .ranks import Launcher, ProcTable, Rank, read_stat
-from .state import (ACTIVE_PHASES, DONE, LAUNCHING, RUNNING, STOPPING, AgentState,
-                    AttemptRecord, PendingReport, RankRecord, StateFile, attempt_key)
+from .state import (
+    ACTIVE_PHASES,
+    DONE,
+    LAUNCHING,
+    RUNNING,
+    STOPPING,
+    AgentState,
+    AttemptRecord,
+    PendingReport,
+    RankRecord,
+    StateFile,
+    attempt_key,
+)
 
 log = logging.getLogger("gpujobs.agent")
 #: the rank-side helper's directory (gpujobs_heartbeat), put on ranks' PYTHONPATH
@@ -420,7 +431,7 @@ class Agent:
         """Queue an event durably (saved with the caller's next save); sent by _flush_reports."""
         if rec.quiet:
             return
-        event = {"type": kind, "ranks": sorted(ranks), "node_id": self.node_id}
+        event: dict[str, Any] = {"type": kind, "ranks": sorted(ranks), "node_id": self.node_id}
         if exit_code is not None:
             event["exit_code"] = exit_code
         self.state.pending.append(PendingReport(job_id=rec.job_id, attempt=rec.attempt,

@@ -42,7 +42,7 @@ class RankIdentity:
     home: str
 
 
-def resolve_rank_user(name: str) -> RankIdentity | None:
+def resolve_rank_user(name: str | None) -> RankIdentity | None:
     """The identity ranks run as, or None when this process cannot drop privileges
     (not root): isolation is then "none"."""
     if os.geteuid() != 0 or not name:

@@ -40,7 +40,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .backoff import retry_delay
 
@@ -104,7 +104,8 @@ class Shipper:
         self._dir = Path(log_dir)
         self._state_path = Path(state_dir) / "logship.json"
         self.group = log_group
-        self._factory, self._client = client_factory, None
+        self._factory = client_factory
+        self._client: Any = None  # a boto3 CloudWatch Logs client, made on first use
         self._clock, self._rng = clock, rng or random.Random()
         self._base, self._cap = backoff_base, backoff_cap
         self._state = self._load()  # {"offsets": {key: int}, "inflight": {key: {...}}}
@@ -196,7 +197,10 @@ class Shipper:
     @staticmethod
     def _stream_of(key: str) -> str:
         job, attempt, name = Path(key).parts[-3:]
-        return stream_name(job, attempt, _FILE_RE.match(name).group(1))
+        m = _FILE_RE.match(name)
+        if m is None:  # never: only matching files are read (_files)
+            raise ValueError(f"not a rank's log file: {key}")
+        return stream_name(job, attempt, m.group(1))
 
     def _read(self, path: Path, key: str) -> _Batch | None:
         start = self.offset(key)
@@ -220,7 +224,8 @@ class Shipper:
         data = data[:cut]
         stream = STREAMS[path.suffix]
         now = max(int(self._clock() * 1000), self._last_ts.get(self._stream_of(key), 0))
-        events, size, pos = [], 0, 0
+        events: list[dict] = []
+        size = pos = 0
         for raw in data.splitlines(keepends=True):
             for piece_start in range(0, max(len(raw), 1), MAX_LINE_BYTES):
                 piece = raw[piece_start:piece_start + MAX_LINE_BYTES]

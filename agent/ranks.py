@@ -146,15 +146,16 @@ class Rank:
         if stat is None or (self.start_time is not None and stat.start_time != self.start_time):
             return False
         if not stat.alive:
-            self._reap()
+            self._reap(self.pid)
             return False
         return True
 
-    def _reap(self) -> None:
+    @staticmethod
+    def _reap(pid: int) -> None:
         # an adopted shim is normally init's child; it is ours only when this
         # process outlived an earlier agent in it (tests) or is a subreaper
         try:
-            os.waitpid(self.pid, os.WNOHANG)
+            os.waitpid(pid, os.WNOHANG)
         except (ChildProcessError, OSError):
             pass
 
@@ -182,8 +183,9 @@ class Rank:
     def terminate(self) -> None:
         """SIGTERM, once to every process of the group: through the shim, which forwards
         it to the group, or straight to the group when the shim is gone."""
-        if self.shim_alive():
-            _signal(lambda: os.kill(self.pid, signal.SIGTERM), self)
+        pid = self.pid
+        if pid is not None and self.shim_alive():
+            _signal(lambda: os.kill(pid, signal.SIGTERM), self)
         else:
             self._signal_group(signal.SIGTERM)
 

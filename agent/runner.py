@@ -13,6 +13,7 @@ agent's lifetime (released by the kernel if the process dies).
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import random
@@ -23,11 +24,11 @@ from pathlib import Path
 from typing import Callable
 
 from .api import ApiClient, ApiError
-from .beats import BeatPoster
 from .backoff import retry_delay
+from .beats import BeatPoster
 from .core import Agent, Paths
 from .inbox import Poller, SqsInbox, endpoint_from_queue_url
-from .isolation import isolation_name, lock_down_state_dir
+from .isolation import RankIdentity, isolation_name, lock_down_state_dir
 from .logship import Shipper, emulator_endpoint, logs_client
 from .ranks import Launcher, Rank
 from .state import StateFile
@@ -51,7 +52,7 @@ class Settings:
     tick_s: float = 0.25
     address: str | None = None
     #: isolation.RankIdentity ranks run as; None: as the agent (isolation "none")
-    rank_identity: object = None
+    rank_identity: RankIdentity | None = None
     rank_user: str | None = None
 
 
@@ -189,7 +190,7 @@ def _loop(agent: Agent, poller: Poller, stop: threading.Event, settings: Setting
         message = poller.get(timeout=settings.tick_s)
         if message is not None:
             try:
-                _step(lambda: agent.handle(message), stop)
+                _step(functools.partial(agent.handle, message), stop)
             finally:
                 poller.done()
         _step(agent.tick, stop)

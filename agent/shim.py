@@ -32,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+from typing import Any
 
 CANNOT_START = 127
 
@@ -122,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             # as the rank user when asked: the shim (root) keeps writing the exit
             # file; the command gets no supplementary groups and a usual umask
-            drop = {} if run_as is None else {"user": run_as[0], "group": run_as[1],
-                                               "extra_groups": [], "umask": 0o022}
+            drop: dict[str, Any] = {} if run_as is None else {
+                "user": run_as[0], "group": run_as[1], "extra_groups": [], "umask": 0o022}
             child = subprocess.Popen(command, **drop)
         except (OSError, ValueError) as e:
             print(f"gpujobs-shim: cannot start {command[0]!r}: {e}", file=sys.stderr, flush=True)

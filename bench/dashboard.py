@@ -19,9 +19,9 @@ sys.path.insert(0, str(ROOT))
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 
+from tests.browser import ui  # noqa: E402
 from tests.browser.conftest import CHROMEDRIVER, CHROMIUM, FLAGS  # noqa: E402
 from tests.browser.test_dashboard import _wide_job  # noqa: E402
-from tests.browser import ui  # noqa: E402
 from tests.e2e.conftest import Api, start_stack  # noqa: E402
 
 LOADS = 5
@@ -69,7 +69,7 @@ def main() -> None:
             for _ in range(LOADS):
                 driver.get(stack.api + f"/#/jobs/{job['id']}/ranks")
                 driver.refresh()
-                ui.wait(driver).until(lambda d: d.find_element("id", "heatmap").get_attribute("data-cells") == str(n))
+                ui.wait(driver).until(lambda d, n=n: d.find_element("id", "heatmap").get_attribute("data-cells") == str(n))
                 samples.append(float(driver.find_element("id", "heatmap").get_attribute("data-draw-ms")))
             driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": sid})
             draws[n] = statistics.median(samples)

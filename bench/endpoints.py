@@ -741,10 +741,9 @@ def first_request_child() -> None:
     """In a fresh interpreter: what the first request costs over a warm one."""
     start_environment()
     import fastjsonschema
-
-    import app as gpujobs  # noqa: F401 - imported as Lambda would, before any request
     from chalice.test import Client
 
+    import app as gpujobs  # noqa: F401 - imported as Lambda would, before any request
     from chalicelib import bootstrap
     from chalicelib.adapters.tokens import TokenStore
     from chalicelib.api import validation

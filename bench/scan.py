@@ -98,8 +98,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.endpoints import CALLS, Fail  # noqa: E402
-from bench.placement import (READS, deploy_stack, moto_housekeeping,  # noqa: E402
-                             no_table_backups, split, start_moto)
+from bench.placement import (  # noqa: E402
+    READS,
+    deploy_stack,
+    moto_housekeeping,
+    no_table_backups,
+    split,
+    start_moto,
+)
 
 TENANT = "bench"
 GPUS_PER_NODE = 64

@@ -493,7 +493,7 @@ def _fill_rank(tr: RankTrace, rr: random.Random, P: Params, pauses, cps, cstarts
     tr.sp_arr = [x for x, _ in specials]
     tr.sp_send = [s for _, s in specials]
     # declarations ride on the rank's first visit inside the pause (resent until one gets through)
-    for a, b, p, a_decl in suppressed:
+    for _a, b, p, a_decl in suppressed:
         for j in range(a_decl, b + 1):
             if _unit(tr.key ^ 0xDEC1, j) >= P.miss_p:
                 x = tr.arr(j)
@@ -668,7 +668,7 @@ def _conviction_ranges(method: str, knob: float, job: Job, trace: Trace, margin:
     out = []
     limit = bisect.bisect_right(S, job.scan_end)
     for g in job.gaps:
-        rank, u, v = g[0], g[1], g[2]
+        u, v = g[1], g[2]
         theta = silence_threshold(method, knob, job, g, P) - margin
         since = 0.0 if u is None else u
         if v - since <= theta:
@@ -890,7 +890,7 @@ def _judge(job: Job, t: float, knob: float, P: Params, all_declared: bool):
 def _float_stalled(job: Job, t: float, knob: float, P: Params, all_declared: bool) -> bool:
     """The simulator's own reading of the same rule, to cross-check judge()."""
     for g in job.gaps:
-        rank, u, v = g[0], g[1], g[2]
+        u, v = g[1], g[2]
         since = 0.0 if u is None else u
         if not since <= t < v:
             continue

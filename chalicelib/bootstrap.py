@@ -46,7 +46,7 @@ class Services:
     scan_fanout: ScanFanout | None
     auth: Authenticator
     telemetry: Telemetry
-    logs: LogsService | None = None
+    logs: LogsService
     #: the one time source every service reads
     clock: Clock = utcnow
 

@@ -14,15 +14,15 @@ temporary folder.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import pathlib
 import secrets
+import shutil
 import signal
 import sys
-import fcntl
-import shutil
 import threading
 import time
 import urllib.request
@@ -227,9 +227,8 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     from devstack import resources
-    from devstack.motoserver import MotoServer
-
     from devstack.agents import Agents, sweep
+    from devstack.motoserver import MotoServer
     from devstack.persist import Snapshots
 
     workdir = state / "agents"

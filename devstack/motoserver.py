@@ -17,8 +17,11 @@ from __future__ import annotations
 import logging
 import threading
 
-from moto.moto_server.werkzeug_app import (DomainDispatcherApplication, MotoRequestHandler,
-                                           create_backend_app)
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
 from werkzeug.serving import make_server
 
 #: operations that change nothing worth keeping across a restart
@@ -108,7 +111,7 @@ class MotoServer:
 
     @property
     def endpoint_url(self) -> str:
-        host, port = self._server.server_address[:2]
+        host, port = self._server.socket.getsockname()[:2]
         return f"http://{host}:{port}"
 
     def start(self) -> "MotoServer":

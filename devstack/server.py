@@ -20,13 +20,26 @@ import socket
 import time
 
 from chalice.config import Config as ChaliceConfig
-from chalice.local import (ChaliceRequestHandler, CustomLocalChalice, LocalChalice,
-                           LocalDevServer, LocalGatewayException, ThreadedHTTPServer)
+from chalice.local import (
+    ChaliceRequestHandler,
+    CustomLocalChalice,
+    LocalChalice,
+    LocalDevServer,
+    LocalGatewayException,
+    ThreadedHTTPServer,
+)
 
 from chalicelib.api.validation import MAX_ANY_BODY_BYTES
-from chalicelib.domain.errors import (ApiError, HeadersTooLarge, InvalidArgument,
-                                      MethodNotAllowed, NotFound, PayloadTooLarge,
-                                      RequestTimeout, UriTooLong)
+from chalicelib.domain.errors import (
+    ApiError,
+    HeadersTooLarge,
+    InvalidArgument,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    RequestTimeout,
+    UriTooLong,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: API Gateway's limits: 8 KiB of URL, 10 KiB of headers; 29 s integration

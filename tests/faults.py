@@ -20,8 +20,7 @@ import threading
 import botocore.endpoint
 import botocore.retries.standard
 from botocore.awsrequest import AWSResponse
-from botocore.exceptions import (ConnectionClosedError, EndpointConnectionError,
-                                 ReadTimeoutError)
+from botocore.exceptions import ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
 FAULTS = ("read_timeout", "connection_closed", "endpoint_connection", "throttling",
           "server_error")

@@ -23,16 +23,14 @@ if str(ROOT) not in sys.path:
 import app  # noqa: E402
 from chalicelib.adapters.telemetry import NullTelemetry  # noqa: E402
 from chalicelib.api import schemas  # noqa: E402
-from chalicelib.api.representation import (attempt_json, job_json, node_json,  # noqa: E402
-                                           node_registration_json)
+from chalicelib.api.representation import attempt_json, job_json, node_json, node_registration_json  # noqa: E402
 from chalicelib.api.validation import MAX_BODY_BYTES  # noqa: E402
 from chalicelib.domain import idempotency  # noqa: E402
-from chalicelib.domain.clock import iso  # noqa: E402
 from chalicelib.domain.attempts import LOST, Attempt, exit_info  # noqa: E402
+from chalicelib.domain.clock import iso  # noqa: E402
 from chalicelib.domain.errors import ApiError  # noqa: E402
 from chalicelib.domain.ids import JOB_ID_RE, new_job_id  # noqa: E402
-from chalicelib.domain.jobs import (Job, cancel_intent, initial_health,  # noqa: E402
-                                    launch_intent, with_defaults)
+from chalicelib.domain.jobs import Job, cancel_intent, initial_health, launch_intent, with_defaults  # noqa: E402
 from chalicelib.domain.nodes import NODE_ID_RE, Node, NodeState  # noqa: E402
 from chalicelib.domain.placement import master_port  # noqa: E402
 from chalicelib.domain.principal import Principal  # noqa: E402

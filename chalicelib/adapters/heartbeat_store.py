@@ -23,6 +23,10 @@ KEEP = timedelta(days=7)
 INGEST_SHARDS = 8
 
 
+def _t(value: str | None) -> datetime | None:
+    return parse_iso(value) if value else None
+
+
 def shard_key(job_id: str, attempt: int, rank: int) -> str:
     return f"{job_id}#{attempt}#{rank // SHARD_RANKS}"
 
@@ -80,8 +84,8 @@ class DynamoHeartbeatStore:
                 heard[int(m.rank)] = m
         out = []
         for rank in range(world):
-            m = heard.get(rank)
-            if m is None:
+            h = heard.get(rank)
+            if h is None:
                 out.append(Beat(rank, node_of[rank]))
                 continue
             out.append(Beat(rank, node_of[rank],
@@ -134,8 +138,7 @@ class DynamoCollectorStore:
             m = CollectorModel.get("scanner", consistent_read=True)
         except CollectorModel.DoesNotExist:
             return None, None, None
-        return (m.at and parse_iso(m.at), m.hold_until and parse_iso(m.hold_until),
-                m.hold_reason)
+        return _t(m.at), _t(m.hold_until), m.hold_reason
 
     def record_scan(self, now: datetime, hold_until: datetime | None = None,
                     hold_reason: str | None = None) -> None:

@@ -15,17 +15,23 @@ from pynamodb.attributes import MapAttribute
 from pynamodb.connection import Connection
 from pynamodb.constants import ALL_OLD
 from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.expressions.update import Action
 from pynamodb.transactions import TransactWrite
 
-from ..domain import events as ev
-from ..domain import idempotency
-from ..domain.clock import iso, parse_iso, utcnow
+from ..domain import events as ev, idempotency
 from ..domain.attempts import Attempt
+from ..domain.clock import iso, parse_iso, utcnow
 from ..domain.jobs import Intent, Job, clear_incident, frozen_health
 from ..domain.placement import Plan, queue_key
 from ..domain.states import PLACED, JobState
-from ..service.ports import (CapacityChanged, IdemClaim, IdempotencyConflict, IdemRecord,
-                             OutboxEntry, StateChanged)
+from ..service.ports import (
+    CapacityChanged,
+    IdemClaim,
+    IdempotencyConflict,
+    IdemRecord,
+    OutboxEntry,
+    StateChanged,
+)
 from .dynamo_errors import lost_condition, tx_lost
 from .models import AttemptModel, IdempotencyModel, JobModel, NodeModel, OutboxModel
 
@@ -155,7 +161,9 @@ class DynamoJobStore:
             condition = IdempotencyModel.idem_id.does_not_exist()
         else:  # take over an expired key, exactly as it was read
             condition = ((IdempotencyModel.job_id == reclaim.job_id)
-                         & (IdempotencyModel.expires_at == iso(reclaim.expires_at)))
+                         & (IdempotencyModel.expires_at.does_not_exist()
+                            if reclaim.expires_at is None
+                            else IdempotencyModel.expires_at == iso(reclaim.expires_at)))
         try:
             with self._tx() as tx:
                 tx.save(record, condition=condition, return_values=ALL_OLD)
@@ -205,7 +213,7 @@ class DynamoJobStore:
                 return jobs, jobs[-1].job_id
             if start is None:
                 return jobs, None
-        return jobs, start["job_id"]["S"]
+        return jobs, (start["job_id"]["S"] if start else None)
 
     # -- transitions ------------------------------------------------------
     def _finish_actions(self, job: Job, now: datetime) -> list:
@@ -359,8 +367,8 @@ class DynamoJobStore:
                                                                           limit=limit)]
 
     def set_pending_reason(self, job: Job, reason: str | None) -> None:
-        actions = [JobModel.pending_reason.set(reason) if reason else
-                   JobModel.pending_reason.remove()]
+        actions: list[Action] = [JobModel.pending_reason.set(reason) if reason else
+                                 JobModel.pending_reason.remove()]
         if reason:
             actions.append(_event(JobModel, ev.waiting_key(job.attempt, reason),
                                   ev.event("waiting", self._now(), attempt=job.attempt or None,
@@ -385,7 +393,7 @@ class DynamoJobStore:
         adding is idempotent, so a repeated report changes nothing."""
         attr = {"started": AttemptModel.started, "exited": AttemptModel.exited,
                 "stopped": AttemptModel.stopped}[kind]
-        actions = [attr.add(set(ranks))] if ranks else []
+        actions: list[Action] = [attr.add(set(ranks))] if ranks else []
         if kind == "exited":
             actions += [AttemptModel.exit_codes[str(r)].set(exit_code) for r in ranks]
         if ranks:
@@ -449,7 +457,7 @@ class DynamoJobStore:
         for a new attempt), conditioned on the placed state and attempt it
         leaves; the attempt records its end; ``stop`` (CANCEL to the nodes still
         running ranks) is recorded in the same transaction."""
-        actions = [JobModel.state.set(to.value), JobModel.updated_at.set(iso(now)),
+        actions: list[Action] = [JobModel.state.set(to.value), JobModel.updated_at.set(iso(now)),
                    # nothing is judged once the attempt ended: no stale health
                    JobModel.health.set(frozen_health(job.health, iso(now), to.terminal,
                                                      exit_))]
@@ -494,14 +502,17 @@ class DynamoJobStore:
                     return self.get(job.job_id)  # our own end, retried
                 raise StateChanged(job.job_id) from None
             raise
-        return self.get(job.job_id)
+        ended = self.get(job.job_id)
+        if ended is None:  # never: jobs are not deleted
+            raise StateChanged(job.job_id)
+        return ended
 
     # -- health -------------------------------------------------------------
     def record_health(self, job: Job, health: dict, *, incident_key: str | None = None) -> bool:
         """Store the scan's view of the running attempt. With ``incident_key``,
         record a new incident: conditioned on the key read before, so however
         many scans see the same stall, it is recorded once."""
-        actions = [JobModel.health.set(health)]
+        actions: list[Action] = [JobModel.health.set(health)]
         condition = ((JobModel.state == JobState.RUNNING.value)
                      & (JobModel.attempt == job.attempt))
         if incident_key is not None:

@@ -1,7 +1,7 @@
 """The LogReader port on CloudWatch Logs: one FilterLogEvents call a page."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import boto3
 from botocore.config import Config as BotoConfig
@@ -24,7 +24,8 @@ def logs_client(config: Config):
 
 class CloudWatchLogReader:
     def __init__(self, config: Config, factory: Callable[[Config], object] = logs_client) -> None:
-        self._config, self._factory, self._client = config, factory, None
+        self._config, self._factory = config, factory
+        self._client: Any = None
 
     @property
     def client(self):

@@ -5,8 +5,16 @@ reads ``Meta`` when it first connects), never from the environment at import.
 """
 from __future__ import annotations
 
-from pynamodb.attributes import (JSONAttribute, MapAttribute, NumberAttribute,
-                                 NumberSetAttribute, UnicodeAttribute, UnicodeSetAttribute)
+from typing import Any
+
+from pynamodb.attributes import (
+    JSONAttribute,
+    MapAttribute,
+    NumberAttribute,
+    NumberSetAttribute,
+    UnicodeAttribute,
+    UnicodeSetAttribute,
+)
 from pynamodb.connection import Connection
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
@@ -67,7 +75,7 @@ class JobModel(Model):
     incident_key = UnicodeAttribute(null=True)
     #: the job's story: event key -> event, each written with its transition
     #: (chalicelib/domain/events.py)
-    events = MapAttribute(default=dict)
+    events: MapAttribute[str, Any] = MapAttribute(default=dict)
 
     by_tenant = JobsByTenant()
     by_active_state = JobsByActiveState()
@@ -106,11 +114,11 @@ class AttemptModel(Model):
     started = NumberSetAttribute(null=True)
     exited = NumberSetAttribute(null=True)
     stopped = NumberSetAttribute(null=True)
-    exit_codes = MapAttribute(default=dict)
+    exit_codes: MapAttribute[str, Any] = MapAttribute(default=dict)
     #: nodes whose reserved GPUs were given back (exactly once each)
     released = UnicodeSetAttribute(null=True)
     #: ranks started, exited, stopped: one event per report (domain/events.py)
-    events = MapAttribute(default=dict)
+    events: MapAttribute[str, Any] = MapAttribute(default=dict)
 
 
 class NodesReadyByType(GlobalSecondaryIndex["NodeModel"]):

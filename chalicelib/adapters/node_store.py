@@ -4,8 +4,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Iterator
 
-from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.connection import Connection
+from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
+from pynamodb.expressions.update import Action
 
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
@@ -42,7 +43,7 @@ class DynamoNodeStore:
         except DoesNotExist:
             return None
 
-    def list(self) -> list[Node]:
+    def all(self) -> list[Node]:
         return sorted((node_from_model(m) for m in NodeModel.scan()), key=lambda n: n.node_id)
 
     def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
@@ -90,9 +91,10 @@ class DynamoNodeStore:
 
         old_gpus, old_type, old_state = current.gpus, current.gpu_type, current.state
         delta = gpus - old_gpus
-        actions = [NodeModel.last_seen_at.set(iso(now)), NodeModel.labels.set(labels),
-                   NodeModel.address.set(address), NodeModel.inbox_queue_url.set(url),
-                   NodeModel.isolation.set(isolation)]
+        actions: list[Action] = [
+            NodeModel.last_seen_at.set(iso(now)), NodeModel.labels.set(labels),
+            NodeModel.address.set(address), NodeModel.inbox_queue_url.set(url),
+            NodeModel.isolation.set(isolation)]
         if old_state is NodeState.DOWN:
             # back from the dead: its attempts were failed and their GPUs returned
             actions += [NodeModel.state.set(NodeState.READY.value)]

@@ -12,7 +12,6 @@ import re
 
 from ..domain.principal import Principal
 
-
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 

@@ -61,11 +61,13 @@ def rank_event(kind: str, at: datetime, attempt: int, ranks: list[int],
 
 def _span(ranks: list[int]) -> str:
     """0-3,7 for [0, 1, 2, 3, 7]."""
-    parts, start, prev = [], None, None
+    parts: list[str] = []
+    start: int | None = None
+    prev: int | None = None
     for r in ranks:
         if start is None:
             start = prev = r
-        elif r == prev + 1:
+        elif prev is not None and r == prev + 1:
             prev = r
         else:
             parts.append(f"{start}-{prev}" if prev != start else str(start))

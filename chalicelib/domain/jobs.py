@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from .states import JobState
 from .threshold import threshold_s
@@ -57,7 +58,7 @@ def initial_health(spec: dict, scans_per_hour: float) -> dict:
     }
 
 
-_INCIDENT = {"first_stalled_rank": None, "last_heard_at": None, "detected_at": None,
+_INCIDENT: dict[str, Any] = {"first_stalled_rank": None, "last_heard_at": None, "detected_at": None,
              "stalled_ranks": [], "co_first": [], "suspect_node": None, "detection_s": None,
              "culprit": None, "ranks_by_status": {}, "instrumented": None}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Generator, Iterable
 
 #: TransactWriteItems holds 100 items: the job, its attempt, its LAUNCH intent,
 #: and one capacity update per node
@@ -86,7 +86,8 @@ def demand(spec: dict) -> int:
     return int(spec["ranks"]) * int(spec["gpus_per_rank"])
 
 
-def fair_order(queues: dict[str, list], usage: dict[str, int], size) -> Iterable:
+def fair_order(queues: dict[str, list], usage: dict[str, int],
+               size) -> Generator[Any, int | None, None]:
     """The order in which one placement run tries jobs: max-min fair share of GPUs
     between tenants (dominant resource fairness with the GPU as the one resource,
     admitting by the share *after* admission, as Kueue's fair sharing does).

@@ -27,7 +27,6 @@ from datetime import datetime, timezone
 
 from .clock import iso
 
-
 #: the least uncertainty of an estimated last beat(): a post's transit time
 MIN_BEAT_BAND_S = 0.25
 
@@ -311,9 +310,9 @@ def suspect_node(ranks: list[RankView], interval_s: float) -> str | None:
         by_node.setdefault(r.node_id, []).append(r)
     suspects = []
     for node, rs in by_node.items():
-        if len(rs) < 2 or not all(r.stalled and r.last_heard_at for r in rs):
+        heard = [r.last_heard_at for r in rs if r.stalled and r.last_heard_at is not None]
+        if len(rs) < 2 or len(heard) < len(rs):
             continue
-        heard = [r.last_heard_at for r in rs]
         if (max(heard) - min(heard)).total_seconds() <= interval_s:
             suspects.append((min(heard), node))
     return min(suspects)[1] if suspects else None

@@ -133,8 +133,11 @@ class AttemptsService:
                     return job
                 return self._end(job, attempt, event)
             except StateChanged:
-                job = self.store.get(job.job_id)
-                attempt = self.store.attempt(job.job_id, attempt.attempt)
+                fresh = self.store.get(job.job_id)
+                again = self.store.attempt(job.job_id, attempt.attempt)
+                if fresh is None or again is None:  # never: neither is ever deleted
+                    return job
+                job, attempt = fresh, again
         return job
 
     def abandon(self, job: Job, exit_: dict) -> Job:
@@ -148,7 +151,7 @@ class AttemptsService:
         try:
             return self._end(job, attempt, event, exit_)
         except StateChanged:
-            return self.store.get(job.job_id)
+            return self.store.get(job.job_id) or job
 
     def _end(self, job: Job, attempt: Attempt, event: Event, exit_: dict | None = None) -> Job:
         to = next_state(job.state, event)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from ..domain.clock import Clock, iso, parse_iso, plus, utcnow
-from ..domain.errors import AlreadyFinished, Forbidden, InvalidArgument, StaleAttempt
+from ..domain.errors import AlreadyFinished, ApiError, Forbidden, InvalidArgument, StaleAttempt
 from ..domain.ids import is_job_id
 from ..domain.jobs import HEARTBEAT_DEFAULTS, Job
 from ..domain.principal import Principal
@@ -68,7 +69,8 @@ class HeartbeatsService:
             raise StaleAttempt(f"attempt {body['attempt']} is not the current attempt "
                                f"({job.attempt}) of job {job_id}", field="attempt")
         node_of = self.node_of(job_id, job.attempt)
-        beats, pauses = [], []
+        beats: list[dict] = []
+        pauses: list[dict] = []
         for i, r in enumerate(body["ranks"]):
             rank = r["rank"]
             if rank >= job.spec["ranks"]:
@@ -152,7 +154,7 @@ class HeartbeatsService:
         now = self._clock()
         hb = {**HEARTBEAT_DEFAULTS, **job.spec["heartbeat"]}
         threshold = job.health.get("threshold_s")
-        out = {"attempt": job.attempt, "threshold_s": threshold, "now": iso(now), "ranks": [],
+        out: dict[str, Any] = {"attempt": job.attempt, "threshold_s": threshold, "now": iso(now), "ranks": [],
                "mode": hb["mode"], "judged": job.state is JobState.RUNNING,
                "threshold_inputs": {
                    "ranks": job.spec["ranks"], "interval_s": hb["interval_s"],
@@ -182,7 +184,7 @@ class HeartbeatsService:
         return out
 
 
-def not_placed_here(principal: Principal, job_id: str, attempt: int) -> Forbidden:
+def not_placed_here(principal: Principal, job_id: str, attempt: int) -> ApiError:
     """The one answer an agent gets for a job, or attempt, it holds no rank of,
     whether or not that job exists."""
     who = "any node" if principal.name == "*" else f"node {principal.name}"

@@ -5,8 +5,13 @@ import dataclasses
 
 from ..domain import cursor, idempotency
 from ..domain.clock import Clock, plus, utcnow
-from ..domain.errors import (AlreadyFinished, IdempotencyKeyReused, InvalidArgument,
-                             NotFound, RequestInProgress)
+from ..domain.errors import (
+    AlreadyFinished,
+    IdempotencyKeyReused,
+    InvalidArgument,
+    NotFound,
+    RequestInProgress,
+)
 from ..domain.ids import is_job_id, new_job_id
 from ..domain.jobs import Job, cancel_intent, initial_health, with_defaults
 from ..domain.states import JobState

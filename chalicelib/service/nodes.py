@@ -74,4 +74,4 @@ class NodesService:
         return node
 
     def list(self) -> list[Node]:
-        return self.nodes.list()
+        return self.nodes.all()

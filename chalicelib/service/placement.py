@@ -16,8 +16,8 @@ from ..domain import placement
 from ..domain.clock import Clock, plus, utcnow
 from ..domain.jobs import Job, launch_intent
 from ..domain.nodes import Node
-from ..domain.states import JobState
 from ..domain.placement import Candidate
+from ..domain.states import JobState
 from .dispatch import Dispatcher
 from .ports import CapacityChanged, JobStore, NodeStore, StateChanged
 

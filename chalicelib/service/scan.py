@@ -87,11 +87,14 @@ class Scanner:
         return 0
 
     def _current(self, job: Job) -> bool:
-        return bool(job.incident_key) and job.incident_key.startswith(f"{job.attempt}#")
+        return job.incident_key is not None and job.incident_key.startswith(f"{job.attempt}#")
 
     def _convict(self, job: Job, health: dict, verdict: Verdict, now: datetime) -> int:
         first = verdict.first
-        n = int(job.incident_key.split("#")[1]) + 1 if self._current(job) else 1
+        if first is None:  # the caller convicts only a culprit
+            return 0
+        key = job.incident_key
+        n = int(key.split("#")[1]) + 1 if key is not None and self._current(job) else 1
         since = first.last_heard_at
         health.update({
             "status": "STALLED", "first_stalled_rank": first.rank,

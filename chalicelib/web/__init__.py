@@ -46,7 +46,7 @@ class Asset:
     content_type: str
     etag: str
 
-    def headers(self) -> dict[str, str]:
+    def headers(self) -> dict[str, str | list[str]]:  # the type chalice.Response takes
         return {"Content-Type": self.content_type, "ETag": self.etag, **SECURITY_HEADERS}
 
     def fresh_for(self, if_none_match: str | None) -> bool:

@@ -49,13 +49,56 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import DEFAULT_API_URL, Client, InvalidResponse, WaitTimeout, new_idempotency_key
-    from .errors import (AlreadyFinished, ApiError, BadRequest, Conflict, Forbidden,
-                         GpujobsError, IdempotencyKeyReused, InternalError, InvalidArgument,
-                         InvalidPageToken, MethodNotAllowed, NotFound, PayloadTooLarge,
-                         RateLimited, RequestInProgress, ServerError, StaleAttempt,
-                         TransportError, Unauthenticated, Unavailable, Unprocessable,
-                         UnsupportedMediaType, error_class)
-    from .models import (STATES, TERMINAL_STATES, Attempt, Exit, HeartbeatAck, Job, JobHealth,
-                         JobPage, Node, Placement, RankStatus, Ranks, parse_time)
-    from .retry import RetryPolicy
+    # `X as X`: an explicit re-export (the names are served lazily by __getattr__ above)
+    from .client import (
+        DEFAULT_API_URL as DEFAULT_API_URL,
+        Client as Client,
+        InvalidResponse as InvalidResponse,
+        WaitTimeout as WaitTimeout,
+        new_idempotency_key as new_idempotency_key,
+    )
+    from .errors import (
+        AlreadyFinished as AlreadyFinished,
+        ApiError as ApiError,
+        BadRequest as BadRequest,
+        Conflict as Conflict,
+        Forbidden as Forbidden,
+        GpujobsError as GpujobsError,
+        IdempotencyKeyReused as IdempotencyKeyReused,
+        InternalError as InternalError,
+        InvalidArgument as InvalidArgument,
+        InvalidPageToken as InvalidPageToken,
+        MethodNotAllowed as MethodNotAllowed,
+        NotFound as NotFound,
+        PayloadTooLarge as PayloadTooLarge,
+        RateLimited as RateLimited,
+        RequestInProgress as RequestInProgress,
+        ServerError as ServerError,
+        StaleAttempt as StaleAttempt,
+        TransportError as TransportError,
+        Unauthenticated as Unauthenticated,
+        Unavailable as Unavailable,
+        Unprocessable as Unprocessable,
+        UnsupportedMediaType as UnsupportedMediaType,
+        error_class as error_class,
+    )
+    from .models import (
+        STATES as STATES,
+        TERMINAL_STATES as TERMINAL_STATES,
+        Attempt as Attempt,
+        Exit as Exit,
+        HeartbeatAck as HeartbeatAck,
+        Job as Job,
+        JobEvent as JobEvent,
+        JobHealth as JobHealth,
+        JobPage as JobPage,
+        LogLine as LogLine,
+        Node as Node,
+        Placement as Placement,
+        Ranks as Ranks,
+        RankStatus as RankStatus,
+        parse_time as parse_time,
+    )
+    from .retry import (
+        RetryPolicy as RetryPolicy,
+    )

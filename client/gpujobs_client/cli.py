@@ -291,17 +291,19 @@ def load_spec_file(path: str) -> dict[str, Any]:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
     except OSError as e:
-        raise click.BadParameter(f"cannot read {path}: {e.strerror or e}", param_hint="--file")
+        raise click.BadParameter(f"cannot read {path}: {e.strerror or e}",
+                                 param_hint="--file") from e
     try:
         if path.lower().endswith(".json"):
             data = json.loads(text)
         else:
             import yaml  # YAML is a superset of JSON, so this reads both
             data = yaml.safe_load(text)
-    except Exception as e:  # json.JSONDecodeError, yaml.YAMLError
+    # YAMLError, JSONDecodeError, also ValueError (a bad date): any parse failure is a bad --file
+    except Exception as e:  # noqa: BLE001 - deliberate, see above
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise click.BadParameter(f"{path} is not valid JSON or YAML: {first}",
-                                 param_hint="--file")
+                                 param_hint="--file") from e
     if not isinstance(data, dict):
         raise click.BadParameter(f"{path} must hold a mapping (a job spec)", param_hint="--file")
     return data
@@ -348,8 +350,8 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     for key, values, from_env in (("env", env, True), ("labels", labels, False)):
         pairs = _pairs(values, "--env" if key == "env" else "--label", from_env=from_env)
         if pairs:
-            existing = body.get(key) if isinstance(body.get(key), dict) else {}
-            body[key] = {**existing, **pairs}
+            existing = body.get(key)
+            body[key] = {**(existing if isinstance(existing, dict) else {}), **pairs}
     if command:
         body["command"] = list(command)
     if not body.get("command"):
@@ -368,7 +370,7 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
         job = client.create_job(body, idempotency_key=key)
     except (TransportError, ApiError) as e:
         if isinstance(e, TransportError) or e.status >= 500 or e.status == 429:
-            e.hint = (f"the job may or may not have been created; repeat with "  # type: ignore[attr-defined]
+            e.hint = (f"the job may or may not have been created; repeat with "
                       f"--idempotency-key {key} and the same arguments to make sure, "
                       "without risking a second job")
         raise

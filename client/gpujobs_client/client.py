@@ -16,8 +16,13 @@ from urllib.parse import quote
 from . import __version__
 from .errors import ApiError, GpujobsError, TransportError, error_from_problem
 from .models import Attempt, HeartbeatAck, Job, JobEvent, JobPage, LogLine, Node, Ranks
-from .retry import (RETRY_CODES, RETRY_STATUSES_ANY, RETRY_STATUSES_IDEMPOTENT, RetryPolicy,
-                    parse_retry_after)
+from .retry import (
+    RETRY_CODES,
+    RETRY_STATUSES_ANY,
+    RETRY_STATUSES_IDEMPOTENT,
+    RetryPolicy,
+    parse_retry_after,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import requests
@@ -298,7 +303,8 @@ class Client:
         line is yielded once (lines are re-read from the last time seen and
         told apart by their ``id``)."""
         token, query_since = None, since
-        last_time, at_last_time = None, set()
+        last_time: str | None = None
+        at_last_time: set[str | None] = set()
         ended_at = None
         while True:
             page = self.get_logs(job_id, attempt=attempt, rank=rank, since=query_since,

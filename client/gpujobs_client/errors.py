@@ -17,6 +17,9 @@ from typing import Any, Mapping
 class GpujobsError(Exception):
     """Base class of every exception this package raises."""
 
+    #: advice for the person at the CLI (printed as ``Hint:``); None: none to give
+    hint: str | None = None
+
 
 class TransportError(GpujobsError):
     """No HTTP answer: the connection failed, was dropped, or timed out.

@@ -5,11 +5,9 @@ import email.utils
 import random
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from agent.backoff import (MAX_RETRY_AFTER_S, ceiling, full_jitter, parse_retry_after,
-                           retry_delay)
+from agent.backoff import MAX_RETRY_AFTER_S, ceiling, full_jitter, parse_retry_after, retry_delay
 
 
 def test_ceiling_doubles_from_base_up_to_the_cap():

@@ -12,8 +12,7 @@ from agent.core import Outcome
 from agent.messages import default_master_port
 from agent.ranks import ProcTable
 
-from .conftest import (PY, RecordingLauncher, alive, cancel, launch, message, run_until,
-                       wait_until)
+from .conftest import PY, RecordingLauncher, alive, cancel, launch, message, run_until, wait_until
 
 NODE = {"node_id": "node-1"}
 

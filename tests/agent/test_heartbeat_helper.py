@@ -4,8 +4,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 HERE = os.path.join(os.path.dirname(__file__), "..", "..", "agent", "rankside")
 sys.path.insert(0, os.path.abspath(HERE))
 

@@ -8,8 +8,16 @@ import stat
 import pytest
 
 from agent.messages import Cancel, Launch, MessageError, default_master_port, parse
-from agent.state import (DONE, RUNNING, AgentState, AttemptRecord, PendingReport, RankRecord,
-                         StateError, StateFile)
+from agent.state import (
+    DONE,
+    RUNNING,
+    AgentState,
+    AttemptRecord,
+    PendingReport,
+    RankRecord,
+    StateError,
+    StateFile,
+)
 
 
 def body(**fields) -> str:

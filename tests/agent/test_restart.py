@@ -6,8 +6,17 @@ import pytest
 from agent.api import ApiError
 from agent.ranks import find_shims
 
-from .conftest import (FakeApi, RecordingLauncher, alive, cancel, group_commands, launch,
-                       message, run_until, wait_until)
+from .conftest import (
+    FakeApi,
+    RecordingLauncher,
+    alive,
+    cancel,
+    group_commands,
+    launch,
+    message,
+    run_until,
+    wait_until,
+)
 
 NODE = {"node_id": "node-1"}
 
@@ -68,7 +77,7 @@ class CrashAfterFirstLaunch(RecordingLauncher):
         pass
 
     def launch(self, *args):
-        rank = super().launch(*args)
+        super().launch(*args)
         raise self.Crash()
 
 

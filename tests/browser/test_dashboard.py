@@ -80,8 +80,8 @@ def test_state_filter_and_cursor_paging_walk_every_job_once(page, tenant, browse
                 break
             page_no = page.find_element(By.ID, "page-no").text
             older.click()
-            ui.wait(page).until(lambda d: d.find_element(By.ID, "page-no").text != page_no)
-            ui.wait(page).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#jobs-body tr")
+            ui.wait(page).until(lambda d, page_no=page_no: d.find_element(By.ID, "page-no").text != page_no)
+            ui.wait(page).until(lambda d, seen=seen: d.find_elements(By.CSS_SELECTOR, "#jobs-body tr")
                                 and d.find_elements(By.CSS_SELECTOR, "#jobs-body tr")[0]
                                 .get_attribute("data-id") not in seen)
         assert len(seen) == len(set(seen)), "a job was shown twice"

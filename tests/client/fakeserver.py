@@ -223,7 +223,7 @@ class FakeApi:
             try:
                 return json.loads(raw) if raw else None
             except ValueError:
-                raise Problem(400, "invalid_argument", "body is not JSON", "body")
+                raise Problem(400, "invalid_argument", "body is not JSON", "body") from None
 
         if method == "GET" and path == "/v1/health":
             return 200, {"status": "ok"}, {}
@@ -273,9 +273,9 @@ class FakeApi:
                     tok = json.loads(base64.urlsafe_b64decode(token.encode()))
                     assert tok["t"] == t and tok["s"] == state
                     after = tok["a"]
-                except Exception:
+                except (ValueError, KeyError, TypeError, AssertionError):
                     raise Problem(400, "invalid_page_token", "page_token is malformed",
-                                  "page_token")
+                                  "page_token") from None
             mine = sorted((j for i, j in self.jobs.items() if self.tenant_of[i] == t
                            and (state is None or j["state"] == state)
                            and (after is None or i < after)),

@@ -16,36 +16,6 @@ from gpujobs_client.cli import cli
 from .fakeserver import FakeApi
 
 
-@pytest.fixture
-def xdg(tmp_path):
-    d = tmp_path / "xdg"
-    d.mkdir()
-    return d
-
-
-class Run:
-    def __init__(self, fake: FakeApi, xdg) -> None:
-        self.fake, self.xdg = fake, xdg
-
-    def __call__(self, *args: str, env: dict | None = None, input: str | None = None,
-                 url: bool = True, token: bool = True):
-        base = {"GPUJOBS_API_URL": self.fake.url if url else None,
-                "GPUJOBS_TOKEN": "t1" if token else None, "XDG_CONFIG_HOME": str(self.xdg),
-                "GPUJOBS_RETRIES": None, "GPUJOBS_DEBUG": None, "COLUMNS": "200",
-                "NO_COLOR": "1", **(env or {})}
-        result = CliRunner().invoke(cli, list(args), env=base, input=input)
-        # never a traceback, whatever happened
-        assert "Traceback" not in result.output
-        assert result.exception is None or isinstance(result.exception, SystemExit), \
-            repr(result.exception)
-        return result
-
-
-@pytest.fixture
-def run(fake, xdg):
-    return Run(fake, xdg)
-
-
 def json_out(result):
     return json.loads(result.stdout)
 

@@ -3,17 +3,16 @@ rank prefixes when ranks interleave, stderr kept on stderr, --tail, --follow
 until the job ends (each line once), and the SDK's iterator underneath."""
 from __future__ import annotations
 
+import itertools
 import json
 
 from gpujobs_client import Client
 
-from .test_cli import Run  # noqa: F401 - the runner
-from .test_cli import run, xdg  # noqa: F401 - fixtures
+_ids = itertools.count(1)
 
 
-def line(rank, text, t, stream="stdout", attempt=1, n=[0]):
-    n[0] += 1
-    return {"rank": rank, "stream": stream, "time": t, "line": text, "id": f"e{n[0]}",
+def line(rank, text, t, stream="stdout", attempt=1):
+    return {"rank": rank, "stream": stream, "time": t, "line": text, "id": f"e{next(_ids)}",
             "attempt": attempt}
 
 

@@ -8,8 +8,16 @@ import json
 
 import pytest
 
-from gpujobs_client import (AlreadyFinished, Client, Forbidden, InvalidPageToken, Job, NotFound,
-                            StaleAttempt, Unauthenticated)
+from gpujobs_client import (
+    AlreadyFinished,
+    Client,
+    Forbidden,
+    InvalidPageToken,
+    Job,
+    NotFound,
+    StaleAttempt,
+    Unauthenticated,
+)
 from gpujobs_client.client import InvalidResponse
 
 
@@ -28,7 +36,7 @@ def test_pagination_follows_every_token_to_the_end(fake, sdk):
 
 
 def test_pagination_keeps_the_filter_and_stops_at_a_limit(fake, sdk):
-    for i in range(5):
+    for _ in range(5):
         fake.update_job(fake.add_job()["id"], state="RUNNING")
     fake.add_job()  # PENDING
     running = list(sdk.iter_jobs(state="RUNNING", page_size=2))
@@ -186,6 +194,7 @@ def test_from_config_reads_the_config_file(fake, tmp_path, monkeypatch):
 def test_importing_the_package_does_not_import_requests_or_rich():
     import subprocess
     import sys
+
     from .conftest import CLIENT_DIR
     code = ("import sys, gpujobs_client, gpujobs_client.cli; "
             "print(sorted(m for m in ('requests', 'rich', 'yaml') if m in sys.modules))")

@@ -6,9 +6,20 @@ import socket
 
 import pytest
 
-from gpujobs_client import (AlreadyFinished, ApiError, Client, IdempotencyKeyReused,
-                            InternalError, InvalidArgument, NotFound, RetryPolicy, ServerError,
-                            TransportError, Unauthenticated, Unavailable)
+from gpujobs_client import (
+    AlreadyFinished,
+    ApiError,
+    Client,
+    IdempotencyKeyReused,
+    InternalError,
+    InvalidArgument,
+    NotFound,
+    RetryPolicy,
+    ServerError,
+    TransportError,
+    Unauthenticated,
+    Unavailable,
+)
 from gpujobs_client.retry import parse_retry_after
 
 SPEC = {"command": ["python", "train.py"], "ranks": 2}

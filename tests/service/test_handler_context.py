@@ -8,8 +8,6 @@ a container that had served HTTP, would name a stale request).
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
 import app as app_module

@@ -4,9 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from chalicelib.adapters.models import NodeModel
-from chalicelib.domain.clock import iso as rfc3339
-from chalicelib.domain.clock import utcnow
+from chalicelib.domain.clock import iso as rfc3339, utcnow
 from chalicelib.domain.principal import Principal
 
 from ..clock import FakeClock

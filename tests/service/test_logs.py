@@ -1,7 +1,6 @@
 """GET /v1/jobs/{id}/logs: the lines the agents shipped, with rank, stream and
 time, newest attempt by default, paged by a signed cursor; another tenant's
 job is not found."""
-import json
 import time
 
 import boto3
@@ -10,7 +9,7 @@ import pytest
 from agent.logship import Shipper
 from chalicelib.domain.principal import Principal
 
-from .test_events import event, placed
+from .test_events import placed
 
 AGENT = Principal("agent", "*")
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from .test_events import event, placed
 from ..clock import FakeClock
+from .test_events import event, placed
 from .test_heartbeats import AGENT, beat, health, ranks_view
 
 

@@ -1,7 +1,6 @@
 """Page tokens: opaque, round-trip, and bound to tenant and filter."""
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from chalicelib.domain import cursor
 from chalicelib.domain.errors import InvalidPageToken

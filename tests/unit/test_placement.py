@@ -1,9 +1,14 @@
 """Pure gang planning: whole gangs, fewest nodes, contiguous ranks."""
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from chalicelib.domain.placement import (MAX_NODES_PER_GANG, Candidate, master_port,
-                                         never_fits, plan, queue_key)
+from chalicelib.domain.placement import (
+    MAX_NODES_PER_GANG,
+    Candidate,
+    master_port,
+    never_fits,
+    plan,
+    queue_key,
+)
 
 
 def test_ranks_fill_the_most_free_nodes_first_contiguously():

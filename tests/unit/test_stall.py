@@ -1,8 +1,7 @@
 """Stall judgement: strict threshold, collector time, grace, pauses, ordering."""
 from datetime import datetime, timedelta, timezone
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from chalicelib.domain.stall import Beat, judge, suppression, view
 

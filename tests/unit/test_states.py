@@ -1,10 +1,16 @@
 """The job state machine: terminal states never change again."""
-from hypothesis import given
-from hypothesis import strategies as st
-
-from chalicelib.domain.states import (PLACED, TERMINAL, Event, IllegalTransition, JobState,
-                                      next_state, sources)
 import pytest
+from hypothesis import given, strategies as st
+
+from chalicelib.domain.states import (
+    PLACED,
+    TERMINAL,
+    Event,
+    IllegalTransition,
+    JobState,
+    next_state,
+    sources,
+)
 
 
 def run(events, state=JobState.PENDING):

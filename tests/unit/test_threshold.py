@@ -2,8 +2,7 @@
 import math
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from chalicelib.domain.threshold import threshold_k, threshold_s
 

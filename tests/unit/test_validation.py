@@ -2,8 +2,7 @@
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from chalicelib.api import validation
 from chalicelib.domain.errors import ApiError, InvalidArgument, PayloadTooLarge

@@ -55,7 +55,7 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
     node_store = node_store or DynamoNodeStore(connection)
     sqs_inbox = SqsInbox(config)
     inbox = inbox or sqs_inbox
-    nudge = nudge or SqsNudge(config, sqs_inbox.client)
+    nudge = nudge or SqsNudge(config, sqs_inbox)  # no client until a nudge
     if tokens is None:
         if config.tokens_file:
             tokens = TokenStore.from_file(config.tokens_file)
@@ -75,7 +75,8 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
     attempts = AttemptsService(store, dispatcher, nudge)
     collector = DynamoCollectorStore()
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
-                                   scans_per_hour=config.scans_per_hour, telemetry=telemetry)
+                                   scans_per_hour=config.scans_per_hour, telemetry=telemetry,
+                                   page_token_key=config.page_token_key)
     scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s,
                       telemetry=telemetry)
     return Services(

@@ -27,8 +27,6 @@ from ..service.ports import (CapacityChanged, IdemClaim, IdempotencyConflict, Id
 from .dynamo_errors import Translating, lost_condition, tx_lost
 from .models import AttemptModel, IdempotencyModel, JobModel, NodeModel, OutboxModel
 
-#: a filtered page reads at most this many DynamoDB pages before it returns
-MAX_READS_PER_PAGE = 5
 #: TTL removes finished records this long after they expired
 TTL_SLACK = timedelta(days=7)
 
@@ -49,9 +47,20 @@ def job_from_model(m: JobModel) -> Job:
     )
 
 
+def tenant_state(tenant: str, state: JobState | str) -> str:
+    return f"{tenant}#{getattr(state, 'value', state)}"
+
+
+def _set_state(job: Job, state: JobState) -> list:
+    """The actions that move a job to ``state``: its state and its list partition."""
+    return [JobModel.state.set(state.value),
+            JobModel.tenant_state.set(tenant_state(job.tenant, state))]
+
+
 def job_to_model(j: Job) -> JobModel:
     return JobModel(
         j.job_id, tenant=j.tenant, state=j.state.value,
+        tenant_state=tenant_state(j.tenant, j.state),
         active_state=None if j.state.terminal else j.state.value,
         name=j.name, spec=j.spec, attempt=j.attempt, created_at=iso(j.created_at),
         updated_at=iso(j.updated_at), started_at=j.started_at and iso(j.started_at),
@@ -134,31 +143,29 @@ class DynamoJobStore(metaclass=Translating):
 
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[Job], str | None]:
-        """Up to ``page_size`` jobs of ``tenant`` older than ``after``, newest
-        first, and the key to resume after (None when nothing is left).
+        """Up to ``page_size`` jobs of ``tenant`` (in ``state``) older than
+        ``after``, newest first, and the key to resume after (None when nothing
+        is left).
 
-        Each read asks for one item more than still needed, so an unfiltered
-        page is one Query that also tells whether anything follows. With a
-        filter, DynamoDB applies Limit before filtering; the page keeps reading
-        up to MAX_READS_PER_PAGE times, then returns what it has and resumes
-        where DynamoDB stopped.
+        One Query, of the tenant's partition or, with a state, of the
+        (tenant, state) partition, asking for one item more than the page so it
+        also tells whether anything follows: a filtered page reads only jobs
+        that match, however many others the tenant has.
         """
-        jobs: list[Job] = []
-        start = {"job_id": {"S": after}, "tenant": {"S": tenant}} if after else None
-        condition = (JobModel.state == state) if state else None
-        for _ in range(MAX_READS_PER_PAGE):
-            pages = JobModel.by_tenant.query(
-                tenant, filter_condition=condition, scan_index_forward=False,
-                page_size=page_size + 1 - len(jobs), last_evaluated_key=start).page_iter
-            raw = next(pages)
-            jobs.extend(job_from_model(JobModel.from_raw_data(i)) for i in raw["Items"])
-            start = pages.last_evaluated_key
-            if len(jobs) > page_size:
-                jobs = jobs[:page_size]
-                return jobs, jobs[-1].job_id
-            if start is None:
-                return jobs, None
-        return jobs, start["job_id"]["S"]
+        if state:
+            index, key = JobModel.by_tenant_state, tenant_state(tenant, state)
+            start = {"job_id": {"S": after}, "tenant_state": {"S": key}} if after else None
+        else:
+            index, key = JobModel.by_tenant, tenant
+            start = {"job_id": {"S": after}, "tenant": {"S": key}} if after else None
+        pages = index.query(key, scan_index_forward=False, page_size=page_size + 1,
+                            last_evaluated_key=start).page_iter
+        raw = next(pages)
+        jobs = [job_from_model(JobModel.from_raw_data(i)) for i in raw["Items"]]
+        if len(jobs) > page_size:
+            jobs = jobs[:page_size]
+            return jobs, jobs[-1].job_id
+        return jobs, None
 
     # -- transitions ------------------------------------------------------
     def _finish_actions(self, job: Job, now: datetime) -> list:
@@ -175,7 +182,7 @@ class DynamoJobStore(metaclass=Translating):
     def cancel_unplaced(self, job: Job, now: datetime, reason: str | None) -> Job:
         exit_ = {"reason": "cancelled", "exit_code": None}
         actions = [
-            JobModel.state.set(JobState.CANCELLED.value),
+            *_set_state(job, JobState.CANCELLED),
             JobModel.cancel_requested_at.set(iso(now)),
             JobModel.updated_at.set(iso(now)),
             JobModel.exit.set(exit_),
@@ -246,7 +253,7 @@ class DynamoJobStore(metaclass=Translating):
         try:
             with TransactWrite(connection=self._conn) as tx:
                 tx.update(JobModel(job.job_id), actions=[
-                    JobModel.state.set(JobState.SCHEDULED.value),
+                    *_set_state(job, JobState.SCHEDULED),
                     JobModel.active_state.set(JobState.SCHEDULED.value),
                     JobModel.attempt.set(attempt),
                     JobModel.inboxes.set(intent.targets),
@@ -346,7 +353,7 @@ class DynamoJobStore(metaclass=Translating):
         """SCHEDULED -> RUNNING when the first ranks of the attempt started."""
         m = JobModel(job.job_id)
         try:
-            m.update(actions=[JobModel.state.set(JobState.RUNNING.value),
+            m.update(actions=[*_set_state(job, JobState.RUNNING),
                               JobModel.active_state.set(JobState.RUNNING.value),
                               JobModel.started_at.set(iso(now)),
                               JobModel.updated_at.set(iso(now))],
@@ -364,7 +371,7 @@ class DynamoJobStore(metaclass=Translating):
         for a new attempt), conditioned on the placed state and attempt it
         leaves; the attempt records its end; ``stop`` (CANCEL to the nodes still
         running ranks) is recorded in the same transaction."""
-        actions = [JobModel.state.set(to.value), JobModel.updated_at.set(iso(now))]
+        actions = [*_set_state(job, to), JobModel.updated_at.set(iso(now))]
         if to.terminal:
             actions += [JobModel.exit.set(exit_), *self._finish_actions(job, now)]
         else:

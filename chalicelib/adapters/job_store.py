@@ -7,7 +7,7 @@ record (condition: absent) and the job go in together or not at all.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
 from pynamodb.attributes import MapAttribute
@@ -19,16 +19,25 @@ from pynamodb.transactions import TransactWrite
 from ..domain import idempotency
 from ..domain.clock import iso, parse_iso
 from ..domain.attempts import Attempt
+from ..domain.errors import ServiceUnavailable
 from ..domain.jobs import Intent, Job, clear_incident
 from ..domain.placement import Plan, queue_key
 from ..domain.states import PLACED, JobState
 from ..service.ports import (CapacityChanged, IdemClaim, IdempotencyConflict, IdemRecord,
                              OutboxEntry, StateChanged)
 from .dynamo_errors import Translating, lost_condition, tx_lost
-from .models import AttemptModel, IdempotencyModel, JobModel, NodeModel, OutboxModel
+from .models import (AttemptModel, FleetModel, IdempotencyModel, JobModel, NodeModel,
+                     OutboxModel)
+from .node_store import room_bump, room_types
 
 #: TTL removes finished records this long after they expired
 TTL_SLACK = timedelta(days=7)
+#: a release that keeps losing to concurrent transactions on the summary: 503
+_RELEASE_RETRIES = 5
+
+
+class _Contended(Exception):
+    """A transaction cancelled by a concurrent one, not by a condition."""
 
 
 def _t(value: str | None) -> datetime | None:
@@ -43,7 +52,7 @@ def job_from_model(m: JobModel) -> Job:
         finished_at=_t(m.finished_at), cancel_requested_at=_t(m.cancel_requested_at),
         cancel_reason=m.cancel_reason, health=m.health or {}, exit=m.exit,
         idem_id=m.idem_id, inboxes=m.inboxes or {}, pending_reason=m.pending_reason,
-        incident_key=m.incident_key,
+        incident_key=m.incident_key, waiting_on=m.waiting_on,
     )
 
 
@@ -84,7 +93,7 @@ def attempt_from_model(m: AttemptModel) -> Attempt:
         started=set(map(int, m.started or ())), exited=set(map(int, m.exited or ())),
         stopped=set(map(int, m.stopped or ())),
         exit_codes={int(k): int(v) for k, v in _as_dict(m.exit_codes).items()},
-        released=set(m.released or ()),
+        released=set(m.released or ()), node_types=m.node_types or {},
     )
 
 
@@ -238,7 +247,8 @@ class DynamoJobStore(metaclass=Translating):
                                    updated_at=now)
 
     def place(self, job: Job, plan: Plan, intent: Intent, now: datetime,
-              resend_at: datetime | None = None) -> Job:
+              resend_at: datetime | None = None,
+              node_types: dict[str, str] | None = None) -> Job:
         """Reserve every node's GPUs, move the job to SCHEDULED, write the attempt
         and its LAUNCH intent: one transaction, so all of it happens or none.
 
@@ -258,6 +268,7 @@ class DynamoJobStore(metaclass=Translating):
                     JobModel.attempt.set(attempt),
                     JobModel.inboxes.set(intent.targets),
                     JobModel.pending_reason.remove(),
+                    JobModel.waiting_on.remove(),
                     JobModel.health.set(clear_incident(job.health)),
                     JobModel.updated_at.set(iso(now)),
                 ], condition=(JobModel.state == JobState.PENDING.value)
@@ -266,6 +277,7 @@ class DynamoJobStore(metaclass=Translating):
                     job.job_id, attempt, state=JobState.SCHEDULED.value,
                     placement=plan.placement(), node_ranks=plan.ranks_by_node,
                     node_gpus=gpus, world_size=job.spec["ranks"], created_at=iso(now),
+                    node_types=node_types or None,
                     exit_codes={}), condition=AttemptModel.job_id.does_not_exist())
                 tx.save(_outbox_item(intent, now, resend_at or now),
                         condition=OutboxModel.job_id.does_not_exist())
@@ -296,11 +308,14 @@ class DynamoJobStore(metaclass=Translating):
         return [job_from_model(m) for m in JobModel.by_active_state.query(state.value,
                                                                           limit=limit)]
 
-    def set_pending_reason(self, job: Job, reason: str | None) -> None:
+    def set_pending_reason(self, job: Job, reason: str | None,
+                           waiting_on: str | None = None) -> None:
         action = JobModel.pending_reason.set(reason) if reason else \
             JobModel.pending_reason.remove()
+        mark = JobModel.waiting_on.set(waiting_on) if waiting_on else \
+            JobModel.waiting_on.remove()
         try:
-            JobModel(job.job_id).update(actions=[action], condition=(
+            JobModel(job.job_id).update(actions=[action, mark], condition=(
                 JobModel.state == JobState.PENDING.value) & (JobModel.attempt == job.attempt))
         except UpdateError as e:
             if not lost_condition(e):
@@ -330,10 +345,25 @@ class DynamoJobStore(metaclass=Translating):
         return attempt_from_model(m)
 
     def release(self, attempt: Attempt, node_id: str) -> bool:
-        """Give a node back the GPUs this attempt reserved there, exactly once."""
+        """Give a node back the GPUs this attempt reserved there, exactly once,
+        and tell the waiting jobs of its type (the capacity summary) in the
+        same transaction. A transaction that lost only to a concurrent one (on
+        the shared summary item) is tried again."""
+        for _ in range(_RELEASE_RETRIES):
+            try:
+                return self._release(attempt, node_id)
+            except _Contended:
+                continue
+        raise ServiceUnavailable("capacity is being updated concurrently; retry",
+                                 headers={"Retry-After": "1"})
+
+    def _release(self, attempt: Attempt, node_id: str) -> bool:
         gpus = int(attempt.node_gpus.get(node_id, 0))
+        now = iso(datetime.now(timezone.utc))
         try:
             with TransactWrite(connection=self._conn) as tx:
+                for t in room_types(attempt.node_types.get(node_id)):
+                    tx.update(FleetModel(t), actions=room_bump(now))
                 tx.update(AttemptModel(attempt.job_id, attempt.attempt),
                           actions=[AttemptModel.released.add({node_id})],
                           condition=AttemptModel.job_id.exists()
@@ -343,8 +373,11 @@ class DynamoJobStore(metaclass=Translating):
                     NodeModel.attempts.delete({f"{attempt.job_id}#{attempt.attempt}"}),
                 ], condition=NodeModel.node_id.exists())
         except TransactWriteError as e:
-            if tx_lost(e):
-                return False
+            codes = [r.code if r is not None else None for r in e.cancellation_reasons or []]
+            if "ConditionalCheckFailed" in codes:
+                return False  # released before
+            if "TransactionConflict" in codes:
+                raise _Contended() from None
             raise
         return True
 

@@ -77,6 +77,8 @@ class JobModel(Model):
     inboxes = JSONAttribute(null=True)
     #: "<attempt>#<n>" of the last stall incident recorded (each recorded once)
     incident_key = UnicodeAttribute(null=True)
+    #: "<fleet room version>@<time>" at which the placer found no room for it
+    waiting_on = UnicodeAttribute(null=True)
 
     by_tenant = JobsByTenant()
     by_tenant_state = JobsByTenantState()
@@ -119,6 +121,8 @@ class AttemptModel(Model):
     exit_codes = MapAttribute(default=dict)
     #: nodes whose reserved GPUs were given back (exactly once each)
     released = UnicodeSetAttribute(null=True)
+    #: node id -> its GPU type, so a release tells that type's waiting jobs
+    node_types = JSONAttribute(null=True)
 
 
 class NodesReadyByType(GlobalSecondaryIndex["NodeModel"]):
@@ -168,6 +172,11 @@ class FleetModel(Model):
     gpu_type = UnicodeAttribute(hash_key=True)
     gpus = NumberAttribute(default=0)
     largest_node = NumberAttribute(default=0)
+    #: the capacity summary: counts every event that may have made room for
+    #: this type (GPUs released, a node registered, grown or back from DOWN),
+    #: bumped by the same transactions; and when it last moved
+    room_version = NumberAttribute(null=True)
+    room_at = UnicodeAttribute(null=True)
 
 
 class HeartbeatModel(Model):

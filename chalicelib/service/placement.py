@@ -18,7 +18,7 @@ from ..domain.jobs import Job, launch_intent
 from ..domain.nodes import Node
 from ..domain.placement import Candidate
 from .dispatch import Dispatcher
-from .ports import CapacityChanged, JobStore, NodeStore, StateChanged
+from .ports import CapacityChanged, FleetSummary, JobStore, NodeStore, StateChanged
 
 log = logging.getLogger(__name__)
 _RESERVE_RETRIES = 3
@@ -92,7 +92,7 @@ class Placer:
     def run(self, limit: int = 500) -> PlacementReport:
         report = PlacementReport()
         pool = _Pool(self.nodes)
-        fleets: dict[str | None, tuple[int, int]] = {}
+        fleets: dict[str | None, FleetSummary] = {}
         for job in self.store.pending(limit):
             if job.cancel_requested_at is not None:
                 # cancelled while waiting for a new attempt: finish the cancel
@@ -103,27 +103,33 @@ class Placer:
                 continue
             spec = job.spec
             gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
-            if gpu_type not in fleets:
-                fleets[gpu_type] = self.nodes.fleet(gpu_type)
-            impossible = placement.never_fits(ranks, g, *fleets[gpu_type], gpu_type)
+            if gpu_type not in fleets:  # the type's capacity summary, once a run
+                fleets[gpu_type] = self.nodes.fleet_summary(gpu_type)
+            fleet, now = fleets[gpu_type], self._clock()
+            impossible = placement.never_fits(ranks, g, fleet.gpus, fleet.largest_node, gpu_type)
             if impossible:
                 self._note(job, f"can never fit: {impossible}")
                 report.never.append(job.job_id)
                 continue
-            if self._place(job, pool):
+            if placement.still_waiting(job.waiting_on, fleet.room_version, now):
+                report.waiting.append(job.job_id)  # no room since it last did not fit
+                continue
+            if self._place(job, pool,
+                           placement.waiting_mark(fleet.room_version, fleet.room_at, now)):
                 report.placed.append(job.job_id)
             else:
                 report.waiting.append(job.job_id)
         return report
 
-    def _place(self, job: Job, pool: _Pool) -> bool:
+    def _place(self, job: Job, pool: _Pool, mark: str | None = None) -> bool:
         spec = job.spec
         gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
         for _ in range(_RESERVE_RETRIES):
             plan = placement.plan(ranks, g, pool.candidates(gpu_type, g))
             if plan is None:
                 kind = f"{gpu_type} " if gpu_type else ""
-                self._note(job, f"waiting for {ranks} x {g} free {kind}GPUs on READY nodes")
+                self._note(job, f"waiting for {ranks} x {g} free {kind}GPUs on READY nodes",
+                           mark)
                 return False
             attempt = job.attempt + 1
             first = plan.placement()[0]["node_id"]
@@ -136,7 +142,8 @@ class Placer:
             try:
                 # the LAUNCH intent is durable before it is sent: a placer that
                 # dies here is covered by the reconciler's resend
-                self.store.place(job, plan, intent, now, plus(now, self._resend_after_s))
+                self.store.place(job, plan, intent, now, plus(now, self._resend_after_s),
+                                 {n: pool.node(n).gpu_type for n in plan.ranks_by_node})
             except CapacityChanged as lost:
                 pool.refresh(lost.node_ids)
                 continue
@@ -149,6 +156,6 @@ class Placer:
             return True
         return False
 
-    def _note(self, job: Job, reason: str) -> None:
-        if job.pending_reason != reason:
-            self.store.set_pending_reason(job, reason)
+    def _note(self, job: Job, reason: str, mark: str | None = None) -> None:
+        if job.pending_reason != reason or job.waiting_on != mark:
+            self.store.set_pending_reason(job, reason, mark)

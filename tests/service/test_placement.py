@@ -165,3 +165,55 @@ def test_racing_placers_never_oversubscribe_and_never_place_twice(iso, iso_clien
         assert free >= 0, f"{n} oversubscribed"
         assert reserved[n] + free == g, f"{n}: reserved {reserved[n]} + free {free} != {g}"
     assert placed > 0
+
+
+def test_a_job_that_cannot_fit_costs_no_node_reads_until_gpus_are_released(iso, iso_client,
+                                                                            tenants):
+    """The capacity summary: a waiting job is not tried against an unchanged
+    fleet; the release that gives GPUs back (same transaction) wakes it."""
+    from datetime import timedelta
+
+    from chalicelib.domain import placement
+    from chalicelib.domain.clock import utcnow
+
+    from .test_events import event
+
+    for n in ("w1", "w2"):
+        register(iso, n, gpus=2)
+    later = utcnow() + timedelta(seconds=placement.INDEX_LAG_S + 1)
+    iso.placer._clock = lambda: later  # the nodes' registration is past the index lag
+    running = submit(iso_client, tenants, ranks=2, gpus_per_rank=2, gpu_type="h100")
+    waiting = submit(iso_client, tenants, ranks=1, gpus_per_rank=2, gpu_type="h100")
+    report = iso.placer.run()
+    assert report.placed == [running] and report.waiting == [waiting]
+    with aws_calls() as calls:
+        assert iso.placer.run().waiting == [waiting]
+    assert calls == [("dynamodb", "Query"), ("dynamodb", "GetItem")], \
+        "the pending jobs and the type's summary; no node read, no write"
+    [attempt] = iso_client.http.get(f"/v1/jobs/{running}/attempts",
+                                    headers=tenants.headers()).json_body["attempts"]
+    node = attempt["placement"][0]["node_id"]
+    ranks = [p["rank"] for p in attempt["placement"] if p["node_id"] == node]
+    for kind in ("STARTED", "EXITED"):
+        r = event(iso_client, tenants, running, 1, {"type": kind, "ranks": ranks,
+                                                    "exit_code": 0, "node_id": node})
+        assert r.status_code == 200, r.body
+    assert iso.placer.run().placed == [waiting]
+
+
+def test_a_waiting_job_is_tried_again_after_the_recheck_bound(iso, iso_client, tenants):
+    from datetime import timedelta
+
+    from chalicelib.domain import placement
+    from chalicelib.domain.clock import utcnow
+
+    register(iso, "r1", gpus=2)
+    t = [utcnow() + timedelta(seconds=placement.INDEX_LAG_S + 1)]
+    iso.placer._clock = lambda: t[0]
+    submit(iso_client, tenants, ranks=1, gpus_per_rank=2, gpu_type="h100")
+    waiting = submit(iso_client, tenants, ranks=1, gpus_per_rank=2, gpu_type="h100")
+    iso.placer.run()
+    t[0] += timedelta(seconds=placement.RECHECK_S + 1)
+    with aws_calls() as calls:
+        assert iso.placer.run().waiting == [waiting]
+    assert ("dynamodb", "Query") in calls[1:], "the nodes were read again"

@@ -60,3 +60,19 @@ def test_queue_key_orders_by_priority_then_age():
 def test_the_rendezvous_port_is_stable_and_in_range():
     assert master_port("job_x", 1) == master_port("job_x", 1)
     assert 20000 <= master_port("job_x", 2) < 40000
+
+
+def test_a_waiting_mark_holds_while_the_summary_stands_and_not_past_the_recheck_bound():
+    from datetime import datetime, timedelta, timezone
+
+    from chalicelib.domain.placement import (INDEX_LAG_S, RECHECK_S, still_waiting,
+                                             waiting_mark)
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    mark = waiting_mark(7, now - timedelta(seconds=INDEX_LAG_S + 1), now)
+    assert still_waiting(mark, 7, now + timedelta(seconds=RECHECK_S - 1))
+    assert not still_waiting(mark, 8, now), "room appeared since"
+    assert not still_waiting(mark, 7, now + timedelta(seconds=RECHECK_S))
+    assert waiting_mark(7, now - timedelta(seconds=INDEX_LAG_S - 1), now) is None, \
+        "room too recent for the index read to be trusted"
+    assert not still_waiting(None, 7, now) and not still_waiting("junk", 7, now)

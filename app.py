@@ -59,7 +59,7 @@ def endpoint(path: str, method: str, **route_kwargs):
 def observed(event, get_response):
     """Every log line names the invocation; its metrics leave as one EMF record."""
     telemetry = services().telemetry
-    context = app.lambda_context
+    context = getattr(app, "lambda_context", None)  # unset in a scheduled-only container
     telemetry.begin(getattr(context, "aws_request_id", None))
     try:
         return get_response(event)

@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(PY) bench/scan.py
 	$(PY) bench/stall_sim.py
 	$(PY) bench/beat_cost.py
+	$(PY) bench/scale.py
 
 ## package: the deployable bundle of STAGE (default dev): build/STAGE/sam.json, deployment.zip
 package: $(STAMP)

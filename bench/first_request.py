@@ -126,6 +126,14 @@ class Stack:
         self.env["GPUJOBS_TOKENS_FILE"] = str(tokens)
 
     def fixtures(self, cancels: int) -> dict:
+        """The node and RUNNING job (made once), and ``cancels`` new PENDING jobs."""
+        if getattr(self, "_base", None) is None:
+            self._base = self._setup()
+        s, base = self._base
+        return {**base, "cancel": [s.jobs.create("fr", BODY, None)[0].job_id
+                                   for _ in range(cancels)]}
+
+    def _setup(self):
         from chalicelib import bootstrap
         from chalicelib.config import Config
         from chalicelib.domain.principal import Principal
@@ -142,8 +150,7 @@ class Stack:
                           {"type": "STARTED", "ranks": ranks, "node_id": node})
         s.heartbeats.ingest(Principal("agent", "*"), job.job_id,
                             {"attempt": 1, "ranks": [{"rank": r, "step": 1} for r in ranks]})
-        cancel = [s.jobs.create("fr", BODY, None)[0].job_id for _ in range(cancels)]
-        return {"job": job.job_id, "node": node, "ranks": ranks, "cancel": cancel}
+        return s, {"job": job.job_id, "node": node, "ranks": ranks}
 
     def stop(self) -> None:
         self.server.stop()
@@ -165,9 +172,7 @@ def measure(runs: int = 3, handlers: tuple[str, ...] = HANDLERS,
         for handler in handlers:
             samples = []
             for _ in range(runs):
-                fx = stack.fixtures(WARM_CALLS + 1) if handler == "cancel" else \
-                    out.get("_fx") or stack.fixtures(0)
-                out.setdefault("_fx", fx) if handler != "cancel" else None
+                fx = stack.fixtures(WARM_CALLS + 1 if handler == "cancel" else 0)
                 p = subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve()),
                                     "--child", handler], cwd=ROOT, capture_output=True,
                                    text=True, env={**env, "FR_FIXTURES": json.dumps(fx),
@@ -180,7 +185,6 @@ def measure(runs: int = 3, handlers: tuple[str, ...] = HANDLERS,
                 "first": statistics.median(s["first"] for s in samples),
                 "warm": statistics.median(s["warm"] for s in samples),
                 "bytes": max(s["bytes"] for s in samples), "clients": samples[-1]["clients"]}
-        out.pop("_fx", None)
         return out
     finally:
         if own:

@@ -195,7 +195,9 @@ class Scale:
                 break
         assert len(ids) == len(set(ids)) == 500, "pages cut by size skip nothing, repeat nothing"
         print(f"500 jobs of {len(json.dumps(spec)):,}-byte specs at page_size=500: {pages} pages "
-              f"(cut by size), bodies up to {max(sizes):,} bytes; every job once")
+              f"(a Query stops at 1 MB of items; the 5 MB cut of chalicelib.domain.limits "
+              f"would bite only on heavily escaped specs), bodies up to {max(sizes):,} bytes; "
+              f"every job once")
 
     def big_ranks(self, ranks: int = 16_384) -> None:
         from chalicelib.adapters.heartbeat_store import DynamoHeartbeatStore

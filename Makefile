@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(PY) bench/beat_cost.py
 	$(PY) bench/dashboard.py
 	$(PY) bench/load.py
+	$(PY) bench/scale.py
 
 ## package: the deployable bundle of STAGE (default dev): build/STAGE/sam.json, deployment.zip
 package: $(STAMP)

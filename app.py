@@ -237,7 +237,10 @@ def post_heartbeats(job_id: str):
 @endpoint("/v1/jobs/{job_id}/ranks", "GET")
 def get_ranks(job_id: str):
     job = services().jobs.get(_tenant(), job_id)
-    return ok(services().heartbeats.ranks(job))
+    params = _request().query_params or {}
+    page_size = _query_int("page_size", 0) if "page_size" in params else None
+    return ok(services().heartbeats.ranks_page(job, page_size=page_size,
+                                               page_token=params.get("page_token")))
 
 
 # -- nodes ----------------------------------------------------------------------

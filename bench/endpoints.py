@@ -825,6 +825,16 @@ def first_request(runs: int) -> None:
           f"{m['warm_get']:.1f} ms warm (another DynamoDB client {m['get_client']:.1f})")
 
 
+# -- first request per handler (issue 15) ----------------------------------------------
+def first_request_per_handler(runs: int) -> float:
+    """Every handler's first request in a fresh interpreter over its warm calls,
+    with the AWS clients it made (bench/first_request.py; its own moto server,
+    before this script starts moto in-process)."""
+    from bench import first_request as per_handler
+
+    return per_handler.report(per_handler.measure(runs), runs)
+
+
 # -- main ----------------------------------------------------------------------------
 def profile(bench: Bench, name: str, rounds: int) -> None:
     import cProfile
@@ -868,6 +878,7 @@ def main() -> int:
     if not args.profile:
         cold_start(args.cold_runs)
         first_request(args.first_runs)
+        first_request_per_handler(args.first_runs)
 
     start_environment()
     services = build_services()

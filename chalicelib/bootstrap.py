@@ -66,7 +66,7 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
     node_store = node_store or DynamoNodeStore(connection)
     sqs_inbox = SqsInbox(config)
     inbox = inbox or sqs_inbox
-    nudge = nudge or SqsNudge(config, sqs_inbox.client)
+    nudge = nudge or SqsNudge(config, sqs_inbox)  # no client until a nudge
     if tokens is None:
         if config.tokens_file:
             tokens = TokenStore.from_file(config.tokens_file)
@@ -87,8 +87,8 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
     collector = DynamoCollectorStore()
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
                                    scans_per_hour=config.scans_per_hour, telemetry=telemetry,
-                                   clock=clock)
-    fanout = ScanFanout(SqsScanQueue(config.scan_queue_url, sqs_inbox.client), store,
+                                   page_token_key=config.page_token_key, clock=clock)
+    fanout = ScanFanout(SqsScanQueue(config.scan_queue_url, sqs_inbox), store,
                         period_s=config.scan_period_s) if config.scan_queue_url else None
     scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s,
                       fanout=fanout, telemetry=telemetry, clock=clock)

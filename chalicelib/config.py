@@ -90,11 +90,7 @@ class Config:
 def ssm_parameter(name: str, region: str, endpoint_url: str | None) -> str:
     """A SecureString from SSM Parameter Store, read once per process (a Lambda
     container reads each secret on its first invocation, never at import)."""
-    import boto3
-    from botocore.config import Config as BotoConfig
+    from .adapters import aws  # the container's one session, also for SSM
 
-    ssm = boto3.session.Session().client(
-        "ssm", region_name=region, endpoint_url=endpoint_url,
-        config=BotoConfig(connect_timeout=2, read_timeout=3,
-                          retries={"max_attempts": 5, "mode": "standard"}))
+    ssm = aws.session_for(region, endpoint_url).client("ssm")
     return ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]

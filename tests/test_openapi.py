@@ -712,7 +712,7 @@ def test_ranks_view_conforms_to_rank_list_schema(doc):
              3: Beat(3, "node-2", paused_until=_at(500))}
     service = HeartbeatsService(_FakeJobStore(job, attempt), _FakeBeats(beats),
                                 _FakeCollector(), scans_per_hour=60.0, telemetry=NullTelemetry(), clock=lambda: _at(101))
-    view = service.ranks(job)
+    view = service.ranks_page(job)  # what GET /ranks returns
     schema = doc["components"]["schemas"]
     assert set(view) == set(schema["RankList"]["properties"])
     assert set(view["threshold_inputs"]) == set(schema["ThresholdInputs"]["properties"])

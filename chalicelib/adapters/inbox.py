@@ -6,10 +6,8 @@ import json
 import logging
 import re
 
-import boto3
-from botocore.config import Config as BotoConfig
-
 from ..config import Config
+from . import aws
 
 _NODE_RE = re.compile(r"[^A-Za-z0-9_-]")
 log = logging.getLogger(__name__)
@@ -18,14 +16,12 @@ log = logging.getLogger(__name__)
 class SqsInbox:
     def __init__(self, config: Config) -> None:
         self._config = config
-        self._sqs = boto3.session.Session().client(
-            "sqs", region_name=config.region, endpoint_url=config.endpoint_url,
-            config=BotoConfig(connect_timeout=2, read_timeout=5,
-                              retries={"max_attempts": 3, "mode": "standard"}))
+        self._aws = aws.session_for(config.region, config.endpoint_url)
 
     @property
     def client(self):
-        return self._sqs
+        """The container's SQS client, made when first sent through."""
+        return self._aws.client("sqs")
 
     def queue_name(self, node_id: str) -> str:
         """SQS names are at most 80 of [A-Za-z0-9_-]; an id that does not fit
@@ -41,14 +37,14 @@ class SqsInbox:
     def ensure(self, node_id: str) -> str:
         """Create the node's inbox if missing (CreateQueue is idempotent) and return its URL."""
         redrive = {"deadLetterTargetArn": self._config.inbox_dlq_arn, "maxReceiveCount": "10"}
-        return self._sqs.create_queue(
+        return self.client.create_queue(
             QueueName=self.queue_name(node_id),
             Attributes={"RedrivePolicy": json.dumps(redrive),
                         "VisibilityTimeout": "60",
                         "ReceiveMessageWaitTimeSeconds": "20"})["QueueUrl"]
 
     def send(self, queue_url: str, message: dict) -> None:
-        self._sqs.send_message(QueueUrl=queue_url,
+        self.client.send_message(QueueUrl=queue_url,
                                MessageBody=json.dumps(message, separators=(",", ":")))
 
 
@@ -59,6 +55,8 @@ class SqsNudge:
     """
 
     def __init__(self, config: Config, sqs=None) -> None:
+        """``sqs``: an SQS client, or an object whose ``client`` attribute
+        gives one on first use (the inbox), so no client is made before a nudge."""
         self._url = config.pending_queue_url
         self._sqs = sqs
 
@@ -66,7 +64,8 @@ class SqsNudge:
         if not self._url or self._sqs is None:
             return
         try:
-            self._sqs.send_message(QueueUrl=self._url, MessageBody='{"type":"PLACE"}')
+            sqs = self._sqs.client if isinstance(self._sqs, SqsInbox) else self._sqs
+            sqs.send_message(QueueUrl=self._url, MessageBody='{"type":"PLACE"}')
         except Exception:  # noqa: BLE001 - the schedule is the fallback
             log.warning("placement nudge failed; the scheduled run will place", exc_info=True)
 
@@ -74,13 +73,13 @@ class SqsNudge:
 class SqsScanQueue:
     """The stall scan's shards (service/scan_fanout.py), ten to a request."""
 
-    def __init__(self, url: str, sqs) -> None:
-        self._url, self._sqs = url, sqs
+    def __init__(self, url: str, inbox: SqsInbox) -> None:
+        self._url, self._inbox = url, inbox  # the inbox's client, made on first send
 
     def send(self, bodies: list[str]) -> None:
         for i in range(0, len(bodies), 10):
             entries = [{"Id": str(n), "MessageBody": b} for n, b in enumerate(bodies[i:i + 10])]
-            failed = self._sqs.send_message_batch(QueueUrl=self._url,
+            failed = self._inbox.client.send_message_batch(QueueUrl=self._url,
                                                   Entries=entries).get("Failed", [])
             if failed:  # the scan fails, and the next one sends them again
                 raise RuntimeError(f"{len(failed)} scan shards not sent: {failed[0]}")

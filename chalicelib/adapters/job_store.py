@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
 from pynamodb.attributes import MapAttribute
@@ -21,6 +21,7 @@ from pynamodb.transactions import TransactWrite
 from ..domain import events as ev, idempotency
 from ..domain.attempts import Attempt
 from ..domain.clock import iso, parse_iso, utcnow
+from ..domain.errors import ServiceUnavailable
 from ..domain.jobs import Intent, Job, clear_incident, frozen_health
 from ..domain.placement import Plan, queue_key
 from ..domain.states import PLACED, JobState
@@ -33,12 +34,17 @@ from ..service.ports import (
     StateChanged,
 )
 from .dynamo_errors import lost_condition, tx_lost
-from .models import AttemptModel, IdempotencyModel, JobModel, NodeModel, OutboxModel
+from .fleet import room_bump, room_types
+from .models import AttemptModel, FleetModel, IdempotencyModel, JobModel, NodeModel, OutboxModel
 
-#: a filtered page reads at most this many DynamoDB pages before it returns
-MAX_READS_PER_PAGE = 5
 #: TTL removes finished records this long after they expired
 TTL_SLACK = timedelta(days=7)
+#: a release that keeps losing to concurrent transactions on the summary: 503
+_RELEASE_RETRIES = 5
+
+
+class _Contended(Exception):
+    """A transaction cancelled by a concurrent one, not by a condition."""
 
 
 def _t(value: str | None) -> datetime | None:
@@ -53,13 +59,24 @@ def job_from_model(m: JobModel) -> Job:
         finished_at=_t(m.finished_at), cancel_requested_at=_t(m.cancel_requested_at),
         cancel_reason=m.cancel_reason, health=m.health or {}, exit=m.exit,
         idem_id=m.idem_id, inboxes=m.inboxes or {}, pending_reason=m.pending_reason,
-        incident_key=m.incident_key,
+        incident_key=m.incident_key, waiting_on=m.waiting_on,
     )
+
+
+def tenant_state(tenant: str, state: JobState | str) -> str:
+    return f"{tenant}#{getattr(state, 'value', state)}"
+
+
+def _set_state(job: Job, state: JobState) -> list:
+    """The actions that move a job to ``state``: its state and its list partition."""
+    return [JobModel.state.set(state.value),
+            JobModel.tenant_state.set(tenant_state(job.tenant, state))]
 
 
 def job_to_model(j: Job) -> JobModel:
     return JobModel(
         j.job_id, tenant=j.tenant, state=j.state.value,
+        tenant_state=tenant_state(j.tenant, j.state),
         active_state=None if j.state.terminal else j.state.value,
         name=j.name, spec=j.spec, attempt=j.attempt, created_at=iso(j.created_at),
         updated_at=iso(j.updated_at), started_at=j.started_at and iso(j.started_at),
@@ -89,7 +106,7 @@ def attempt_from_model(m: AttemptModel) -> Attempt:
         started=set(map(int, m.started or ())), exited=set(map(int, m.exited or ())),
         stopped=set(map(int, m.stopped or ())),
         exit_codes={int(k): int(v) for k, v in _as_dict(m.exit_codes).items()},
-        released=set(m.released or ()),
+        released=set(m.released or ()), node_types=m.node_types or {},
     )
 
 
@@ -189,31 +206,33 @@ class DynamoJobStore:
 
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[Job], str | None]:
-        """Up to ``page_size`` jobs of ``tenant`` older than ``after``, newest
-        first, and the key to resume after (None when nothing is left).
+        """Up to ``page_size`` jobs of ``tenant`` (in ``state``) older than
+        ``after``, newest first, and the key to resume after (None when nothing
+        is left).
 
-        Each read asks for one item more than still needed, so an unfiltered
-        page is one Query that also tells whether anything follows. With a
-        filter, DynamoDB applies Limit before filtering; the page keeps reading
-        up to MAX_READS_PER_PAGE times, then returns what it has and resumes
-        where DynamoDB stopped.
+        One Query, of the tenant's partition or, with a state, of the
+        (tenant, state) partition, asking for one item more than the page so it
+        also tells whether anything follows: a filtered page reads only jobs
+        that match, however many others the tenant has. A Query stops at 1 MB
+        of items (about 17 jobs of 57 KB specs): the page then holds what it
+        read and resumes right after it.
         """
-        jobs: list[Job] = []
-        start = {"job_id": {"S": after}, "tenant": {"S": tenant}} if after else None
-        condition = (JobModel.state == state) if state else None
-        for _ in range(MAX_READS_PER_PAGE):
-            pages = JobModel.by_tenant.query(
-                tenant, filter_condition=condition, scan_index_forward=False,
-                page_size=page_size + 1 - len(jobs), last_evaluated_key=start).page_iter
-            raw = next(pages)
-            jobs.extend(job_from_model(JobModel.from_raw_data(i)) for i in raw["Items"])
-            start = pages.last_evaluated_key
-            if len(jobs) > page_size:
-                jobs = jobs[:page_size]
-                return jobs, jobs[-1].job_id
-            if start is None:
-                return jobs, None
-        return jobs, (start["job_id"]["S"] if start else None)
+        if state:
+            index, key = JobModel.by_tenant_state, tenant_state(tenant, state)
+            start = {"job_id": {"S": after}, "tenant_state": {"S": key}} if after else None
+        else:
+            index, key = JobModel.by_tenant, tenant
+            start = {"job_id": {"S": after}, "tenant": {"S": key}} if after else None
+        pages = index.query(key, scan_index_forward=False, page_size=page_size + 1,
+                            last_evaluated_key=start).page_iter
+        raw = next(pages)
+        jobs = [job_from_model(JobModel.from_raw_data(i)) for i in raw["Items"]]
+        if len(jobs) > page_size:
+            jobs = jobs[:page_size]
+            return jobs, jobs[-1].job_id
+        # DynamoDB stops a Query at 1 MB of items: resume where it stopped
+        last = pages.last_evaluated_key
+        return jobs, last["job_id"]["S"] if last else None
 
     # -- transitions ------------------------------------------------------
     def _finish_actions(self, job: Job, now: datetime) -> list:
@@ -230,7 +249,7 @@ class DynamoJobStore:
     def cancel_unplaced(self, job: Job, now: datetime, reason: str | None) -> Job:
         exit_ = {"reason": "cancelled", "exit_code": None}
         actions = [
-            JobModel.state.set(JobState.CANCELLED.value),
+            *_set_state(job, JobState.CANCELLED),
             JobModel.cancel_requested_at.set(iso(now)),
             JobModel.updated_at.set(iso(now)),
             JobModel.exit.set(exit_),
@@ -299,7 +318,8 @@ class DynamoJobStore:
                                    updated_at=now)
 
     def place(self, job: Job, plan: Plan, intent: Intent, now: datetime,
-              resend_at: datetime | None = None) -> Job:
+              resend_at: datetime | None = None,
+              node_types: dict[str, str] | None = None) -> Job:
         """Reserve every node's GPUs, move the job to SCHEDULED, write the attempt
         and its LAUNCH intent: one transaction, so all of it happens or none.
 
@@ -314,11 +334,12 @@ class DynamoJobStore:
         try:
             with self._tx() as tx:
                 tx.update(JobModel(job.job_id), actions=[
-                    JobModel.state.set(JobState.SCHEDULED.value),
+                    *_set_state(job, JobState.SCHEDULED),
                     JobModel.active_state.set(JobState.SCHEDULED.value),
                     JobModel.attempt.set(attempt),
                     JobModel.inboxes.set(intent.targets),
                     JobModel.pending_reason.remove(),
+                    JobModel.waiting_on.remove(),
                     JobModel.health.set(clear_incident(job.health)),
                     JobModel.updated_at.set(iso(now)),
                     _event(JobModel, f"placed#{attempt}", ev.event(
@@ -331,6 +352,7 @@ class DynamoJobStore:
                     job.job_id, attempt, state=JobState.SCHEDULED.value,
                     placement=plan.placement(), node_ranks=plan.ranks_by_node,
                     node_gpus=gpus, world_size=job.spec["ranks"], created_at=iso(now),
+                    node_types=node_types or None,
                     exit_codes={}), condition=AttemptModel.job_id.does_not_exist())
                 tx.save(_outbox_item(intent, now, resend_at or now),
                         condition=OutboxModel.job_id.does_not_exist())
@@ -366,9 +388,11 @@ class DynamoJobStore:
         return [job_from_model(m) for m in JobModel.by_active_state.query(state.value,
                                                                           limit=limit)]
 
-    def set_pending_reason(self, job: Job, reason: str | None) -> None:
-        actions: list[Action] = [JobModel.pending_reason.set(reason) if reason else
-                                 JobModel.pending_reason.remove()]
+    def set_pending_reason(self, job: Job, reason: str | None,
+                           waiting_on: str | None = None) -> None:
+        actions: list[Action] = [
+            JobModel.pending_reason.set(reason) if reason else JobModel.pending_reason.remove(),
+            JobModel.waiting_on.set(waiting_on) if waiting_on else JobModel.waiting_on.remove()]
         if reason:
             actions.append(_event(JobModel, ev.waiting_key(job.attempt, reason),
                                   ev.event("waiting", self._now(), attempt=job.attempt or None,
@@ -408,10 +432,25 @@ class DynamoJobStore:
         return attempt_from_model(m)
 
     def release(self, attempt: Attempt, node_id: str) -> bool:
-        """Give a node back the GPUs this attempt reserved there, exactly once."""
+        """Give a node back the GPUs this attempt reserved there, exactly once,
+        and tell the waiting jobs of its type (the capacity summary) in the
+        same transaction. A transaction that lost only to a concurrent one (on
+        the shared summary item) is tried again."""
+        for _ in range(_RELEASE_RETRIES):
+            try:
+                return self._release(attempt, node_id)
+            except _Contended:
+                continue
+        raise ServiceUnavailable("capacity is being updated concurrently; retry",
+                                 headers={"Retry-After": "1"})
+
+    def _release(self, attempt: Attempt, node_id: str) -> bool:
         gpus = int(attempt.node_gpus.get(node_id, 0))
+        now = iso(datetime.now(timezone.utc))
         try:
             with self._tx() as tx:
+                for t in room_types(attempt.node_types.get(node_id)):
+                    tx.update(FleetModel(t), actions=room_bump(now))
                 tx.update(AttemptModel(attempt.job_id, attempt.attempt),
                           actions=[AttemptModel.released.add({node_id})],
                           condition=AttemptModel.job_id.exists()
@@ -422,8 +461,11 @@ class DynamoJobStore:
                     NodeModel.lost.delete({f"{attempt.job_id}#{attempt.attempt}"}),
                 ], condition=NodeModel.node_id.exists())
         except TransactWriteError as e:
-            if tx_lost(e):
-                return False
+            codes = [r.code if r is not None else None for r in e.cancellation_reasons or []]
+            if "ConditionalCheckFailed" in codes:
+                return False  # released before
+            if "TransactionConflict" in codes:
+                raise _Contended() from None
             raise
         return True
 
@@ -432,7 +474,7 @@ class DynamoJobStore:
         """SCHEDULED -> RUNNING when the first ranks of the attempt started."""
         m = JobModel(job.job_id)
         try:
-            m.update(actions=[JobModel.state.set(JobState.RUNNING.value),
+            m.update(actions=[*_set_state(job, JobState.RUNNING),
                               JobModel.active_state.set(JobState.RUNNING.value),
                               JobModel.started_at.set(iso(now)),
                               JobModel.updated_at.set(iso(now)),
@@ -457,10 +499,10 @@ class DynamoJobStore:
         for a new attempt), conditioned on the placed state and attempt it
         leaves; the attempt records its end; ``stop`` (CANCEL to the nodes still
         running ranks) is recorded in the same transaction."""
-        actions: list[Action] = [JobModel.state.set(to.value), JobModel.updated_at.set(iso(now)),
-                   # nothing is judged once the attempt ended: no stale health
-                   JobModel.health.set(frozen_health(job.health, iso(now), to.terminal,
-                                                     exit_))]
+        actions: list[Action] = [
+            *_set_state(job, to), JobModel.updated_at.set(iso(now)),
+            # nothing is judged once the attempt ended: no stale health
+            JobModel.health.set(frozen_health(job.health, iso(now), to.terminal, exit_))]
         why = (exit_ or {}).get("reason")
         if to.terminal:
             actions += [JobModel.exit.set(exit_), *self._finish_actions(job, now),

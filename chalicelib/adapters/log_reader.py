@@ -3,23 +3,17 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import boto3
-from botocore.config import Config as BotoConfig
-
 from ..config import Config
 from ..service.ports import LogPage
+from . import aws
 
 #: FilterLogEvents takes at most this many stream names
 MAX_STREAM_NAMES = 100
 
 
 def logs_client(config: Config):
-    """A CloudWatch Logs client; the one place that makes it (to be pointed at
-    a shared botocore session)."""
-    return boto3.session.Session().client(
-        "logs", region_name=config.region, endpoint_url=config.endpoint_url,
-        config=BotoConfig(connect_timeout=2, read_timeout=5,
-                          retries={"max_attempts": 3, "mode": "standard"}))
+    """The container's CloudWatch Logs client, from its one botocore session."""
+    return aws.session_for(config.region, config.endpoint_url).client("logs")
 
 
 class CloudWatchLogReader:

@@ -20,6 +20,7 @@ from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
 from ..config import Config
+from . import aws
 
 
 class _Meta:
@@ -38,6 +39,14 @@ class JobsByTenant(GlobalSecondaryIndex["JobModel"]):
     job_id = UnicodeAttribute(range_key=True)
 
 
+class JobsByTenantState(GlobalSecondaryIndex["JobModel"]):
+    class Meta:
+        index_name = "by_tenant_state"
+        projection = AllProjection()
+    tenant_state = UnicodeAttribute(hash_key=True)
+    job_id = UnicodeAttribute(range_key=True)
+
+
 class JobsByActiveState(GlobalSecondaryIndex["JobModel"]):
     class Meta:
         index_name = "by_active_state"
@@ -53,6 +62,9 @@ class JobModel(Model):
     job_id = UnicodeAttribute(hash_key=True)
     tenant = UnicodeAttribute()
     state = UnicodeAttribute()
+    #: "<tenant>#<state>", written with every state: a state-filtered list is
+    #: one Query of its own partition, whatever the tenant's history
+    tenant_state = UnicodeAttribute(null=True)
     #: set only while the job is not terminal (sparse index)
     active_state = UnicodeAttribute(null=True)
     #: priority then age, the order in which PENDING jobs are placed
@@ -76,8 +88,11 @@ class JobModel(Model):
     #: the job's story: event key -> event, each written with its transition
     #: (chalicelib/domain/events.py)
     events: MapAttribute[str, Any] = MapAttribute(default=dict)
+    #: "<fleet room version>@<time>" at which the placer found no room for it
+    waiting_on = UnicodeAttribute(null=True)
 
     by_tenant = JobsByTenant()
+    by_tenant_state = JobsByTenantState()
     by_active_state = JobsByActiveState()
 
 
@@ -119,6 +134,8 @@ class AttemptModel(Model):
     released = UnicodeSetAttribute(null=True)
     #: ranks started, exited, stopped: one event per report (domain/events.py)
     events: MapAttribute[str, Any] = MapAttribute(default=dict)
+    #: node id -> its GPU type, so a release tells that type's waiting jobs
+    node_types = JSONAttribute(null=True)
 
 
 class NodesReadyByType(GlobalSecondaryIndex["NodeModel"]):
@@ -172,6 +189,11 @@ class FleetModel(Model):
     gpu_type = UnicodeAttribute(hash_key=True)
     gpus = NumberAttribute(default=0)
     largest_node = NumberAttribute(default=0)
+    #: the capacity summary: counts every event that may have made room for
+    #: this type (GPUs released, a node registered, grown or back from DOWN),
+    #: bumped by the same transactions; and when it last moved
+    room_version = NumberAttribute(null=True)
+    room_at = UnicodeAttribute(null=True)
 
 
 class HeartbeatModel(Model):
@@ -261,13 +283,20 @@ MODELS = {
 
 
 def bind(config: Config) -> Connection:
-    """Point every model at the configured tables; returns a connection for transactions."""
+    """Point every model at the configured tables; returns the connection for
+    transactions. Every model and transaction shares that one connection, so
+    the container makes one DynamoDB client, from its one botocore session
+    (:mod:`.aws`), when a handler first reads or writes."""
+    shared = aws.session_for(config.region, config.endpoint_url).dynamodb
     for model, attr in MODELS.items():
         model.Meta.table_name = getattr(config, attr)
         model.Meta.region = config.region
         model.Meta.host = config.endpoint_url
         model._connection = None
-    return Connection(region=config.region, host=config.endpoint_url,
-                      connect_timeout_seconds=_Meta.connect_timeout_seconds,
-                      read_timeout_seconds=_Meta.read_timeout_seconds,
-                      max_retry_attempts=_Meta.max_retry_attempts)
+        table = model._get_connection()  # a TableConnection; no client is made here
+        try:
+            shared.add_meta_table(table.connection.get_meta_table(model.Meta.table_name))
+        except ValueError:
+            pass  # bound before (tests rebuild services; the schema is the model's)
+        table.connection = shared
+    return shared

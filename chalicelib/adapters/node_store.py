@@ -11,11 +11,12 @@ from pynamodb.expressions.update import Action
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from ..domain.nodes import Node, NodeState
+from ..service.ports import FleetSummary
 from .dynamo_errors import lost_condition, tx_lost
+from .fleet import ALL_TYPES, room_bump, room_types
 from .job_store import new_transaction
 from .models import FleetModel, NodeModel
 
-ALL_TYPES = "*"
 #: nodes read per query page while looking for room
 CANDIDATE_PAGE = 50
 
@@ -27,6 +28,10 @@ def node_from_model(m: NodeModel) -> Node:
                 registered_at=parse_iso(m.registered_at), labels=m.labels or {},
                 address=m.address or m.node_id, isolation=m.isolation or "none",
                 attempts=frozenset(m.attempts or ()), lost=frozenset(m.lost or ()))
+
+
+def _t(value: str | None) -> datetime | None:
+    return parse_iso(value) if value else None
 
 
 class NodeRaced(Exception):
@@ -81,7 +86,8 @@ class DynamoNodeStore:
                 with new_transaction(self._conn) as tx:
                     tx.save(item, condition=NodeModel.node_id.does_not_exist())
                     for t, delta in with_fleet:
-                        tx.update(FleetModel(t), actions=[FleetModel.gpus.add(delta)])
+                        tx.update(FleetModel(t), actions=[FleetModel.gpus.add(delta),
+                                                          *room_bump(iso(now))])
             except TransactWriteError as e:
                 if tx_lost(e):
                     raise NodeRaced(node_id) from None
@@ -106,6 +112,10 @@ class DynamoNodeStore:
             with_fleet = [(t, d) for t, d in deltas.items() if d]
         if old_state in (NodeState.READY, NodeState.DOWN):  # READY from here on
             actions += [NodeModel.ready_type.set(gpu_type), NodeModel.ready_any.set("1")]
+        if with_fleet or old_state is NodeState.DOWN:
+            # room may have appeared: grown, retyped or back from DOWN
+            with_fleet += [(t, 0) for t in room_types(gpu_type)
+                           if t not in dict(with_fleet)]
         condition = (NodeModel.gpus == old_gpus) & (NodeModel.state == old_state.value)
         model = NodeModel(node_id)
         try:
@@ -113,7 +123,9 @@ class DynamoNodeStore:
                 with new_transaction(self._conn) as tx:
                     tx.update(model, actions=actions, condition=condition)
                     for t, d in with_fleet:
-                        tx.update(FleetModel(t), actions=[FleetModel.gpus.add(d)])
+                        bump = room_bump(iso(now)) if t in room_types(gpu_type) else []
+                        tx.update(FleetModel(t), actions=[
+                            *([FleetModel.gpus.add(d)] if d else []), *bump])
                 model.refresh(consistent_read=True)
                 self._raise_largest(gpu_type, gpus)
             else:
@@ -138,11 +150,17 @@ class DynamoNodeStore:
 
     def fleet(self, gpu_type: str | None) -> tuple[int, int]:
         """(GPUs registered, GPUs of the largest node) for a type, or all types."""
+        f = self.fleet_summary(gpu_type)
+        return f.gpus, f.largest_node
+
+    def fleet_summary(self, gpu_type: str | None) -> FleetSummary:
+        """The type's capacity summary, one strongly consistent read."""
         try:
-            f = FleetModel.get(gpu_type or ALL_TYPES)
-            return int(f.gpus or 0), int(f.largest_node or 0)
+            f = FleetModel.get(gpu_type or ALL_TYPES, consistent_read=True)
         except DoesNotExist:
-            return 0, 0
+            return FleetSummary(0, 0, 0, None)
+        return FleetSummary(int(f.gpus or 0), int(f.largest_node or 0),
+                            int(f.room_version or 0), _t(f.room_at))
 
     def ready_pages(self, gpu_type: str | None, min_free: int) -> Iterator[list[Node]]:
         """READY nodes with at least ``min_free`` GPUs, most free first, a page at a time.

@@ -33,6 +33,8 @@ class Attempt:
     stopped: set[int] = field(default_factory=set)
     exit_codes: dict[int, int] = field(default_factory=dict)
     released: set[str] = field(default_factory=set)
+    #: node id -> GPU type (attempts placed before it was recorded: empty)
+    node_types: dict[str, str] = field(default_factory=dict)
 
     def ranks_on(self, node_id: str) -> list[int]:
         return self.node_ranks.get(node_id, [])

@@ -105,6 +105,9 @@ class Job:
     pending_reason: str | None = None
     #: "<attempt>#<n>" of the last stall incident recorded (one per stall, once)
     incident_key: str | None = None
+    #: the placer's note "<fleet room version>@<when>": the job did not fit
+    #: then, and need not be tried again until room appears (see placement)
+    waiting_on: str | None = None
 
     @property
     def finished(self) -> bool:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generator, Iterable
+
+from .clock import iso, parse_iso
 
 #: TransactWriteItems holds 100 items: the job, its attempt, its LAUNCH intent,
 #: and one capacity update per node
@@ -111,3 +114,33 @@ def fair_order(queues: dict[str, list], usage: dict[str, int],
             heads[tenant] = i + 1
         else:
             del heads[tenant]
+
+
+# -- waiting without rereading the fleet ----------------------------------------------
+#: a waiting job is tried against the nodes at least this often, whatever its
+#: type's capacity summary says (a bound on any room the summary missed)
+RECHECK_S = 300.0
+#: the READY-node index may trail its table by about this much: a job judged
+#: against nodes read sooner than this after room appeared is tried again
+INDEX_LAG_S = 10.0
+
+
+def waiting_mark(room_version: int, room_at: datetime | None, now: datetime) -> str | None:
+    """The note that a job found no room with the summary at ``room_version``,
+    or None when the summary moved too recently for the node read to be trusted."""
+    if room_at is not None and (now - room_at).total_seconds() < INDEX_LAG_S:
+        return None
+    return f"{room_version}@{iso(now)}"
+
+
+def still_waiting(mark: str | None, room_version: int, now: datetime) -> bool:
+    """True while nothing can have made room since ``mark`` was noted: the job
+    is skipped without reading a node."""
+    if not mark:
+        return False
+    version, _, at = mark.partition("@")
+    try:
+        age = (now - parse_iso(at)).total_seconds()
+        return int(version) == room_version and 0 <= age < RECHECK_S
+    except ValueError:
+        return False

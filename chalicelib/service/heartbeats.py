@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from ..domain import cursor, limits
 from ..domain.clock import Clock, iso, parse_iso, plus, utcnow
 from ..domain.errors import AlreadyFinished, ApiError, Forbidden, InvalidArgument, StaleAttempt
 from ..domain.ids import is_job_id
@@ -22,12 +23,16 @@ from ..domain.states import PLACED, JobState
 from .ports import CollectorStore, HeartbeatStore, JobStore, Telemetry
 
 _PLACEMENTS_CACHED = 1024
+#: ranks one page of the ranks view may ask for (the largest world size)
+MAX_RANKS_PAGE = 65536
 
 
 class HeartbeatsService:
     def __init__(self, store: JobStore, beats: HeartbeatStore, collector: CollectorStore, *,
-                 scans_per_hour: float, telemetry: Telemetry, clock: Clock = utcnow) -> None:
+                 scans_per_hour: float, telemetry: Telemetry, clock: Clock = utcnow,
+                 page_token_key: bytes = b"") -> None:
         self.store, self.beats, self.collector = store, beats, collector
+        self._token_key = page_token_key
         self.telemetry = telemetry
         self._scans_per_hour, self._clock = scans_per_hour, clock
         # an attempt's placement never changes: remember it, read it once
@@ -148,6 +153,37 @@ class HeartbeatsService:
                      startup_grace_s=hb["startup_grace_s"], interval_s=hb["interval_s"],
                      mode=hb["mode"] if job.state is JobState.RUNNING else "off",
                      max_busy_s=hb["max_busy_s"], idle_s=hb["idle_s"])
+
+    def ranks_page(self, job: Job, *, page_size: int | None = None,
+                   page_token: str | None = None) -> dict:
+        """The ranks view, a page at a time: a page holds the ranks ``[from,
+        from + page_size)`` of the current attempt (every rank by default), in
+        the view's order (silent longest first), cut by size so the response
+        stays inside Lambda's limit. ``next_page_token`` resumes at the first
+        rank not sent; ranks are fixed for an attempt, so pages neither skip
+        nor repeat a rank, and a token is bound to the job and its attempt."""
+        world = int(job.spec["ranks"])
+        if page_size is not None and not 1 <= page_size <= MAX_RANKS_PAGE:
+            raise InvalidArgument(f"page_size must be an integer from 1 to {MAX_RANKS_PAGE}",
+                                  field="page_size")
+        bound = f"ranks={job.job_id}#{job.attempt}"
+        first = 0
+        if page_token is not None:
+            key = cursor.decode(page_token, tenant=job.tenant, filter_key=bound,
+                                secret=self._token_key)
+            first = int(key) if key.isdigit() else world
+        last = min(world, first + (page_size or world))
+        out = self.ranks(job)
+        wanted = [r for r in out["ranks"] if first <= r["rank"] < last]
+        in_rank_order = sorted(wanted, key=lambda r: r["rank"])
+        fits = limits.fit(in_rank_order, limits.proxy_bytes)
+        if fits < len(in_rank_order):
+            last = in_rank_order[fits]["rank"]
+            wanted = [r for r in wanted if r["rank"] < last]
+        out["ranks"] = wanted
+        out["next_page_token"] = None if last >= world or job.attempt == 0 else \
+            cursor.encode(str(last), tenant=job.tenant, filter_key=bound, secret=self._token_key)
+        return out
 
     def ranks(self, job: Job) -> dict:
         """Every rank of the current attempt, silent longest first."""

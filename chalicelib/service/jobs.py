@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..domain import cursor, idempotency
+from ..domain import cursor, idempotency, limits
 from ..domain.clock import Clock, plus, utcnow
 from ..domain.errors import (
     AlreadyFinished,
@@ -22,6 +22,16 @@ MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
 #: how often a command retries after losing a conditional write to a racer
 _RACE_RETRIES = 3
+
+
+#: a job's fields other than those job_wire_bytes encodes: names, ids, times
+_JOB_FIXED_BYTES = 640
+
+
+def job_wire_bytes(job: Job) -> int:
+    """An upper bound of the bytes ``job`` takes in a response's proxy payload."""
+    return _JOB_FIXED_BYTES + limits.proxy_bytes(
+        [job.spec, job.health, job.exit, job.name, job.cancel_reason, job.pending_reason])
 
 
 class JobsService:
@@ -107,6 +117,9 @@ class JobsService:
             after = cursor.decode(page_token, tenant=tenant, filter_key=filter_key,
                                   secret=self._token_key)
         jobs, resume_after = self.store.page(tenant, state, page_size, after)
+        fits = limits.fit(jobs, job_wire_bytes)
+        if fits < len(jobs):  # cut by size: resume right after the last job sent
+            jobs, resume_after = jobs[:fits], jobs[fits - 1].job_id
         token = None if resume_after is None else cursor.encode(
             resume_after, tenant=tenant, filter_key=filter_key, secret=self._token_key)
         return jobs, token

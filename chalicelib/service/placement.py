@@ -19,7 +19,7 @@ from ..domain.nodes import Node
 from ..domain.placement import Candidate
 from ..domain.states import JobState
 from .dispatch import Dispatcher
-from .ports import CapacityChanged, JobStore, NodeStore, StateChanged
+from .ports import CapacityChanged, FleetSummary, JobStore, NodeStore, StateChanged
 
 log = logging.getLogger(__name__)
 _RESERVE_RETRIES = 3
@@ -96,7 +96,8 @@ class Placer:
         and skipped without using a try; the rest are tried in fair order between
         tenants (placement.fair_order)."""
         report = PlacementReport()
-        queues = self._fitting_by_tenant(read_limit, report)
+        marks: dict[str, str | None] = {}
+        queues = self._fitting_by_tenant(read_limit, report, marks)
         # usage only matters between tenants: one tenant's queue is its own order
         usage = self._usage() if len(queues) > 1 else {}
         order = placement.fair_order(queues, usage, lambda j: placement.demand(j.spec))
@@ -107,7 +108,7 @@ class Placer:
                 job = order.send(placed_gpus)
             except StopIteration:
                 break
-            if self._place(job, pool):
+            if self._place(job, pool, marks.get(job.job_id)):
                 report.placed.append(job.job_id)
                 placed_gpus = placement.demand(job.spec)
             else:
@@ -115,10 +116,13 @@ class Placer:
                 placed_gpus = 0
         return report
 
-    def _fitting_by_tenant(self, read_limit: int, report: PlacementReport) -> dict[str, list[Job]]:
-        """PENDING jobs that could fit the fleet, per tenant in the tenant's own order;
-        cancels of unplaced jobs are finished, never-fitting jobs noted on the way."""
-        fleets: dict[str | None, tuple[int, int]] = {}
+    def _fitting_by_tenant(self, read_limit: int, report: PlacementReport,
+                           marks: dict[str, str | None]) -> dict[str, list[Job]]:
+        """PENDING jobs that could be placed now, per tenant in the tenant's own
+        order; cancels of unplaced jobs are finished, never-fitting jobs noted, and
+        jobs waiting on an unchanged capacity summary skipped without a node read
+        (``marks`` gets the note each job tried leaves if it does not fit)."""
+        fleets: dict[str | None, FleetSummary] = {}
         queues: dict[str, list[Job]] = {}
         for job in self.store.pending(read_limit):
             if job.cancel_requested_at is not None:
@@ -130,13 +134,18 @@ class Placer:
                 continue
             spec = job.spec
             gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
-            if gpu_type not in fleets:
-                fleets[gpu_type] = self.nodes.fleet(gpu_type)
-            impossible = placement.never_fits(ranks, g, *fleets[gpu_type], gpu_type)
+            if gpu_type not in fleets:  # the type's capacity summary, once a run
+                fleets[gpu_type] = self.nodes.fleet_summary(gpu_type)
+            fleet, now = fleets[gpu_type], self._clock()
+            impossible = placement.never_fits(ranks, g, fleet.gpus, fleet.largest_node, gpu_type)
             if impossible:
                 self._note(job, f"can never fit: {impossible}")
                 report.never.append(job.job_id)
                 continue
+            if placement.still_waiting(job.waiting_on, fleet.room_version, now):
+                report.waiting.append(job.job_id)  # no room since it last did not fit
+                continue
+            marks[job.job_id] = placement.waiting_mark(fleet.room_version, fleet.room_at, now)
             queues.setdefault(job.tenant, []).append(job)
         return queues
 
@@ -148,14 +157,15 @@ class Placer:
                 used[job.tenant] = used.get(job.tenant, 0) + placement.demand(job.spec)
         return used
 
-    def _place(self, job: Job, pool: _Pool) -> bool:
+    def _place(self, job: Job, pool: _Pool, mark: str | None = None) -> bool:
         spec = job.spec
         gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
         for _ in range(_RESERVE_RETRIES):
             plan = placement.plan(ranks, g, pool.candidates(gpu_type, g))
             if plan is None:
                 kind = f"{gpu_type} " if gpu_type else ""
-                self._note(job, f"waiting for {ranks} x {g} free {kind}GPUs on READY nodes")
+                self._note(job, f"waiting for {ranks} x {g} free {kind}GPUs on READY nodes",
+                           mark)
                 return False
             attempt = job.attempt + 1
             first = plan.placement()[0]["node_id"]
@@ -168,7 +178,8 @@ class Placer:
             try:
                 # the LAUNCH intent is durable before it is sent: a placer that
                 # dies here is covered by the reconciler's resend
-                self.store.place(job, plan, intent, now, plus(now, self._resend_after_s))
+                self.store.place(job, plan, intent, now, plus(now, self._resend_after_s),
+                                 {n: pool.node(n).gpu_type for n in plan.ranks_by_node})
             except CapacityChanged as lost:
                 pool.refresh(lost.node_ids)
                 continue
@@ -181,6 +192,6 @@ class Placer:
             return True
         return False
 
-    def _note(self, job: Job, reason: str) -> None:
-        if job.pending_reason != reason:
-            self.store.set_pending_reason(job, reason)
+    def _note(self, job: Job, reason: str, mark: str | None = None) -> None:
+        if job.pending_reason != reason or job.waiting_on != mark:
+            self.store.set_pending_reason(job, reason, mark)

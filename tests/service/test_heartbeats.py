@@ -290,3 +290,51 @@ def test_convictions_stay_held_while_the_backlog_drains_after_a_pause(iso, iso_c
         report = iso.scanner.run()
     assert report["suppressed"] is None, "silence counts again"
     assert health(iso_client, tenants, job_id)["first_stalled_rank"] == 3
+
+
+def test_the_ranks_view_pages_by_rank_range_without_skips_or_repeats(iso, iso_client, tenants,
+                                                                      running, monkeypatch):
+    """Every response inside Lambda's limit: a page holds a range of ranks (in
+    the view's order), cut by size too, and its token resumes at the next rank."""
+    from chalicelib.domain import limits
+
+    job_id, _, clock = running
+    beat(iso_client, tenants, job_id, [2])
+    clock.advance(3)
+    beat(iso_client, tenants, job_id, [0])
+    whole = ranks_view(iso_client, tenants, job_id)
+    assert whole["next_page_token"] is None and len(whole["ranks"]) == 4
+    h = tenants.headers()
+    first = iso_client.http.get(f"/v1/jobs/{job_id}/ranks?page_size=3", headers=h).json_body
+    assert [r["rank"] for r in first["ranks"]] == [1, 2, 0], "silent longest first, in range"
+    rest = iso_client.http.get(f"/v1/jobs/{job_id}/ranks?page_size=3&page_token="
+                               f"{first['next_page_token']}", headers=h).json_body
+    assert [r["rank"] for r in rest["ranks"]] == [3] and rest["next_page_token"] is None
+    # cut by size: room for two entries, whatever page_size asks
+    one = max(limits.proxy_bytes(r) for r in whole["ranks"])
+    monkeypatch.setattr(limits, "PAGE_BUDGET_BYTES", 2 * one + 5)
+    seen, token = [], None
+    while True:
+        q = f"/v1/jobs/{job_id}/ranks" + (f"?page_token={token}" if token else "")
+        page = iso_client.http.get(q, headers=h).json_body
+        assert len(page["ranks"]) == 2
+        seen += [r["rank"] for r in page["ranks"]]
+        token = page["next_page_token"]
+        if token is None:
+            break
+    assert sorted(seen) == [0, 1, 2, 3]
+
+
+def test_a_ranks_token_is_bound_to_its_job_and_page_size_is_checked(iso, iso_client, tenants,
+                                                                     running):
+    job_id, _, _ = running
+    h = tenants.headers()
+    token = iso_client.http.get(f"/v1/jobs/{job_id}/ranks?page_size=1",
+                                headers=h).json_body["next_page_token"]
+    other = iso_client.http.post("/v1/jobs", body=json.dumps({"command": ["x"], "ranks": 4}),
+                                 headers=h).json_body["id"]
+    r = iso_client.http.get(f"/v1/jobs/{other}/ranks?page_token={token}", headers=h)
+    assert r.status_code == 400 and r.json_body["code"] == "invalid_page_token"
+    for bad in ("0", "65537", "x"):
+        r = iso_client.http.get(f"/v1/jobs/{job_id}/ranks?page_size={bad}", headers=h)
+        assert r.status_code == 400 and r.json_body["field"] == "page_size"

@@ -199,3 +199,111 @@ def test_a_flood_of_never_fitting_and_huge_top_priority_jobs_cannot_hold_back_a_
     assert not set(report.placed) & set(never)
     assert len(report.placed) == 1, "the 16-GPU jobs no longer fit beside it"
     assert set(report.waiting) <= set(huge)
+
+
+def test_a_job_that_cannot_fit_costs_no_node_reads_until_gpus_are_released(iso, iso_client,
+                                                                            tenants):
+    """The capacity summary: a waiting job is not tried against an unchanged
+    fleet; the release that gives GPUs back (same transaction) wakes it."""
+    from datetime import timedelta
+
+    from chalicelib.domain import placement
+    from chalicelib.domain.clock import utcnow
+
+    from .test_events import event
+
+    for n in ("w1", "w2"):
+        register(iso, n, gpus=2)
+    later = utcnow() + timedelta(seconds=placement.INDEX_LAG_S + 1)
+    iso.placer._clock = lambda: later  # the nodes' registration is past the index lag
+    running = submit(iso_client, tenants, ranks=2, gpus_per_rank=2, gpu_type="h100")
+    waiting = submit(iso_client, tenants, ranks=1, gpus_per_rank=2, gpu_type="h100")
+    report = iso.placer.run()
+    assert report.placed == [running] and report.waiting == [waiting]
+    with aws_calls() as calls:
+        assert iso.placer.run().waiting == [waiting]
+    assert calls == [("dynamodb", "Query"), ("dynamodb", "GetItem")], \
+        "the pending jobs and the type's summary; no node read, no write"
+    [attempt] = iso_client.http.get(f"/v1/jobs/{running}/attempts",
+                                    headers=tenants.headers()).json_body["attempts"]
+    node = attempt["placement"][0]["node_id"]
+    ranks = [p["rank"] for p in attempt["placement"] if p["node_id"] == node]
+    for kind in ("STARTED", "EXITED"):
+        r = event(iso_client, tenants, running, 1, {"type": kind, "ranks": ranks,
+                                                    "exit_code": 0, "node_id": node})
+        assert r.status_code == 200, r.body
+    assert iso.placer.run().placed == [waiting]
+
+
+def test_a_waiting_job_is_tried_again_after_the_recheck_bound(iso, iso_client, tenants):
+    from datetime import timedelta
+
+    from chalicelib.domain import placement
+    from chalicelib.domain.clock import utcnow
+
+    register(iso, "r1", gpus=2)
+    t = [utcnow() + timedelta(seconds=placement.INDEX_LAG_S + 1)]
+    iso.placer._clock = lambda: t[0]
+    submit(iso_client, tenants, ranks=1, gpus_per_rank=2, gpu_type="h100")
+    waiting = submit(iso_client, tenants, ranks=1, gpus_per_rank=2, gpu_type="h100")
+    iso.placer.run()
+    t[0] += timedelta(seconds=placement.RECHECK_S + 1)
+    with aws_calls() as calls:
+        assert iso.placer.run().waiting == [waiting]
+    assert ("dynamodb", "Query") in calls[1:], "the nodes were read again"
+
+
+def _conflict(times):
+    """Connection.transact_write_items failing with TransactionConflict ``times``
+    times (moto does not simulate concurrent transactions), then working."""
+    from pynamodb.connection.base import Connection
+    from pynamodb.exceptions import CancellationReason, TransactWriteError, VerboseClientError
+
+    original = Connection.transact_write_items
+    left = [times]
+
+    def conflicting(self, *args, **kwargs):
+        if left[0] > 0:
+            left[0] -= 1
+            cause = VerboseClientError(
+                {"Error": {"Code": "TransactionCanceledException", "Message": "conflict"}},
+                "TransactWriteItems", {},
+                cancellation_reasons=[CancellationReason(code="TransactionConflict"), None,
+                                      None, None])
+            raise TransactWriteError("Failed to write transaction items", cause)
+        return original(self, *args, **kwargs)
+    return conflicting
+
+
+def test_a_release_that_loses_to_a_concurrent_one_on_the_summary_is_retried(
+        iso, iso_client, tenants, monkeypatch):
+    """Two releases of one GPU type touch its summary item at once: DynamoDB
+    cancels one (TransactionConflict); it must be tried again, not taken for
+    'already released' (the GPUs would never come back)."""
+    from pynamodb.connection.base import Connection
+
+    register(iso, "c1", gpus=2)
+    job_id = submit(iso_client, tenants, ranks=1, gpus_per_rank=2, gpu_type="h100")
+    assert iso.placer.run().placed == [job_id]
+    attempt = iso.store.attempt(job_id, 1)
+    monkeypatch.setattr(Connection, "transact_write_items", _conflict(2))
+    assert iso.store.release(attempt, "c1") is True
+    assert NodeModel.get("c1", consistent_read=True).gpus_free == 2
+    monkeypatch.undo()
+    assert iso.store.release(iso.store.attempt(job_id, 1), "c1") is False, "exactly once"
+
+
+def test_a_release_that_keeps_losing_is_503_with_retry_after(iso, iso_client, tenants,
+                                                             monkeypatch):
+    from pynamodb.connection.base import Connection
+
+    from chalicelib.domain.errors import ServiceUnavailable
+
+    register(iso, "c2", gpus=2)
+    job_id = submit(iso_client, tenants, ranks=1, gpus_per_rank=2, gpu_type="h100")
+    assert iso.placer.run().placed == [job_id]
+    monkeypatch.setattr(Connection, "transact_write_items", _conflict(100))
+    with pytest.raises(ServiceUnavailable) as caught:
+        iso.store.release(iso.store.attempt(job_id, 1), "c2")
+    assert caught.value.headers["Retry-After"] == "1"
+    assert NodeModel.get("c2", consistent_read=True).gpus_free == 0, "nothing half-written"

@@ -3,8 +3,6 @@ import json
 
 import pytest
 
-from chalicelib.adapters import job_store
-
 from .helpers import aws_calls
 
 BODY = {"command": ["x"], "ranks": 1}
@@ -90,15 +88,43 @@ def test_a_state_filter_fills_pages_despite_limit_before_filter(client, tenants)
     assert pages == 3, "full pages of 2, 2 and 2, none empty"
 
 
-def test_a_page_stops_after_its_read_budget_without_skipping(client, tenants, monkeypatch):
-    monkeypatch.setattr(job_store, "MAX_READS_PER_PAGE", 2)
+def test_a_state_filtered_page_is_one_query_whatever_the_history(client, tenants):
+    """Filtered lists at the cost of the page: the (tenant, state) index holds
+    only matching jobs, so 19 non-matching jobs cost no reads."""
     created = create(client, tenants, 20)
-    wanted = created[::7]
-    for job_id in wanted:
-        client.http.post(f"/v1/jobs/{job_id}/cancel", headers=tenants.headers())
-    ids, pages = page_all(client, tenants, page_size=1, state="CANCELLED")
-    assert ids == list(reversed(wanted))
-    assert pages > len(wanted), "some pages returned early with a token"
+    client.http.post(f"/v1/jobs/{created[3]}/cancel", headers=tenants.headers())
+    with aws_calls() as calls:
+        r = client.http.get("/v1/jobs?state=CANCELLED&page_size=5", headers=tenants.headers())
+    assert [j["id"] for j in r.json_body["jobs"]] == [created[3]]
+    assert r.json_body["next_page_token"] is None
+    assert calls == [("dynamodb", "Query")]
+
+
+def test_a_job_moves_between_state_lists_with_its_state(client, tenants):
+    [job_id] = create(client, tenants, 1)
+    assert page_all(client, tenants, 10, state="PENDING")[0] == [job_id]
+    client.http.post(f"/v1/jobs/{job_id}/cancel", headers=tenants.headers())
+    assert page_all(client, tenants, 10, state="PENDING")[0] == []
+    assert page_all(client, tenants, 10, state="CANCELLED")[0] == [job_id]
+
+
+def test_pages_are_cut_by_size_and_resume_exactly_at_the_cut(services, client, tenants,
+                                                              monkeypatch):
+    """Every response inside Lambda's limit: with a budget of three large jobs,
+    a page of 50 holds three, and the token resumes right after the third."""
+    from chalicelib.domain import limits
+    from chalicelib.service.jobs import job_wire_bytes
+
+    big = {**BODY, "env": {f"V{i}": "x" * 1000 for i in range(6)}}
+    created = [client.http.post("/v1/jobs", body=json.dumps(big),
+                                headers=tenants.headers()).json_body["id"] for _ in range(7)]
+    one = job_wire_bytes(services.store.get(created[0]))
+    monkeypatch.setattr(limits, "PAGE_BUDGET_BYTES", 3 * one + one // 2)
+    r = client.http.get("/v1/jobs?page_size=50", headers=tenants.headers())
+    assert [j["id"] for j in r.json_body["jobs"]] == created[::-1][:3]
+    assert limits.proxy_bytes(r.json_body["jobs"]) <= limits.PAGE_BUDGET_BYTES
+    ids, pages = page_all(client, tenants, page_size=50)
+    assert ids == created[::-1] and pages == 3, "3 + 3 + 1: no skips, no repeats"
 
 
 def test_a_token_from_another_tenant_is_rejected(client, tenants):

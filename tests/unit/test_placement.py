@@ -98,3 +98,18 @@ def test_a_tenants_own_order_is_kept():
     queues = {"a": [("hi", 1), ("lo", 1)], "b": [("x", 1)]}
     order = _run(queues, {}, lambda j: True)
     assert order.index("hi") < order.index("lo")
+
+
+def test_a_waiting_mark_holds_while_the_summary_stands_and_not_past_the_recheck_bound():
+    from datetime import datetime, timedelta, timezone
+
+    from chalicelib.domain.placement import INDEX_LAG_S, RECHECK_S, still_waiting, waiting_mark
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    mark = waiting_mark(7, now - timedelta(seconds=INDEX_LAG_S + 1), now)
+    assert still_waiting(mark, 7, now + timedelta(seconds=RECHECK_S - 1))
+    assert not still_waiting(mark, 8, now), "room appeared since"
+    assert not still_waiting(mark, 7, now + timedelta(seconds=RECHECK_S))
+    assert waiting_mark(7, now - timedelta(seconds=INDEX_LAG_S - 1), now) is None, \
+        "room too recent for the index read to be trusted"
+    assert not still_waiting(None, 7, now) and not still_waiting("junk", 7, now)

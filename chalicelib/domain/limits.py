@@ -1,0 +1,45 @@
+"""What fits in one response.
+
+A Lambda behind API Gateway answers with at most 6 MB (6,291,456 bytes) of
+*proxy payload*: the response body travels as a JSON string inside it, so
+every quote and backslash of the body takes two bytes there, and every
+non-ASCII character six (twelve outside the BMP). Pages are cut so that what
+they hold, measured that way, stays under PAGE_BUDGET_BYTES, leaving room for
+the envelope, the headers and the page's other fields.
+"""
+from __future__ import annotations
+
+import json
+from typing import Callable, Sequence, TypeVar
+
+#: Lambda's limit on a synchronous response (the API Gateway proxy payload)
+LAMBDA_RESPONSE_BYTES = 6 * 1024 * 1024
+#: what the items of one page may take, in proxy-payload bytes
+PAGE_BUDGET_BYTES = 5_000_000
+#: a job's spec is the body of its create, which may hold at most this many
+#: bytes (chalicelib.api.validation.MAX_BODY_BYTES); in the proxy payload a job
+#: takes at most 3x that (every byte escaped, or 4-byte characters as 12)
+MAX_SPEC_BYTES = 64 * 1024
+
+T = TypeVar("T")
+
+
+def proxy_bytes(value) -> int:
+    """Bytes ``value`` takes in the proxy payload once the app has encoded it
+    and the runtime has encoded that as a string (an upper bound: one byte
+    over for each non-ASCII character)."""
+    s = json.dumps(value)  # ASCII: a non-ASCII character is already \uXXXX
+    return len(s) + s.count('"') + s.count("\\") + 2
+
+
+def fit(items: Sequence[T], size: Callable[[T], int], budget: int | None = None) -> int:
+    """How many of ``items``, from the first, fit in ``budget`` (default
+    PAGE_BUDGET_BYTES; at least one: a single item always fits, MAX_SPEC_BYTES
+    sees to that)."""
+    budget = PAGE_BUDGET_BYTES if budget is None else budget
+    used = 0
+    for n, item in enumerate(items):
+        used += size(item)
+        if used > budget and n > 0:
+            return n
+    return len(items)

@@ -215,3 +215,25 @@ def test_a_straggler_of_an_undeclared_checkpoint_is_excused_while_its_peers_resu
     scan(iso, clock, 5.1)   # two intervals after the peers came back: a stall
     h = health(iso_client, tenants, job_id)
     assert h["status"] == "STALLED" and h["first_stalled_rank"] == 3
+
+
+def test_without_marks_the_culprit_is_the_tied_rank_unlike_its_waiting_peers(
+        iso, iso_client, tenants):
+    """Ranks 0-3 made their last beat() in the same step (beats cannot order them);
+    ranks 0, 1 and 3 spin in an NCCL wait, rank 2 sleeps on a lock: it is named,
+    by its process sample, while first_stalled_rank keeps the contract (0)."""
+    job_id, _, clock = start(iso, iso_client, tenants)
+    for r in (0, 1, 2, 3):   # last posts 0.2 s apart, every one the beat of step 7
+        post(iso_client, tenants, job_id, [{"rank": r, "step": 7, "age_s": 0.1 + 0.2 * r}])
+        clock.advance(0.2)
+    spin = {"cpu": 1.0, "io_bps": 0, "write_bps": 0, "state": "R"}
+    sleep = {"cpu": 0.0, "io_bps": 0, "write_bps": 0, "state": "S"}
+    for _ in range(12):
+        post(iso_client, tenants, job_id, [{"rank": r, "proc": sleep if r == 2 else spin}
+                                           for r in range(4)])
+        scan(iso, clock, 5)
+    h = health(iso_client, tenants, job_id)
+    assert h["status"] == "STALLED" and h["first_stalled_rank"] == 0
+    assert h["culprit"]["rank"] == 2 and h["culprit"]["by"] == "process"
+    assert h["culprit"]["process"] == {"signature": "sleeping", "peers": "spinning",
+                                       "state": "S", "cpu": 0.0}

@@ -14,7 +14,8 @@ all. A rank's last collective mark rides with its beats.
 ``sent_at`` (this host's wall clock) is sent for diagnosis only.
 
 A failed post is retried at the next visit (beats are idempotent: the newest
-overwrites); 409 stale_attempt / already_finished ends posting for the attempt.
+overwrites); 409 stale_attempt / already_finished ends posting for the attempt
+and tells ``on_gone`` (the agent stops its ranks: nobody waits for them).
 """
 from __future__ import annotations
 
@@ -45,9 +46,11 @@ def _now_iso() -> str:
 class BeatPoster:
     def __init__(self, api, *, monotonic_ns: Callable[[], int] = time.monotonic_ns,
                  wall: Callable[[], str] = _now_iso,
-                 sampler: ProcSampler | None = None) -> None:
+                 sampler: ProcSampler | None = None,
+                 on_gone: Callable[[str, int], None] = lambda job_id, attempt: None) -> None:
         self._api, self._mono, self._wall = api, monotonic_ns, wall
         self._sampler = sampler if sampler is not None else ProcSampler()
+        self._on_gone = on_gone
         self._posted: dict[tuple[str, int], int] = {}  # (attempt key, rank) -> seq posted
         # (attempt key, rank) -> beat_ns of the last beat() posted, and the end
         # (beat_ns) and length (ns) of the rank's last long silence
@@ -132,8 +135,10 @@ class BeatPoster:
             chunk = entries[i:i + MAX_RANKS_PER_POST]
             try:
                 self._api.post_heartbeats(rec.job_id, rec.attempt, chunk)
-            except AttemptGone:
+            except AttemptGone as e:
+                log.info("%s: heartbeats answered %s: the attempt is over", rec.key, e.code)
                 self._gone.add(rec.key)
+                self._on_gone(rec.job_id, rec.attempt)
                 return i
             except ApiError as e:
                 # the next visit posts the newest beats; nothing is lost but time

@@ -91,19 +91,19 @@ class DynamoHeartbeatStore:
                 out.append(Beat(rank, node_of[rank]))
                 continue
             out.append(Beat(rank, node_of[rank],
-                            heard_at=m.heard_at and parse_iso(m.heard_at),
-                            beat_at=m.beat_at and parse_iso(m.beat_at),
-                            step=None if m.step is None else int(m.step),
-                            paused_until=m.paused_until and parse_iso(m.paused_until),
-                            proc=m.proc, sampled_at=m.sampled_at and parse_iso(m.sampled_at),
-                            io_at=m.io_at and parse_iso(m.io_at),
-                            active_at=m.active_at and parse_iso(m.active_at),
-                            wrote_at=m.wrote_at and parse_iso(m.wrote_at),
-                            resumed_at=m.resumed_at and parse_iso(m.resumed_at),
-                            resumed_gap_s=None if m.resumed_gap_s is None
-                            else float(m.resumed_gap_s),
-                            arrived_seq=None if m.arrived_seq is None else int(m.arrived_seq),
-                            arrived_name=m.arrived_name))
+                            heard_at=_t(h.heard_at),
+                            beat_at=_t(h.beat_at),
+                            step=None if h.step is None else int(h.step),
+                            paused_until=_t(h.paused_until),
+                            proc=h.proc, sampled_at=_t(h.sampled_at),
+                            io_at=_t(h.io_at),
+                            active_at=_t(h.active_at),
+                            wrote_at=_t(h.wrote_at),
+                            resumed_at=_t(h.resumed_at),
+                            resumed_gap_s=None if h.resumed_gap_s is None
+                            else float(h.resumed_gap_s),
+                            arrived_seq=None if h.arrived_seq is None else int(h.arrived_seq),
+                            arrived_name=h.arrived_name))
         return out
 
 

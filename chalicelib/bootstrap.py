@@ -71,7 +71,7 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
     jobs = JobsService(store, dispatcher, nudge, page_token_key=config.page_token_key,
                        scans_per_hour=config.scans_per_hour,
                        cancel_resend_after_s=config.cancel_resend_after_s,
-                       telemetry=telemetry)
+                       telemetry=telemetry, limits=config.tenant_limits)
     attempts = AttemptsService(store, dispatcher, nudge)
     collector = DynamoCollectorStore()
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
@@ -82,7 +82,8 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
         config=config, store=store, node_store=node_store, jobs=jobs,
         nodes=NodesService(node_store, inbox, collector), attempts=attempts,
         placer=Placer(store, node_store, dispatcher,
-                      resend_after_s=config.cancel_resend_after_s),
+                      resend_after_s=config.cancel_resend_after_s,
+                      limits=config.tenant_limits),
         reconciler=Reconciler(store, node_store, dispatcher, attempts,
                               resend_after_s=config.cancel_resend_after_s,
                               down_after_s=config.node_down_after_s),

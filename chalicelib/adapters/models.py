@@ -65,6 +65,9 @@ class JobModel(Model):
     inboxes = JSONAttribute(null=True)
     #: "<attempt>#<n>" of the last stall incident recorded (each recorded once)
     incident_key = UnicodeAttribute(null=True)
+    #: a parked never-fitting job: the fleet generation it was judged against
+    #: (its active_state is then "PARKED#<gpu_type or *>", out of the PENDING partition)
+    parked_generation = NumberAttribute(null=True)
 
     by_tenant = JobsByTenant()
     by_active_state = JobsByActiveState()
@@ -157,6 +160,20 @@ class FleetModel(Model):
     gpu_type = UnicodeAttribute(hash_key=True)
     gpus = NumberAttribute(default=0)
     largest_node = NumberAttribute(default=0)
+    #: bumped by every change of gpus or largest_node (parked jobs, issue 9)
+    generation = NumberAttribute(null=True)
+    changed_at = UnicodeAttribute(null=True)
+    #: the generation whose parked jobs the placer has judged again
+    swept_generation = NumberAttribute(null=True)
+
+
+class TenantModel(Model):
+    """Per-tenant counters: ``pending`` is the number of its jobs in PENDING."""
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-tenants"
+
+    tenant = UnicodeAttribute(hash_key=True)
+    pending = NumberAttribute(null=True)
 
 
 class HeartbeatModel(Model):
@@ -233,6 +250,7 @@ MODELS = {
     HeartbeatModel: "heartbeats_table",
     CollectorModel: "collector_table",
     FleetModel: "fleet_table",
+    TenantModel: "tenants_table",
 }
 
 

@@ -10,6 +10,7 @@ from pynamodb.transactions import TransactWrite
 
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
+from ..domain.fleet import Fleet, fleet_key
 from ..domain.nodes import Node, NodeState
 from .dynamo_errors import Translating, lost_condition, tx_lost
 from .models import FleetModel, NodeModel
@@ -25,6 +26,17 @@ def node_from_model(m: NodeModel) -> Node:
                 inbox_queue_url=m.inbox_queue_url, last_seen_at=parse_iso(m.last_seen_at),
                 registered_at=parse_iso(m.registered_at), labels=m.labels or {},
                 address=m.address or m.node_id, isolation=m.isolation or "none")
+
+
+def _changed(now: datetime) -> list:
+    """The update actions of a change of a fleet's registered GPUs or largest node."""
+    return [FleetModel.generation.add(1), FleetModel.changed_at.set(iso(now))]
+
+
+def _fleet(m: FleetModel) -> Fleet:
+    return Fleet(m.gpu_type, int(m.gpus or 0), int(m.largest_node or 0),
+                 int(m.generation or 0), int(m.swept_generation or 0),
+                 parse_iso(m.changed_at) if m.changed_at else None)
 
 
 class NodeRaced(Exception):
@@ -79,12 +91,13 @@ class DynamoNodeStore(metaclass=Translating):
                 with TransactWrite(connection=self._conn) as tx:
                     tx.save(item, condition=NodeModel.node_id.does_not_exist())
                     for t, delta in with_fleet:
-                        tx.update(FleetModel(t), actions=[FleetModel.gpus.add(delta)])
+                        tx.update(FleetModel(t), actions=[FleetModel.gpus.add(delta),
+                                                          *_changed(now)])
             except TransactWriteError as e:
                 if tx_lost(e):
                     raise NodeRaced(node_id) from None
                 raise
-            self._raise_largest(gpu_type, gpus)
+            self._raise_largest(gpu_type, gpus, now)
             return node_from_model(item)
 
         old_gpus, old_type, old_state = current.gpus, current.gpu_type, current.state
@@ -100,7 +113,8 @@ class DynamoNodeStore(metaclass=Translating):
                         NodeModel.gpu_type.set(gpu_type)]
             deltas = {old_type: -old_gpus, ALL_TYPES: delta}
             deltas[gpu_type] = deltas.get(gpu_type, 0) + gpus
-            with_fleet = [(t, d) for t, d in deltas.items() if d]
+            # ALL_TYPES always moves on: its generation says "some type changed"
+            with_fleet = [(t, d) for t, d in deltas.items() if d or t == ALL_TYPES]
         if old_state in (NodeState.READY, NodeState.DOWN):  # READY from here on
             actions += [NodeModel.ready_type.set(gpu_type), NodeModel.ready_any.set("1")]
         condition = (NodeModel.gpus == old_gpus) & (NodeModel.state == old_state.value)
@@ -110,9 +124,10 @@ class DynamoNodeStore(metaclass=Translating):
                 with TransactWrite(connection=self._conn) as tx:
                     tx.update(model, actions=actions, condition=condition)
                     for t, d in with_fleet:
-                        tx.update(FleetModel(t), actions=[FleetModel.gpus.add(d)])
+                        tx.update(FleetModel(t), actions=[FleetModel.gpus.add(d),
+                                                          *_changed(now)])
                 model.refresh(consistent_read=True)
-                self._raise_largest(gpu_type, gpus)
+                self._raise_largest(gpu_type, gpus, now)
             else:
                 model.update(actions=actions, condition=condition)
         except (UpdateError, TransactWriteError) as e:
@@ -122,11 +137,11 @@ class DynamoNodeStore(metaclass=Translating):
             raise
         return node_from_model(model)
 
-    def _raise_largest(self, gpu_type: str, gpus: int) -> None:
+    def _raise_largest(self, gpu_type: str, gpus: int, now: datetime) -> None:
         for t in (gpu_type, ALL_TYPES):
             try:
                 FleetModel(t).update(
-                    actions=[FleetModel.largest_node.set(gpus)],
+                    actions=[FleetModel.largest_node.set(gpus), *_changed(now)],
                     condition=FleetModel.largest_node.does_not_exist()
                     | (FleetModel.largest_node < gpus))
             except UpdateError as e:
@@ -140,6 +155,29 @@ class DynamoNodeStore(metaclass=Translating):
             return int(f.gpus or 0), int(f.largest_node or 0)
         except DoesNotExist:
             return 0, 0
+
+    # -- fleet generations: parked never-fitting jobs (domain/fleet.py) --------
+    def fleet_of(self, gpu_type: str | None) -> Fleet:
+        """A type's fleet (None: all types) with its generation; one strong read."""
+        try:
+            return _fleet(FleetModel.get(fleet_key(gpu_type), consistent_read=True))
+        except DoesNotExist:
+            return Fleet(fleet_key(gpu_type))
+
+    def fleets(self) -> list[Fleet]:
+        """Every type's fleet: one item per GPU type, read when some type changed."""
+        return [_fleet(m) for m in FleetModel.scan(consistent_read=True)]
+
+    def mark_swept(self, fleet: Fleet) -> None:
+        """Record that the parked jobs of ``fleet``'s generation were judged again,
+        unless the fleet moved on meanwhile (then they will be judged once more)."""
+        try:
+            FleetModel(fleet.key).update(
+                actions=[FleetModel.swept_generation.set(fleet.generation)],
+                condition=FleetModel.generation == fleet.generation)
+        except UpdateError as e:
+            if not lost_condition(e):
+                raise
 
     def ready_pages(self, gpu_type: str | None, min_free: int) -> Iterator[list[Node]]:
         """READY nodes with at least ``min_free`` GPUs, most free first, a page at a time.

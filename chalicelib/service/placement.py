@@ -21,7 +21,7 @@ from ..domain.placement import Candidate
 from ..domain.fleet import ALL_TYPES, SETTLE_S, Fleet
 from ..domain.quotas import TenantLimits
 from .dispatch import Dispatcher
-from .ports import CapacityChanged, JobStore, NodeStore, StateChanged
+from .ports import CapacityChanged, Contended, JobStore, NodeStore, StateChanged
 
 log = logging.getLogger(__name__)
 _RESERVE_RETRIES = 3
@@ -240,6 +240,8 @@ class Placer:
             except CapacityChanged as lost:
                 pool.refresh(lost.node_ids)
                 continue
+            except Contended:
+                continue  # lost to a create on the tenant's count: nothing was written
             except StateChanged:
                 return False  # placed by another placer, or cancelled meanwhile
             pool.reserve(plan.gpus_by_node())

@@ -196,3 +196,29 @@ def test_the_count_follows_every_move_in_and_out_of_pending(make_services, fresh
     assert pending_count(tenants.a) == 1
     s.jobs.cancel(tenants.a, job.job_id, None)
     assert pending_count(tenants.a) == 0
+
+
+def test_a_placement_that_collides_on_the_tenant_count_is_tried_again(
+        make_services, fresh_env, tenants, monkeypatch):
+    s = make_services(fresh_env)
+    s.nodes.register(AGENT, "k1", {"gpus": 8, "gpu_type": "quota"})
+    job_id = _create(s, tenants.a, 1)
+    real = Connection.transact_write_items
+    lost = []
+
+    def conflicting(self, *args, **kwargs):
+        items = len(kwargs["put_items"]) + len(kwargs["update_items"])
+        if not lost and len(kwargs["put_items"]) == 2:  # the attempt and its LAUNCH
+            lost.append(job_id)
+            cause = VerboseClientError(
+                {"Error": {"Code": "TransactionCanceledException", "Message": "conflict"}},
+                "TransactWriteItems", {},
+                cancellation_reasons=[None] * (items - 1)
+                + [CancellationReason(code="TransactionConflict")])
+            raise TransactWriteError("Failed to write transaction items", cause)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "transact_write_items", conflicting)
+    assert s.placer.run().placed == [job_id]
+    assert lost == [job_id], "the first try lost on the count"
+    assert pending_count(tenants.a) == 0

@@ -100,9 +100,10 @@ class Placer:
 
     def run(self, limit: int = 500, read_limit: int = 5000) -> PlacementReport:
         """One run: at most ``limit`` placement tries, over at most ``read_limit``
-        PENDING jobs read. Jobs that can never fit the registered fleet are noted
-        and skipped without using a try; the rest are tried in fair order between
-        tenants (placement.fair_order)."""
+        PENDING jobs read. Jobs that can never fit the registered fleet are parked
+        (not read again until their fleet changes) without using a try, and so
+        are jobs of a tenant at its GPU limit skipped; the rest are tried in fair
+        order between tenants (placement.fair_order)."""
         report = PlacementReport()
         fleets = self._sweep_parked()
         queues = self._fitting_by_tenant(read_limit, report, fleets)

@@ -82,7 +82,7 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
     jobs = JobsService(store, dispatcher, nudge, page_token_key=config.page_token_key,
                        scans_per_hour=config.scans_per_hour,
                        cancel_resend_after_s=config.cancel_resend_after_s,
-                       telemetry=telemetry, clock=clock)
+                       telemetry=telemetry, clock=clock, limits=config.tenant_limits)
     attempts = AttemptsService(store, dispatcher, nudge, clock=clock)
     collector = DynamoCollectorStore()
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
@@ -97,7 +97,8 @@ def build(config: Config, *, inbox=None, store: JobStore | None = None,
         nodes=NodesService(node_store, inbox, collector, clock=clock,
                            confirm_gone=attempts.confirm_gone), attempts=attempts,
         placer=Placer(store, node_store, dispatcher,
-                      resend_after_s=config.cancel_resend_after_s, clock=clock),
+                      resend_after_s=config.cancel_resend_after_s, clock=clock,
+                      limits=config.tenant_limits),
         reconciler=Reconciler(store, node_store, dispatcher, attempts,
                               resend_after_s=config.cancel_resend_after_s,
                               down_after_s=config.node_down_after_s, clock=clock),

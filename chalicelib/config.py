@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from .domain.quotas import TenantLimits
+
 
 class ConfigError(RuntimeError):
     pass
@@ -40,6 +42,9 @@ class Config:
     node_down_after_s: float
     #: the ranks' log group (infra/ RankLogGroup); None: logs are not shipped
     log_group: str | None = None
+    #: per-tenant limits (issue 9); the counters live in tenants_table
+    tenants_table: str = "gpujobs-unbound-tenants"
+    tenant_limits: TenantLimits = TenantLimits()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Config":
@@ -83,7 +88,18 @@ class Config:
             cancel_resend_after_s=float(env.get("GPUJOBS_CANCEL_RESEND_AFTER_S") or 30),
             node_down_after_s=float(env.get("GPUJOBS_NODE_DOWN_AFTER_S") or 60),
             log_group=env.get("GPUJOBS_LOG_GROUP") or None,
+            tenants_table=need("GPUJOBS_TENANTS_TABLE"),
+            tenant_limits=_tenant_limits(env),
         )
+
+
+def _tenant_limits(env: Mapping[str, str]) -> TenantLimits:
+    try:
+        return TenantLimits.parse(env.get("GPUJOBS_TENANT_MAX_PENDING_JOBS"),
+                                  env.get("GPUJOBS_TENANT_MAX_RUNNING_GPUS"),
+                                  env.get("GPUJOBS_TENANT_LIMITS"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 @functools.lru_cache(maxsize=8)

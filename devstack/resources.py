@@ -19,6 +19,7 @@ OUTPUT_ENV = {
     "HeartbeatsTableName": "GPUJOBS_HEARTBEATS_TABLE",
     "CollectorTableName": "GPUJOBS_COLLECTOR_TABLE",
     "FleetTableName": "GPUJOBS_FLEET_TABLE",
+    "TenantsTableName": "GPUJOBS_TENANTS_TABLE",
     "PendingQueueUrl": "GPUJOBS_PENDING_QUEUE_URL",
     "ScanQueueUrl": "GPUJOBS_SCAN_QUEUE_URL",
     "InboxDeadLetterQueueArn": "GPUJOBS_INBOX_DLQ_ARN",

@@ -14,7 +14,7 @@ from typing import Iterator
 from pynamodb.attributes import MapAttribute
 from pynamodb.connection import Connection
 from pynamodb.constants import ALL_OLD
-from pynamodb.exceptions import DoesNotExist, PutError, TransactWriteError, UpdateError
+from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.expressions.update import Action
 from pynamodb.transactions import TransactWrite
 
@@ -22,20 +22,31 @@ from ..domain import events as ev, idempotency
 from ..domain.attempts import Attempt
 from ..domain.clock import iso, parse_iso, utcnow
 from ..domain.errors import ServiceUnavailable
+from ..domain.fleet import Fleet, parked_partition
 from ..domain.jobs import Intent, Job, clear_incident, frozen_health
 from ..domain.placement import Plan, queue_key
 from ..domain.states import PLACED, JobState
 from ..service.ports import (
     CapacityChanged,
+    Contended,
     IdemClaim,
     IdempotencyConflict,
     IdemRecord,
     OutboxEntry,
+    PendingLimitReached,
     StateChanged,
 )
 from .dynamo_errors import lost_condition, tx_lost
 from .fleet import room_bump, room_types
-from .models import AttemptModel, FleetModel, IdempotencyModel, JobModel, NodeModel, OutboxModel
+from .models import (
+    AttemptModel,
+    FleetModel,
+    IdempotencyModel,
+    JobModel,
+    NodeModel,
+    OutboxModel,
+    TenantModel,
+)
 
 #: TTL removes finished records this long after they expired
 TTL_SLACK = timedelta(days=7)
@@ -123,6 +134,17 @@ def _record_from_raw(raw: dict) -> IdemRecord:
     return IdemRecord(m.idem_id, m.job_id, m.body_hash, _t(m.expires_at))
 
 
+def _count_pending(tx: TransactWrite, tenant: str, delta: int,
+                   limit: int | None = None) -> None:
+    """Move the tenant's PENDING count with the transition, in its transaction;
+    an increase under ``limit`` is conditioned on the count being below it."""
+    condition = None
+    if limit is not None:
+        condition = TenantModel.pending.does_not_exist() | (TenantModel.pending < limit)
+    tx.update(TenantModel(tenant), actions=[TenantModel.pending.add(delta)],
+              condition=condition)
+
+
 def new_transaction(connection: Connection) -> TransactWrite:
     """A transaction with its own ClientRequestToken: when botocore retries it
     after a lost answer, DynamoDB applies it once and answers the retry as it
@@ -158,22 +180,17 @@ class DynamoJobStore:
         return m
 
     def create(self, job: Job, claim: IdemClaim | None, *,
-               reclaim: IdemRecord | None = None) -> None:
-        if claim is None:
-            # one conditional put; a ULID collision is not a case to handle, so
-            # a failed condition is this very put, retried after a lost answer
-            try:
-                self._new_job_model(job).save(condition=JobModel.job_id.does_not_exist())
-            except PutError as e:
-                if lost_condition(e) and self._mine(
-                        job.job_id, lambda j: j.tenant == job.tenant
-                        and j.created_at == job.created_at):
-                    return
-                raise
-            return
-        job = dataclasses.replace(job, idem_id=claim.idem_id)
-        record = IdempotencyModel(claim.idem_id, job_id=job.job_id,
-                                  body_hash=claim.body_hash, created_at=iso(job.created_at))
+               reclaim: IdemRecord | None = None, max_pending: int | None = None) -> None:
+        """One transaction: the key's record (when there is a key), the job, and
+        the tenant's PENDING count, conditioned on being under ``max_pending``
+        (None: counted, not limited). A replay writes nothing, so it is not
+        counted twice. A retry of this very transaction after a lost answer
+        finds its own job and answers as the first try would."""
+        record = None
+        if claim is not None:
+            job = dataclasses.replace(job, idem_id=claim.idem_id)
+            record = IdempotencyModel(claim.idem_id, job_id=job.job_id,
+                                      body_hash=claim.body_hash, created_at=iso(job.created_at))
         if reclaim is None:
             condition = IdempotencyModel.idem_id.does_not_exist()
         else:  # take over an expired key, exactly as it was read
@@ -183,17 +200,28 @@ class DynamoJobStore:
                             else IdempotencyModel.expires_at == iso(reclaim.expires_at)))
         try:
             with self._tx() as tx:
-                tx.save(record, condition=condition, return_values=ALL_OLD)
+                if record is not None:
+                    tx.save(record, condition=condition, return_values=ALL_OLD)
                 tx.save(self._new_job_model(job), condition=JobModel.job_id.does_not_exist())
+                _count_pending(tx, job.tenant, +1, max_pending)
         except TransactWriteError as e:
-            reasons = e.cancellation_reasons or []
-            first = reasons[0] if reasons else None
+            reasons = list(e.cancellation_reasons or [])
+            first = reasons[0] if reasons and record is not None else None
+            counter = reasons[-1] if len(reasons) == (3 if record is not None else 2) else None
             if first is not None and first.code == "ConditionalCheckFailed":
                 if first.raw_item and _record_from_raw(first.raw_item).job_id == job.job_id:
                     return  # the key holds this very job: our retried transaction
                 raise IdempotencyConflict(
                     _record_from_raw(first.raw_item) if first.raw_item else None) from None
-            if tx_lost(e) or e.cause_response_code == "TransactionInProgressException":
+            if tx_lost(e) and self._mine(job.job_id, lambda j: j.tenant == job.tenant
+                                         and j.created_at == job.created_at):
+                return  # the job is there: our own transaction, retried after a lost answer
+            if counter is not None and counter.code == "ConditionalCheckFailed":
+                raise PendingLimitReached(max_pending) from None
+            if counter is not None and counter.code == "TransactionConflict":
+                raise Contended(job.tenant) from None
+            if record is not None and (
+                    tx_lost(e) or e.cause_response_code == "TransactionInProgressException"):
                 # another transaction holds the key right now
                 raise IdempotencyConflict(None) from None
             raise
@@ -266,15 +294,13 @@ class DynamoJobStore:
             actions.append(JobModel.cancel_reason.set(reason))
         condition = JobModel.state == JobState.PENDING.value
         try:
-            if job.idem_id is None:
-                m = JobModel(job.job_id)
-                m.update(actions=actions, condition=condition)
-                return job_from_model(m)
             with self._tx() as tx:
                 tx.update(JobModel(job.job_id), actions=actions, condition=condition)
-                self._expire_key(tx, job, now)
-        except (UpdateError, TransactWriteError) as e:
-            if lost_condition(e) or (isinstance(e, TransactWriteError) and tx_lost(e)):
+                _count_pending(tx, job.tenant, -1)
+                if job.idem_id is not None:
+                    self._expire_key(tx, job, now)
+        except TransactWriteError as e:
+            if tx_lost(e):
                 mine = self._mine(job.job_id, lambda j: j.state is JobState.CANCELLED
                                   and j.cancel_requested_at == parse_iso(iso(now)))
                 if mine is not None:
@@ -362,6 +388,7 @@ class DynamoJobStore:
                         NodeModel.attempts.add({key}),
                     ], condition=(NodeModel.gpus_free >= gpus[node_id])
                         & (NodeModel.state == "READY"))
+                _count_pending(tx, job.tenant, -1)  # last: node reasons stay at [3:]
         except TransactWriteError as e:
             reasons = list(e.cancellation_reasons or [])
             if not tx_lost(e):
@@ -373,7 +400,9 @@ class DynamoJobStore:
                 if mine is not None:
                     return mine
                 raise StateChanged(job.job_id) from None
-            full = [n for n, r in zip(nodes, reasons[3:]) if r is not None]
+            full = [n for n, r in zip(nodes, reasons[3:3 + len(nodes)]) if r is not None]
+            if not full and len(reasons) > 3 + len(nodes) and reasons[-1] is not None:
+                raise Contended(job.tenant) from None
             raise CapacityChanged(full or nodes) from None
         return dataclasses.replace(job, state=JobState.SCHEDULED, attempt=attempt,
                                    inboxes=intent.targets, pending_reason=None, updated_at=now)
@@ -383,6 +412,49 @@ class DynamoJobStore:
         for m in JobModel.by_active_state.query(JobState.PENDING.value, limit=limit,
                                                 page_size=100):
             yield job_from_model(m)
+
+    # -- parked never-fitting jobs (domain/fleet.py) --------------------------
+    def parked(self, gpu_type: str | None) -> Iterator[Job]:
+        """The parked jobs of a type (None: of jobs that take any type), read lazily."""
+        for m in JobModel.by_active_state.query(parked_partition(gpu_type), page_size=100):
+            yield job_from_model(m)
+
+    def park(self, job: Job, reason: str, fleet: Fleet) -> bool:
+        """Move a PENDING job that can never fit ``fleet`` out of the PENDING
+        partition, with its reason, if the fleet is still the generation it was
+        judged against (else it stays where it is, to be judged again)."""
+        if fleet.generation:
+            unchanged = FleetModel.generation == fleet.generation
+        else:
+            unchanged = FleetModel.generation.does_not_exist()
+        try:
+            with self._tx() as tx:
+                tx.update(JobModel(job.job_id), actions=[
+                    JobModel.active_state.set(parked_partition(job.spec.get("gpu_type"))),
+                    JobModel.parked_generation.set(fleet.generation),
+                    JobModel.pending_reason.set(reason),
+                ], condition=(JobModel.state == JobState.PENDING.value)
+                    & (JobModel.attempt == job.attempt))
+                tx.condition_check(FleetModel, fleet.key, condition=unchanged)
+        except TransactWriteError as e:
+            if tx_lost(e):
+                return False
+            raise
+        return True
+
+    def unpark(self, job: Job) -> bool:
+        """Back into the PENDING partition: the fleet changed so that it may fit."""
+        try:
+            JobModel(job.job_id).update(actions=[
+                JobModel.active_state.set(JobState.PENDING.value),
+                JobModel.parked_generation.remove(),
+            ], condition=(JobModel.state == JobState.PENDING.value)
+                & (JobModel.attempt == job.attempt))
+        except UpdateError as e:
+            if lost_condition(e):
+                return False
+            raise
+        return True
 
     def active(self, state: JobState, limit: int) -> list[Job]:
         return [job_from_model(m) for m in JobModel.by_active_state.query(state.value,
@@ -536,6 +608,8 @@ class DynamoJobStore:
                             condition=OutboxModel.job_id.does_not_exist())
                 if to.terminal and job.idem_id:
                     self._expire_key(tx, job, now)
+                if to is JobState.PENDING:
+                    _count_pending(tx, job.tenant, +1)  # a retry is counted, never refused
         except TransactWriteError as e:
             if tx_lost(e):
                 ended = self.attempt(job.job_id, attempt.attempt)

@@ -90,6 +90,9 @@ class JobModel(Model):
     events: MapAttribute[str, Any] = MapAttribute(default=dict)
     #: "<fleet room version>@<time>" at which the placer found no room for it
     waiting_on = UnicodeAttribute(null=True)
+    #: a parked never-fitting job: the fleet generation it was judged against
+    #: (its active_state is then "PARKED#<gpu_type or *>", out of the PENDING partition)
+    parked_generation = NumberAttribute(null=True)
 
     by_tenant = JobsByTenant()
     by_tenant_state = JobsByTenantState()
@@ -194,6 +197,20 @@ class FleetModel(Model):
     #: bumped by the same transactions; and when it last moved
     room_version = NumberAttribute(null=True)
     room_at = UnicodeAttribute(null=True)
+    #: bumped by every change of gpus or largest_node (parked jobs, issue 9)
+    generation = NumberAttribute(null=True)
+    changed_at = UnicodeAttribute(null=True)
+    #: the generation whose parked jobs the placer has judged again
+    swept_generation = NumberAttribute(null=True)
+
+
+class TenantModel(Model):
+    """Per-tenant counters: ``pending`` is the number of its jobs in PENDING."""
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-tenants"
+
+    tenant = UnicodeAttribute(hash_key=True)
+    pending = NumberAttribute(null=True)
 
 
 class HeartbeatModel(Model):
@@ -284,6 +301,7 @@ MODELS = {
     HeartbeatModel: "heartbeats_table",
     CollectorModel: "collector_table",
     FleetModel: "fleet_table",
+    TenantModel: "tenants_table",
 }
 
 

@@ -10,8 +10,8 @@ from pynamodb.expressions.update import Action
 
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
+from ..domain.fleet import Fleet, fleet_key
 from ..domain.nodes import Node, NodeState
-from ..service.ports import FleetSummary
 from .dynamo_errors import lost_condition, tx_lost
 from .fleet import ALL_TYPES, room_bump, room_types
 from .job_store import new_transaction
@@ -32,6 +32,18 @@ def node_from_model(m: NodeModel) -> Node:
 
 def _t(value: str | None) -> datetime | None:
     return parse_iso(value) if value else None
+
+
+def _changed(now: datetime) -> list:
+    """The update actions of a change of a fleet's registered GPUs or largest node."""
+    return [FleetModel.generation.add(1), FleetModel.changed_at.set(iso(now))]
+
+
+def _fleet(m: FleetModel) -> Fleet:
+    return Fleet(m.gpu_type, int(m.gpus or 0), int(m.largest_node or 0),
+                 int(m.generation or 0), int(m.swept_generation or 0),
+                 parse_iso(m.changed_at) if m.changed_at else None,
+                 int(m.room_version or 0), _t(m.room_at))
 
 
 class NodeRaced(Exception):
@@ -87,12 +99,13 @@ class DynamoNodeStore:
                     tx.save(item, condition=NodeModel.node_id.does_not_exist())
                     for t, delta in with_fleet:
                         tx.update(FleetModel(t), actions=[FleetModel.gpus.add(delta),
-                                                          *room_bump(iso(now))])
+                                                          *room_bump(iso(now)),
+                                                          *_changed(now)])
             except TransactWriteError as e:
                 if tx_lost(e):
                     raise NodeRaced(node_id) from None
                 raise
-            self._raise_largest(gpu_type, gpus)
+            self._raise_largest(gpu_type, gpus, now)
             return node_from_model(item)
 
         old_gpus, old_type, old_state = current.gpus, current.gpu_type, current.state
@@ -109,9 +122,12 @@ class DynamoNodeStore:
                         NodeModel.gpu_type.set(gpu_type)]
             deltas = {old_type: -old_gpus, ALL_TYPES: delta}
             deltas[gpu_type] = deltas.get(gpu_type, 0) + gpus
-            with_fleet = [(t, d) for t, d in deltas.items() if d]
+            # ALL_TYPES always moves on: its generation says "some type changed"
+            with_fleet = [(t, d) for t, d in deltas.items() if d or t == ALL_TYPES]
         if old_state in (NodeState.READY, NodeState.DOWN):  # READY from here on
             actions += [NodeModel.ready_type.set(gpu_type), NodeModel.ready_any.set("1")]
+        #: the fleets whose registered GPUs changed: their generation moves
+        reshaped = {t for t, _ in with_fleet}
         if with_fleet or old_state is NodeState.DOWN:
             # room may have appeared: grown, retyped or back from DOWN
             with_fleet += [(t, 0) for t in room_types(gpu_type)
@@ -124,10 +140,11 @@ class DynamoNodeStore:
                     tx.update(model, actions=actions, condition=condition)
                     for t, d in with_fleet:
                         bump = room_bump(iso(now)) if t in room_types(gpu_type) else []
+                        shape = _changed(now) if t in reshaped else []
                         tx.update(FleetModel(t), actions=[
-                            *([FleetModel.gpus.add(d)] if d else []), *bump])
+                            *([FleetModel.gpus.add(d)] if d else []), *bump, *shape])
                 model.refresh(consistent_read=True)
-                self._raise_largest(gpu_type, gpus)
+                self._raise_largest(gpu_type, gpus, now)
             else:
                 model.update(actions=actions, condition=condition)
         except (UpdateError, TransactWriteError) as e:
@@ -137,11 +154,11 @@ class DynamoNodeStore:
             raise
         return node_from_model(model)
 
-    def _raise_largest(self, gpu_type: str, gpus: int) -> None:
+    def _raise_largest(self, gpu_type: str, gpus: int, now: datetime) -> None:
         for t in (gpu_type, ALL_TYPES):
             try:
                 FleetModel(t).update(
-                    actions=[FleetModel.largest_node.set(gpus)],
+                    actions=[FleetModel.largest_node.set(gpus), *_changed(now)],
                     condition=FleetModel.largest_node.does_not_exist()
                     | (FleetModel.largest_node < gpus))
             except UpdateError as e:
@@ -150,17 +167,31 @@ class DynamoNodeStore:
 
     def fleet(self, gpu_type: str | None) -> tuple[int, int]:
         """(GPUs registered, GPUs of the largest node) for a type, or all types."""
-        f = self.fleet_summary(gpu_type)
+        f = self.fleet_of(gpu_type)
         return f.gpus, f.largest_node
 
-    def fleet_summary(self, gpu_type: str | None) -> FleetSummary:
-        """The type's capacity summary, one strongly consistent read."""
+    # -- fleet generations: parked never-fitting jobs (domain/fleet.py) --------
+    def fleet_of(self, gpu_type: str | None) -> Fleet:
+        """A type's fleet (None: all types) with its generation; one strong read."""
         try:
-            f = FleetModel.get(gpu_type or ALL_TYPES, consistent_read=True)
+            return _fleet(FleetModel.get(fleet_key(gpu_type), consistent_read=True))
         except DoesNotExist:
-            return FleetSummary(0, 0, 0, None)
-        return FleetSummary(int(f.gpus or 0), int(f.largest_node or 0),
-                            int(f.room_version or 0), _t(f.room_at))
+            return Fleet(fleet_key(gpu_type))
+
+    def fleets(self) -> list[Fleet]:
+        """Every type's fleet: one item per GPU type, read when some type changed."""
+        return [_fleet(m) for m in FleetModel.scan(consistent_read=True)]
+
+    def mark_swept(self, fleet: Fleet) -> None:
+        """Record that the parked jobs of ``fleet``'s generation were judged again,
+        unless the fleet moved on meanwhile (then they will be judged once more)."""
+        try:
+            FleetModel(fleet.key).update(
+                actions=[FleetModel.swept_generation.set(fleet.generation)],
+                condition=FleetModel.generation == fleet.generation)
+        except UpdateError as e:
+            if not lost_condition(e):
+                raise
 
     def ready_pages(self, gpu_type: str | None, min_free: int) -> Iterator[list[Node]]:
         """READY nodes with at least ``min_free`` GPUs, most free first, a page at a time.

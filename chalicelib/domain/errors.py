@@ -52,6 +52,8 @@ UnsupportedMediaType = _error("UnsupportedMediaType", 415, "unsupported_media_ty
                               "Unsupported media type")
 IdempotencyKeyReused = _error("IdempotencyKeyReused", 422, "idempotency_key_reused",
                               "Idempotency key reused")
+#: a per-tenant limit (docs/security.md): never a silent queue
+QuotaExceeded = _error("QuotaExceeded", 429, "quota_exceeded", "Quota exceeded")
 ServiceUnavailable = _error("ServiceUnavailable", 503, "unavailable", "Service unavailable")
 
 

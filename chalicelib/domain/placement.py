@@ -15,8 +15,8 @@ from typing import Any, Generator, Iterable
 from .clock import iso, parse_iso
 
 #: TransactWriteItems holds 100 items: the job, its attempt, its LAUNCH intent,
-#: and one capacity update per node
-MAX_NODES_PER_GANG = 97
+#: one capacity update per node, and the tenant's PENDING count
+MAX_NODES_PER_GANG = 96
 #: priorities lie in [-PRIORITY_RANGE, PRIORITY_RANGE]
 PRIORITY_RANGE = 1_000_000
 

@@ -3,20 +3,32 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..domain import cursor, idempotency, limits
+from ..domain import cursor, idempotency, limits, quotas
 from ..domain.clock import Clock, plus, utcnow
 from ..domain.errors import (
     AlreadyFinished,
     IdempotencyKeyReused,
     InvalidArgument,
     NotFound,
+    QuotaExceeded,
     RequestInProgress,
+    ServiceUnavailable,
 )
 from ..domain.ids import is_job_id, new_job_id
 from ..domain.jobs import Job, cancel_intent, initial_health, with_defaults
+from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher
-from .ports import IdemClaim, IdempotencyConflict, JobStore, Nudge, StateChanged, Telemetry
+from .ports import (
+    Contended,
+    IdemClaim,
+    IdempotencyConflict,
+    JobStore,
+    Nudge,
+    PendingLimitReached,
+    StateChanged,
+    Telemetry,
+)
 
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
@@ -37,8 +49,10 @@ def job_wire_bytes(job: Job) -> int:
 class JobsService:
     def __init__(self, store: JobStore, dispatcher: Dispatcher, nudge: Nudge, *,
                  page_token_key: bytes, scans_per_hour: float, cancel_resend_after_s: float,
-                 telemetry: Telemetry, clock: Clock = utcnow) -> None:
+                 telemetry: Telemetry, clock: Clock = utcnow,
+                 limits: TenantLimits = quotas.NO_LIMITS) -> None:
         self.store, self.dispatcher, self.nudge = store, dispatcher, nudge
+        self._limits = limits
         self.telemetry = telemetry
         self._token_key = page_token_key
         self._scans_per_hour = scans_per_hour
@@ -55,7 +69,7 @@ class JobsService:
                   created_at=now, updated_at=now, name=body.get("name"),
                   health=initial_health(spec, self._scans_per_hour))
         if idempotency_key is None:
-            self.store.create(job, None)
+            self._write(job, None)
             self.telemetry.count("JobsCreated")
             self.nudge()
             return job, False
@@ -64,7 +78,7 @@ class JobsService:
         reclaim = None
         for _ in range(_RACE_RETRIES):
             try:
-                self.store.create(job, claim, reclaim=reclaim)
+                self._write(job, claim, reclaim)
                 self.telemetry.count("JobsCreated")
                 self.nudge()
                 return dataclasses.replace(job, idem_id=claim.idem_id), False
@@ -85,6 +99,23 @@ class JobsService:
                 return existing, True
             break
         raise RequestInProgress("a request with this Idempotency-Key is in progress; retry")
+
+    def _write(self, job: Job, claim: IdemClaim | None, reclaim=None) -> None:
+        """The create's one transaction, under the tenant's max_pending_jobs:
+        over it is 429 quota_exceeded, never a silent queue (docs/security.md)."""
+        limit = self._limits.of(job.tenant).max_pending_jobs
+        for _ in range(_RACE_RETRIES):
+            try:
+                self.store.create(job, claim, reclaim=reclaim, max_pending=limit)
+                return
+            except PendingLimitReached:
+                self.telemetry.count("QuotaExceeded")
+                raise QuotaExceeded(quotas.pending_limit_detail(job.tenant, limit),
+                                    headers={"Retry-After": "60"}) from None
+            except Contended:
+                continue  # another create of this tenant moved its count: nothing written
+        raise ServiceUnavailable(f"tenant {job.tenant}'s jobs are being created concurrently; "
+                                 "retry", headers={"Retry-After": "1"})
 
     # -- read -------------------------------------------------------------
     def get(self, tenant: str, job_id: str) -> Job:

@@ -12,14 +12,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ..domain import placement
+from ..domain import placement, quotas
 from ..domain.clock import Clock, plus, utcnow
+from ..domain.fleet import ALL_TYPES, SETTLE_S, Fleet
 from ..domain.jobs import Job, launch_intent
 from ..domain.nodes import Node
 from ..domain.placement import Candidate
+from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher
-from .ports import CapacityChanged, FleetSummary, JobStore, NodeStore, StateChanged
+from .ports import CapacityChanged, Contended, JobStore, NodeStore, StateChanged
 
 log = logging.getLogger(__name__)
 _RESERVE_RETRIES = 3
@@ -30,6 +32,8 @@ class PlacementReport:
     placed: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     never: list[str] = field(default_factory=list)
+    #: skipped: their tenant is at its max_running_gpus (no placement try used)
+    limited: list[str] = field(default_factory=list)
 
 
 class _Pool:
@@ -86,43 +90,107 @@ class _Pool:
 
 class Placer:
     def __init__(self, store: JobStore, nodes: NodeStore, dispatcher: Dispatcher, *,
-                 resend_after_s: float, clock: Clock = utcnow) -> None:
+                 resend_after_s: float, clock: Clock = utcnow,
+                 limits: TenantLimits = quotas.NO_LIMITS, settle_s: float = SETTLE_S) -> None:
         self.store, self.nodes, self.dispatcher, self._clock = store, nodes, dispatcher, clock
         self._resend_after_s = resend_after_s
+        self.limits = limits
+        #: how long after a fleet change its sweep of parked jobs is repeated
+        self.settle_s = settle_s
 
     def run(self, limit: int = 500, read_limit: int = 5000) -> PlacementReport:
         """One run: at most ``limit`` placement tries, over at most ``read_limit``
-        PENDING jobs read. Jobs that can never fit the registered fleet are noted
-        and skipped without using a try; the rest are tried in fair order between
-        tenants (placement.fair_order)."""
+        PENDING jobs read. Jobs that can never fit the registered fleet are parked
+        (not read again until their fleet changes) without using a try, and so
+        are jobs of a tenant at its GPU limit skipped; the rest are tried in fair
+        order between tenants (placement.fair_order)."""
         report = PlacementReport()
+        fleets = self._sweep_parked()
         marks: dict[str, str | None] = {}
-        queues = self._fitting_by_tenant(read_limit, report, marks)
-        # usage only matters between tenants: one tenant's queue is its own order
-        usage = self._usage() if len(queues) > 1 else {}
+        queues = self._fitting_by_tenant(read_limit, report, fleets, marks)
+        # usage only matters between tenants (one tenant's queue is its own
+        # order) and for tenants with a GPU limit
+        usage = self._usage() if len(queues) > 1 or self._gpu_limited(queues) else {}
         order = placement.fair_order(queues, usage, lambda j: placement.demand(j.spec))
         pool = _Pool(self.nodes)
+        held = dict(usage)
         placed_gpus = None
-        for _ in range(limit):
+        tries = 0
+        while tries < limit:
             try:
                 job = order.send(placed_gpus)
             except StopIteration:
                 break
+            placed_gpus = 0
+            if self._over_gpu_limit(job, held):
+                report.limited.append(job.job_id)
+                continue  # uses no try: a tenant at its limit cannot hold others back
+            tries += 1
             if self._place(job, pool, marks.get(job.job_id)):
                 report.placed.append(job.job_id)
                 placed_gpus = placement.demand(job.spec)
+                held[job.tenant] = held.get(job.tenant, 0) + placed_gpus
             else:
                 report.waiting.append(job.job_id)
-                placed_gpus = 0
         return report
 
+    # -- per-tenant GPU limit (domain/quotas.py) ------------------------------
+    def _gpu_limited(self, queues: dict[str, list[Job]]) -> bool:
+        return any(self.limits.of(t).max_running_gpus is not None for t in queues)
+
+    def _over_gpu_limit(self, job: Job, held: dict[str, int]) -> bool:
+        """Would placing the job take its tenant past max_running_gpus? Then its
+        pending_reason says so, and it waits without using a placement try."""
+        reason = quotas.gpu_limit_reason(held.get(job.tenant, 0), placement.demand(job.spec),
+                                         self.limits.of(job.tenant).max_running_gpus)
+        if reason is not None:
+            self._note(job, reason)
+        return reason is not None
+
+    # -- parked never-fitting jobs (domain/fleet.py) ---------------------------
+    def _sweep_parked(self) -> dict[str | None, Fleet]:
+        """When the fleet changed, judge the parked jobs of each changed type again
+        (back to PENDING if they may fit now, a fresh reason if not); then record the
+        generation as swept, once it has settled. Steady state: one read. Returns
+        the fleets read, by GPU type (None: all types)."""
+        everything = self.nodes.fleet_of(None)
+        known: dict[str | None, Fleet] = {None: everything}
+        if not everything.unswept:
+            return known
+        now = self._clock()
+        all_swept = True
+        changed = [f for f in self.nodes.fleets() if f.key != ALL_TYPES] + [everything]
+        for fleet in changed:
+            gpu_type = None if fleet.key == ALL_TYPES else fleet.key
+            known[gpu_type] = fleet
+            if not fleet.unswept:
+                continue
+            for job in self.store.parked(gpu_type):
+                self._judge_parked(job, fleet)
+            if fleet.settled(now, self.settle_s) and (fleet is not everything or all_swept):
+                self.nodes.mark_swept(fleet)
+            else:
+                all_swept = False
+        return known
+
+    def _judge_parked(self, job: Job, fleet: Fleet) -> None:
+        spec = job.spec
+        impossible = placement.never_fits(spec["ranks"], spec["gpus_per_rank"], fleet.gpus,
+                                          fleet.largest_node, spec.get("gpu_type"))
+        if impossible is None:
+            self.store.unpark(job)
+        elif job.pending_reason != f"can never fit: {impossible}":
+            self.store.park(job, f"can never fit: {impossible}", fleet)
+
     def _fitting_by_tenant(self, read_limit: int, report: PlacementReport,
-                           marks: dict[str, str | None]) -> dict[str, list[Job]]:
+                           fleets: dict[str | None, Fleet] | None = None,
+                           marks: dict[str, str | None] | None = None) -> dict[str, list[Job]]:
         """PENDING jobs that could be placed now, per tenant in the tenant's own
-        order; cancels of unplaced jobs are finished, never-fitting jobs noted, and
-        jobs waiting on an unchanged capacity summary skipped without a node read
-        (``marks`` gets the note each job tried leaves if it does not fit)."""
-        fleets: dict[str | None, FleetSummary] = {}
+        order; cancels of unplaced jobs are finished, never-fitting jobs parked,
+        and jobs waiting on an unchanged capacity summary skipped without a node
+        read (``marks`` gets the note each job tried leaves if it does not fit)."""
+        marks = {} if marks is None else marks
+        fleets = dict(fleets or {})
         queues: dict[str, list[Job]] = {}
         for job in self.store.pending(read_limit):
             if job.cancel_requested_at is not None:
@@ -134,12 +202,13 @@ class Placer:
                 continue
             spec = job.spec
             gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
-            if gpu_type not in fleets:  # the type's capacity summary, once a run
-                fleets[gpu_type] = self.nodes.fleet_summary(gpu_type)
+            if gpu_type not in fleets:
+                fleets[gpu_type] = self.nodes.fleet_of(gpu_type)
             fleet, now = fleets[gpu_type], self._clock()
             impossible = placement.never_fits(ranks, g, fleet.gpus, fleet.largest_node, gpu_type)
             if impossible:
-                self._note(job, f"can never fit: {impossible}")
+                # parked until the fleet changes: later runs do not read it again
+                self.store.park(job, f"can never fit: {impossible}", fleet)
                 report.never.append(job.job_id)
                 continue
             if placement.still_waiting(job.waiting_on, fleet.room_version, now):
@@ -183,6 +252,8 @@ class Placer:
             except CapacityChanged as lost:
                 pool.refresh(lost.node_ids)
                 continue
+            except Contended:
+                continue  # lost to a create on the tenant's count: nothing was written
             except StateChanged:
                 return False  # placed by another placer, or cancelled meanwhile
             pool.reserve(plan.gpus_by_node())

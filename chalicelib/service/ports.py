@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Iterator, Protocol
 
 from ..domain.attempts import Attempt
+from ..domain.fleet import Fleet
 from ..domain.jobs import Intent, Job
 from ..domain.nodes import Node
 from ..domain.placement import Plan
@@ -49,6 +50,19 @@ class CapacityChanged(Exception):
         self.node_ids = node_ids
 
 
+class PendingLimitReached(Exception):
+    """The tenant already has as many PENDING jobs as it may (nothing was written)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"max_pending_jobs {limit} reached")
+        self.limit = limit
+
+
+class Contended(Exception):
+    """A transaction lost to a concurrent one on a shared item (a tenant's
+    counter); nothing was written and trying again is safe."""
+
+
 @dataclass(frozen=True)
 class OutboxEntry:
     intent: Intent
@@ -58,19 +72,9 @@ class OutboxEntry:
     sends: int
 
 
-@dataclass(frozen=True)
-class FleetSummary:
-    """A GPU type's (or all types', gpu_type None) capacity summary."""
-    gpus: int
-    largest_node: int
-    #: moves whenever room may have appeared for the type; with room_at, when
-    room_version: int
-    room_at: datetime | None
-
-
 class JobStore(Protocol):
     def create(self, job: Job, claim: IdemClaim | None, *,
-               reclaim: IdemRecord | None = None) -> None: ...
+               reclaim: IdemRecord | None = None, max_pending: int | None = None) -> None: ...
     def get(self, job_id: str) -> Job | None: ...
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[Job], str | None]: ...
@@ -83,6 +87,10 @@ class JobStore(Protocol):
     def active(self, state: JobState, limit: int) -> list[Job]: ...
     def set_pending_reason(self, job: Job, reason: str | None,
                            waiting_on: str | None = None) -> None: ...
+    # parked never-fitting jobs (domain/fleet.py)
+    def parked(self, gpu_type: str | None) -> Iterator[Job]: ...
+    def park(self, job: Job, reason: str, fleet: Fleet) -> bool: ...
+    def unpark(self, job: Job) -> bool: ...
     def attempt(self, job_id: str, attempt: int) -> Attempt | None: ...
     def record_ranks(self, job_id: str, attempt: int, kind: str, ranks: list[int],
                      exit_code: int | None = None, node_id: str | None = None) -> Attempt: ...
@@ -125,7 +133,9 @@ class NodeStore(Protocol):
                  address: str, inbox_queue_url: str, now: datetime,
                  current: Node | None, isolation: str = "none") -> Node: ...
     def fleet(self, gpu_type: str | None) -> tuple[int, int]: ...
-    def fleet_summary(self, gpu_type: str | None) -> "FleetSummary": ...
+    def fleet_of(self, gpu_type: str | None) -> Fleet: ...
+    def fleets(self) -> list[Fleet]: ...
+    def mark_swept(self, fleet: Fleet) -> None: ...
     def ready_pages(self, gpu_type: str | None, min_free: int) -> Iterator[list[Node]]: ...
     def silent_since(self, before: datetime) -> list[Node]: ...
     def mark_down(self, node: Node) -> bool: ...

@@ -45,7 +45,7 @@ def test_every_table_and_queue_of_the_template_is_in_the_bundle(bundle):
     declared = bundle.template["Resources"]
     assert {k for k, v in declared.items() if v["Type"] == "AWS::DynamoDB::Table"} >= {
         "JobsTable", "IdempotencyTable", "AttemptsTable", "OutboxTable", "NodesTable",
-        "HeartbeatsTable", "CollectorTable", "FleetTable"}
+        "HeartbeatsTable", "CollectorTable", "FleetTable", "TenantsTable"}
     for logical_id, resource in declared.items():
         assert bundle.resources.get(logical_id) == resource, logical_id
     assert bundle.sam["Parameters"]["Stage"]["Default"] == STAGE

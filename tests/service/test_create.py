@@ -73,10 +73,11 @@ def test_create_with_a_key_is_one_write_round_trip(client, tenants, services):
     assert calls == [("dynamodb", "TransactWriteItems"), ("sqs", "SendMessage")]
 
 
-def test_create_without_a_key_is_one_conditional_put(client, tenants, services):
+def test_create_without_a_key_is_one_write_round_trip(client, tenants, services):
     with aws_calls() as calls:
         assert post(client, tenants).status_code == 201
-    assert calls == [("dynamodb", "PutItem"), ("sqs", "SendMessage")]
+    # the job and the tenant's PENDING count (its max_pending_jobs) in one write
+    assert calls == [("dynamodb", "TransactWriteItems"), ("sqs", "SendMessage")]
 
 
 def test_a_failed_placement_nudge_does_not_fail_the_create(client, tenants, make_services):

@@ -29,7 +29,8 @@ def node_id():
 
 
 def test_lost_response_to_create_without_key_answers_201_with_its_job(client, tenants):
-    with inject("PutItem", "lost_response", times=1, when=tenants.a) as lost:
+    # one transaction: the job and the tenant's pending count
+    with inject("TransactWriteItems", "lost_response", times=1, when=tenants.a) as lost:
         r = submit(client, tenants)
     assert lost.hits == 1
     assert r.status_code == 201, r.body
@@ -47,7 +48,9 @@ def test_lost_response_to_create_with_key_answers_201_not_a_replay(client, tenan
 
 def test_lost_response_to_cancel_of_a_pending_job_answers_202(client, tenants):
     job_id = submit(client, tenants).json_body["id"]
-    with inject("UpdateItem", "lost_response", times=1, when="cancel_requested_at") as lost:
+    # one transaction: the job and the tenant's pending count
+    with inject("TransactWriteItems", "lost_response", times=1,
+                when="cancel_requested_at") as lost:
         r = client.http.post(f"/v1/jobs/{job_id}/cancel", body="{}", headers=tenants.headers())
     assert lost.hits == 1
     assert r.status_code == 202 and r.json_body["state"] == "CANCELLED", r.body

@@ -89,15 +89,15 @@ class DynamoHeartbeatStore:
                 out.append(Beat(rank, node_of[rank]))
                 continue
             out.append(Beat(rank, node_of[rank],
-                            heard_at=m.heard_at and parse_iso(m.heard_at),
-                            beat_at=m.beat_at and parse_iso(m.beat_at),
-                            step=None if m.step is None else int(m.step),
-                            paused_until=m.paused_until and parse_iso(m.paused_until),
-                            proc=m.proc, sampled_at=m.sampled_at and parse_iso(m.sampled_at),
-                            io_at=m.io_at and parse_iso(m.io_at),
-                            active_at=m.active_at and parse_iso(m.active_at),
-                            arrived_seq=None if m.arrived_seq is None else int(m.arrived_seq),
-                            arrived_name=m.arrived_name))
+                            heard_at=h.heard_at and parse_iso(h.heard_at),
+                            beat_at=h.beat_at and parse_iso(h.beat_at),
+                            step=None if h.step is None else int(h.step),
+                            paused_until=h.paused_until and parse_iso(h.paused_until),
+                            proc=h.proc, sampled_at=h.sampled_at and parse_iso(h.sampled_at),
+                            io_at=h.io_at and parse_iso(h.io_at),
+                            active_at=h.active_at and parse_iso(h.active_at),
+                            arrived_seq=None if h.arrived_seq is None else int(h.arrived_seq),
+                            arrived_name=h.arrived_name))
         return out
 
 

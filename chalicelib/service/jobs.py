@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol
 
 from ..domain import cursor, idempotency, limits
 from ..domain.clock import Clock, plus, utcnow
@@ -16,7 +17,16 @@ from ..domain.ids import is_job_id, new_job_id
 from ..domain.jobs import Job, cancel_intent, initial_health, with_defaults
 from ..domain.states import JobState
 from .dispatch import Dispatcher
-from .ports import IdemClaim, IdempotencyConflict, JobStore, Nudge, StateChanged, Telemetry
+from .ports import (
+    AttemptStore,
+    AttemptTransitions,
+    IdemClaim,
+    IdempotencyConflict,
+    JobStore,
+    Nudge,
+    StateChanged,
+    Telemetry,
+)
 
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
@@ -34,8 +44,12 @@ def job_wire_bytes(job: Job) -> int:
         [job.spec, job.health, job.exit, job.name, job.cancel_reason, job.pending_reason])
 
 
+class JobsStore(JobStore, AttemptStore, AttemptTransitions, Protocol):
+    """What the jobs service calls: jobs, the attempts list, a placed job's cancel."""
+
+
 class JobsService:
-    def __init__(self, store: JobStore, dispatcher: Dispatcher, nudge: Nudge, *,
+    def __init__(self, store: JobsStore, dispatcher: Dispatcher, nudge: Nudge, *,
                  page_token_key: bytes, scans_per_hour: float, cancel_resend_after_s: float,
                  telemetry: Telemetry, clock: Clock = utcnow) -> None:
         self.store, self.dispatcher, self.nudge = store, dispatcher, nudge

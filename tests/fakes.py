@@ -724,6 +724,21 @@ class FakeInbox:
             return [m for _, q in sorted(self.queues.items()) for m in q]
 
 
+class FailingInbox:
+    """The queue service is down: every send fails (after whatever the caller
+    wrote first); inboxes are still made by the inbox it wraps."""
+
+    def __init__(self, real) -> None:
+        self.real, self.attempts = real, 0
+
+    def ensure(self, node_id: str) -> str:
+        return self.real.ensure(node_id)
+
+    def send(self, queue_url: str, message: dict) -> None:
+        self.attempts += 1
+        raise ConnectionError("SQS unreachable")
+
+
 class FakeNudge:
     def __init__(self) -> None:
         self.calls = 0
@@ -742,13 +757,26 @@ class NullTelemetry:
 
 
 class RecordingTelemetry(NullTelemetry):
-    """Telemetry that sums what it is told, by metric name."""
+    """Telemetry that keeps what it is told: counts summed by name, timings,
+    the request ids begun and how many flushes."""
 
     def __init__(self) -> None:
         self.counts: dict[str, float] = {}
+        self.timings: dict[str, list[float]] = {}
+        self.begun: list[str | None] = []
+        self.flushed = 0
 
     def count(self, name: str, value: float = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + value
+
+    def seconds(self, name: str, value: float) -> None:
+        self.timings.setdefault(name, []).append(value)
+
+    def begin(self, request_id: str | None) -> None:
+        self.begun.append(request_id)
+
+    def flush(self) -> None:
+        self.flushed += 1
 
 
 class FakeLogReader:

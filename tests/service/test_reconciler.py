@@ -7,9 +7,9 @@ import pytest
 
 from chalicelib.adapters.models import NodeModel
 from chalicelib.domain.principal import Principal
+from tests.fakes import FailingInbox
 
 from .helpers import drain
-from .test_cancel import FailingInbox
 from .test_events import event, free, placed
 
 AGENT = Principal("agent", "*")

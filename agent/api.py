@@ -59,13 +59,19 @@ class ApiClient:
 
     def put_node(self, node_id: str, gpus: int, gpu_type: str,
                  labels: dict[str, str], address: str | None = None,
-                 isolation: str | None = None) -> dict[str, Any]:
-        """Register or refresh the node (also its heartbeat); returns the node."""
+                 isolation: str | None = None,
+                 running: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Register or refresh the node (also its heartbeat); returns the node.
+
+        ``running``: the attempts ({"job_id", "attempt"}) this agent still runs
+        ranks of; the answer's ``attempts`` are those the server still waits for."""
         body: dict[str, Any] = {"gpus": gpus, "gpu_type": gpu_type, "labels": labels}
         if address:
             body["address"] = address
         if isolation:
             body["isolation"] = isolation
+        if running is not None:
+            body["running"] = running
         return self._request("PUT", f"/v1/nodes/{_seg(node_id)}", body)
 
     def post_event(self, job_id: str, attempt: int, event: dict[str, Any]) -> dict[str, Any]:

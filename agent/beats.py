@@ -14,7 +14,8 @@ all. A rank's last collective mark rides with its beats.
 ``sent_at`` (this host's wall clock) is sent for diagnosis only.
 
 A failed post is retried at the next visit (beats are idempotent: the newest
-overwrites); 409 stale_attempt / already_finished ends posting for the attempt.
+overwrites); 409 stale_attempt / already_finished ends posting for the attempt
+and tells ``on_gone`` (the agent stops its ranks: nobody waits for them).
 """
 from __future__ import annotations
 
@@ -45,10 +46,17 @@ def _now_iso() -> str:
 class BeatPoster:
     def __init__(self, api, *, monotonic_ns: Callable[[], int] = time.monotonic_ns,
                  wall: Callable[[], str] = _now_iso,
-                 sampler: ProcSampler | None = None) -> None:
+                 sampler: ProcSampler | None = None,
+                 on_gone: Callable[[str, int], None] = lambda job_id, attempt: None) -> None:
         self._api, self._mono, self._wall = api, monotonic_ns, wall
         self._sampler = sampler if sampler is not None else ProcSampler()
+        self._on_gone = on_gone
         self._posted: dict[tuple[str, int], int] = {}  # (attempt key, rank) -> seq posted
+        # (attempt key, rank) -> beat_ns of the last beat() posted, and the end
+        # (beat_ns) and length (ns) of the rank's last long silence
+        self._beat_ns: dict[tuple[str, int], int] = {}
+        self._resumed: dict[tuple[str, int], tuple[int, int]] = {}
+        self._pending_beat_ns: dict[int, int] = {}  # rank -> beat_ns of this visit's entries
         self._next: dict[str, int] = {}                 # attempt key -> next visit (ns)
         self._gone: set[str] = set()
 
@@ -68,10 +76,14 @@ class BeatPoster:
         for key in set(self._next) - live:  # forget ended attempts
             self._next.pop(key, None)
         self._sampler.forget(k for k in self._sampler.keys() if k[0] not in live)
+        for known in (self._beat_ns, self._resumed):
+            for k in [k for k in known if k[0] not in live]:
+                del known[k]
         return sent
 
     def _entries(self, rec: AttemptRecord, now: int) -> tuple[list[dict], dict[int, int]]:
         entries, seqs = [], {}
+        beats_ns = self._pending_beat_ns = {}
         samples = self._sampler.sample({(rec.key, r): p.pid for r, p in rec.procs.items()
                                         if not p.ended and p.pid})
         for r, p in sorted(rec.procs.items()):
@@ -93,6 +105,17 @@ class BeatPoster:
                 if record.beat_ns:  # 0: it marked a collective or a pause, never beat()
                     age = max(0.0, (now - record.beat_ns) / 1e9)
                     entry["age_s"] = min(MAX_AGE_S, round(age, 3))
+                    # a long silence just ended (more than two intervals between
+                    # the beats posted): the server excuses peers still quiet
+                    prev = self._beat_ns.get((rec.key, r))
+                    gap = record.beat_ns - prev if prev else 0
+                    if gap > 2 * rec.heartbeat_interval_s * 1e9:
+                        self._resumed[(rec.key, r)] = (record.beat_ns, gap)
+                    beats_ns[r] = record.beat_ns
+                resumed = self._resumed.get((rec.key, r))
+                if resumed is not None and now - resumed[0] <= MAX_AGE_S * 1e9:
+                    entry["resumed"] = {"age_s": round(max(0, now - resumed[0]) / 1e9, 3),
+                                        "gap_s": round(min(86400e9, resumed[1]) / 1e9, 3)}
                 if record.collective_seq is not None:
                     entry["collective"] = {"seq": record.collective_seq,
                                            "name": record.collective_name or "collective"}
@@ -112,8 +135,10 @@ class BeatPoster:
             chunk = entries[i:i + MAX_RANKS_PER_POST]
             try:
                 self._api.post_heartbeats(rec.job_id, rec.attempt, chunk)
-            except AttemptGone:
+            except AttemptGone as e:
+                log.info("%s: heartbeats answered %s: the attempt is over", rec.key, e.code)
                 self._gone.add(rec.key)
+                self._on_gone(rec.job_id, rec.attempt)
                 return i
             except ApiError as e:
                 # the next visit posts the newest beats; nothing is lost but time
@@ -121,7 +146,9 @@ class BeatPoster:
                             rec.key, e)
                 self._next[rec.key] = now
                 return i
-            for entry in chunk:
-                if entry["rank"] in seqs:
-                    self._posted[(rec.key, entry["rank"])] = seqs[entry["rank"]]
+            for e in chunk:
+                if e["rank"] in seqs:
+                    self._posted[(rec.key, e["rank"])] = seqs[e["rank"]]
+                if e["rank"] in self._pending_beat_ns:
+                    self._beat_ns[(rec.key, e["rank"])] = self._pending_beat_ns[e["rank"]]
         return len(entries)

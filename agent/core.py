@@ -34,10 +34,19 @@ Message rules:
   a few seconds (slots held by ranks still being stopped free up soon); if it
   can never fit, it ends in the dead-letter queue with an error in the log.
 
-Attempts the server no longer cares about (a report answered ``409
+Attempts the server no longer cares about (a report or a beat answered ``409
 stale_attempt`` / ``already_finished``, or an older attempt of a job whose newer
 attempt is launched here) are stopped quietly: their ranks would otherwise hold
 GPUs the server counts as free. Nothing more is reported for them.
+
+Ranks never outlive their attempt: each registration (``PUT /v1/nodes``, also
+the node's heartbeat) lists the attempts still running here, and the server
+answers with those it still waits for. An attempt listed but not in the answer
+is over for the server (failed while this node was DOWN: the agent was paused,
+cut off, or restarted late): it is stopped as a CANCEL would stop it, and
+STOPPED tells the server its GPUs are free. Only attempts listed in the request
+are judged, so a LAUNCH handled while the call was on its way is never stopped
+by an answer that could not know it.
 """
 from __future__ import annotations
 
@@ -478,6 +487,41 @@ class Agent:
         finally:
             if changed:
                 self._save()
+
+    def attempt_gone(self, job_id: str, attempt: int) -> None:
+        """The server answered 409 stale_attempt / already_finished for the attempt
+        (to a beat): stop its ranks quietly."""
+        self._attempt_gone(job_id, attempt)
+        self._save()
+
+    def running_attempts(self) -> list[dict]:
+        """The attempts this node still runs (or stops) ranks of, for the registration."""
+        return [{"job_id": rec.job_id, "attempt": rec.attempt}
+                for rec in self.state.attempts.values() if rec.phase in ACTIVE_PHASES]
+
+    def registered(self, node: Mapping, sent: list[dict]) -> list[str]:
+        """Act on the answer to a registration that listed ``sent`` as running:
+        stop, as a CANCEL would, every attempt in ``sent`` that the server no
+        longer waits for on this node; returns their keys. An answer without
+        ``attempts`` (an older server) stops nothing."""
+        live = node.get("attempts")
+        if not isinstance(live, list):
+            return []
+        waited = {attempt_key(a.get("job_id"), a.get("attempt"))
+                  for a in live if isinstance(a, dict)}
+        over = []
+        for a in sent:
+            key = attempt_key(a["job_id"], a["attempt"])
+            rec = self.state.attempts.get(key)
+            if key in waited or rec is None or rec.phase not in ACTIVE_PHASES:
+                continue
+            log.warning("%s: the server no longer counts this attempt on this node (it was "
+                        "lost, or ended): stopping its ranks", key)
+            self._on_cancel(Cancel(rec.job_id, rec.attempt, "not_live_on_server"))
+            over.append(key)
+        if over:
+            self._flush_reports()
+        return over
 
     def _attempt_gone(self, job_id: str, attempt: int) -> None:
         self.state.pending = [p for p in self.state.pending

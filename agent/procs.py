@@ -77,18 +77,20 @@ def _read_stat(proc: Path, pid: str) -> tuple[int, str, int] | None:
         return None
 
 
-def _read_io(proc: Path, pid: str) -> int | None:
-    """rchar + wchar, or None when not readable (another user's process)."""
+def _read_io(proc: Path, pid: str) -> tuple[int, int] | None:
+    """(rchar + wchar, wchar), or None when not readable (another user's process)."""
     try:
         text = (proc / pid / "io").read_text()
     except (OSError, ValueError):
         return None
-    total = 0
+    total = written = 0
     for line in text.splitlines():
         key, _, value = line.partition(":")
         if key in ("rchar", "wchar"):
             total += int(value)
-    return total
+            if key == "wchar":
+                written += int(value)
+    return total, written
 
 
 class ProcSampler:
@@ -96,7 +98,8 @@ class ProcSampler:
                  monotonic_ns: Callable[[], int] = time.monotonic_ns, nvml=None) -> None:
         self._proc, self._mono = proc, monotonic_ns
         self._nvml = _Nvml(nvml)
-        self._last: dict[Hashable, tuple[int, int, int]] = {}  # key -> (ns, ticks, io bytes)
+        # key -> (ns, ticks, io bytes, bytes written)
+        self._last: dict[Hashable, tuple[int, int, int, int]] = {}
 
     def sample(self, groups: dict[Hashable, int]) -> dict[Hashable, dict]:
         """Sample the process groups ``{key: pgid}``: ``{key: summary}`` for
@@ -118,15 +121,18 @@ class ProcSampler:
             procs = members.get(pgid, [])
             ticks = sum(t for _, _, t in procs)
             ios = [_read_io(self._proc, pid) for pid, _, _ in procs]
-            io = sum(i for i in ios if i is not None)
+            io = sum(i[0] for i in ios if i is not None)
+            written = sum(i[1] for i in ios if i is not None)
             prev = self._last.get(key)
-            self._last[key] = (now, ticks, io)
+            self._last[key] = (now, ticks, io, written)
             if prev is None or now <= prev[0]:
                 continue
             dt = (now - prev[0]) / 1e9
             summary = {
                 "cpu": round(max(0, ticks - prev[1]) / CLK_TCK / dt, 3),
                 "io_bps": round(max(0, io - prev[2]) / dt),
+                # writes alone: a checkpoint writes, a data loader reads
+                "write_bps": round(max(0, written - prev[3]) / dt),
                 "state": min((s for _, s, _ in procs), key=lambda s: _STATE_ORDER.get(s, 9),
                              default="X"),
                 "procs": len(procs),

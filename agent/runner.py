@@ -107,9 +107,18 @@ def run(settings: Settings, stop: threading.Event, *,
             agent.recover()
 
             def register() -> dict:
-                return api.put_node(settings.node_id, settings.gpus, settings.gpu_type,
+                # what runs here, as it was when the call went out: the answer
+                # judges only these (ranks never outlive their attempt)
+                running = agent.running_attempts()
+                node = api.put_node(settings.node_id, settings.gpus, settings.gpu_type,
                                     settings.labels, address=settings.address,
-                                    isolation=isolation_name(identity))
+                                    isolation=isolation_name(identity), running=running)
+                try:
+                    agent.registered(node, running)
+                except Exception:  # noqa: BLE001 - the registration itself succeeded
+                    log.exception("acting on the registration's answer failed; the next "
+                                  "one tries again")
+                return node
 
             node = _register(register, agent, stop, settings.tick_s, rng)
             if node is None:
@@ -127,7 +136,7 @@ def run(settings: Settings, stop: threading.Event, *,
             poller.start()
             if on_ready is not None:
                 on_ready(node)
-            beats = BeatPoster(api)
+            beats = BeatPoster(api, on_gone=agent.attempt_gone)
             _loop(agent, poller, stop, settings, lambda: _beat(register, inbox_url),
                   lambda: beats.tick(agent.state.attempts.values()))
         finally:

@@ -1,7 +1,10 @@
 """What `beat()` costs a training step, against the bare write it is made of.
 
 Prints microseconds per call of gpujobs_heartbeat.beat and of a bare os.pwrite
-of the same 80 bytes, measured interleaved in the same run, and their ratio.
+of the same 80 bytes, measured interleaved in the same run, and their ratio;
+then what the collective-arrival marker costs (``arrive()`` and ``with
+collective(...)``, through the module as a training loop calls them) against
+the module's ``beat()``, also interleaved.
 """
 from __future__ import annotations
 
@@ -31,6 +34,21 @@ def main() -> None:
         b, p = statistics.median(beat), statistics.median(bare)
         print(f"beat(): {b * 1e6:.2f} us   bare pwrite: {p * 1e6:.2f} us   ratio {b / p:.2f}")
         print(f"beat-bench: us_per_beat={b * 1e6:.2f} ratio_vs_pwrite={b / p:.2f}")
+        hb._writer, hb._checked = w, True   # as after the first call with the env set
+
+        def marked():
+            with hb.collective("allreduce"):
+                pass
+        mod, arr, ctx = [], [], []
+        for _ in range(ROUNDS):
+            mod.append(timeit.timeit(lambda: hb.beat(), number=N) / N)
+            arr.append(timeit.timeit(lambda: hb.arrive(), number=N) / N)
+            ctx.append(timeit.timeit(marked, number=N) / N)
+        m, a, c = statistics.median(mod), statistics.median(arr), statistics.median(ctx)
+        print(f"module beat(): {m * 1e6:.2f} us   arrive(): {a * 1e6:.2f} us   "
+              f"with collective(): {c * 1e6:.2f} us")
+        print(f"marker-bench: us_per_arrive={a * 1e6:.2f} arrive_vs_beat={a / m:.2f} "
+              f"collective_cm_vs_beat={c / m:.2f}")
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from chalicelib.domain.stall import MIN_BEAT_BAND_S, Beat, judge, suppression  # noqa: E402
+from chalicelib.domain.stall import MIN_BEAT_BAND_S, Beat, judge, signature, suppression  # noqa: E402
 from chalicelib.domain.threshold import threshold_k, threshold_s  # noqa: E402
 
 INF = math.inf
@@ -138,6 +138,13 @@ class Params:
     ckpt_share: tuple = (0.5, 1.0)       # a rank's write time over the slowest rank's (shards differ)
     hang_writes_fraction: float = 0.1    # cascades in which one hung rank keeps writing (log spew)
     hang_write_s: tuple = (60.0, 1800.0)
+    # what a stopped rank's processes look like (issue 11, the culprit without marks)
+    nccl_fraction: float = 0.8           # jobs on NCCL: ranks waiting in a collective spin
+    #: what hung the culprit, and what its process group shows then: asleep on a
+    #: lock, queue or socket; in a hung filesystem read (D); spinning on a hung
+    #: GPU or a collective of its own (like NCCL peers); spinning in its own loop
+    culprit_kinds: tuple = (("sleeping", 0.35), ("io_wait", 0.15), ("gpu_or_collective", 0.3),
+                            ("busy_loop", 0.2))
 
     @property
     def scans_per_hour(self) -> float:
@@ -225,7 +232,7 @@ class CollectorPause:
 class RankTrace:
     """One rank's arrivals: regular beats implicit, everything else explicit."""
     __slots__ = ("rank", "node", "key", "start", "n", "irr_a", "irr_b", "sp_arr", "sp_send",
-                 "decls", "base_params", "stop", "step_s", "quiet", "io", "mark_final")
+                 "decls", "base_params", "stop", "step_s", "quiet", "io", "mark_final", "sig")
 
     def __init__(self, rank, node, key, start, n, base_params, step_s):
         self.rank, self.node, self.key, self.start, self.n = rank, node, key, start, n
@@ -241,6 +248,7 @@ class RankTrace:
         self.quiet: list[tuple] = []
         self.io: list[tuple] = []       # (from, to): the process tree does I/O at a real rate
         self.mark_final = None          # v2: (receive time, seq) of a stopped rank's last mark
+        self.sig = None                 # v2: the process sample of the rank once stopped
 
     def base(self, j: int) -> float:
         mu, sigma, cap = self.base_params
@@ -1056,7 +1064,17 @@ def add_evidence(trace: Trace) -> None:
       a checkpoint, and for 0-10 s after it stops (prefetch filling its queue);
     * a hang that still writes (10 % of cascades): one stopped rank, chosen at
       random, keeps writing at a real rate for 1-30 min (a log storm).
-    Logs written at a few KB/s are under the rate and not modelled.
+    Logs written at a few KB/s are under the rate and not modelled. Checkpoints
+    and log storms write; loaders read (the sample tells writes from reads).
+
+    Process samples of a stopped rank (the culprit without marks): ranks
+    blocked in a collective spin a core on NCCL (80 % of jobs: the host thread
+    waits on the GPU) and sleep on gloo (a blocking receive). The culprit shows
+    what hung it: asleep on a lock, queue or socket (35 %), in a hung
+    filesystem read, state D (15 %), spinning on a hung GPU or in a collective
+    of its own, like NCCL peers (30 %), or spinning in its own loop (20 %).
+    While a rank steps, or its loader still prefetches, or it still writes, its
+    group runs (state R, over a core).
 
     Collective marks: within a step a rank arrives at that step's collective,
     then calls beat(). A rank that stopped in a cascade is blocked inside the
@@ -1065,8 +1083,12 @@ def add_evidence(trace: Trace) -> None:
     posted at the agent's first visit after it arrives (lost posts retried)."""
     P = trace.params
     rng = random.Random(_mix(trace.seed * 7919 + 4242))
+    kinds, weights = zip(*P.culprit_kinds)
+    rng_p = random.Random(_mix(trace.seed * 7919 + 4343))   # process samples: their own draws
     for job in trace.jobs:
         loader = rng.random() < P.dataloader_fraction
+        nccl = rng_p.random() < P.nccl_fraction
+        kind = rng_p.choices(kinds, weights)[0] if job.culprit is not None else None
         writer = None
         if job.culprit is not None and rng.random() < P.hang_writes_fraction:
             writer = (rng.randrange(job.ranks), rng.uniform(*P.hang_write_s))
@@ -1079,19 +1101,26 @@ def add_evidence(trace: Trace) -> None:
             for p, prep, slowest in ckpts:
                 w = slowest * rng.uniform(*P.ckpt_share)
                 if w > 0:
-                    io.append((p.start + prep, p.start + prep + w))
+                    io.append((p.start + prep, p.start + prep + w, "w"))
             end = tr.stop if tr.stop is not None else P.horizon_s + 30.0
             if loader:
                 t = tr.start
                 for p in job.pauses:
                     if p.start < end:
-                        io.append((t, p.start))
+                        io.append((t, p.start, "r"))
                         t = p.end
                 tail = rng.uniform(*P.prefetch_s) if tr.stop is not None else 0.0
-                io.append((t, end + tail))
+                io.append((t, end + tail, "r"))
             if writer is not None and writer[0] == tr.rank:
-                io.append((tr.stop, tr.stop + writer[1]))
-            tr.io = sorted((a, b) for a, b in io if b > a)
+                io.append((tr.stop, tr.stop + writer[1], "w"))
+            tr.io = sorted(x for x in io if x[1] > x[0])
+            peer = {"cpu": 1.0, "state": "R"} if nccl else {"cpu": 0.01, "state": "S"}
+            if tr.rank == job.culprit:
+                tr.sig = {"sleeping": {"cpu": 0.0, "state": "S"}, "io_wait": {"cpu": 0.0, "state": "D"},
+                          "gpu_or_collective": {"cpu": 1.0, "state": "R"},
+                          "busy_loop": {"cpu": 1.0, "state": "R"}}[kind]
+            else:
+                tr.sig = peer
             if tr.stop is not None:
                 k = math.floor(tr.stop / tr.step_s)
                 if tr.rank == job.culprit:
@@ -1109,23 +1138,25 @@ def add_evidence(trace: Trace) -> None:
                     tr.mark_final = (x, k + 1)
 
 
-def _busy(tr: RankTrace, a: float, b: float) -> bool:
-    """Whether the rank's tree did I/O at a real rate within (a, b]."""
+def _busy(tr: RankTrace, a: float, b: float, kinds: str = "rw") -> bool:
+    """Whether the rank's tree did I/O (of these kinds: r reads, w writes) at a
+    real rate within (a, b]."""
     k = bisect.bisect_left(tr.io, (b, INF))
-    for lo, hi in tr.io[max(0, k - 3):k + 1]:
-        if lo < b and hi > a:
+    for lo, hi, kind in tr.io[max(0, k - 4):k + 1]:
+        if lo < b and hi > a and kind in kinds:
             return True
     return False
 
 
-def _io_at(tr: RankTrace, t: float, P: Params, cps: list, cstarts: list) -> float | None:
-    """Receive time of the latest busy sample received by t (looking back far
-    enough for the judgement, which wants one within two intervals). The agent
-    samples the rank at every visit, beating or not; a sample rides on that
-    visit's post and is lost with it (1 %)."""
+def _io_at(tr: RankTrace, t: float, P: Params, cps: list, cstarts: list) -> tuple:
+    """Receive times of the latest busy sample, and of the latest writing
+    sample, received by t (looking back far enough for the judgement, which
+    wants one within the threshold). The agent samples the rank at every
+    visit, beating or not; a sample rides on that visit's post and is lost
+    with it (1 %)."""
     j = math.floor((t - tr.start) / I_S)
-    best = None
-    for jj in range(j, j - 5, -1):
+    best = wrote = None
+    for jj in range(j, j - 7, -1):
         if jj < 1:
             break
         send = tr.start + jj * I_S
@@ -1135,9 +1166,48 @@ def _io_at(tr: RankTrace, t: float, P: Params, cps: list, cstarts: list) -> floa
         c = _in_cpause(x, cps, cstarts)
         if c is not None:
             x = c.end + P.drain_s * _unit(tr.key ^ 0x5A5A, jj)
-        if x <= t and (best is None or x > best):
-            best = x
-    return best
+        if x <= t:
+            if best is None or x > best:
+                best = x
+            if (wrote is None or x > wrote) and _busy(tr, send - I_S, send, "w"):
+                wrote = x
+    return best, wrote
+
+
+def _proc(tr: RankTrace, t: float) -> dict | None:
+    """The process sample of the rank's latest visit received by t: running
+    while it steps, prefetches or writes; once stopped, what it waits in."""
+    j = math.floor((t - tr.start) / I_S)
+    if j >= 1 and tr.arr(j) > t:
+        j -= 1
+    if j < 1:
+        return {"write_bps": 0}
+    send = tr.start + j * I_S
+    wrote = (1 << 26) if _busy(tr, send - I_S, send, "w") else 0
+    if tr.stop is None or send < tr.stop or _busy(tr, send - I_S, send):
+        return {"cpu": 1.2, "state": "R", "write_bps": wrote}
+    return {**tr.sig, "write_bps": wrote}
+
+
+def _resumed(tr: RankTrace, send: float | None) -> tuple:
+    """(resumed_at, gap_s) as the agent reports them once the rank's post at
+    ``send`` carries a beat() after a pause: the silence between the last beat
+    posted before it and the beat the first post after it carried, ended at
+    that beat (plus the post's delivery delay, as beat_at)."""
+    if send is None:
+        return None, None
+    st, best = tr.step_s, None
+    for lo, hi in tr.quiet:
+        if hi is None or hi * st > send:
+            continue
+        j0 = _first_visit_after(tr, hi * st)
+        k = tr.beat_step(tr.send(j0))
+        if tr.send(j0) <= send and (best is None or k > best[0]):
+            best = (k, lo, tr.base(j0))
+    if best is None:
+        return None, None
+    k, lo, delay = best
+    return k * st + delay, (k - lo) * st
 
 
 def _mark(tr: RankTrace, job: Job, send: float | None, t: float) -> int | None:
@@ -1159,16 +1229,21 @@ def _beats_v2(job: Job, t: float, P: Params, trace: Trace, markers: bool) -> lis
     cstarts = [c.start for c in trace.cpauses]
     out = []
     for b, tr in zip(_beats(job, t, P, False), job.traces):
-        io = _io_at(tr, t, P, trace.cpauses, cstarts)
+        io, wrote = _io_at(tr, t, P, trace.cpauses, cstarts)
         _, send, _ = tr.last_two(t)
         seq = _mark(tr, job, send, t) if markers else None
-        out.append(replace(b, io_at=_dt(io), sampled_at=_dt(t),
+        resumed_at, gap = _resumed(tr, send)
+        out.append(replace(b, io_at=_dt(io), wrote_at=_dt(wrote), sampled_at=_dt(t),
+                           proc=_proc(tr, t), resumed_at=_dt(resumed_at), resumed_gap_s=gap,
                            arrived_seq=seq, arrived_name="allreduce" if seq is not None else None))
     return out
 
 
-def _judge_v2(job: Job, t: float, knob: float, P: Params, trace: Trace, markers: bool):
-    return judge(_beats_v2(job, t, P, trace, markers), now=_dt(t), started_at=_dt(0.0),
+def _judge_v2(job: Job, t: float, knob: float, P: Params, trace: Trace, markers: bool,
+              beats: list | None = None):
+    if beats is None:
+        beats = _beats_v2(job, t, P, trace, markers)
+    return judge(beats, now=_dt(t), started_at=_dt(0.0),
                  threshold_s=knob * job.theta0, startup_grace_s=P.startup_grace_s,
                  interval_s=P.interval_s, mode="auto", max_busy_s=P.max_busy_s)
 
@@ -1184,6 +1259,12 @@ class ResultV2:
     first: int = 0
     culprit: int = 0
     culprit_markers: int = 0
+    culprit_beats: int = 0          # the same name without process samples (beat order only)
+    by_process: int = 0             # cascades in which the samples named the culprit ...
+    by_process_right: int = 0       # ... and were right
+    unlike: int = 0                 # cascades whose culprit looked unlike its waiting peers
+    right_alike: int = 0            # the one name, had every culprit looked like its peers
+    right_unlike: int = 0           # ... and had every culprit looked unlike them
     fa_silence: list = field(default_factory=list)   # worst silence / theta0 of each false alarm
     fa_causes: list = field(default_factory=list)
     busy_delayed: int = 0                              # cascades convicted after max_busy_s
@@ -1236,6 +1317,23 @@ def evaluate_v2(trace: Trace, knob: float) -> ResultV2:
                 res.delays.append(t - job.culprit_last)
                 res.first += v.first.rank == job.culprit
                 res.culprit += v.culprit["rank"] == job.culprit
+                res.culprit_beats += best_guess(v).rank == job.culprit
+                if v.culprit["by"] == "process":
+                    res.by_process += 1
+                    res.by_process_right += v.culprit["rank"] == job.culprit
+                # the same verdict had the culprit's sample looked like its peers', or not
+                ctr = job.traces[job.culprit]
+                peer = next(tr.sig for tr in job.traces if tr.rank != job.culprit)
+                unlike = {"cpu": 0.0, "state": "S"} if peer["state"] == "R" else \
+                    {"cpu": 1.0, "state": "R"}
+                res.unlike += signature(ctr.sig) != signature(peer)
+                beats = _beats_v2(job, t, P, trace, False)
+                for sig, attr in ((peer, "right_alike"), (unlike, "right_unlike")):
+                    bs = [replace(b, proc={**b.proc, **sig}) if b.rank == job.culprit
+                          and b.proc and b.proc.get("state") == ctr.sig["state"]
+                          and b.proc.get("cpu") == ctr.sig["cpu"] else b for b in beats]
+                    va = _judge_v2(job, t, knob, P, trace, False, bs)
+                    setattr(res, attr, getattr(res, attr) + (va.culprit["rank"] == job.culprit))
                 vm = _judge_v2(job, t, knob, P, trace, True)
                 res.culprit_markers += vm.culprit is not None and vm.culprit["rank"] == job.culprit
                 res.busy_delayed += t - job.culprit_last > knob * job.theta0 + 60.0
@@ -1408,6 +1506,15 @@ def main(argv=None) -> int:
           f"= {v_def.culprit / nc2:.3f} (first_stalled_rank {v_def.first / nc2:.3f}; ceiling of "
           f"any single guess from beats {ceiling:.3f}); with collective marks "
           f"{v_def.culprit_markers}/{nc2} = {v_def.culprit_markers / nc2:.3f}")
+    print(f"    without marks, the process samples named a rank that looked unlike its waiting "
+          f"peers in {v_def.by_process}/{nc2} cascades, right in {v_def.by_process_right}; "
+          f"the beat order alone (no samples) {v_def.culprit_beats}/{nc2} = "
+          f"{v_def.culprit_beats / nc2:.3f}")
+    a, u = v_def.right_alike / nc2, v_def.right_unlike / nc2
+    print(f"    sensitivity to what hung culprits look like: the culprit looked unlike its waiting "
+          f"peers in {v_def.unlike}/{nc2} cascades here; had every culprit looked like its peers "
+          f"{a:.3f}, had every one looked unlike them {u:.3f}; for a share q unlike: "
+          f"{a:.3f} + q x {u - a:.3f} (>= 0.45 from q = {max(0.0, (0.45 - a) / max(1e-9, u - a)):.2f})")
     for name, ok in (("default_fp_per_job_hour <= 0.005", v_def.fa_rate <= 0.005),
                      ("median_delay_vs_fixed <= 0.40", ratio2 <= 0.40),
                      ("culprit_single >= 0.45", v_def.culprit / nc2 >= 0.45),

@@ -573,6 +573,12 @@ class FakeNodeStore:
             return [copy.deepcopy(n) for _, n in sorted(self.t.nodes.items())
                     if n.state is not NodeState.DOWN and n.last_seen_at < ms(before)]
 
+    def down_holding_attempts(self) -> list[Node]:
+        """DOWN nodes on which some attempt still holds GPUs."""
+        with self.t.lock:
+            return [copy.deepcopy(n) for _, n in sorted(self.t.nodes.items())
+                    if n.state is NodeState.DOWN and n.attempts]
+
     def mark_down(self, node: Node) -> bool:
         with self.t.lock:
             stored = self.t.nodes.get(node.node_id)
@@ -596,7 +602,8 @@ class FakeNodeStore:
             return sorted((k.rpartition("#")[0], int(k.rpartition("#")[2])) for k in keys)
 
 
-_EVIDENCE = ("proc", "arrived_seq", "arrived_name", "sampled_at", "io_at", "active_at")
+_EVIDENCE = ("proc", "arrived_seq", "arrived_name", "sampled_at", "io_at", "active_at",
+             "wrote_at", "resumed_at", "resumed_gap_s")
 
 
 class FakeHeartbeatStore:
@@ -609,7 +616,7 @@ class FakeHeartbeatStore:
     @staticmethod
     def _evidence(b: dict) -> dict:
         out = {k: copy.deepcopy(b.get(k)) for k in ("proc", "arrived_seq", "arrived_name")}
-        for k in ("sampled_at", "io_at", "active_at"):
+        for k in ("sampled_at", "io_at", "active_at", "wrote_at"):
             out[k] = _ms(b.get(k))
         return out
 
@@ -621,7 +628,9 @@ class FakeHeartbeatStore:
                 self.items[(job_id, attempt, b["rank"])] = {
                     "node_id": node_of.get(b["rank"], ""), "heard_at": ms(now),
                     "step": b.get("step"), "beat_at": _ms(b.get("beat_at")),
-                    "paused_until": _ms(b.get("paused_until")), **self._evidence(b)}
+                    "paused_until": _ms(b.get("paused_until")),
+                    "resumed_at": _ms(b.get("resumed_at")), "resumed_gap_s": b.get("resumed_gap_s"),
+                    **self._evidence(b)}
 
     def sample(self, job_id: str, attempt: int, rank: int, node_id: str, sample: dict,
                now: datetime) -> None:

@@ -51,6 +51,8 @@ class DynamoHeartbeatStore:
                     sent_at=sent and iso(sent),
                     offset_s=sent and round((sent - now).total_seconds(), 3),
                     paused_until=paused_until and iso(paused_until), pause_reason=reason,
+                    resumed_at=b.get("resumed_at") and iso(b["resumed_at"]),
+                    resumed_gap_s=b.get("resumed_gap_s"),
                     ttl_epoch=ttl, **_evidence(b)))
 
     def sample(self, job_id: str, attempt: int, rank: int, node_id: str, sample: dict,
@@ -96,6 +98,10 @@ class DynamoHeartbeatStore:
                             proc=h.proc, sampled_at=h.sampled_at and parse_iso(h.sampled_at),
                             io_at=h.io_at and parse_iso(h.io_at),
                             active_at=h.active_at and parse_iso(h.active_at),
+                            wrote_at=h.wrote_at and parse_iso(h.wrote_at),
+                            resumed_at=h.resumed_at and parse_iso(h.resumed_at),
+                            resumed_gap_s=None if h.resumed_gap_s is None
+                            else float(h.resumed_gap_s),
                             arrived_seq=None if h.arrived_seq is None else int(h.arrived_seq),
                             arrived_name=h.arrived_name))
         return out
@@ -105,7 +111,7 @@ def _evidence(b: dict) -> dict:
     """The process sample and collective marker of an ingested entry, as stored."""
     out = {"proc": b.get("proc"), "arrived_seq": b.get("arrived_seq"),
            "arrived_name": b.get("arrived_name")}
-    for k in ("sampled_at", "io_at", "active_at"):
+    for k in ("sampled_at", "io_at", "active_at", "wrote_at"):
         out[k] = b.get(k) and iso(b[k])
     return out
 

@@ -221,6 +221,11 @@ class HeartbeatModel(Model):
     sampled_at = UnicodeAttribute(null=True)
     io_at = UnicodeAttribute(null=True)
     active_at = UnicodeAttribute(null=True)
+    #: ... showing real-rate writes (a checkpoint); the end and length of the
+    #: rank's last long silence, as its agent reported them
+    wrote_at = UnicodeAttribute(null=True)
+    resumed_at = UnicodeAttribute(null=True)
+    resumed_gap_s = NumberAttribute(null=True)
     #: the last collective the rank arrived at (the culprit's evidence)
     arrived_seq = NumberAttribute(null=True)
     arrived_name = UnicodeAttribute(null=True)

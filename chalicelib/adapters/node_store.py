@@ -185,6 +185,12 @@ class DynamoNodeStore:
         return [node_from_model(m) for m in NodeModel.scan(
             (NodeModel.last_seen_at < iso(before)) & (NodeModel.state != NodeState.DOWN.value))]
 
+    def down_holding_attempts(self) -> list[Node]:
+        """DOWN nodes on which some attempt still holds GPUs."""
+        return [node_from_model(m) for m in NodeModel.scan(
+            (NodeModel.state == NodeState.DOWN.value) & NodeModel.attempts.exists(),
+            consistent_read=True)]
+
     def mark_down(self, node: Node) -> bool:
         """DOWN, if it still has not called in since it was read; False if it has."""
         try:

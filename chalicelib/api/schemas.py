@@ -111,11 +111,21 @@ HEARTBEATS = {
                         "properties": {
                             "cpu": {"type": "number", "minimum": 0, "maximum": 65536},
                             "io_bps": {"type": "number", "minimum": 0, "maximum": 1e13},
+                            "write_bps": {"type": "number", "minimum": 0, "maximum": 1e13},
                             "state": {"type": "string", "maxLength": 8},
                             "procs": {"type": "integer", "minimum": 0, "maximum": 1000000},
                             "gpu_util": {"type": "number", "minimum": 0, "maximum": 100},
                             "gpu_mem_b": {"type": "integer", "minimum": 0,
                                           "maximum": 2**63 - 1},
+                        },
+                    },
+                    "resumed": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["age_s", "gap_s"],
+                        "properties": {
+                            "age_s": {"type": "number", "minimum": 0, "maximum": 3600},
+                            "gap_s": {"type": "number", "minimum": 0, "maximum": 86400},
                         },
                     },
                     "collective": {

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from .clock import iso
 
@@ -49,6 +49,34 @@ IDLE_IO_BPS = 4096
 def sample_is_busy(proc: dict) -> bool:
     """Whether a process sample shows I/O at a real rate."""
     return (proc.get("io_bps") or 0) >= BUSY_IO_BPS
+
+
+def sample_is_writing(proc: dict) -> bool:
+    """Whether a process sample shows *writes* at a real rate. A sample that
+    does not split reads from writes (an older agent) counts all its I/O."""
+    w = proc.get("write_bps")
+    return (proc.get("io_bps") if w is None else w or 0) >= BUSY_IO_BPS
+
+
+#: a rank's process group using at least this much CPU (cores) is spinning
+SPIN_CPU = 0.5
+
+
+def signature(proc: dict | None) -> str | None:
+    """What a silent rank's processes look like: ``spinning`` (running, a core
+    or more: a CUDA or NCCL wait, a busy loop), ``sleeping`` (blocked in the
+    kernel without CPU: a gloo receive, a lock, a queue), ``io_wait`` (state
+    D: a hung filesystem), or None when the sample says neither clearly."""
+    if not proc:
+        return None
+    state, cpu = proc.get("state"), proc.get("cpu") or 0
+    if state == "D" and cpu < SPIN_CPU:
+        return "io_wait"
+    if cpu >= SPIN_CPU:
+        return "spinning"
+    if state in ("S", "I") and cpu < IDLE_CPU * 5:
+        return "sleeping"
+    return None
 
 
 def sample_is_active(proc: dict) -> bool:
@@ -81,6 +109,12 @@ class Beat:
     #: the last collective the rank arrived at: its sequence number and name
     arrived_seq: int | None = None
     arrived_name: str | None = None
+    #: ... of the latest sample showing *writes* at a real rate (a checkpoint)
+    wrote_at: datetime | None = None
+    #: when the rank's last long silence (its agent saw no beat() for more than
+    #: two intervals) ended, and how long it lasted (host clock)
+    resumed_at: datetime | None = None
+    resumed_gap_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +157,14 @@ class Verdict:
         return out
 
 
+def _wrote_at(b: Beat) -> datetime | None:
+    """The latest real-rate writes of a rank; an agent whose samples do not
+    split reads from writes (no ``write_bps``) has all its I/O counted."""
+    if b.wrote_at is not None or (b.proc is not None and "write_bps" in b.proc):
+        return b.wrote_at
+    return b.io_at
+
+
 def _fresh(t: datetime | None, now: datetime, window_s: float) -> bool:
     return t is not None and (now - t).total_seconds() <= window_s
 
@@ -134,19 +176,28 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
     status under ``mode`` (see :data:`MODES`).
 
     Evidence of work comes from the host's samples: a rank is doing I/O "now"
-    when its latest busy sample is within two intervals. A rank that would be
-    stalled by silence but does I/O now is ``busy``. Real I/O counts as a sign
-    of life, so a silent rank is also excused (shown ``silent``) until its own
-    last I/O, or the last of any silent rank of its job (ranks wait in a
-    checkpoint's barrier for the slowest writer), is ``threshold_s`` old
-    (at least two intervals). Every excuse ends ``max_busy_s`` past the
-    threshold.
+    when its latest busy sample (reads or writes) is within two intervals. A
+    rank that would be stalled by silence but does I/O now is ``busy``.
+    Beyond that, only *writes* count as a sign of life: a silent rank is
+    excused (shown ``silent``) until its own last write, or the last write of
+    any silent rank of its job (ranks wait in a checkpoint's barrier for the
+    slowest writer), is ``threshold_s`` old (at least two intervals). Reads
+    do not extend it: a data loader keeps prefetching for seconds after its
+    rank hung. Every excuse ends ``max_busy_s`` past the threshold.
+
+    A whole job going quiet and coming back is a pause, not a hang: a silent
+    rank is also excused while another rank of the job resumed within the
+    last two intervals from a silence (more than two intervals without a
+    beat) that began no later than this rank's own last beat (within one
+    interval): ranks resume one agent visit apart, and a lost post delays one
+    by another interval. A hang inside a pause is convicted two intervals
+    after the last of its peers came back.
     """
     interval = interval_s if interval_s is not None else threshold_s
     fresh_s = 2 * interval
-    # real I/O is a sign of life as good as a beat: silence since the last of
-    # it must pass the threshold too (a rank that wrote its shard early waits
-    # in the checkpoint's barrier for the others, without I/O)
+    # real writes are a sign of life as good as a beat: silence since the last
+    # of them must pass the threshold too (a rank that wrote its shard early
+    # waits in the checkpoint's barrier for the others, without I/O)
     io_s = max(fresh_s, threshold_s)
     instrumented = mode != "auto" or any(b.heard_at is not None for b in beats)
     rows = []
@@ -164,8 +215,20 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
             would = silence > threshold_s  # strictly: at the threshold is not stalled
         rows.append((b, silence, paused, would))
     within_busy = threshold_s + max_busy_s
-    job_writing = any(would and _fresh(b.io_at, now, io_s) and silence <= within_busy
+    job_writing = any(would and _fresh(_wrote_at(b), now, io_s) and silence <= within_busy
                       for b, silence, paused, would in rows)
+    # whole-job silences that just ended: (when the silence began, when it ended)
+    resumed = [(b.resumed_at - timedelta(seconds=b.resumed_gap_s), b.resumed_at)
+               for b, silence, paused, would in rows
+               if not b.ended and not would and b.resumed_at is not None
+               and b.resumed_gap_s is not None and b.resumed_gap_s > fresh_s
+               and _fresh(b.resumed_at, now, fresh_s)]
+
+    def resuming(b: Beat) -> bool:
+        last = b.beat_at or b.heard_at
+        return last is not None and any(
+            (last - began).total_seconds() >= -interval for began, _ in resumed)
+
     out = []
     for b, silence, paused, would in rows:
         stalled = False
@@ -186,7 +249,9 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
             status = "not_instrumented"
         elif would and silence <= within_busy and _fresh(b.io_at, now, fresh_s):
             status = "busy"
-        elif would and silence <= within_busy and (_fresh(b.io_at, now, io_s) or job_writing):
+        elif would and silence <= within_busy and (_fresh(_wrote_at(b), now, io_s) or job_writing):
+            status = "silent"
+        elif would and resumed and resuming(b):
             status = "silent"
         elif would:
             stalled, status = True, "stalled"
@@ -265,9 +330,12 @@ def culprit(ranks: list[RankView], first: RankView, co_first: list[RankView]) ->
 
     With collective-arrival markers: the collective the ranks are waiting in
     is the highest one any live rank arrived at; the culprit is a rank that
-    never arrived at it (the furthest behind, then the earliest last beat). Without markers: the earliest estimated last ``beat()`` among
-    ``first`` and ``co_first`` (lowest step on a tie), a guess that ties at
-    step boundaries make right about half the time.
+    never arrived at it (the furthest behind, then the earliest last beat).
+    Without markers, among ``first`` and ``co_first`` (the ranks whose last
+    ``beat()`` came no later than the first's, within the band): the one
+    whose process sample looks unlike its waiting peers' (:func:`_odd_one_out`),
+    else the earliest estimated last ``beat()`` (lowest step on a tie), a guess
+    that ties at step boundaries make right about half the time.
     """
     live = [r for r in ranks if r.status not in _OUT]
     # the furthest any rank got: the collective the others block in (the culprit
@@ -292,11 +360,56 @@ def culprit(ranks: list[RankView], first: RankView, co_first: list[RankView]) ->
                     "beat_at": c.beat_at and iso(c.beat_at),
                     "receive_time": _receive(c)}
     pool = [first, *co_first]
-    c = min(pool, key=lambda r: (r.beat_at or r.last_heard_at or _NEVER,
-                                 r.step if r.step is not None else -1, r.rank))
+
+    def order(r: RankView) -> tuple:
+        return (r.beat_at or r.last_heard_at or _NEVER,
+                r.step if r.step is not None else -1, r.rank)
+    odd = _odd_one_out(ranks, pool)
+    if odd is not None:
+        c, peers = odd
+        return {"rank": c.rank, "by": "process", "collective": None, "arrived_seq": None,
+                "process": {"signature": signature(c.beat.proc), "peers": peers,
+                            "state": c.beat.proc.get("state"), "cpu": c.beat.proc.get("cpu")},
+                "beat_at": c.beat_at and iso(c.beat_at), "receive_time": _receive(c)}
+    c = min(pool, key=order)
     return {"rank": c.rank, "by": "beat_at" if c.beat_at else "receive_time",
             "collective": None, "arrived_seq": None,
             "beat_at": c.beat_at and iso(c.beat_at), "receive_time": _receive(c)}
+
+
+def _odd_one_out(ranks: list[RankView], pool: list[RankView]) -> tuple | None:
+    """Among ranks that heartbeats cannot order (they stopped in the same
+    step), the one whose processes look unlike the ranks waiting for it.
+
+    Ranks blocked in a collective all look alike: spinning (NCCL: the host
+    thread waits on the GPU, a core at 100 %) or sleeping (gloo: a blocking
+    receive). The rank that hung first is often doing something else: asleep
+    on a lock or a queue while its peers spin, in a filesystem's D state, or
+    spinning in its own loop while gloo peers sleep. The peers' signature is
+    the strict majority of the job's silent ranks (at least two); a candidate
+    with another signature is named, the earliest last beat first. When the
+    culprit looks like its peers (a GPU hang spins like an NCCL wait) this
+    says nothing, and the beat order decides.
+    """
+    if len(pool) < 2:
+        return None
+    quiet = [r for r in ranks if r.status in ("stalled", "silent") and r.beat is not None]
+    sigs = [signature(r.beat.proc) for r in quiet]
+    counts: dict[str, int] = {}
+    for sg in sigs:
+        if sg is not None:
+            counts[sg] = counts.get(sg, 0) + 1
+    if not counts:
+        return None
+    peers, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    if n < 2 or 2 * n <= sum(counts.values()):
+        return None
+    odd = [r for r in pool if r.beat is not None
+           and signature(r.beat.proc) not in (None, peers)]
+    if not odd or len(odd) == len(pool):
+        return None
+    c = min(odd, key=lambda r: (r.beat_at or r.last_heard_at or _NEVER, r.rank))
+    return c, peers
 
 
 _NEVER = datetime.min.replace(tzinfo=timezone.utc)

@@ -18,7 +18,8 @@ from ..domain.errors import AlreadyFinished, ApiError, Forbidden, InvalidArgumen
 from ..domain.ids import is_job_id
 from ..domain.jobs import HEARTBEAT_DEFAULTS, Job
 from ..domain.principal import Principal
-from ..domain.stall import Beat, Verdict, judge, sample_is_active, sample_is_busy
+from ..domain.stall import (Beat, Verdict, judge, sample_is_active, sample_is_busy,
+                             sample_is_writing)
 from ..domain.states import PLACED, JobState
 from .ports import AttemptStore, CollectorStore, HeartbeatStore, JobStore, Telemetry
 
@@ -98,7 +99,11 @@ class HeartbeatsService:
                 beat["proc"] = r["proc"]
                 beat["sampled_at"] = now
                 beat["io_at"] = now if sample_is_busy(r["proc"]) else None
+                beat["wrote_at"] = now if sample_is_writing(r["proc"]) else None
                 beat["active_at"] = now if sample_is_active(r["proc"]) else None
+            if "resumed" in r:  # the rank's last long silence: when it ended, how long
+                beat["resumed_at"] = plus(now, -r["resumed"]["age_s"])
+                beat["resumed_gap_s"] = r["resumed"]["gap_s"]
             if "collective" in r:  # the last collective the rank arrived at
                 beat["arrived_seq"] = r["collective"]["seq"]
                 beat["arrived_name"] = r["collective"].get("name")

@@ -5,7 +5,9 @@
 - A node that stopped calling in is marked DOWN; the attempts it held lose its
   ranks (failed, or re-queued while attempts remain) and a CANCEL waits in its
   inbox. Its GPUs come back only once its agent confirms those ranks gone
-  (AttemptsService.settle_node, NodesService.register).
+  (AttemptsService.settle_node, NodesService.register). Every step of that can
+  be repeated, and the attempt is marked lost on the node last, so a run that
+  fails half-way (a store outage) is finished by the next one.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Protocol
 
 from ..domain.clock import Clock, plus, utcnow
 from ..domain.jobs import Intent
+from ..domain.nodes import Node
 from .attempts import AttemptsService
 from .dispatch import Dispatcher
 from .ports import AttemptStore, JobStore, NodeStore, OutboxStore
@@ -52,19 +55,33 @@ class Reconciler:
                 continue  # it called in meanwhile
             down.append(node.node_id)
             log.warning("node %s is DOWN (last seen %s)", node.node_id, node.last_seen_at)
-            for job_id, attempt_no in self.nodes.attempts_on(node.node_id):
-                job = self.store.get(job_id)
-                attempt = self.store.attempt(job_id, attempt_no)
-                if job is not None and attempt is not None:
-                    # a CANCEL waits in the lost node's inbox: an agent that
-                    # comes back (paused, restarted) reads it first and stops
-                    # the ranks of the attempt failed here
-                    self.dispatcher.send(Intent(
-                        job_id, attempt_no, "CANCEL",
-                        {"type": "CANCEL", "job_id": job_id, "attempt": attempt_no,
-                         "reason": "node_lost"},
-                        {node.node_id: node.inbox_queue_url}))
-                    # its GPUs stay held until the agent confirms the ranks gone
-                    self.nodes.mark_lost(node.node_id, f"{job_id}#{attempt_no}")
-                    self.attempts.node_lost(job, attempt, node.node_id)
+            self._lose_attempts(node, self.nodes.attempts_on(node.node_id))
+        # a run that failed half-way (a store outage) left attempts of a DOWN
+        # node not yet lost: finish them (each step below can be repeated)
+        for node in self.nodes.down_holding_attempts():
+            unfinished = sorted(node.attempts - node.lost)
+            if unfinished:
+                log.warning("node %s: finishing the DOWN handling of %s", node.node_id,
+                            unfinished)
+                self._lose_attempts(node, [(k.rpartition("#")[0], int(k.rpartition("#")[2]))
+                                           for k in unfinished])
         return down
+
+    def _lose_attempts(self, node: Node, attempts: list[tuple[str, int]]) -> None:
+        for job_id, attempt_no in attempts:
+            job = self.store.get(job_id)
+            attempt = self.store.attempt(job_id, attempt_no)
+            if job is None or attempt is None:
+                continue
+            # a CANCEL waits in the lost node's inbox: an agent that comes
+            # back (paused, restarted) reads it first and stops the ranks of
+            # the attempt failed here
+            self.dispatcher.send(Intent(
+                job_id, attempt_no, "CANCEL",
+                {"type": "CANCEL", "job_id": job_id, "attempt": attempt_no,
+                 "reason": "node_lost"},
+                {node.node_id: node.inbox_queue_url}))
+            self.attempts.node_lost(job, attempt, node.node_id)
+            # last, as the mark of this attempt's handling done: its GPUs stay
+            # held until the node's agent confirms the ranks gone
+            self.nodes.mark_lost(node.node_id, f"{job_id}#{attempt_no}")

@@ -99,3 +99,13 @@ def test_no_answer_at_all_is_retryable():
     with pytest.raises(ApiError) as e:
         ApiClient(f"http://127.0.0.1:{port}", "tok", timeout_s=2).put_node("n", 1, "h100", {})
     assert e.value.retryable and e.value.status is None
+
+
+def test_a_registration_says_which_attempts_run_here(server):
+    httpd, handler = server
+    handler.answers = [(200, {}, {"node_id": "n", "attempts": []})]
+    api = ApiClient(f"http://127.0.0.1:{httpd.server_address[1]}", "tok")
+    running = [{"job_id": "job_1", "attempt": 2}]
+    assert api.put_node("n", 8, "h100", {}, running=running)["attempts"] == []
+    assert handler.seen[0][3] == {"gpus": 8, "gpu_type": "h100", "labels": {},
+                                  "running": running}

@@ -112,3 +112,46 @@ def test_a_stale_attempt_ends_posting(tmp_path):
     clock.ns += int(5e9)
     poster.tick([rec])
     assert api.posts == []
+
+
+def test_a_rank_coming_back_from_a_long_silence_reports_when_and_how_long(tmp_path, monkeypatch):
+    # the server excuses peers still quiet right after a whole-job pause ends,
+    # so the agent says when the rank's last long silence ended and its length
+    rec, clock, api = attempt(tmp_path, ranks=(0,)), Clock(), FakeApi()
+    monkeypatch.setattr(hb.time, "monotonic_ns", clock)
+    poster = BeatPoster(api, monotonic_ns=clock)
+    w = writer(rec, 0)
+    for step in (1, 2):   # beating every interval: nothing to report
+        w.write(step)
+        poster.tick([rec])
+        assert "resumed" not in api.posts[-1][2][0]
+        clock.ns += int(1e9)
+    for _ in range(5):    # an undeclared checkpoint: five silent intervals
+        poster.tick([rec])
+        clock.ns += int(1e9)
+    w.write(3)
+    poster.tick([rec])
+    assert api.posts[-1][2][0]["resumed"] == {"age_s": 0.0, "gap_s": 6.0}
+    clock.ns += int(1e9)
+    w.write(4)
+    poster.tick([rec])
+    assert api.posts[-1][2][0]["resumed"] == {"age_s": 1.0, "gap_s": 6.0}, "reported until replaced"
+
+
+def test_a_gap_only_from_a_failed_post_is_not_a_long_silence(tmp_path, monkeypatch):
+    rec, clock = attempt(tmp_path, ranks=(0,)), Clock()
+    monkeypatch.setattr(hb.time, "monotonic_ns", clock)
+    api = FakeApi()
+    poster = BeatPoster(api, monotonic_ns=clock)
+    w = writer(rec, 0)
+    w.write(1)
+    poster.tick([rec])
+    clock.ns += int(1e9)
+    w.write(2)
+    api.fail = ApiError("boom")
+    poster.tick([rec])
+    api.fail = None
+    clock.ns += int(1e9)
+    w.write(3)
+    poster.tick([rec])
+    assert "resumed" not in api.posts[-1][2][0], "two intervals between posted beats is no silence"

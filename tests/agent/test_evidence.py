@@ -22,6 +22,13 @@ with open(sys.argv[1], "wb") as f:
         f.write(buf); f.flush(); f.seek(0)
         time.sleep(0.005)
 """
+READER = """
+import sys, time
+with open(sys.argv[1], "rb") as f:
+    while True:                       # a data loader: reads at a real rate
+        f.seek(0); f.read()
+        time.sleep(0.005)
+"""
 SLEEPER = "import time\ntime.sleep(600)"      # a hang: no CPU, no I/O
 SPINNER = "while True: pass"                   # a hang spinning on the CPU
 
@@ -135,3 +142,16 @@ def test_a_silent_or_uninstrumented_rank_is_posted_with_its_sample_alone(tmp_pat
     poster.tick([rec])
     assert all(set(e) == {"rank", "proc"} for e in api.posts[-1][2]), \
         "silent ranks: their sample is posted, never a beat"
+
+
+def test_the_sampler_tells_writes_from_reads(tmp_path, group):
+    # a checkpoint writes, a data loader reads: only writes keep excusing a
+    # silent rank beyond two intervals, so the sample says which is which
+    (tmp_path / "data.bin").write_bytes(b"y" * (1 << 20))
+    w, r = group(WRITER, str(tmp_path / "ckpt.bin")), group(READER, str(tmp_path / "data.bin"))
+    sampler = ProcSampler()
+    seen = sample_until(sampler, {"w": w.pid, "r": r.pid},
+                        lambda s: len(s) == 2 and s["w"]["write_bps"] >= 1 << 20
+                        and s["r"]["io_bps"] >= 1 << 20)
+    assert seen["r"]["write_bps"] < 1 << 20
+    assert seen["w"]["io_bps"] >= seen["w"]["write_bps"]

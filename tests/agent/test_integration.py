@@ -194,7 +194,9 @@ def test_the_agent_runs_and_cancels_ranks_through_the_inbox(sqs, agents, tmp_pat
         assert plane.unavailable == 4  # two 503s for PUT, two for POST, and retried
         wait_until(lambda: len(plane.puts) >= 3, what="node heartbeats")
         assert plane.puts[0] == {"gpus": 4, "gpu_type": "h100", "labels": {"zone": "a"},
-                                 "isolation": "none"}  # --rank-user '': loud, and reported
+                                 "isolation": "none",  # --rank-user '': loud, and reported
+                                 "running": []}
+        # the fake answers with no `attempts` (an older server): nothing was stopped for it
 
         agent.proc.send_signal(signal.SIGTERM)
         assert agent.proc.wait(15) == 0

@@ -56,11 +56,14 @@ def test_a_pause_in_a_beat_is_kept_with_it(ports):
     job_id, node_of = _placement(ports, 1)
     t0 = utcnow()
     until = t0 + timedelta(seconds=60)
+    wrote, resumed = t0 - timedelta(seconds=3), t0 - timedelta(seconds=1)
     ports.beats.write(job_id, 1, [{"rank": 0, "step": 1, "paused_until": until,
                                    "pause_reason": "eval", "arrived_seq": 4,
-                                   "arrived_name": "all_reduce"}], node_of, t0)
+                                   "arrived_name": "all_reduce", "wrote_at": wrote,
+                                   "resumed_at": resumed, "resumed_gap_s": 12.5}], node_of, t0)
     [beat] = ports.beats.read(job_id, 1, node_of)
     assert (beat.paused_until, beat.arrived_seq, beat.arrived_name) == (until, 4, "all_reduce")
+    assert (beat.wrote_at, beat.resumed_at, beat.resumed_gap_s) == (wrote, resumed, 12.5)
 
 
 # -- the collector's marks: one item for the whole stack ---------------------------

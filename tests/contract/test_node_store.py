@@ -115,3 +115,15 @@ def test_the_all_types_summary_counts_every_type(whole):
     assert whole.nodes.fleet(None) == (10, 8)
     listed = [n.node_id for p in whole.nodes.ready_pages(None, 1) for n in p]
     assert listed == [whole.node_id(0), whole.node_id(1)]
+
+
+def test_down_nodes_holding_attempts_are_listed_until_released(whole):
+    job, attempt = whole.running()
+    holder = whole.nodes.get(whole.node_id(0))
+    idle = whole.node(1)
+    assert whole.nodes.down_holding_attempts() == []
+    whole.nodes.mark_down(holder)
+    whole.nodes.mark_down(idle)
+    assert [n.node_id for n in whole.nodes.down_holding_attempts()] == [holder.node_id]
+    whole.store.release(attempt, holder.node_id)
+    assert whole.nodes.down_holding_attempts() == []

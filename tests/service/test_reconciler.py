@@ -4,10 +4,13 @@ once its agent confirms the ranks gone (a report, or a registration)."""
 import json
 
 import pytest
+from pynamodb.exceptions import UpdateError
 
 from chalicelib.adapters.models import NodeModel
 from chalicelib.domain.principal import Principal
 from tests.fakes import FailingInbox
+
+from tests.faults import inject
 
 from .helpers import drain
 from .test_events import event, free, placed
@@ -173,3 +176,47 @@ def test_a_lost_node_whose_agent_does_not_say_what_runs_keeps_its_gpus(clock, is
     lost_job(clock, iso, iso_client, tenants, sqs)
     node = put_node(iso_client, tenants, "n1")  # an agent that does not send `running`
     assert node["gpus_free"] == 2 and node["attempts"] == []
+
+
+def test_a_throttled_store_in_the_middle_of_down_handling_is_finished_by_the_next_run(
+        iso, iso_client, tenants, sqs):
+    url = iso.nodes.register(AGENT, "n1", {"gpus": 4}).inbox_queue_url
+    job_id, _ = placed(iso, iso_client, tenants, ranks=2)
+    drain(sqs, url, job_id)
+    later(iso, iso.config.node_down_after_s + 1)
+    # the last step for the attempt (marking it lost on the node) is throttled
+    with inject("UpdateItem", "throttling", when=f"{job_id}#1") as throttled, \
+            pytest.raises(UpdateError):  # the scheduled handler's wrapper makes it a 503
+        iso.reconciler.mark_silent_nodes_down()
+    assert throttled.hits
+    assert NodeModel.get("n1").state == "DOWN" and NodeModel.get("n1").lost is None
+    assert iso.reconciler.mark_silent_nodes_down() == [], "already DOWN"
+    assert NodeModel.get("n1").lost == {f"{job_id}#1"}, "the next run finished the handling"
+    job = iso_client.http.get(f"/v1/jobs/{job_id}", headers=tenants.headers()).json_body
+    assert job["state"] == "FAILED" and job["exit"]["reason"] == "node_lost"
+    assert free("n1") == 2
+    assert {m["reason"] for m in drain(sqs, url, job_id)} == {"node_lost"}
+    iso.reconciler.mark_silent_nodes_down()
+    assert drain(sqs, url, job_id) == [], "nothing more once finished"
+
+
+@pytest.mark.parametrize("fault", ["read_timeout", "throttling"])
+def test_a_store_fault_while_a_lost_node_registers_is_503_and_a_retry_gives_its_gpus_back(
+        iso, iso_client, tenants, sqs, fault):
+    job_id = lost_job(iso, iso_client, tenants, sqs)
+    with inject("TransactWriteItems", fault, when=job_id) as injected:
+        r = iso_client.http.put("/v1/nodes/n1", headers=tenants.headers("agents"),
+                                body=json.dumps({"gpus": 4, "running": []}))
+    assert injected.hits and r.status_code == 503 and r.headers["Retry-After"]
+    assert free("n1") == 2
+    assert put_node(iso_client, tenants, "n1", running=[])["gpus_free"] == 4
+
+
+def test_a_lost_response_to_the_release_of_a_lost_node_gives_its_gpus_back_once(
+        iso, iso_client, tenants, sqs):
+    job_id = lost_job(iso, iso_client, tenants, sqs)
+    with inject("TransactWriteItems", "lost_response", times=1, when=job_id) as lost:
+        node = put_node(iso_client, tenants, "n1", running=[])
+    assert lost.hits == 1
+    assert node["gpus_free"] == 4 and free("n1") == 4
+    assert put_node(iso_client, tenants, "n1", running=[])["gpus_free"] == 4

@@ -191,3 +191,53 @@ def test_bad_heartbeat_settings_are_refused(iso_client, tenants, hb):
                                                            "heartbeat": hb}),
                              headers={**tenants.headers(), "Content-Type": "application/json"})
     assert r.status_code == 400 and r.json_body["field"].startswith("heartbeat.")
+
+
+def test_a_straggler_of_an_undeclared_checkpoint_is_excused_while_its_peers_resume(
+        iso, iso_client, tenants):
+    """Whole-job pause, then ranks 0-2 come back (their agents report the silence
+    they ended); rank 3's first post is late. It is excused for two intervals
+    after its peers resumed, then convicted: the excuse is bounded."""
+    job_id, _, clock = start(iso, iso_client, tenants, heartbeat={"max_busy_s": 600})
+    post(iso_client, tenants, job_id, [{"rank": r, "step": 1, "age_s": 0.1} for r in range(4)])
+    writing = {"cpu": 0.9, "io_bps": 300e6, "write_bps": 300e6, "state": "D"}
+    waiting = {"cpu": 0.0, "io_bps": 0, "write_bps": 0, "state": "S"}
+    for i in range(8):   # 40 s: every rank writes its shard, rank 3 finishes first
+        post(iso_client, tenants, job_id, [{"rank": r, "proc": writing if r < 3 or i < 2
+                                            else waiting} for r in range(4)])
+        scan(iso, clock, 5)
+    assert health(iso_client, tenants, job_id)["status"] == "OK"
+    for i in range(3):   # ranks 0-2 beat again; rank 3 is not heard yet
+        post(iso_client, tenants, job_id,
+             [{"rank": r, "step": 2 + i, "age_s": 0.1, "proc": waiting,
+               "resumed": {"age_s": 5.0 * i, "gap_s": 40.0}} for r in range(3)]
+             + [{"rank": 3, "proc": waiting}])
+        if i < 2:
+            scan(iso, clock, 5)
+            h = health(iso_client, tenants, job_id)
+            assert h["status"] == "OK" and h["ranks_by_status"] == {"silent": [3]}, h
+    scan(iso, clock, 5.1)   # two intervals after the peers came back: a stall
+    h = health(iso_client, tenants, job_id)
+    assert h["status"] == "STALLED" and h["first_stalled_rank"] == 3
+
+
+def test_without_marks_the_culprit_is_the_tied_rank_unlike_its_waiting_peers(
+        iso, iso_client, tenants):
+    """Ranks 0-3 made their last beat() in the same step (beats cannot order them);
+    ranks 0, 1 and 3 spin in an NCCL wait, rank 2 sleeps on a lock: it is named,
+    by its process sample, while first_stalled_rank keeps the contract (0)."""
+    job_id, _, clock = start(iso, iso_client, tenants)
+    for r in (0, 1, 2, 3):   # last posts 0.2 s apart, every one the beat of step 7
+        post(iso_client, tenants, job_id, [{"rank": r, "step": 7, "age_s": 0.1 + 0.2 * r}])
+        clock.advance(0.2)
+    spin = {"cpu": 1.0, "io_bps": 0, "write_bps": 0, "state": "R"}
+    sleep = {"cpu": 0.0, "io_bps": 0, "write_bps": 0, "state": "S"}
+    for _ in range(12):
+        post(iso_client, tenants, job_id, [{"rank": r, "proc": sleep if r == 2 else spin}
+                                           for r in range(4)])
+        scan(iso, clock, 5)
+    h = health(iso_client, tenants, job_id)
+    assert h["status"] == "STALLED" and h["first_stalled_rank"] == 0
+    assert h["culprit"]["rank"] == 2 and h["culprit"]["by"] == "process"
+    assert h["culprit"]["process"] == {"signature": "sleeping", "peers": "spinning",
+                                       "state": "S", "cpu": 0.0}

@@ -1,8 +1,9 @@
 """What each rank is: only live ranks judged, heartbeat modes, host evidence, the culprit."""
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from chalicelib.domain.clock import iso
-from chalicelib.domain.stall import Beat, judge, view
+from chalicelib.domain.stall import Beat, judge, sample_is_writing, signature, view
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -118,3 +119,101 @@ def test_exited_ranks_are_no_culprit_and_no_rival():
              Beat(1, "n", heard_at=at(150), beat_at=at(149))]
     v = judge(beats, **kw())
     assert v.first.rank == 1 and v.co_first == [] and v.culprit["rank"] == 1
+
+
+def test_after_a_rank_stops_only_its_writes_keep_excusing_it_not_its_loaders_reads():
+    # the sample splits reads from writes: 10 s-old I/O that was reads excuses
+    # nothing beyond two intervals (a data loader prefetching after a hang) ...
+    reading = Beat(0, "n", heard_at=at(100), io_at=at(175), wrote_at=None,
+                   proc={"cpu": 1.0, "io_bps": 5e7, "write_bps": 0}, sampled_at=at(195))
+    v = judge([reading], max_busy_s=300.0, **kw())
+    assert v.first.rank == 0 and v.ranks[0].status == "stalled"
+    # ... while reading *now* it is busy, like any real I/O
+    assert status([replace(reading, io_at=at(195))], max_busy_s=300.0) == {0: "busy"}
+    # writes (a checkpoint shard) excuse it until they are threshold_s old
+    writing = replace(reading, wrote_at=at(175))
+    assert status([writing], max_busy_s=300.0) == {0: "silent"}
+    assert judge([writing], max_busy_s=300.0, **kw(now=at(205.001))).first.rank == 0
+    # an agent that does not split reads from writes: all its I/O counts as writes
+    old = Beat(0, "n", heard_at=at(100), io_at=at(175), proc={"io_bps": 5e7})
+    assert status([old], max_busy_s=300.0) == {0: "silent"}
+
+
+def test_sample_is_writing_reads_write_bps_and_falls_back_to_all_io():
+    assert sample_is_writing({"io_bps": 5e7, "write_bps": 2e6})
+    assert not sample_is_writing({"io_bps": 5e7, "write_bps": 0})
+    assert sample_is_writing({"io_bps": 5e7}) and not sample_is_writing({"io_bps": 10})
+
+
+def test_a_straggler_of_a_whole_job_pause_is_excused_while_its_peers_resume():
+    # every rank went quiet at ~100 (an undeclared checkpoint); ranks 0 and 1
+    # came back at 190 after a 90 s silence; rank 2's first post is late
+    peers = [Beat(r, "n", heard_at=at(195), beat_at=at(190), resumed_at=at(190),
+                  resumed_gap_s=90.0) for r in (0, 1)]
+    straggler = Beat(2, "n", heard_at=at(100.5), beat_at=at(100))
+    v = judge([*peers, straggler], **kw())
+    assert v.first is None and v.ranks[0].rank == 2 and v.ranks[0].status == "silent"
+    # bounded: two intervals after the peers came back it is a stall
+    v = judge([*[replace(p, heard_at=at(210)) for p in peers], straggler], **kw(now=at(210.001)))
+    assert v.first.rank == 2
+    # a silence that began after the straggler's last beat (plus an interval) is
+    # no excuse: the straggler stopped on its own before the others paused
+    late = [replace(p, resumed_gap_s=70.0) for p in peers]   # began at 120
+    assert judge([*late, straggler], **kw()).first.rank == 2
+    # a peer's short gap (a lost post or two) is no whole-job silence
+    short = [replace(p, resumed_gap_s=20.0, resumed_at=at(190)) for p in peers]
+    assert judge([*short, straggler], **kw()).first.rank == 2
+
+
+def test_a_hang_while_every_peer_steps_is_not_excused_by_an_old_resumption():
+    # the peers' last long silence ended long ago: no excuse for a hang now
+    peers = [Beat(r, "n", heard_at=at(195), beat_at=at(194), resumed_at=at(60),
+                  resumed_gap_s=40.0) for r in (0, 1)]
+    v = judge([*peers, Beat(2, "n", heard_at=at(150), beat_at=at(149))], **kw())
+    assert v.first.rank == 2
+
+
+def _ranks(sigs: dict, first_beat: float = 149.5) -> list:
+    procs = {"spin": {"cpu": 1.0, "state": "R"}, "sleep": {"cpu": 0.0, "state": "S"},
+             "io": {"cpu": 0.0, "state": "D"}}
+    return [Beat(r, "n", heard_at=at(150 + r * 0.1), beat_at=at(first_beat + r * 0.01), step=7,
+                 proc=procs[s], sampled_at=at(195)) for r, s in sigs.items()]
+
+
+def test_without_markers_the_tied_rank_that_looks_unlike_its_waiting_peers_is_the_culprit():
+    # ranks 0-3 stopped in the same step; the NCCL peers spin, rank 2 sleeps
+    v = judge(_ranks({0: "spin", 1: "spin", 2: "sleep", 3: "spin"}), **kw())
+    assert v.first.rank == 0, "first_stalled_rank keeps the contract"
+    assert v.culprit["rank"] == 2 and v.culprit["by"] == "process"
+    assert v.culprit["process"]["signature"] == "sleeping"
+    assert v.culprit["process"]["peers"] == "spinning"
+    # gloo peers sleep: a rank in a hung filesystem read (D) stands out
+    v = judge(_ranks({0: "sleep", 1: "io", 2: "sleep", 3: "sleep"}), **kw())
+    assert v.culprit["rank"] == 1 and v.culprit["process"]["signature"] == "io_wait"
+
+
+def test_the_process_signature_says_nothing_when_everyone_looks_alike_or_no_majority():
+    # a GPU hang spins like its NCCL peers: the beat order decides
+    v = judge(_ranks({0: "spin", 1: "spin", 2: "spin"}), **kw())
+    assert v.culprit["rank"] == 0 and v.culprit["by"] == "beat_at"
+    # two against two: no majority, no odd one out
+    v = judge(_ranks({0: "spin", 1: "sleep", 2: "spin", 3: "sleep"}), **kw())
+    assert v.culprit["by"] == "beat_at"
+    # no samples: the beat order
+    beats = [replace(b, proc=None) for b in _ranks({0: "spin", 1: "sleep", 2: "spin"})]
+    assert judge(beats, **kw()).culprit["by"] == "beat_at"
+
+
+def test_the_process_signature_only_breaks_ties_beats_cannot():
+    # rank 3 sleeps but it beat long after the first's last beat: not a rival
+    beats = _ranks({0: "spin", 1: "spin", 2: "spin"})
+    beats.append(Beat(3, "n", heard_at=at(195), beat_at=at(194), step=60,
+                      proc={"cpu": 0.0, "state": "S"}, sampled_at=at(195)))
+    assert judge(beats, **kw()).culprit["rank"] == 0
+
+
+def test_signature_of_a_sample():
+    assert signature({"cpu": 1.0, "state": "R"}) == "spinning"
+    assert signature({"cpu": 0.0, "state": "S"}) == "sleeping"
+    assert signature({"cpu": 0.0, "state": "D"}) == "io_wait"
+    assert signature({"cpu": 0.3, "state": "R"}) is None and signature(None) is None

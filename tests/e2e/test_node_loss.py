@@ -1,0 +1,157 @@
+"""Ranks never outlive their attempt, with real processes: an agent paused
+(SIGSTOP) past DOWN, then resumed (SIGCONT), stops every rank of the attempt the
+server failed meanwhile, and its node takes the next job.
+
+One stack for the module, with a short GPUJOBS_NODE_DOWN_AFTER_S; the agent is
+started by the test (the stack starts none) so the test can pause it by its pid.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.ranks import read_stat
+from agent.runner import kill_recorded_ranks
+
+from .conftest import ROOT, TOKENS, Api, start_stack
+
+pytestmark = pytest.mark.e2e
+
+NODE, GPU_TYPE, AGENT_TOKEN = "lost-1", "lostgpu", "e2e-lost-agent"
+DOWN_AFTER_S = 3
+
+#: writes its pid where the test reads it; rank 1 ignores SIGTERM, so only the
+#: SIGKILL after the grace ends it
+RANK = """
+import os, signal, sys, time
+rank = os.environ["RANK"]
+if rank == "1":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+path = os.path.join(sys.argv[1], f"rank-{rank}.pid")
+with open(path + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(path + ".tmp", path)
+time.sleep(3600)
+"""
+
+
+@pytest.fixture(scope="module")
+def loss_stack(tmp_path_factory):
+    s = start_stack(tmp_path_factory.mktemp("node-loss"),
+                    TOKENS + [{"token": AGENT_TOKEN, "agent": NODE}],
+                    GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S="0.5",
+                    GPUJOBS_NODE_DOWN_AFTER_S=str(DOWN_AFTER_S))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def agent_proc(loss_stack, tmp_path):
+    """A real agent for NODE (2 GPUs), stopped by its own pid, and every rank its
+    state file records killed, also when the test fails."""
+    state_dir = tmp_path / "agent"
+    log = open(tmp_path / "agent.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent", "--node-id", NODE, "--gpus", "2",
+         "--gpu-type", GPU_TYPE, "--api", loss_stack.api, "--state-dir", str(state_dir),
+         "--grace-s", "1", "--poll-wait-s", "1", "--node-heartbeat-s", "0.5",
+         "--log-level", "INFO"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
+        env={**os.environ, "GPUJOBS_AGENT_TOKEN": AGENT_TOKEN,
+             "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
+             "AWS_DEFAULT_REGION": "us-east-1"})
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)  # a paused process would not act on SIGTERM
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        kill_recorded_ranks(state_dir)
+        log.close()
+
+
+def poll(what: str, fn, timeout: float = 60, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def alive(pid: int) -> bool:
+    stat = read_stat(pid)
+    return stat is not None and stat.alive
+
+
+def node(tenant: Api) -> dict | None:
+    r = tenant.get(f"/v1/nodes/{NODE}")
+    return r.json() if r.status_code == 200 else None
+
+
+def submit(tenant: Api, command: list[str]) -> str:
+    r = tenant.post("/v1/jobs", json={"command": command, "ranks": 2, "gpu_type": GPU_TYPE,
+                                      "max_attempts": 1,
+                                      "heartbeat": {"startup_grace_s": 600}})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def state(tenant: Api, job_id: str) -> dict:
+    return tenant.get(f"/v1/jobs/{job_id}").json()
+
+
+def test_an_agent_paused_past_down_stops_the_failed_attempts_ranks_when_resumed(
+        loss_stack, agent_proc, tmp_path):
+    tenant = Api(loss_stack.api, "e2e-tenant")
+    poll("the agent's registration", lambda: (node(tenant) or {}).get("state") == "READY")
+    pids_dir = tmp_path / "pids"
+    pids_dir.mkdir()
+    first = submit(tenant, [sys.executable, "-c", RANK, str(pids_dir)])
+    poll("the first job RUNNING", lambda: state(tenant, first)["state"] == "RUNNING")
+    paths = [pids_dir / f"rank-{r}.pid" for r in (0, 1)]
+    poll("both ranks' pids", lambda: all(p.exists() for p in paths))
+    pids = [int(Path(p).read_text()) for p in paths]
+    assert all(alive(p) for p in pids)
+
+    agent_proc.send_signal(signal.SIGSTOP)  # the fault: the agent stops calling in
+    failed = poll("the first job failed with its node",
+                  lambda: (lambda j: j if j["state"] == "FAILED" else None)(
+                      state(tenant, first)), timeout=DOWN_AFTER_S + 30)
+    assert failed["exit"]["reason"] == "node_lost"
+    down = node(tenant)
+    assert down["state"] == "DOWN"
+    assert down["gpus_free"] == 0, "the lost ranks may still run: their GPUs stay held"
+    assert all(alive(p) for p in pids), "a paused agent stops nothing: the ranks outlive DOWN"
+    second = submit(tenant, [sys.executable, "-c", "pass"])
+    assert state(tenant, second)["state"] == "PENDING", "a DOWN node takes nothing"
+
+    agent_proc.send_signal(signal.SIGCONT)
+    poll("every rank of the failed attempt gone", lambda: not any(alive(p) for p in pids),
+         timeout=30)
+    done = poll("the next job on the node finished",
+                lambda: (lambda j: j if j["state"] in ("SUCCEEDED", "FAILED") else None)(
+                    state(tenant, second)), timeout=60)
+    assert done["state"] == "SUCCEEDED", done
+    [attempt] = tenant.get(f"/v1/jobs/{second}/attempts").json()["attempts"]
+    assert {p["node_id"] for p in attempt["placement"]} == {NODE}
+    back = poll("the node READY with every GPU free",
+                lambda: (lambda n: n if n["state"] == "READY" and n["gpus_free"] == 2
+                         else None)(node(tenant)))
+    assert back["gpus"] == 2
+    assert agent_proc.poll() is None, "the agent runs on"

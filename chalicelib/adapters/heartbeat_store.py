@@ -91,15 +91,15 @@ class DynamoHeartbeatStore:
                 out.append(Beat(rank, node_of[rank]))
                 continue
             out.append(Beat(rank, node_of[rank],
-                            heard_at=h.heard_at and parse_iso(h.heard_at),
-                            beat_at=h.beat_at and parse_iso(h.beat_at),
+                            heard_at=_t(h.heard_at),
+                            beat_at=_t(h.beat_at),
                             step=None if h.step is None else int(h.step),
-                            paused_until=h.paused_until and parse_iso(h.paused_until),
-                            proc=h.proc, sampled_at=h.sampled_at and parse_iso(h.sampled_at),
-                            io_at=h.io_at and parse_iso(h.io_at),
-                            active_at=h.active_at and parse_iso(h.active_at),
-                            wrote_at=h.wrote_at and parse_iso(h.wrote_at),
-                            resumed_at=h.resumed_at and parse_iso(h.resumed_at),
+                            paused_until=_t(h.paused_until),
+                            proc=h.proc, sampled_at=_t(h.sampled_at),
+                            io_at=_t(h.io_at),
+                            active_at=_t(h.active_at),
+                            wrote_at=_t(h.wrote_at),
+                            resumed_at=_t(h.resumed_at),
                             resumed_gap_s=None if h.resumed_gap_s is None
                             else float(h.resumed_gap_s),
                             arrived_seq=None if h.arrived_seq is None else int(h.arrived_seq),

@@ -18,8 +18,7 @@ from ..domain.errors import AlreadyFinished, ApiError, Forbidden, InvalidArgumen
 from ..domain.ids import is_job_id
 from ..domain.jobs import HEARTBEAT_DEFAULTS, Job
 from ..domain.principal import Principal
-from ..domain.stall import (Beat, Verdict, judge, sample_is_active, sample_is_busy,
-                             sample_is_writing)
+from ..domain.stall import Beat, Verdict, judge, sample_is_active, sample_is_busy, sample_is_writing
 from ..domain.states import PLACED, JobState
 from .ports import AttemptStore, CollectorStore, HeartbeatStore, JobStore, Telemetry
 

@@ -39,7 +39,7 @@ def started(world, n_ranks: int):
     assert len(ranks) == n_ranks
     for r in range(n_ranks):
         hb = world.paths.heartbeat_file("job_a", 1, r)
-        wait_until(lambda: hb.exists() and hb.stat().st_size > 0, what=f"rank {r} beat")
+        wait_until(lambda hb=hb: hb.exists() and hb.stat().st_size > 0, what=f"rank {r} beat")
     return ranks
 
 

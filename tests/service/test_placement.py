@@ -202,20 +202,16 @@ def test_a_flood_of_never_fitting_and_huge_top_priority_jobs_cannot_hold_back_a_
 
 
 def test_a_job_that_cannot_fit_costs_no_node_reads_until_gpus_are_released(iso, iso_client,
-                                                                            tenants):
+                                                                            tenants, clock):
     """The capacity summary: a waiting job is not tried against an unchanged
     fleet; the release that gives GPUs back (same transaction) wakes it."""
-    from datetime import timedelta
-
     from chalicelib.domain import placement
-    from chalicelib.domain.clock import utcnow
 
     from .test_events import event
 
     for n in ("w1", "w2"):
         register(iso, n, gpus=2)
-    later = utcnow() + timedelta(seconds=placement.INDEX_LAG_S + 1)
-    iso.placer._clock = lambda: later  # the nodes' registration is past the index lag
+    clock.advance(placement.INDEX_LAG_S + 1)  # the nodes' registration is past the index lag
     running = submit(iso_client, tenants, ranks=2, gpus_per_rank=2, gpu_type="h100")
     waiting = submit(iso_client, tenants, ranks=1, gpus_per_rank=2, gpu_type="h100")
     report = iso.placer.run()
@@ -235,19 +231,15 @@ def test_a_job_that_cannot_fit_costs_no_node_reads_until_gpus_are_released(iso, 
     assert iso.placer.run().placed == [waiting]
 
 
-def test_a_waiting_job_is_tried_again_after_the_recheck_bound(iso, iso_client, tenants):
-    from datetime import timedelta
-
+def test_a_waiting_job_is_tried_again_after_the_recheck_bound(iso, iso_client, tenants, clock):
     from chalicelib.domain import placement
-    from chalicelib.domain.clock import utcnow
 
     register(iso, "r1", gpus=2)
-    t = [utcnow() + timedelta(seconds=placement.INDEX_LAG_S + 1)]
-    iso.placer._clock = lambda: t[0]
+    clock.advance(placement.INDEX_LAG_S + 1)
     submit(iso_client, tenants, ranks=1, gpus_per_rank=2, gpu_type="h100")
     waiting = submit(iso_client, tenants, ranks=1, gpus_per_rank=2, gpu_type="h100")
     iso.placer.run()
-    t[0] += timedelta(seconds=placement.RECHECK_S + 1)
+    clock.advance(placement.RECHECK_S + 1)
     with aws_calls() as calls:
         assert iso.placer.run().waiting == [waiting]
     assert ("dynamodb", "Query") in calls[1:], "the nodes were read again"

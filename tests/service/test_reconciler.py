@@ -9,7 +9,6 @@ from pynamodb.exceptions import UpdateError
 from chalicelib.adapters.models import NodeModel
 from chalicelib.domain.principal import Principal
 from tests.fakes import FailingInbox
-
 from tests.faults import inject
 
 from .helpers import drain
@@ -179,11 +178,11 @@ def test_a_lost_node_whose_agent_does_not_say_what_runs_keeps_its_gpus(clock, is
 
 
 def test_a_throttled_store_in_the_middle_of_down_handling_is_finished_by_the_next_run(
-        iso, iso_client, tenants, sqs):
+        clock, iso, iso_client, tenants, sqs):
     url = iso.nodes.register(AGENT, "n1", {"gpus": 4}).inbox_queue_url
     job_id, _ = placed(iso, iso_client, tenants, ranks=2)
     drain(sqs, url, job_id)
-    later(iso, iso.config.node_down_after_s + 1)
+    clock.advance(iso.config.node_down_after_s + 1)
     # the last step for the attempt (marking it lost on the node) is throttled
     with inject("UpdateItem", "throttling", when=f"{job_id}#1") as throttled, \
             pytest.raises(UpdateError):  # the scheduled handler's wrapper makes it a 503
@@ -201,9 +200,8 @@ def test_a_throttled_store_in_the_middle_of_down_handling_is_finished_by_the_nex
 
 
 @pytest.mark.parametrize("fault", ["read_timeout", "throttling"])
-def test_a_store_fault_while_a_lost_node_registers_is_503_and_a_retry_gives_its_gpus_back(
-        iso, iso_client, tenants, sqs, fault):
-    job_id = lost_job(iso, iso_client, tenants, sqs)
+def test_a_store_fault_while_a_lost_node_registers_is_503_and_a_retry_gives_its_gpus_back(clock, iso, iso_client, tenants, sqs, fault):
+    job_id = lost_job(clock, iso, iso_client, tenants, sqs)
     with inject("TransactWriteItems", fault, when=job_id) as injected:
         r = iso_client.http.put("/v1/nodes/n1", headers=tenants.headers("agents"),
                                 body=json.dumps({"gpus": 4, "running": []}))
@@ -212,9 +210,8 @@ def test_a_store_fault_while_a_lost_node_registers_is_503_and_a_retry_gives_its_
     assert put_node(iso_client, tenants, "n1", running=[])["gpus_free"] == 4
 
 
-def test_a_lost_response_to_the_release_of_a_lost_node_gives_its_gpus_back_once(
-        iso, iso_client, tenants, sqs):
-    job_id = lost_job(iso, iso_client, tenants, sqs)
+def test_a_lost_response_to_the_release_of_a_lost_node_gives_its_gpus_back_once(clock, iso, iso_client, tenants, sqs):
+    job_id = lost_job(clock, iso, iso_client, tenants, sqs)
     with inject("TransactWriteItems", "lost_response", times=1, when=job_id) as lost:
         node = put_node(iso_client, tenants, "n1", running=[])
     assert lost.hits == 1

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt c
 
 STAGE  ?= dev
 
-.PHONY: up test lint fmt bench clean package browser
+.PHONY: up test test-fast lint fmt bench clean package browser
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ browser:
 ## (tests/package invoke every function of that bundle as Lambda does)
 test: $(STAMP) lint browser package
 	GPUJOBS_BUNDLE=build/$(STAGE) $(PY) -m pytest
+
+## test-fast: the domain, the service logic on the in-memory fakes and the fakes'
+## side of the contract suite; no moto, no stack, no processes (well under 60 s)
+FAST_TESTS := tests/unit tests/logic tests/contract tests/test_openapi.py
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not moto and not e2e" $(FAST_TESTS)
 
 ## bench: ratios against a baseline measured in the same run
 bench: $(STAMP)

@@ -25,7 +25,7 @@ from .service.jobs import JobsService
 from .service.logs import LogsService
 from .service.nodes import NodesService
 from .service.placement import Placer
-from .service.ports import JobStore, NodeStore, Telemetry
+from .service.ports import NodeStore, Store, Telemetry
 from .service.reconciler import Reconciler
 from .service.scan import Scanner
 from .service.scan_fanout import ScanFanout
@@ -34,7 +34,7 @@ from .service.scan_fanout import ScanFanout
 @dataclass
 class Services:
     config: Config
-    store: JobStore
+    store: Store
     node_store: NodeStore
     jobs: JobsService
     nodes: NodesService
@@ -55,7 +55,7 @@ _lock = threading.Lock()
 _services: Services | None = None
 
 
-def build(config: Config, *, inbox=None, store: JobStore | None = None,
+def build(config: Config, *, inbox=None, store: Store | None = None,
           node_store: NodeStore | None = None, nudge=None,
           tokens: TokenStore | None = None, telemetry: Telemetry | None = None,
           log_reader=None, clock: Clock = utcnow) -> Services:

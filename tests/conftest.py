@@ -14,6 +14,28 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 
+#: fixtures that start the moto server, or the local stack, for a test
+_MOTO_FIXTURES = frozenset({"moto_server", "aws_env", "fresh_env", "_whole_table_env"})
+_E2E_FIXTURES = frozenset({"stack", "agent_stack"})
+_E2E_DIRS = frozenset({"e2e", "browser", "package"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark what a test needs, so `-m "not moto and not e2e"` (make test-fast)
+    runs only tests that need neither: ``moto`` for tests whose fixtures start
+    the moto server, ``e2e`` for tests of the local stack (by directory, or by
+    its fixtures). A test that reaches moto some other way (a parametrised
+    fixture's getfixturevalue) marks itself, as tests/contract does."""
+    root = os.path.dirname(__file__)
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        parts = os.path.relpath(str(item.fspath), root).split(os.sep)
+        if used & _E2E_FIXTURES or parts[0] in _E2E_DIRS:
+            item.add_marker(pytest.mark.e2e)
+        if used & _MOTO_FIXTURES:
+            item.add_marker(pytest.mark.moto)
+
+
 @pytest.fixture(scope="session")
 def moto_server():
     from devstack.motoserver import MotoServer

@@ -21,7 +21,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import app  # noqa: E402
-from chalicelib.adapters.telemetry import NullTelemetry  # noqa: E402
 from chalicelib.api import schemas  # noqa: E402
 from chalicelib.api.representation import attempt_json, job_json, node_json, node_registration_json  # noqa: E402
 from chalicelib.api.validation import MAX_BODY_BYTES  # noqa: E402
@@ -37,10 +36,12 @@ from chalicelib.domain.principal import Principal  # noqa: E402
 from chalicelib.domain.stall import Beat  # noqa: E402
 from chalicelib.domain.states import Event, JobState  # noqa: E402
 from chalicelib.service.attempts import AttemptsService  # noqa: E402
+from chalicelib.service.dispatch import Dispatcher  # noqa: E402
 from chalicelib.service.heartbeats import HeartbeatsService  # noqa: E402
 from chalicelib.service.jobs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE  # noqa: E402
 from chalicelib.service.nodes import DEFAULT_GPU_TYPE  # noqa: E402
 from chalicelib.service.scan import Scanner  # noqa: E402
+from tests.fakes import FakeCollectorStore, NullTelemetry, World  # noqa: E402
 
 DOC_PATH = ROOT / "docs" / "openapi.yaml"
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -570,78 +571,13 @@ def test_every_example_conforms_to_its_schema(doc):
 T0 = _t("2025-01-31T12:00:00")
 
 
-class _FakeJobStore:
-    """What HeartbeatsService, Scanner and AttemptsService.abandon read and write."""
-
-    def __init__(self, job: Job, attempt: Attempt | None) -> None:
-        self.job, self._attempt, self.healths, self.ended = job, attempt, [], []
-
-    def get(self, job_id):
-        return self.job if job_id == self.job.job_id else None
-
-    def attempt(self, job_id, attempt):
-        a = self._attempt
-        return a if a is not None and (a.job_id, a.attempt) == (job_id, attempt) else None
-
-    def active(self, state, limit):
-        return [self.job] if self.job.state is state else []
-
-    def record_health(self, job, health, *, incident_key=None):
-        self.healths.append(health)
-        return True
-
-    def end_attempt(self, job, attempt, to, exit_, now, stop=None):
-        self.ended.append((to, exit_, stop))
-        return _job(job_id=job.job_id, state=to, attempt=job.attempt, exit=exit_,
-                    spec=job.spec, health=job.health)
-
-
-class _FakeBeats:
-    def __init__(self, beats: dict[int, Beat]) -> None:
-        self.beats, self.written, self.paused = beats, [], []
-
-    def write(self, job_id, attempt, beats, node_of, now):
-        self.written += beats
-
-    def pause(self, job_id, attempt, rank, node_id, until, reason, now):
-        self.paused.append(rank)
-
-    def read(self, job_id, attempt, node_of):
-        return [self.beats.get(r, Beat(r, n)) for r, n in sorted(node_of.items())]
-
-
-class _FakeCollector:
-    def __init__(self, previous_scan=None, latest_ingest=None) -> None:
-        self._previous, self._latest = previous_scan, latest_ingest
-
-    def mark_ingest(self, now):
-        self._latest = now
-
-    def latest_ingest(self):
-        return self._latest
-
-    def previous_scan(self):
-        return self._previous, None, None
-
-    def record_scan(self, now, hold_until=None, hold_reason=None):
-        self._previous = now
-
-
-class _FakeDispatcher:
-    def __init__(self) -> None:
-        self.sent = []
-
-    def send(self, intent, node_ids=None):
-        self.sent.append(intent)
-        return len(intent.targets)
-
-
 def _running(**spec) -> tuple[Job, Attempt]:
     """A RUNNING 4-rank job, ranks 0-1 on node-1 and 2-3 on node-2, attempt 1."""
     spec = with_defaults({"command": ["python", "train.py"], "ranks": 4,
                           "heartbeat": {"interval_s": 5, "startup_grace_s": 30}, **spec})
     job = _job(spec=spec, health=initial_health(spec, 60.0), state=JobState.RUNNING,
-               attempt=1, started_at=T0, inboxes={"node-1": "http://q/1", "node-2": "http://q/2"})
+               attempt=1, started_at=T0,
+               inboxes={"node-1": "fake://inbox/node-1", "node-2": "fake://inbox/node-2"})
     attempt = _attempt(job_id=job.job_id, world_size=4,
                        placement=[{"rank": r, "node_id": n} for r, n in
                                   enumerate(["node-1", "node-1", "node-2", "node-2"])],
@@ -652,6 +588,23 @@ def _running(**spec) -> tuple[Job, Attempt]:
 
 def _at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
+
+
+def _world(job: Job, attempt: Attempt, beats: dict[int, Beat] | None = None,
+           previous_scan=None, latest_ingest=None) -> World:
+    """The fakes of tests/fakes.py holding ``job`` running ``attempt``."""
+    world = World()
+    world.store.put(job, attempt)
+    world.beats.seed(job.job_id, attempt.attempt, beats or {})
+    world.collector = FakeCollectorStore(previous_scan, latest_ingest)
+    for node_id in attempt.node_ranks:
+        world.inbox.ensure(node_id)
+    return world
+
+
+def _heartbeats(world: World, now: datetime) -> HeartbeatsService:
+    return HeartbeatsService(world.store, world.beats, FakeCollectorStore(),
+                             scans_per_hour=60.0, telemetry=NullTelemetry(), clock=lambda: now)
 
 
 def test_initial_health_members_are_the_job_health_schema_properties(doc):
@@ -665,9 +618,8 @@ def test_initial_health_members_are_the_job_health_schema_properties(doc):
 
 def test_heartbeats_acceptance_conforms_to_its_schema(doc):
     job, attempt = _running()
-    beats = _FakeBeats({})
-    service = HeartbeatsService(_FakeJobStore(job, attempt), beats, _FakeCollector(),
-                                scans_per_hour=60.0, telemetry=NullTelemetry(), clock=lambda: _at(10.5))
+    world = _world(job, attempt)
+    service = _heartbeats(world, _at(10.5))
     body = {"attempt": 1, "ranks": [
         {"rank": 0, "step": 3, "sent_at": "2025-01-31T12:00:10.400Z"},
         {"rank": 1, "pause": {"reason": "checkpoint", "remaining_s": 600}},
@@ -676,13 +628,14 @@ def test_heartbeats_acceptance_conforms_to_its_schema(doc):
     received_at = service.ingest(Principal("agent", "*"), job.job_id, body)
     _assert_valid(doc, "HeartbeatsAccepted", {"received_at": iso(received_at)})
     # a pause without a step is not a beat; with a step it is both
-    assert [b["rank"] for b in beats.written] == [0, 2] and beats.paused == [1]
+    read = world.beats.read(job.job_id, 1, service.node_of(job.job_id, 1))
+    assert [b.rank for b in read if b.heard_at] == [0, 2]
+    assert [b.rank for b in read if b.paused_until] == [1, 2]
 
 
 def test_heartbeats_problems_name_the_documented_fields(doc):
     job, attempt = _running()
-    service = HeartbeatsService(_FakeJobStore(job, attempt), _FakeBeats({}), _FakeCollector(),
-                                scans_per_hour=60.0, telemetry=NullTelemetry(), clock=lambda: _at(1))
+    service = _heartbeats(_world(job, attempt), _at(1))
     cases = [
         ({"attempt": 1, "ranks": [{"rank": 0, "step": 1}, {"rank": 4, "step": 1}]},
          Principal("agent", "*"), "invalid_argument", "ranks.1.rank"),
@@ -710,8 +663,7 @@ def test_ranks_view_conforms_to_rank_list_schema(doc):
              1: Beat(1, "node-1", heard_at=_at(100), step=20),
              2: Beat(2, "node-2", heard_at=_at(60), step=12),
              3: Beat(3, "node-2", paused_until=_at(500))}
-    service = HeartbeatsService(_FakeJobStore(job, attempt), _FakeBeats(beats),
-                                _FakeCollector(), scans_per_hour=60.0, telemetry=NullTelemetry(), clock=lambda: _at(101))
+    service = _heartbeats(_world(job, attempt, beats), _at(101))
     view = service.ranks_page(job)  # what GET /ranks returns
     schema = doc["components"]["schemas"]
     assert set(view) == set(schema["RankList"]["properties"])
@@ -736,46 +688,43 @@ def test_scan_health_exit_and_cancel_conform_to_their_schemas(doc):
              1: Beat(1, "node-1", heard_at=_at(200), step=40),
              2: Beat(2, "node-2", heard_at=_at(100), step=20),
              3: Beat(3, "node-2", heard_at=_at(100), step=19)}
-    store, dispatcher = _FakeJobStore(job, attempt), _FakeDispatcher()
+    world = _world(job, attempt, beats, previous_scan=_at(141), latest_ingest=_at(200))
     clock = lambda: _at(201)  # noqa: E731
-    heartbeats = HeartbeatsService(store, _FakeBeats(beats), _FakeCollector(),
-                                   scans_per_hour=60.0, telemetry=NullTelemetry(), clock=clock)
-    attempts = AttemptsService(store, dispatcher, lambda: None, clock=clock)
-    scanner = Scanner(store, heartbeats, _FakeCollector(_at(141), _at(200)), attempts,
+    heartbeats = _heartbeats(world, _at(201))
+    attempts = AttemptsService(world.store, Dispatcher(world.inbox), lambda: None, clock=clock)
+    scanner = Scanner(world.store, heartbeats, world.collector, attempts,
                       period_s=60.0, telemetry=NullTelemetry(), clock=clock)
     assert scanner.run() == {"jobs": 1, "incidents": 1, "suppressed": None}
-    [health] = store.healths
+    ended = world.store.get(job.job_id)
+    health, to, exit_ = ended.health, ended.state, ended.exit
     assert set(health) == set(doc["components"]["schemas"]["JobHealth"]["properties"])
     _assert_valid(doc, "JobHealth", health)
     assert (health["status"], health["first_stalled_rank"], health["suspect_node"]) == (
         "STALLED", 2, "node-2")
-    [(to, exit_, stop)] = store.ended
     assert to is JobState.FAILED and exit_ == {"reason": "stalled", "exit_code": None,
                                                "rank": 2}
     _assert_valid(doc, "Exit", exit_)
-    _assert_valid(doc, "Job", job_json(_job(spec=job.spec, state=to, attempt=1, health=health,
-                                            exit=exit_, started_at=T0, finished_at=_at(201))))
-    _assert_valid(doc, "AttemptList", {"attempts": [attempt_json(
-        {"attempt": 1, "state": "FAILED", "placement": attempt.placement,
-         "created_at": T0, "finished_at": _at(201), "exit": exit_})]})
-    [cancel] = dispatcher.sent
-    for node_id in cancel.targets:
-        _assert_valid(doc, "CancelMessage", cancel.message_for(node_id))
-    assert cancel.message["reason"] in doc["components"]["schemas"]["CancelMessage"][
-        "properties"]["reason"]["description"]
+    _assert_valid(doc, "Job", job_json(ended))
+    _assert_valid(doc, "AttemptList", {"attempts": [
+        attempt_json(a) for a in world.store.attempts(job.job_id)]})
+    assert [a["state"] for a in world.store.attempts(job.job_id)] == ["FAILED"]
+    cancels = world.inbox.sent
+    assert sorted(m["type"] for m in cancels) == ["CANCEL", "CANCEL"], "one to each node"
+    for message in cancels:
+        _assert_valid(doc, "CancelMessage", message)
+        assert message["reason"] in doc["components"]["schemas"]["CancelMessage"][
+            "properties"]["reason"]["description"]
 
 
 def test_suppressed_scan_health_conforms_to_job_health_schema(doc):
     job, attempt = _running()
-    store = _FakeJobStore(job, attempt)
     beats = {r: Beat(r, n, heard_at=_at(10), step=1)
              for r, n in enumerate(["node-1", "node-1", "node-2", "node-2"])}
-    heartbeats = HeartbeatsService(store, _FakeBeats(beats), _FakeCollector(),
-                                   scans_per_hour=60.0, telemetry=NullTelemetry(), clock=lambda: _at(400))
-    scanner = Scanner(store, heartbeats, _FakeCollector(_at(340), _at(10)), attempts=None,
+    world = _world(job, attempt, beats, previous_scan=_at(340), latest_ingest=_at(10))
+    scanner = Scanner(world.store, _heartbeats(world, _at(400)), world.collector, attempts=None,
                       period_s=60.0, telemetry=NullTelemetry(), clock=lambda: _at(400))
     report = scanner.run()
     assert report["incidents"] == 0 and report["suppressed"]
-    [health] = store.healths
+    health = world.store.get(job.job_id).health
     _assert_valid(doc, "JobHealth", health)
     assert health["status"] == "OK" and health["suppressed"] and health["stalled_ranks"]

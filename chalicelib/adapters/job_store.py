@@ -25,7 +25,7 @@ from ..domain.errors import ServiceUnavailable
 from ..domain.fleet import Fleet, parked_partition
 from ..domain.jobs import Intent, Job, clear_incident, frozen_health
 from ..domain.placement import Plan, queue_key
-from ..domain.states import PLACED, JobState
+from ..domain.states import ENDS_ATTEMPT, PLACED, Event, JobState, sources
 from ..service.ports import (
     CapacityChanged,
     Contended,
@@ -82,6 +82,13 @@ def _set_state(job: Job, state: JobState) -> list:
     """The actions that move a job to ``state``: its state and its list partition."""
     return [JobModel.state.set(state.value),
             JobModel.tenant_state.set(tenant_state(job.tenant, state))]
+
+
+def _leaves(*events: Event):
+    """The condition of a transition: the job is in a state these events leave
+    (domain/states.py's table)."""
+    states = sorted(s.value for s in sources(*events))
+    return JobModel.state == states[0] if len(states) == 1 else JobModel.state.is_in(*states)
 
 
 def job_to_model(j: Job) -> JobModel:
@@ -292,7 +299,7 @@ class DynamoJobStore:
         ]
         if reason is not None:
             actions.append(JobModel.cancel_reason.set(reason))
-        condition = JobModel.state == JobState.PENDING.value
+        condition = _leaves(Event.CANCEL_UNPLACED)
         try:
             with self._tx() as tx:
                 tx.update(JobModel(job.job_id), actions=actions, condition=condition)
@@ -372,8 +379,7 @@ class DynamoJobStore:
                         "placed", now, attempt=attempt,
                         reason=f"placed on {len(nodes)} node{'s' if len(nodes) != 1 else ''}",
                         nodes={n: sorted(r) for n, r in plan.ranks_by_node.items()})),
-                ], condition=(JobModel.state == JobState.PENDING.value)
-                    & (JobModel.attempt == job.attempt))
+                ], condition=_leaves(Event.PLACE) & (JobModel.attempt == job.attempt))
                 tx.save(AttemptModel(
                     job.job_id, attempt, state=JobState.SCHEDULED.value,
                     placement=plan.placement(), node_ranks=plan.ranks_by_node,
@@ -553,8 +559,7 @@ class DynamoJobStore:
                               _event(JobModel, f"started#{job.attempt}", ev.event(
                                   "started", now, attempt=job.attempt,
                                   reason="the first ranks started"))],
-                     condition=(JobModel.state == JobState.SCHEDULED.value)
-                     & (JobModel.attempt == job.attempt))
+                     condition=_leaves(Event.STARTED) & (JobModel.attempt == job.attempt))
         except UpdateError as e:
             if lost_condition(e):
                 mine = self._mine(job.job_id, lambda j: j.attempt == job.attempt
@@ -588,8 +593,7 @@ class DynamoJobStore:
                             "retried", now, attempt=attempt.attempt, reason=why,
                             next_attempt=attempt.attempt + 1,
                             rank=(exit_ or {}).get("rank")))]
-        condition = (JobModel.state.is_in(*(s.value for s in PLACED))
-                     & (JobModel.attempt == attempt.attempt))
+        condition = _leaves(*ENDS_ATTEMPT) & (JobModel.attempt == attempt.attempt)
         if not to.terminal:
             # a cancel recorded meanwhile wins: no new attempt for a cancelled job
             condition &= JobModel.cancel_requested_at.does_not_exist()

@@ -109,10 +109,6 @@ class Job:
     #: then, and need not be tried again until room appears (see placement)
     waiting_on: str | None = None
 
-    @property
-    def finished(self) -> bool:
-        return self.state.terminal
-
 
 @dataclass(frozen=True)
 class Intent:

@@ -1,7 +1,10 @@
 """The job state machine of API.md, as data.
 
 Every transition names the state it leaves; the store makes it a conditional
-write on exactly that state, so two racing writers cannot both win.
+write on exactly the states :func:`sources` reads from this table (the job
+store's ``place``, ``start``, ``cancel_unplaced`` and ``end_attempt``), so two
+racing writers cannot both win, and the service picks the target state with
+:func:`next_state`.
 """
 from __future__ import annotations
 
@@ -53,6 +56,10 @@ TRANSITIONS: dict[tuple[JobState, Event], JobState] = {
 }
 
 
+#: the events that end an attempt (the store's ``end_attempt``)
+ENDS_ATTEMPT = frozenset({Event.ALL_EXITED_OK, Event.RANK_FAILED, Event.RETRY, Event.STOPPED})
+
+
 class IllegalTransition(Exception):
     def __init__(self, state: JobState, event: Event) -> None:
         super().__init__(f"{event.value} is not allowed in state {state.value}")
@@ -67,6 +74,6 @@ def next_state(state: JobState, event: Event) -> JobState:
         raise IllegalTransition(state, event) from None
 
 
-def sources(event: Event) -> frozenset[JobState]:
-    """The states ``event`` may leave: the condition of its conditional write."""
-    return frozenset(s for (s, e) in TRANSITIONS if e is event)
+def sources(*events: Event) -> frozenset[JobState]:
+    """The states any of ``events`` may leave: the condition of their conditional write."""
+    return frozenset(s for (s, e) in TRANSITIONS if e in events)

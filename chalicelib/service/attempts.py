@@ -17,13 +17,13 @@ from ..domain.principal import Principal
 from ..domain.states import PLACED, Event, JobState, next_state
 from .dispatch import Dispatcher
 from .heartbeats import not_placed_here
-from .ports import JobStore, Nudge, StateChanged
+from .ports import Nudge, StateChanged, Store
 
 _RACE_RETRIES = 3
 
 
 class AttemptsService:
-    def __init__(self, store: JobStore, dispatcher: Dispatcher, nudge: Nudge,
+    def __init__(self, store: Store, dispatcher: Dispatcher, nudge: Nudge,
                  clock: Clock = utcnow) -> None:
         self.store, self.dispatcher, self.nudge, self._clock = store, dispatcher, nudge, clock
 

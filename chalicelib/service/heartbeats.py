@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from ..domain import cursor, limits
 from ..domain.clock import Clock, iso, parse_iso, plus, utcnow
@@ -20,15 +20,19 @@ from ..domain.jobs import HEARTBEAT_DEFAULTS, Job
 from ..domain.principal import Principal
 from ..domain.stall import Beat, Verdict, judge, sample_is_active, sample_is_busy, sample_is_writing
 from ..domain.states import PLACED, JobState
-from .ports import CollectorStore, HeartbeatStore, JobStore, Telemetry
+from .ports import AttemptStore, CollectorStore, HeartbeatStore, JobStore, Telemetry
 
 _PLACEMENTS_CACHED = 1024
 #: ranks one page of the ranks view may ask for (the largest world size)
 MAX_RANKS_PAGE = 65536
 
 
+class PlacedJobs(JobStore, AttemptStore, Protocol):
+    """What heartbeats read: the job and where its attempt's ranks run."""
+
+
 class HeartbeatsService:
-    def __init__(self, store: JobStore, beats: HeartbeatStore, collector: CollectorStore, *,
+    def __init__(self, store: PlacedJobs, beats: HeartbeatStore, collector: CollectorStore, *,
                  scans_per_hour: float, telemetry: Telemetry, clock: Clock = utcnow,
                  page_token_key: bytes = b"") -> None:
         self.store, self.beats, self.collector = store, beats, collector

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol
 
 from ..domain import cursor, idempotency, limits, quotas
 from ..domain.clock import Clock, plus, utcnow
@@ -20,6 +21,8 @@ from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher
 from .ports import (
+    AttemptStore,
+    AttemptTransitions,
     Contended,
     IdemClaim,
     IdempotencyConflict,
@@ -46,8 +49,12 @@ def job_wire_bytes(job: Job) -> int:
         [job.spec, job.health, job.exit, job.name, job.cancel_reason, job.pending_reason])
 
 
+class JobsStore(JobStore, AttemptStore, AttemptTransitions, Protocol):
+    """What the jobs service calls: jobs, the attempts list, a placed job's cancel."""
+
+
 class JobsService:
-    def __init__(self, store: JobStore, dispatcher: Dispatcher, nudge: Nudge, *,
+    def __init__(self, store: JobsStore, dispatcher: Dispatcher, nudge: Nudge, *,
                  page_token_key: bytes, scans_per_hour: float, cancel_resend_after_s: float,
                  telemetry: Telemetry, clock: Clock = utcnow,
                  limits: TenantLimits = quotas.NO_LIMITS) -> None:

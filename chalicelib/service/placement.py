@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Protocol
 
 from ..domain import placement, quotas
 from ..domain.clock import Clock, plus, utcnow
@@ -21,7 +21,7 @@ from ..domain.placement import Candidate
 from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher
-from .ports import CapacityChanged, Contended, JobStore, NodeStore, StateChanged
+from .ports import AttemptTransitions, CapacityChanged, Contended, JobStore, NodeStore, StateChanged
 
 log = logging.getLogger(__name__)
 _RESERVE_RETRIES = 3
@@ -88,8 +88,12 @@ class _Pool:
                 self._nodes[node_id] = fresh
 
 
+class PlacerStore(JobStore, AttemptTransitions, Protocol):
+    """What the placer calls: the queue, and ``place``."""
+
+
 class Placer:
-    def __init__(self, store: JobStore, nodes: NodeStore, dispatcher: Dispatcher, *,
+    def __init__(self, store: PlacerStore, nodes: NodeStore, dispatcher: Dispatcher, *,
                  resend_after_s: float, clock: Clock = utcnow,
                  limits: TenantLimits = quotas.NO_LIMITS, settle_s: float = SETTLE_S) -> None:
         self.store, self.nodes, self.dispatcher, self._clock = store, nodes, dispatcher, clock

@@ -13,19 +13,24 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Protocol
 
 from ..domain.clock import Clock, plus, utcnow
 from ..domain.jobs import Intent
 from ..domain.nodes import Node
 from .attempts import AttemptsService
 from .dispatch import Dispatcher
-from .ports import JobStore, NodeStore
+from .ports import AttemptStore, JobStore, NodeStore, OutboxStore
 
 log = logging.getLogger(__name__)
 
 
+class ReconcilerStore(JobStore, AttemptStore, OutboxStore, Protocol):
+    """What the reconciler calls: due intents, and a lost node's jobs and attempts."""
+
+
 class Reconciler:
-    def __init__(self, store: JobStore, nodes: NodeStore, dispatcher: Dispatcher,
+    def __init__(self, store: ReconcilerStore, nodes: NodeStore, dispatcher: Dispatcher,
                  attempts: AttemptsService, *, resend_after_s: float, down_after_s: float,
                  clock: Clock = utcnow) -> None:
         self.store, self.nodes, self.dispatcher, self.attempts = store, nodes, dispatcher, attempts

@@ -5,6 +5,7 @@ import boto3
 import pytest
 
 from chalicelib.adapters.models import JobModel, OutboxModel
+from tests.fakes import FailingInbox
 
 from .helpers import aws_calls, drain, place
 
@@ -25,20 +26,6 @@ def create(client, tenants, **headers):
 def cancel(client, tenants, job_id, body=None, who="a"):
     return client.http.post(f"/v1/jobs/{job_id}/cancel", headers=tenants.headers(who),
                             body=json.dumps(body) if body is not None else None)
-
-
-class FailingInbox:
-    """SQS is down: every send fails after the DynamoDB write succeeded."""
-
-    def __init__(self, real):
-        self.real, self.attempts = real, 0
-
-    def ensure(self, node_id):
-        return self.real.ensure(node_id)
-
-    def send(self, queue_url, message):
-        self.attempts += 1
-        raise ConnectionError("SQS unreachable")
 
 
 def test_a_pending_job_is_cancelled_by_the_control_plane(client, tenants):

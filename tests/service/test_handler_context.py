@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 import app as app_module
+from tests.fakes import RecordingTelemetry
 
 
 class Context:
@@ -24,21 +25,6 @@ class Context:
 
     def get_remaining_time_in_millis(self) -> int:
         return 60_000
-
-
-class RecordingTelemetry:
-    def __init__(self) -> None:
-        self.begun: list[str | None] = []
-        self.flushed = 0
-
-    def count(self, name, value=1): ...
-    def seconds(self, name, value): ...
-
-    def begin(self, request_id):
-        self.begun.append(request_id)
-
-    def flush(self):
-        self.flushed += 1
 
 
 def scheduled_event(rule: str) -> dict:

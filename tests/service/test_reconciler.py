@@ -8,10 +8,10 @@ from pynamodb.exceptions import UpdateError
 
 from chalicelib.adapters.models import NodeModel
 from chalicelib.domain.principal import Principal
+from tests.fakes import FailingInbox
 from tests.faults import inject
 
 from .helpers import drain
-from .test_cancel import FailingInbox
 from .test_events import event, free, placed
 
 AGENT = Principal("agent", "*")

@@ -1,8 +1,9 @@
 """Structured JSON logs with the request id on every line; EMF metrics."""
 import json
 
+from tests.fakes import FailingInbox
+
 from .helpers import place
-from .test_cancel import FailingInbox
 
 
 def records(out: str) -> list[dict]:

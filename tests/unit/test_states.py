@@ -3,8 +3,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 from chalicelib.domain.states import (
+    ENDS_ATTEMPT,
     PLACED,
     TERMINAL,
+    TRANSITIONS,
     Event,
     IllegalTransition,
     JobState,
@@ -54,3 +56,22 @@ def test_a_retry_returns_a_placed_job_to_pending():
 
 def test_the_happy_path_reaches_succeeded():
     assert run([Event.PLACE, Event.STARTED, Event.ALL_EXITED_OK])[-1] is JobState.SUCCEEDED
+
+
+def test_an_attempt_ends_only_from_the_placed_states():
+    """end_attempt's condition: every attempt-ending event leaves exactly PLACED."""
+    assert sources(*ENDS_ATTEMPT) == PLACED
+    assert all(sources(e) == PLACED for e in ENDS_ATTEMPT)
+
+
+def test_placing_and_starting_leave_one_state_each():
+    """The conditions of the store's place and start, read from the table."""
+    assert sources(Event.PLACE) == {JobState.PENDING}
+    assert sources(Event.STARTED) == {JobState.SCHEDULED}
+
+
+def test_every_row_of_the_table_is_used_by_the_store_or_the_service():
+    """No row only tests read: each event is a conditional write's source
+    (place, start, cancel_unplaced) or an attempt's end (end_attempt)."""
+    used = {Event.PLACE, Event.STARTED, Event.CANCEL_UNPLACED} | ENDS_ATTEMPT
+    assert {e for (_, e) in TRANSITIONS} == used == set(Event)

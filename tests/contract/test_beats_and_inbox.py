@@ -1,0 +1,104 @@
+"""The contracts of the heartbeat store, the collector's marks and the inbox
+(ports.HeartbeatStore, CollectorStore, Inbox), held by the fakes of
+tests/fakes.py and the DynamoDB and SQS adapters alike."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from chalicelib.domain.clock import utcnow
+
+
+def _placement(ports, ranks: int) -> tuple[str, dict[int, str]]:
+    return ports.job().job_id, {r: ports.node_id(r % 2) for r in range(ranks)}
+
+
+def test_each_rank_reads_back_its_own_last_beat(ports):
+    """Invariant 4 rests on it: the scan judges each rank by its own receive time."""
+    job_id, node_of = _placement(ports, 4)
+    t0 = utcnow()
+    ports.beats.write(job_id, 1, [{"rank": 0, "step": 7, "beat_at": t0 - timedelta(seconds=1)},
+                                  {"rank": 2, "step": 3}], node_of, t0)
+    ports.beats.write(job_id, 1, [{"rank": 1, "step": 9}], node_of, t0 + timedelta(seconds=5))
+    beats = ports.beats.read(job_id, 1, node_of)
+    assert [(b.rank, b.node_id) for b in beats] == sorted(node_of.items())
+    assert [b.heard_at for b in beats] == [t0, t0 + timedelta(seconds=5), t0, None]
+    assert [b.step for b in beats] == [7, 9, 3, None]
+    assert beats[0].beat_at == t0 - timedelta(seconds=1) and beats[1].beat_at is None
+    assert ports.beats.read(job_id, 2, node_of)[0].heard_at is None, "another attempt's"
+
+
+def test_a_new_beat_replaces_the_last_one(ports):
+    job_id, node_of = _placement(ports, 1)
+    t0 = utcnow()
+    ports.beats.write(job_id, 1, [{"rank": 0, "step": 1}], node_of, t0)
+    ports.beats.write(job_id, 1, [{"rank": 0, "step": 2}], node_of, t0 + timedelta(seconds=3))
+    [beat] = ports.beats.read(job_id, 1, node_of)
+    assert (beat.step, beat.heard_at) == (2, t0 + timedelta(seconds=3))
+
+
+def test_a_pause_or_a_sample_does_not_touch_the_last_beat(ports):
+    job_id, node_of = _placement(ports, 2)
+    t0 = utcnow()
+    ports.beats.write(job_id, 1, [{"rank": 0, "step": 5}], node_of, t0)
+    until = t0 + timedelta(seconds=600)
+    ports.beats.pause(job_id, 1, 0, node_of[0], until, "checkpoint", t0 + timedelta(seconds=1))
+    ports.beats.pause(job_id, 1, 1, node_of[1], until, "checkpoint", t0)
+    sampled = t0 + timedelta(seconds=2)
+    ports.beats.sample(job_id, 1, 0, node_of[0], {"proc": {"cpu": 0.5}, "sampled_at": sampled,
+                                                  "io_at": None}, sampled)
+    paused, never = ports.beats.read(job_id, 1, node_of)
+    assert (paused.heard_at, paused.step, paused.paused_until) == (t0, 5, until)
+    assert (paused.proc, paused.sampled_at, paused.io_at) == ({"cpu": 0.5}, sampled, None)
+    assert (never.heard_at, never.paused_until) == (None, until)
+
+
+def test_a_pause_in_a_beat_is_kept_with_it(ports):
+    job_id, node_of = _placement(ports, 1)
+    t0 = utcnow()
+    until = t0 + timedelta(seconds=60)
+    wrote, resumed = t0 - timedelta(seconds=3), t0 - timedelta(seconds=1)
+    ports.beats.write(job_id, 1, [{"rank": 0, "step": 1, "paused_until": until,
+                                   "pause_reason": "eval", "arrived_seq": 4,
+                                   "arrived_name": "all_reduce", "wrote_at": wrote,
+                                   "resumed_at": resumed, "resumed_gap_s": 12.5}], node_of, t0)
+    [beat] = ports.beats.read(job_id, 1, node_of)
+    assert (beat.paused_until, beat.arrived_seq, beat.arrived_name) == (until, 4, "all_reduce")
+    assert (beat.wrote_at, beat.resumed_at, beat.resumed_gap_s) == (wrote, resumed, 12.5)
+
+
+# -- the collector's marks: one item for the whole stack ---------------------------
+def test_the_latest_ingest_is_the_latest_mark(whole):
+    assert whole.collector.latest_ingest() is None
+    t0 = utcnow()
+    whole.collector.mark_ingest(t0)
+    assert whole.collector.latest_ingest() == t0
+    whole.collector.mark_ingest(t0 + timedelta(milliseconds=300))  # at most one a second
+    assert whole.collector.latest_ingest() == t0
+    whole.collector.mark_ingest(t0 + timedelta(seconds=2))
+    assert whole.collector.latest_ingest() == t0 + timedelta(seconds=2)
+
+
+def test_the_previous_scan_is_the_one_last_recorded(whole):
+    assert whole.collector.previous_scan() == (None, None, None)
+    t0 = utcnow()
+    whole.collector.record_scan(t0, t0 + timedelta(seconds=130), "collector blind")
+    assert whole.collector.previous_scan() == (t0, t0 + timedelta(seconds=130),
+                                               "collector blind")
+    whole.collector.record_scan(t0 + timedelta(seconds=60))
+    assert whole.collector.previous_scan() == (t0 + timedelta(seconds=60), None, None)
+
+
+# -- the inbox --------------------------------------------------------------------
+def test_each_node_has_one_inbox_and_gets_what_is_sent_there(ports):
+    a, b = ports.node_id(0), ports.node_id(1)
+    url = ports.inbox.ensure(a)
+    assert ports.inbox.ensure(a) == url, "ensuring again is harmless"
+    other = ports.inbox.ensure(b)
+    assert other != url
+    ports.inbox.send(url, {"type": "CANCEL", "job_id": "j", "attempt": 1, "reason": None})
+    ports.inbox.send(url, {"type": "CANCEL", "job_id": "j", "attempt": 2, "reason": "x"})
+    got = ports.drain(url)
+    assert sorted(m["attempt"] for m in got) == [1, 2]
+    assert got[0] in ({"type": "CANCEL", "job_id": "j", "attempt": 1, "reason": None},
+                      {"type": "CANCEL", "job_id": "j", "attempt": 2, "reason": "x"})
+    assert ports.drain(other) == [] and ports.drain(url) == []

@@ -1,0 +1,867 @@
+"""In-memory fakes of the ports (chalicelib/service/ports.py), for service logic
+that needs no DynamoDB semantics.
+
+They keep the adapters' contract, not just their signatures: transitions are
+conditional on the states domain/states.py's table says they leave and raise
+StateChanged when they lose, a taken idempotency key raises
+IdempotencyConflict with its holder, a reservation on nodes without room raises
+CapacityChanged naming them, pages resume after their token, intents stay due
+until every target acknowledged, a retried write recognises itself. Times are
+kept to the millisecond, as the adapters store them. tests/contract/ runs the
+same tests against these fakes and the real adapters (on moto), so the two
+cannot drift apart.
+
+One :class:`World` holds every table, since the job store's transactions reach
+the nodes (a placement reserves GPUs, a release gives them back)::
+
+    world = World(clock)
+    world.store, world.nodes, world.beats, world.collector, world.inbox
+    services = world.services()   # the services of bootstrap.build, over fakes
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import threading
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Iterator
+
+from chalicelib.domain import events as ev, idempotency
+from chalicelib.domain.attempts import Attempt
+from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
+from chalicelib.domain.jobs import Intent, Job, clear_incident, frozen_health
+from chalicelib.domain.nodes import Node, NodeState
+from chalicelib.domain.placement import Plan, queue_key
+from chalicelib.domain.stall import Beat
+from chalicelib.domain.states import ENDS_ATTEMPT, PLACED, Event, JobState, sources
+from chalicelib.service.ports import (
+    CapacityChanged,
+    FleetSummary,
+    IdemClaim,
+    IdempotencyConflict,
+    IdemRecord,
+    LogPage,
+    OutboxEntry,
+    StateChanged,
+)
+
+#: the capacity summary of every GPU type together (adapters/fleet.py)
+ALL_TYPES = "*"
+#: nodes a ready_pages page holds (adapters/node_store.CANDIDATE_PAGE)
+CANDIDATE_PAGE = 50
+
+
+def ms(t: datetime) -> datetime:
+    """``t`` as the adapters store it: UTC, to the millisecond."""
+    return parse_iso(iso(t))
+
+
+def _ms(t: datetime | None) -> datetime | None:
+    return None if t is None else ms(t)
+
+
+def room_types(gpu_type: str | None) -> list[str]:
+    return [gpu_type, ALL_TYPES] if gpu_type and gpu_type != ALL_TYPES else [ALL_TYPES]
+
+
+class ConditionFailed(Exception):
+    """A write the adapter would send unguarded failed its condition: a bug in
+    the caller, not a race (the adapter raises botocore's error here)."""
+
+
+@dataclass
+class _Fleet:
+    gpus: int = 0
+    largest_node: int = 0
+    room_version: int = 0
+    room_at: datetime | None = None
+
+
+@dataclass
+class _Outbox:
+    intent: Intent
+    unacked: set[str]
+    due_at: datetime
+    sends: int = 1
+    pending: bool = True
+
+
+@dataclass
+class Tables:
+    """Every table, shared by the fakes of one world; one lock makes each
+    method one atomic step, as a transaction is."""
+    jobs: dict[str, Job] = field(default_factory=dict)
+    job_events: dict[str, dict] = field(default_factory=dict)
+    idem: dict[str, IdemRecord] = field(default_factory=dict)
+    attempts: dict[tuple[str, int], Attempt] = field(default_factory=dict)
+    attempt_events: dict[tuple[str, int], dict] = field(default_factory=dict)
+    outbox: dict[tuple[str, str], _Outbox] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    fleet: dict[str, _Fleet] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def bump_room(self, gpu_type: str | None, now: datetime) -> None:
+        for t in room_types(gpu_type):
+            f = self.fleet.setdefault(t, _Fleet())
+            f.room_version += 1
+            f.room_at = ms(now)
+
+
+def _state_in(job: Job | None, *events: Event) -> bool:
+    return job is not None and job.state in sources(*events)
+
+
+class FakeJobStore:
+    """chalicelib.service.ports.Store in memory (adapters/job_store.DynamoJobStore)."""
+
+    def __init__(self, tables: Tables | None = None, clock: Clock = utcnow) -> None:
+        self.t = tables or Tables()
+        self._clock = clock
+        #: set to an exception to make ping fail (readiness tests)
+        self.ping_error: Exception | None = None
+
+    # -- seeding, for tests that start from a given state ------------------
+    def put(self, job: Job, attempt: Attempt | None = None) -> None:
+        """Store ``job`` (and ``attempt``) as they are, no conditions. A placed
+        attempt comes with its LAUNCH, acknowledged, as placing it leaves it."""
+        with self.t.lock:
+            self.t.jobs[job.job_id] = self._norm(job)
+            self.t.job_events.setdefault(job.job_id, {})
+            if attempt is not None:
+                self.t.attempts[(attempt.job_id, attempt.attempt)] = copy.deepcopy(attempt)
+                self.t.attempt_events.setdefault((attempt.job_id, attempt.attempt), {})
+                launch = Intent(job.job_id, attempt.attempt, "LAUNCH", {"type": "LAUNCH"},
+                                {n: job.inboxes.get(n, "") for n in attempt.node_ranks},
+                                copy.deepcopy(attempt.node_ranks))
+                self.t.outbox.setdefault((job.job_id, launch.intent_id), _Outbox(
+                    launch, set(), attempt.created_at, pending=False))
+
+    @staticmethod
+    def _norm(job: Job) -> Job:
+        job = copy.deepcopy(job)
+        for f in ("created_at", "updated_at", "started_at", "finished_at",
+                  "cancel_requested_at"):
+            setattr(job, f, _ms(getattr(job, f)))
+        return job
+
+    def _job(self, job_id: str) -> Job | None:
+        return self.t.jobs.get(job_id)
+
+    def _event(self, job_id: str, key: str, value: dict) -> None:
+        self.t.job_events.setdefault(job_id, {}).setdefault(key, value)
+
+    # -- create and read ---------------------------------------------------
+    def create(self, job: Job, claim: IdemClaim | None, *,
+               reclaim: IdemRecord | None = None) -> None:
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if claim is None:
+                if current is not None:
+                    if current.tenant == job.tenant and current.created_at == ms(job.created_at):
+                        return  # this very put, retried
+                    raise ConditionFailed(f"job {job.job_id} exists")
+                self._insert(job)
+                return
+            job = replace(job, idem_id=claim.idem_id)
+            held = self.t.idem.get(claim.idem_id)
+            if reclaim is None:
+                free = held is None
+            else:  # take over an expired key, exactly as it was read
+                free = (held is not None and held.job_id == reclaim.job_id
+                        and held.expires_at == reclaim.expires_at)
+            if not free:
+                if held is not None and held.job_id == job.job_id:
+                    return  # the key holds this very job: our retried create
+                raise IdempotencyConflict(held)
+            if current is not None:
+                raise IdempotencyConflict(None)
+            self.t.idem[claim.idem_id] = IdemRecord(claim.idem_id, job.job_id,
+                                                     claim.body_hash, None)
+            self._insert(job)
+
+    def _insert(self, job: Job) -> None:
+        self.t.jobs[job.job_id] = self._norm(job)
+        self.t.job_events[job.job_id] = {"created": ev.event(
+            "created", job.created_at, reason="submitted", tenant=job.tenant)}
+
+    def get(self, job_id: str) -> Job | None:
+        with self.t.lock:
+            job = self._job(job_id)
+            return copy.deepcopy(job)
+
+    def page(self, tenant: str, state: str | None, page_size: int,
+             after: str | None) -> tuple[list[Job], str | None]:
+        """Newest first (job ids sort by creation), after the ``after`` id."""
+        with self.t.lock:
+            jobs = sorted((j for j in self.t.jobs.values() if j.tenant == tenant
+                           and (state is None or j.state.value == state)
+                           and (after is None or j.job_id < after)),
+                          key=lambda j: j.job_id, reverse=True)
+            page = [copy.deepcopy(j) for j in jobs[:page_size]]
+            return page, (page[-1].job_id if len(jobs) > page_size else None)
+
+    def _queue(self, state: JobState, limit: int) -> list[Job]:
+        with self.t.lock:
+            jobs = sorted((j for j in self.t.jobs.values() if j.state is state),
+                          key=lambda j: queue_key(j.spec.get("priority", 0), j.job_id))
+            return [copy.deepcopy(j) for j in jobs[:limit]]
+
+    def pending(self, limit: int) -> Iterator[Job]:
+        """PENDING jobs, highest priority first, then oldest first."""
+        yield from self._queue(JobState.PENDING, limit)
+
+    def active(self, state: JobState, limit: int) -> list[Job]:
+        return self._queue(state, limit) if not state.terminal else []
+
+    def set_pending_reason(self, job: Job, reason: str | None,
+                           waiting_on: str | None = None) -> None:
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if current is None or current.state is not JobState.PENDING \
+                    or current.attempt != job.attempt:
+                return
+            current.pending_reason, current.waiting_on = reason or None, waiting_on or None
+            if reason:
+                self._event(job.job_id, ev.waiting_key(job.attempt, reason), ev.event(
+                    "waiting", self._clock(), attempt=job.attempt or None, reason=reason))
+
+    # -- transitions --------------------------------------------------------
+    def _expire_key_ok(self, job: Job) -> bool:
+        held = self.t.idem.get(job.idem_id) if job.idem_id else None
+        return job.idem_id is None or (held is not None and held.job_id == job.job_id)
+
+    def _expire_key(self, job: Job, now: datetime) -> None:
+        if job.idem_id:
+            held = self.t.idem[job.idem_id]
+            self.t.idem[job.idem_id] = replace(held, expires_at=idempotency.expires_at(ms(now)))
+
+    def cancel_unplaced(self, job: Job, now: datetime, reason: str | None) -> Job:
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if not _state_in(current, Event.CANCEL_UNPLACED) or not self._expire_key_ok(job):
+                if current is not None and current.state is JobState.CANCELLED \
+                        and current.cancel_requested_at == ms(now):
+                    return copy.deepcopy(current)  # our own cancel, retried
+                raise StateChanged(job.job_id)
+            assert current is not None
+            now = ms(now)
+            current.state, current.cancel_requested_at, current.updated_at = (
+                JobState.CANCELLED, now, now)
+            current.exit, current.pending_reason, current.finished_at = (
+                {"reason": "cancelled", "exit_code": None}, None, now)
+            if reason is not None:
+                current.cancel_reason = reason
+            self._event(job.job_id, "cancel_requested", ev.event(
+                "cancel_requested", now, attempt=job.attempt or None, reason=reason,
+                by=job.tenant))
+            self._event(job.job_id, "finished", ev.event(
+                "finished", now, attempt=job.attempt or None, state="CANCELLED",
+                reason="cancelled before it was placed"))
+            self._expire_key(job, now)
+            return copy.deepcopy(current)
+
+    def _save_intent(self, intent: Intent, due_at: datetime) -> None:
+        self.t.outbox[(intent.job_id, intent.intent_id)] = _Outbox(
+            copy.deepcopy(intent), set(intent.targets), ms(due_at),
+            pending=bool(intent.targets))
+
+    def _retire_launch(self, job_id: str, attempt: int) -> None:
+        self.t.outbox[(job_id, f"LAUNCH#{attempt}")].pending = False
+
+    def request_cancel(self, job: Job, now: datetime, reason: str | None,
+                       intent: Intent, due_at: datetime) -> Job:
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if (current is None or current.state not in PLACED
+                    or current.attempt != job.attempt or current.cancel_requested_at is not None
+                    or (job.job_id, intent.intent_id) in self.t.outbox
+                    or (job.job_id, f"LAUNCH#{job.attempt}") not in self.t.outbox):
+                if current is not None and current.cancel_requested_at == ms(now):
+                    return copy.deepcopy(current)
+                raise StateChanged(job.job_id)
+            now = ms(now)
+            current.cancel_requested_at, current.updated_at = now, now
+            if reason is not None:
+                current.cancel_reason = reason
+            self._event(job.job_id, "cancel_requested", ev.event(
+                "cancel_requested", now, attempt=job.attempt, reason=reason, by=job.tenant,
+                nodes=sorted(intent.targets)))
+            self._save_intent(intent, due_at)
+            self._retire_launch(job.job_id, job.attempt)
+            return replace(job, cancel_requested_at=now, cancel_reason=reason, updated_at=now)
+
+    def place(self, job: Job, plan: Plan, intent: Intent, now: datetime,
+              resend_at: datetime | None = None,
+              node_types: dict[str, str] | None = None) -> Job:
+        attempt = job.attempt + 1
+        gpus = plan.gpus_by_node()
+        key = f"{job.job_id}#{attempt}"
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if not _state_in(current, Event.PLACE) or current is None \
+                    or current.attempt != job.attempt:
+                if current is not None and current.attempt == attempt \
+                        and current.state is JobState.SCHEDULED \
+                        and current.updated_at == ms(now):
+                    return copy.deepcopy(current)  # our own placement, retried
+                raise StateChanged(job.job_id)
+            full = [n for n in sorted(gpus) if (node := self.t.nodes.get(n)) is None
+                    or node.gpus_free < gpus[n] or node.state is not NodeState.READY]
+            if full or (job.job_id, attempt) in self.t.attempts \
+                    or (job.job_id, intent.intent_id) in self.t.outbox:
+                raise CapacityChanged(full or sorted(gpus))
+            now = ms(now)
+            current.state, current.attempt, current.inboxes = (
+                JobState.SCHEDULED, attempt, dict(intent.targets))
+            current.pending_reason = current.waiting_on = None
+            current.health, current.updated_at = clear_incident(job.health), now
+            n = len(gpus)
+            self._event(job.job_id, f"placed#{attempt}", ev.event(
+                "placed", now, attempt=attempt,
+                reason=f"placed on {n} node{'s' if n != 1 else ''}",
+                nodes={node: sorted(r) for node, r in plan.ranks_by_node.items()}))
+            self.t.attempts[(job.job_id, attempt)] = Attempt(
+                job_id=job.job_id, attempt=attempt, state=JobState.SCHEDULED.value,
+                placement=plan.placement(), node_ranks=copy.deepcopy(plan.ranks_by_node),
+                node_gpus=gpus, world_size=job.spec["ranks"], created_at=now,
+                node_types=dict(node_types or {}))
+            self.t.attempt_events[(job.job_id, attempt)] = {}
+            self._save_intent(intent, resend_at or now)
+            for node_id, g in gpus.items():
+                node = self.t.nodes[node_id]
+                node.gpus_free -= g
+                node.attempts = node.attempts | {key}
+            return replace(job, state=JobState.SCHEDULED, attempt=attempt,
+                           inboxes=dict(intent.targets), pending_reason=None, updated_at=now)
+
+    def start(self, job: Job, now: datetime) -> Job:
+        """SCHEDULED -> RUNNING when the first ranks of the attempt started."""
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if not _state_in(current, Event.STARTED) or current is None \
+                    or current.attempt != job.attempt:
+                if current is not None and current.attempt == job.attempt \
+                        and current.started_at == ms(now):
+                    return copy.deepcopy(current)
+                raise StateChanged(job.job_id)
+            now = ms(now)
+            current.state, current.started_at, current.updated_at = JobState.RUNNING, now, now
+            self._event(job.job_id, f"started#{job.attempt}", ev.event(
+                "started", now, attempt=job.attempt, reason="the first ranks started"))
+            return copy.deepcopy(current)
+
+    def end_attempt(self, job: Job, attempt: Attempt, to: JobState, exit_: dict,
+                    now: datetime, stop: Intent | None = None) -> Job:
+        with self.t.lock:
+            current = self._job(job.job_id)
+            lost = (not _state_in(current, *ENDS_ATTEMPT) or current is None
+                    or current.attempt != attempt.attempt
+                    or (not to.terminal and current.cancel_requested_at is not None)
+                    or (job.job_id, f"LAUNCH#{attempt.attempt}") not in self.t.outbox
+                    or (stop is not None and stop.targets
+                        and (job.job_id, stop.intent_id) in self.t.outbox)
+                    or (to.terminal and not self._expire_key_ok(job)))
+            if lost:
+                ended = self.t.attempts.get((job.job_id, attempt.attempt))
+                if ended is not None and ended.finished_at == ms(now) and ended.exit == exit_:
+                    return copy.deepcopy(current)  # type: ignore[return-value]
+                raise StateChanged(job.job_id)
+            assert current is not None
+            now = ms(now)
+            why = (exit_ or {}).get("reason")
+            current.state, current.updated_at = to, now
+            current.health = frozen_health(job.health, iso(now), to.terminal, exit_)
+            if to.terminal:
+                current.exit, current.finished_at = copy.deepcopy(exit_), now
+                self._event(job.job_id, "finished", ev.event(
+                    "finished", now, attempt=attempt.attempt, state=to.value, reason=why,
+                    exit_code=(exit_ or {}).get("exit_code"), rank=(exit_ or {}).get("rank")))
+                self._expire_key(job, now)
+            else:
+                current.inboxes = {}
+                self._event(job.job_id, f"retried#{attempt.attempt}", ev.event(
+                    "retried", now, attempt=attempt.attempt, reason=why,
+                    next_attempt=attempt.attempt + 1, rank=(exit_ or {}).get("rank")))
+            stored = self.t.attempts[(job.job_id, attempt.attempt)]
+            stored.state = to.value if to.terminal else JobState.FAILED.value
+            stored.finished_at, stored.exit = now, copy.deepcopy(exit_)
+            self._retire_launch(job.job_id, attempt.attempt)
+            if stop is not None and stop.targets:
+                self._save_intent(stop, now)
+            return copy.deepcopy(current)
+
+    # -- health ------------------------------------------------------------
+    def record_health(self, job: Job, health: dict, *, incident_key: str | None = None) -> bool:
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if current is None or current.state is not JobState.RUNNING \
+                    or current.attempt != job.attempt:
+                return False
+            if incident_key is not None:
+                if current.incident_key != job.incident_key:
+                    return False
+                current.incident_key = incident_key
+                self._event(job.job_id, f"stalled#{incident_key}", ev.event(
+                    "stalled", self._clock(), attempt=job.attempt,
+                    reason=f"rank {health.get('first_stalled_rank')} stalled first",
+                    rank=health.get("first_stalled_rank"),
+                    co_first=[c.get("rank") for c in health.get("co_first") or []] or None,
+                    suspect_node=health.get("suspect_node")))
+            current.health = copy.deepcopy(health)
+            return True
+
+    # -- attempts -------------------------------------------------------------
+    def attempt(self, job_id: str, attempt: int) -> Attempt | None:
+        with self.t.lock:
+            return copy.deepcopy(self.t.attempts.get((job_id, attempt)))
+
+    def record_ranks(self, job_id: str, attempt: int, kind: str, ranks: list[int],
+                     exit_code: int | None = None, node_id: str | None = None) -> Attempt:
+        with self.t.lock:
+            stored = self.t.attempts.get((job_id, attempt))
+            if stored is None:
+                raise ConditionFailed(f"job {job_id} has no attempt {attempt}")
+            if ranks:
+                getattr(stored, kind).update(ranks)
+                if kind == "exited":
+                    stored.exit_codes.update({r: exit_code for r in ranks})  # type: ignore[misc]
+                code = exit_code if kind == "exited" else None
+                self.t.attempt_events[(job_id, attempt)].setdefault(
+                    ev.ranks_key(kind, ranks, code),
+                    ev.rank_event(kind, self._clock(), attempt, ranks, code, node_id))
+            return copy.deepcopy(stored)
+
+    def release(self, attempt: Attempt, node_id: str) -> bool:
+        """A node's GPUs back from the attempt, exactly once."""
+        with self.t.lock:
+            stored = self.t.attempts.get((attempt.job_id, attempt.attempt))
+            node = self.t.nodes.get(node_id)
+            if stored is None or node_id in stored.released or node is None:
+                return False
+            key = f"{attempt.job_id}#{attempt.attempt}"
+            stored.released.add(node_id)
+            node.gpus_free += int(attempt.node_gpus.get(node_id, 0))
+            node.attempts, node.lost = node.attempts - {key}, node.lost - {key}
+            self.t.bump_room(attempt.node_types.get(node_id), self._clock())
+            return True
+
+    def attempts(self, job_id: str) -> list[dict]:
+        with self.t.lock:
+            return [{"attempt": a.attempt, "placement": copy.deepcopy(a.placement),
+                     "state": "RUNNING" if a.state == "SCHEDULED" and a.started else a.state,
+                     "created_at": a.created_at, "finished_at": a.finished_at,
+                     "exit": copy.deepcopy(a.exit)}
+                    for (j, _), a in sorted(self.t.attempts.items()) if j == job_id]
+
+    def events(self, job_id: str) -> list[dict]:
+        with self.t.lock:
+            if job_id not in self.t.jobs:
+                raise KeyError(job_id)
+            return copy.deepcopy(ev.timeline(
+                self.t.job_events.get(job_id), *(e for (j, _), e in sorted(
+                    self.t.attempt_events.items()) if j == job_id)))
+
+    def ping(self) -> None:
+        if self.ping_error is not None:
+            raise self.ping_error
+
+    # -- outbox --------------------------------------------------------------
+    def due_intents(self, now: datetime, limit: int) -> list[OutboxEntry]:
+        with self.t.lock:
+            due = sorted((o for o in self.t.outbox.values()
+                          if o.pending and o.due_at <= ms(now)), key=lambda o: o.due_at)
+            return [OutboxEntry(copy.deepcopy(o.intent), frozenset(o.unacked), o.due_at, o.sends)
+                    for o in due[:limit]]
+
+    def reschedule_intent(self, entry: OutboxEntry, due_at: datetime) -> None:
+        with self.t.lock:
+            o = self.t.outbox.get((entry.intent.job_id, entry.intent.intent_id))
+            if o is not None and o.pending:  # acknowledged meanwhile: nothing to do
+                o.due_at, o.sends = ms(due_at), o.sends + 1
+
+    def ack_intent(self, job_id: str, intent_id: str, node_id: str) -> None:
+        with self.t.lock:
+            o = self.t.outbox.get((job_id, intent_id))
+            if o is None:
+                return
+            o.unacked.discard(node_id)
+            if not o.unacked:
+                o.pending = False
+
+
+class FakeNodeStore:
+    """chalicelib.service.ports.NodeStore in memory (adapters/node_store.DynamoNodeStore)."""
+
+    def __init__(self, tables: Tables | None = None) -> None:
+        self.t = tables or Tables()
+
+    def get(self, node_id: str) -> Node | None:
+        with self.t.lock:
+            return copy.deepcopy(self.t.nodes.get(node_id))
+
+    def all(self) -> list[Node]:
+        with self.t.lock:
+            return [copy.deepcopy(n) for _, n in sorted(self.t.nodes.items())]
+
+    def _fleet(self, gpu_type: str, delta: int) -> None:
+        self.t.fleet.setdefault(gpu_type, _Fleet()).gpus += delta
+
+    def _raise_largest(self, gpu_type: str, gpus: int) -> None:
+        for t in (gpu_type, ALL_TYPES):
+            f = self.t.fleet.setdefault(t, _Fleet())
+            f.largest_node = max(f.largest_node, gpus)
+
+    def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
+                 address: str, inbox_queue_url: str, now: datetime,
+                 current: Node | None, isolation: str = "none") -> Node:
+        """Create or update a node; capacity moves gpus_free and the fleet by the
+        same delta (``current`` is only a hint here: the fake reads its own)."""
+        now = ms(now)
+        with self.t.lock:
+            node = self.t.nodes.get(node_id)
+            if node is None:
+                self.t.nodes[node_id] = Node(
+                    node_id=node_id, gpus=gpus, gpus_free=gpus, gpu_type=gpu_type,
+                    state=NodeState.READY, inbox_queue_url=inbox_queue_url, last_seen_at=now,
+                    registered_at=now, labels=copy.deepcopy(labels), address=address,
+                    isolation=isolation)
+                self._fleet(gpu_type, gpus)
+                self._fleet(ALL_TYPES, gpus)
+                self.t.bump_room(gpu_type, now)
+                self._raise_largest(gpu_type, gpus)
+                return copy.deepcopy(self.t.nodes[node_id])
+            was_down = node.state is NodeState.DOWN
+            node.last_seen_at, node.labels, node.address = now, copy.deepcopy(labels), address
+            node.inbox_queue_url, node.isolation = inbox_queue_url, isolation
+            if was_down:
+                node.state = NodeState.READY
+            changed = gpus != node.gpus or gpu_type != node.gpu_type
+            if changed:
+                self._fleet(node.gpu_type, -node.gpus)
+                self._fleet(ALL_TYPES, gpus - node.gpus)
+                self._fleet(gpu_type, gpus)
+                node.gpus_free += gpus - node.gpus
+                node.gpus, node.gpu_type = gpus, gpu_type
+            if changed or was_down:
+                self.t.bump_room(gpu_type, now)
+            if changed:
+                self._raise_largest(gpu_type, gpus)
+            return copy.deepcopy(node)
+
+    def fleet(self, gpu_type: str | None) -> tuple[int, int]:
+        f = self.fleet_summary(gpu_type)
+        return f.gpus, f.largest_node
+
+    def fleet_summary(self, gpu_type: str | None) -> FleetSummary:
+        with self.t.lock:
+            f = self.t.fleet.get(gpu_type or ALL_TYPES, _Fleet())
+            return FleetSummary(f.gpus, f.largest_node, f.room_version, f.room_at)
+
+    def ready_pages(self, gpu_type: str | None, min_free: int) -> Iterator[list[Node]]:
+        """READY nodes with at least ``min_free`` GPUs, most free first, in pages."""
+        with self.t.lock:
+            ready = sorted((copy.deepcopy(n) for n in self.t.nodes.values()
+                            if n.state is NodeState.READY and n.gpus_free >= min_free
+                            and (gpu_type is None or n.gpu_type == gpu_type)),
+                           key=lambda n: (-n.gpus_free, n.node_id))
+        for i in range(0, len(ready), CANDIDATE_PAGE):
+            yield ready[i:i + CANDIDATE_PAGE]
+
+    def silent_since(self, before: datetime) -> list[Node]:
+        with self.t.lock:
+            return [copy.deepcopy(n) for _, n in sorted(self.t.nodes.items())
+                    if n.state is not NodeState.DOWN and n.last_seen_at < ms(before)]
+
+    def down_holding_attempts(self) -> list[Node]:
+        """DOWN nodes on which some attempt still holds GPUs."""
+        with self.t.lock:
+            return [copy.deepcopy(n) for _, n in sorted(self.t.nodes.items())
+                    if n.state is NodeState.DOWN and n.attempts]
+
+    def mark_down(self, node: Node) -> bool:
+        with self.t.lock:
+            stored = self.t.nodes.get(node.node_id)
+            if stored is None or stored.last_seen_at != ms(node.last_seen_at):
+                return False  # it called in since it was read
+            stored.state = NodeState.DOWN
+            return True
+
+    def mark_lost(self, node_id: str, key: str) -> bool:
+        with self.t.lock:
+            stored = self.t.nodes.get(node_id)
+            if stored is None or key not in stored.attempts:
+                return False
+            stored.lost = stored.lost | {key}
+            return True
+
+    def attempts_on(self, node_id: str) -> list[tuple[str, int]]:
+        with self.t.lock:
+            stored = self.t.nodes.get(node_id)
+            keys = stored.attempts if stored is not None else ()
+            return sorted((k.rpartition("#")[0], int(k.rpartition("#")[2])) for k in keys)
+
+
+_EVIDENCE = ("proc", "arrived_seq", "arrived_name", "sampled_at", "io_at", "active_at",
+             "wrote_at", "resumed_at", "resumed_gap_s")
+
+
+class FakeHeartbeatStore:
+    """chalicelib.service.ports.HeartbeatStore in memory: one record per rank."""
+
+    def __init__(self) -> None:
+        self.items: dict[tuple[str, int, int], dict] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _evidence(b: dict) -> dict:
+        out = {k: copy.deepcopy(b.get(k)) for k in ("proc", "arrived_seq", "arrived_name")}
+        for k in ("sampled_at", "io_at", "active_at", "wrote_at"):
+            out[k] = _ms(b.get(k))
+        return out
+
+    def write(self, job_id: str, attempt: int, beats: list[dict], node_of: dict[int, str],
+              now: datetime) -> None:
+        """Overwrite each rank's record with this beat, stamped ``now``."""
+        with self._lock:
+            for b in beats:
+                self.items[(job_id, attempt, b["rank"])] = {
+                    "node_id": node_of.get(b["rank"], ""), "heard_at": ms(now),
+                    "step": b.get("step"), "beat_at": _ms(b.get("beat_at")),
+                    "paused_until": _ms(b.get("paused_until")),
+                    "resumed_at": _ms(b.get("resumed_at")), "resumed_gap_s": b.get("resumed_gap_s"),
+                    **self._evidence(b)}
+
+    def sample(self, job_id: str, attempt: int, rank: int, node_id: str, sample: dict,
+               now: datetime) -> None:
+        with self._lock:
+            item = self.items.setdefault((job_id, attempt, rank), {})
+            item.update({k: v for k, v in self._evidence(sample).items() if v is not None})
+            item["node_id"] = node_id
+
+    def pause(self, job_id: str, attempt: int, rank: int, node_id: str,
+              until: datetime, reason: str, now: datetime) -> None:
+        with self._lock:
+            item = self.items.setdefault((job_id, attempt, rank), {})
+            item.update(paused_until=ms(until), node_id=node_id)
+
+    def read(self, job_id: str, attempt: int, node_of: dict[int, str]) -> list[Beat]:
+        with self._lock:
+            out = []
+            for rank in range(len(node_of)):
+                item = self.items.get((job_id, attempt, rank))
+                if item is None:
+                    out.append(Beat(rank, node_of[rank]))
+                    continue
+                out.append(Beat(rank, node_of[rank], heard_at=item.get("heard_at"),
+                                beat_at=item.get("beat_at"), step=item.get("step"),
+                                paused_until=item.get("paused_until"),
+                                **{k: copy.deepcopy(item.get(k)) for k in _EVIDENCE}))
+            return out
+
+    def seed(self, job_id: str, attempt: int, beats: dict[int, Beat]) -> None:
+        """Records as a test wants them, as read back (heard_at and all)."""
+        with self._lock:
+            for rank, b in beats.items():
+                self.items[(job_id, attempt, rank)] = {
+                    f.name: getattr(b, f.name) for f in dataclasses.fields(Beat)
+                    if f.name not in ("rank", "node_id", "prev_heard_at", "ended")}
+
+
+class FakeCollectorStore:
+    """chalicelib.service.ports.CollectorStore in memory."""
+
+    def __init__(self, previous_scan: datetime | None = None,
+                 latest_ingest: datetime | None = None) -> None:
+        self._scan: tuple[datetime | None, datetime | None, str | None] = (
+            _ms(previous_scan), None, None)
+        self._marks = [ms(latest_ingest)] if latest_ingest else []
+        self._last_mark: datetime | None = None
+
+    def mark_ingest(self, now: datetime) -> None:
+        # as the adapter: at most one mark a second (per process)
+        if self._last_mark is not None and abs((now - self._last_mark).total_seconds()) < 1.0:
+            return
+        self._last_mark = now
+        self._marks.append(ms(now))
+
+    def latest_ingest(self) -> datetime | None:
+        return max(self._marks) if self._marks else None
+
+    def previous_scan(self) -> tuple[datetime | None, datetime | None, str | None]:
+        return self._scan
+
+    def record_scan(self, now: datetime, hold_until: datetime | None = None,
+                    hold_reason: str | None = None) -> None:
+        self._scan = (ms(now), _ms(hold_until), hold_reason)
+
+
+class FakeInbox:
+    """chalicelib.service.ports.Inbox in memory: a list of messages per queue URL."""
+
+    def __init__(self, prefix: str = "fake://inbox/") -> None:
+        self.prefix = prefix
+        self.queues: dict[str, list[dict]] = {}
+        #: queue URLs whose sends fail (a dependency failure to inject)
+        self.failing: set[str] = set()
+        self._lock = threading.Lock()
+
+    def ensure(self, node_id: str) -> str:
+        url = self.prefix + node_id
+        with self._lock:
+            self.queues.setdefault(url, [])
+        return url
+
+    def send(self, queue_url: str, message: dict) -> None:
+        if queue_url in self.failing:
+            raise ConnectionError(f"sending to {queue_url} failed")
+        with self._lock:
+            if queue_url not in self.queues:
+                raise LookupError(f"no queue {queue_url}")
+            self.queues[queue_url].append(copy.deepcopy(message))
+
+    def drain(self, queue_url: str) -> list[dict]:
+        """Every message sent to the queue since the last drain."""
+        with self._lock:
+            out, self.queues[queue_url] = self.queues.get(queue_url, []), []
+            return out
+
+    @property
+    def sent(self) -> list[dict]:
+        """Every message waiting in any queue, in queue then send order."""
+        with self._lock:
+            return [m for _, q in sorted(self.queues.items()) for m in q]
+
+
+class FailingInbox:
+    """The queue service is down: every send fails (after whatever the caller
+    wrote first); inboxes are still made by the inbox it wraps."""
+
+    def __init__(self, real) -> None:
+        self.real, self.attempts = real, 0
+
+    def ensure(self, node_id: str) -> str:
+        return self.real.ensure(node_id)
+
+    def send(self, queue_url: str, message: dict) -> None:
+        self.attempts += 1
+        raise ConnectionError("SQS unreachable")
+
+
+class FakeNudge:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+
+
+class NullTelemetry:
+    """Telemetry that records nothing."""
+
+    def count(self, name: str, value: float = 1) -> None: ...
+    def seconds(self, name: str, value: float) -> None: ...
+    def begin(self, request_id: str | None) -> None: ...
+    def flush(self) -> None: ...
+
+
+class RecordingTelemetry(NullTelemetry):
+    """Telemetry that keeps what it is told: counts summed by name, timings,
+    the request ids begun and how many flushes."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, float] = {}
+        self.timings: dict[str, list[float]] = {}
+        self.begun: list[str | None] = []
+        self.flushed = 0
+
+    def count(self, name: str, value: float = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + value
+
+    def seconds(self, name: str, value: float) -> None:
+        self.timings.setdefault(name, []).append(value)
+
+    def begin(self, request_id: str | None) -> None:
+        self.begun.append(request_id)
+
+    def flush(self) -> None:
+        self.flushed += 1
+
+
+class FakeLogReader:
+    """chalicelib.service.ports.LogReader over given events
+    (stream, time ms, message, id), a page of ``limit`` at a time."""
+
+    def __init__(self, events: list[tuple] | None = None) -> None:
+        self.events = list(events or [])
+
+    def read(self, streams: list[str], prefix: str, *, start_ms: int | None,
+             token: str | None, limit: int) -> LogPage:
+        chosen = sorted((e for e in self.events if e[0] in streams
+                         and (start_ms is None or e[1] >= start_ms)), key=lambda e: e[1])
+        at = int(token) if token else 0
+        rest = chosen[at:at + limit]
+        return LogPage(rest, str(at + limit) if at + limit < len(chosen) else None)
+
+
+@dataclass
+class FakeServices:
+    store: FakeJobStore
+    nodes_store: FakeNodeStore
+    jobs: Any
+    nodes: Any
+    attempts: Any
+    placer: Any
+    reconciler: Any
+    heartbeats: Any
+    scanner: Any
+
+
+class World:
+    """Every fake over shared tables, and the services of bootstrap.build over them."""
+
+    def __init__(self, clock: Clock = utcnow) -> None:
+        self.clock = clock
+        self.tables = Tables()
+        self.store = FakeJobStore(self.tables, clock)
+        self.nodes = FakeNodeStore(self.tables)
+        self.beats = FakeHeartbeatStore()
+        self.collector = FakeCollectorStore()
+        self.inbox = FakeInbox()
+        self.nudge = FakeNudge()
+        self.telemetry = RecordingTelemetry()
+
+    def services(self, *, page_token_key: bytes = b"fake-page-key",
+                 scans_per_hour: float = 60.0, period_s: float = 60.0,
+                 resend_after_s: float = 30.0, down_after_s: float = 60.0):
+        """The services as bootstrap.build wires them (no fan-out, no logs)."""
+        from chalicelib.service.attempts import AttemptsService
+        from chalicelib.service.dispatch import Dispatcher
+        from chalicelib.service.heartbeats import HeartbeatsService
+        from chalicelib.service.jobs import JobsService
+        from chalicelib.service.nodes import NodesService
+        from chalicelib.service.placement import Placer
+        from chalicelib.service.reconciler import Reconciler
+        from chalicelib.service.scan import Scanner
+
+        clock, dispatcher = self.clock, Dispatcher(self.inbox)
+        jobs = JobsService(self.store, dispatcher, self.nudge, page_token_key=page_token_key,
+                           scans_per_hour=scans_per_hour, cancel_resend_after_s=resend_after_s,
+                           telemetry=self.telemetry, clock=clock)
+        attempts = AttemptsService(self.store, dispatcher, self.nudge, clock=clock)
+        heartbeats = HeartbeatsService(self.store, self.beats, self.collector,
+                                       scans_per_hour=scans_per_hour, telemetry=self.telemetry,
+                                       page_token_key=page_token_key, clock=clock)
+        return FakeServices(
+            store=self.store, nodes_store=self.nodes, jobs=jobs,
+            nodes=NodesService(self.nodes, self.inbox, self.collector, clock=clock,
+                               confirm_gone=attempts.confirm_gone),
+            attempts=attempts,
+            placer=Placer(self.store, self.nodes, dispatcher, resend_after_s=resend_after_s,
+                          clock=clock),
+            reconciler=Reconciler(self.store, self.nodes, dispatcher, attempts,
+                                  resend_after_s=resend_after_s, down_after_s=down_after_s,
+                                  clock=clock),
+            heartbeats=heartbeats,
+            scanner=Scanner(self.store, heartbeats, self.collector, attempts,
+                            period_s=period_s, telemetry=self.telemetry, clock=clock))

@@ -1,0 +1,38 @@
+"""Service logic on the in-memory fakes of tests/fakes.py: no moto, no AWS, so
+`make test-fast` runs it in seconds. What needs DynamoDB's own semantics (real
+conditional writes racing, indexes, lost answers) is tested in tests/service
+on moto; the fakes keep the adapters' contract (tests/contract)."""
+from __future__ import annotations
+
+import pytest
+
+from chalicelib.domain.principal import Principal
+from tests.clock import FakeClock
+from tests.fakes import World
+
+AGENTS = Principal("agent", "*")
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def world(clock):
+    return World(clock)
+
+
+@pytest.fixture
+def svc(world):
+    return world.services()
+
+
+def register(svc, node_id: str, gpus: int = 8, gpu_type: str = "a100"):
+    return svc.nodes.register(AGENTS, node_id, {"gpus": gpus, "gpu_type": gpu_type})
+
+
+def submit(svc, tenant: str = "acme", key: str | None = None, **body):
+    body = {"command": ["python", "train.py"], "ranks": 2, "gpu_type": "a100", **body}
+    job, _ = svc.jobs.create(tenant, body, key)
+    return job

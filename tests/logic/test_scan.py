@@ -1,0 +1,89 @@
+"""Stall verdicts on fakes: the culprit named, strict > at the threshold, no
+conviction while the collector is blind (invariant 4)."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from chalicelib.domain.states import JobState
+
+from .conftest import AGENTS, register, submit
+
+
+def _running(svc, world, clock):
+    register(svc, "n1", gpus=2)
+    register(svc, "n2", gpus=2)
+    job = submit(svc, ranks=4, heartbeat={"interval_s": 5, "startup_grace_s": 10})
+    svc.placer.run()
+    for n, ranks in (("n1", [0, 1]), ("n2", [2, 3])):
+        svc.attempts.report(AGENTS, job.job_id, 1, {"type": "STARTED", "node_id": n,
+                                                    "ranks": ranks})
+    clock.advance(20)
+    return world.store.get(job.job_id)
+
+
+def _beat(svc, job, ranks, step=1):
+    svc.heartbeats.ingest(AGENTS, job.job_id, {"attempt": 1, "ranks": [
+        {"rank": r, "step": step} for r in ranks]})
+
+
+def test_the_rank_silent_longest_is_named_strictly_past_the_threshold(svc, world, clock):
+    job = _running(svc, world, clock)
+    threshold = job.health["threshold_s"]
+    _beat(svc, job, [0, 1, 2, 3])
+    clock.advance(2)
+    _beat(svc, job, [0, 1, 3], step=2)  # rank 2 falls silent first
+    clock.advance(threshold - 2)
+    at_threshold = svc.heartbeats.verdict(job, clock())
+    assert at_threshold.first is None, "silent exactly the threshold is not stalled"
+    clock.advance(0.001)
+    _beat(svc, job, [0, 1], step=3)
+    svc.scanner.collector.record_scan(clock() - timedelta(seconds=30))
+    assert svc.scanner.run()["incidents"] == 1
+    health = world.store.get(job.job_id).health
+    assert (health["status"], health["first_stalled_rank"], health["stalled_ranks"]) == (
+        "STALLED", 2, [2])
+    assert svc.scanner.run()["incidents"] == 0, "one incident, however many scans see it"
+    assert world.store.get(job.job_id).state is JobState.RUNNING, "on_stall: report"
+
+
+def test_a_culprit_that_beats_again_was_a_counted_false_alarm(svc, world, clock):
+    job = _running(svc, world, clock)
+    _beat(svc, job, [0, 1, 2, 3])
+    clock.advance(job.health["threshold_s"] + 1)
+    _beat(svc, job, [0, 1, 3], step=2)
+    svc.scanner.run()
+    assert world.store.get(job.job_id).health["status"] == "STALLED"
+    clock.advance(1)
+    _beat(svc, job, [0, 1, 2, 3], step=3)
+    svc.scanner.run()
+    health = world.store.get(job.job_id).health
+    assert (health["status"], health["false_alarms"]) == ("OK", 1)
+
+
+def test_nobody_is_convicted_while_nothing_reaches_the_collector(svc, world, clock):
+    job = _running(svc, world, clock)
+    _beat(svc, job, [0, 1, 2, 3])
+    clock.advance(job.health["threshold_s"] + 300)  # everyone silent, ingest quiet
+    report = svc.scanner.run()
+    assert report["incidents"] == 0 and "ingest looks down" in report["suppressed"]
+    assert world.store.get(job.job_id).health["status"] != "STALLED"
+
+
+def test_a_stall_with_on_stall_restart_requeues_the_job(svc, world, clock):
+    register(svc, "n1", gpus=2)
+    job = submit(svc, ranks=2, max_attempts=2, on_stall="restart",
+                 heartbeat={"interval_s": 5, "startup_grace_s": 10})
+    svc.placer.run()
+    svc.attempts.report(AGENTS, job.job_id, 1, {"type": "STARTED", "node_id": "n1",
+                                                "ranks": [0, 1]})
+    world.inbox.drain(world.inbox.ensure("n1"))
+    clock.advance(20)
+    job = world.store.get(job.job_id)
+    _beat(svc, job, [0, 1])
+    clock.advance(job.health["threshold_s"] + 1)
+    _beat(svc, job, [0], step=2)
+    assert svc.scanner.run()["incidents"] == 1
+    job = world.store.get(job.job_id)
+    assert (job.state, job.attempt) == (JobState.PENDING, 1)
+    [stop] = world.inbox.drain(world.inbox.ensure("n1"))
+    assert (stop["type"], stop["reason"]) == ("CANCEL", "the attempt stalled")

@@ -75,7 +75,8 @@ class BeatPoster:
             sent += self._post(rec, now)
         for key in set(self._next) - live:  # forget ended attempts
             self._next.pop(key, None)
-        self._sampler.forget(k for k in self._sampler.keys() if k[0] not in live)
+        self._sampler.forget(k for k in self._sampler.keys()
+                             if isinstance(k, tuple) and k[0] not in live)
         for known in (self._beat_ns, self._resumed):
             for k in [k for k in known if k[0] not in live]:
                 del known[k]
@@ -146,9 +147,9 @@ class BeatPoster:
                             rec.key, e)
                 self._next[rec.key] = now
                 return i
-            for e in chunk:
-                if e["rank"] in seqs:
-                    self._posted[(rec.key, e["rank"])] = seqs[e["rank"]]
-                if e["rank"] in self._pending_beat_ns:
-                    self._beat_ns[(rec.key, e["rank"])] = self._pending_beat_ns[e["rank"]]
+            for entry in chunk:
+                if entry["rank"] in seqs:
+                    self._posted[(rec.key, entry["rank"])] = seqs[entry["rank"]]
+                if entry["rank"] in self._pending_beat_ns:
+                    self._beat_ns[(rec.key, entry["rank"])] = self._pending_beat_ns[entry["rank"]]
         return len(entries)

@@ -507,7 +507,7 @@ class Agent:
         live = node.get("attempts")
         if not isinstance(live, list):
             return []
-        waited = {attempt_key(a.get("job_id"), a.get("attempt"))
+        waited = {attempt_key(str(a.get("job_id")), int(a.get("attempt") or 0))
                   for a in live if isinstance(a, dict)}
         over = []
         for a in sent:

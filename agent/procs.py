@@ -50,7 +50,8 @@ class _Nvml:
         """pid -> (utilisation % of its busiest GPU, bytes of GPU memory it holds)."""
         if not self._init():
             return {}
-        nv, out = self._nv, {}
+        nv = self._nv
+        out: dict[int, tuple[float, int]] = {}
         try:
             for i in range(nv.nvmlDeviceGetCount()):
                 h = nv.nvmlDeviceGetHandleByIndex(i)

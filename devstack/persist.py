@@ -17,7 +17,7 @@ import pickle
 import threading
 
 log = logging.getLogger("devstack")
-SERVICES = ("dynamodb", "sqs")
+SERVICES = ("dynamodb", "sqs")  # the backends _backends() snapshots
 FILE = "moto-state.pickle"
 
 
@@ -34,7 +34,7 @@ copyreg.pickle(type(threading.RLock()), lambda lock: (new_lock, (True,)))
 def _backends():
     from moto.backends import get_backend
 
-    return {name: get_backend(name) for name in SERVICES}
+    return {"dynamodb": get_backend("dynamodb"), "sqs": get_backend("sqs")}
 
 
 class Snapshots(threading.Thread):

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 import struct
 import time
@@ -167,11 +168,19 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
                "barrier", "monitored_barrier")
 
 
+def _optional(name: str):
+    """The module ``name``, or None where it is not installed."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
 def instrument_collectives(dist=None):
     """Wrap the ``torch.distributed`` collectives so each marks its arrival
     (idempotent). ``dist``: the module (imported here when not given)."""
-    if dist is None:
-        import torch.distributed as dist  # noqa: PLC0415 - lazily: no hard dependency
+    if dist is None:  # lazily: no hard dependency on torch
+        dist = importlib.import_module("torch.distributed")
     for name in COLLECTIVES:
         fn = getattr(dist, name, None)
         if fn is None or getattr(fn, "__gpujobs_wrapped__", False):
@@ -208,18 +217,12 @@ def declare_checkpoints(*, max_s: float = 1800.0, torch=None, dcp=None) -> list[
     here when not given; one that is not installed is skipped."""
     done = []
     if torch is None:
-        try:
-            import torch  # noqa: PLC0415
-        except ImportError:
-            torch = None
+        torch = _optional("torch")
     if torch is not None and hasattr(torch, "save"):
         torch.save = pausing(torch.save, "checkpoint", max_s=max_s)
         done.append("torch.save")
     if dcp is None:
-        try:
-            import torch.distributed.checkpoint as dcp  # noqa: PLC0415
-        except ImportError:
-            dcp = None
+        dcp = _optional("torch.distributed.checkpoint")
     if dcp is not None:
         for name in ("save", "async_save", "save_state_dict"):
             if hasattr(dcp, name):
@@ -234,10 +237,8 @@ def lightning_callback(*, max_checkpoint_s: float = 1800.0, max_eval_s: float = 
     validation and around each checkpoint save. ``base``: the Callback class
     (``lightning.pytorch.Callback``, else ``pytorch_lightning.Callback``)."""
     if base is None:
-        try:
-            from lightning.pytorch import Callback as base  # noqa: PLC0415
-        except ImportError:
-            from pytorch_lightning import Callback as base  # noqa: PLC0415
+        module = _optional("lightning.pytorch") or importlib.import_module("pytorch_lightning")
+        base = module.Callback
 
     class GpujobsHeartbeat(base):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -261,7 +262,7 @@ def hf_callback(*, max_checkpoint_s: float = 1800.0, max_eval_s: float = 3600.0,
     """A Hugging Face ``TrainerCallback``: a beat per step; when the step's
     control says an evaluation or a save follows, a pause until the next beat."""
     if base is None:
-        from transformers import TrainerCallback as base  # noqa: PLC0415
+        base = importlib.import_module("transformers").TrainerCallback
 
     class GpujobsHeartbeat(base):
         def on_step_end(self, args, state, control, **kwargs):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 
-from ..domain.errors import ServiceUnavailable
+from ..domain.errors import ApiError, ServiceUnavailable
 
 _CONFLICT = "ConditionalCheckFailedException"
 RETRY_AFTER_S = 1
@@ -76,7 +76,7 @@ def dependency_failure(e: BaseException) -> bool:
     return False
 
 
-def as_unavailable(e: BaseException) -> ServiceUnavailable | None:
+def as_unavailable(e: BaseException) -> ApiError | None:
     """The 503 a dependency failure answers as; None when ``e`` is not one."""
     if isinstance(e, ServiceUnavailable):
         return e

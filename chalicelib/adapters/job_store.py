@@ -15,7 +15,9 @@ from pynamodb.attributes import MapAttribute
 from pynamodb.connection import Connection
 from pynamodb.constants import ALL_OLD
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
+from pynamodb.expressions.condition import Condition
 from pynamodb.expressions.update import Action
+from pynamodb.indexes import GlobalSecondaryIndex
 from pynamodb.transactions import TransactWrite
 
 from ..domain import events as ev, idempotency
@@ -223,7 +225,8 @@ class DynamoJobStore:
             if tx_lost(e) and self._mine(job.job_id, lambda j: j.tenant == job.tenant
                                          and j.created_at == job.created_at):
                 return  # the job is there: our own transaction, retried after a lost answer
-            if counter is not None and counter.code == "ConditionalCheckFailed":
+            if counter is not None and counter.code == "ConditionalCheckFailed" \
+                    and max_pending is not None:
                 raise PendingLimitReached(max_pending) from None
             if counter is not None and counter.code == "TransactionConflict":
                 raise Contended(job.tenant) from None
@@ -252,6 +255,7 @@ class DynamoJobStore:
         of items (about 17 jobs of 57 KB specs): the page then holds what it
         read and resumes right after it.
         """
+        index: GlobalSecondaryIndex
         if state:
             index, key = JobModel.by_tenant_state, tenant_state(tenant, state)
             start = {"job_id": {"S": after}, "tenant_state": {"S": key}} if after else None
@@ -429,10 +433,8 @@ class DynamoJobStore:
         """Move a PENDING job that can never fit ``fleet`` out of the PENDING
         partition, with its reason, if the fleet is still the generation it was
         judged against (else it stays where it is, to be judged again)."""
-        if fleet.generation:
-            unchanged = FleetModel.generation == fleet.generation
-        else:
-            unchanged = FleetModel.generation.does_not_exist()
+        unchanged: Condition = (FleetModel.generation == fleet.generation
+                                if fleet.generation else FleetModel.generation.does_not_exist())
         try:
             with self._tx() as tx:
                 tx.update(JobModel(job.job_id), actions=[
@@ -616,10 +618,11 @@ class DynamoJobStore:
                     _count_pending(tx, job.tenant, +1)  # a retry is counted, never refused
         except TransactWriteError as e:
             if tx_lost(e):
-                ended = self.attempt(job.job_id, attempt.attempt)
-                if ended is not None and ended.finished_at == parse_iso(iso(now)) \
-                        and ended.exit == exit_:
-                    return self.get(job.job_id)  # our own end, retried
+                done = self.attempt(job.job_id, attempt.attempt)
+                mine = self.get(job.job_id) if done is not None and \
+                    done.finished_at == parse_iso(iso(now)) and done.exit == exit_ else None
+                if mine is not None:
+                    return mine  # our own end, retried
                 raise StateChanged(job.job_id) from None
             raise
         ended = self.get(job.job_id)

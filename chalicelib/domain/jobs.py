@@ -76,7 +76,7 @@ def frozen_health(health: dict, at: str, to_terminal: bool, exit_: dict | None) 
     is STALLED only when the stall is what ended it."""
     if not to_terminal:
         return clear_incident(health)
-    stalled = bool(exit_) and exit_.get("reason") == "stalled"
+    stalled = (exit_ or {}).get("reason") == "stalled"
     return {**health, "status": "STALLED" if stalled else "UNKNOWN", "suppressed": None,
             "frozen_at": at}
 

@@ -55,7 +55,8 @@ def sample_is_writing(proc: dict) -> bool:
     """Whether a process sample shows *writes* at a real rate. A sample that
     does not split reads from writes (an older agent) counts all its I/O."""
     w = proc.get("write_bps")
-    return (proc.get("io_bps") if w is None else w or 0) >= BUSY_IO_BPS
+    rate = proc.get("io_bps") if w is None else w
+    return (rate or 0) >= BUSY_IO_BPS
 
 
 #: a rank's process group using at least this much CPU (cores) is spinning
@@ -322,7 +323,7 @@ _OUT = ("exited", "stopped", "paused")
 
 
 def _receive(r: RankView) -> str | None:
-    return r.last_heard_at and iso(r.last_heard_at)
+    return iso(r.last_heard_at) if r.last_heard_at else None
 
 
 def culprit(ranks: list[RankView], first: RankView, co_first: list[RankView]) -> dict:
@@ -340,20 +341,20 @@ def culprit(ranks: list[RankView], first: RankView, co_first: list[RankView]) ->
     live = [r for r in ranks if r.status not in _OUT]
     # the furthest any rank got: the collective the others block in (the culprit
     # itself may be the only rank stalled yet)
-    waiting = [r for r in live if r.beat and r.beat.arrived_seq is not None]
-    if waiting:
-        top = max(waiting, key=lambda r: (r.beat.arrived_seq, r.rank))
-        seq = top.beat.arrived_seq
+    def arrived(r: RankView) -> int:
+        return -1 if r.beat is None or r.beat.arrived_seq is None else r.beat.arrived_seq
 
-        def arrived(r: RankView) -> int:
-            return -1 if r.beat is None or r.beat.arrived_seq is None else r.beat.arrived_seq
+    waiting = [r for r in live if arrived(r) >= 0]
+    if waiting:
+        top = max(waiting, key=lambda r: (arrived(r), r.rank))
+        seq = arrived(top)
         missing = sorted((r for r in live if arrived(r) < seq),
                          key=lambda r: (arrived(r), r.beat_at or r.last_heard_at or _NEVER,
                                         r.rank))
         if missing:
             c = missing[0]
             return {"rank": c.rank, "by": "collective",
-                    "collective": {"seq": seq, "name": top.beat.arrived_name,
+                    "collective": {"seq": seq, "name": top.beat and top.beat.arrived_name,
                                    "waiting": sum(1 for r in live if arrived(r) >= seq),
                                    "missing": [r.rank for r in missing[:16]]},
                     "arrived_seq": None if arrived(c) < 0 else arrived(c),
@@ -394,7 +395,7 @@ def _odd_one_out(ranks: list[RankView], pool: list[RankView]) -> tuple | None:
     if len(pool) < 2:
         return None
     quiet = [r for r in ranks if r.status in ("stalled", "silent") and r.beat is not None]
-    sigs = [signature(r.beat.proc) for r in quiet]
+    sigs = [signature(r.beat.proc if r.beat else None) for r in quiet]
     counts: dict[str, int] = {}
     for sg in sigs:
         if sg is not None:

@@ -61,11 +61,14 @@ class NodesService:
         no rank left there: their GPUs come back. Those it still runs keep them
         until it stops them (their absence from the answer's ``attempts`` tells
         it to) and says so."""
+        confirm = self._confirm_gone
         gone = sorted(node.lost - running)
+        if confirm is None or not gone:
+            return node
         for key in gone:
             job_id, _, attempt = key.rpartition("#")
-            self._confirm_gone(job_id, int(attempt), node.node_id)
-        return (self.nodes.get(node.node_id) or node) if gone else node
+            confirm(job_id, int(attempt), node.node_id)
+        return self.nodes.get(node.node_id) or node
 
     def get(self, node_id: str) -> Node:
         node = self.nodes.get(node_id) if is_node_id(node_id) else None

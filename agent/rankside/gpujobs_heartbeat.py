@@ -194,7 +194,7 @@ def _arriving(fn, name: str):
     def wrapper(*args, **kwargs):
         arrive(None, name)
         return fn(*args, **kwargs)
-    wrapper.__gpujobs_wrapped__ = True
+    vars(wrapper)["__gpujobs_wrapped__"] = True  # marks a wrapper: wrapping is idempotent
     return wrapper
 
 
@@ -207,7 +207,7 @@ def pausing(fn, reason: str = "checkpoint", *, max_s: float = 1800.0):
     def wrapper(*args, **kwargs):
         with pause(reason, max_s=max_s):
             return fn(*args, **kwargs)
-    wrapper.__gpujobs_wrapped__ = True
+    vars(wrapper)["__gpujobs_wrapped__"] = True  # marks a wrapper: wrapping is idempotent
     return wrapper
 
 

@@ -18,7 +18,6 @@ import pytest
 
 from agent.ranks import read_stat
 from agent.runner import kill_recorded_ranks
-
 from tests.stacks import ROOT, TOKENS, Api, start_stack
 
 pytestmark = pytest.mark.e2e

@@ -5,6 +5,8 @@ of the same 80 bytes, measured interleaved in the same run, and their ratio.
 """
 from __future__ import annotations
 
+import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
+
 import os
 import pathlib
 import statistics

@@ -226,11 +226,30 @@ def _start(tmp: pathlib.Path, env: dict) -> Stack:
             seen.append(line)
             m = READY.search(line)
             if m:
+                assert not _noise(seen), "before ready:\n" + "".join(seen)
                 return Stack(proc, m.group(1), m.group(2), lines, line)
         raise RuntimeError("the stack did not become ready:\n" + "".join(seen))
     except BaseException:
         Stack(proc, "", "", lines).stop()
         raise
+
+
+NOISE = re.compile(r'Traceback|"_aws"|"level": ?"INFO"| INFO ')
+
+
+def _noise(lines: list[str]) -> list[str]:
+    """What `make up` must not print unless run with -v: tracebacks, EMF metric
+    records, INFO logs."""
+    return [x for x in lines if NOISE.search(x)]
+
+
+def _drained(q: "queue.Queue[str]") -> list[str]:
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out
 
 
 class Stacks:
@@ -346,6 +365,9 @@ def test_every_command_of_the_readme_runs_as_written(readme, stacks, tmp_path):
                     assert offered and offered.group(0) in real, \
                         f"the README's export is not the ready line's:\n{s.stack.ready_line}"
                 ran += 1
+        for st in {id(x): x for x in [s.stack] if x}.values():
+            printed = _drained(st.lines)
+            assert not _noise(printed), "`make up` printed, unasked:\n" + "".join(printed)
         ok = True
     finally:
         s.terminal.close()

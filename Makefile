@@ -8,18 +8,28 @@ STAGE  ?= dev
 
 .PHONY: up test test-fast lint fmt bench clean package browser
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
-	rm -f $(VENV)/.installed-*
-	touch $@
+# bash for pipefail: the install's output is filtered to one line a package
+SHELL  := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 
-## up: the whole system locally (moto server, API, timers, agents) until Ctrl-C
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml
+	@test -x $(PY) || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "==> installing requirements-dev.txt into $(VENV), pinned by constraints.txt" \
+	      "($$(grep -c '==' constraints.txt) pins; a few minutes on a fresh machine)"
+	@$(PY) -m pip install --disable-pip-version-check --progress-bar off \
+	    -r requirements-dev.txt -c constraints.txt \
+	  | sed -un -e 's/^Collecting \([^ ]*\).*/    \1/p' -e 's/^Successfully installed.*/    done/p'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+## up: the whole system locally (moto server, API, timers, agents) until Ctrl-C;
+## V=1 shows the services' INFO logs and EMF metrics
 up: $(STAMP)
-	$(PY) -m devstack
+	$(PY) -m devstack $(if $(V),-v)
 
 ## lint: the CloudFormation template, ruff (rules in ruff.toml) and mypy (mypy.ini)
 lint: $(STAMP)
+	@echo "==> linting infra/template.yaml (cfn-lint)"
 	$(VENV)/bin/cfn-lint infra/template.yaml
 	$(PY) -m ruff check .
 	$(PY) -m mypy
@@ -40,6 +50,7 @@ browser:
 ## test: installs what it needs, builds the bundle, then runs every test
 ## (tests/package invoke every function of that bundle as Lambda does)
 test: $(STAMP) lint browser package
+	@echo "==> running every test (pytest prints how long they took)"
 	GPUJOBS_BUNDLE=build/$(STAGE) $(PY) -m pytest
 
 ## test-fast: the domain, the service logic on the in-memory fakes and the fakes'
@@ -48,7 +59,8 @@ FAST_TESTS := tests/unit tests/logic tests/contract tests/test_openapi.py
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not moto and not e2e" $(FAST_TESTS)
 
-## bench: ratios against a baseline measured in the same run
+## bench: ratios against a baseline measured in the same run; V=1 shows INFO logs and EMF
+bench: export GPUJOBS_VERBOSE = $(V)
 bench: $(STAMP)
 	$(PY) bench/endpoints.py
 	$(PY) bench/placement.py

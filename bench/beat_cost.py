@@ -8,6 +8,8 @@ the module's ``beat()``, also interleaved.
 """
 from __future__ import annotations
 
+import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
+
 import os
 import pathlib
 import statistics

@@ -21,6 +21,8 @@ Options: --rounds N (default 200), --warmup N (20), --cold-runs N (15),
 """
 from __future__ import annotations
 
+import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
+
 import argparse
 import dataclasses
 import datetime as dt

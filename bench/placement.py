@@ -50,6 +50,8 @@ Options: --jobs M (50), --jobs-1000 M (default M), --rounds R (8),
 """
 from __future__ import annotations
 
+import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
+
 import argparse
 import collections
 import datetime as dt

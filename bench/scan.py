@@ -78,6 +78,8 @@ Options: --rounds R (5), --history-factor F (10), --history-ranks N (32),
 """
 from __future__ import annotations
 
+import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
+
 import argparse
 import collections
 import contextlib

@@ -67,6 +67,8 @@ afresh from the pauses and stops (``_check_posting``).
 """
 from __future__ import annotations
 
+import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
+
 import argparse
 import bisect
 import math

@@ -196,7 +196,26 @@ def _wait_healthy(url: str, stop: threading.Event, timeout_s: float = 60) -> boo
     return False
 
 
-def main() -> int:
+def _verbose(argv: list[str]) -> bool:
+    """-v (or GPUJOBS_VERBOSE=1): the services' INFO logs, their EMF metric
+    records and the agents' INFO logs too; by default only warnings."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m devstack", description=__doc__.split("\n")[0])
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="INFO logs and EMF metrics of the API, timers and agents "
+                        "[GPUJOBS_VERBOSE=1]")
+    verbose = p.parse_args(argv).verbose or \
+        os.environ.get("GPUJOBS_VERBOSE", "").lower() in ("1", "true", "yes")
+    os.environ.setdefault("GPUJOBS_LOG_LEVEL", "INFO" if verbose else "WARNING")
+    os.environ.setdefault("GPUJOBS_AGENT_LOG_LEVEL", "INFO" if verbose else "WARNING")
+    # EMF records are for CloudWatch; on a terminal they are noise
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "false" if verbose else "true")
+    return verbose
+
+
+def main(argv: list[str] | None = None) -> int:
+    _verbose(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=os.environ.get("GPUJOBS_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's access log
@@ -221,9 +240,6 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
 
-    # EMF records are for CloudWatch; on a terminal they are noise (set it to
-    # "false" to see them)
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     from devstack import resources

@@ -9,6 +9,7 @@ docs/deploy.md, Powertools adds 5-15 ms to a cold start with bytecode.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from typing import IO
@@ -36,7 +37,9 @@ class PowertoolsTelemetry:
             parent.handlers = [handler]
             parent.propagate = False
             if parent.level == logging.NOTSET:
-                parent.setLevel(logging.INFO)
+                # INFO on Lambda; the local stack and the benchmarks ask for
+                # WARNING (GPUJOBS_LOG_LEVEL) unless run with -v
+                parent.setLevel(os.environ.get("GPUJOBS_LOG_LEVEL", "INFO").upper())
         self.metrics = Metrics(namespace=NAMESPACE, service=service)
         self._batched: dict[str, float] = {}
         self._batched_since = time.monotonic()

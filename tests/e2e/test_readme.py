@@ -1,0 +1,390 @@
+"""The quickstarts run as written: every shell block (and every Python block)
+of README.md, client/README.md and agent/README.md is run against the local
+stack and each command is checked to do what the text says it does, so the
+documentation cannot rot.
+
+How a README is run (these are the only liberties taken, all mechanical):
+
+- Each README gets one bash, "the second terminal", at the repository's root;
+  its blocks run in it one command at a time, in order, so variables and
+  exports carry from block to block as they would for a reader. Its HOME and
+  XDG_CONFIG_HOME are the test's own; no GPUJOBS_* or AWS_* variable is
+  inherited.
+- A line ``[VAR=value ...] make up`` is "the first terminal": instead of
+  running make (which would install), the test starts the stack as `make up`
+  does, ``python -m devstack`` with those variables, and PORT=0. Identical
+  lines share one stack.
+- ``http://127.0.0.1:8000`` (the stack's default address) becomes that
+  stack's address, and ``/tmp/`` a directory of the test's own.
+- A command whose comment says ``until Ctrl-C`` runs as a process of its own
+  (a third terminal) and must print a line with ``ready``; it gets SIGINT when
+  its README is done and must exit 0.
+- ``make test`` is not run: it is what runs this test.
+- A Python block runs as ``python - <<'EOF'`` in the terminal.
+
+Every command has an expectation in EXPECT (its exit status and what its
+output must show), found by the longest key that starts it: a command with none
+fails the test, so a new block cannot go unchecked (runs of spaces count as
+one, so a key can take in the start of a comment to tell two alike apart).
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+import requests
+
+from .conftest import READY, ROOT, Stack
+
+pytestmark = pytest.mark.e2e
+
+READMES = ["README.md", "client/README.md", "agent/README.md"]
+DEFAULT_API = "http://127.0.0.1:8000"
+MAKE_UP = re.compile(r"^((?:[A-Z_][A-Z0-9_]*=\S+\s+)*)make up\b")
+EXPORT = re.compile(r"export GPUJOBS_API_URL=(\S+) GPUJOBS_TOKEN=(\S+)")
+
+
+@dataclass
+class Expect:
+    rc: int = 0
+    shows: tuple[str, ...] = ()          # regexes the output must match, in any order
+    probe: str | None = None             # a command run after it ...
+    probe_shows: str | None = None       # ... whose output must match this
+    timeout: float = 90
+
+
+J = r"job_[0-9A-Z]{26}"
+EXPECT: dict[str, Expect] = {
+    # -- README.md -------------------------------------------------------------
+    "echo '[{\"token\": \"t1\"": Expect(),
+    ". .venv/bin/activate": Expect(probe="command -v gpujobs", probe_shows=r"/\.venv/bin/gpujobs"),
+    "export GPUJOBS_API_URL=": Expect(),    # and it is what the ready line offers (below)
+    "JOB=$(gpujobs submit -q --ranks 2 --gpu-type h100 --name demo":
+        Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
+    "gpujobs watch $JOB": Expect(shows=(r"SUCCEEDED",)),
+    "gpujobs logs $JOB -f": Expect(shows=(r"\[rank 0\] hello", r"\[rank 1\] hello")),
+    "gpujobs describe $JOB": Expect(shows=(r"SUCCEEDED", r"local-\d", r"created", r"finished")),
+    "gpujobs list": Expect(shows=(r"demo", r"SUCCEEDED")),
+    "LONG=$(gpujobs submit -q --ranks 2 -- sleep 600)":
+        Expect(probe="echo $LONG", probe_shows=rf"^{J}$"),
+    "gpujobs ranks $LONG": Expect(shows=(r"RANK +NODE", r"local-\d")),
+    "gpujobs cancel $LONG --wait": Expect(shows=(r"CANCELLED",)),
+    "gpujobs nodes": Expect(shows=(r"local-1", r"local-2", r"h100")),
+    "curl -si -X POST $GPUJOBS_API_URL/v1/jobs \\":
+        Expect(shows=(r"^HTTP/1\.1 201", r"(?i)location: /v1/jobs/job_", r'"name": "llama-ft"')),
+    "curl -s \"$GPUJOBS_API_URL/v1/jobs?page_size=20\"": Expect(shows=(r'"jobs": \[', r"llama-ft")),
+    "JOB=$(curl -s \"$GPUJOBS_API_URL/v1/jobs?page_size=1\"":
+        Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
+    "until curl -s $GPUJOBS_API_URL/v1/jobs/$JOB ": Expect(),
+    "curl -s \"$GPUJOBS_API_URL/v1/jobs?state=RUNNING\"":
+        Expect(shows=(r'"state": "RUNNING"', r"llama-ft")),
+    "curl -s $GPUJOBS_API_URL/v1/jobs/$JOB/logs": Expect(shows=(r'"lines": \[',)),
+    "curl -s $GPUJOBS_API_URL/v1/jobs/$JOB/events":
+        Expect(shows=(r'"type": "created"', r'"type": "placed"', r'"type": "started"')),
+    "curl -si -X POST $GPUJOBS_API_URL/v1/jobs/$JOB/cancel":
+        Expect(shows=(r"^HTTP/1\.1 202", r'"cancel_requested_at": "')),
+    "JOB=$(gpujobs submit -q --file - <<'SPEC'": Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
+    "gpujobs watch $JOB --timeout 20": Expect(rc=7, shows=(r"First stalled rank: 3", r"STALLED")),
+    "gpujobs ranks $JOB # rank 3 first": Expect(shows=(r"First stalled rank: 3",)),
+    "gpujobs cancel $JOB --wait": Expect(shows=(r"CANCELLED",)),
+    # -- client/README.md --------------------------------------------------------
+    "gpujobs config set api_url": Expect(),
+    "gpujobs config set token t1": Expect(),
+    "gpujobs submit --ranks 2 --gpu-type h100 --name demo":
+        Expect(shows=(rf"Submitted: {J} PENDING", r"idempotency key: ")),
+    "JOB=$(gpujobs submit -q --ranks 2 --name slow":
+        Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
+    "gpujobs attempts $JOB": Expect(shows=(r"local-\d",)),
+    "gpujobs watch $JOB --timeout 5": Expect(rc=7, shows=(r"RUNNING",)),
+    "gpujobs ranks $JOB # longest silent first": Expect(shows=(r"local-\d",)),
+    "gpujobs describe $JOB # spec, pending reason":
+        Expect(shows=(r"RUNNING", r"local-\d", r"started")),
+    "gpujobs logs $JOB --all-ranks": Expect(shows=(r"\[rank 0\] started", r"\[rank 1\] started")),
+    "gpujobs cancel $JOB --reason": Expect(shows=(r"CANCELLED",)),
+    "python - <<'EOF'": Expect(shows=(r"hello", r"SUCCEEDED", r"404 not_found")),
+    # -- agent/README.md ---------------------------------------------------------
+    "export AWS_ACCESS_KEY_ID=local": Expect(),
+    "GPUJOBS_AGENT_TOKEN=a1 .venv/bin/python -m agent": Expect(),  # until Ctrl-C: see below
+    "JOB=$(gpujobs submit -q --ranks 1 --gpu-type a100":
+        Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
+    "gpujobs attempts $JOB # rank 0 on node-1": Expect(shows=(r"SUCCEEDED +node-1: 0",)),
+    "gpujobs logs $JOB": Expect(shows=(r"hello from node-1",)),
+}
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of every fenced block."""
+    return [(m.group(1), m.group(2)) for m in
+            re.finditer(r"^```(\w*)\n(.*?)^```", text, re.M | re.S)]
+
+
+def commands(body: str) -> list[str]:
+    """The block's commands: comment and blank lines dropped, a trailing
+    backslash continues a command, a heredoc runs to its terminator, and a
+    `$(...)` open at the end of a line runs to the line that closes it."""
+    out, lines, i = [], body.splitlines(), 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        cmd = [line]
+        while cmd[-1].rstrip().endswith("\\") and i < len(lines):
+            cmd.append(lines[i])
+            i += 1
+        heredoc = re.search(r"<<-?'?(\w+)'?", "\n".join(cmd))
+        if heredoc:
+            while i < len(lines):
+                cmd.append(lines[i])
+                i += 1
+                if lines[i - 1].strip() == heredoc.group(1):
+                    break
+            if cmd[0].count("$(") > cmd[0].count(")") and i < len(lines):
+                cmd.append(lines[i])  # the closing `)`
+                i += 1
+        out.append("\n".join(cmd))
+    return out
+
+
+def expectation(cmd: str) -> Expect:
+    flat = " ".join(cmd.split())  # keys are written with single spaces
+    keys = [k for k in EXPECT if flat.startswith(k)]
+    assert keys, f"no expectation for this README command; add one to EXPECT:\n{cmd}"
+    return EXPECT[max(keys, key=len)]
+
+
+class Terminal:
+    """One bash fed commands one at a time; its state carries over."""
+
+    def __init__(self, env: dict) -> None:
+        self.proc = subprocess.Popen(["bash", "--noprofile", "--norc"], cwd=ROOT, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout],
+                         daemon=True).start()
+
+    def run(self, cmd: str, timeout: float) -> tuple[int, str]:
+        mark = f"@@done-{uuid.uuid4().hex}@@"
+        # stdin is the script itself: a command reading stdin must not eat it
+        self.proc.stdin.write(f"{{ {cmd}\n}} </dev/null\nprintf '\\n{mark} %s\\n' $?\n")
+        self.proc.stdin.flush()
+        out, deadline = [], time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"still running after {timeout:g}s:\n{cmd}\n"
+                                     + "".join(out)) from None
+            if line.startswith(mark):
+                text = "".join(out)
+                return int(line.split()[1]), text[:-1] if text.endswith("\n") else text
+            out.append(line)
+
+    def env(self) -> dict:
+        _, text = self.run("env -0 | base64 -w0", 30)
+        import base64
+        pairs = base64.b64decode(text.strip()).split(b"\0")
+        return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def _start(tmp: pathlib.Path, env: dict) -> Stack:
+    """`make up` as the README gives it: python -m devstack with the line's
+    variables, PORT=0 the one change (2 agents: make up's default)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUJOBS_", "AWS_"))}
+    proc = subprocess.Popen([sys.executable, "-m", "devstack"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**base, **env, "PORT": "0"}, start_new_session=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+    seen, deadline = [], time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.5)
+            except queue.Empty:
+                if proc.poll() is not None:
+                    break
+                continue
+            seen.append(line)
+            m = READY.search(line)
+            if m:
+                assert not _noise(seen), "before ready:\n" + "".join(seen)
+                return Stack(proc, m.group(1), m.group(2), lines, line)
+        raise RuntimeError("the stack did not become ready:\n" + "".join(seen))
+    except BaseException:
+        Stack(proc, "", "", lines).stop()
+        raise
+
+
+NOISE = re.compile(r'Traceback|"_aws"|"level": ?"INFO"| INFO ')
+
+
+def _noise(lines: list[str]) -> list[str]:
+    """What `make up` must not print unless run with -v: tracebacks, EMF metric
+    records, INFO logs."""
+    return [x for x in lines if NOISE.search(x)]
+
+
+def _drained(q: "queue.Queue[str]") -> list[str]:
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out
+
+
+class Stacks:
+    """Stacks by their `make up` line, each started once; and the directory
+    that stands for /tmp/ in every README."""
+
+    def __init__(self, tmp: pathlib.Path) -> None:
+        self.tmp, self.started = tmp, {}
+
+    def get(self, key: str, env: dict) -> Stack:
+        if key not in self.started:
+            self.started[key] = _start(self.tmp, env)
+        return self.started[key]
+
+
+@pytest.fixture(scope="module")
+def stacks(tmp_path_factory):
+    st = Stacks(tmp_path_factory.mktemp("readme-tmp"))
+    try:
+        yield st
+    finally:
+        for s in st.started.values():
+            s.stop(signal.SIGINT)
+
+
+@dataclass
+class Session:
+    tmp: pathlib.Path
+    shared_tmp: pathlib.Path
+    terminal: Terminal
+    stack: Stack | None = None
+    background: list = field(default_factory=list)
+
+
+def _substitute(text: str, s: Session) -> str:
+    text = text.replace("/tmp/", f"{s.shared_tmp}/")
+    return text.replace(DEFAULT_API, s.stack.api) if s.stack else text
+
+
+def _run_background(cmd: str, s: Session) -> None:
+    log = s.tmp / f"bg-{len(s.background)}.log"
+    out = open(log, "w")
+    proc = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", cmd], cwd=ROOT,
+                            env=s.terminal.env(), stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    out.close()
+    s.background.append((proc, log, cmd))
+    deadline = time.monotonic() + 60
+    while "ready" not in log.read_text():
+        assert proc.poll() is None, f"{cmd}\nexited {proc.returncode}:\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"{cmd}\nnot ready:\n{log.read_text()}"
+        time.sleep(0.2)
+
+
+def _stop_background(s: Session, check: bool) -> None:
+    for proc, log, cmd in s.background:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if check:
+            text = log.read_text()
+            assert proc.returncode == 0, f"{cmd}\nexited {proc.returncode}:\n{text}"
+            assert "Traceback" not in text and "Unable to locate credentials" not in text, text
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_every_command_of_the_readme_runs_as_written(readme, stacks, tmp_path):
+    home = tmp_path / "home"
+    (home / "xdg").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUJOBS_", "AWS_"))}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / "xdg"), TERM="dumb",
+               COLUMNS="200", NO_COLOR="1")
+    s = Session(tmp_path, stacks.tmp, Terminal(env))
+    ran = 0
+    ok = False
+    try:
+        for lang, body in blocks((ROOT / readme).read_text()):
+            if lang == "python":
+                cmds = [f"python - <<'EOF'\n{body}EOF"]
+            elif lang in ("sh", "bash", "shell", "console"):
+                cmds = commands(body)
+            else:
+                continue
+            for cmd in cmds:
+                first = cmd.splitlines()[0].split("#")[0].strip()
+                if first == "make test":
+                    continue
+                up = MAKE_UP.match(first)
+                if up:
+                    s.stack = _make_up(up.group(1), s, stacks)
+                    ran += 1
+                    continue
+                exp = expectation(cmd)
+                real = _substitute(cmd, s)
+                if "until Ctrl-C" in cmd:
+                    _run_background(real, s)
+                    ran += 1
+                    continue
+                rc, out = s.terminal.run(real, exp.timeout)
+                where = f"{readme}: {cmd}\n--- exit {rc}, output:\n{out}"
+                assert rc == exp.rc, where
+                for pattern in exp.shows:
+                    assert re.search(pattern, out, re.M), f"no /{pattern}/ in\n{where}"
+                if exp.probe:
+                    _, probed = s.terminal.run(exp.probe, 10)
+                    assert re.search(exp.probe_shows, probed, re.M), f"{exp.probe}: {probed}\n{where}"
+                if cmd.startswith("export GPUJOBS_API_URL="):
+                    offered = EXPORT.search(s.stack.ready_line)
+                    assert offered and offered.group(0) in real, \
+                        f"the README's export is not the ready line's:\n{s.stack.ready_line}"
+                ran += 1
+        for st in {id(x): x for x in [s.stack] if x}.values():
+            printed = _drained(st.lines)
+            assert not _noise(printed), "`make up` printed, unasked:\n" + "".join(printed)
+        ok = True
+    finally:
+        s.terminal.close()
+        _stop_background(s, check=ok)
+    assert ran >= 5, f"{readme}: only {ran} commands found; are the blocks still ```sh?"
+
+
+def _make_up(assignments: str, s: Session, stacks) -> Stack:
+    env = dict(a.split("=", 1) for a in assignments.split())
+    env = {k: _substitute(v, s) for k, v in env.items()}
+    key = json.dumps(sorted(env.items()))
+    stack = stacks.get(key, env)
+    offered = EXPORT.search(stack.ready_line)
+    assert offered, f"the ready line offers no export of the API URL and a token:\n" \
+                    f"{stack.ready_line}"
+    assert offered.group(1) == stack.api
+    r = requests.get(stack.api + "/v1/jobs", timeout=30,
+                     headers={"Authorization": f"Bearer {offered.group(2)}"})
+    assert r.status_code == 200, f"the ready line's token is refused: {r.text}"
+    return stack

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterator
 
-from chalicelib.domain import events as ev, idempotency
+from chalicelib.domain import events as ev, idempotency, quotas
 from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
-from chalicelib.domain.fleet import ALL_TYPES, Fleet, fleet_key, parked_partition
+from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parked_partition
 from chalicelib.domain.jobs import Intent, Job, clear_incident, frozen_health
 from chalicelib.domain.nodes import Node, NodeState
 from chalicelib.domain.placement import Plan, queue_key
@@ -940,8 +940,11 @@ class World:
 
     def services(self, *, page_token_key: bytes = b"fake-page-key",
                  scans_per_hour: float = 60.0, period_s: float = 60.0,
-                 resend_after_s: float = 30.0, down_after_s: float = 60.0):
-        """The services as bootstrap.build wires them (no fan-out, no logs)."""
+                 resend_after_s: float = 30.0, down_after_s: float = 60.0,
+                 limits: quotas.TenantLimits = quotas.NO_LIMITS,
+                 settle_s: float = SETTLE_S):
+        """The services as bootstrap.build wires them (no fan-out, no logs);
+        ``limits`` are the tenants' (none by default), ``settle_s`` the placer's."""
         from chalicelib.service.attempts import AttemptsService
         from chalicelib.service.dispatch import Dispatcher
         from chalicelib.service.heartbeats import HeartbeatsService
@@ -954,7 +957,7 @@ class World:
         clock, dispatcher = self.clock, Dispatcher(self.inbox)
         jobs = JobsService(self.store, dispatcher, self.nudge, page_token_key=page_token_key,
                            scans_per_hour=scans_per_hour, cancel_resend_after_s=resend_after_s,
-                           telemetry=self.telemetry, clock=clock)
+                           telemetry=self.telemetry, clock=clock, limits=limits)
         attempts = AttemptsService(self.store, dispatcher, self.nudge, clock=clock)
         heartbeats = HeartbeatsService(self.store, self.beats, self.collector,
                                        scans_per_hour=scans_per_hour, telemetry=self.telemetry,
@@ -965,7 +968,8 @@ class World:
                                confirm_gone=attempts.confirm_gone),
             attempts=attempts,
             placer=Placer(self.store, self.nodes, dispatcher, resend_after_s=resend_after_s,
-                          clock=clock),
+                          clock=clock, limits=limits,
+                          settle_s=settle_s),
             reconciler=Reconciler(self.store, self.nodes, dispatcher, attempts,
                                   resend_after_s=resend_after_s, down_after_s=down_after_s,
                                   clock=clock),

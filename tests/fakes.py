@@ -11,6 +11,14 @@ kept to the millisecond, as the adapters store them. tests/contract/ runs the
 same tests against these fakes and the real adapters (on moto), so the two
 cannot drift apart.
 
+The fleet is one :class:`~chalicelib.domain.fleet.Fleet` per GPU type and one
+for every type (``*``), as the adapters keep it: its generation moves with
+every change of its registered GPUs or largest node, its room version whenever
+room may have appeared. Each tenant's count of PENDING jobs moves with the
+transitions that enter or leave PENDING, and a create under ``max_pending``
+is refused at it; parked jobs (domain/fleet.py) leave the PENDING queue until
+unparked.
+
 One :class:`World` holds every table, since the job store's transactions reach
 the nodes (a placement reserves GPUs, a release gives them back)::
 
@@ -27,9 +35,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterator
 
-from chalicelib.domain import events as ev, idempotency
+from chalicelib.domain import events as ev, idempotency, quotas
 from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
+from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parked_partition
 from chalicelib.domain.jobs import Intent, Job, clear_incident, frozen_health
 from chalicelib.domain.nodes import Node, NodeState
 from chalicelib.domain.placement import Plan, queue_key
@@ -37,17 +46,15 @@ from chalicelib.domain.stall import Beat
 from chalicelib.domain.states import ENDS_ATTEMPT, PLACED, Event, JobState, sources
 from chalicelib.service.ports import (
     CapacityChanged,
-    FleetSummary,
     IdemClaim,
     IdempotencyConflict,
     IdemRecord,
     LogPage,
     OutboxEntry,
+    PendingLimitReached,
     StateChanged,
 )
 
-#: the capacity summary of every GPU type together (adapters/fleet.py)
-ALL_TYPES = "*"
 #: nodes a ready_pages page holds (adapters/node_store.CANDIDATE_PAGE)
 CANDIDATE_PAGE = 50
 
@@ -62,6 +69,7 @@ def _ms(t: datetime | None) -> datetime | None:
 
 
 def room_types(gpu_type: str | None) -> list[str]:
+    """The fleets that room on a node of ``gpu_type`` concerns (adapters/fleet.py)."""
     return [gpu_type, ALL_TYPES] if gpu_type and gpu_type != ALL_TYPES else [ALL_TYPES]
 
 
@@ -72,10 +80,18 @@ class ConditionFailed(Exception):
 
 @dataclass
 class _Fleet:
+    """One fleet item (adapters/models.FleetModel); 0 stands for "not written"."""
     gpus: int = 0
     largest_node: int = 0
+    generation: int = 0
+    swept_generation: int = 0
+    changed_at: datetime | None = None
     room_version: int = 0
     room_at: datetime | None = None
+
+    def read(self, key: str) -> Fleet:
+        return Fleet(key, self.gpus, self.largest_node, self.generation,
+                     self.swept_generation, self.changed_at, self.room_version, self.room_at)
 
 
 @dataclass
@@ -99,6 +115,10 @@ class Tables:
     outbox: dict[tuple[str, str], _Outbox] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
     fleet: dict[str, _Fleet] = field(default_factory=dict)
+    #: each tenant's number of PENDING jobs (adapters/models.TenantModel)
+    tenants: dict[str, int] = field(default_factory=dict)
+    #: parked jobs: job id -> the fleet generation it was parked against
+    parked: dict[str, int] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def bump_room(self, gpu_type: str | None, now: datetime) -> None:
@@ -106,6 +126,20 @@ class Tables:
             f = self.fleet.setdefault(t, _Fleet())
             f.room_version += 1
             f.room_at = ms(now)
+
+    def reshape(self, key: str, now: datetime) -> None:
+        """A change of the fleet's registered GPUs or largest node: a new generation."""
+        f = self.fleet.setdefault(key, _Fleet())
+        f.generation += 1
+        f.changed_at = ms(now)
+
+    def count_pending(self, tenant: str, delta: int, limit: int | None = None) -> None:
+        """Move the tenant's PENDING count; an increase under ``limit`` is refused
+        at it (before anything is written)."""
+        n = self.tenants.get(tenant, 0)
+        if limit is not None and delta > 0 and n >= limit:
+            raise PendingLimitReached(limit)
+        self.tenants[tenant] = n + delta
 
 
 def _state_in(job: Job | None, *events: Event) -> bool:
@@ -126,6 +160,13 @@ class FakeJobStore:
         """Store ``job`` (and ``attempt``) as they are, no conditions. A placed
         attempt comes with its LAUNCH, acknowledged, as placing it leaves it."""
         with self.t.lock:
+            before = self.t.jobs.get(job.job_id)
+            was = before is not None and before.state is JobState.PENDING
+            now_pending = job.state is JobState.PENDING
+            if was != now_pending:
+                self.t.count_pending(job.tenant, +1 if now_pending else -1)
+            if not now_pending:
+                self.t.parked.pop(job.job_id, None)
             self.t.jobs[job.job_id] = self._norm(job)
             self.t.job_events.setdefault(job.job_id, {})
             if attempt is not None:
@@ -153,7 +194,9 @@ class FakeJobStore:
 
     # -- create and read ---------------------------------------------------
     def create(self, job: Job, claim: IdemClaim | None, *,
-               reclaim: IdemRecord | None = None) -> None:
+               reclaim: IdemRecord | None = None, max_pending: int | None = None) -> None:
+        """The key's record, the job and the tenant's PENDING count, all or
+        nothing; PendingLimitReached at ``max_pending`` (None: counted only)."""
         with self.t.lock:
             current = self._job(job.job_id)
             if claim is None:
@@ -161,6 +204,7 @@ class FakeJobStore:
                     if current.tenant == job.tenant and current.created_at == ms(job.created_at):
                         return  # this very put, retried
                     raise ConditionFailed(f"job {job.job_id} exists")
+                self.t.count_pending(job.tenant, +1, max_pending)
                 self._insert(job)
                 return
             job = replace(job, idem_id=claim.idem_id)
@@ -176,6 +220,7 @@ class FakeJobStore:
                 raise IdempotencyConflict(held)
             if current is not None:
                 raise IdempotencyConflict(None)
+            self.t.count_pending(job.tenant, +1, max_pending)
             self.t.idem[claim.idem_id] = IdemRecord(claim.idem_id, job.job_id,
                                                      claim.body_hash, None)
             self._insert(job)
@@ -203,7 +248,8 @@ class FakeJobStore:
 
     def _queue(self, state: JobState, limit: int) -> list[Job]:
         with self.t.lock:
-            jobs = sorted((j for j in self.t.jobs.values() if j.state is state),
+            jobs = sorted((j for j in self.t.jobs.values()
+                           if j.state is state and j.job_id not in self.t.parked),
                           key=lambda j: queue_key(j.spec.get("priority", 0), j.job_id))
             return [copy.deepcopy(j) for j in jobs[:limit]]
 
@@ -213,6 +259,40 @@ class FakeJobStore:
 
     def active(self, state: JobState, limit: int) -> list[Job]:
         return self._queue(state, limit) if not state.terminal else []
+
+    # -- parked never-fitting jobs (domain/fleet.py) --------------------------
+    def parked(self, gpu_type: str | None) -> Iterator[Job]:
+        """The parked jobs of a type (None: of jobs that take any type), in queue order."""
+        partition = parked_partition(gpu_type)
+        with self.t.lock:
+            jobs = sorted((j for j in self.t.jobs.values() if j.job_id in self.t.parked
+                           and parked_partition(j.spec.get("gpu_type")) == partition),
+                          key=lambda j: queue_key(j.spec.get("priority", 0), j.job_id))
+            out = [copy.deepcopy(j) for j in jobs]
+        yield from out
+
+    def park(self, job: Job, reason: str, fleet: Fleet) -> bool:
+        """Out of the PENDING queue with its reason, if the job is still the
+        PENDING job read and ``fleet`` still the generation it was judged against."""
+        with self.t.lock:
+            current = self._job(job.job_id)
+            stored = self.t.fleet.get(fleet.key, _Fleet())
+            if current is None or current.state is not JobState.PENDING \
+                    or current.attempt != job.attempt or stored.generation != fleet.generation:
+                return False
+            self.t.parked[job.job_id] = fleet.generation
+            current.pending_reason = reason
+            return True
+
+    def unpark(self, job: Job) -> bool:
+        """Back into the PENDING queue, if it is still the PENDING job read."""
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if current is None or current.state is not JobState.PENDING \
+                    or current.attempt != job.attempt:
+                return False
+            self.t.parked.pop(job.job_id, None)
+            return True
 
     def set_pending_reason(self, job: Job, reason: str | None,
                            waiting_on: str | None = None) -> None:
@@ -252,6 +332,8 @@ class FakeJobStore:
                 {"reason": "cancelled", "exit_code": None}, None, now)
             if reason is not None:
                 current.cancel_reason = reason
+            self.t.parked.pop(job.job_id, None)
+            self.t.count_pending(job.tenant, -1)
             self._event(job.job_id, "cancel_requested", ev.event(
                 "cancel_requested", now, attempt=job.attempt or None, reason=reason,
                 by=job.tenant))
@@ -316,6 +398,8 @@ class FakeJobStore:
                 JobState.SCHEDULED, attempt, dict(intent.targets))
             current.pending_reason = current.waiting_on = None
             current.health, current.updated_at = clear_incident(job.health), now
+            self.t.parked.pop(job.job_id, None)
+            self.t.count_pending(job.tenant, -1)
             n = len(gpus)
             self._event(job.job_id, f"placed#{attempt}", ev.event(
                 "placed", now, attempt=attempt,
@@ -380,6 +464,8 @@ class FakeJobStore:
                 self._expire_key(job, now)
             else:
                 current.inboxes = {}
+                if to is JobState.PENDING:
+                    self.t.count_pending(job.tenant, +1)  # a retry is counted, never refused
                 self._event(job.job_id, f"retried#{attempt.attempt}", ev.event(
                     "retried", now, attempt=attempt.attempt, reason=why,
                     next_attempt=attempt.attempt + 1, rank=(exit_ or {}).get("rank")))
@@ -507,16 +593,20 @@ class FakeNodeStore:
     def _fleet(self, gpu_type: str, delta: int) -> None:
         self.t.fleet.setdefault(gpu_type, _Fleet()).gpus += delta
 
-    def _raise_largest(self, gpu_type: str, gpus: int) -> None:
+    def _raise_largest(self, gpu_type: str, gpus: int, now: datetime) -> None:
+        """A new largest node of the type (and of all types) is a new generation."""
         for t in (gpu_type, ALL_TYPES):
             f = self.t.fleet.setdefault(t, _Fleet())
-            f.largest_node = max(f.largest_node, gpus)
+            if f.largest_node < gpus:
+                f.largest_node = gpus
+                self.t.reshape(t, now)
 
     def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
                  address: str, inbox_queue_url: str, now: datetime,
                  current: Node | None, isolation: str = "none") -> Node:
         """Create or update a node; capacity moves gpus_free and the fleet by the
-        same delta (``current`` is only a hint here: the fake reads its own)."""
+        same delta, and a new generation of every fleet whose registered GPUs
+        changed (``current`` is only a hint here: the fake reads its own)."""
         now = ms(now)
         with self.t.lock:
             node = self.t.nodes.get(node_id)
@@ -526,10 +616,11 @@ class FakeNodeStore:
                     state=NodeState.READY, inbox_queue_url=inbox_queue_url, last_seen_at=now,
                     registered_at=now, labels=copy.deepcopy(labels), address=address,
                     isolation=isolation)
-                self._fleet(gpu_type, gpus)
-                self._fleet(ALL_TYPES, gpus)
+                for t in (gpu_type, ALL_TYPES):
+                    self._fleet(t, gpus)
+                    self.t.reshape(t, now)
                 self.t.bump_room(gpu_type, now)
-                self._raise_largest(gpu_type, gpus)
+                self._raise_largest(gpu_type, gpus, now)
                 return copy.deepcopy(self.t.nodes[node_id])
             was_down = node.state is NodeState.DOWN
             node.last_seen_at, node.labels, node.address = now, copy.deepcopy(labels), address
@@ -538,25 +629,41 @@ class FakeNodeStore:
                 node.state = NodeState.READY
             changed = gpus != node.gpus or gpu_type != node.gpu_type
             if changed:
-                self._fleet(node.gpu_type, -node.gpus)
-                self._fleet(ALL_TYPES, gpus - node.gpus)
-                self._fleet(gpu_type, gpus)
+                deltas = {node.gpu_type: -node.gpus, ALL_TYPES: gpus - node.gpus}
+                deltas[gpu_type] = deltas.get(gpu_type, 0) + gpus
+                # ALL_TYPES always moves on: its generation says "some type changed"
+                for t, d in deltas.items():
+                    if d or t == ALL_TYPES:
+                        self._fleet(t, d)
+                        self.t.reshape(t, now)
                 node.gpus_free += gpus - node.gpus
                 node.gpus, node.gpu_type = gpus, gpu_type
-            if changed or was_down:
+            if changed or was_down:  # room may have appeared
                 self.t.bump_room(gpu_type, now)
-            if changed:
-                self._raise_largest(gpu_type, gpus)
+                self._raise_largest(gpu_type, gpus, now)
             return copy.deepcopy(node)
 
     def fleet(self, gpu_type: str | None) -> tuple[int, int]:
-        f = self.fleet_summary(gpu_type)
+        f = self.fleet_of(gpu_type)
         return f.gpus, f.largest_node
 
-    def fleet_summary(self, gpu_type: str | None) -> FleetSummary:
+    def fleet_of(self, gpu_type: str | None) -> Fleet:
+        key = fleet_key(gpu_type)
         with self.t.lock:
-            f = self.t.fleet.get(gpu_type or ALL_TYPES, _Fleet())
-            return FleetSummary(f.gpus, f.largest_node, f.room_version, f.room_at)
+            return self.t.fleet.get(key, _Fleet()).read(key)
+
+    def fleets(self) -> list[Fleet]:
+        """Every fleet item: each GPU type's and ``*``."""
+        with self.t.lock:
+            return [f.read(key) for key, f in sorted(self.t.fleet.items())]
+
+    def mark_swept(self, fleet: Fleet) -> None:
+        """Record the generation as swept, unless the fleet moved on meanwhile."""
+        with self.t.lock:
+            stored = self.t.fleet.get(fleet.key)
+            if stored is not None and stored.generation and \
+                    stored.generation == fleet.generation:
+                stored.swept_generation = fleet.generation
 
     def ready_pages(self, gpu_type: str | None, min_free: int) -> Iterator[list[Node]]:
         """READY nodes with at least ``min_free`` GPUs, most free first, in pages."""
@@ -833,8 +940,11 @@ class World:
 
     def services(self, *, page_token_key: bytes = b"fake-page-key",
                  scans_per_hour: float = 60.0, period_s: float = 60.0,
-                 resend_after_s: float = 30.0, down_after_s: float = 60.0):
-        """The services as bootstrap.build wires them (no fan-out, no logs)."""
+                 resend_after_s: float = 30.0, down_after_s: float = 60.0,
+                 limits: quotas.TenantLimits = quotas.NO_LIMITS,
+                 settle_s: float = SETTLE_S):
+        """The services as bootstrap.build wires them (no fan-out, no logs);
+        ``limits`` are the tenants' (none by default), ``settle_s`` the placer's."""
         from chalicelib.service.attempts import AttemptsService
         from chalicelib.service.dispatch import Dispatcher
         from chalicelib.service.heartbeats import HeartbeatsService
@@ -847,7 +957,7 @@ class World:
         clock, dispatcher = self.clock, Dispatcher(self.inbox)
         jobs = JobsService(self.store, dispatcher, self.nudge, page_token_key=page_token_key,
                            scans_per_hour=scans_per_hour, cancel_resend_after_s=resend_after_s,
-                           telemetry=self.telemetry, clock=clock)
+                           telemetry=self.telemetry, clock=clock, limits=limits)
         attempts = AttemptsService(self.store, dispatcher, self.nudge, clock=clock)
         heartbeats = HeartbeatsService(self.store, self.beats, self.collector,
                                        scans_per_hour=scans_per_hour, telemetry=self.telemetry,
@@ -858,7 +968,8 @@ class World:
                                confirm_gone=attempts.confirm_gone),
             attempts=attempts,
             placer=Placer(self.store, self.nodes, dispatcher, resend_after_s=resend_after_s,
-                          clock=clock),
+                          clock=clock, limits=limits,
+                          settle_s=settle_s),
             reconciler=Reconciler(self.store, self.nodes, dispatcher, attempts,
                                   resend_after_s=resend_after_s, down_after_s=down_after_s,
                                   clock=clock),

@@ -149,7 +149,9 @@ def _count_pending(tx: TransactWrite, tenant: str, delta: int,
     an increase under ``limit`` is conditioned on the count being below it."""
     condition = None
     if limit is not None:
-        condition = TenantModel.pending.does_not_exist() | (TenantModel.pending < limit)
+        condition = TenantModel.pending < limit
+        if limit > 0:  # no count yet is 0, under any limit but 0
+            condition = TenantModel.pending.does_not_exist() | condition
     tx.update(TenantModel(tenant), actions=[TenantModel.pending.add(delta)],
               condition=condition)
 

@@ -240,13 +240,13 @@ def test_rank_reports_only_add_and_repeats_change_nothing(ports):
 def test_a_node_gets_its_gpus_back_exactly_once(ports):
     job, attempt = ports.running()
     node_id = ports.node_id(0)
-    before = ports.nodes.fleet_summary(ports.gpu_type()).room_version
+    before = ports.nodes.fleet_of(ports.gpu_type()).room_version
     assert ports.store.release(attempt, node_id) is True
     assert ports.store.release(attempt, node_id) is False
     node = ports.nodes.get(node_id)
     assert (node.gpus_free, node.attempts) == (8, frozenset())
     assert ports.store.attempt(job.job_id, 1).released == {node_id}
-    assert ports.nodes.fleet_summary(ports.gpu_type()).room_version == before + 1, \
+    assert ports.nodes.fleet_of(ports.gpu_type()).room_version == before + 1, \
         "the waiting jobs of its type are told room appeared"
 
 

@@ -16,22 +16,22 @@ def test_a_new_node_is_ready_with_every_gpu_free_and_counted_in_the_fleet(ports)
     assert ports.nodes.get(node.node_id) == node
     assert ports.nodes.get(ports.node_id(9)) is None
     ports.node(1, gpus=4)
-    summary = ports.nodes.fleet_summary(gpu)
+    summary = ports.nodes.fleet_of(gpu)
     assert (summary.gpus, summary.largest_node) == (12, 8)
     assert summary.room_version >= 2 and summary.room_at is not None
     assert ports.nodes.fleet(gpu) == (12, 8)
-    assert ports.nodes.fleet_summary(ports.gpu_type(1)).gpus == 0, "another type's"
+    assert ports.nodes.fleet_of(ports.gpu_type(1)).gpus == 0, "another type's"
 
 
 def test_a_repeated_registration_only_refreshes_the_node(ports):
     first = ports.node(0)
-    version = ports.nodes.fleet_summary(ports.gpu_type()).room_version
+    version = ports.nodes.fleet_of(ports.gpu_type()).room_version
     later = utcnow() + timedelta(seconds=5)
     again = ports.node(0, now=later)
     assert again.last_seen_at == later and again.registered_at == first.registered_at
     assert (again.gpus, again.gpus_free) == (8, 8)
-    assert ports.nodes.fleet_summary(ports.gpu_type()).gpus == 8
-    assert ports.nodes.fleet_summary(ports.gpu_type()).room_version == version, \
+    assert ports.nodes.fleet_of(ports.gpu_type()).gpus == 8
+    assert ports.nodes.fleet_of(ports.gpu_type()).room_version == version, \
         "nothing changed: no room appeared"
 
 
@@ -48,7 +48,7 @@ def test_a_node_that_changes_type_moves_between_the_types_summaries(ports):
     ports.node(0, gpus=4)
     moved = ports.node(0, gpus=4, gpu_type=ports.gpu_type(1))
     assert moved.gpu_type == ports.gpu_type(1)
-    assert ports.nodes.fleet_summary(ports.gpu_type()).gpus == 0
+    assert ports.nodes.fleet_of(ports.gpu_type()).gpus == 0
     assert ports.nodes.fleet(ports.gpu_type(1)) == (4, 4)
 
 

@@ -8,14 +8,14 @@ the module's ``beat()``, also interleaved.
 """
 from __future__ import annotations
 
-import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
-
 import os
 import pathlib
 import statistics
 import sys
 import tempfile
 import timeit
+
+import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "agent" / "rankside"))
 

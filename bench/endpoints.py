@@ -21,8 +21,6 @@ Options: --rounds N (default 200), --warmup N (20), --cold-runs N (15),
 """
 from __future__ import annotations
 
-import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
-
 import argparse
 import dataclasses
 import datetime as dt
@@ -38,6 +36,8 @@ import sys
 import time
 import uuid
 from typing import Any, Callable
+
+import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

@@ -50,8 +50,6 @@ Options: --jobs M (50), --jobs-1000 M (default M), --rounds R (8),
 """
 from __future__ import annotations
 
-import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
-
 import argparse
 import collections
 import datetime as dt
@@ -65,6 +63,8 @@ import statistics
 import sys
 import time
 from typing import Callable
+
+import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

@@ -78,8 +78,6 @@ Options: --rounds R (5), --history-factor F (10), --history-ranks N (32),
 """
 from __future__ import annotations
 
-import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
-
 import argparse
 import collections
 import contextlib
@@ -94,6 +92,8 @@ import statistics
 import sys
 import time
 import warnings
+
+import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

@@ -67,8 +67,6 @@ afresh from the pauses and stops (``_check_posting``).
 """
 from __future__ import annotations
 
-import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
-
 import argparse
 import bisect
 import math
@@ -79,6 +77,8 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+
+import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

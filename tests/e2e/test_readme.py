@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import pytest
 import requests
 
-from .conftest import READY, ROOT, Stack
+from tests.stacks import READY, ROOT, Stack
 
 pytestmark = pytest.mark.e2e
 

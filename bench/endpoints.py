@@ -250,7 +250,7 @@ class Bench:
         placer would place it: a Plan, a LAUNCH intent, DynamoJobStore.place)."""
         from chalicelib.domain import idempotency
         from chalicelib.domain.clock import utcnow
-        from chalicelib.domain.jobs import launch_intent
+        from chalicelib.domain.intents import launch_intent
         from chalicelib.domain.placement import Plan
 
         job, _ = self.services.jobs.create(TENANT, BODY, key)
@@ -329,7 +329,7 @@ class Bench:
         from chalicelib.adapters.models import OutboxModel
         from chalicelib.domain import idempotency
         from chalicelib.domain.clock import iso, plus, utcnow
-        from chalicelib.domain.jobs import cancel_intent
+        from chalicelib.domain.intents import cancel_intent
 
         cfg, ddb, sqs, http = self.cfg, self.ddb, self.sqs, self.http
         jobs_table = cfg.jobs_table

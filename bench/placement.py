@@ -269,7 +269,8 @@ class Scale:
         from chalicelib.adapters.models import AttemptModel, JobModel, OutboxModel
         from chalicelib.domain import placement
         from chalicelib.domain.clock import iso, plus, utcnow
-        from chalicelib.domain.jobs import clear_incident, launch_intent
+        from chalicelib.domain.intents import launch_intent
+        from chalicelib.domain.jobs import clear_incident
         from chalicelib.domain.placement import Plan
 
         out = []

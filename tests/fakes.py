@@ -39,7 +39,8 @@ from chalicelib.domain import events as ev, idempotency, quotas
 from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
 from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parked_partition
-from chalicelib.domain.jobs import Intent, Job, clear_incident, frozen_health
+from chalicelib.domain.intents import Intent
+from chalicelib.domain.jobs import Job, clear_incident, frozen_health
 from chalicelib.domain.nodes import Node, NodeState
 from chalicelib.domain.placement import Plan, queue_key
 from chalicelib.domain.stall import Beat

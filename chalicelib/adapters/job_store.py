@@ -25,7 +25,8 @@ from ..domain.attempts import Attempt
 from ..domain.clock import iso, parse_iso, utcnow
 from ..domain.errors import ServiceUnavailable
 from ..domain.fleet import Fleet, parked_partition
-from ..domain.jobs import Intent, Job, clear_incident, frozen_health
+from ..domain.intents import LAUNCH, Intent, intent_id
+from ..domain.jobs import Job, clear_incident, frozen_health
 from ..domain.placement import Plan, queue_key
 from ..domain.states import ENDS_ATTEMPT, PLACED, Event, JobState, sources
 from ..service.ports import (
@@ -342,7 +343,7 @@ class DynamoJobStore:
                 tx.update(JobModel(job.job_id), actions=actions, condition=condition)
                 tx.save(_outbox_item(intent, now, due_at),
                         condition=OutboxModel.job_id.does_not_exist())
-                tx.update(OutboxModel(job.job_id, f"LAUNCH#{job.attempt}"),
+                tx.update(OutboxModel(job.job_id, intent_id(LAUNCH, job.attempt)),
                           actions=[OutboxModel.pending.remove()],
                           condition=OutboxModel.job_id.exists())
         except TransactWriteError as e:
@@ -608,7 +609,7 @@ class DynamoJobStore:
                     AttemptModel.state.set(to.value if to.terminal else JobState.FAILED.value),
                     AttemptModel.finished_at.set(iso(now)),
                     AttemptModel.exit.set(exit_)])
-                tx.update(OutboxModel(job.job_id, f"LAUNCH#{attempt.attempt}"),
+                tx.update(OutboxModel(job.job_id, intent_id(LAUNCH, attempt.attempt)),
                           actions=[OutboxModel.pending.remove()],
                           condition=OutboxModel.job_id.exists())
                 if stop is not None and stop.targets:

@@ -8,11 +8,12 @@ the loser of a conditional write re-reads and finds the work done.
 """
 from __future__ import annotations
 
+from ..domain import intents
 from ..domain.attempts import LOST, Attempt, exit_info, outcome
 from ..domain.clock import Clock, utcnow
 from ..domain.errors import Forbidden, InvalidArgument, StaleAttempt
 from ..domain.ids import is_job_id
-from ..domain.jobs import Intent, Job
+from ..domain.jobs import Job
 from ..domain.principal import Principal
 from ..domain.states import PLACED, Event, JobState, next_state
 from .dispatch import Dispatcher
@@ -81,9 +82,9 @@ class AttemptsService:
     def _acknowledge(self, attempt: Attempt, node_id: str) -> None:
         """Any report from a node shows it got its LAUNCH; a node whose ranks are
         all done needs no CANCEL resent, however they ended."""
-        self.store.ack_intent(attempt.job_id, f"LAUNCH#{attempt.attempt}", node_id)
+        self.store.ack_intent(attempt.job_id, intents.intent_id(intents.LAUNCH, attempt.attempt), node_id)
         if attempt.node_done(node_id):
-            self.store.ack_intent(attempt.job_id, f"CANCEL#{attempt.attempt}", node_id)
+            self.store.ack_intent(attempt.job_id, intents.intent_id(intents.CANCEL, attempt.attempt), node_id)
 
     def settle_node(self, attempt: Attempt, node_id: str) -> None:
         """Once every rank on the node is known gone, its GPUs go back, exactly once."""
@@ -160,10 +161,8 @@ class AttemptsService:
         if event in (Event.RANK_FAILED, Event.RETRY) and still_running:
             reason = ("the attempt stalled" if exit_ and exit_.get("reason") == "stalled"
                       else "another rank of the attempt failed")
-            stop = Intent(job.job_id, attempt.attempt, "CANCEL",
-                          {"type": "CANCEL", "job_id": job.job_id,
-                           "attempt": attempt.attempt, "reason": reason},
-                          {n: u for n, u in job.inboxes.items() if n in still_running})
+            stop = intents.cancel(job.job_id, attempt.attempt, reason,
+                                  {n: u for n, u in job.inboxes.items() if n in still_running})
         job = self.store.end_attempt(job, attempt, to, exit_ or exit_info(attempt, event),
                                      self._clock(), stop)
         if stop is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from ..domain.jobs import Intent
+from ..domain.intents import Intent
 from .ports import Inbox
 
 log = logging.getLogger(__name__)

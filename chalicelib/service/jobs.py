@@ -16,7 +16,8 @@ from ..domain.errors import (
     ServiceUnavailable,
 )
 from ..domain.ids import is_job_id, new_job_id
-from ..domain.jobs import Job, cancel_intent, initial_health, with_defaults
+from ..domain.intents import cancel_intent
+from ..domain.jobs import Job, initial_health, with_defaults
 from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher

@@ -15,7 +15,8 @@ from typing import Iterator, Protocol
 from ..domain import placement, quotas
 from ..domain.clock import Clock, plus, utcnow
 from ..domain.fleet import ALL_TYPES, SETTLE_S, Fleet
-from ..domain.jobs import Job, launch_intent
+from ..domain.intents import launch_intent
+from ..domain.jobs import Job
 from ..domain.nodes import Node
 from ..domain.placement import Candidate
 from ..domain.quotas import TenantLimits

@@ -8,7 +8,8 @@ from typing import Iterator, Protocol
 
 from ..domain.attempts import Attempt
 from ..domain.fleet import Fleet
-from ..domain.jobs import Intent, Job
+from ..domain.intents import Intent
+from ..domain.jobs import Job
 from ..domain.nodes import Node
 from ..domain.placement import Plan
 from ..domain.stall import Beat

@@ -15,8 +15,8 @@ import logging
 from datetime import timedelta
 from typing import Protocol
 
+from ..domain import intents
 from ..domain.clock import Clock, plus, utcnow
-from ..domain.jobs import Intent
 from ..domain.nodes import Node
 from .attempts import AttemptsService
 from .dispatch import Dispatcher
@@ -76,11 +76,8 @@ class Reconciler:
             # a CANCEL waits in the lost node's inbox: an agent that comes
             # back (paused, restarted) reads it first and stops the ranks of
             # the attempt failed here
-            self.dispatcher.send(Intent(
-                job_id, attempt_no, "CANCEL",
-                {"type": "CANCEL", "job_id": job_id, "attempt": attempt_no,
-                 "reason": "node_lost"},
-                {node.node_id: node.inbox_queue_url}))
+            self.dispatcher.send(intents.cancel(job_id, attempt_no, "node_lost",
+                                                {node.node_id: node.inbox_queue_url}))
             self.attempts.node_lost(job, attempt, node.node_id)
             # last, as the mark of this attempt's handling done: its GPUs stay
             # held until the node's agent confirms the ranks gone

@@ -16,7 +16,8 @@ import pytest
 
 from chalicelib.domain.clock import utcnow
 from chalicelib.domain.ids import new_job_id
-from chalicelib.domain.jobs import Job, initial_health, launch_intent, with_defaults
+from chalicelib.domain.intents import launch_intent
+from chalicelib.domain.jobs import Job, initial_health, with_defaults
 from chalicelib.domain.placement import Plan
 from chalicelib.domain.states import JobState
 

@@ -10,7 +10,7 @@ import pytest
 
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import utcnow
-from chalicelib.domain.jobs import cancel_intent
+from chalicelib.domain.intents import cancel_intent
 from chalicelib.domain.states import JobState
 from chalicelib.service.ports import CapacityChanged, IdemClaim, IdempotencyConflict, StateChanged
 

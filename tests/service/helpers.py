@@ -32,7 +32,7 @@ def aws_calls():
 def place(services, job_id: str, nodes: list[str], gpus: int = 8) -> dict[str, str]:
     """Place a job on chosen nodes (registered here), one rank after another
     round the nodes, bypassing the placer's choice; returns node -> inbox URL."""
-    from chalicelib.domain.jobs import launch_intent
+    from chalicelib.domain.intents import launch_intent
     from chalicelib.domain.placement import Plan
 
     job = services.store.get(job_id)

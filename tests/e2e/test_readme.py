@@ -207,11 +207,15 @@ class Terminal:
 
 def _start(tmp: pathlib.Path, env: dict) -> Stack:
     """`make up` as the README gives it: python -m devstack with the line's
-    variables, PORT=0 the one change (2 agents: make up's default)."""
+    variables; the changes are PORT=0 and a state folder of the test's own
+    (GPUJOBS_STATE_DIR: several stacks at once, none in the checkout's
+    .gpujobs-local). 2 agents: make up's default."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUJOBS_", "AWS_"))}
     proc = subprocess.Popen([sys.executable, "-m", "devstack"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**base, **env, "PORT": "0"}, start_new_session=True)
+                            env={**base, **env, "PORT": "0",
+                                 "GPUJOBS_STATE_DIR": str(tmp / "state")},
+                            start_new_session=True)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
     seen, deadline = [], time.monotonic() + 120
@@ -261,7 +265,7 @@ class Stacks:
 
     def get(self, key: str, env: dict) -> Stack:
         if key not in self.started:
-            self.started[key] = _start(self.tmp, env)
+            self.started[key] = _start(self.tmp / f"stack-{len(self.started)}", env)
         return self.started[key]
 
 

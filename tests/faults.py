@@ -18,6 +18,7 @@ import json
 import threading
 
 import botocore.endpoint
+import botocore.retries.quota
 import botocore.retries.standard
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
@@ -85,11 +86,14 @@ def inject(operations: str | tuple[str, ...] | None, fault, *, times: int | None
     """Apply ``fault`` to the named operations (None: every operation) whose
     request body contains ``when`` (None: any), at most ``times`` times (None:
     always). botocore's own retries run as in production, without their
-    back-off sleeps."""
+    back-off sleeps, and without drawing on the client's retry quota: the
+    container's clients are shared, and a quota the injected faults of one
+    test emptied would leave the next test's writes unretried."""
     ops = {operations} if isinstance(operations, str) else set(operations or ())
     injection = Injection(ops, fault, times, when)
     original = botocore.endpoint.Endpoint._send
     original_delay = botocore.retries.standard.ExponentialBackoff.delay_amount
+    original_acquire = botocore.retries.quota.RetryQuota.acquire
 
     def send(self, request):
         if not injection.take(request):
@@ -114,11 +118,13 @@ def inject(operations: str | tuple[str, ...] | None, fault, *, times: int | None
 
     botocore.endpoint.Endpoint._send = send
     botocore.retries.standard.ExponentialBackoff.delay_amount = lambda self, context: 0
+    botocore.retries.quota.RetryQuota.acquire = lambda self, amount: True
     try:
         yield injection
     finally:
         botocore.endpoint.Endpoint._send = original
         botocore.retries.standard.ExponentialBackoff.delay_amount = original_delay
+        botocore.retries.quota.RetryQuota.acquire = original_acquire
 
 
 def respond_with(operations, respond):

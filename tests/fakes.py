@@ -283,6 +283,8 @@ class FakeJobStore:
                 return False
             self.t.parked[job.job_id] = fleet.generation
             current.pending_reason = reason
+            self._event(job.job_id, ev.waiting_key(job.attempt, reason), ev.event(
+                "waiting", self._clock(), attempt=job.attempt or None, reason=reason))
             return True
 
     def unpark(self, job: Job) -> bool:

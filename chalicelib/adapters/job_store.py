@@ -444,6 +444,10 @@ class DynamoJobStore:
                     JobModel.active_state.set(parked_partition(job.spec.get("gpu_type"))),
                     JobModel.parked_generation.set(fleet.generation),
                     JobModel.pending_reason.set(reason),
+                    # the job's story says why it waits, as for any pending reason
+                    _event(JobModel, ev.waiting_key(job.attempt, reason),
+                           ev.event("waiting", self._now(), attempt=job.attempt or None,
+                                    reason=reason)),
                 ], condition=(JobModel.state == JobState.PENDING.value)
                     & (JobModel.attempt == job.attempt))
                 tx.condition_check(FleetModel, fleet.key, condition=unchanged)

@@ -125,6 +125,8 @@ def test_a_parked_job_leaves_the_queue_with_its_reason_until_unparked(whole):
     assert _ids(whole.store.parked(gpu)) == [job.job_id]
     assert _ids(whole.store.parked(whole.gpu_type(1))) == [], "another type's"
     assert _ids(whole.store.parked(None)) == [], "jobs that take any type"
+    assert [(e["type"], e["reason"]) for e in whole.store.events(job.job_id)
+            if e["type"] == "waiting"] == [("waiting", NEVER)], "the story says why it waits"
 
     assert whole.store.unpark(got) is True
     assert sorted(_ids(whole.store.pending(10))) == sorted([job.job_id, other.job_id])

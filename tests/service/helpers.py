@@ -61,3 +61,27 @@ def drain(sqs, queue_url: str, job_id: str | None = None) -> list[dict]:
         for m in msgs:
             out.append(json.loads(m["Body"]))
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
+
+
+def flood(services, tenant: str, body: dict, n: int) -> list[str]:
+    """``n`` PENDING jobs of ``body``, made as JobsService.create makes them and
+    written in batches through the adapter's own serialisation. A flood is
+    what the placer must cope with; made through the API it would cost a
+    transaction and a nudge per job (a minute or more on moto for hundreds),
+    and creating is not what such a test checks."""
+    from chalicelib.adapters.job_store import DynamoJobStore
+    from chalicelib.adapters.models import JobModel
+    from chalicelib.domain.ids import new_job_id
+    from chalicelib.domain.jobs import Job, initial_health, with_defaults
+    from chalicelib.domain.states import JobState
+
+    now = services.clock()
+    spec = with_defaults(body)
+    jobs = [Job(job_id=new_job_id(), tenant=tenant, state=JobState.PENDING, spec=spec,
+                created_at=now, updated_at=now, name=body.get("name"),
+                health=initial_health(spec, services.config.scans_per_hour))
+            for _ in range(n)]
+    with JobModel.batch_write() as batch:
+        for job in jobs:
+            batch.save(DynamoJobStore._new_job_model(job))
+    return [j.job_id for j in jobs]

@@ -8,7 +8,7 @@ from chalicelib.domain.clock import utcnow
 from chalicelib.domain.fleet import Fleet
 from chalicelib.domain.principal import Principal
 
-from .helpers import aws_calls
+from .helpers import aws_calls, flood
 
 AGENT = Principal("agent", "*")
 READS = ("GetItem", "Query", "Scan", "BatchGetItem")
@@ -27,7 +27,8 @@ def create(s, tenant, ranks, gpus_per_rank=8, gpu_type="park"):
 def test_a_flood_of_never_fitting_jobs_is_read_once_then_costs_a_bounded_run(iso, tenants):
     register(iso, "p1")                                       # the fleet: 8 park GPUs
     iso.placer.settle_s = 0                                   # moto's indexes do not lag
-    never = [create(iso, tenants.b, 2) for _ in range(600)]   # 16 GPUs each
+    never = flood(iso, tenants.b, {"command": ["x"], "ranks": 2, "gpu_type": "park",
+                                   "gpus_per_rank": 8}, 600)  # 16 GPUs each
     first = iso.placer.run()
     assert set(first.never) == set(never)
     job = iso.store.get(never[0])

@@ -8,7 +8,7 @@ import pytest
 from chalicelib.adapters.models import AttemptModel, NodeModel
 from chalicelib.domain.principal import Principal
 
-from .helpers import aws_calls, drain
+from .helpers import aws_calls, drain, flood
 
 AGENT = Principal("agent", "*")
 
@@ -185,8 +185,11 @@ def test_a_flood_of_never_fitting_and_huge_top_priority_jobs_cannot_hold_back_a_
     busy = create("tenant-b", 2, 8)
     assert iso.placer.run().placed == [busy]  # every GPU taken
     top = 1_000_000
-    never = [create("tenant-b", 3, 8, top) for _ in range(600)]  # 24 GPUs: the fleet has 16
-    huge = [create("tenant-b", 2, 8, top) for _ in range(200)]   # all 16 GPUs each
+    def body(ranks):
+        return {"command": ["x"], "ranks": ranks, "gpu_type": "fair", "gpus_per_rank": 8,
+                "priority": top}
+    never = flood(iso, "tenant-b", body(3), 600)  # 24 GPUs each: the fleet has 16
+    huge = flood(iso, "tenant-b", body(2), 200)   # all 16 GPUs each
     small = create("tenant-a", 1, 1)
     first = iso.placer.run()
     assert set(first.never) == set(never) and first.placed == []

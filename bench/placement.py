@@ -40,29 +40,25 @@ is the work done and other processes on a busy machine barely move it (wall
 time is shown too). The headline ratio is the 100-node one: every job fits
 there, so both sides place the same jobs and nothing else, and moto's table
 copies do not yet drown the difference. Requests are counted with the botocore
-``request-created`` hook of bench/endpoints.py (retries count too); the nodes
+``request-created`` hook of bench/harness.py (retries count too); the nodes
 placement reads are counted by wrapping the node store's ``ready_pages`` on the
 instance (chalicelib is not changed). The last line reads
 ``placement-bench: ratio=<x> reads_per_job_10=<n> reads_per_job_1000=<n>``.
 
 Options: --jobs M (50), --jobs-1000 M (default M), --rounds R (8),
---rounds-1000 R (4), --scales 10,100,1000, --seed N.
+--rounds-1000 R (4), --scales 10,100,1000, --seed N; --quick: 10 jobs, one
+round, 10 nodes (the smoke test). Shared set-up: bench/harness.py.
 """
 from __future__ import annotations
 
-import argparse
 import collections
-import datetime as dt
 import gc
 import json
-import os
 import pathlib
-import platform
 import random
 import statistics
 import sys
 import time
-from typing import Callable
 
 import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
 
@@ -70,88 +66,26 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.endpoints import CALLS, REGION, Fail, install_request_counter  # noqa: E402
+from bench import harness  # noqa: E402
+from bench.harness import REGION, Fail, moto_housekeeping, no_table_backups  # noqa: E402
 
 TENANT = "bench"
 GPUS_PER_NODE = 8
 GPU_TYPE = "h100"
-#: DynamoDB operations that read; every other DynamoDB operation writes
-READS = frozenset({"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"})
+#: (option, default, --quick): the defaults keep `make bench` under 6 minutes
+QUICK = (("jobs", 50, 10), ("rounds", 8, 1), ("rounds_1000", 4, 1), ("scales", "10,100,1000", "10"))
 
 
 # -- environment ----------------------------------------------------------------
 def start_moto() -> None:
     """moto in-process and the request counter, before any client exists."""
-    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": REGION,
-                       "GPUJOBS_PAGE_TOKEN_KEY": "bench-page-token-key",
-                       # rounds purge the queues more often than once a minute
-                       "MOTO_SQS_ENFORCE_STRICT_QUEUE_PURGE_BEHAVIOUR": "false"})
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "GPUJOBS_AWS_ENDPOINT_URL",
-                 "GPUJOBS_TOKENS_FILE"):
-        os.environ.pop(name, None)
-    from moto import mock_aws
-
-    mock_aws().start()
-    install_request_counter()
+    # rounds purge the queues more often than once a minute
+    harness.start_moto(MOTO_SQS_ENFORCE_STRICT_QUEUE_PURGE_BEHAVIOUR="false")
 
 
 def deploy_stack(stage: str):
     """A fresh stack from infra/template.yaml, and services bound to it."""
-    from chalicelib import bootstrap
-    from chalicelib.adapters.tokens import TokenStore
-    from chalicelib.config import Config
-    from devstack import resources
-
-    env = {k: v for k, v in resources.deploy(None, stage=stage, region=REGION).items()
-           if v is not None}
-    os.environ.update(env)
-    services = bootstrap.build(Config.from_env(), tokens=TokenStore({}))
-    bootstrap.install(services)
-    return services
-
-
-class no_table_backups:
-    """Untimed set-up only: moto's TransactWriteItems deep-copies every table it
-    touches, to roll back on failure, so registering node i copies i nodes and
-    1000 registrations take most of a minute. Registration's transactions
-    (a new node, conditioned on its absence, and the fleet totals) cannot fail
-    here, so while nodes register a Table is "copied" as itself; anything else
-    is still deep-copied. The fleet totals are checked afterwards."""
-
-    def __enter__(self):
-        import copy
-        import types
-
-        from moto.dynamodb import models
-        from moto.dynamodb.models.table import Table
-
-        def deepcopy(value, memo=None):
-            return value if isinstance(value, Table) else copy.deepcopy(value, memo)
-
-        self._models, self._copy = models, models.copy
-        models.copy = types.SimpleNamespace(deepcopy=deepcopy)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._models.copy = self._copy
-
-
-def moto_housekeeping() -> None:
-    """What bench/endpoints.py's collect_garbage undoes between rounds: moto keeps
-    every model instance it made (BaseModel.__new__ -> instances_tracked, the
-    whole-table copies of every TransactWriteItems included), and deleting from
-    a table with a range key leaves the hash key's empty bucket behind, which
-    every later whole-table copy copies."""
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.core.model_instances import reset_model_data
-    from moto.dynamodb.models import dynamodb_backends
-
-    reset_model_data()
-    for table in dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION].tables.values():
-        if table.has_range_key:
-            for key in [k for k, v in table.items.items() if not v]:
-                del table.items[key]
+    return harness.deploy(stage)
 
 
 def job_bodies(count: int, seed: int) -> list[dict]:
@@ -162,26 +96,10 @@ def job_bodies(count: int, seed: int) -> list[dict]:
             for i in range(count)]
 
 
-def split(calls) -> collections.Counter:
-    """{"reads": n, "writes": n, "sqs": n} and the count of every operation."""
-    out: collections.Counter = collections.Counter()
-    for service, op in calls:
-        if service == "dynamodb":
-            out["reads" if op in READS else "writes"] += 1
-            out[op] += 1
-        elif service == "sqs":
-            out["sqs"] += 1
-            out["sqs:" + op] += 1
-        else:
-            out[f"{service}:{op}"] += 1
-    return out
-
-
 # -- one scale ----------------------------------------------------------------------
 class Scale:
     def __init__(self, nodes: int, jobs: int, seed: int) -> None:
         import boto3
-        from botocore.config import Config as BotoConfig
 
         from chalicelib.domain.principal import Principal
 
@@ -205,10 +123,7 @@ class Scale:
         moto_housekeeping()
         self.bodies = job_bodies(jobs, seed)
         # the baseline: plain clients without parameter validation (as PynamoDB)
-        session = boto3.session.Session()
-        plain = BotoConfig(parameter_validation=False)
-        self.ddb = session.client("dynamodb", region_name=REGION, config=plain)
-        self.sqs = session.client("sqs", region_name=REGION, config=plain)
+        self.ddb, self.sqs = harness.plain_clients()
         self.cleanup = boto3.session.Session().client("dynamodb", region_name=REGION)
         # node items placement reads (an instance wrapper: nothing in chalicelib changes)
         self.nodes_read = 0
@@ -226,8 +141,11 @@ class Scale:
         self.created: list[str] = []
         self.touched: set[str] = set()
         self.samples: dict[str, list] = collections.defaultdict(list)
-        #: CPU and wall nanoseconds of every timed half
-        self.cpu_wall = [0, 0]
+        #: CPU and wall milliseconds of every timed half
+        self.cpu_wall = [0.0, 0.0]
+        #: the items the warm-up round's placement wrote, by spec index, for
+        #: the parity check of the baseline's (``parity``)
+        self.placed_items: dict | None = None
 
     # -- fixtures (untimed) ------------------------------------------------------
     def submit(self, indices) -> list:
@@ -265,9 +183,12 @@ class Scale:
 
     def baseline_items(self, jobs) -> list[tuple[list, list]]:
         """For each job: its TransactItems and its (queue URL, body) sends,
-        shaped like DynamoJobStore.place and the Dispatcher's messages."""
-        from chalicelib.adapters.models import AttemptModel, JobModel, OutboxModel
-        from chalicelib.domain import placement
+        shaped like DynamoJobStore.place and the Dispatcher's messages (the
+        outbox item is the adapter's own; ``parity`` checks all of them against
+        placement's after the warm-up round)."""
+        from chalicelib.adapters.job_store import _outbox_item
+        from chalicelib.adapters.models import AttemptModel, JobModel
+        from chalicelib.domain import events, placement
         from chalicelib.domain.clock import iso, plus, utcnow
         from chalicelib.domain.intents import launch_intent
         from chalicelib.domain.jobs import clear_incident
@@ -288,15 +209,24 @@ class Scale:
             items = [
                 {"Update": {
                     "TableName": self.cfg.jobs_table, "Key": {"job_id": {"S": job.job_id}},
-                    "UpdateExpression": "SET #s = :s, #as = :s, #a = :a, #i = :i, #h = :h, "
-                                        "#u = :u REMOVE #pr",
+                    "UpdateExpression": "SET #s = :s, #ts = :ts, #as = :s, #a = :a, #i = :i, "
+                                        "#h = :h, #u = :u, "
+                                        "#ev.#evp = if_not_exists(#ev.#evp, :evp) "
+                                        "REMOVE #pr, #wo",
                     "ConditionExpression": "#s = :pending AND #a = :prev",
-                    "ExpressionAttributeNames": {"#s": "state", "#as": "active_state",
+                    "ExpressionAttributeNames": {"#s": "state", "#ts": "tenant_state",
+                                                 "#as": "active_state",
                                                  "#a": "attempt", "#i": "inboxes",
                                                  "#h": "health", "#u": "updated_at",
-                                                 "#pr": "pending_reason"},
+                                                 "#pr": "pending_reason", "#wo": "waiting_on",
+                                                 "#ev": "events", "#evp": f"placed#{attempt}"},
                     "ExpressionAttributeValues": {
                         ":s": {"S": "SCHEDULED"}, ":a": {"N": str(attempt)},
+                        ":ts": {"S": f"{job.tenant}#SCHEDULED"},
+                        ":evp": JobModel.events.serialize({"e": events.event(
+                            "placed", now, attempt=attempt,
+                            reason=f"placed on {len(gpus)} node{'s' if len(gpus) != 1 else ''}",
+                            nodes={n: sorted(r) for n, r in plan.ranks_by_node.items()})})["e"],
                         ":i": {"S": JobModel.inboxes.serialize(intent.targets)},
                         ":h": {"S": JobModel.health.serialize(clear_incident(job.health))},
                         ":u": {"S": iso(now)}, ":pending": {"S": "PENDING"},
@@ -306,17 +236,14 @@ class Scale:
                              job.job_id, attempt, state="SCHEDULED",
                              placement=plan.placement(), node_ranks=plan.ranks_by_node,
                              node_gpus=gpus, world_size=job.spec["ranks"],
+                             node_types={n: GPU_TYPE for n in gpus},
                              created_at=iso(now), exit_codes={}).serialize(),
                          "ConditionExpression": "attribute_not_exists(#k)",
                          "ExpressionAttributeNames": {"#k": "job_id"}}},
                 {"Put": {"TableName": self.cfg.outbox_table,
-                         "Item": OutboxModel(
-                             job.job_id, intent.intent_id, attempt=attempt, kind=intent.kind,
-                             message=intent.message, targets=intent.targets,
-                             node_ranks=intent.node_ranks, unacked=set(intent.targets),
-                             created_at=iso(now), pending="1",
-                             due_at=iso(plus(now, self.cfg.cancel_resend_after_s)),
-                             sends=1).serialize(),
+                         # the adapter's own outbox item
+                         "Item": _outbox_item(intent, now, plus(
+                             now, self.cfg.cancel_resend_after_s)).serialize(),
                          "ConditionExpression": "attribute_not_exists(#k)",
                          "ExpressionAttributeNames": {"#k": "job_id"}}},
             ]
@@ -336,24 +263,17 @@ class Scale:
         return out
 
     # -- the two halves ------------------------------------------------------------
-    def _timed(self, fn: Callable[[], object]):
-        # as timeit does: no cyclic GC inside the timed calls. moto's whole-table
-        # copies (a 1000-node table per node update) otherwise set off full
-        # collections over moto's heap every few transactions, a cost of
-        # CPython's collector running moto, not of either side
-        gc.collect()
-        CALLS.clear()
+    def _timed(self, fn):
+        # process CPU time (the dispatcher sends from a thread pool); as timeit
+        # does, no cyclic GC inside the timed calls: moto's whole-table copies (a
+        # 1000-node table per node update) otherwise set off full collections
+        # over moto's heap every few transactions, a cost of CPython's collector
+        # running moto, not of either side
         self.nodes_read = 0
-        gc.disable()
-        try:
-            c0, t0 = time.process_time_ns(), time.perf_counter_ns()
-            result = fn()
-            wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
-        finally:
-            gc.enable()
-        self.cpu_wall[0] += cpu
-        self.cpu_wall[1] += wall
-        return wall / 1e6, cpu / 1e6, split(CALLS), result
+        t = harness.timed(fn, cpu="process", no_gc=True)
+        self.cpu_wall[0] += t.cpu_ms
+        self.cpu_wall[1] += t.wall_ms
+        return t.wall_ms, t.cpu_ms, harness.split(t.calls), t.result
 
     def placement_half(self, record: bool) -> int:
         jobs = self.submit(range(self.n_jobs))
@@ -377,6 +297,7 @@ class Scale:
         plans = self.check_placement(jobs, placed, runs[-1].waiting)
         if not self.plans:  # the warm-up round: the node maps the baseline replays
             self.plans = {index_of[j]: plans[j] for j in placed}
+            self.placed_items = self.items({index_of[j]: j for j in placed})
         elif sorted(index_of[j] for j in placed) != sorted(self.plans):
             raise Fail(f"N={self.n_nodes}: placement placed other jobs than in warm-up")
         if record:
@@ -419,6 +340,48 @@ class Scale:
                 raise Fail(f"N={self.n_nodes}: job {job_id} ({ranks} x {g}) waits but fits")
         return plans
 
+    def items(self, job_ids: dict[int, str]) -> dict:
+        """Untimed: the items a half left, for ``parity``: by spec index the job,
+        its attempt and its LAUNCH intent, and every node it used."""
+        def get(table: str, key: dict) -> dict:
+            return self.cleanup.get_item(TableName=table, Key=key,
+                                         ConsistentRead=True).get("Item", {})
+
+        out: dict = {}
+        for index, job_id in job_ids.items():
+            key = {"job_id": {"S": job_id}}
+            out[index] = {"job": get(self.cfg.jobs_table, key),
+                          "attempt": get(self.cfg.attempts_table, {**key, "attempt": {"N": "1"}}),
+                          "LAUNCH intent": get(self.cfg.outbox_table,
+                                               {**key, "intent_id": {"S": "LAUNCH#1"}})}
+        nodes = sorted({n for i in job_ids for n in self.plans[i]})
+        out["nodes"] = {n: get(self.cfg.nodes_table, {"node_id": {"S": n}}) for n in nodes}
+        out["ids"] = list(job_ids.values())
+        return out
+
+    def parity(self, job_ids: dict[int, str]) -> None:
+        """The baseline's items equal placement's (DynamoJobStore.place's), ids
+        and times aside: its writes are the same work, not just as many."""
+        theirs, self.placed_items = self.placed_items, None
+        ours = self.items(job_ids)
+        from chalicelib.domain.placement import master_port
+
+        # a LAUNCH message's port is derived from the job id
+        ids = [f'"master_port": {master_port(j, 1)}' for j in theirs["ids"] + ours["ids"]]
+        ids += theirs["ids"] + ours["ids"]
+        compared = 0
+        for index in job_ids:
+            for what, item in ours[index].items():
+                harness.same_items(f"N={self.n_nodes} job {index}: {what}", item,
+                                   theirs[index][what], ids=ids)
+                compared += 1
+        for node_id, item in ours["nodes"].items():
+            harness.same_items(f"N={self.n_nodes} {node_id}", item, theirs["nodes"][node_id],
+                               ids=ids)
+            compared += 1
+        print(f"N={self.n_nodes}: parity: the baseline's {compared} items equal placement's "
+              f"(ids and times aside)", flush=True)
+
     def baseline_half(self, record: bool) -> None:
         # all M jobs, as placement gets them, so both halves copy the same tables;
         # the ones placement left waiting stay PENDING here too
@@ -435,6 +398,8 @@ class Scale:
                     sqs.send_message(QueueUrl=url, MessageBody=body)
 
         wall, cpu, calls, _ = self._timed(run)
+        if self.placed_items is not None:  # the warm-up round
+            self.parity({i: job.job_id for i, job in jobs})
         expected = len(work), sum(len(s) for _, s in work)
         if (calls["TransactWriteItems"], calls["sqs"]) != expected or calls["reads"]:
             raise Fail(f"N={self.n_nodes}: the baseline made {dict(calls)}")
@@ -522,24 +487,21 @@ def report(results: list[dict]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=50)
+    parser = harness.parser(__doc__)
+    parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--jobs-1000", type=int, default=None,
                         help="jobs per round at 1000 nodes (default: --jobs); moto copies "
                              "the whole nodes table for every node a TransactWriteItems "
                              "updates, so a round there takes about 10 s")
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--rounds-1000", type=int, default=4)
-    parser.add_argument("--scales", default="10,100,1000")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--rounds-1000", type=int, default=None)
+    parser.add_argument("--scales", default=None)
     args = parser.parse_args()
+    for name, default, quick in QUICK:
+        setattr(args, name, harness.pick(getattr(args, name), default, quick, args.quick))
 
     started = time.monotonic()
-    import moto
-
-    print(f"gpujobs placement benchmark, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-          f"Python {platform.python_version()}, moto {moto.__version__} in-process, "
-          f"{os.cpu_count()} CPUs", flush=True)
+    harness.banner("placement")
     start_moto()
     scales = [int(x) for x in args.scales.split(",")]
     jobs_1000 = args.jobs if args.jobs_1000 is None else args.jobs_1000

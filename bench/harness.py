@@ -98,11 +98,12 @@ def start_moto(**extra_env: str) -> None:
 
 
 def deploy(stage: str, endpoint_url: str | None = None, *, tokens: list[dict] | None = None,
-           install: bool = True):
+           install: bool = True, clock=None):
     """The stack from infra/template.yaml, deployed through CloudFormation by
     ``devstack.resources.deploy`` (as the tests and ``make up`` do), its
     ``GPUJOBS_*`` variables in the environment; returns services built on it
-    by ``bootstrap.build`` (and installed for the handlers)."""
+    by ``bootstrap.build`` (and installed for the handlers), on ``clock`` if
+    given."""
     from chalicelib import bootstrap
     from chalicelib.adapters.tokens import TokenStore
     from chalicelib.config import Config
@@ -111,7 +112,8 @@ def deploy(stage: str, endpoint_url: str | None = None, *, tokens: list[dict] | 
     env = {k: v for k, v in resources.deploy(endpoint_url, stage=stage, region=REGION).items()
            if v is not None}
     os.environ.update(env)
-    services = bootstrap.build(Config.from_env(), tokens=TokenStore.from_entries(tokens or []))
+    services = bootstrap.build(Config.from_env(), tokens=TokenStore.from_entries(tokens or []),
+                               **({"clock": clock} if clock is not None else {}))
     if install:
         bootstrap.install(services)
     return services

@@ -3,8 +3,7 @@ same 50 running jobs x 64 ranks, with and without 10 times as many finished jobs
 (and their heartbeat items) in the tables.
 
 ``.venv/bin/python bench/scan.py`` from the repository root. As in
-bench/placement.py (whose moto helpers this imports, and bench/endpoints.py's
-request counter with them), everything runs in-process on moto (``mock_aws``);
+bench/placement.py (set up by bench/harness.py, as this is), everything runs in-process on moto (``mock_aws``);
 the tables and queues come from infra/template.yaml, deployed through
 CloudFormation by devstack/resources.py, and the services from
 chalicelib.bootstrap.
@@ -29,7 +28,7 @@ services, except for the history:
   holds 16,000 heartbeat items (5 times the running ones) and a full run takes
   about 2.5 minutes; ``--history-ranks 64`` gives 32,000 (about 3.5 minutes).
 
-The set-up is untimed and runs with bench/placement.py's ``no_table_backups``
+The set-up is untimed and runs with bench/harness.py's ``no_table_backups``
 (moto's whole-table copy per TransactWriteItems, which only matters if a
 transaction fails; the final states are checked: 500 SUCCEEDED, 50 RUNNING,
 every node's GPUs accounted for).
@@ -74,20 +73,18 @@ job's first health). Ends with ``scan-bench: history_ratio=<x>``: the larger of
 the cold and warm CPU-time ratios (target at most 1.1).
 
 Options: --rounds R (5), --history-factor F (10), --history-ranks N (32),
---running J (50), --ranks N (64), --moto-as-is.
+--running J (50), --ranks N (64), --moto-as-is; --quick: one round of 4 jobs
+x 8 ranks against 8 finished ones (the smoke test).
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import datetime as dt
 import gc
 import io
 import logging
-import os
 import pathlib
-import platform
 import statistics
 import sys
 import time
@@ -99,20 +96,23 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.endpoints import CALLS, Fail  # noqa: E402
-from bench.placement import (  # noqa: E402
+from bench import harness  # noqa: E402
+from bench.harness import (  # noqa: E402
+    CALLS,
     READS,
-    deploy_stack,
+    Fail,
     moto_housekeeping,
     no_table_backups,
     split,
-    start_moto,
 )
 
 TENANT = "bench"
 GPUS_PER_NODE = 64
 GPU_TYPE = "h100"
 TARGET = 1.1
+#: (option, default, --quick): the defaults keep `make bench` under 6 minutes
+QUICK = (("rounds", 5, 1), ("running", 50, 4), ("ranks", 64, 8), ("history_factor", 10, 2),
+         ("history_ranks", 32, 8))
 AGENT = None  # Principal("agent", "*"), set in main (after moto starts)
 
 
@@ -152,38 +152,6 @@ def install_item_counter() -> None:
     botocore.session.Session.create_client = create_client
 
 
-# -- moto ------------------------------------------------------------------------------
-class partition_queries:
-    """A base-table Query on a table with a range key reads only the hash key's
-    bucket (``Table.items[hash_key]``), as DynamoDB reads one partition, instead
-    of moto's walk over every item of the table. The items and their order are
-    the same: moto filters the walk by hash key and sorts by range key, which is
-    what it still does here, over the bucket. Index Queries are unchanged."""
-
-    def __enter__(self):
-        from moto.dynamodb.models.table import Table
-
-        self._table, self._query = Table, Table.query
-        original = self._query
-
-        def query(table, hash_key, *args, **kwargs):
-            index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
-            if index_name or not table.has_range_key:
-                return original(table, hash_key, *args, **kwargs)
-            bucket = table.items.get(hash_key) or {}
-            table.all_items = lambda: list(bucket.values())  # shadows the method
-            try:
-                return original(table, hash_key, *args, **kwargs)
-            finally:
-                del table.all_items
-
-        Table.query = query
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._table.query = self._query
-
-
 # -- one stack ----------------------------------------------------------------------------
 class VirtualClock:
     """The services' clock in this bench: it moves only when the bench says so
@@ -208,11 +176,6 @@ class VirtualClock:
 CLOCK = VirtualClock()
 
 
-def use_clock(services, clock) -> None:
-    for name in ("jobs", "attempts", "heartbeats", "scanner", "placer", "reconciler", "nodes"):
-        getattr(services, name)._clock = clock
-
-
 class Stack:
     """A deployed stack, its services, and the PynamoDB bindings that point at it."""
 
@@ -223,8 +186,7 @@ class Stack:
 
         self.name = name
         t0 = time.perf_counter()
-        self.services = deploy_stack(stage)
-        use_clock(self.services, CLOCK)
+        self.services = harness.deploy(stage, clock=CLOCK)
         self.cfg = self.services.config
         self.models = list(MODELS)
         self.tables = {m: m.Meta.table_name for m in self.models}
@@ -389,30 +351,11 @@ def check_partition_queries(stack: Stack) -> None:
     keys = [shard_key(j, 1, 0) for j in stack.running + stack.finished[:5]]
     for key in keys:
         mine = [m.serialize() for m in HeartbeatModel.query(key, consistent_read=True)]
-        with _moto_query():
+        with PATCH.moto_query():
             theirs = [m.serialize() for m in HeartbeatModel.query(key, consistent_read=True)]
         if mine != theirs or not mine:
             raise Fail(f"partition_queries: {key}: {len(mine)} items, moto {len(theirs)}")
     stack.deactivate()
-
-
-class _moto_query:
-    """moto's own Query, inside a ``partition_queries`` block."""
-
-    def __enter__(self):
-        from moto.dynamodb.models.table import Table
-
-        self._patched = Table.query
-        Table.query = PATCH._query
-        return self
-
-    def __exit__(self, *exc) -> None:
-        from moto.dynamodb.models.table import Table
-
-        Table.query = self._patched
-
-
-PATCH: partition_queries | None = None
 
 
 def quiet():
@@ -423,34 +366,32 @@ def quiet():
 # -- main ------------------------------------------------------------------------------------
 def main() -> int:
     global AGENT, PATCH
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--running", type=int, default=50)
-    parser.add_argument("--ranks", type=int, default=64)
-    parser.add_argument("--history-factor", type=int, default=10)
-    parser.add_argument("--history-ranks", type=int, default=32,
+    parser = harness.parser(__doc__)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--running", type=int, default=None)
+    parser.add_argument("--ranks", type=int, default=None)
+    parser.add_argument("--history-factor", type=int, default=None)
+    parser.add_argument("--history-ranks", type=int, default=None,
                         help="ranks of each finished job (64 takes ~110 s more set-up)")
     parser.add_argument("--moto-as-is", action="store_true",
                         help="measure moto's Query unchanged (walks the whole table)")
     args = parser.parse_args()
+    for name, default, quick in QUICK:
+        setattr(args, name, harness.pick(getattr(args, name), default, quick, args.quick))
     history_ranks = args.history_ranks
     history = args.history_factor * args.running
     if args.ranks > GPUS_PER_NODE or history_ranks > GPUS_PER_NODE:
         parser.error(f"ranks must fit one node of {GPUS_PER_NODE} GPUs")
 
     started = time.monotonic()
-    import moto
-
-    print(f"gpujobs stall-scan benchmark, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} "
-          f"UTC; Python {platform.python_version()}, moto {moto.__version__} in-process, "
-          f"{os.cpu_count()} CPUs", flush=True)
-    start_moto()
+    harness.banner("stall-scan")
+    harness.start_moto(MOTO_SQS_ENFORCE_STRICT_QUEUE_PURGE_BEHAVIOUR="false")
     install_item_counter()
     from chalicelib.domain.principal import Principal
 
     AGENT = Principal("agent", "*")
     if not args.moto_as_is:
-        PATCH = partition_queries().__enter__()
+        PATCH = harness.partition_queries().__enter__()
     # the services log every placement at INFO and print metrics (EMF) on
     # stdout: keep warnings, drop the rest
     for name in ("gpujobs", "chalicelib"):

@@ -75,8 +75,6 @@ CANCEL_BYTES = json.dumps({"reason": "bench"}).encode("utf-8")
 COLD_TARGET_MS = 60.0
 #: (option, default, --quick): the defaults keep `make bench` under 6 minutes
 QUICK = (("rounds", 200, 3), ("warmup", 20, 1), ("cold_runs", 15, 2), ("first_runs", 3, 1))
-#: with --quick, the first request of these handlers only
-QUICK_HANDLERS = ("create", "scan")
 RATIO_TARGET = 1.5
 
 # -- moto's share ------------------------------------------------------------------
@@ -801,14 +799,14 @@ def first_request(runs: int) -> None:
 
 
 # -- first request per handler (issue 15) ----------------------------------------------
-def first_request_per_handler(runs: int, handlers: tuple[str, ...] | None = None) -> float:
+def first_request_per_handler(runs: int, quick: bool = False) -> float:
     """Every handler's first request in a fresh interpreter over its warm calls,
     with the AWS clients it made (bench/first_request.py; its own moto server,
     before this script starts moto in-process)."""
     from bench import first_request as per_handler
 
-    return per_handler.report(
-        per_handler.measure(runs, handlers or per_handler.HANDLERS), runs)
+    handlers = per_handler.QUICK_HANDLERS if quick else per_handler.HANDLERS
+    return per_handler.report(per_handler.measure(runs, handlers), runs)
 
 
 # -- main ----------------------------------------------------------------------------
@@ -855,7 +853,7 @@ def main() -> int:
     if not args.profile:
         cold_start(args.cold_runs)
         first_request(args.first_runs)
-        first_request_per_handler(args.first_runs, QUICK_HANDLERS if args.quick else None)
+        first_request_per_handler(args.first_runs, args.quick)
 
     start_environment()
     services = build_services()

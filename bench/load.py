@@ -15,11 +15,11 @@ loaded run's throughput over the baseline's, and ends with::
 
 ``errors_5xx`` counts 5xx answers other than ``503`` with ``Retry-After`` (which
 a client is told to retry, and is counted on its own) plus transport failures.
-The stack is stopped by its own pid whatever happens. See docs/benchmarks.md.
+The stack is stopped by its own pid whatever happens. ``--quick`` (the smoke
+test): 5 clients for 3 s after 2 s of the baseline. See docs/benchmarks.md.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
@@ -36,6 +36,13 @@ import time
 import requests
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import harness  # noqa: E402
+
+#: (option, default, --quick): the defaults keep `make bench` under 6 minutes
+QUICK = (("clients", 50, 5), ("seconds", 25, 3), ("baseline_seconds", 8, 2))
 READY = re.compile(r"ready: API (http://\S+)")
 MIX = [("create", 30), ("get", 25), ("list", 20), ("cancel", 10), ("heartbeats", 15)]
 
@@ -162,11 +169,13 @@ def report(name: str, clients: int, results: Results, elapsed: float) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--seconds", type=float, default=25)
-    ap.add_argument("--baseline-seconds", type=float, default=8)
+    ap = harness.parser(__doc__)
+    ap.add_argument("--clients", type=int, default=None)
+    ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--baseline-seconds", type=float, default=None)
     args = ap.parse_args()
+    for name, default, quick in QUICK:
+        setattr(args, name, harness.pick(getattr(args, name), default, quick, args.quick))
     with tempfile.TemporaryDirectory(prefix="gpujobs-load-") as folder:
         proc, api = start_stack(pathlib.Path(folder))
         try:
@@ -178,9 +187,9 @@ def main() -> int:
             stop_stack(proc)
     print(f"scaling: rps({args.clients} clients) / rps(1 client) = "
           f"{rps / base_rps if base_rps else 0:.2f}")
-    print(f"load-bench: clients={args.clients} rps={rps:.1f} "
-          f"p99_ms={pct(loaded.latencies, 0.99):.1f} errors_5xx={loaded.errors_5xx} "
-          f"retry_after_503={loaded.retry_after_503}")
+    harness.machine_line("load", clients=args.clients, rps=f"{rps:.1f}",
+                         p99_ms=f"{pct(loaded.latencies, 0.99):.1f}",
+                         errors_5xx=loaded.errors_5xx, retry_after_503=loaded.retry_after_503)
     return 0
 
 

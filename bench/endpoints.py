@@ -16,8 +16,11 @@ fresh interpreters, the import cost of ``import app`` over
 ``import boto3, chalice, pynamodb`` (cold start) and the cost of the first
 request (bootstrap). See docs/benchmarks.md.
 
-Options: --rounds N (default 200), --warmup N (20), --cold-runs N (15),
---first-runs N (3), --seed N, --profile ROW (cProfile that endpoint instead).
+Options: --rounds N (default 100), --warmup N (10), --cold-runs N (10),
+--first-runs N (3), --seed N, --profile ROW (cProfile that endpoint instead),
+--per-handler (also bench/first_request.py's section), --quick (seconds: the
+smoke test). Shared set-up: bench/harness.py; the baselines' items are checked
+against the adapters' before every run (bench/parity.py).
 """
 from __future__ import annotations
 
@@ -74,7 +77,7 @@ NODE_GPUS = 1024
 CANCEL_BYTES = json.dumps({"reason": "bench"}).encode("utf-8")
 COLD_TARGET_MS = 60.0
 #: (option, default, --quick): the defaults keep `make bench` under 6 minutes
-QUICK = (("rounds", 200, 3), ("warmup", 20, 1), ("cold_runs", 15, 2), ("first_runs", 3, 1))
+QUICK = (("rounds", 100, 3), ("warmup", 10, 1), ("cold_runs", 10, 2), ("first_runs", 3, 1))
 RATIO_TARGET = 1.5
 
 # -- moto's share ------------------------------------------------------------------
@@ -836,6 +839,9 @@ def main() -> int:
     parser.add_argument("--cold-runs", type=int, default=None)
     parser.add_argument("--first-runs", type=int, default=None)
     parser.add_argument("--profile", metavar="ROW", help="cProfile one endpoint and exit")
+    parser.add_argument("--per-handler", action="store_true",
+                        help="also the first request of every handler (bench/first_request.py, "
+                             "which bench/scale.py runs in `make bench`)")
     parser.add_argument("--first-request-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.first_request_child:
@@ -853,7 +859,8 @@ def main() -> int:
     if not args.profile:
         cold_start(args.cold_runs)
         first_request(args.first_runs)
-        first_request_per_handler(args.first_runs, args.quick)
+        if args.per_handler:  # `make bench` has it from bench/scale.py
+            first_request_per_handler(args.first_runs, args.quick)
 
     start_environment()
     services = build_services()

@@ -11,9 +11,8 @@ and the services from chalicelib.bootstrap. Every scale deploys a fresh stack
 At each scale one node registers through ``services.nodes.register`` (8 h100
 GPUs) and the other N-1 are its item with their ids put in, written in batches
 (untimed; see ``Scale.clone_nodes``); every round submits the same M seeded
-jobs (ranks 1..4,
-gpus_per_rank 1..2, h100) through ``services.jobs.create`` and times, in
-alternating order:
+jobs (ranks 1..4, gpus_per_rank 1..2, h100) through ``services.jobs.create``
+and times, in alternating order:
 
 * placement: ``services.placer.run()``, repeated while a run both places jobs
   and leaves some waiting, so every job that fits is placed (at 10 nodes the

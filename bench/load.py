@@ -3,7 +3,7 @@
 ``make bench`` runs ``.venv/bin/python bench/load.py``. It starts a throwaway
 local stack (``GPUJOBS_EPHEMERAL=1``, two agents running the jobs), then runs
 a *baseline* of one client, then ``--clients`` clients (default 50), each in
-its own thread with its own HTTP connection, for ``--seconds`` (default 25)
+its own thread with its own HTTP connection, for ``--seconds`` (default 15)
 each. Every client loops over a mix of operations: create (30 %, a third with
 an Idempotency-Key), get (25 %), list (20 %, some with a state filter),
 cancel (10 %) and heartbeats (15 %, as the agent token for all nodes, for a
@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 from bench import harness  # noqa: E402
 
 #: (option, default, --quick): the defaults keep `make bench` under 6 minutes
-QUICK = (("clients", 50, 5), ("seconds", 25, 3), ("baseline_seconds", 8, 2))
+QUICK = (("clients", 50, 5), ("seconds", 15, 3), ("baseline_seconds", 5, 2))
 READY = re.compile(r"ready: API (http://\S+)")
 MIX = [("create", 30), ("get", 25), ("list", 20), ("cancel", 10), ("heartbeats", 15)]
 

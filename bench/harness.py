@@ -296,32 +296,6 @@ def moto_housekeeping() -> None:
                 del table.items[key]
 
 
-class no_table_backups:
-    """Untimed set-up only: moto's TransactWriteItems deep-copies every table it
-    touches, to roll back on failure, so registering node i copies i nodes and
-    1000 registrations take most of a minute. Set-up transactions that cannot
-    fail (a new node conditioned on its absence, the fleet totals) may run
-    with a Table "copied" as itself; anything else is still deep-copied. The
-    callers check the resulting tables afterwards."""
-
-    def __enter__(self):
-        import copy
-        import types
-
-        from moto.dynamodb import models
-        from moto.dynamodb.models.table import Table
-
-        def deepcopy(value, memo=None):
-            return value if isinstance(value, Table) else copy.deepcopy(value, memo)
-
-        self._models, self._copy = models, models.copy
-        models.copy = types.SimpleNamespace(deepcopy=deepcopy)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._models.copy = self._copy
-
-
 class partition_queries:
     """A base-table Query on a table with a range key reads only the hash key's
     bucket (``Table.items[hash_key]``), as DynamoDB reads one partition, instead

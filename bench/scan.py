@@ -15,23 +15,20 @@ services, except for the history:
   ranks x 1 GPU are created, placed by ``services.placer.run()`` (one node
   each), report STARTED for all their ranks and post one heartbeat for every
   rank (``services.heartbeats.ingest``): 50 RUNNING jobs, 3,200 heartbeat items.
-* ``history`` (Stage ``sc1``): first 500 jobs run to the end, in ten waves of
-  50 (every node busy, then free again): created, placed, STARTED, a heartbeat
-  for every rank, then EXITED 0 for every rank, so they are SUCCEEDED and their
-  heartbeat items (stamped a minute or two before the measurement, TTL 7 days)
-  stay in the table, as do their attempts and LAUNCH intents; then the same 50
-  running jobs as ``plain``. The finished jobs have 32 ranks, not 64, by
-  default (``--history-ranks``): on moto an EXITED report for 64 ranks costs
-  ~80 ms of moto's update-expression validation alone (its 64 ``exit_codes``
-  SET actions), and 500 finished 64-rank jobs take ~110 s of CPU to set up,
-  which with the measurement is more than 3 minutes. With 32 ranks the history
-  holds 16,000 heartbeat items (5 times the running ones) and a full run takes
-  about 2.5 minutes; ``--history-ranks 64`` gives 32,000 (about 3.5 minutes).
+* ``history`` (Stage ``sc1``): first one job runs to the end through the
+  services: created, placed, STARTED, a heartbeat for every rank, then EXITED
+  0 for every rank, so it is SUCCEEDED and its heartbeat items (stamped a
+  minute or two before the measurement, TTL 7 days) stay in the table, as do
+  its attempt and LAUNCH intent. Its items are then copied 499 times under new
+  job ids (``Stack.clone_history``: exactly what running each through the
+  services leaves, written in batches; running 500 through the services took
+  4 minutes of moto work on a loaded machine); then the same 50 running jobs as
+  ``plain``. The finished jobs have as many ranks as the running ones
+  (``--history-ranks``, default ``--ranks``): the history holds 32,000 old
+  heartbeat items, 10 times the running ones.
 
-The set-up is untimed and runs with bench/harness.py's ``no_table_backups``
-(moto's whole-table copy per TransactWriteItems, which only matters if a
-transaction fails; the final states are checked: 500 SUCCEEDED, 50 RUNNING,
-every node's GPUs accounted for).
+The set-up is untimed; the final states are checked: 500 SUCCEEDED, 50
+RUNNING, every node's GPUs accounted for, every table's item count.
 
 Each round first posts a fresh heartbeat for every running rank in both stacks
 (untimed, so every scan finds 50 healthy jobs, as in production), then times
@@ -72,9 +69,10 @@ bench/placement.py). A warm-up round is not recorded (its scans write every
 job's first health). Ends with ``scan-bench: history_ratio=<x>``: the larger of
 the cold and warm CPU-time ratios (target at most 1.1).
 
-Options: --rounds R (5), --history-factor F (10), --history-ranks N (32),
+Options: --rounds R (5), --history-factor F (10), --history-ranks N (--ranks),
 --running J (50), --ranks N (64), --moto-as-is; --quick: one round of 4 jobs
-x 8 ranks against 8 finished ones (the smoke test).
+x 8 ranks against 8 finished ones (the smoke test). Shared set-up:
+bench/harness.py.
 """
 from __future__ import annotations
 
@@ -102,7 +100,6 @@ from bench.harness import (  # noqa: E402
     READS,
     Fail,
     moto_housekeeping,
-    no_table_backups,
     split,
 )
 
@@ -111,8 +108,7 @@ GPUS_PER_NODE = 64
 GPU_TYPE = "h100"
 TARGET = 1.1
 #: (option, default, --quick): the defaults keep `make bench` under 6 minutes
-QUICK = (("rounds", 5, 1), ("running", 50, 4), ("ranks", 64, 8), ("history_factor", 10, 2),
-         ("history_ranks", 32, 8))
+QUICK = (("rounds", 5, 1), ("running", 50, 4), ("ranks", 64, 8), ("history_factor", 10, 2))
 AGENT = None  # Principal("agent", "*"), set in main (after moto starts)
 
 
@@ -197,10 +193,9 @@ class Stack:
         self.samples: dict[str, list] = collections.defaultdict(list)
         self.n_nodes = nodes
         self.activate()
-        with no_table_backups():
-            for i in range(nodes):
-                self.services.nodes.register(AGENT, f"{name}-{i:03d}",
-                                             {"gpus": GPUS_PER_NODE, "gpu_type": GPU_TYPE})
+        for i in range(nodes):
+            self.services.nodes.register(AGENT, f"{name}-{i:03d}",
+                                         {"gpus": GPUS_PER_NODE, "gpu_type": GPU_TYPE})
         self.deactivate()
         self.setup_s = time.perf_counter() - t0
 
@@ -256,16 +251,43 @@ class Stack:
     def fill(self, running: int, ranks: int, history: int, history_ranks: int) -> None:
         t0 = time.perf_counter()
         self.activate()
-        with no_table_backups():
-            while len(self.finished) < history:
-                n = min(self.n_nodes, history - len(self.finished))
-                self.finished += self.wave(n, history_ranks, finish=True)
-                moto_housekeeping()
-            self.running = self.wave(running, ranks, finish=False)
+        if history:
+            self.finished = self.wave(1, history_ranks, finish=True)
+            self.clone_history(history - 1)
+            moto_housekeeping()
+        self.running = self.wave(running, ranks, finish=False)
         moto_housekeeping()
         self.check(running, ranks, history, history_ranks)
         self.deactivate()
         self.fill_s = time.perf_counter() - t0
+
+    def clone_history(self, count: int) -> None:
+        """``count`` more finished jobs, each the one finished job's items (its
+        job, attempt, LAUNCH intent and heartbeat items, as the services wrote
+        them) under a new job id, written in batches: what running each through
+        the services would leave, without the ~0.5 s of moto work per job that
+        made the set-up take minutes. The tables hold only that job's items
+        when this runs; ``check`` counts them all afterwards."""
+        import json
+
+        from chalicelib.domain.ids import new_job_id
+
+        [template] = self.finished
+        tables = [self.cfg.jobs_table, self.cfg.attempts_table, self.cfg.outbox_table,
+                  self.cfg.heartbeats_table]
+        items = {t: [i for page in self.ddb.get_paginator("scan").paginate(TableName=t)
+                     for i in page["Items"]] for t in tables}
+        text = json.dumps(items)
+        if any(template not in json.dumps(i) for t in tables for i in items[t]):
+            raise Fail(f"{self.name}: the tables hold more than the template job's items")
+        for _ in range(count):
+            job_id = new_job_id()
+            clone = json.loads(text.replace(template, job_id))
+            for table, rows in clone.items():
+                for i in range(0, len(rows), 25):
+                    self.ddb.batch_write_item(RequestItems={table: [
+                        {"PutRequest": {"Item": item}} for item in rows[i:i + 25]]})
+            self.finished.append(job_id)
 
     def count(self, table: str) -> int:
         return sum(page["Count"] for page in self.ddb.get_paginator("scan").paginate(
@@ -372,13 +394,13 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=None)
     parser.add_argument("--history-factor", type=int, default=None)
     parser.add_argument("--history-ranks", type=int, default=None,
-                        help="ranks of each finished job (64 takes ~110 s more set-up)")
+                        help="ranks of each finished job (default: --ranks)")
     parser.add_argument("--moto-as-is", action="store_true",
                         help="measure moto's Query unchanged (walks the whole table)")
     args = parser.parse_args()
     for name, default, quick in QUICK:
         setattr(args, name, harness.pick(getattr(args, name), default, quick, args.quick))
-    history_ranks = args.history_ranks
+    history_ranks = args.history_ranks or args.ranks
     history = args.history_factor * args.running
     if args.ranks > GPUS_PER_NODE or history_ranks > GPUS_PER_NODE:
         parser.error(f"ranks must fit one node of {GPUS_PER_NODE} GPUs")

@@ -11,6 +11,7 @@ killed by its own id, so a stack it started cannot outlive it.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import pathlib
 import re
@@ -50,26 +51,55 @@ EXPECTED = {
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+#: the runs still going, stopped by their own process group if the session ends first
+_LIVE: set[subprocess.Popen] = set()
+
+
 def _run(script: str) -> subprocess.CompletedProcess:
     proc = subprocess.Popen([sys.executable, f"bench/{script}.py", "--quick"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True,
                             env={**os.environ, "POWERTOOLS_METRICS_DISABLED": "true"})
+    _LIVE.add(proc)
     try:
         out, _ = proc.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # its own group: the stacks it started too
         out, _ = proc.communicate()
         out += f"\n!! killed after {TIMEOUT_S} s"
+    finally:
+        _LIVE.discard(proc)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out)
+
+
+class _Runs:
+    """The scripts' --quick runs on a pool of three; a test waits for its own.
+    In one process all are started at once (longest first); under
+    pytest-xdist, where this module's tests may be spread over workers, each
+    run starts when a test asks for it, so no script runs twice."""
+
+    def __init__(self, pool: concurrent.futures.ThreadPoolExecutor, eager: bool) -> None:
+        self.pool, self.runs = pool, {}
+        for script in (EXPECTED if eager else ()):
+            if script != "dashboard" or CHROMIUM:
+                self[script]
+
+    def __getitem__(self, script: str) -> concurrent.futures.Future:
+        if script not in self.runs:
+            self.runs[script] = self.pool.submit(_run, script)
+        return self.runs[script]
 
 
 @pytest.fixture(scope="module")
 def quick_runs():
-    """Every script's --quick run, started three at a time; a test waits for its own."""
-    scripts = [s for s in EXPECTED if s != "dashboard" or CHROMIUM]
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        yield {s: pool.submit(_run, s) for s in scripts}
+        try:
+            yield _Runs(pool, eager="PYTEST_XDIST_WORKER" not in os.environ)
+        finally:  # interrupted: nothing more starts, and what still runs stops here
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in list(_LIVE):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_every_script_in_bench_has_a_smoke_case():

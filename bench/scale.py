@@ -25,9 +25,10 @@ largest_response_bytes=.. waiting_job_reads=..``:
 - waiting_job_reads: DynamoDB reads of a placer run for one job that cannot
   fit, 1,000 READY nodes of its type, after the run that found no room; target <= 3.
 
-Options: --quick (one fresh interpreter for two handlers, few list rounds,
-small sizes: the smoke test; it exits 0 whatever the targets), --first-runs N,
---rounds N. Shared set-up: bench/harness.py.
+Options: --first-runs N (fresh interpreters per handler: 1, the worst of 14
+handlers being the figure), --rounds N (15), --quick (two handlers, few list
+rounds, small sizes: the smoke test; it exits 0 whatever the targets).
+Shared set-up: bench/harness.py.
 """
 from __future__ import annotations
 
@@ -286,7 +287,7 @@ def main() -> int:
     parser.add_argument("--first-runs", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
     args = parser.parse_args()
-    first_runs = harness.pick(args.first_runs, 3, 1, args.quick)
+    first_runs = harness.pick(args.first_runs, 1, 1, args.quick)
     rounds = harness.pick(args.rounds, 15, 3, args.quick)
     size = {k: v[1 if args.quick else 0] for k, v in SIZES.items()}
     started = time.monotonic()

@@ -46,7 +46,9 @@ EXPECTED = {
     "stall_sim": [r"^stall-bench: fp_per_hour=\d+\.\d+ median_delay_vs_fixed=\d+\.\d+ "
                   r"culprit_accuracy=\d+\.\d+$", r"^stall-bench-v2: "],
     "coldstart_powertools": [r"^powertools-bench: app_ms=\d+\.\d app_powertools_ms=\d+\.\d$"],
-    "beat_cost": [r"^beat-bench: us_per_beat=\d+\.\d\d ratio_vs_pwrite=\d+\.\d\d$"],
+    "beat_cost": [r"^beat-bench: us_per_beat=\d+\.\d\d ratio_vs_pwrite=\d+\.\d\d$",
+                  r"^marker-bench: us_per_arrive=\d+\.\d\d arrive_vs_beat=\d+\.\d\d "
+                  r"collective_cm_vs_beat=\d+\.\d\d$"],
 }
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -224,20 +224,9 @@ def timed(fn: Callable[[], Any], *, cpu: str = "thread", no_gc: bool = False) ->
     return Sample(wall / 1e6, used / 1e6, tuple(CALLS), result)
 
 
-def ratio_of_medians(a: list[float], b: list[float]) -> float:
-    return statistics.median(a) / statistics.median(b)
-
-
 def median_ratio(a: list[float], b: list[float]) -> float:
     """The median over rounds of a/b within each round (pairs measured together)."""
     return statistics.median(x / y for x, y in zip(a, b))
-
-
-def cpu_share(cpu: float, wall: float) -> str:
-    """``the timed calls got N% of a CPU``, flagged when the machine was busy."""
-    share = cpu / wall if wall else 1.0
-    return (f"the timed calls got {share:.0%} of a CPU"
-            + ("" if share >= 0.85 else "  !! BUSY MACHINE: wall ratios unreliable"))
 
 
 # -- item parity ----------------------------------------------------------------------------

@@ -463,8 +463,8 @@ class Scale:
                 "extra_writes": sum(c["writes"] - c["TransactWriteItems"] for c in calls)
                 / len(calls),
                 "p_ms": p, "b_ms": b, "p_cpu": pc, "b_cpu": bc,
-                "ratio": statistics.median(x / y for x, y in zip(s["p_ms"], s["b_ms"])),
-                "cpu_ratio": statistics.median(x / y for x, y in zip(s["p_cpu"], s["b_cpu"])),
+                "ratio": harness.median_ratio(s["p_ms"], s["b_ms"]),
+                "cpu_ratio": harness.median_ratio(s["p_cpu"], s["b_cpu"]),
                 "ratios": sorted(x / y for x, y in zip(s["p_ms"], s["b_ms"])),
                 "cpu_ratios": sorted(x / y for x, y in zip(s["p_cpu"], s["b_cpu"])),
                 "per_job": per_job, "ops": {k: v / len(calls) for k, v in sorted(ops.items())},

@@ -470,8 +470,7 @@ def main() -> int:
         per_round[mode] = [y / x for x, y in zip(plain.samples[mode, "cpu"],
                                                  hist.samples[mode, "cpu"])]
         ratios[mode] = statistics.median(per_round[mode])
-        wall_ratio = statistics.median(y / x for x, y in zip(plain.samples[mode, "wall"],
-                                                             hist.samples[mode, "wall"]))
+        wall_ratio = harness.median_ratio(hist.samples[mode, "wall"], plain.samples[mode, "wall"])
         print(f"{mode:<6} {p:>9.1f} {h:>10.1f} {ratios[mode]:>6.2f} {wall_ratio:>10.2f}  "
               f"{pr:>11g} {hr:>10g} {hr / pr:>6.2f}  "
               f"{plain.median(mode, 'items'):>5g}/{hist.median(mode, 'items'):<5g}  "

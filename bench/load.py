@@ -3,8 +3,8 @@
 ``make bench`` runs ``.venv/bin/python bench/load.py``. It starts a throwaway
 local stack (``GPUJOBS_EPHEMERAL=1``, two agents running the jobs), then runs
 a *baseline* of one client, then ``--clients`` clients (default 50), each in
-its own thread with its own HTTP connection, for ``--seconds`` (default 15)
-each. Every client loops over a mix of operations: create (30 %, a third with
+its own thread with its own HTTP connection, for ``--seconds`` (default 12;
+the baseline for ``--baseline-seconds``, 4). Every client loops over a mix of operations: create (30 %, a third with
 an Idempotency-Key), get (25 %), list (20 %, some with a state filter),
 cancel (10 %) and heartbeats (15 %, as the agent token for all nodes, for a
 job it created: 202 when placed, 409 before). It prints throughput, p50/p99
@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 from bench import harness  # noqa: E402
 
 #: (option, default, --quick): the defaults keep `make bench` under 6 minutes
-QUICK = (("clients", 50, 5), ("seconds", 15, 3), ("baseline_seconds", 5, 2))
+QUICK = (("clients", 50, 5), ("seconds", 12, 3), ("baseline_seconds", 4, 2))
 READY = re.compile(r"ready: API (http://\S+)")
 MIX = [("create", 30), ("get", 25), ("list", 20), ("cancel", 10), ("heartbeats", 15)]
 

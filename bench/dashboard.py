@@ -34,9 +34,9 @@ TOKENS = [{"token": "bench", "tenant": "bench"}]
 
 def main() -> None:
     parser = harness.parser(__doc__)
-    parser.add_argument("--loads", type=int, default=None, help="page loads per measure (5)")
+    parser.add_argument("--loads", type=int, default=None, help="page loads per measure (3)")
     args = parser.parse_args()
-    loads = harness.pick(args.loads, 5, 1, args.quick)
+    loads = harness.pick(args.loads, 3, 1, args.quick)
     wide = 1024 if args.quick else 16384
     if not (CHROMIUM and CHROMEDRIVER):
         sys.exit("chromium and chromedriver are needed (make browser)")

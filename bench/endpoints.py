@@ -17,7 +17,7 @@ fresh interpreters, the import cost of ``import app`` over
 request (bootstrap). See docs/benchmarks.md.
 
 Options: --rounds N (default 60), --warmup N (6), --cold-runs N (8),
---first-runs N (3), --seed N, --profile ROW (cProfile that endpoint instead),
+--first-runs N (2), --seed N, --profile ROW (cProfile that endpoint instead),
 --per-handler (also bench/first_request.py's section), --quick (seconds: the
 smoke test). Shared set-up: bench/harness.py; the baselines' items are checked
 against the adapters' before every run (bench/parity.py).
@@ -77,7 +77,7 @@ NODE_GPUS = 1024
 CANCEL_BYTES = json.dumps({"reason": "bench"}).encode("utf-8")
 COLD_TARGET_MS = 60.0
 #: (option, default, --quick): the defaults keep `make bench` under 6 minutes
-QUICK = (("rounds", 60, 3), ("warmup", 6, 1), ("cold_runs", 8, 2), ("first_runs", 3, 1))
+QUICK = (("rounds", 60, 3), ("warmup", 6, 1), ("cold_runs", 8, 2), ("first_runs", 2, 1))
 RATIO_TARGET = 1.5
 
 # -- moto's share ------------------------------------------------------------------

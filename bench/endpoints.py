@@ -266,6 +266,9 @@ class Bench:
         return record.serialize(), DynamoJobStore._new_job_model(job).serialize()
 
     def _transact_create(self, record: dict, job: dict) -> list[dict]:
+        # the bench tenant has the default limits (none are configured)
+        from chalicelib.domain.quotas import DEFAULT_MAX_PENDING_JOBS
+
         return [
             {"Put": {"TableName": self.cfg.idempotency_table, "Item": record,
                      "ConditionExpression": "attribute_not_exists(#k)",
@@ -274,7 +277,20 @@ class Bench:
             {"Put": {"TableName": self.cfg.jobs_table, "Item": job,
                      "ConditionExpression": "attribute_not_exists(#k)",
                      "ExpressionAttributeNames": {"#k": "job_id"}}},
+            # the tenant's PENDING count, under its max_pending_jobs (issue 9)
+            self._count_pending(+1, limit=DEFAULT_MAX_PENDING_JOBS),
         ]
+
+    def _count_pending(self, delta: int, limit: int | None = None) -> dict:
+        """The tenant's PENDING count moved in the same transaction, as the
+        store's ``_count_pending`` does it."""
+        update = {"TableName": self.cfg.tenants_table, "Key": {"tenant": {"S": TENANT}},
+                  "UpdateExpression": "ADD #p :d", "ExpressionAttributeNames": {"#p": "pending"},
+                  "ExpressionAttributeValues": {":d": {"N": str(delta)}}}
+        if limit is not None:
+            update["ConditionExpression"] = "attribute_not_exists(#p) OR #p < :limit"
+            update["ExpressionAttributeValues"][":limit"] = {"N": str(limit)}
+        return {"Update": update}
 
     def _cancel_update(self, job_id: str) -> dict:
         """The UpdateItem of DynamoJobStore.cancel_unplaced, spelled out
@@ -400,24 +416,26 @@ class Bench:
             return check
 
         def cancel_pending_prepare() -> dict:
-            """GetItem, then the conditional UpdateItem (ALL_NEW, as PynamoDB's
-            Model.update asks) of DynamoJobStore.cancel_unplaced."""
+            """GetItem, then the transaction of DynamoJobStore.cancel_unplaced:
+            the conditional update of the job and the tenant's PENDING count."""
             ctx = cancel_prepare()()
-            ctx["update"] = {**self._cancel_update(ctx["job"].job_id), "ReturnValues": "ALL_NEW"}
+            ctx["items"] = [{"Update": self._cancel_update(ctx["job"].job_id)},
+                            self._count_pending(-1)]
             return ctx
 
         def cancel_pending_baseline(ctx) -> None:
             get_consistent(ctx["job"].job_id)
-            ddb.update_item(**ctx["update"])
+            ddb.transact_write_items(TransactItems=ctx["items"])
 
         def cancel_keyed_prepare() -> dict:
             """GetItem, then one transaction: the same update of the job and the
-            expiry of its idempotency record (DynamoJobStore._expire_key)."""
+            count, and the expiry of its idempotency record (DynamoJobStore._expire_key)."""
             ctx = cancel_prepare(key=True)()
             job = ctx["job"]
             until = idempotency.expires_at(utcnow())
             ctx["items"] = [
                 {"Update": self._cancel_update(job.job_id)},
+                self._count_pending(-1),
                 {"Update": {
                     "TableName": cfg.idempotency_table, "Key": {"idem_id": {"S": job.idem_id}},
                     "UpdateExpression": "SET #e = :e, #t = :t",

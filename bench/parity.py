@@ -8,7 +8,8 @@ cancel baselines spell out update expressions. ``check_endpoints`` proves both,
 untimed, before every run (``--quick`` included, so the test suite's smoke test
 checks it): every row that writes runs once, endpoint and baseline on twin
 fixtures, and the items each left behind are read back and compared with
-``harness.same_items`` (equal but for the ids and timestamps).
+``harness.same_items`` (equal but for the ids and timestamps); the item both
+sides update, the tenant's PENDING count, must move by as much for each.
 bench/placement.py checks its baseline the same way after its warm-up round.
 """
 from __future__ import annotations
@@ -44,13 +45,26 @@ def check_endpoints(bench) -> int:
         same_items(name, item(table, keys[1]), item(table, keys[0]), ids=ids, ignore=_CLOCKED)
         compared += 1
 
+    def pending() -> int:
+        found = ddb.get_item(TableName=cfg.tenants_table, Key={"tenant": {"S": TENANT}},
+                             ConsistentRead=True).get("Item", {})
+        return int(found.get("pending", {}).get("N", 0))
+
     for row in bench.rows:
         if not (row.name == "create" or row.name.startswith("cancel")):
             continue  # the others only read
         ctx = row.prepare()
+        before = pending()
         response = row.endpoint(ctx)
+        between = pending()
         baseline = row.baseline(ctx)
         row.check(ctx, response, baseline)
+        # the counters the two sides share move alike: the tenant's PENDING count
+        moved = (between - before, pending() - between)
+        if moved[0] != moved[1]:
+            raise Fail(f"parity {row.name}: the tenant's PENDING count moved by "
+                       f"{moved[0]} for the endpoint, by {moved[1]} for the baseline")
+        compared += 1
         if row.name == "create":
             e_id = response.json_body["id"]
             b_id = ctx["items"][1]["Put"]["Item"]["job_id"]["S"]

@@ -151,9 +151,11 @@ class Scale:
         minute on moto): node-0000's item, registered through the service, with
         its id put in, written in batches; each node's inbox made by the
         service's own ``inbox.ensure``; the fleet totals raised by the same
-        update registration makes (``room_bump``). The totals are checked after."""
+        update registration makes (``room_bump``, ``_changed``). The totals are
+        checked after."""
         from chalicelib.adapters.fleet import ALL_TYPES, room_bump
         from chalicelib.adapters.models import FleetModel
+        from chalicelib.adapters.node_store import _changed
         from chalicelib.domain.clock import iso
 
         first = self.cleanup.get_item(TableName=self.cfg.nodes_table,
@@ -171,11 +173,12 @@ class Scale:
             puts.append({"PutRequest": {"Item": item}})
         for i in range(0, len(puts), 25):
             self.cleanup.batch_write_item(RequestItems={self.cfg.nodes_table: puts[i:i + 25]})
-        if nodes > 1:
+        if nodes > 1:  # registration's own fleet update, for the N-1 at once
+            now = self.services.clock()
             for t in (GPU_TYPE, ALL_TYPES):
                 FleetModel(t).update(actions=[
                     FleetModel.gpus.add(GPUS_PER_NODE * (nodes - 1)),
-                    *room_bump(iso(self.services.clock()))])
+                    *room_bump(iso(now)), *_changed(now)])
 
     def submit(self, indices) -> list:
         jobs = []
@@ -208,6 +211,9 @@ class Scale:
                 ExpressionAttributeNames={"#f": "gpus_free", "#a": "attempts"},
                 ExpressionAttributeValues={":g": {"N": str(GPUS_PER_NODE)}})
         self.touched.clear()
+        # the half's jobs are gone: so is the tenant's PENDING count (the waiting
+        # ones' would otherwise add up to its max_pending_jobs over the rounds)
+        self.cleanup.delete_item(TableName=self.cfg.tenants_table, Key={"tenant": {"S": TENANT}})
         moto_housekeeping()
 
     def baseline_items(self, jobs) -> list[tuple[list, list]]:
@@ -286,6 +292,10 @@ class Scale:
                     "ExpressionAttributeValues": {
                         ":neg": {"N": str(-gpus[node_id])}, ":n": {"N": str(gpus[node_id])},
                         ":key": {"SS": [key]}, ":ready": {"S": "READY"}}}})
+            items.append({"Update": {  # last, as the store has it: the tenant's PENDING count
+                "TableName": self.cfg.tenants_table, "Key": {"tenant": {"S": job.tenant}},
+                "UpdateExpression": "ADD #p :d", "ExpressionAttributeNames": {"#p": "pending"},
+                "ExpressionAttributeValues": {":d": {"N": "-1"}}}})
             sends = [(self.urls[n], json.dumps(intent.message_for(n), separators=(",", ":")))
                      for n in intent.targets]
             out.append((items, sends))
@@ -316,7 +326,9 @@ class Scale:
                 if not report.waiting or not report.placed:
                     return runs, placed
 
+        pending = self.pending()
         wall, cpu, calls, (runs, placed) = self._timed(place)
+        pending -= self.pending()
         nodes_read = self.nodes_read
         index_of = {job.job_id: i for i, job in jobs}
         if len(set(placed)) != len(placed) or not set(placed) <= set(index_of):
@@ -327,6 +339,7 @@ class Scale:
         if not self.plans:  # the warm-up round: the node maps the baseline replays
             self.plans = {index_of[j]: plans[j] for j in placed}
             self.placed_items = self.items({index_of[j]: j for j in placed})
+            self.placed_items["PENDING count"] = pending
         elif sorted(index_of[j] for j in placed) != sorted(self.plans):
             raise Fail(f"N={self.n_nodes}: placement placed other jobs than in warm-up")
         if record:
@@ -388,10 +401,20 @@ class Scale:
         out["ids"] = list(job_ids.values())
         return out
 
-    def parity(self, job_ids: dict[int, str]) -> None:
+    def pending(self) -> int:
+        """The tenant's PENDING count (issue 9), which placing a job lowers."""
+        item = self.cleanup.get_item(TableName=self.cfg.tenants_table,
+                                     Key={"tenant": {"S": TENANT}}, ConsistentRead=True)
+        return int(item.get("Item", {}).get("pending", {}).get("N", 0))
+
+    def parity(self, job_ids: dict[int, str], pending: int) -> None:
         """The baseline's items equal placement's (DynamoJobStore.place's), ids
-        and times aside: its writes are the same work, not just as many."""
+        and times aside, and it lowers the tenant's PENDING count as much: its
+        writes are the same work, not just as many."""
         theirs, self.placed_items = self.placed_items, None
+        if pending != theirs["PENDING count"]:
+            raise Fail(f"parity N={self.n_nodes}: placement lowered the tenant's PENDING "
+                       f"count by {theirs['PENDING count']}, the baseline by {pending}")
         ours = self.items(job_ids)
         from chalicelib.domain.placement import master_port
 
@@ -426,16 +449,18 @@ class Scale:
                 for url, body in sends:
                     sqs.send_message(QueueUrl=url, MessageBody=body)
 
+        pending = self.pending()
         wall, cpu, calls, _ = self._timed(run)
+        pending -= self.pending()
         if self.placed_items is not None:  # the warm-up round
-            self.parity({i: job.job_id for i, job in jobs})
+            self.parity({i: job.job_id for i, job in jobs}, pending)
         expected = len(work), sum(len(s) for _, s in work)
         if (calls["TransactWriteItems"], calls["sqs"]) != expected or calls["reads"]:
             raise Fail(f"N={self.n_nodes}: the baseline made {dict(calls)}")
         if record:
             self.samples["b_ms"].append(wall / len(work))
             self.samples["b_cpu"].append(cpu / len(work))
-            self.samples["b_node_updates"].append(sum(len(i) - 3 for i, _ in work))
+            self.samples["b_node_updates"].append(sum(len(i) - 4 for i, _ in work))
 
     def round(self, index: int, record: bool) -> None:
         halves = [self.placement_half, self.baseline_half]

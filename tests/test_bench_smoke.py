@@ -106,10 +106,12 @@ def quick_runs():
 
 def test_every_script_in_bench_has_a_smoke_case():
     scripts = {p.stem for p in (ROOT / "bench").glob("*.py")
-               if p.stem not in ("__init__", "harness", "parity")}
+               if not p.stem.startswith("_") and p.stem not in ("harness", "parity")}
     assert scripts == set(EXPECTED)
 
 
+@pytest.mark.moto  # moto and local stacks, in the scripts' own processes
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", sorted(EXPECTED))
 def test_quick_run_exits_0_and_prints_its_machine_line(script, quick_runs):
     if script == "dashboard" and not CHROMIUM:

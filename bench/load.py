@@ -177,14 +177,18 @@ def main() -> int:
     for name, default, quick in QUICK:
         setattr(args, name, harness.pick(getattr(args, name), default, quick, args.quick))
     with tempfile.TemporaryDirectory(prefix="gpujobs-load-") as folder:
+        t = time.monotonic()
         proc, api = start_stack(pathlib.Path(folder))
+        print(f"local stack ready in {time.monotonic() - t:.1f} s", flush=True)
         try:
             base, base_s = run(api, 1, args.baseline_seconds)
             base_rps = report("baseline", 1, base, base_s)
             loaded, loaded_s = run(api, args.clients, args.seconds)
             rps = report("loaded", args.clients, loaded, loaded_s)
         finally:
+            t = time.monotonic()
             stop_stack(proc)
+            print(f"local stack stopped in {time.monotonic() - t:.1f} s", flush=True)
     print(f"scaling: rps({args.clients} clients) / rps(1 client) = "
           f"{rps / base_rps if base_rps else 0:.2f}")
     harness.machine_line("load", clients=args.clients, rps=f"{rps:.1f}",

@@ -53,7 +53,7 @@ def start_stack(folder: pathlib.Path) -> tuple[subprocess.Popen, str]:
                                   {"token": "load-agent", "agent": "*"}]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "devstack"], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
         env={**os.environ, "PORT": "0", "GPUJOBS_TOKENS_FILE": str(tokens),
              "GPUJOBS_EPHEMERAL": "1", "GPUJOBS_AGENTS": "2", "GPUJOBS_GPUS_PER_AGENT": "8",
              "GPUJOBS_SCAN_PERIOD_S": "5"})
@@ -70,12 +70,15 @@ def start_stack(folder: pathlib.Path) -> tuple[subprocess.Popen, str]:
 
 
 def stop_stack(proc: subprocess.Popen) -> None:
+    """SIGTERM, then after 20 s SIGKILL to the stack's own process group (its
+    agents and their ranks too: it was started in a session of its own)."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(60)
+            proc.wait(20)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            print("!! the local stack did not stop within 20 s of SIGTERM: killed", flush=True)
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 

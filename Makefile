@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt c
 
 STAGE  ?= dev
 
-.PHONY: up test test-fast lint fmt bench clean package browser
+.PHONY: up test test-fast lint fmt bench bench-quick clean package browser
 
 # bash for pipefail: the install's output is filtered to one line a package
 SHELL  := /bin/bash
@@ -59,17 +59,20 @@ FAST_TESTS := tests/unit tests/logic tests/contract tests/test_openapi.py
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not moto and not e2e" $(FAST_TESTS)
 
-## bench: ratios against a baseline measured in the same run; V=1 shows INFO logs and EMF
+## bench: ratios against a baseline measured in the same run, each script's
+## time after it (docs/benchmarks.md: under 6 minutes on 2 cores); V=1 shows
+## the services' INFO logs and EMF metrics
+BENCHES := endpoints placement scan stall_sim beat_cost dashboard load scale
 bench: export GPUJOBS_VERBOSE = $(V)
-bench: $(STAMP)
-	$(PY) bench/endpoints.py
-	$(PY) bench/placement.py
-	$(PY) bench/scan.py
-	$(PY) bench/stall_sim.py
-	$(PY) bench/beat_cost.py
-	$(PY) bench/dashboard.py
-	$(PY) bench/load.py
-	$(PY) bench/scale.py
+bench: $(STAMP) browser
+	@total=0; for b in $(BENCHES); do start=$$(date +%s); \
+	  $(PY) bench/$$b.py || exit 1; took=$$(( $$(date +%s) - start )); \
+	  total=$$(( total + took )); echo "== bench/$$b.py: $$took s"; done; \
+	  echo "== make bench: $$total s"
+
+## bench-quick: every script with --quick, as the test suite runs them (about a minute)
+bench-quick: $(STAMP)
+	$(PY) -m pytest tests/test_bench_smoke.py -q
 
 ## package: the deployable bundle of STAGE (default dev): build/STAGE/sam.json, deployment.zip
 package: $(STAMP)

@@ -1,6 +1,6 @@
 """Cold-start import cost of AWS Powertools (Logger, Metrics) on the real bundle.
 
-    make package && .venv/bin/python bench/coldstart_powertools.py [--runs 30]
+    make package && .venv/bin/python bench/coldstart_powertools.py [--runs 30] [--quick]
 
 Unpacks build/<stage>/deployment.zip twice (with the bytecode infra/package.py
 adds, and without any), installs the pinned Powertools into copies of each
@@ -13,7 +13,6 @@ The numbers in docs/deploy.md come from this.
 """
 from __future__ import annotations
 
-import argparse
 import compileall
 import pathlib
 import py_compile
@@ -25,13 +24,18 @@ import tempfile
 import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import harness  # noqa: E402
+
 POWERTOOLS = "aws-lambda-powertools==3.37.0"
 BASE = "import boto3, chalice, pynamodb"
 PT = ("from aws_lambda_powertools import Logger, Metrics\n"
       "log = Logger(service='gpujobs'); m = Metrics(namespace='gpujobs', service='gpujobs')")
 PROBE = """
 import sys, time
-sys.path.insert(0, {path!r})
+sys.path[:0] = {paths!r}
 t, c = time.perf_counter(), time.process_time()
 {code}
 print(time.perf_counter() - t, time.process_time() - c)
@@ -40,8 +44,15 @@ print(time.perf_counter() - t, time.process_time() - c)
 
 def _trees(zip_path: pathlib.Path, work: pathlib.Path) -> dict[str, pathlib.Path]:
     pt = work / "pt"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
-                    "--disable-pip-version-check", "--target", str(pt), POWERTOOLS], check=True)
+    with zipfile.ZipFile(zip_path) as z:
+        bundled = [n for n in z.namelist() if n.startswith("aws_lambda_powertools/")
+                   or n == "typing_extensions.py"]
+        if any(n.startswith("aws_lambda_powertools/") for n in bundled):
+            z.extractall(pt, members=bundled)  # the bundle's own copy
+        else:
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
+                            "--disable-pip-version-check", "--target", str(pt), POWERTOOLS],
+                           check=True)
     trees = {}
     for bytecode in (True, False):
         for with_pt in (False, True):
@@ -51,6 +62,7 @@ def _trees(zip_path: pathlib.Path, work: pathlib.Path) -> dict[str, pathlib.Path
             if not bytecode:
                 for cache in list(d.rglob("__pycache__")):
                     shutil.rmtree(cache)
+            shutil.rmtree(d / "aws_lambda_powertools", ignore_errors=True)
             if with_pt:
                 shutil.copytree(pt / "aws_lambda_powertools", d / "aws_lambda_powertools")
                 if not (d / "typing_extensions.py").exists():
@@ -67,15 +79,22 @@ def _trees(zip_path: pathlib.Path, work: pathlib.Path) -> dict[str, pathlib.Path
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--stage", default="dev")
-    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--runs", type=int, default=None)
     args = parser.parse_args()
+    runs = args.runs or (1 if args.quick else 30)
     zip_path = ROOT / "build" / args.stage / "deployment.zip"
-    if not zip_path.exists():
+    if not zip_path.exists() and not args.quick:
         raise SystemExit(f"{zip_path} is missing: run `make package` first")
     with tempfile.TemporaryDirectory() as tmp:
-        trees = _trees(zip_path, pathlib.Path(tmp))
+        if args.quick:
+            import sysconfig
+
+            here = [str(ROOT), sysconfig.get_paths()["purelib"]]
+            trees = {k: here for k in ("src-bare", "src-pt", "pyc-bare", "pyc-pt")}
+        else:
+            trees = {k: [str(v)] for k, v in _trees(zip_path, pathlib.Path(tmp)).items()}
         cases = {}
         for mode in ("src", "pyc"):
             cases[f"{mode}: {BASE}"] = (trees[f"{mode}-bare"], BASE)
@@ -86,21 +105,23 @@ def main() -> int:
                "AWS_DEFAULT_REGION": "us-east-1"}
         wall: dict[str, list[float]] = {k: [] for k in cases}
         cpu: dict[str, list[float]] = {k: [] for k in cases}
-        for _ in range(args.runs):
-            for name, (path, code) in cases.items():
+        for _ in range(runs):
+            for name, (paths, code) in cases.items():
                 done = subprocess.run([sys.executable, "-S", "-c",
-                                       PROBE.format(path=str(path), code=code)],
-                                      cwd=path, env=env, capture_output=True, text=True)
+                                       PROBE.format(paths=paths, code=code)],
+                                      cwd=paths[0], env=env, capture_output=True, text=True)
                 if done.returncode:
                     raise SystemExit(f"{name}: {done.stderr}")
                 w, c = map(float, done.stdout.split())
                 wall[name].append(w * 1000)
                 cpu[name].append(c * 1000)
-    print(f"{POWERTOOLS}, CPython {sys.version.split()[0]}, {args.runs} runs each, "
+    print(f"{POWERTOOLS}, CPython {sys.version.split()[0]}, {runs} runs each, "
           "'src' = no bytecode in the bundle, 'pyc' = unchecked-hash bytecode")
     for name in cases:
         print(f"{name:50s} cpu median {statistics.median(cpu[name]):6.1f} ms   "
               f"wall median {statistics.median(wall[name]):6.1f} ms")
+    print(f"powertools-bench: app_ms={statistics.median(cpu['pyc: import app']):.1f} "
+          f"app_powertools_ms={statistics.median(cpu['pyc: import app + Powertools']):.1f}")
     return 0
 
 

@@ -2,7 +2,11 @@
 first rows of the jobs page, and the heatmap's draw time at 16,384 ranks
 against 64 ranks (a ratio measured in the same run).
 
-    .venv/bin/python bench/dashboard.py
+    .venv/bin/python bench/dashboard.py [--quick] [--loads N]
+
+Ends with ``dashboard-bench: first_paint_ms=.. rows_ms=.. heatmap_ratio=..``.
+``--quick`` (the smoke test): one load of each page, the heatmap at 64 and
+1,024 ranks. Needs Debian's ``chromium`` and ``chromedriver``.
 """
 from __future__ import annotations
 
@@ -19,16 +23,21 @@ sys.path.insert(0, str(ROOT))
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 
+from bench import harness  # noqa: E402
 from tests.browser import ui  # noqa: E402
 from tests.browser.conftest import CHROMEDRIVER, CHROMIUM, FLAGS  # noqa: E402
 from tests.browser.test_dashboard import _wide_job  # noqa: E402
-from tests.e2e.conftest import Api, start_stack  # noqa: E402
+from tests.stacks import Api, start_stack  # noqa: E402
 
-LOADS = 5
 TOKENS = [{"token": "bench", "tenant": "bench"}]
 
 
 def main() -> None:
+    parser = harness.parser(__doc__)
+    parser.add_argument("--loads", type=int, default=None, help="page loads per measure (3)")
+    args = parser.parse_args()
+    loads = harness.pick(args.loads, 3, 1, args.quick)
+    wide = 1024 if args.quick else 16384
     if not (CHROMIUM and CHROMEDRIVER):
         sys.exit("chromium and chromedriver are needed (make browser)")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="gpujobs-bench-ui-"))
@@ -46,7 +55,7 @@ def main() -> None:
                                        "gpu_type": "none"})
         ui.sign_in(driver, stack.api + "/", "bench")
         paint, rows = [], []
-        for _ in range(LOADS):
+        for _ in range(loads):
             driver.get(stack.api + "/#/jobs")
             driver.refresh()
             ui.wait(driver).until(lambda d: len(d.find_elements("css selector", "#jobs-body tr")) == 25)
@@ -56,7 +65,7 @@ def main() -> None:
             paint.append(t[0])
             rows.append(t[1])
         draws = {}
-        for n, per in ((64, 8), (16384, 256)):
+        for n, per in ((64, 8), (wide, 256)):
             job, ranks = _wide_job(n, per)
             job["id"] = f"job_BENCH{n}"
             sid = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
@@ -66,7 +75,7 @@ def main() -> None:
                       ? FAKE.ranks : FAKE.job), {status: 200}))
                   : real(url, opts);""" % json.dumps({"job": job, "ranks": ranks})})["identifier"]
             samples = []
-            for _ in range(LOADS):
+            for _ in range(loads):
                 driver.get(stack.api + f"/#/jobs/{job['id']}/ranks")
                 driver.refresh()
                 ui.wait(driver).until(lambda d, n=n: d.find_element("id", "heatmap").get_attribute("data-cells") == str(n))
@@ -75,9 +84,13 @@ def main() -> None:
             draws[n] = statistics.median(samples)
         print(f"jobs page: first contentful paint median {statistics.median(paint):.0f} ms, "
               f"25 rows shown at {statistics.median(rows):.0f} ms after navigation start "
-              f"({LOADS} loads)")
-        print(f"heatmap draw: 64 ranks {draws[64]:.1f} ms, 16,384 ranks {draws[16384]:.1f} ms "
-              f"(ratio {draws[16384] / max(draws[64], 0.1):.0f}x for 256x the cells)")
+              f"({loads} loads)")
+        ratio = draws[wide] / max(draws[64], 0.1)
+        print(f"heatmap draw: 64 ranks {draws[64]:.1f} ms, {wide:,} ranks {draws[wide]:.1f} ms "
+              f"(ratio {ratio:.0f}x for {wide // 64}x the cells)")
+        harness.machine_line("dashboard", first_paint_ms=round(statistics.median(paint)),
+                             rows_ms=round(statistics.median(rows)),
+                             heatmap_ratio=round(ratio, 1))
     finally:
         driver.quit()
         service.stop()

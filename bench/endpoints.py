@@ -16,8 +16,11 @@ fresh interpreters, the import cost of ``import app`` over
 ``import boto3, chalice, pynamodb`` (cold start) and the cost of the first
 request (bootstrap). See docs/benchmarks.md.
 
-Options: --rounds N (default 200), --warmup N (20), --cold-runs N (15),
---first-runs N (3), --seed N, --profile ROW (cProfile that endpoint instead).
+Options: --rounds N (default 60), --warmup N (6), --cold-runs N (8),
+--first-runs N (2), --seed N, --profile ROW (cProfile that endpoint instead),
+--per-handler (also bench/first_request.py's section), --quick (seconds: the
+smoke test). Shared set-up: bench/harness.py; the baselines' items are checked
+against the adapters' before every run (bench/parity.py).
 """
 from __future__ import annotations
 
@@ -43,10 +46,17 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import harness, parity  # noqa: E402
+from bench.harness import (  # noqa: E402 - shared by bench/placement.py and bench/scan.py
+    CALLS,
+    CLIENT_CREATION_S,
+    REGION,
+    Fail,
+)
+
 TENANT = "bench"
 TOKEN = "bench"
 STAGE = "dev"  # the stage Chalice's test client applies (.chalice/config.json)
-REGION = "us-east-1"
 #: jobs of TENANT before the run: more than one page of 50, few enough that
 #: moto's whole-table copies per TransactWriteItems stay small
 LISTED_JOBS = 60
@@ -66,42 +76,9 @@ NODE = "n1"
 NODE_GPUS = 1024
 CANCEL_BYTES = json.dumps({"reason": "bench"}).encode("utf-8")
 COLD_TARGET_MS = 60.0
+#: (option, default, --quick): the defaults keep `make bench` under 6 minutes
+QUICK = (("rounds", 60, 3), ("warmup", 6, 1), ("cold_runs", 8, 2), ("first_runs", 2, 1))
 RATIO_TARGET = 1.5
-
-# -- request counting -----------------------------------------------------------
-#: (service, operation) of every HTTP request any botocore client made; cleared
-#: before each timed call
-CALLS: list[tuple[str, str]] = []
-#: CPU seconds spent creating clients, by service (for the first-request line)
-CLIENT_CREATION_S: dict[str, float] = {}
-
-
-def install_request_counter() -> None:
-    """Hook every botocore client created from now on: PynamoDB makes its own
-    botocore session and clients, boto3 (the SQS inbox, the baseline) others;
-    all of them go through botocore.session.Session.create_client."""
-    import botocore.session
-
-    original = botocore.session.Session.create_client
-    if getattr(original, "_bench_counting", False):
-        return
-
-    def create_client(self, service_name, *args, **kwargs):
-        t0 = time.thread_time()
-        client = original(self, service_name, *args, **kwargs)
-        CLIENT_CREATION_S[service_name] = (CLIENT_CREATION_S.get(service_name, 0.0)
-                                           + time.thread_time() - t0)
-
-        def count(operation_name=None, **_):
-            # request-created fires once per HTTP attempt, retries included
-            CALLS.append((service_name, operation_name))
-
-        client.meta.events.register("request-created", count)
-        return client
-
-    create_client._bench_counting = True
-    botocore.session.Session.create_client = create_client
-
 
 # -- moto's share ------------------------------------------------------------------
 #: CPU nanoseconds this thread spent inside moto (answering requests), since
@@ -133,17 +110,7 @@ def install_moto_timer() -> None:
 # -- environment ----------------------------------------------------------------
 def start_environment() -> dict[str, str]:
     """moto in-process, the stack deployed from infra/template.yaml, the env set."""
-    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": REGION,
-                       "GPUJOBS_PAGE_TOKEN_KEY": "bench-page-token-key"})
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "GPUJOBS_AWS_ENDPOINT_URL",
-                 "GPUJOBS_TOKENS_FILE"):
-        os.environ.pop(name, None)
-    from moto import mock_aws
-
-    mock = mock_aws()
-    mock.start()  # before any client exists
-    install_request_counter()
+    harness.start_moto()  # before any client exists, with the request counter
     install_moto_timer()
     from devstack import resources
 
@@ -173,15 +140,19 @@ def test_client():
     return Client(gpujobs.app, stage_name=STAGE, project_dir=str(ROOT))
 
 
-class Fail(RuntimeError):
-    pass
-
-
 def expect(response, status: int, what: str) -> Any:
     if response.status_code != status:
         raise Fail(f"{what}: HTTP {response.status_code}, expected {status}: "
                    f"{response.body[:300]!r}")
     return response.json_body
+
+
+def _event_value(kind: str, at, **details) -> dict:
+    """One entry of a job's ``events`` map as the adapter stores it."""
+    from chalicelib.adapters.models import JobModel
+    from chalicelib.domain import events
+
+    return JobModel.events.serialize({kind: events.event(kind, at, **details)})[kind]
 
 
 # -- the benchmark ----------------------------------------------------------------
@@ -274,8 +245,9 @@ class Bench:
 
     def _create_items(self, key: str) -> tuple[dict, dict]:
         """The idempotency record and job item exactly as the service writes them
-        (the PynamoDB models' serialize() of what DynamoJobStore.create saves)."""
-        from chalicelib.adapters.job_store import job_to_model
+        (the PynamoDB models' serialize() of what DynamoJobStore.create saves;
+        bench/parity.py checks them against the adapter's before every run)."""
+        from chalicelib.adapters.job_store import DynamoJobStore
         from chalicelib.adapters.models import IdempotencyModel
         from chalicelib.domain import idempotency
         from chalicelib.domain.clock import iso, utcnow
@@ -291,9 +263,12 @@ class Bench:
                   health=initial_health(spec, self.cfg.scans_per_hour), idem_id=idem_id)
         record = IdempotencyModel(idem_id, job_id=job.job_id,
                                   body_hash=idempotency.body_hash(BODY), created_at=iso(now))
-        return record.serialize(), job_to_model(job).serialize()
+        return record.serialize(), DynamoJobStore._new_job_model(job).serialize()
 
     def _transact_create(self, record: dict, job: dict) -> list[dict]:
+        # the bench tenant has the default limits (none are configured)
+        from chalicelib.domain.quotas import DEFAULT_MAX_PENDING_JOBS
+
         return [
             {"Put": {"TableName": self.cfg.idempotency_table, "Item": record,
                      "ConditionExpression": "attribute_not_exists(#k)",
@@ -302,26 +277,49 @@ class Bench:
             {"Put": {"TableName": self.cfg.jobs_table, "Item": job,
                      "ConditionExpression": "attribute_not_exists(#k)",
                      "ExpressionAttributeNames": {"#k": "job_id"}}},
+            # the tenant's PENDING count, under its max_pending_jobs (issue 9)
+            self._count_pending(+1, limit=DEFAULT_MAX_PENDING_JOBS),
         ]
 
+    def _count_pending(self, delta: int, limit: int | None = None) -> dict:
+        """The tenant's PENDING count moved in the same transaction, as the
+        store's ``_count_pending`` does it."""
+        update = {"TableName": self.cfg.tenants_table, "Key": {"tenant": {"S": TENANT}},
+                  "UpdateExpression": "ADD #p :d", "ExpressionAttributeNames": {"#p": "pending"},
+                  "ExpressionAttributeValues": {":d": {"N": str(delta)}}}
+        if limit is not None:
+            update["ConditionExpression"] = "attribute_not_exists(#p) OR #p < :limit"
+            update["ExpressionAttributeValues"][":limit"] = {"N": str(limit)}
+        return {"Update": update}
+
     def _cancel_update(self, job_id: str) -> dict:
-        """The UpdateItem of DynamoJobStore.cancel_unplaced, spelled out."""
+        """The UpdateItem of DynamoJobStore.cancel_unplaced, spelled out
+        (bench/parity.py checks the item it leaves against the adapter's)."""
         from chalicelib.domain.clock import iso, utcnow
 
-        now = iso(utcnow())
+        now = utcnow()
         return {
             "TableName": self.cfg.jobs_table, "Key": self._job_key(job_id),
-            "UpdateExpression": "SET #s = :cancelled, #cra = :now, #ua = :now, #x = :exit, "
-                                "#fa = :now, #cr = :reason REMOVE #as",
+            "UpdateExpression": "SET #s = :cancelled, #ts = :ts, #cra = :now, #ua = :now, "
+                                "#x = :exit, #fa = :now, #cr = :reason, "
+                                "#ev.#evc = if_not_exists(#ev.#evc, :evc), "
+                                "#ev.#evf = if_not_exists(#ev.#evf, :evf) REMOVE #as, #pr",
             "ConditionExpression": "#s = :pending",
-            "ExpressionAttributeNames": {"#s": "state", "#cra": "cancel_requested_at",
+            "ExpressionAttributeNames": {"#s": "state", "#ts": "tenant_state",
+                                         "#cra": "cancel_requested_at",
                                          "#ua": "updated_at", "#x": "exit",
                                          "#fa": "finished_at", "#cr": "cancel_reason",
-                                         "#as": "active_state"},
+                                         "#as": "active_state", "#pr": "pending_reason",
+                                         "#ev": "events", "#evc": "cancel_requested",
+                                         "#evf": "finished"},
             "ExpressionAttributeValues": {
                 ":cancelled": {"S": "CANCELLED"}, ":pending": {"S": "PENDING"},
-                ":now": {"S": now}, ":reason": {"S": "bench"},
-                ":exit": {"S": json.dumps({"reason": "cancelled", "exit_code": None})}},
+                ":ts": {"S": f"{TENANT}#CANCELLED"},
+                ":now": {"S": iso(now)}, ":reason": {"S": "bench"},
+                ":exit": {"S": json.dumps({"reason": "cancelled", "exit_code": None})},
+                ":evc": _event_value("cancel_requested", now, reason="bench", by=TENANT),
+                ":evf": _event_value("finished", now, state="CANCELLED",
+                                     reason="cancelled before it was placed")},
         }
 
     # -- rows --------------------------------------------------------------------
@@ -418,24 +416,26 @@ class Bench:
             return check
 
         def cancel_pending_prepare() -> dict:
-            """GetItem, then the conditional UpdateItem (ALL_NEW, as PynamoDB's
-            Model.update asks) of DynamoJobStore.cancel_unplaced."""
+            """GetItem, then the transaction of DynamoJobStore.cancel_unplaced:
+            the conditional update of the job and the tenant's PENDING count."""
             ctx = cancel_prepare()()
-            ctx["update"] = {**self._cancel_update(ctx["job"].job_id), "ReturnValues": "ALL_NEW"}
+            ctx["items"] = [{"Update": self._cancel_update(ctx["job"].job_id)},
+                            self._count_pending(-1)]
             return ctx
 
         def cancel_pending_baseline(ctx) -> None:
             get_consistent(ctx["job"].job_id)
-            ddb.update_item(**ctx["update"])
+            ddb.transact_write_items(TransactItems=ctx["items"])
 
         def cancel_keyed_prepare() -> dict:
             """GetItem, then one transaction: the same update of the job and the
-            expiry of its idempotency record (DynamoJobStore._expire_key)."""
+            count, and the expiry of its idempotency record (DynamoJobStore._expire_key)."""
             ctx = cancel_prepare(key=True)()
             job = ctx["job"]
             until = idempotency.expires_at(utcnow())
             ctx["items"] = [
                 {"Update": self._cancel_update(job.job_id)},
+                self._count_pending(-1),
                 {"Update": {
                     "TableName": cfg.idempotency_table, "Key": {"idem_id": {"S": job.idem_id}},
                     "UpdateExpression": "SET #e = :e, #t = :t",
@@ -469,14 +469,19 @@ class Bench:
             ctx["items"] = [
                 {"Update": {
                     "TableName": jobs_table, "Key": self._job_key(job.job_id),
-                    "UpdateExpression": "SET #cra = :now, #ua = :now, #cr = :reason",
+                    "UpdateExpression": "SET #cra = :now, #ua = :now, #cr = :reason, "
+                                        "#ev.#evc = if_not_exists(#ev.#evc, :evc)",
                     "ConditionExpression": "#s IN (:sch, :run) AND #a = :a AND "
                                            "attribute_not_exists(#cra)",
                     "ExpressionAttributeNames": {"#cra": "cancel_requested_at",
                                                  "#ua": "updated_at", "#cr": "cancel_reason",
-                                                 "#s": "state", "#a": "attempt"},
+                                                 "#s": "state", "#a": "attempt",
+                                                 "#ev": "events", "#evc": "cancel_requested"},
                     "ExpressionAttributeValues": {
                         ":now": {"S": iso(now)}, ":reason": {"S": "bench"},
+                        ":evc": _event_value("cancel_requested", now, attempt=job.attempt,
+                                             reason="bench", by=TENANT,
+                                             nodes=sorted(intent.targets)),
                         ":sch": {"S": "SCHEDULED"}, ":run": {"S": "RUNNING"},
                         ":a": {"N": str(job.attempt)}}}},
                 {"Put": {"TableName": cfg.outbox_table, "Item": outbox,
@@ -548,21 +553,8 @@ class Bench:
             UpdateExpression="SET #f = :g REMOVE #a",
             ExpressionAttributeNames={"#f": "gpus_free", "#a": "attempts"},
             ExpressionAttributeValues={":g": {"N": str(NODE_GPUS)}})
-        # moto keeps every model instance it ever made for its dashboard
-        # (BaseModel.__new__ -> instances_tracked), including the whole-table
-        # copies of every TransactWriteItems: without this the heap grows by
-        # ~15k objects a round and every call slows down as the run goes on
-        from moto.core import DEFAULT_ACCOUNT_ID
-        from moto.core.model_instances import reset_model_data
-        from moto.dynamodb.models import dynamodb_backends
-
-        reset_model_data()
-        # and deleting from a table with a range key leaves the hash key's
-        # empty bucket behind, which every later whole-table copy copies
-        for table in dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION].tables.values():
-            if table.has_range_key:
-                for key in [k for k, v in table.items.items() if not v]:
-                    del table.items[key]
+        # moto's leaks (its instance tracking, empty buckets): see harness
+        harness.moto_housekeeping()
         for url in self.queues:  # moto's queues slow down as they fill
             while True:
                 messages = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
@@ -828,13 +820,14 @@ def first_request(runs: int) -> None:
 
 
 # -- first request per handler (issue 15) ----------------------------------------------
-def first_request_per_handler(runs: int) -> float:
+def first_request_per_handler(runs: int, quick: bool = False) -> float:
     """Every handler's first request in a fresh interpreter over its warm calls,
     with the AWS clients it made (bench/first_request.py; its own moto server,
     before this script starts moto in-process)."""
     from bench import first_request as per_handler
 
-    return per_handler.report(per_handler.measure(runs), runs)
+    handlers = per_handler.QUICK_HANDLERS if quick else per_handler.HANDLERS
+    return per_handler.report(per_handler.measure(runs, handlers), runs)
 
 
 # -- main ----------------------------------------------------------------------------
@@ -858,18 +851,22 @@ def profile(bench: Bench, name: str, rounds: int) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=200)
-    parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--cold-runs", type=int, default=15)
-    parser.add_argument("--first-runs", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=1)
+    parser = harness.parser(__doc__)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=None)
+    parser.add_argument("--cold-runs", type=int, default=None)
+    parser.add_argument("--first-runs", type=int, default=None)
     parser.add_argument("--profile", metavar="ROW", help="cProfile one endpoint and exit")
+    parser.add_argument("--per-handler", action="store_true",
+                        help="also the first request of every handler (bench/first_request.py, "
+                             "which bench/scale.py runs in `make bench`)")
     parser.add_argument("--first-request-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.first_request_child:
         first_request_child()
         return 0
+    for name, default, quick in QUICK:
+        setattr(args, name, harness.pick(getattr(args, name), default, quick, args.quick))
 
     started = time.monotonic()
     import moto
@@ -880,12 +877,14 @@ def main() -> int:
     if not args.profile:
         cold_start(args.cold_runs)
         first_request(args.first_runs)
-        first_request_per_handler(args.first_runs)
+        if args.per_handler:  # `make bench` has it from bench/scale.py
+            first_request_per_handler(args.first_runs, args.quick)
 
     start_environment()
     services = build_services()
     bench = Bench(services, test_client())
     bench.fill()
+    parity.check_endpoints(bench)
     if args.profile:
         profile(bench, args.profile, args.rounds)
         return 0

@@ -14,7 +14,8 @@ jobs to cancel) through the app itself.
 
 Used by bench/endpoints.py (section "first request per handler") and
 bench/scale.py (``first_request_ms``). Run alone: ``python bench/first_request.py
-[--runs N]``.
+[--runs N] [--quick]``
+(``--quick``: one run of two handlers, for the smoke test).
 """
 from __future__ import annotations
 
@@ -33,10 +34,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import harness  # noqa: E402
+
 TENANT_TOKEN, AGENT_TOKEN = "fr-tenant", "fr-agent"
 WARM_CALLS = 5
 HANDLERS = ("create", "get", "list", "list_state", "cancel", "attempts", "event",
             "heartbeats", "ranks", "node_put", "nodes", "place", "scan", "reconcile")
+#: with --quick, the first request of these only (one route, one scheduled function)
+QUICK_HANDLERS = ("create", "scan")
 BODY = {"name": "first-request", "command": ["python", "train.py"], "ranks": 1,
         "gpus_per_rank": 1, "gpu_type": "NONE-SUCH"}
 
@@ -110,15 +115,9 @@ class Stack:
     """A moto server with the template deployed and the handlers' fixtures."""
 
     def __init__(self) -> None:
-        os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                           "AWS_DEFAULT_REGION": "us-east-1",
-                           "GPUJOBS_PAGE_TOKEN_KEY": "first-request-key"})
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
-            os.environ.pop(name, None)
         from devstack import resources
-        from devstack.motoserver import MotoServer
 
-        self.server = MotoServer().start()
+        self.server = harness.moto_server()
         self.env = resources.deploy(self.server.endpoint_url, stage="fr" + uuid.uuid4().hex[:6])
         self.dir = tempfile.TemporaryDirectory(prefix="gpujobs-fr-")
         tokens = pathlib.Path(self.dir.name) / "tokens.json"
@@ -205,14 +204,15 @@ def report(results: dict[str, dict], runs: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
+    parser = harness.parser(__doc__)
+    parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child)
         return 0
-    report(measure(args.runs), args.runs)
+    runs = harness.pick(args.runs, 3, 1, args.quick)
+    report(measure(runs, QUICK_HANDLERS if args.quick else HANDLERS), runs)
     return 0
 
 

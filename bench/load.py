@@ -3,8 +3,8 @@
 ``make bench`` runs ``.venv/bin/python bench/load.py``. It starts a throwaway
 local stack (``GPUJOBS_EPHEMERAL=1``, two agents running the jobs), then runs
 a *baseline* of one client, then ``--clients`` clients (default 50), each in
-its own thread with its own HTTP connection, for ``--seconds`` (default 25)
-each. Every client loops over a mix of operations: create (30 %, a third with
+its own thread with its own HTTP connection, for ``--seconds`` (default 12;
+the baseline for ``--baseline-seconds``, 4). Every client loops over a mix of operations: create (30 %, a third with
 an Idempotency-Key), get (25 %), list (20 %, some with a state filter),
 cancel (10 %) and heartbeats (15 %, as the agent token for all nodes, for a
 job it created: 202 when placed, 409 before). It prints throughput, p50/p99
@@ -15,11 +15,11 @@ loaded run's throughput over the baseline's, and ends with::
 
 ``errors_5xx`` counts 5xx answers other than ``503`` with ``Retry-After`` (which
 a client is told to retry, and is counted on its own) plus transport failures.
-The stack is stopped by its own pid whatever happens. See docs/benchmarks.md.
+The stack is stopped by its own pid whatever happens. ``--quick`` (the smoke
+test): 5 clients for 3 s after 2 s of the baseline. See docs/benchmarks.md.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
@@ -36,6 +36,13 @@ import time
 import requests
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import harness  # noqa: E402
+
+#: (option, default, --quick): the defaults keep `make bench` under 6 minutes
+QUICK = (("clients", 50, 5), ("seconds", 12, 3), ("baseline_seconds", 4, 2))
 READY = re.compile(r"ready: API (http://\S+)")
 MIX = [("create", 30), ("get", 25), ("list", 20), ("cancel", 10), ("heartbeats", 15)]
 
@@ -46,7 +53,7 @@ def start_stack(folder: pathlib.Path) -> tuple[subprocess.Popen, str]:
                                   {"token": "load-agent", "agent": "*"}]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "devstack"], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
         env={**os.environ, "PORT": "0", "GPUJOBS_TOKENS_FILE": str(tokens),
              "GPUJOBS_EPHEMERAL": "1", "GPUJOBS_AGENTS": "2", "GPUJOBS_GPUS_PER_AGENT": "8",
              "GPUJOBS_SCAN_PERIOD_S": "5"})
@@ -63,12 +70,15 @@ def start_stack(folder: pathlib.Path) -> tuple[subprocess.Popen, str]:
 
 
 def stop_stack(proc: subprocess.Popen) -> None:
+    """SIGTERM, then after 20 s SIGKILL to the stack's own process group (its
+    agents and their ranks too: it was started in a session of its own)."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(60)
+            proc.wait(20)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            print("!! the local stack did not stop within 20 s of SIGTERM: killed", flush=True)
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 
@@ -162,25 +172,31 @@ def report(name: str, clients: int, results: Results, elapsed: float) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--seconds", type=float, default=25)
-    ap.add_argument("--baseline-seconds", type=float, default=8)
+    ap = harness.parser(__doc__)
+    ap.add_argument("--clients", type=int, default=None)
+    ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--baseline-seconds", type=float, default=None)
     args = ap.parse_args()
+    for name, default, quick in QUICK:
+        setattr(args, name, harness.pick(getattr(args, name), default, quick, args.quick))
     with tempfile.TemporaryDirectory(prefix="gpujobs-load-") as folder:
+        t = time.monotonic()
         proc, api = start_stack(pathlib.Path(folder))
+        print(f"local stack ready in {time.monotonic() - t:.1f} s", flush=True)
         try:
             base, base_s = run(api, 1, args.baseline_seconds)
             base_rps = report("baseline", 1, base, base_s)
             loaded, loaded_s = run(api, args.clients, args.seconds)
             rps = report("loaded", args.clients, loaded, loaded_s)
         finally:
+            t = time.monotonic()
             stop_stack(proc)
+            print(f"local stack stopped in {time.monotonic() - t:.1f} s", flush=True)
     print(f"scaling: rps({args.clients} clients) / rps(1 client) = "
           f"{rps / base_rps if base_rps else 0:.2f}")
-    print(f"load-bench: clients={args.clients} rps={rps:.1f} "
-          f"p99_ms={pct(loaded.latencies, 0.99):.1f} errors_5xx={loaded.errors_5xx} "
-          f"retry_after_503={loaded.retry_after_503}")
+    harness.machine_line("load", clients=args.clients, rps=f"{rps:.1f}",
+                         p99_ms=f"{pct(loaded.latencies, 0.99):.1f}",
+                         errors_5xx=loaded.errors_5xx, retry_after_503=loaded.retry_after_503)
     return 0
 
 

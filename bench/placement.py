@@ -8,11 +8,11 @@ infra/template.yaml, deployed through CloudFormation by devstack/resources.py,
 and the services from chalicelib.bootstrap. Every scale deploys a fresh stack
 (Stage ``pb<N>``), so no table carries items from one scale into the next.
 
-At each scale N nodes register through ``services.nodes.register`` (8 h100
-GPUs each; untimed, and without moto's per-transaction table backups, see
-``no_table_backups``); every round submits the same M seeded jobs (ranks 1..4,
-gpus_per_rank 1..2, h100) through ``services.jobs.create`` and times, in
-alternating order:
+At each scale one node registers through ``services.nodes.register`` (8 h100
+GPUs) and the other N-1 are its item with their ids put in, written in batches
+(untimed; see ``Scale.clone_nodes``); every round submits the same M seeded
+jobs (ranks 1..4, gpus_per_rank 1..2, h100) through ``services.jobs.create``
+and times, in alternating order:
 
 * placement: ``services.placer.run()``, repeated while a run both places jobs
   and leaves some waiting, so every job that fits is placed (at 10 nodes the
@@ -40,29 +40,25 @@ is the work done and other processes on a busy machine barely move it (wall
 time is shown too). The headline ratio is the 100-node one: every job fits
 there, so both sides place the same jobs and nothing else, and moto's table
 copies do not yet drown the difference. Requests are counted with the botocore
-``request-created`` hook of bench/endpoints.py (retries count too); the nodes
+``request-created`` hook of bench/harness.py (retries count too); the nodes
 placement reads are counted by wrapping the node store's ``ready_pages`` on the
 instance (chalicelib is not changed). The last line reads
 ``placement-bench: ratio=<x> reads_per_job_10=<n> reads_per_job_1000=<n>``.
 
-Options: --jobs M (50), --jobs-1000 M (default M), --rounds R (8),
---rounds-1000 R (4), --scales 10,100,1000, --seed N.
+Options: --jobs M (50), --jobs-1000 M (default M), --rounds R (3),
+--rounds-1000 R (1), --scales 10,100,1000, --seed N; --quick: 10 jobs, one
+round, 10 nodes (the smoke test). Shared set-up: bench/harness.py.
 """
 from __future__ import annotations
 
-import argparse
 import collections
-import datetime as dt
 import gc
 import json
-import os
 import pathlib
-import platform
 import random
 import statistics
 import sys
 import time
-from typing import Callable
 
 import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
 
@@ -70,88 +66,27 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.endpoints import CALLS, REGION, Fail, install_request_counter  # noqa: E402
+from bench import harness  # noqa: E402
+from bench.harness import REGION, Fail, moto_housekeeping  # noqa: E402
 
 TENANT = "bench"
 GPUS_PER_NODE = 8
 GPU_TYPE = "h100"
-#: DynamoDB operations that read; every other DynamoDB operation writes
-READS = frozenset({"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"})
+#: (option, default, --quick): the defaults keep `make bench` under 6 minutes
+QUICK = (("jobs", 50, 10), ("rounds", 3, 1), ("rounds_1000", 1, 1),
+         ("scales", "10,100,1000", "10"))
 
 
 # -- environment ----------------------------------------------------------------
 def start_moto() -> None:
     """moto in-process and the request counter, before any client exists."""
-    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": REGION,
-                       "GPUJOBS_PAGE_TOKEN_KEY": "bench-page-token-key",
-                       # rounds purge the queues more often than once a minute
-                       "MOTO_SQS_ENFORCE_STRICT_QUEUE_PURGE_BEHAVIOUR": "false"})
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "GPUJOBS_AWS_ENDPOINT_URL",
-                 "GPUJOBS_TOKENS_FILE"):
-        os.environ.pop(name, None)
-    from moto import mock_aws
-
-    mock_aws().start()
-    install_request_counter()
+    # rounds purge the queues more often than once a minute
+    harness.start_moto(MOTO_SQS_ENFORCE_STRICT_QUEUE_PURGE_BEHAVIOUR="false")
 
 
 def deploy_stack(stage: str):
     """A fresh stack from infra/template.yaml, and services bound to it."""
-    from chalicelib import bootstrap
-    from chalicelib.adapters.tokens import TokenStore
-    from chalicelib.config import Config
-    from devstack import resources
-
-    env = {k: v for k, v in resources.deploy(None, stage=stage, region=REGION).items()
-           if v is not None}
-    os.environ.update(env)
-    services = bootstrap.build(Config.from_env(), tokens=TokenStore({}))
-    bootstrap.install(services)
-    return services
-
-
-class no_table_backups:
-    """Untimed set-up only: moto's TransactWriteItems deep-copies every table it
-    touches, to roll back on failure, so registering node i copies i nodes and
-    1000 registrations take most of a minute. Registration's transactions
-    (a new node, conditioned on its absence, and the fleet totals) cannot fail
-    here, so while nodes register a Table is "copied" as itself; anything else
-    is still deep-copied. The fleet totals are checked afterwards."""
-
-    def __enter__(self):
-        import copy
-        import types
-
-        from moto.dynamodb import models
-        from moto.dynamodb.models.table import Table
-
-        def deepcopy(value, memo=None):
-            return value if isinstance(value, Table) else copy.deepcopy(value, memo)
-
-        self._models, self._copy = models, models.copy
-        models.copy = types.SimpleNamespace(deepcopy=deepcopy)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._models.copy = self._copy
-
-
-def moto_housekeeping() -> None:
-    """What bench/endpoints.py's collect_garbage undoes between rounds: moto keeps
-    every model instance it made (BaseModel.__new__ -> instances_tracked, the
-    whole-table copies of every TransactWriteItems included), and deleting from
-    a table with a range key leaves the hash key's empty bucket behind, which
-    every later whole-table copy copies."""
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.core.model_instances import reset_model_data
-    from moto.dynamodb.models import dynamodb_backends
-
-    reset_model_data()
-    for table in dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION].tables.values():
-        if table.has_range_key:
-            for key in [k for k, v in table.items.items() if not v]:
-                del table.items[key]
+    return harness.deploy(stage)
 
 
 def job_bodies(count: int, seed: int) -> list[dict]:
@@ -162,26 +97,10 @@ def job_bodies(count: int, seed: int) -> list[dict]:
             for i in range(count)]
 
 
-def split(calls) -> collections.Counter:
-    """{"reads": n, "writes": n, "sqs": n} and the count of every operation."""
-    out: collections.Counter = collections.Counter()
-    for service, op in calls:
-        if service == "dynamodb":
-            out["reads" if op in READS else "writes"] += 1
-            out[op] += 1
-        elif service == "sqs":
-            out["sqs"] += 1
-            out["sqs:" + op] += 1
-        else:
-            out[f"{service}:{op}"] += 1
-    return out
-
-
 # -- one scale ----------------------------------------------------------------------
 class Scale:
     def __init__(self, nodes: int, jobs: int, seed: int) -> None:
         import boto3
-        from botocore.config import Config as BotoConfig
 
         from chalicelib.domain.principal import Principal
 
@@ -190,13 +109,12 @@ class Scale:
         self.services = deploy_stack(f"pb{nodes}")
         self.cfg = self.services.config
         t1 = time.perf_counter()
-        agent = Principal("agent", "*")
-        self.urls: dict[str, str] = {}
-        with no_table_backups():
-            for i in range(nodes):
-                node = self.services.nodes.register(
-                    agent, f"node-{i:04d}", {"gpus": GPUS_PER_NODE, "gpu_type": GPU_TYPE})
-                self.urls[node.node_id] = node.inbox_queue_url
+        self.ddb, self.sqs = harness.plain_clients()
+        self.cleanup = boto3.session.Session().client("dynamodb", region_name=REGION)
+        node = self.services.nodes.register(Principal("agent", "*"), "node-0000",
+                                            {"gpus": GPUS_PER_NODE, "gpu_type": GPU_TYPE})
+        self.urls: dict[str, str] = {node.node_id: node.inbox_queue_url}
+        self.clone_nodes(nodes)
         self.setup_s = (t1 - t0, time.perf_counter() - t1)
         fleet = self.services.node_store.fleet(GPU_TYPE)
         if fleet != (GPUS_PER_NODE * nodes, GPUS_PER_NODE) or \
@@ -204,12 +122,6 @@ class Scale:
             raise Fail(f"N={nodes}: registration left the fleet at {fleet}")
         moto_housekeeping()
         self.bodies = job_bodies(jobs, seed)
-        # the baseline: plain clients without parameter validation (as PynamoDB)
-        session = boto3.session.Session()
-        plain = BotoConfig(parameter_validation=False)
-        self.ddb = session.client("dynamodb", region_name=REGION, config=plain)
-        self.sqs = session.client("sqs", region_name=REGION, config=plain)
-        self.cleanup = boto3.session.Session().client("dynamodb", region_name=REGION)
         # node items placement reads (an instance wrapper: nothing in chalicelib changes)
         self.nodes_read = 0
         store = self.services.node_store
@@ -226,10 +138,48 @@ class Scale:
         self.created: list[str] = []
         self.touched: set[str] = set()
         self.samples: dict[str, list] = collections.defaultdict(list)
-        #: CPU and wall nanoseconds of every timed half
-        self.cpu_wall = [0, 0]
+        #: CPU and wall milliseconds of every timed half
+        self.cpu_wall = [0.0, 0.0]
+        #: the items the warm-up round's placement wrote, by spec index, for
+        #: the parity check of the baseline's (``parity``)
+        self.placed_items: dict | None = None
 
     # -- fixtures (untimed) ------------------------------------------------------
+    def clone_nodes(self, nodes: int) -> None:
+        """Nodes 1..N-1 as registration would make them, without N registrations
+        (each a transaction over the growing nodes table: 1000 took most of a
+        minute on moto): node-0000's item, registered through the service, with
+        its id put in, written in batches; each node's inbox made by the
+        service's own ``inbox.ensure``; the fleet totals raised by the same
+        update registration makes (``room_bump``, ``_changed``). The totals are
+        checked after."""
+        from chalicelib.adapters.fleet import ALL_TYPES, room_bump
+        from chalicelib.adapters.models import FleetModel
+        from chalicelib.adapters.node_store import _changed
+        from chalicelib.domain.clock import iso
+
+        first = self.cleanup.get_item(TableName=self.cfg.nodes_table,
+                                      Key={"node_id": {"S": "node-0000"}},
+                                      ConsistentRead=True)["Item"]
+        text = json.dumps(first)
+        puts = []
+        for i in range(1, nodes):
+            node_id = f"node-{i:04d}"
+            self.urls[node_id] = self.services.nodes.inbox.ensure(node_id)
+            item = json.loads(text.replace("node-0000", node_id))
+            if item["inbox_queue_url"]["S"] != self.urls[node_id]:
+                raise Fail(f"{node_id}: inbox {self.urls[node_id]}, the clone says "
+                           f"{item['inbox_queue_url']['S']}")
+            puts.append({"PutRequest": {"Item": item}})
+        for i in range(0, len(puts), 25):
+            self.cleanup.batch_write_item(RequestItems={self.cfg.nodes_table: puts[i:i + 25]})
+        if nodes > 1:  # registration's own fleet update, for the N-1 at once
+            now = self.services.clock()
+            for t in (GPU_TYPE, ALL_TYPES):
+                FleetModel(t).update(actions=[
+                    FleetModel.gpus.add(GPUS_PER_NODE * (nodes - 1)),
+                    *room_bump(iso(now)), *_changed(now)])
+
     def submit(self, indices) -> list:
         jobs = []
         for i in indices:
@@ -261,13 +211,19 @@ class Scale:
                 ExpressionAttributeNames={"#f": "gpus_free", "#a": "attempts"},
                 ExpressionAttributeValues={":g": {"N": str(GPUS_PER_NODE)}})
         self.touched.clear()
+        # the half's jobs are gone: so is the tenant's PENDING count (the waiting
+        # ones' would otherwise add up to its max_pending_jobs over the rounds)
+        self.cleanup.delete_item(TableName=self.cfg.tenants_table, Key={"tenant": {"S": TENANT}})
         moto_housekeeping()
 
     def baseline_items(self, jobs) -> list[tuple[list, list]]:
         """For each job: its TransactItems and its (queue URL, body) sends,
-        shaped like DynamoJobStore.place and the Dispatcher's messages."""
-        from chalicelib.adapters.models import AttemptModel, JobModel, OutboxModel
-        from chalicelib.domain import placement
+        shaped like DynamoJobStore.place and the Dispatcher's messages (the
+        outbox item is the adapter's own; ``parity`` checks all of them against
+        placement's after the warm-up round)."""
+        from chalicelib.adapters.job_store import _outbox_item
+        from chalicelib.adapters.models import AttemptModel, JobModel
+        from chalicelib.domain import events, placement
         from chalicelib.domain.clock import iso, plus, utcnow
         from chalicelib.domain.intents import launch_intent
         from chalicelib.domain.jobs import clear_incident
@@ -288,15 +244,24 @@ class Scale:
             items = [
                 {"Update": {
                     "TableName": self.cfg.jobs_table, "Key": {"job_id": {"S": job.job_id}},
-                    "UpdateExpression": "SET #s = :s, #as = :s, #a = :a, #i = :i, #h = :h, "
-                                        "#u = :u REMOVE #pr",
+                    "UpdateExpression": "SET #s = :s, #ts = :ts, #as = :s, #a = :a, #i = :i, "
+                                        "#h = :h, #u = :u, "
+                                        "#ev.#evp = if_not_exists(#ev.#evp, :evp) "
+                                        "REMOVE #pr, #wo",
                     "ConditionExpression": "#s = :pending AND #a = :prev",
-                    "ExpressionAttributeNames": {"#s": "state", "#as": "active_state",
+                    "ExpressionAttributeNames": {"#s": "state", "#ts": "tenant_state",
+                                                 "#as": "active_state",
                                                  "#a": "attempt", "#i": "inboxes",
                                                  "#h": "health", "#u": "updated_at",
-                                                 "#pr": "pending_reason"},
+                                                 "#pr": "pending_reason", "#wo": "waiting_on",
+                                                 "#ev": "events", "#evp": f"placed#{attempt}"},
                     "ExpressionAttributeValues": {
                         ":s": {"S": "SCHEDULED"}, ":a": {"N": str(attempt)},
+                        ":ts": {"S": f"{job.tenant}#SCHEDULED"},
+                        ":evp": JobModel.events.serialize({"e": events.event(
+                            "placed", now, attempt=attempt,
+                            reason=f"placed on {len(gpus)} node{'s' if len(gpus) != 1 else ''}",
+                            nodes={n: sorted(r) for n, r in plan.ranks_by_node.items()})})["e"],
                         ":i": {"S": JobModel.inboxes.serialize(intent.targets)},
                         ":h": {"S": JobModel.health.serialize(clear_incident(job.health))},
                         ":u": {"S": iso(now)}, ":pending": {"S": "PENDING"},
@@ -306,17 +271,14 @@ class Scale:
                              job.job_id, attempt, state="SCHEDULED",
                              placement=plan.placement(), node_ranks=plan.ranks_by_node,
                              node_gpus=gpus, world_size=job.spec["ranks"],
+                             node_types={n: GPU_TYPE for n in gpus},
                              created_at=iso(now), exit_codes={}).serialize(),
                          "ConditionExpression": "attribute_not_exists(#k)",
                          "ExpressionAttributeNames": {"#k": "job_id"}}},
                 {"Put": {"TableName": self.cfg.outbox_table,
-                         "Item": OutboxModel(
-                             job.job_id, intent.intent_id, attempt=attempt, kind=intent.kind,
-                             message=intent.message, targets=intent.targets,
-                             node_ranks=intent.node_ranks, unacked=set(intent.targets),
-                             created_at=iso(now), pending="1",
-                             due_at=iso(plus(now, self.cfg.cancel_resend_after_s)),
-                             sends=1).serialize(),
+                         # the adapter's own outbox item
+                         "Item": _outbox_item(intent, now, plus(
+                             now, self.cfg.cancel_resend_after_s)).serialize(),
                          "ConditionExpression": "attribute_not_exists(#k)",
                          "ExpressionAttributeNames": {"#k": "job_id"}}},
             ]
@@ -330,30 +292,27 @@ class Scale:
                     "ExpressionAttributeValues": {
                         ":neg": {"N": str(-gpus[node_id])}, ":n": {"N": str(gpus[node_id])},
                         ":key": {"SS": [key]}, ":ready": {"S": "READY"}}}})
+            items.append({"Update": {  # last, as the store has it: the tenant's PENDING count
+                "TableName": self.cfg.tenants_table, "Key": {"tenant": {"S": job.tenant}},
+                "UpdateExpression": "ADD #p :d", "ExpressionAttributeNames": {"#p": "pending"},
+                "ExpressionAttributeValues": {":d": {"N": "-1"}}}})
             sends = [(self.urls[n], json.dumps(intent.message_for(n), separators=(",", ":")))
                      for n in intent.targets]
             out.append((items, sends))
         return out
 
     # -- the two halves ------------------------------------------------------------
-    def _timed(self, fn: Callable[[], object]):
-        # as timeit does: no cyclic GC inside the timed calls. moto's whole-table
-        # copies (a 1000-node table per node update) otherwise set off full
-        # collections over moto's heap every few transactions, a cost of
-        # CPython's collector running moto, not of either side
-        gc.collect()
-        CALLS.clear()
+    def _timed(self, fn):
+        # process CPU time (the dispatcher sends from a thread pool); as timeit
+        # does, no cyclic GC inside the timed calls: moto's whole-table copies (a
+        # 1000-node table per node update) otherwise set off full collections
+        # over moto's heap every few transactions, a cost of CPython's collector
+        # running moto, not of either side
         self.nodes_read = 0
-        gc.disable()
-        try:
-            c0, t0 = time.process_time_ns(), time.perf_counter_ns()
-            result = fn()
-            wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
-        finally:
-            gc.enable()
-        self.cpu_wall[0] += cpu
-        self.cpu_wall[1] += wall
-        return wall / 1e6, cpu / 1e6, split(CALLS), result
+        t = harness.timed(fn, cpu="process", no_gc=True)
+        self.cpu_wall[0] += t.cpu_ms
+        self.cpu_wall[1] += t.wall_ms
+        return t.wall_ms, t.cpu_ms, harness.split(t.calls), t.result
 
     def placement_half(self, record: bool) -> int:
         jobs = self.submit(range(self.n_jobs))
@@ -367,7 +326,9 @@ class Scale:
                 if not report.waiting or not report.placed:
                     return runs, placed
 
+        pending = self.pending()
         wall, cpu, calls, (runs, placed) = self._timed(place)
+        pending -= self.pending()
         nodes_read = self.nodes_read
         index_of = {job.job_id: i for i, job in jobs}
         if len(set(placed)) != len(placed) or not set(placed) <= set(index_of):
@@ -377,6 +338,8 @@ class Scale:
         plans = self.check_placement(jobs, placed, runs[-1].waiting)
         if not self.plans:  # the warm-up round: the node maps the baseline replays
             self.plans = {index_of[j]: plans[j] for j in placed}
+            self.placed_items = self.items({index_of[j]: j for j in placed})
+            self.placed_items["PENDING count"] = pending
         elif sorted(index_of[j] for j in placed) != sorted(self.plans):
             raise Fail(f"N={self.n_nodes}: placement placed other jobs than in warm-up")
         if record:
@@ -419,6 +382,58 @@ class Scale:
                 raise Fail(f"N={self.n_nodes}: job {job_id} ({ranks} x {g}) waits but fits")
         return plans
 
+    def items(self, job_ids: dict[int, str]) -> dict:
+        """Untimed: the items a half left, for ``parity``: by spec index the job,
+        its attempt and its LAUNCH intent, and every node it used."""
+        def get(table: str, key: dict) -> dict:
+            return self.cleanup.get_item(TableName=table, Key=key,
+                                         ConsistentRead=True).get("Item", {})
+
+        out: dict = {}
+        for index, job_id in job_ids.items():
+            key = {"job_id": {"S": job_id}}
+            out[index] = {"job": get(self.cfg.jobs_table, key),
+                          "attempt": get(self.cfg.attempts_table, {**key, "attempt": {"N": "1"}}),
+                          "LAUNCH intent": get(self.cfg.outbox_table,
+                                               {**key, "intent_id": {"S": "LAUNCH#1"}})}
+        nodes = sorted({n for i in job_ids for n in self.plans[i]})
+        out["nodes"] = {n: get(self.cfg.nodes_table, {"node_id": {"S": n}}) for n in nodes}
+        out["ids"] = list(job_ids.values())
+        return out
+
+    def pending(self) -> int:
+        """The tenant's PENDING count (issue 9), which placing a job lowers."""
+        item = self.cleanup.get_item(TableName=self.cfg.tenants_table,
+                                     Key={"tenant": {"S": TENANT}}, ConsistentRead=True)
+        return int(item.get("Item", {}).get("pending", {}).get("N", 0))
+
+    def parity(self, job_ids: dict[int, str], pending: int) -> None:
+        """The baseline's items equal placement's (DynamoJobStore.place's), ids
+        and times aside, and it lowers the tenant's PENDING count as much: its
+        writes are the same work, not just as many."""
+        theirs, self.placed_items = self.placed_items, None
+        if pending != theirs["PENDING count"]:
+            raise Fail(f"parity N={self.n_nodes}: placement lowered the tenant's PENDING "
+                       f"count by {theirs['PENDING count']}, the baseline by {pending}")
+        ours = self.items(job_ids)
+        from chalicelib.domain.placement import master_port
+
+        # a LAUNCH message's port is derived from the job id
+        ids = [f'"master_port": {master_port(j, 1)}' for j in theirs["ids"] + ours["ids"]]
+        ids += theirs["ids"] + ours["ids"]
+        compared = 0
+        for index in job_ids:
+            for what, item in ours[index].items():
+                harness.same_items(f"N={self.n_nodes} job {index}: {what}", item,
+                                   theirs[index][what], ids=ids)
+                compared += 1
+        for node_id, item in ours["nodes"].items():
+            harness.same_items(f"N={self.n_nodes} {node_id}", item, theirs["nodes"][node_id],
+                               ids=ids)
+            compared += 1
+        print(f"N={self.n_nodes}: parity: the baseline's {compared} items equal placement's "
+              f"(ids and times aside)", flush=True)
+
     def baseline_half(self, record: bool) -> None:
         # all M jobs, as placement gets them, so both halves copy the same tables;
         # the ones placement left waiting stay PENDING here too
@@ -434,14 +449,18 @@ class Scale:
                 for url, body in sends:
                     sqs.send_message(QueueUrl=url, MessageBody=body)
 
+        pending = self.pending()
         wall, cpu, calls, _ = self._timed(run)
+        pending -= self.pending()
+        if self.placed_items is not None:  # the warm-up round
+            self.parity({i: job.job_id for i, job in jobs}, pending)
         expected = len(work), sum(len(s) for _, s in work)
         if (calls["TransactWriteItems"], calls["sqs"]) != expected or calls["reads"]:
             raise Fail(f"N={self.n_nodes}: the baseline made {dict(calls)}")
         if record:
             self.samples["b_ms"].append(wall / len(work))
             self.samples["b_cpu"].append(cpu / len(work))
-            self.samples["b_node_updates"].append(sum(len(i) - 3 for i, _ in work))
+            self.samples["b_node_updates"].append(sum(len(i) - 4 for i, _ in work))
 
     def round(self, index: int, record: bool) -> None:
         halves = [self.placement_half, self.baseline_half]
@@ -469,8 +488,8 @@ class Scale:
                 "extra_writes": sum(c["writes"] - c["TransactWriteItems"] for c in calls)
                 / len(calls),
                 "p_ms": p, "b_ms": b, "p_cpu": pc, "b_cpu": bc,
-                "ratio": statistics.median(x / y for x, y in zip(s["p_ms"], s["b_ms"])),
-                "cpu_ratio": statistics.median(x / y for x, y in zip(s["p_cpu"], s["b_cpu"])),
+                "ratio": harness.median_ratio(s["p_ms"], s["b_ms"]),
+                "cpu_ratio": harness.median_ratio(s["p_cpu"], s["b_cpu"]),
                 "ratios": sorted(x / y for x, y in zip(s["p_ms"], s["b_ms"])),
                 "cpu_ratios": sorted(x / y for x, y in zip(s["p_cpu"], s["b_cpu"])),
                 "per_job": per_job, "ops": {k: v / len(calls) for k, v in sorted(ops.items())},
@@ -522,24 +541,21 @@ def report(results: list[dict]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=50)
+    parser = harness.parser(__doc__)
+    parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--jobs-1000", type=int, default=None,
                         help="jobs per round at 1000 nodes (default: --jobs); moto copies "
                              "the whole nodes table for every node a TransactWriteItems "
                              "updates, so a round there takes about 10 s")
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--rounds-1000", type=int, default=4)
-    parser.add_argument("--scales", default="10,100,1000")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--rounds-1000", type=int, default=None)
+    parser.add_argument("--scales", default=None)
     args = parser.parse_args()
+    for name, default, quick in QUICK:
+        setattr(args, name, harness.pick(getattr(args, name), default, quick, args.quick))
 
     started = time.monotonic()
-    import moto
-
-    print(f"gpujobs placement benchmark, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-          f"Python {platform.python_version()}, moto {moto.__version__} in-process, "
-          f"{os.cpu_count()} CPUs", flush=True)
+    harness.banner("placement")
     start_moto()
     scales = [int(x) for x in args.scales.split(",")]
     jobs_1000 = args.jobs if args.jobs_1000 is None else args.jobs_1000

@@ -3,8 +3,7 @@ same 50 running jobs x 64 ranks, with and without 10 times as many finished jobs
 (and their heartbeat items) in the tables.
 
 ``.venv/bin/python bench/scan.py`` from the repository root. As in
-bench/placement.py (whose moto helpers this imports, and bench/endpoints.py's
-request counter with them), everything runs in-process on moto (``mock_aws``);
+bench/placement.py (set up by bench/harness.py, as this is), everything runs in-process on moto (``mock_aws``);
 the tables and queues come from infra/template.yaml, deployed through
 CloudFormation by devstack/resources.py, and the services from
 chalicelib.bootstrap.
@@ -16,34 +15,33 @@ services, except for the history:
   ranks x 1 GPU are created, placed by ``services.placer.run()`` (one node
   each), report STARTED for all their ranks and post one heartbeat for every
   rank (``services.heartbeats.ingest``): 50 RUNNING jobs, 3,200 heartbeat items.
-* ``history`` (Stage ``sc1``): first 500 jobs run to the end, in ten waves of
-  50 (every node busy, then free again): created, placed, STARTED, a heartbeat
-  for every rank, then EXITED 0 for every rank, so they are SUCCEEDED and their
-  heartbeat items (stamped a minute or two before the measurement, TTL 7 days)
-  stay in the table, as do their attempts and LAUNCH intents; then the same 50
-  running jobs as ``plain``. The finished jobs have 32 ranks, not 64, by
-  default (``--history-ranks``): on moto an EXITED report for 64 ranks costs
-  ~80 ms of moto's update-expression validation alone (its 64 ``exit_codes``
-  SET actions), and 500 finished 64-rank jobs take ~110 s of CPU to set up,
-  which with the measurement is more than 3 minutes. With 32 ranks the history
-  holds 16,000 heartbeat items (5 times the running ones) and a full run takes
-  about 2.5 minutes; ``--history-ranks 64`` gives 32,000 (about 3.5 minutes).
+* ``history`` (Stage ``sc1``): first one job runs to the end through the
+  services: created, placed, STARTED, a heartbeat for every rank, then EXITED
+  0 for every rank, so it is SUCCEEDED and its heartbeat items (stamped a
+  minute or two before the measurement, TTL 7 days) stay in the table, as do
+  its attempt and LAUNCH intent. Its items are then copied 499 times under new
+  job ids (``Stack.clone_history``: exactly what running each through the
+  services leaves, written in batches; running 500 through the services took
+  4 minutes of moto work on a loaded machine); then the same 50 running jobs as
+  ``plain``. The finished jobs have 32 ranks by default (``--history-ranks``):
+  the history holds 16,000 old heartbeat items, 5 times the running ones
+  (64 ranks doubles the set-up, about a minute, and gave the same ratio).
 
-The set-up is untimed and runs with bench/placement.py's ``no_table_backups``
-(moto's whole-table copy per TransactWriteItems, which only matters if a
-transaction fails; the final states are checked: 500 SUCCEEDED, 50 RUNNING,
-every node's GPUs accounted for).
+The set-up is untimed; the final states are checked: 500 SUCCEEDED, 50
+RUNNING, every node's GPUs accounted for, every table's item count.
 
 Each round first posts a fresh heartbeat for every running rank in both stacks
 (untimed, so every scan finds 50 healthy jobs, as in production), then times
-four scans, A cold, B cold, B warm, A warm, where A is ``plain`` in even rounds
-and ``history`` in odd ones:
+two scans, A cold, B cold (with ``--warm`` then B warm, A warm), where A is
+``plain`` in even rounds and ``history`` in odd ones:
 
 * ``cold``: ``services.scanner.run()`` with the heartbeats service's placement
   cache emptied, as in a scanner Lambda's first scan in a fresh container
   (it reads every running attempt once);
-* ``warm``: ``services.scanner.run()`` again right after, the steady state of a
-  warm scanner (placements cached).
+* ``warm`` (with ``--warm``): ``services.scanner.run()`` again right after, the
+  steady state of a warm scanner. Since the scan reads each attempt fresh
+  (issue 11: it needs the ranks that exited or stopped), a warm scan makes the
+  same reads as a cold one, so it is no longer timed by default.
 
 Every scan is checked: 50 jobs, no incident, nothing suppressed. The scan's
 DynamoDB requests are counted with the botocore ``request-created`` hook of
@@ -73,21 +71,20 @@ bench/placement.py). A warm-up round is not recorded (its scans write every
 job's first health). Ends with ``scan-bench: history_ratio=<x>``: the larger of
 the cold and warm CPU-time ratios (target at most 1.1).
 
-Options: --rounds R (5), --history-factor F (10), --history-ranks N (32),
---running J (50), --ranks N (64), --moto-as-is.
+Options: --rounds R (2), --history-factor F (10), --history-ranks N (32),
+--running J (50), --ranks N (64), --moto-as-is; --quick: one round of 4 jobs
+x 8 ranks against 8 finished ones (the smoke test). Shared set-up:
+bench/harness.py.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import datetime as dt
 import gc
 import io
 import logging
-import os
 import pathlib
-import platform
 import statistics
 import sys
 import time
@@ -99,20 +96,22 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.endpoints import CALLS, Fail  # noqa: E402
-from bench.placement import (  # noqa: E402
+from bench import harness  # noqa: E402
+from bench.harness import (  # noqa: E402
+    CALLS,
     READS,
-    deploy_stack,
+    Fail,
     moto_housekeeping,
-    no_table_backups,
     split,
-    start_moto,
 )
 
 TENANT = "bench"
 GPUS_PER_NODE = 64
 GPU_TYPE = "h100"
 TARGET = 1.1
+#: (option, default, --quick): the defaults keep `make bench` under 6 minutes
+QUICK = (("rounds", 2, 1), ("running", 50, 4), ("ranks", 64, 8), ("history_factor", 10, 2),
+         ("history_ranks", 32, 8))
 AGENT = None  # Principal("agent", "*"), set in main (after moto starts)
 
 
@@ -152,38 +151,6 @@ def install_item_counter() -> None:
     botocore.session.Session.create_client = create_client
 
 
-# -- moto ------------------------------------------------------------------------------
-class partition_queries:
-    """A base-table Query on a table with a range key reads only the hash key's
-    bucket (``Table.items[hash_key]``), as DynamoDB reads one partition, instead
-    of moto's walk over every item of the table. The items and their order are
-    the same: moto filters the walk by hash key and sorts by range key, which is
-    what it still does here, over the bucket. Index Queries are unchanged."""
-
-    def __enter__(self):
-        from moto.dynamodb.models.table import Table
-
-        self._table, self._query = Table, Table.query
-        original = self._query
-
-        def query(table, hash_key, *args, **kwargs):
-            index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
-            if index_name or not table.has_range_key:
-                return original(table, hash_key, *args, **kwargs)
-            bucket = table.items.get(hash_key) or {}
-            table.all_items = lambda: list(bucket.values())  # shadows the method
-            try:
-                return original(table, hash_key, *args, **kwargs)
-            finally:
-                del table.all_items
-
-        Table.query = query
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._table.query = self._query
-
-
 # -- one stack ----------------------------------------------------------------------------
 class VirtualClock:
     """The services' clock in this bench: it moves only when the bench says so
@@ -208,11 +175,6 @@ class VirtualClock:
 CLOCK = VirtualClock()
 
 
-def use_clock(services, clock) -> None:
-    for name in ("jobs", "attempts", "heartbeats", "scanner", "placer", "reconciler", "nodes"):
-        getattr(services, name)._clock = clock
-
-
 class Stack:
     """A deployed stack, its services, and the PynamoDB bindings that point at it."""
 
@@ -223,8 +185,7 @@ class Stack:
 
         self.name = name
         t0 = time.perf_counter()
-        self.services = deploy_stack(stage)
-        use_clock(self.services, CLOCK)
+        self.services = harness.deploy(stage, clock=CLOCK)
         self.cfg = self.services.config
         self.models = list(MODELS)
         self.tables = {m: m.Meta.table_name for m in self.models}
@@ -235,10 +196,9 @@ class Stack:
         self.samples: dict[str, list] = collections.defaultdict(list)
         self.n_nodes = nodes
         self.activate()
-        with no_table_backups():
-            for i in range(nodes):
-                self.services.nodes.register(AGENT, f"{name}-{i:03d}",
-                                             {"gpus": GPUS_PER_NODE, "gpu_type": GPU_TYPE})
+        for i in range(nodes):
+            self.services.nodes.register(AGENT, f"{name}-{i:03d}",
+                                         {"gpus": GPUS_PER_NODE, "gpu_type": GPU_TYPE})
         self.deactivate()
         self.setup_s = time.perf_counter() - t0
 
@@ -294,16 +254,46 @@ class Stack:
     def fill(self, running: int, ranks: int, history: int, history_ranks: int) -> None:
         t0 = time.perf_counter()
         self.activate()
-        with no_table_backups():
-            while len(self.finished) < history:
-                n = min(self.n_nodes, history - len(self.finished))
-                self.finished += self.wave(n, history_ranks, finish=True)
-                moto_housekeeping()
-            self.running = self.wave(running, ranks, finish=False)
+        if history:
+            self.finished = self.wave(1, history_ranks, finish=True)
+            self.clone_history(history - 1)
+            moto_housekeeping()
+        self.running = self.wave(running, ranks, finish=False)
         moto_housekeeping()
         self.check(running, ranks, history, history_ranks)
         self.deactivate()
         self.fill_s = time.perf_counter() - t0
+
+    def clone_history(self, count: int) -> None:
+        """``count`` more finished jobs, each the one finished job's items (its
+        job, attempt, LAUNCH intent and heartbeat items, as the services wrote
+        them) under a new job id, written in batches: what running each through
+        the services would leave, without the ~0.5 s of moto work per job that
+        made the set-up take minutes. The tables hold only that job's items
+        when this runs; ``check`` counts them all afterwards."""
+        import json
+
+        from chalicelib.domain.ids import new_job_id
+
+        [template] = self.finished
+        tables = [self.cfg.jobs_table, self.cfg.attempts_table, self.cfg.outbox_table,
+                  self.cfg.heartbeats_table]
+        items = {t: [i for page in self.ddb.get_paginator("scan").paginate(TableName=t)
+                     for i in page["Items"]] for t in tables}
+        text = json.dumps(items)
+        if any(template not in json.dumps(i) for t in tables for i in items[t]):
+            raise Fail(f"{self.name}: the tables hold more than the template job's items")
+        puts: list[tuple[str, dict]] = []
+        for _ in range(count):
+            job_id = new_job_id()
+            clone = json.loads(text.replace(template, job_id))
+            puts += [(table, item) for table, rows in clone.items() for item in rows]
+            self.finished.append(job_id)
+        for i in range(0, len(puts), 25):  # full batches, tables mixed
+            batch: dict[str, list] = collections.defaultdict(list)
+            for table, item in puts[i:i + 25]:
+                batch[table].append({"PutRequest": {"Item": item}})
+            self.ddb.batch_write_item(RequestItems=dict(batch))
 
     def count(self, table: str) -> int:
         return sum(page["Count"] for page in self.ddb.get_paginator("scan").paginate(
@@ -389,30 +379,11 @@ def check_partition_queries(stack: Stack) -> None:
     keys = [shard_key(j, 1, 0) for j in stack.running + stack.finished[:5]]
     for key in keys:
         mine = [m.serialize() for m in HeartbeatModel.query(key, consistent_read=True)]
-        with _moto_query():
+        with PATCH.moto_query():
             theirs = [m.serialize() for m in HeartbeatModel.query(key, consistent_read=True)]
         if mine != theirs or not mine:
             raise Fail(f"partition_queries: {key}: {len(mine)} items, moto {len(theirs)}")
     stack.deactivate()
-
-
-class _moto_query:
-    """moto's own Query, inside a ``partition_queries`` block."""
-
-    def __enter__(self):
-        from moto.dynamodb.models.table import Table
-
-        self._patched = Table.query
-        Table.query = PATCH._query
-        return self
-
-    def __exit__(self, *exc) -> None:
-        from moto.dynamodb.models.table import Table
-
-        Table.query = self._patched
-
-
-PATCH: partition_queries | None = None
 
 
 def quiet():
@@ -423,34 +394,36 @@ def quiet():
 # -- main ------------------------------------------------------------------------------------
 def main() -> int:
     global AGENT, PATCH
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--running", type=int, default=50)
-    parser.add_argument("--ranks", type=int, default=64)
-    parser.add_argument("--history-factor", type=int, default=10)
-    parser.add_argument("--history-ranks", type=int, default=32,
-                        help="ranks of each finished job (64 takes ~110 s more set-up)")
+    parser = harness.parser(__doc__)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--running", type=int, default=None)
+    parser.add_argument("--ranks", type=int, default=None)
+    parser.add_argument("--history-factor", type=int, default=None)
+    parser.add_argument("--history-ranks", type=int, default=None,
+                        help="ranks of each finished job (32; 64 makes the set-up twice as long)")
+    parser.add_argument("--warm", action="store_true",
+                        help="also time a scan right after each cold one (the same reads "
+                             "since the scan reads each attempt fresh)")
     parser.add_argument("--moto-as-is", action="store_true",
                         help="measure moto's Query unchanged (walks the whole table)")
     args = parser.parse_args()
+    for name, default, quick in QUICK:
+        setattr(args, name, harness.pick(getattr(args, name), default, quick, args.quick))
     history_ranks = args.history_ranks
+    modes = ("cold", "warm") if args.warm else ("cold",)
     history = args.history_factor * args.running
     if args.ranks > GPUS_PER_NODE or history_ranks > GPUS_PER_NODE:
         parser.error(f"ranks must fit one node of {GPUS_PER_NODE} GPUs")
 
     started = time.monotonic()
-    import moto
-
-    print(f"gpujobs stall-scan benchmark, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} "
-          f"UTC; Python {platform.python_version()}, moto {moto.__version__} in-process, "
-          f"{os.cpu_count()} CPUs", flush=True)
-    start_moto()
+    harness.banner("stall-scan")
+    harness.start_moto(MOTO_SQS_ENFORCE_STRICT_QUEUE_PURGE_BEHAVIOUR="false")
     install_item_counter()
     from chalicelib.domain.principal import Principal
 
     AGENT = Principal("agent", "*")
     if not args.moto_as_is:
-        PATCH = partition_queries().__enter__()
+        PATCH = harness.partition_queries().__enter__()
     # the services log every placement at INFO and print metrics (EMF) on
     # stdout: keep warnings, drop the rest
     for name in ("gpujobs", "chalicelib"):
@@ -481,10 +454,12 @@ def main() -> int:
         # A cold, B cold, B warm, A warm; A is plain in even rounds, history in odd
         a, b = stacks if i % 2 == 0 else stacks[::-1]
         for s, mode in ((a, "cold"), (b, "cold"), (b, "warm"), (a, "warm")):
+            if mode not in modes:
+                continue
             s.scan(mode, record=i > 0)
         moto_housekeeping()
-    cpu = sum(sum(s.samples[m, "cpu"]) for s in stacks for m in ("cold", "warm"))
-    wall = sum(sum(s.samples[m, "wall"]) for s in stacks for m in ("cold", "warm"))
+    cpu = sum(sum(s.samples[m, "cpu"]) for s in stacks for m in modes)
+    wall = sum(sum(s.samples[m, "wall"]) for s in stacks for m in modes)
     share = cpu / wall
 
     print(f"\n{args.running} RUNNING jobs x {args.ranks} ranks in both stacks; history: "
@@ -501,19 +476,18 @@ def main() -> int:
     print(head)
     print("-" * len(head))
     ratios, per_round = {}, {}
-    for mode in ("cold", "warm"):
+    for mode in modes:
         p, h = plain.median(mode, "cpu"), hist.median(mode, "cpu")
         pr, hr = plain.median(mode, "reads"), hist.median(mode, "reads")
         per_round[mode] = [y / x for x, y in zip(plain.samples[mode, "cpu"],
                                                  hist.samples[mode, "cpu"])]
         ratios[mode] = statistics.median(per_round[mode])
-        wall_ratio = statistics.median(y / x for x, y in zip(plain.samples[mode, "wall"],
-                                                             hist.samples[mode, "wall"]))
+        wall_ratio = harness.median_ratio(hist.samples[mode, "wall"], plain.samples[mode, "wall"])
         print(f"{mode:<6} {p:>9.1f} {h:>10.1f} {ratios[mode]:>6.2f} {wall_ratio:>10.2f}  "
               f"{pr:>11g} {hr:>10g} {hr / pr:>6.2f}  "
               f"{plain.median(mode, 'items'):>5g}/{hist.median(mode, 'items'):<5g}  "
               f"{plain.median(mode, 'writes'):>4g}/{hist.median(mode, 'writes'):g}")
-    for mode in ("cold", "warm"):
+    for mode in modes:
         for s in stacks:
             print(f"  {mode} {s.name}: {s.ops(mode)}; CPU ms by round "
                   + ", ".join(f"{x:.0f}" for x in s.samples[mode, "cpu"]))
@@ -522,8 +496,8 @@ def main() -> int:
           f"{'' if share >= 0.85 else '  !! BUSY MACHINE: wall ratios unreliable'}")
     headline = max(ratios, key=ratios.get)
     print(f"total run time {time.monotonic() - started:.0f} s")
-    print(f"history ratio: {headline} scan, CPU time (target at most {TARGET}; cold "
-          f"{ratios['cold']:.2f}, warm {ratios['warm']:.2f})")
+    print(f"history ratio: {headline} scan, CPU time (target at most {TARGET}; "
+          + ", ".join(f"{m} {ratios[m]:.2f}" for m in modes) + ")")
     print(f"scan-bench: history_ratio={ratios[headline]:.2f}", flush=True)
     gc.freeze()  # spare the interpreter's exit a full collection of moto's heap
     return 0

@@ -1,0 +1,151 @@
+"""Benchmarks that cannot rot: every script in bench/ runs with ``--quick``
+against the current code, exits 0 and prints its machine-readable line; the
+baselines of bench/endpoints.py and bench/placement.py prove, in that same
+run, that their items equal the adapters' (``parity:`` lines).
+
+The scripts run as real processes, three at a time (each is CPU-bound and
+mostly single-threaded; the whole file takes about a minute on 2 cores). Each
+is started in its own session and, if it overruns, its process group is
+killed by its own id, so a stack it started cannot outlive it.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from bench import harness
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TIMEOUT_S = 240
+
+#: script -> the lines its --quick run must print (regular expressions), longest
+#: runs first so that the three at a time finish together
+EXPECTED = {
+    "scale": [r"^scale-bench: first_request_ms=\d+\.\d+ filtered_list_ratio=\d+\.\d+ "
+              r"largest_response_bytes=\d+ waiting_job_reads=\d+$"],
+    "dashboard": [r"^dashboard-bench: first_paint_ms=\d+ rows_ms=\d+ heatmap_ratio=\d+\.?\d*$"],
+    "scan": [r"^scan-bench: history_ratio=\d+\.\d\d$"],
+    "endpoints": [r"^parity: the baselines' \d+ items equal the adapters'",
+                  r"^every endpoint made exactly its minimum number of requests$",
+                  r"^worst ratio: \d+\.\d\d \(.+\)$"],
+    "placement": [r"^N=10: parity: the baseline's \d+ items equal placement's",
+                  r"^placement-bench: ratio=\d+\.\d\d reads_per_job_10=\d+\.\d "
+                  r"reads_per_job_1000=\d+\.\d$"],
+    "load": [r"^load-bench: clients=5 rps=\d+\.\d p99_ms=\d+\.\d errors_5xx=0 "
+             r"retry_after_503=\d+$"],
+    "first_request": [r"^first-request: worst \+\d+\.\d ms \(\w+\)$"],
+    "stall_sim": [r"^stall-bench: fp_per_hour=\d+\.\d+ median_delay_vs_fixed=\d+\.\d+ "
+                  r"culprit_accuracy=\d+\.\d+$", r"^stall-bench-v2: "],
+    "coldstart_powertools": [r"^powertools-bench: app_ms=\d+\.\d app_powertools_ms=\d+\.\d$"],
+    "beat_cost": [r"^beat-bench: us_per_beat=\d+\.\d\d ratio_vs_pwrite=\d+\.\d\d$",
+                  r"^marker-bench: us_per_arrive=\d+\.\d\d arrive_vs_beat=\d+\.\d\d "
+                  r"collective_cm_vs_beat=\d+\.\d\d$"],
+}
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+#: the runs still going, stopped by their own process group if the session ends first
+_LIVE: set[subprocess.Popen] = set()
+
+
+def _run(script: str) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen([sys.executable, f"bench/{script}.py", "--quick"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True,
+                            env={**os.environ, "POWERTOOLS_METRICS_DISABLED": "true"})
+    _LIVE.add(proc)
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own group: the stacks it started too
+        out, _ = proc.communicate()
+        out += f"\n!! killed after {TIMEOUT_S} s"
+    finally:
+        _LIVE.discard(proc)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out)
+
+
+class _Runs:
+    """The scripts' --quick runs on a pool of three; a test waits for its own.
+    In one process all are started at once (longest first); under
+    pytest-xdist, where this module's tests may be spread over workers, each
+    run starts when a test asks for it, so no script runs twice."""
+
+    def __init__(self, pool: concurrent.futures.ThreadPoolExecutor, eager: bool) -> None:
+        self.pool, self.runs = pool, {}
+        for script in (EXPECTED if eager else ()):
+            if script != "dashboard" or CHROMIUM:
+                self[script]
+
+    def __getitem__(self, script: str) -> concurrent.futures.Future:
+        if script not in self.runs:
+            self.runs[script] = self.pool.submit(_run, script)
+        return self.runs[script]
+
+
+@pytest.fixture(scope="module")
+def quick_runs():
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        try:
+            yield _Runs(pool, eager="PYTEST_XDIST_WORKER" not in os.environ)
+        finally:  # interrupted: nothing more starts, and what still runs stops here
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in list(_LIVE):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_every_script_in_bench_has_a_smoke_case():
+    scripts = {p.stem for p in (ROOT / "bench").glob("*.py")
+               if not p.stem.startswith("_") and p.stem not in ("harness", "parity")}
+    assert scripts == set(EXPECTED)
+
+
+@pytest.mark.moto  # moto and local stacks, in the scripts' own processes
+@pytest.mark.e2e
+@pytest.mark.parametrize("script", sorted(EXPECTED))
+def test_quick_run_exits_0_and_prints_its_machine_line(script, quick_runs):
+    if script == "dashboard" and not CHROMIUM:
+        pytest.skip("!! CHROMIUM IS NOT INSTALLED: bench/dashboard.py cannot run "
+                    "(apt-get install chromium chromium-driver)")
+    done = quick_runs[script].result()
+    tail = done.stdout[-4000:]
+    assert done.returncode == 0, f"bench/{script}.py --quick exited {done.returncode}:\n{tail}"
+    lines = done.stdout.splitlines()
+    for pattern in EXPECTED[script]:
+        assert any(re.search(pattern, line) for line in lines), \
+            f"bench/{script}.py --quick printed no line matching {pattern!r}:\n{tail}"
+
+
+# -- the parity check itself must be able to fail ----------------------------------------
+ITEM = {"job_id": {"S": "job_A"}, "state": {"S": "SCHEDULED"},
+        "updated_at": {"S": "2026-11-30T10:00:00.123456Z"},
+        "message": {"S": '{"job_id": "job_A", "master_port": 1234}'},
+        "ttl_epoch": {"N": "100"}}
+
+
+def test_parity_ignores_only_ids_times_and_named_attributes():
+    twin = {**ITEM, "job_id": {"S": "job_B"}, "updated_at": {"S": "2026-11-30T10:00:01Z"},
+            "message": {"S": '{"job_id": "job_B", "master_port": 1234}'},
+            "ttl_epoch": {"N": "101"}}
+    harness.same_items("twin", ITEM, twin, ids=["job_A", "job_B"], ignore=["ttl_epoch"])
+
+
+@pytest.mark.parametrize("change", [
+    {"state": {"S": "RUNNING"}},                     # a different value
+    {"events": {"M": {}}},                           # an attribute the other lacks
+    {"message": {"S": '{"job_id": "job_A", "master_port": 4321}'}},  # inside JSON text
+])
+def test_parity_fails_on_any_other_difference(change):
+    with pytest.raises(harness.Fail, match="parity drift"):
+        harness.same_items("drift", {**ITEM, **change}, ITEM, ids=["job_A"],
+                           ignore=["ttl_epoch"])

@@ -14,6 +14,7 @@ temporary folder.
 """
 from __future__ import annotations
 
+import faulthandler
 import fcntl
 import json
 import logging
@@ -317,6 +318,9 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
               f"export GPUJOBS_API_URL=http://127.0.0.1:{port} "
               f"GPUJOBS_TOKEN={_tenant_token(tokens_file)}", flush=True)
         stop.wait()
+        # a shutdown that takes long says where it is (seen once under a loaded
+        # machine: a SIGTERM'd stack still up after 60 s)
+        faulthandler.dump_traceback_later(45, exit=False)
         agents.stop()
         server.shutdown()
         server.server.server_close()
@@ -326,6 +330,7 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
         if snapshots is not None:
             snapshots.stop()
         moto.stop()
+        faulthandler.cancel_dump_traceback_later()
 
 
 if __name__ == "__main__":

@@ -37,6 +37,10 @@ class Stack:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                # what the stack printed last (its thread dump, when it hung)
+                # shows with the failing test's output
+                while not self.lines.empty():
+                    sys.stderr.write(self.lines.get_nowait())
         return self.proc.returncode
 
 

@@ -81,7 +81,7 @@ def test_kill_9_and_sigterm_restarts_keep_every_job_node_and_token(tmp_path):
         more = requests.post(second.api + "/v1/jobs", headers=auth, timeout=30,
                              json={"command": ["true"], "ranks": 1}).json()["id"]
     finally:
-        assert second.stop(signal.SIGTERM, timeout=60) == 0
+        assert second.stop(signal.SIGTERM, timeout=120) == 0
 
     third = start_stack(tmp_path, [], **env)
     try:

@@ -49,9 +49,16 @@ browser:
 
 ## test: installs what it needs, builds the bundle, then runs every test
 ## (tests/package invoke every function of that bundle as Lambda does)
+## Two workers (pytest-xdist, a test file each at a time); the IAM policy checks
+## then read every AWS call the workers recorded, in a session of their own.
+IAM_RECORDS := $(CURDIR)/build/iam-records
 test: $(STAMP) lint browser package
-	@echo "==> running every test (pytest prints how long they took)"
-	GPUJOBS_BUNDLE=build/$(STAGE) $(PY) -m pytest
+	@echo "==> running every test on 2 workers (pytest prints how long they took)"
+	@rm -rf $(IAM_RECORDS) && mkdir -p $(IAM_RECORDS)
+	IAM_RECORD_DIR=$(IAM_RECORDS) GPUJOBS_BUNDLE=build/$(STAGE) \
+	  $(PY) -m pytest -n 2 --dist loadfile -m "not iam_last"
+	@echo "==> the IAM policies against every AWS call recorded above"
+	IAM_RECORD_DIR=$(IAM_RECORDS) $(PY) -m pytest -q tests/test_iam_policy.py -m iam_last
 
 ## test-fast: the domain, the service logic on the in-memory fakes and the fakes'
 ## side of the contract suite; no moto, no stack, no processes (well under 60 s)

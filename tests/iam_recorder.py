@@ -316,12 +316,16 @@ def pytest_configure(config):
     paths = [str(SITE_DIR)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                                if p and p != str(SITE_DIR)]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
-    install()
+    # every pytest process (an xdist worker too) leaves its records in the
+    # directory, so a check run after the workers (`make test`) reads them all
+    install(pathlib.Path(directory) / f"pytest-{os.getpid()}.jsonl")
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The policy check runs after every other test of the session."""
-    last = [i for i in items if getattr(getattr(i, "function", None), "iam_runs_last", False)]
+    """The policy checks (marked ``iam_last``) run after every other test of the
+    session; with workers (xdist), `make test` runs them in a session of their
+    own after the others, over the records every worker left."""
+    last = [i for i in items if i.get_closest_marker("iam_last")]
     if last:
         items[:] = [i for i in items if i not in last] + last
 

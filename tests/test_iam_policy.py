@@ -132,6 +132,7 @@ def test_the_functions_may_read_the_secrets(stage):
 
 
 # -- the recording, checked after everything else ran ---------------------------------------
+@pytest.mark.iam_last
 def test_every_call_the_code_made_is_granted_by_the_dev_policy():
     if rec.RECORDER is None:
         pytest.fail('tests.iam_recorder is not loaded: tests/conftest.py needs '
@@ -150,9 +151,6 @@ def test_every_call_the_code_made_is_granted_by_the_dev_policy():
     assert not missing, (f"{POLICY_DIR / 'policy-dev.json'} does not grant what the code "
                          "called:\n" + "\n".join(lines)
                          + "\n(all calls: build/iam-recorded.json)")
-
-
-test_every_call_the_code_made_is_granted_by_the_dev_policy.iam_runs_last = True
 
 
 # -- the host agent's role ------------------------------------------------------------
@@ -189,6 +187,7 @@ def test_the_agent_role_is_scoped_to_inboxes_and_rank_logs(stage):
         == agent_policy("prod")
 
 
+@pytest.mark.iam_last
 def test_every_call_the_agent_made_is_granted_by_the_agent_policy():
     records = {r for r in rec.RECORDER.records() if r.function == rec.AGENT} \
         if rec.RECORDER else set()
@@ -198,6 +197,3 @@ def test_every_call_the_agent_made_is_granted_by_the_agent_policy():
     missing = sorted({(r.action, rec.generalised(r.resource)) for r in records
                       if not rec.allowed(p, r.action, r.resource)})
     assert not missing, f"infra/agent-policy-dev.json does not grant: {missing}"
-
-
-test_every_call_the_agent_made_is_granted_by_the_agent_policy.iam_runs_last = True

@@ -10,7 +10,8 @@ def records(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def test_a_create_emits_a_jobs_created_metric(client, tenants, capsys):
+def test_a_create_emits_a_jobs_created_metric(client, services, tenants, capsys):
+    services.telemetry.flush()  # what earlier tests' direct service calls left counted
     capsys.readouterr()
     r = client.http.post("/v1/jobs", body=json.dumps({"command": ["x"], "ranks": 1}),
                          headers=tenants.headers())

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import requests
 
@@ -47,11 +48,18 @@ class Stack:
 def start_stack(tmp: pathlib.Path, tokens: list[dict], **env: str) -> Stack:
     tokens_file = tmp / "tokens.json"
     tokens_file.write_text(json.dumps(tokens))
+    return launch({**os.environ, "PORT": "0", "GPUJOBS_TOKENS_FILE": str(tokens_file),
+                   "GPUJOBS_AGENTS": "0", "GPUJOBS_EPHEMERAL": "1", **env})
+
+
+def launch(env: dict[str, str], *, timeout: float = 90,
+           before_ready: Callable[[list[str]], None] | None = None, **popen) -> Stack:
+    """``python -m devstack`` with exactly ``env``, once its ready line is out;
+    ``before_ready`` sees every line printed until then. A stack that does not
+    become ready is stopped, and what it printed is the error."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "devstack"], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PORT": "0", "GPUJOBS_TOKENS_FILE": str(tokens_file),
-             "GPUJOBS_AGENTS": "0", "GPUJOBS_EPHEMERAL": "1", **env})
+        stderr=subprocess.STDOUT, text=True, env=env, **popen)
     lines: queue.Queue[str] = queue.Queue()
 
     def pump() -> None:
@@ -60,7 +68,7 @@ def start_stack(tmp: pathlib.Path, tokens: list[dict], **env: str) -> Stack:
 
     threading.Thread(target=pump, daemon=True).start()
     seen = []
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             try:
@@ -72,6 +80,8 @@ def start_stack(tmp: pathlib.Path, tokens: list[dict], **env: str) -> Stack:
             seen.append(line)
             m = READY.search(line)
             if m:
+                if before_ready is not None:
+                    before_ready(seen)
                 return Stack(proc, m.group(1), m.group(2), lines, line)
         raise RuntimeError("local stack did not become ready:\n" + "".join(seen))
     except BaseException:

@@ -36,7 +36,6 @@ import queue
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -45,7 +44,7 @@ from dataclasses import dataclass, field
 import pytest
 import requests
 
-from tests.stacks import READY, ROOT, Stack
+from tests.stacks import ROOT, Stack, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -211,31 +210,12 @@ def _start(tmp: pathlib.Path, env: dict) -> Stack:
     (GPUJOBS_STATE_DIR: several stacks at once, none in the checkout's
     .gpujobs-local). 2 agents: make up's default."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUJOBS_", "AWS_"))}
-    proc = subprocess.Popen([sys.executable, "-m", "devstack"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**base, **env, "PORT": "0",
-                                 "GPUJOBS_STATE_DIR": str(tmp / "state")},
-                            start_new_session=True)
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
-    seen, deadline = [], time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline:
-            try:
-                line = lines.get(timeout=0.5)
-            except queue.Empty:
-                if proc.poll() is not None:
-                    break
-                continue
-            seen.append(line)
-            m = READY.search(line)
-            if m:
-                assert not _noise(seen), "before ready:\n" + "".join(seen)
-                return Stack(proc, m.group(1), m.group(2), lines, line)
-        raise RuntimeError("the stack did not become ready:\n" + "".join(seen))
-    except BaseException:
-        Stack(proc, "", "", lines).stop()
-        raise
+
+    def quiet(seen: list[str]) -> None:
+        assert not _noise(seen), "before ready:\n" + "".join(seen)
+
+    return launch({**base, **env, "PORT": "0", "GPUJOBS_STATE_DIR": str(tmp / "state")},
+                  timeout=120, before_ready=quiet, start_new_session=True)
 
 
 NOISE = re.compile(r'Traceback|"_aws"|"level": ?"INFO"| INFO ')

@@ -11,13 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from agent.ranks import read_stat
 from agent.runner import kill_recorded_ranks
+from tests.agent.conftest import alive, wait_until
 from tests.stacks import ROOT, TOKENS, Api, start_stack
 
 pytestmark = pytest.mark.e2e
@@ -82,20 +81,9 @@ def agent_proc(loss_stack, tmp_path):
         log.close()
 
 
-def poll(what: str, fn, timeout: float = 60, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-def alive(pid: int) -> bool:
-    stat = read_stat(pid)
-    return stat is not None and stat.alive
+def poll(what: str, fn, timeout: float = 60):
+    """wait_until with the question first, as these steps read."""
+    return wait_until(fn, timeout, 0.2, what)
 
 
 def node(tenant: Api) -> dict | None:

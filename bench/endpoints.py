@@ -342,6 +342,7 @@ class Bench:
     def _cancel_update(self, job_id: str) -> dict:
         """The UpdateItem of DynamoJobStore.cancel_unplaced, spelled out
         (bench/parity.py checks the item it leaves against the adapter's)."""
+        from chalicelib.adapters.models import JobModel
         from chalicelib.domain.clock import iso, utcnow
 
         now = utcnow()
@@ -363,7 +364,7 @@ class Bench:
                 ":cancelled": {"S": "CANCELLED"}, ":pending": {"S": "PENDING"},
                 ":ts": {"S": f"{TENANT}#CANCELLED"},
                 ":now": {"S": iso(now)}, ":reason": {"S": "bench"},
-                ":exit": {"S": json.dumps({"reason": "cancelled", "exit_code": None})},
+                ":exit": {"S": JobModel.exit.serialize({"reason": "cancelled", "exit_code": None})},
                 ":evc": _event_value("cancel_requested", now, reason="bench", by=TENANT),
                 ":evf": _event_value("finished", now, state="CANCELLED",
                                      reason="cancelled before it was placed")},

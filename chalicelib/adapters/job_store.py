@@ -17,7 +17,6 @@ from pynamodb.constants import ALL_OLD
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.expressions.condition import Condition
 from pynamodb.expressions.update import Action
-from pynamodb.indexes import GlobalSecondaryIndex
 from pynamodb.transactions import TransactWrite
 
 from ..domain import events as ev, idempotency
@@ -41,6 +40,7 @@ from ..service.ports import (
 )
 from .dynamo_errors import lost_condition, tx_lost
 from .fleet import room_bump, room_types
+from .items import Codec
 from .models import (
     AttemptModel,
     FleetModel,
@@ -65,16 +65,36 @@ def _t(value: str | None) -> datetime | None:
     return parse_iso(value) if value else None
 
 
-def job_from_model(m: JobModel) -> Job:
+#: what a Job holds of a job's item (not its index keys, queue key or events)
+_JOB = Codec(JobModel, (
+    "job_id", "tenant", "state", "spec", "created_at", "updated_at", "name", "attempt",
+    "started_at", "finished_at", "cancel_requested_at", "cancel_reason", "health", "exit",
+    "idem_id", "inboxes", "pending_reason", "incident_key", "waiting_on"))
+_STATES = {state.value: state for state in JobState}
+
+
+def job_from_values(v: dict) -> Job:
+    """The Job of a job item's attribute values (absent ones None)."""
+    get = v.get
     return Job(
-        job_id=m.job_id, tenant=m.tenant, state=JobState(m.state), spec=m.spec,
-        created_at=parse_iso(m.created_at), updated_at=parse_iso(m.updated_at),
-        name=m.name, attempt=int(m.attempt or 0), started_at=_t(m.started_at),
-        finished_at=_t(m.finished_at), cancel_requested_at=_t(m.cancel_requested_at),
-        cancel_reason=m.cancel_reason, health=m.health or {}, exit=m.exit,
-        idem_id=m.idem_id, inboxes=m.inboxes or {}, pending_reason=m.pending_reason,
-        incident_key=m.incident_key, waiting_on=m.waiting_on,
+        job_id=v["job_id"], tenant=v["tenant"], state=_STATES[v["state"]], spec=v["spec"],
+        created_at=parse_iso(v["created_at"]), updated_at=parse_iso(v["updated_at"]),
+        name=get("name"), attempt=int(get("attempt") or 0), started_at=_t(get("started_at")),
+        finished_at=_t(get("finished_at")), cancel_requested_at=_t(get("cancel_requested_at")),
+        cancel_reason=get("cancel_reason"), health=get("health") or {}, exit=get("exit"),
+        idem_id=get("idem_id"), inboxes=get("inboxes") or {},
+        pending_reason=get("pending_reason"), incident_key=get("incident_key"),
+        waiting_on=get("waiting_on"),
     )
+
+
+def job_from_model(m: JobModel) -> Job:
+    return job_from_values(m.attribute_values)
+
+
+def job_from_item(item: dict) -> Job:
+    """``job_from_model(JobModel.from_raw_data(item))`` without the model (items.py)."""
+    return job_from_values(_JOB.values(item))
 
 
 def tenant_state(tenant: str, state: JobState | str) -> str:
@@ -240,10 +260,8 @@ class DynamoJobStore:
             raise
 
     def get(self, job_id: str) -> Job | None:
-        try:
-            return job_from_model(JobModel.get(job_id, consistent_read=True))
-        except DoesNotExist:
-            return None
+        item = JobModel._get_connection().get_item(job_id, consistent_read=True).get("Item")
+        return job_from_item(item) if item else None
 
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[Job], str | None]:
@@ -258,23 +276,22 @@ class DynamoJobStore:
         of items (about 17 jobs of 57 KB specs): the page then holds what it
         read and resumes right after it.
         """
-        index: GlobalSecondaryIndex
         if state:
             index, key = JobModel.by_tenant_state, tenant_state(tenant, state)
             start = {"job_id": {"S": after}, "tenant_state": {"S": key}} if after else None
         else:
             index, key = JobModel.by_tenant, tenant
             start = {"job_id": {"S": after}, "tenant": {"S": key}} if after else None
-        pages = index.query(key, scan_index_forward=False, page_size=page_size + 1,
-                            last_evaluated_key=start).page_iter
-        raw = next(pages)
-        jobs = [job_from_model(JobModel.from_raw_data(i)) for i in raw["Items"]]
-        if len(jobs) > page_size:
-            jobs = jobs[:page_size]
+        raw = JobModel._get_connection().query(
+            key, index_name=index.Meta.index_name, scan_index_forward=False,
+            limit=page_size + 1, exclusive_start_key=start)
+        items = raw.get("Items", [])
+        if len(items) > page_size:  # the one more only says that more follow
+            jobs = [job_from_item(i) for i in items[:page_size]]
             return jobs, jobs[-1].job_id
         # DynamoDB stops a Query at 1 MB of items: resume where it stopped
-        last = pages.last_evaluated_key
-        return jobs, last["job_id"]["S"] if last else None
+        last = raw.get("LastEvaluatedKey")
+        return [job_from_item(i) for i in items], last["job_id"]["S"] if last else None
 
     # -- transitions ------------------------------------------------------
     def _finish_actions(self, job: Job, now: datetime) -> list:

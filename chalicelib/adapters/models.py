@@ -19,8 +19,21 @@ from pynamodb.connection import Connection
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
+from .. import fastjson
 from ..config import Config
 from . import aws
+
+
+class FastJSONAttribute(JSONAttribute):
+    """PynamoDB's JSONAttribute (JSON text in a string attribute), through
+    orjson (chalicelib/fastjson.py): a list page decodes about 150 of them.
+    Written by ``dumps_strict``, so what is stored reads back exactly."""
+
+    def serialize(self, value: Any) -> str | None:
+        return None if value is None else fastjson.dumps_strict(value)
+
+    def deserialize(self, value: str) -> Any:
+        return fastjson.loads(value)
 
 
 class _Meta:
@@ -71,7 +84,7 @@ class JobModel(Model):
     queue_key = UnicodeAttribute()
     pending_reason = UnicodeAttribute(null=True)
     name = UnicodeAttribute(null=True)
-    spec = JSONAttribute()
+    spec = FastJSONAttribute()
     attempt = NumberAttribute(default=0)
     created_at = UnicodeAttribute()
     updated_at = UnicodeAttribute()
@@ -79,10 +92,10 @@ class JobModel(Model):
     finished_at = UnicodeAttribute(null=True)
     cancel_requested_at = UnicodeAttribute(null=True)
     cancel_reason = UnicodeAttribute(null=True)
-    health = JSONAttribute()
-    exit = JSONAttribute(null=True)
+    health = FastJSONAttribute()
+    exit = FastJSONAttribute(null=True)
     idem_id = UnicodeAttribute(null=True)
-    inboxes = JSONAttribute(null=True)
+    inboxes = FastJSONAttribute(null=True)
     #: "<attempt>#<n>" of the last stall incident recorded (each recorded once)
     incident_key = UnicodeAttribute(null=True)
     #: the job's story: event key -> event, each written with its transition
@@ -120,14 +133,14 @@ class AttemptModel(Model):
     job_id = UnicodeAttribute(hash_key=True)
     attempt = NumberAttribute(range_key=True)
     state = UnicodeAttribute()
-    placement = JSONAttribute()
+    placement = FastJSONAttribute()
     #: node id -> its ranks / its reserved GPUs / its inbox
-    node_ranks = JSONAttribute()
-    node_gpus = JSONAttribute()
+    node_ranks = FastJSONAttribute()
+    node_gpus = FastJSONAttribute()
     world_size = NumberAttribute()
     created_at = UnicodeAttribute()
     finished_at = UnicodeAttribute(null=True)
-    exit = JSONAttribute(null=True)
+    exit = FastJSONAttribute(null=True)
     # per-rank progress, each added to atomically and idempotently
     started = NumberSetAttribute(null=True)
     exited = NumberSetAttribute(null=True)
@@ -138,7 +151,7 @@ class AttemptModel(Model):
     #: ranks started, exited, stopped: one event per report (domain/events.py)
     events: MapAttribute[str, Any] = MapAttribute(default=dict)
     #: node id -> its GPU type, so a release tells that type's waiting jobs
-    node_types = JSONAttribute(null=True)
+    node_types = FastJSONAttribute(null=True)
 
 
 class NodesReadyByType(GlobalSecondaryIndex["NodeModel"]):
@@ -170,7 +183,7 @@ class NodeModel(Model):
     ready_type = UnicodeAttribute(null=True)
     ready_any = UnicodeAttribute(null=True)
     address = UnicodeAttribute()
-    labels = JSONAttribute(default=dict)
+    labels = FastJSONAttribute(default=dict)
     inbox_queue_url = UnicodeAttribute()
     last_seen_at = UnicodeAttribute()
     registered_at = UnicodeAttribute()
@@ -234,7 +247,7 @@ class HeartbeatModel(Model):
     ttl_epoch = NumberAttribute(null=True)
     #: the host's latest sample of the rank's process tree, its receive time,
     #: and the receive times of the latest samples showing real I/O / any work
-    proc = JSONAttribute(null=True)
+    proc = FastJSONAttribute(null=True)
     sampled_at = UnicodeAttribute(null=True)
     io_at = UnicodeAttribute(null=True)
     active_at = UnicodeAttribute(null=True)
@@ -275,11 +288,11 @@ class OutboxModel(Model):
     intent_id = UnicodeAttribute(range_key=True)
     attempt = NumberAttribute()
     kind = UnicodeAttribute()
-    message = JSONAttribute()
+    message = FastJSONAttribute()
     #: node id -> inbox queue URL
-    targets = JSONAttribute()
+    targets = FastJSONAttribute()
     #: node id -> its ranks, for messages that name them
-    node_ranks = JSONAttribute(null=True)
+    node_ranks = FastJSONAttribute(null=True)
     #: nodes that have not acknowledged yet (removed one by one, atomically)
     unacked = UnicodeSetAttribute(null=True)
     created_at = UnicodeAttribute()

@@ -9,8 +9,9 @@ the envelope, the headers and the page's other fields.
 """
 from __future__ import annotations
 
-import json
 from typing import Callable, Sequence, TypeVar
+
+from ..fastjson import dumpb
 
 #: Lambda's limit on a synchronous response (the API Gateway proxy payload)
 LAMBDA_RESPONSE_BYTES = 6 * 1024 * 1024
@@ -24,12 +25,21 @@ MAX_SPEC_BYTES = 64 * 1024
 T = TypeVar("T")
 
 
+#: the bytes of UTF-8 that are not ASCII
+_NON_ASCII = bytes(range(0x80, 0x100))
+
+
 def proxy_bytes(value) -> int:
     """Bytes ``value`` takes in the proxy payload once the app has encoded it
-    and the runtime has encoded that as a string (an upper bound: one byte
-    over for each non-ASCII character)."""
-    s = json.dumps(value)  # ASCII: a non-ASCII character is already \uXXXX
-    return len(s) + s.count('"') + s.count("\\") + 2
+    and the runtime has encoded that as a string: an upper bound, counting
+    three for every byte of a non-ASCII character's UTF-8 (a character of
+    two or four bytes takes six or twelve, of three bytes six), and six for
+    DEL, which the runtime escapes and the app does not."""
+    text = dumpb(value)
+    size = len(text) + text.count(b'"') + text.count(b"\\") + 5 * text.count(b"\x7f") + 2
+    if not text.isascii():
+        size += 2 * (len(text) - len(text.translate(None, _NON_ASCII)))
+    return size
 
 
 def fit(items: Sequence[T], size: Callable[[T], int], budget: int | None = None) -> int:

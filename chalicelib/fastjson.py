@@ -1,0 +1,68 @@
+"""JSON on the hot paths through orjson, with the standard library's answer
+wherever orjson would refuse.
+
+A 50-job list page decodes about 150 stored JSON attributes and encodes some
+50 KB of response; with ``json`` that was a fifth of what the app adds to
+the bare DynamoDB Query (docs/benchmarks.md). orjson does both in a fraction
+of the time; what it imports beyond its own extension the app imports anyway.
+
+Where the two disagree:
+
+- ``dumps``: orjson encodes no integer beyond 64 bits and no lone
+  surrogate: those raise, and ``json`` answers instead (``dumps_strict``
+  raises, for what is stored: see below). NaN and Infinity become ``null``
+  (``json`` would write text no JSON parser accepts); nothing the API stores
+  or computes is one.
+  Its text is compact and UTF-8, as ``json.dumps(value, ensure_ascii=False,
+  separators=(",", ":"))``; floats in shortest round-trip form. Non-string
+  dict keys become strings, as ``json`` makes them.
+- ``loads``: orjson refuses NaN and Infinity and raw control characters in
+  strings, which ``json.loads(strict=False)`` (PynamoDB's JSONAttribute)
+  reads: those go to ``json``. orjson reads an integer beyond 64 bits as a
+  float; no stored text holds one, as every JSON attribute is written by
+  ``dumps_strict``, which refuses them (the request schemas bound every
+  number a client sends).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+_OPTIONS = orjson.OPT_NON_STR_KEYS
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads(text, strict=False)``, faster."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text, strict=False)
+
+
+def dumpb(value: Any) -> bytes:
+    """The JSON text of ``value`` in UTF-8 (compact, characters unescaped)."""
+    try:
+        return orjson.dumps(value, option=_OPTIONS)
+    except orjson.JSONEncodeError:  # big integers, lone surrogates: json's answer
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(
+            "utf-8", "surrogatepass")
+
+
+def dumps(value: Any) -> str:
+    """The JSON text of ``value`` (compact, UTF-8 characters unescaped)."""
+    try:
+        return orjson.dumps(value, option=_OPTIONS).decode("utf-8")
+    except orjson.JSONEncodeError:  # big integers, lone surrogates: json's answer
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def dumps_strict(value: Any) -> str:
+    """``dumps`` for text that ``loads`` must read back exactly: what orjson
+    cannot encode (integers beyond 64 bits, lone surrogates, types JSON has
+    no form for) raises TypeError instead of taking ``json``'s form."""
+    try:
+        return orjson.dumps(value, option=_OPTIONS).decode("utf-8")
+    except orjson.JSONEncodeError as e:
+        raise TypeError(f"not storable as JSON: {e}") from None

@@ -1,0 +1,116 @@
+"""The raw-item codec reads and writes exactly what PynamoDB's models do
+(chalicelib/adapters/items.py), so the hot paths that skip model instances
+store and serve the same jobs as every other path."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from pynamodb.attributes import MapAttribute
+
+from chalicelib.adapters.items import Codec
+from chalicelib.adapters.job_store import (
+    DynamoJobStore,
+    job_from_item,
+    job_from_model,
+    job_to_model,
+)
+from chalicelib.adapters.models import MODELS, AttemptModel, JobModel, NodeModel, OutboxModel
+from chalicelib.domain.jobs import Job, initial_health, with_defaults
+from chalicelib.domain.states import JobState
+
+T0 = datetime(2026, 12, 1, 2, 3, 4, 567000, tzinfo=timezone.utc)
+text = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | text
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+    max_leaves=8)
+
+
+def _job(**changes) -> Job:
+    spec = with_defaults({"command": ["python", "train.py"], "ranks": 4, "name": "n",
+                          "labels": {"team": "ml ✓"}, "env": {"A": "1\n\t\"x\""}})
+    values = dict(job_id="j-0123456789abcdef", tenant="acme", state=JobState.PENDING,
+                  spec=spec, created_at=T0, updated_at=T0, name="n",
+                  health=initial_health(spec, 60))
+    values.update(changes)
+    return Job(**values)
+
+
+JOBS = [
+    _job(),
+    _job(state=JobState.RUNNING, attempt=2, started_at=T0, inboxes={"n1": "https://q/1"},
+         idem_id="acme#k", pending_reason=None, incident_key="2#1", waiting_on="3@x"),
+    _job(state=JobState.CANCELLED, finished_at=T0, cancel_requested_at=T0,
+         cancel_reason="because ✗", exit={"reason": "cancelled", "exit_code": None},
+         pending_reason="waiting for 32 H100 GPUs"),
+]
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: j.state.value)
+def test_a_job_item_reads_as_the_model_path_reads_it(job):
+    model = DynamoJobStore._new_job_model(job)
+    # set by later transitions, not by a new job's item
+    model.incident_key, model.waiting_on = job.incident_key, job.waiting_on
+    item = model.serialize()
+    assert job_from_item(item) == job_from_model(JobModel.from_raw_data(item)) == job
+
+
+def _plain(value):
+    """A model's map attribute as the codec gives it: a dict."""
+    return value.as_dict() if isinstance(value, MapAttribute) else value
+
+
+@pytest.mark.parametrize("model", list(MODELS), ids=lambda m: m.__name__)
+def test_an_item_with_absent_and_null_attributes_reads_as_pynamodb_reads_it(model):
+    """Absent and NULL attributes are their default (``attempt`` 0, ``events``
+    {}) or None, exactly as on a model read from DynamoDB."""
+    keys = {a.attr_name: {a.attr_type: "1" if a.attr_type == "N" else "k"}
+            for a in model.get_attributes().values() if a.is_hash_key or a.is_range_key}
+    nulls = {a.attr_name: {"NULL": True} for a in model.get_attributes().values()
+             if not (a.is_hash_key or a.is_range_key)}
+    for item in (keys, {**nulls, **keys}):
+        expected = model.from_raw_data(dict(item))
+        got = Codec(model).values(item)
+        assert got == {name: _plain(getattr(expected, name)) for name in model.get_attributes()}
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: j.state.value)
+def test_writing_values_makes_the_item_a_model_serialises(job):
+    model = DynamoJobStore._new_job_model(job)
+    values = {name: getattr(model, name) for name in JobModel.get_attributes()}
+    assert Codec(JobModel).item(values) == model.serialize()
+
+
+def test_a_new_item_gets_the_models_defaults_and_refuses_a_missing_required_value():
+    codec = Codec(JobModel)
+    values = {name: getattr(job_to_model(JOBS[0]), name) for name in JobModel.get_attributes()}
+    item = codec.item({**values, "attempt": None, "events": None})
+    assert item["attempt"] == {"N": "0"} and item["events"] == {"M": {}}
+    with pytest.raises(ValueError, match="JobModel.spec"):
+        codec.item({**values, "spec": None})
+
+
+@settings(max_examples=60, deadline=None)
+@given(placement=json_values.filter(lambda v: v is not None), labels=st.dictionaries(text, text, max_size=4),
+       gpus=st.integers(1, 1024))
+def test_json_and_number_attributes_round_trip_through_the_codec(placement, labels, gpus):
+    node = NodeModel("n1", gpus=gpus, gpus_free=gpus, gpu_type="H100", state="READY",
+                     address="10.0.0.1", labels=labels, inbox_queue_url="https://q",
+                     last_seen_at="t", registered_at="t")
+    codec = Codec(NodeModel)
+    assert codec.item(codec.values(node.serialize())) == node.serialize()
+    attempt = AttemptModel("j", 1, state="RUNNING", placement=placement, node_ranks={},
+                           node_gpus={}, world_size=1, created_at="t", exit_codes={})
+    values = Codec(AttemptModel).values(attempt.serialize())
+    assert values["placement"] == placement
+    assert Codec(AttemptModel).item(values) == attempt.serialize()
+
+
+def test_an_expression_value_is_the_attributes_serialisation():
+    codec = Codec(OutboxModel)
+    assert codec.value("targets", {"n1": "u"}) == {"S": OutboxModel.targets.serialize({"n1": "u"})}
+    with pytest.raises(KeyError):
+        codec.value("nope", 1)

@@ -310,7 +310,7 @@ class Bench:
                   health=initial_health(spec, self.cfg.scans_per_hour), idem_id=idem_id)
         record = IdempotencyModel(idem_id, job_id=job.job_id,
                                   body_hash=idempotency.body_hash(BODY), created_at=iso(now))
-        return record.serialize(), DynamoJobStore._new_job_model(job).serialize()
+        return record.serialize(), DynamoJobStore._new_job_item(job)
 
     def _transact_create(self, record: dict, job: dict) -> list[dict]:
         # the bench tenant has the default limits (none are configured)

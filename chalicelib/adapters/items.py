@@ -13,8 +13,15 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from pynamodb.attributes import Attribute
 from pynamodb.constants import NULL
 from pynamodb.models import Model
+
+
+def _reader(attribute: Attribute):
+    """The attribute's deserialiser, or None where it returns its input."""
+    read = type(attribute).deserialize
+    return None if read is Attribute.deserialize else attribute.deserialize
 
 
 class Codec:
@@ -27,16 +34,19 @@ class Codec:
         #: (python name, item name, DynamoDB type, attribute, default)
         self._fields = [(name, a.attr_name, a.attr_type, a, a.default)
                         for name in chosen for a in (attributes[name],)]
+        #: (python name, item name, DynamoDB type, deserialiser or None, default)
+        self._readers = [(name, item_name, kind, _reader(a), default)
+                         for name, item_name, kind, a, default in self._fields]
 
     def values(self, item: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The attributes of a raw item, as ``model.from_raw_data(item)`` has
         them (a map as a plain dict): an absent or NULL attribute is its
         default, else None."""
         out = {}
-        for name, item_name, kind, attribute, default in self._fields:
+        for name, item_name, kind, read, default in self._readers:
             raw = item.get(item_name)
             if raw and NULL not in raw:
-                out[name] = attribute.deserialize(raw[kind])
+                out[name] = raw[kind] if read is None else read(raw[kind])
             else:
                 out[name] = default() if callable(default) else default
         return out

@@ -13,11 +13,9 @@ from typing import Iterator
 
 from pynamodb.attributes import MapAttribute
 from pynamodb.connection import Connection
-from pynamodb.constants import ALL_OLD
 from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
 from pynamodb.expressions.condition import Condition
 from pynamodb.expressions.update import Action
-from pynamodb.transactions import TransactWrite
 
 from ..domain import events as ev, idempotency
 from ..domain.attempts import Attempt
@@ -38,6 +36,7 @@ from ..service.ports import (
     PendingLimitReached,
     StateChanged,
 )
+from . import written
 from .dynamo_errors import lost_condition, tx_lost
 from .fleet import room_bump, room_types
 from .items import Codec
@@ -50,6 +49,7 @@ from .models import (
     OutboxModel,
     TenantModel,
 )
+from .written import Transaction
 
 #: TTL removes finished records this long after they expired
 TTL_SLACK = timedelta(days=7)
@@ -114,9 +114,19 @@ def _leaves(*events: Event):
     return JobModel.state == states[0] if len(states) == 1 else JobModel.state.is_in(*states)
 
 
-def job_to_model(j: Job) -> JobModel:
-    return JobModel(
-        j.job_id, tenant=j.tenant, state=j.state.value,
+def _leaving(*events: Event) -> tuple[str, dict]:
+    """``_leaves`` written out (written.py): the condition and its values."""
+    states = sorted(s.value for s in sources(*events))
+    values = {f":from{i}": {"S": state} for i, state in enumerate(states)}
+    if len(states) == 1:
+        return "#state = :from0", values
+    return f"#state IN ({', '.join(values)})", values
+
+
+def job_values(j: Job) -> dict:
+    """A job's item as attribute values (the model's, or the codec's)."""
+    return dict(
+        job_id=j.job_id, tenant=j.tenant, state=j.state.value,
         tenant_state=tenant_state(j.tenant, j.state),
         active_state=None if j.state.terminal else j.state.value,
         name=j.name, spec=j.spec, attempt=j.attempt, created_at=iso(j.created_at),
@@ -127,6 +137,21 @@ def job_to_model(j: Job) -> JobModel:
         inboxes=j.inboxes or None, pending_reason=j.pending_reason,
         queue_key=queue_key(j.spec.get("priority", 0), j.job_id),
     )
+
+
+def job_to_model(j: Job) -> JobModel:
+    return JobModel(**job_values(j))
+
+
+#: every attribute of a job's item, and of an idempotency record
+_JOB_ITEM = Codec(JobModel)
+_IDEM_ITEM = Codec(IdempotencyModel)
+
+
+def _event_value(key: str, value: dict) -> dict:
+    """One event as the value of an update expression (the events map's own
+    serialisation)."""
+    return _JOB_ITEM.value("events", {key: value})["M"][key]
 
 
 def _event(model, key: str, value: dict):
@@ -164,25 +189,27 @@ def _record_from_raw(raw: dict) -> IdemRecord:
     return IdemRecord(m.idem_id, m.job_id, m.body_hash, _t(m.expires_at))
 
 
-def _count_pending(tx: TransactWrite, tenant: str, delta: int,
+def _count_pending(tx: Transaction, tenant: str, delta: int,
                    limit: int | None = None) -> None:
     """Move the tenant's PENDING count with the transition, in its transaction;
     an increase under ``limit`` is conditioned on the count being below it."""
     condition = None
+    values = {":delta": {"N": str(delta)}}
     if limit is not None:
-        condition = TenantModel.pending < limit
+        values[":limit"] = {"N": str(limit)}
+        condition = "#pending < :limit"
         if limit > 0:  # no count yet is 0, under any limit but 0
-            condition = TenantModel.pending.does_not_exist() | condition
-    tx.update(TenantModel(tenant), actions=[TenantModel.pending.add(delta)],
-              condition=condition)
+            condition = "attribute_not_exists(#pending) OR " + condition
+    tx.update_item(written.update(TenantModel, {"tenant": {"S": tenant}}, "ADD #pending :delta",
+                                  condition=condition, values=values))
 
 
-def new_transaction(connection: Connection) -> TransactWrite:
+def new_transaction(connection: Connection) -> Transaction:
     """A transaction with its own ClientRequestToken: when botocore retries it
     after a lost answer, DynamoDB applies it once and answers the retry as it
     answered the first (moto ignores the token: the writers below also
     recognise their own write when its retry fails its condition)."""
-    return TransactWrite(connection=connection, client_request_token=uuid.uuid4().hex)
+    return Transaction(connection=connection, client_request_token=uuid.uuid4().hex)
 
 
 class DynamoJobStore:
@@ -194,7 +221,7 @@ class DynamoJobStore:
     def __init__(self, connection: Connection) -> None:
         self._conn = connection
 
-    def _tx(self) -> TransactWrite:
+    def _tx(self) -> Transaction:
         return new_transaction(self._conn)
 
     def _mine(self, job_id: str, check) -> Job | None:
@@ -205,11 +232,18 @@ class DynamoJobStore:
 
     # -- create and read -------------------------------------------------
     @staticmethod
-    def _new_job_model(job: Job) -> JobModel:
-        m = job_to_model(job)
-        m.events = {"created": ev.event("created", job.created_at, reason="submitted",
-                                        tenant=job.tenant)}
-        return m
+    def _new_job_values(job: Job) -> dict:
+        """A new job's item: the job, and the first event of its story."""
+        return {**job_values(job), "events": {"created": ev.event(
+            "created", job.created_at, reason="submitted", tenant=job.tenant)}}
+
+    @classmethod
+    def _new_job_model(cls, job: Job) -> JobModel:
+        return JobModel(**cls._new_job_values(job))
+
+    @classmethod
+    def _new_job_item(cls, job: Job) -> dict:
+        return _JOB_ITEM.item(cls._new_job_values(job))
 
     def create(self, job: Job, claim: IdemClaim | None, *,
                reclaim: IdemRecord | None = None, max_pending: int | None = None) -> None:
@@ -221,20 +255,23 @@ class DynamoJobStore:
         record = None
         if claim is not None:
             job = dataclasses.replace(job, idem_id=claim.idem_id)
-            record = IdempotencyModel(claim.idem_id, job_id=job.job_id,
-                                      body_hash=claim.body_hash, created_at=iso(job.created_at))
-        if reclaim is None:
-            condition = IdempotencyModel.idem_id.does_not_exist()
-        else:  # take over an expired key, exactly as it was read
-            condition = ((IdempotencyModel.job_id == reclaim.job_id)
-                         & (IdempotencyModel.expires_at.does_not_exist()
-                            if reclaim.expires_at is None
-                            else IdempotencyModel.expires_at == iso(reclaim.expires_at)))
+            record = _IDEM_ITEM.item({"idem_id": claim.idem_id, "job_id": job.job_id,
+                                      "body_hash": claim.body_hash,
+                                      "created_at": iso(job.created_at)})
+        condition, values = None, None  # the key is new
+        if reclaim is not None:  # take over an expired key, exactly as it was read
+            values = {":job_id": {"S": reclaim.job_id}}
+            if reclaim.expires_at is None:
+                condition = "#job_id = :job_id AND attribute_not_exists(#expires_at)"
+            else:
+                condition = "#job_id = :job_id AND #expires_at = :expires_at"
+                values[":expires_at"] = {"S": iso(reclaim.expires_at)}
         try:
             with self._tx() as tx:
                 if record is not None:
-                    tx.save(record, condition=condition, return_values=ALL_OLD)
-                tx.save(self._new_job_model(job), condition=JobModel.job_id.does_not_exist())
+                    tx.put_item(written.put_new(IdempotencyModel, record, return_old=True,
+                                                condition=condition, values=values))
+                tx.put_item(written.put_new(JobModel, self._new_job_item(job)))
                 _count_pending(tx, job.tenant, +1, max_pending)
         except TransactWriteError as e:
             reasons = list(e.cancellation_reasons or [])
@@ -277,13 +314,13 @@ class DynamoJobStore:
         read and resumes right after it.
         """
         if state:
-            index, key = JobModel.by_tenant_state, tenant_state(tenant, state)
-            start = {"job_id": {"S": after}, "tenant_state": {"S": key}} if after else None
+            index, partition, key = JobModel.by_tenant_state.Meta.index_name, "tenant_state", \
+                tenant_state(tenant, state)
         else:
-            index, key = JobModel.by_tenant, tenant
-            start = {"job_id": {"S": after}, "tenant": {"S": key}} if after else None
+            index, partition, key = JobModel.by_tenant.Meta.index_name, "tenant", tenant
+        start = {"job_id": {"S": after}, partition: {"S": key}} if after else None
         raw = JobModel._get_connection().query(
-            key, index_name=index.Meta.index_name, scan_index_forward=False,
+            key, index_name=index, scan_index_forward=False,
             limit=page_size + 1, exclusive_start_key=start)
         items = raw.get("Items", [])
         if len(items) > page_size:  # the one more only says that more follow
@@ -297,36 +334,46 @@ class DynamoJobStore:
     def _finish_actions(self, job: Job, now: datetime) -> list:
         return [JobModel.finished_at.set(iso(now)), JobModel.active_state.remove()]
 
-    def _expire_key(self, tx: TransactWrite, job: Job, now: datetime) -> None:
+    def _expire_key(self, tx: Transaction, job: Job, now: datetime) -> None:
         """The idempotency key of a finished job expires RETENTION after it."""
         until = idempotency.expires_at(now)
-        tx.update(IdempotencyModel(job.idem_id), actions=[
-            IdempotencyModel.expires_at.set(iso(until)),
-            IdempotencyModel.ttl_epoch.set(int((until + TTL_SLACK).timestamp())),
-        ], condition=IdempotencyModel.job_id == job.job_id)
+        tx.update_item(written.update(
+            IdempotencyModel, {"idem_id": {"S": job.idem_id}},
+            "SET #expires_at = :until, #ttl_epoch = :ttl", condition="#job_id = :job_id",
+            values={":until": {"S": iso(until)},
+                    ":ttl": {"N": str(int((until + TTL_SLACK).timestamp()))},
+                    ":job_id": {"S": job.job_id}}))
 
     def cancel_unplaced(self, job: Job, now: datetime, reason: str | None) -> Job:
+        """Cancel a job never placed: CANCELLED and finished at once, out of
+        the PENDING count and the active index, its key set to expire."""
         exit_ = {"reason": "cancelled", "exit_code": None}
-        actions = [
-            *_set_state(job, JobState.CANCELLED),
-            JobModel.cancel_requested_at.set(iso(now)),
-            JobModel.updated_at.set(iso(now)),
-            JobModel.exit.set(exit_),
-            JobModel.pending_reason.remove(),
-            *self._finish_actions(job, now),
-            _event(JobModel, "cancel_requested", ev.event(
+        state = JobState.CANCELLED
+        condition, values = _leaving(Event.CANCEL_UNPLACED)
+        values.update({
+            ":state": {"S": state.value}, ":tenant_state": {"S": tenant_state(job.tenant, state)},
+            ":now": {"S": iso(now)}, ":exit": _JOB_ITEM.value("exit", exit_),
+            ":cancel_requested": _event_value("cancel_requested", ev.event(
                 "cancel_requested", now, attempt=job.attempt or None, reason=reason,
                 by=job.tenant)),
-            _event(JobModel, "finished", ev.event(
-                "finished", now, attempt=job.attempt or None, state="CANCELLED",
+            ":finished": _event_value("finished", ev.event(
+                "finished", now, attempt=job.attempt or None, state=state.value,
                 reason="cancelled before it was placed")),
-        ]
+        })
+        sets = ("#state = :state, #tenant_state = :tenant_state, #cancel_requested_at = :now, "
+                "#updated_at = :now, #exit = :exit, #finished_at = :now, "
+                "#events.#cancel_requested = if_not_exists(#events.#cancel_requested, "
+                ":cancel_requested), "
+                "#events.#finished = if_not_exists(#events.#finished, :finished)")
         if reason is not None:
-            actions.append(JobModel.cancel_reason.set(reason))
-        condition = _leaves(Event.CANCEL_UNPLACED)
+            sets += ", #cancel_reason = :reason"
+            values[":reason"] = {"S": reason}
+        update = written.update(JobModel, {"job_id": {"S": job.job_id}},
+                                f"SET {sets} REMOVE #pending_reason, #active_state",
+                                condition=condition, values=values)
         try:
             with self._tx() as tx:
-                tx.update(JobModel(job.job_id), actions=actions, condition=condition)
+                tx.update_item(update)
                 _count_pending(tx, job.tenant, -1)
                 if job.idem_id is not None:
                     self._expire_key(tx, job, now)

@@ -15,8 +15,9 @@ def utcnow() -> datetime:
 
 
 def iso(t: datetime) -> str:
-    t = t.astimezone(timezone.utc)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+    # isoformat, not strftime: the same text at a third of the cost (up to
+    # five times per job of a list page)
+    return t.astimezone(timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def parse_iso(s: str) -> datetime:

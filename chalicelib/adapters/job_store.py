@@ -143,9 +143,10 @@ def job_to_model(j: Job) -> JobModel:
     return JobModel(**job_values(j))
 
 
-#: every attribute of a job's item, and of an idempotency record
+#: every attribute of a job's item, of an idempotency record, of an intent
 _JOB_ITEM = Codec(JobModel)
 _IDEM_ITEM = Codec(IdempotencyModel)
+_OUTBOX_ITEM = Codec(OutboxModel)
 
 
 def _event_value(key: str, value: dict) -> dict:
@@ -176,17 +177,22 @@ def attempt_from_model(m: AttemptModel) -> Attempt:
     )
 
 
+def _outbox_values(intent: Intent, now: datetime, due_at: datetime) -> dict:
+    return dict(
+        job_id=intent.job_id, intent_id=intent.intent_id, attempt=intent.attempt,
+        kind=intent.kind, message=intent.message, targets=intent.targets,
+        node_ranks=intent.node_ranks or None, unacked=set(intent.targets) or None,
+        created_at=iso(now), pending="1" if intent.targets else None, due_at=iso(due_at),
+        sends=1)
+
+
 def _outbox_item(intent: Intent, now: datetime, due_at: datetime) -> OutboxModel:
-    return OutboxModel(
-        intent.job_id, intent.intent_id, attempt=intent.attempt, kind=intent.kind,
-        message=intent.message, targets=intent.targets, node_ranks=intent.node_ranks or None,
-        unacked=set(intent.targets) or None, created_at=iso(now),
-        pending="1" if intent.targets else None, due_at=iso(due_at), sends=1)
+    return OutboxModel(**_outbox_values(intent, now, due_at))
 
 
 def _record_from_raw(raw: dict) -> IdemRecord:
-    m = IdempotencyModel.from_raw_data(raw)
-    return IdemRecord(m.idem_id, m.job_id, m.body_hash, _t(m.expires_at))
+    v = _IDEM_ITEM.values(raw)
+    return IdemRecord(v["idem_id"], v["job_id"], v["body_hash"], _t(v["expires_at"]))
 
 
 def _count_pending(tx: Transaction, tenant: str, delta: int,
@@ -297,7 +303,8 @@ class DynamoJobStore:
             raise
 
     def get(self, job_id: str) -> Job | None:
-        item = JobModel._get_connection().get_item(job_id, consistent_read=True).get("Item")
+        item = self._conn.dispatch(
+            "GetItem", written.get(JobModel, {"job_id": {"S": job_id}})).get("Item")
         return job_from_item(item) if item else None
 
     def page(self, tenant: str, state: str | None, page_size: int,
@@ -319,9 +326,9 @@ class DynamoJobStore:
         else:
             index, partition, key = JobModel.by_tenant.Meta.index_name, "tenant", tenant
         start = {"job_id": {"S": after}, partition: {"S": key}} if after else None
-        raw = JobModel._get_connection().query(
-            key, index_name=index, scan_index_forward=False,
-            limit=page_size + 1, exclusive_start_key=start)
+        raw = self._conn.dispatch("Query", written.query(
+            JobModel, index, f"#{partition} = :key", {":key": {"S": key}},
+            limit=page_size + 1, forward=False, start=start))
         items = raw.get("Items", [])
         if len(items) > page_size:  # the one more only says that more follow
             jobs = [job_from_item(i) for i in items[:page_size]]
@@ -391,25 +398,35 @@ class DynamoJobStore:
 
     def request_cancel(self, job: Job, now: datetime, reason: str | None,
                        intent: Intent, due_at: datetime) -> Job:
-        actions = [JobModel.cancel_requested_at.set(iso(now)), JobModel.updated_at.set(iso(now)),
-                   _event(JobModel, "cancel_requested", ev.event(
-                       "cancel_requested", now, attempt=job.attempt, reason=reason,
-                       by=job.tenant, nodes=sorted(intent.targets)))]
+        """Record the cancel request of a placed job, with its CANCEL intent in
+        the outbox, and stop resending the attempt's LAUNCH: one transaction."""
+        states = sorted(s.value for s in PLACED)
+        values = {f":placed{i}": {"S": state} for i, state in enumerate(states)}
+        condition = (f"#state IN ({', '.join(values)}) AND #attempt = :attempt "
+                     "AND attribute_not_exists(#cancel_requested_at)")
+        values.update({
+            ":attempt": {"N": str(job.attempt)}, ":now": {"S": iso(now)},
+            ":cancel_requested": _event_value("cancel_requested", ev.event(
+                "cancel_requested", now, attempt=job.attempt, reason=reason,
+                by=job.tenant, nodes=sorted(intent.targets)))})
+        sets = ("#cancel_requested_at = :now, #updated_at = :now, "
+                "#events.#cancel_requested = if_not_exists(#events.#cancel_requested, "
+                ":cancel_requested)")
         if reason is not None:
-            actions.append(JobModel.cancel_reason.set(reason))
-        condition = (JobModel.state.is_in(*(s.value for s in PLACED))
-                     & (JobModel.attempt == job.attempt)
-                     & JobModel.cancel_requested_at.does_not_exist())
+            sets += ", #cancel_reason = :reason"
+            values[":reason"] = {"S": reason}
+        launch = {"job_id": {"S": job.job_id}, "intent_id": {"S": intent_id(LAUNCH, job.attempt)}}
         try:
             # the intent is recorded with the request, before anything is sent;
             # and the attempt's LAUNCH is no longer resent
             with self._tx() as tx:
-                tx.update(JobModel(job.job_id), actions=actions, condition=condition)
-                tx.save(_outbox_item(intent, now, due_at),
-                        condition=OutboxModel.job_id.does_not_exist())
-                tx.update(OutboxModel(job.job_id, intent_id(LAUNCH, job.attempt)),
-                          actions=[OutboxModel.pending.remove()],
-                          condition=OutboxModel.job_id.exists())
+                tx.update_item(written.update(JobModel, {"job_id": {"S": job.job_id}},
+                                              f"SET {sets}", condition=condition,
+                                              values=values))
+                tx.put_item(written.put_new(
+                    OutboxModel, _OUTBOX_ITEM.item(_outbox_values(intent, now, due_at))))
+                tx.update_item(written.update(OutboxModel, launch, "REMOVE #pending",
+                                              condition="attribute_exists(#job_id)"))
         except TransactWriteError as e:
             if tx_lost(e):
                 mine = self._mine(job.job_id,

@@ -1,10 +1,11 @@
-"""DynamoDB write operations written out, for the hot paths.
+"""DynamoDB operations written out, for the hot paths.
 
-PynamoDB builds every condition and update as a tree of expression objects
-and a model instance per item, then serialises them: on create and cancel
-that cost more than the rest of the app's client side (docs/benchmarks.md).
-The hot paths write the same operations as text instead, items through the
-models' own attributes (items.py), in PynamoDB's transaction (so the
+PynamoDB builds every key, condition and update as a tree of expression
+objects and a model instance per item, then serialises them: on create,
+cancel, get and a list page that cost more than the rest of the app's client
+side (docs/benchmarks.md). The hot paths write the same operations as text
+instead, items through the models' own attributes (items.py), sent by
+PynamoDB's connection (``dispatch``) or in its transaction (so the
 ClientRequestToken, the error wrapping and the order of cancellation
 reasons stay PynamoDB's: condition checks, deletes, puts, then updates).
 
@@ -68,4 +69,22 @@ def update(model: type[Model], key: dict, expression: str, *, condition: str | N
         op["ConditionExpression"] = condition
     if values:
         op["ExpressionAttributeValues"] = values
+    return op
+
+
+def get(model: type[Model], key: dict) -> dict:
+    """A strongly consistent GetItem of the item of ``key``."""
+    return {"TableName": _table(model), "Key": key, "ConsistentRead": True}
+
+
+def query(model: type[Model], index: str, condition: str, values: dict, *, limit: int,
+          forward: bool = True, start: dict | None = None) -> dict:
+    """A Query of ``index`` for the items meeting the key ``condition``."""
+    op: dict[str, Any] = {"TableName": _table(model), "IndexName": index,
+                          "KeyConditionExpression": condition,
+                          "ExpressionAttributeNames": _names(condition),
+                          "ExpressionAttributeValues": values, "Limit": limit,
+                          "ScanIndexForward": forward}
+    if start:
+        op["ExclusiveStartKey"] = start
     return op

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import fastjsonschema
 
+from .. import fastjson
 from ..domain.errors import InvalidArgument, PayloadTooLarge, UnsupportedMediaType
 from . import schemas
 
@@ -54,8 +55,9 @@ def parse_json(raw: bytes | None, *, required: bool, content_type: str | None,
     try:
         value = json.loads(raw.decode("utf-8"), parse_float=_finite_float,
                            parse_constant=_reject_constant)
-        # lone surrogates parse but cannot be stored as UTF-8
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        # lone surrogates parse but cannot be stored as UTF-8 (orjson refuses
+        # them, and json's text then fails to encode)
+        fastjson.dumps(value).encode("utf-8")
     except (ValueError, UnicodeError, RecursionError):
         raise InvalidArgument("request body is not valid JSON", field="body") from None
     return value

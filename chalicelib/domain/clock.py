@@ -17,7 +17,9 @@ def utcnow() -> datetime:
 def iso(t: datetime) -> str:
     # isoformat, not strftime: the same text at a third of the cost (up to
     # five times per job of a list page)
-    return t.astimezone(timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
+    if t.tzinfo is not timezone.utc:
+        t = t.astimezone(timezone.utc)
+    return t.isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def parse_iso(s: str) -> datetime:

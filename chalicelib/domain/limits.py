@@ -42,11 +42,15 @@ def proxy_bytes(value) -> int:
     return size
 
 
-def fit(items: Sequence[T], size: Callable[[T], int], budget: int | None = None) -> int:
+def fit(items: Sequence[T], size: Callable[[T], int], budget: int | None = None,
+        whole: Callable[[Sequence[T]], int] | None = None) -> int:
     """How many of ``items``, from the first, fit in ``budget`` (default
     PAGE_BUDGET_BYTES; at least one: a single item always fits, MAX_SPEC_BYTES
-    sees to that)."""
+    sees to that). ``whole``, an upper bound of the items' sizes together,
+    answers at once when they all fit."""
     budget = PAGE_BUDGET_BYTES if budget is None else budget
+    if whole is not None and whole(items) <= budget:
+        return len(items)
     used = 0
     for n, item in enumerate(items):
         used += size(item)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from ..domain import cursor, idempotency, limits, quotas
 from ..domain.clock import Clock, plus, utcnow
@@ -44,10 +44,19 @@ _RACE_RETRIES = 3
 _JOB_FIXED_BYTES = 640
 
 
+def _variable(job: Job) -> list:
+    return [job.spec, job.health, job.exit, job.name, job.cancel_reason, job.pending_reason]
+
+
 def job_wire_bytes(job: Job) -> int:
     """An upper bound of the bytes ``job`` takes in a response's proxy payload."""
-    return _JOB_FIXED_BYTES + limits.proxy_bytes(
-        [job.spec, job.health, job.exit, job.name, job.cancel_reason, job.pending_reason])
+    return _JOB_FIXED_BYTES + limits.proxy_bytes(_variable(job))
+
+
+def jobs_wire_bytes(jobs: Sequence[Job]) -> int:
+    """An upper bound of the bytes ``jobs`` take together (one encoding, not
+    one per job: a page is cut only when this exceeds its budget)."""
+    return _JOB_FIXED_BYTES * len(jobs) + limits.proxy_bytes([_variable(j) for j in jobs])
 
 
 class JobsStore(JobStore, AttemptStore, AttemptTransitions, Protocol):
@@ -156,7 +165,7 @@ class JobsService:
             after = cursor.decode(page_token, tenant=tenant, filter_key=filter_key,
                                   secret=self._token_key)
         jobs, resume_after = self.store.page(tenant, state, page_size, after)
-        fits = limits.fit(jobs, job_wire_bytes)
+        fits = limits.fit(jobs, job_wire_bytes, whole=jobs_wire_bytes)
         if fits < len(jobs):  # cut by size: resume right after the last job sent
             jobs, resume_after = jobs[:fits], jobs[fits - 1].job_id
         token = None if resume_after is None else cursor.encode(

@@ -66,3 +66,13 @@ def test_proxy_bytes_counts_every_kind_of_character_at_least_as_sent(char):
     value = [char * 100]
     sent = len(json.dumps(fastjson.dumps(value)))
     assert sent <= limits.proxy_bytes(value) <= 3 * sent
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 100), max_size=20), st.integers(1, 500))
+def test_fit_answers_the_same_with_the_whole_page_bound(sizes, budget):
+    """The one-encoding shortcut of a list page (``whole``) never changes
+    where a page is cut: it only answers when everything fits."""
+    alone = limits.fit(sizes, lambda n: n, budget)
+    assert limits.fit(sizes, lambda n: n, budget, whole=sum) == alone
+    assert alone == len(sizes) or sum(sizes[:alone + 1]) > budget

@@ -329,3 +329,32 @@ class partition_queries:
                 patch._table.query = self._patched
 
         return _own()
+
+
+#: CPU nanoseconds this thread spent inside moto's in-process stub since the
+#: last clear (``moto_cpu_timer``)
+MOTO_CPU_NS = [0]
+
+
+def moto_cpu_timer() -> None:
+    """Time moto's in-process stub (``BotocoreStubber.process_request``), where
+    every mocked request is answered, into ``MOTO_CPU_NS``: a call's CPU time
+    minus that share is the client side (app, PynamoDB, botocore), what a
+    Lambda pays on AWS, where DynamoDB and SQS answer elsewhere. The same
+    method as bench/endpoints.py's ``install_moto_timer``; patching the class
+    times every client, made before or after."""
+    from moto.core.botocore_stubber import BotocoreStubber
+
+    original = BotocoreStubber.process_request
+    if getattr(original, "_bench_moto_timed", False):
+        return
+
+    def process_request(self, request):
+        t0 = time.thread_time_ns()
+        try:
+            return original(self, request)
+        finally:
+            MOTO_CPU_NS[0] += time.thread_time_ns() - t0
+
+    process_request._bench_moto_timed = True  # type: ignore[attr-defined]
+    BotocoreStubber.process_request = process_request

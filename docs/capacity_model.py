@@ -9,7 +9,17 @@ pricing pages before relying on them.
 """
 from __future__ import annotations
 
+import json
 import math
+import pathlib
+import sys
+from datetime import datetime, timezone
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+# the fan-out's own threshold, shard sizing and packing, so the model cannot drift from it
+from chalicelib.domain.jobs import Job  # noqa: E402
+from chalicelib.domain.states import JobState  # noqa: E402
+from chalicelib.service.scan_fanout import RANK_COST_S, ScanFanout  # noqa: E402
 
 SCALES = (1_000, 10_000, 100_000)          # GPUs
 GPUS_PER_HOST = 8
@@ -30,13 +40,24 @@ JOB_GET_RRU = {"large": 2, "medium": 1, "small": 1}   # consistent GetItem of th
 ATTEMPT_RRU = {"large": 3, "medium": 1, "small": 1}   # consistent GetItem of the attempt
 NODE_GSIS_WRITTEN_PER_CALL_IN = 2         # ready_by_type + ready_any, ProjectionType ALL
 WRU_PER_JOB, WRU_PER_HOST_START = 50, 34  # lifecycle writes incl. transactions' 2x and GSIs
-PLACEMENT_CACHE = 1024                    # heartbeats.py _PLACEMENTS_CACHED
 MAX_JOBS_PER_SCAN = 5000                  # scan.py
 
 # Lambda: memory (GB) and mean billed duration (s)
 API_GB, HB_S, NODE_S, OTHER_S = 0.5, 0.035, 0.035, 0.060
 SCAN_GB, PLACE_GB, RECONCILE_GB = 1.769, 0.5, 0.5
-SCAN_FIXED_S, SCAN_JOB_S, SCAN_ATTEMPT_MISS_S = 0.2, 0.008, 0.005
+# The stall scan is paid per running *rank*, not per job (issue 16): judging a
+# rank costs 45 us of client CPU (bench/scan_rank_cost.py: the slope of
+# Scanner.scan_job between a 64- and a 1,024-rank job, moto's CPU taken out, on
+# one full vCPU, which scan and scan_shard get at 1,769 MB; at M MB the CPU
+# parts stretch by 1,769 / M). Per job: 2.5 ms of client CPU (the same run's
+# intercept), the attempt's consistent GetItem (every scan, since issue 11),
+# one consistent heartbeat Query per 512 ranks; a shard also re-reads the job.
+SCAN_PERIOD_S = 60
+SCAN_FIXED_S = 0.2                        # scanner record, RUNNING index Query
+SCAN_RANK_CPU_S = 45e-6 * 1.769 / SCAN_GB
+SCAN_JOB_CPU_S = 2.5e-3 * 1.769 / SCAN_GB
+SCAN_GET_S, SCAN_QUERY_S = 0.005, 0.010   # DynamoDB latency: GetItem; Query of <= 512 ranks
+HB_SHARD_RANKS = 512                      # heartbeat_store.SHARD_RANKS
 PLACE_RUN_S = 0.5
 API_CONCURRENCY_PER_RPS = 0.036           # ~ mean duration: containers per request/s
 ENSURE_EVERY_S = 600                      # nodes.py: CreateQueue per node per process
@@ -63,6 +84,44 @@ def tiered(count: float, tiers) -> float:
     return cost
 
 
+def judge_s(ranks: int, *, shard: bool) -> float:
+    """One job's judgement in a scan invocation (a shard re-reads the job first)."""
+    return (SCAN_JOB_CPU_S + SCAN_GET_S * (2 if shard else 1)
+            + math.ceil(ranks / HB_SHARD_RANKS) * SCAN_QUERY_S + ranks * SCAN_RANK_CPU_S)
+
+
+def scan(running: dict[str, float]) -> dict:
+    """One minute's scan of the running jobs (rounded to whole jobs), fanned out
+    exactly as chalicelib/service/scan_fanout.py decides and packs."""
+    now = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    jobs = [Job(job_id=f"{k}{i}", tenant="t", state=JobState.RUNNING,
+                spec={"ranks": MIX[k][1]}, created_at=now, updated_at=now, attempt=1)
+            for k in MIX for i in range(round(running[k]))][:MAX_JOBS_PER_SCAN]
+    ranks = {j.job_id: MIX[j.job_id.rstrip("0123456789")][1] for j in jobs}
+
+    class Queue:
+        def __init__(self) -> None:
+            self.bodies: list[str] = []
+
+        def send(self, bodies: list[str]) -> None:
+            self.bodies = bodies
+
+    queue = Queue()
+    fanout = ScanFanout(queue, None, period_s=SCAN_PERIOD_S)
+    shards = fanout.send(jobs, now, None)
+    if not shards:
+        durations = [SCAN_FIXED_S + sum(judge_s(r, shard=False) for r in ranks.values())]
+    else:
+        durations = [SCAN_FIXED_S] + [
+            sum(judge_s(ranks[j], shard=True) for j, _ in json.loads(b)["jobs"])
+            for b in queue.bodies]
+    return {"scan_ranks": sum(ranks.values()), "scan_jobs": len(jobs), "shards": shards,
+            "shard_ranks": fanout.shard_ranks,
+            "scan_cpu_s": sum(ranks.values()) * SCAN_RANK_CPU_S,
+            "scan_s": max(durations), "scan_total_s": sum(durations),
+            "sequential_s": SCAN_FIXED_S + sum(judge_s(r, shard=False) for r in ranks.values())}
+
+
 def model(gpus: int) -> dict:
     hosts = gpus / GPUS_PER_HOST
     running = {k: gpus * share / ranks for k, (share, ranks, _) in MIX.items()}
@@ -78,14 +137,13 @@ def model(gpus: int) -> dict:
     api = hb + node + gets + lifecycle
     containers = api * API_CONCURRENCY_PER_RPS
 
-    miss = jobs > PLACEMENT_CACHE
-    scan_s = SCAN_FIXED_S + min(jobs, MAX_JOBS_PER_SCAN) * (
-        SCAN_JOB_S + (SCAN_ATTEMPT_MISS_S if miss else 0))
+    sc = scan(running)
     reconcile_s = 0.1 + hosts * NODE_ITEM / 1e6 * 0.1    # Scan pages of 1 MB, ~0.1 s each
     nudges = starts_h / 3600                             # place_on_nudge, unbatched
-    invocations = api + 3 / 60 + nudges
+    invocations = api + (3 + sc["shards"]) / 60 + nudges
     gb_s = (API_GB * (hb * HB_S + node * NODE_S + (gets + lifecycle) * OTHER_S)
-            + (SCAN_GB * scan_s + PLACE_GB * PLACE_RUN_S + RECONCILE_GB * reconcile_s) / 60
+            + (SCAN_GB * sc["scan_total_s"] + PLACE_GB * PLACE_RUN_S
+               + RECONCILE_GB * reconcile_s) / 60
             + PLACE_GB * PLACE_RUN_S * nudges)
 
     # DynamoDB writes per second
@@ -99,14 +157,15 @@ def model(gpus: int) -> dict:
     r_nodes = node * 2                                   # two consistent GetItems per call-in
     r_gets = gets * 1.5
     scan_hb = sum(running[k] * math.ceil(MIX[k][1] * HEARTBEAT_ITEM / 4096) for k in MIX)
-    scan_att = sum(running[k] * ATTEMPT_RRU[k] for k in MIX) if miss else 0
+    scan_att = sum(running[k] * ATTEMPT_RRU[k] for k in MIX)   # every scan (issue 11)
     scan_idx = jobs * JOB_ITEM / 4096 * 0.5
-    r_scan = (scan_hb + scan_att + scan_idx + 5) / 60
+    scan_jobs = sum(running[k] * JOB_GET_RRU[k] for k in MIX) if sc["shards"] else 0
+    r_scan = (scan_hb + scan_att + scan_idx + scan_jobs + 5) / 60
     r_reconcile = hosts * NODE_ITEM / 4096 * 0.5 / 60
     rru = r_beats + r_nodes + r_gets + r_scan + r_reconcile
 
     # SQS requests per month
-    sends = (host_starts_h * (1 + CANCEL_SHARE) + starts_h) * 730
+    sends = (host_starts_h * (1 + CANCEL_SHARE) + starts_h) * 730 + sc["shards"] * 60 * 730
     polls = hosts * 3 * 60 * 730                         # 20 s long polls, idle inbox
     deletes = host_starts_h * (1 + CANCEL_SHARE) * 730
     esm = 5 * 3 * 60 * 730
@@ -128,7 +187,7 @@ def model(gpus: int) -> dict:
         "host_starts_h": host_starts_h, "hb": hb, "node": node, "gets": gets,
         "lifecycle": lifecycle, "api": api, "api_month": api * m, "containers": containers,
         "invocations": invocations, "invocations_month": invocations * m, "gb_s": gb_s,
-        "gb_s_month": gb_s * m, "scan_s": scan_s, "reconcile_s": reconcile_s,
+        "gb_s_month": gb_s * m, **sc, "reconcile_s": reconcile_s,
         "w_beats": w_beats, "w_nodes": w_nodes, "w_marks": w_marks, "w_life": w_life,
         "wru": wru, "r_beats": r_beats, "r_nodes": r_nodes, "r_gets": r_gets,
         "r_scan": r_scan, "r_reconcile": r_reconcile, "rru": rru,
@@ -139,7 +198,6 @@ def model(gpus: int) -> dict:
         "ready_gsi_wps": node,                          # writes/s on ONE GSI key ("1")
         "job_key_rru": JOB_GET_RRU["large"] * MIX["large"][1] / GPUS_PER_HOST / INTERVAL_S,
         "hb_key_wps": 512 / INTERVAL_S,
-        "miss": miss,
     }
 
 
@@ -168,7 +226,13 @@ def main() -> None:
     line("**Lambda invocations / month**", mil, "invocations_month")
     line("Lambda GB-s / s; / month", lambda r: r, lambda r: f"{r['gb_s']:.2f}; {r['gb_s_month'] / 1e6:,.2f} M")
     line("API concurrency (containers)", d1, "containers")
-    line("scan duration (s, 60 s timeout)", d1, "scan_s")
+    line(f"running ranks; scan shards (fan-out above {rows[0]['shard_ranks']:,} ranks "
+         f"at {RANK_COST_S * 1e6:.0f} us)",
+         lambda r: r, lambda r: f"{r['scan_ranks']:,}; {r['shards']}")
+    line(f"scan judging CPU, all ranks (s, {SCAN_RANK_CPU_S * 1e6:.0f} us a rank)", d1,
+         "scan_cpu_s")
+    line("scan duration, longest invocation (s, 60 s timeout)", d1, "scan_s")
+    line("  one sequential scan instead (s)", d1, "sequential_s")
     line("reconcile duration (s)", d2, "reconcile_s")
     line("**DynamoDB WRU / s**", n, "wru")
     line("  heartbeats (8 items per POST)", n, "w_beats")

@@ -1,14 +1,17 @@
 """The stall scan, fanned out when one invocation would judge too many ranks.
 
-Judging costs about 137 µs of client CPU per running rank (issue 16, measured
-with bench/scan.py: 14 s for 100 jobs x 1,024 ranks). When the running ranks
-would take more than ``SHARD_FRACTION`` of the scan period, the scheduled scan
-judges nothing itself: it packs the RUNNING jobs into shards of at most
-``shard_ranks`` ranks (a larger job alone) and sends one message per shard to
-the scan queue; ``app.scan_shard`` judges each shard in an invocation of its
-own (batch size 1), with the same per-job judgement ``Scanner.scan_job``. So
-100,000 ranks are judged by ~7 parallel invocations of ~2 s each, and a slow
-job delays only the few jobs of its shard. A shard that fails is retried by
+Judging costs about 65 µs per running rank (``RANK_COST_S``: 45 µs of client
+CPU measured by bench/scan_rank_cost.py, plus the heartbeat reads' latency).
+When the running ranks would take more than ``SHARD_FRACTION`` of the scan
+period, the scheduled scan judges nothing itself: it packs the RUNNING jobs
+into shards of at most ``shard_ranks`` ranks (30,769 at a 60-s period; a
+larger job alone) and sends one message per shard to the scan queue;
+``app.scan_shard`` judges each shard in an invocation of its own (batch size
+1), with the same per-job judgement ``Scanner.scan_job``. So 100,000 ranks
+are judged by 4 parallel invocations of at most ~2 s of per-rank work each,
+and a slow job delays only the few jobs of its shard. The per-job part (an
+attempt read, ~2.5 ms of CPU, the reads' round trips) is not in the sizing;
+``MAX_JOBS_PER_SHARD`` bounds it. A shard that fails is retried by
 SQS (``batchItemFailures``); one older than a period is dropped, as the next
 scan has judged those jobs again.
 
@@ -28,8 +31,16 @@ from .ports import JobStore
 
 log = logging.getLogger(__name__)
 
-#: client CPU seconds to judge one running rank (bench/scan.py, issue 16)
-RANK_COST_S = 137e-6
+#: seconds to judge one running rank in a scan function. 45 us of client CPU:
+#: bench/scan_rank_cost.py, the slope of Scanner.scan_job between a 64- and a
+#: 1,024-rank job with moto's CPU taken out, 42.5 to 44.9 us in three runs on
+#: 2026-12-01 (2.6 times the bare heartbeat Queries' 16 to 17 us), rounded up;
+#: on one full vCPU, which the scan functions get at 1,769 MB
+#: (.chalice/config.json; Lambda's CPU share grows with memory). Plus 20 us of
+#: DynamoDB latency: one strongly consistent Query per 512 ranks (~128 KB of
+#: heartbeat items), assumed ~10 ms until CloudWatch measures it. The 137 us
+#: first quoted here (issue 16) included moto's own CPU answering the reads.
+RANK_COST_S = 65e-6
 #: of the scan period, what one invocation may spend judging (2 s of 60 s)
 SHARD_FRACTION = 1 / 30
 #: job ids per message, well inside SQS's 256 KiB

@@ -31,6 +31,10 @@ from chalicelib.domain.errors import (
 from chalicelib.service import health
 
 app = Chalice(app_name="gpujobs")
+#: the API takes and gives only text (JSON, the dashboard's HTML, JS, CSS and
+#: SVG): no binary media types, so no request or response is checked against
+#: Chalice's default list of sixteen (about 10 us a request)
+app.api.binary_types = []
 log = logging.getLogger("gpujobs")
 PROBLEM_JSON = "application/problem+json"
 _DIGITS = re.compile(r"^[0-9]{1,6}$")  # ASCII only: "²".isdigit() is True
@@ -98,22 +102,23 @@ def handler(fn):
 
 @app.middleware("all")
 def observed(event, get_response):
-    """Every log line names the invocation; its metrics leave as one EMF record."""
+    """Every log line names the invocation; its metrics leave as one EMF record;
+    an HTTP answer Chalice made itself gets the problem shape. One middleware,
+    not two: each layer costs every request (docs/benchmarks.md)."""
     telemetry = services().telemetry
     telemetry.begin(getattr(_lambda_context(event), "aws_request_id", None))
     try:
-        return get_response(event)
+        response = get_response(event)
+        return _framework_problem(response) if isinstance(event, Request) else response
     finally:
         telemetry.flush()
 
 
-@app.middleware("http")
-def problems_for_framework_errors(event, get_response):
+def _framework_problem(response: Response) -> Response:
     """Chalice answers 405 and 415 itself; give those the problem shape too."""
-    response = get_response(event)
     if response.status_code == 405:
         return problem(MethodNotAllowed("method not allowed on this path",
-                                        headers={"Allow": response.headers.get("Allow", "")}))
+                                        headers={"Allow": str(response.headers.get("Allow", ""))}))
     if response.status_code == 415:
         return problem(UnsupportedMediaType("request body must be application/json",
                                             field="Content-Type"))

@@ -75,44 +75,28 @@ NODE = "n1"
 #: the node the placed jobs run on; its GPUs are given back after every round
 NODE_GPUS = 1024
 CANCEL_BYTES = json.dumps({"reason": "bench"}).encode("utf-8")
-COLD_TARGET_MS = 60.0
+#: the cold-start target, as a ratio of CPU medians measured in the same run:
+#: ``import app`` over ``import boto3, chalice, pynamodb``. An absolute figure
+#: (it was 60 ms) does not carry across machines or load; 1.35 is that 60 ms
+#: over the ~175 ms the bare imports took on the machine it was set on
+COLD_TARGET_RATIO = 1.35
 #: (option, default, --quick): the defaults keep `make bench` under 6 minutes
 QUICK = (("rounds", 60, 3), ("warmup", 6, 1), ("cold_runs", 8, 2), ("first_runs", 2, 1))
 RATIO_TARGET = 1.5
 
 # -- moto's share ------------------------------------------------------------------
 #: CPU nanoseconds this thread spent outside the Lambda function since the last
-#: clear: inside moto (answering requests, DynamoDB's and SQS's side) and in
-#: the local API Gateway building proxy events (LambdaHTTP); see client_side_report
-MOTO_CPU_NS = [0]
-
-
-def install_moto_timer() -> None:
-    """Time moto's in-process stub, where every mocked request is answered: the
-    rest of a call's CPU is the client side (app, PynamoDB, botocore), what a
-    Lambda pays on AWS, where DynamoDB and SQS answer elsewhere."""
-    from moto.core.botocore_stubber import BotocoreStubber
-
-    original = BotocoreStubber.process_request
-    if getattr(original, "_bench_timed", False):
-        return
-
-    def process_request(self, request):
-        t0 = time.thread_time_ns()
-        try:
-            return original(self, request)
-        finally:
-            MOTO_CPU_NS[0] += time.thread_time_ns() - t0
-
-    process_request._bench_timed = True
-    BotocoreStubber.process_request = process_request
+#: clear: inside moto (answering requests, DynamoDB's and SQS's side; timed by
+#: harness.moto_cpu_timer) and in the local API Gateway building proxy events
+#: (LambdaHTTP); see client_side_report
+MOTO_CPU_NS = harness.MOTO_CPU_NS
 
 
 # -- environment ----------------------------------------------------------------
 def start_environment() -> dict[str, str]:
     """moto in-process, the stack deployed from infra/template.yaml, the env set."""
     harness.start_moto()  # before any client exists, with the request counter
-    install_moto_timer()
+    harness.moto_cpu_timer()
     from devstack import resources
 
     env = {k: v for k, v in resources.deploy(None, stage=STAGE, region=REGION).items()
@@ -713,7 +697,7 @@ def client_side_report(rows: list[Row]) -> tuple[float, str]:
     """The same calls without moto's share: moto answers in-process, on the
     calling thread, and is most of every baseline's CPU, which dilutes the
     ratios above. Here each call's CPU minus the CPU spent inside moto's stub
-    (install_moto_timer): what the app, PynamoDB and botocore add over bare
+    (harness.moto_cpu_timer): what the app, PynamoDB and botocore add over bare
     boto3 calls, as a Lambda pays it. Returns the worst client-side ratio."""
     head = (f"{'endpoint (client side)':<22} {'endpoint ms':>11} {'baseline ms':>11} "
             f"{'ratio':>6} {'extra ms':>8} {'moto share':>10}")
@@ -773,9 +757,10 @@ def cold_start(runs: int) -> float:
     print(f"imports (median of {runs} fresh interpreters each, interleaved; CPU ms, wall ms "
           f"in brackets): `{IMPORT_BASE}` {b_cpu:.1f} ({b_wall:.1f}), `{IMPORT_APP}` "
           f"{f_cpu:.1f} ({f_wall:.1f})")
-    delta = f_cpu - b_cpu
-    print(f"cold-start: +{delta:.1f} ms (target: under {COLD_TARGET_MS:.0f} ms; "
-          f"wall +{f_wall - b_wall:.1f} ms){'' if delta < COLD_TARGET_MS else '  !! ABOVE TARGET'}")
+    delta, ratio = f_cpu - b_cpu, f_cpu / b_cpu
+    print(f"cold-start: ratio {ratio:.2f} to the bare imports, +{delta:.1f} ms (target: ratio "
+          f"under {COLD_TARGET_RATIO}; wall ratio {f_wall / b_wall:.2f}, "
+          f"+{f_wall - b_wall:.1f} ms){'' if ratio < COLD_TARGET_RATIO else '  !! ABOVE TARGET'}")
     return delta
 
 

@@ -340,9 +340,9 @@ def moto_cpu_timer() -> None:
     """Time moto's in-process stub (``BotocoreStubber.process_request``), where
     every mocked request is answered, into ``MOTO_CPU_NS``: a call's CPU time
     minus that share is the client side (app, PynamoDB, botocore), what a
-    Lambda pays on AWS, where DynamoDB and SQS answer elsewhere. The same
-    method as bench/endpoints.py's ``install_moto_timer``; patching the class
-    times every client, made before or after."""
+    Lambda pays on AWS, where DynamoDB and SQS answer elsewhere (the
+    client-side ratios of bench/endpoints.py and bench/scan_rank_cost.py);
+    patching the class times every client, made before or after."""
     from moto.core.botocore_stubber import BotocoreStubber
 
     original = BotocoreStubber.process_request

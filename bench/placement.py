@@ -419,7 +419,7 @@ class Scale:
         from chalicelib.domain.placement import master_port
 
         # a LAUNCH message's port is derived from the job id
-        ids = [f'"master_port": {master_port(j, 1)}' for j in theirs["ids"] + ours["ids"]]
+        ids = [f'"master_port":{master_port(j, 1)}' for j in theirs["ids"] + ours["ids"]]
         ids += theirs["ids"] + ours["ids"]
         compared = 0
         for index in job_ids:

@@ -51,11 +51,9 @@ def dumpb(value: Any) -> bytes:
 
 
 def dumps(value: Any) -> str:
-    """The JSON text of ``value`` (compact, UTF-8 characters unescaped)."""
-    try:
-        return orjson.dumps(value, option=_OPTIONS).decode("utf-8")
-    except orjson.JSONEncodeError:  # big integers, lone surrogates: json's answer
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """The JSON text of ``value`` (compact, UTF-8 characters unescaped; a lone
+    surrogate stays one, for the caller to refuse)."""
+    return dumpb(value).decode("utf-8", "surrogatepass")
 
 
 def dumps_strict(value: Any) -> str:

@@ -31,6 +31,7 @@ class Codec:
         attributes = model.get_attributes()
         chosen = list(attributes) if names is None else list(names)
         self.model = model
+        self._attributes = {name: attributes[name] for name in chosen}
         #: (python name, item name, DynamoDB type, attribute, default)
         self._fields = [(name, a.attr_name, a.attr_type, a, a.default)
                         for name in chosen for a in (attributes[name],)]
@@ -71,7 +72,5 @@ class Codec:
 
     def value(self, name: str, value: Any) -> dict[str, Any]:
         """One attribute's value as DynamoDB takes it in an expression."""
-        for field, _, kind, attribute, _ in self._fields:
-            if field == name:
-                return {kind: attribute.serialize(value)}
-        raise KeyError(name)
+        attribute = self._attributes[name]
+        return {attribute.attr_type: attribute.serialize(value)}

@@ -114,13 +114,25 @@ def _leaves(*events: Event):
     return JobModel.state == states[0] if len(states) == 1 else JobModel.state.is_in(*states)
 
 
-def _leaving(*events: Event) -> tuple[str, dict]:
-    """``_leaves`` written out (written.py): the condition and its values."""
-    states = sorted(s.value for s in sources(*events))
-    values = {f":from{i}": {"S": state} for i, state in enumerate(states)}
-    if len(states) == 1:
-        return "#state = :from0", values
+def _state_in(states) -> tuple[str, dict]:
+    """The condition that the job is in one of ``states``, written out
+    (written.py), and its values."""
+    names = sorted(s.value for s in states)
+    values = {f":in{i}": {"S": state} for i, state in enumerate(names)}
+    if len(names) == 1:
+        return "#state = :in0", values
     return f"#state IN ({', '.join(values)})", values
+
+
+def _leaving(*events: Event) -> tuple[str, dict]:
+    """``_leaves`` written out: the condition and its values."""
+    return _state_in(sources(*events))
+
+
+def _first_event(key: str) -> str:
+    """Set one event of the item's map, keeping the first of a repeat (the
+    written-out ``_event``; its value is ``:<key>``)."""
+    return f"#events.#{key} = if_not_exists(#events.#{key}, :{key})"
 
 
 def job_values(j: Job) -> dict:
@@ -369,9 +381,7 @@ class DynamoJobStore:
         })
         sets = ("#state = :state, #tenant_state = :tenant_state, #cancel_requested_at = :now, "
                 "#updated_at = :now, #exit = :exit, #finished_at = :now, "
-                "#events.#cancel_requested = if_not_exists(#events.#cancel_requested, "
-                ":cancel_requested), "
-                "#events.#finished = if_not_exists(#events.#finished, :finished)")
+                f"{_first_event('cancel_requested')}, {_first_event('finished')}")
         if reason is not None:
             sets += ", #cancel_reason = :reason"
             values[":reason"] = {"S": reason}
@@ -400,18 +410,15 @@ class DynamoJobStore:
                        intent: Intent, due_at: datetime) -> Job:
         """Record the cancel request of a placed job, with its CANCEL intent in
         the outbox, and stop resending the attempt's LAUNCH: one transaction."""
-        states = sorted(s.value for s in PLACED)
-        values = {f":placed{i}": {"S": state} for i, state in enumerate(states)}
-        condition = (f"#state IN ({', '.join(values)}) AND #attempt = :attempt "
+        placed, values = _state_in(PLACED)
+        condition = (f"{placed} AND #attempt = :attempt "
                      "AND attribute_not_exists(#cancel_requested_at)")
         values.update({
             ":attempt": {"N": str(job.attempt)}, ":now": {"S": iso(now)},
             ":cancel_requested": _event_value("cancel_requested", ev.event(
                 "cancel_requested", now, attempt=job.attempt, reason=reason,
                 by=job.tenant, nodes=sorted(intent.targets)))})
-        sets = ("#cancel_requested_at = :now, #updated_at = :now, "
-                "#events.#cancel_requested = if_not_exists(#events.#cancel_requested, "
-                ":cancel_requested)")
+        sets = f"#cancel_requested_at = :now, #updated_at = :now, {_first_event('cancel_requested')}"
         if reason is not None:
             sets += ", #cancel_reason = :reason"
             values[":reason"] = {"S": reason}

@@ -90,4 +90,5 @@ def test_a_registration_answer_keeps_what_the_server_waits_for_and_what_it_could
     a, b = world.launchers[0].launched
     assert alive(a.pid) and alive(b.pid)
     assert {phase(world, "job_a/1"), phase(world, "job_b/1")} == {"RUNNING"}
-    assert "sleep" in group_commands(a)
+    # the rank's own child: polled, as it execs a moment after the launch
+    wait_until(lambda: "sleep" in group_commands(a), what="job_a's rank still running sleep")

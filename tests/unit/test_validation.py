@@ -1,4 +1,5 @@
 """Bad bodies get 4xx naming the field; nothing malformed gets through or crashes."""
+import copy
 import json
 
 import pytest
@@ -89,3 +90,17 @@ def test_any_json_value_is_accepted_or_refused_with_a_4xx(value):
         check(validation.parse_json(raw, required=True, content_type=None))
     except ApiError as e:
         assert 400 <= e.status < 500 and e.field
+
+
+def test_defaults_leave_the_submitted_body_as_it_was_and_share_nothing_with_it():
+    """The body's hash is the idempotency key's: filling defaults must not
+    change it, nor may a later change of the spec reach the body."""
+    body = {"command": ["a"], "ranks": 2, "env": {"A": "1"}, "labels": {"t": "x"},
+            "heartbeat": {"interval_s": 5}}
+    before = copy.deepcopy(body)
+    spec = with_defaults(body)
+    assert body == before
+    spec["command"].append("b")
+    spec["env"]["B"] = "2"
+    spec["labels"]["u"] = "y"
+    assert body == before

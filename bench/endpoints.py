@@ -107,10 +107,15 @@ def start_environment() -> dict[str, str]:
 
 def build_services():
     from chalicelib import bootstrap
+    from chalicelib.adapters.telemetry import LambdaTelemetry
     from chalicelib.adapters.tokens import TokenStore
     from chalicelib.config import Config
 
-    services = bootstrap.build(Config.from_env(),
+    # metrics on, as on Lambda: each invocation's EMF record is made and
+    # written (to /dev/null here, to the runtime's stdout there), so its cost
+    # is the endpoint's
+    telemetry = LambdaTelemetry(metrics_to=open(os.devnull, "w"), metrics=True)
+    services = bootstrap.build(Config.from_env(), telemetry=telemetry,
                                tokens=TokenStore.from_entries([{"token": TOKEN,
                                                                 "tenant": TENANT}]))
     bootstrap.install(services)

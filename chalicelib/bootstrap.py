@@ -76,8 +76,8 @@ def build(config: Config, *, inbox=None, store: Store | None = None,
         else:
             tokens = TokenStore({})
     if telemetry is None:
-        from .adapters.telemetry import PowertoolsTelemetry  # first use, not import
-        telemetry = PowertoolsTelemetry()
+        from .adapters.telemetry import LambdaTelemetry  # first use, not import
+        telemetry = LambdaTelemetry()
     dispatcher = Dispatcher(inbox)
     jobs = JobsService(store, dispatcher, nudge, page_token_key=config.page_token_key,
                        scans_per_hour=config.scans_per_hour,

@@ -51,6 +51,8 @@ EXPECTED = {
     "beat_cost": [r"^beat-bench: us_per_beat=\d+\.\d\d ratio_vs_pwrite=\d+\.\d\d$",
                   r"^marker-bench: us_per_arrive=\d+\.\d\d arrive_vs_beat=\d+\.\d\d "
                   r"collective_cm_vs_beat=\d+\.\d\d$"],
+    "telemetry_cost": [r"^telemetry-bench: us_gpujobs=\d+\.\d us_powertools=\d+\.\d "
+                       r"ratio=\d+\.\d\d$"],
 }
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -37,9 +37,9 @@ def test_log_lines_are_json_and_name_the_request(client, tenants, make_services,
 
 
 def test_heartbeat_counts_are_summed_not_emitted_per_request(capsys):
-    from chalicelib.adapters.telemetry import PowertoolsTelemetry
+    from chalicelib.adapters.telemetry import LambdaTelemetry
 
-    t = PowertoolsTelemetry()
+    t = LambdaTelemetry()
     for _ in range(5):
         t.count("HeartbeatsIngested", 8)
         t.flush()
@@ -48,3 +48,34 @@ def test_heartbeat_counts_are_summed_not_emitted_per_request(capsys):
     t.flush()
     [emf] = [r for r in records(capsys.readouterr().out) if "HeartbeatsIngested" in r]
     assert emf["HeartbeatsIngested"] == [40.0]
+
+
+def test_a_metric_reaching_emf_s_hundred_values_leaves_at_once(capsys):
+    """EMF takes at most 100 values of a metric in a record: the hundredth
+    sends them, and the rest leave at the invocation's end."""
+    from chalicelib.adapters.telemetry import MAX_VALUES, LambdaTelemetry
+
+    t = LambdaTelemetry(metrics=True)
+    for _ in range(MAX_VALUES + 3):
+        t.seconds("ScanLagSeconds", 0.5)
+    [first] = [r for r in records(capsys.readouterr().out) if "_aws" in r]
+    assert first["ScanLagSeconds"] == [0.5] * MAX_VALUES
+    assert first["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [
+        {"Name": "ScanLagSeconds", "Unit": "Seconds"}]
+    t.flush()
+    [rest] = [r for r in records(capsys.readouterr().out) if "_aws" in r]
+    assert rest["ScanLagSeconds"] == [0.5] * 3
+
+
+def test_metrics_turned_off_write_nothing_and_keep_nothing(capsys, monkeypatch):
+    """POWERTOOLS_METRICS_DISABLED (the quiet local stack's setting) writes no
+    record, not even one per hundred values, and holds none in memory."""
+    from chalicelib.adapters.telemetry import MAX_VALUES, LambdaTelemetry
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    t = LambdaTelemetry()
+    for _ in range(3 * MAX_VALUES):
+        t.count("JobsCreated")
+    t.flush()
+    assert not [r for r in records(capsys.readouterr().out) if "_aws" in r]
+    assert not t._metrics

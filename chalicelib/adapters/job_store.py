@@ -227,8 +227,7 @@ def new_transaction(connection: Connection) -> Transaction:
     after a lost answer, DynamoDB applies it once and answers the retry as it
     answered the first (moto ignores the token: the writers below also
     recognise their own write when its retry fails its condition)."""
-    return Transaction(connection=connection, client_request_token=uuid.uuid4().hex,
-                       return_consumed_capacity="NONE")  # see written.NO_CAPACITY
+    return Transaction(connection=connection, client_request_token=uuid.uuid4().hex)
 
 
 class DynamoJobStore:

@@ -22,9 +22,6 @@ from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 _NAME = re.compile(r"#(\w+)")
-#: PynamoDB asks for every request's consumed capacity unless told, only to log
-#: it at debug level; nothing here reads it, and botocore would parse it
-NO_CAPACITY = {"ReturnConsumedCapacity": "NONE"}
 
 
 class Transaction(TransactWrite):
@@ -77,7 +74,7 @@ def update(model: type[Model], key: dict, expression: str, *, condition: str | N
 
 def get(model: type[Model], key: dict) -> dict:
     """A strongly consistent GetItem of the item of ``key``."""
-    return {"TableName": _table(model), "Key": key, "ConsistentRead": True, **NO_CAPACITY}
+    return {"TableName": _table(model), "Key": key, "ConsistentRead": True}
 
 
 def query(model: type[Model], index: str, condition: str, values: dict, *, limit: int,
@@ -87,7 +84,7 @@ def query(model: type[Model], index: str, condition: str, values: dict, *, limit
                           "KeyConditionExpression": condition,
                           "ExpressionAttributeNames": _names(condition),
                           "ExpressionAttributeValues": values, "Limit": limit,
-                          "ScanIndexForward": forward, **NO_CAPACITY}
+                          "ScanIndexForward": forward}
     if start:
         op["ExclusiveStartKey"] = start
     return op

@@ -17,7 +17,13 @@ from chalice.app import Request
 from chalicelib import fastjson, web
 from chalicelib.adapters.dynamo_errors import as_unavailable
 from chalicelib.api import validation
-from chalicelib.api.representation import attempt_json, job_json, node_json, node_registration_json
+from chalicelib.api.representation import (
+    attempt_json,
+    job_json,
+    job_view_json,
+    node_json,
+    node_registration_json,
+)
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import iso
@@ -186,12 +192,12 @@ def list_jobs():
     jobs, token = services().jobs.list(
         tenant, state=params.get("state"), page_size=_query_int("page_size", 50),
         page_token=params.get("page_token"))
-    return ok({"jobs": [job_json(j) for j in jobs], "next_page_token": token})
+    return ok({"jobs": [job_view_json(j) for j in jobs], "next_page_token": token})
 
 
 @endpoint("/v1/jobs/{job_id}", "GET")
 def get_job(job_id: str):
-    return ok(job_json(services().jobs.get(_tenant(), job_id)))
+    return ok(job_view_json(services().jobs.read(_tenant(), job_id)))
 
 
 @endpoint("/v1/jobs/{job_id}/cancel", "POST")

@@ -40,7 +40,7 @@ from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
 from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parked_partition
 from chalicelib.domain.intents import Intent
-from chalicelib.domain.jobs import Job, clear_incident, frozen_health
+from chalicelib.domain.jobs import Job, JobView, clear_incident, frozen_health, view_of
 from chalicelib.domain.nodes import Node, NodeState
 from chalicelib.domain.placement import Plan, queue_key
 from chalicelib.domain.stall import Beat
@@ -235,6 +235,15 @@ class FakeJobStore:
         with self.t.lock:
             job = self._job(job_id)
             return copy.deepcopy(job)
+
+    def view(self, job_id: str) -> JobView | None:
+        job = self.get(job_id)
+        return None if job is None else view_of(job)
+
+    def page_views(self, tenant: str, state: str | None, page_size: int,
+                   after: str | None) -> tuple[list[JobView], str | None]:
+        jobs, resume_after = self.page(tenant, state, page_size, after)
+        return [view_of(j) for j in jobs], resume_after
 
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[Job], str | None]:

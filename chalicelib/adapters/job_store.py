@@ -23,7 +23,7 @@ from ..domain.clock import iso, parse_iso, utcnow
 from ..domain.errors import ServiceUnavailable
 from ..domain.fleet import Fleet, parked_partition
 from ..domain.intents import LAUNCH, Intent, intent_id
-from ..domain.jobs import Job, clear_incident, frozen_health
+from ..domain.jobs import VIEW_FIELDS, Job, JobView, clear_incident, frozen_health
 from ..domain.placement import Plan, queue_key
 from ..domain.states import ENDS_ATTEMPT, PLACED, Event, JobState, sources
 from ..service.ports import (
@@ -71,6 +71,8 @@ _JOB = Codec(JobModel, (
     "started_at", "finished_at", "cancel_requested_at", "cancel_reason", "health", "exit",
     "idem_id", "inboxes", "pending_reason", "incident_key", "waiting_on"))
 _STATES = {state.value: state for state in JobState}
+#: what a JobView holds: the stored times are the API's text (iso) already
+_VIEW = Codec(JobModel, VIEW_FIELDS)
 
 
 def job_from_values(v: dict) -> Job:
@@ -315,9 +317,17 @@ class DynamoJobStore:
             raise
 
     def get(self, job_id: str) -> Job | None:
-        item = self._conn.dispatch(
-            "GetItem", written.get(JobModel, {"job_id": {"S": job_id}})).get("Item")
+        item = self._get_item(job_id)
         return job_from_item(item) if item else None
+
+    def view(self, job_id: str) -> JobView | None:
+        """The job as it is shown (domain/jobs.py JobView), or None."""
+        item = self._get_item(job_id)
+        return _VIEW.values(item) if item else None  # type: ignore[return-value]
+
+    def _get_item(self, job_id: str) -> dict | None:
+        return self._conn.dispatch(
+            "GetItem", written.get(JobModel, {"job_id": {"S": job_id}})).get("Item")
 
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[Job], str | None]:
@@ -332,6 +342,17 @@ class DynamoJobStore:
         of items (about 17 jobs of 57 KB specs): the page then holds what it
         read and resumes right after it.
         """
+        items, resume_after = self._page_items(tenant, state, page_size, after)
+        return [job_from_item(i) for i in items], resume_after
+
+    def page_views(self, tenant: str, state: str | None, page_size: int,
+                   after: str | None) -> tuple[list[JobView], str | None]:
+        """``page`` as the jobs are shown (JobView)."""
+        items, resume_after = self._page_items(tenant, state, page_size, after)
+        return [_VIEW.values(i) for i in items], resume_after  # type: ignore[misc]
+
+    def _page_items(self, tenant: str, state: str | None, page_size: int,
+                    after: str | None) -> tuple[list[dict], str | None]:
         if state:
             index, partition, key = JobModel.by_tenant_state.Meta.index_name, "tenant_state", \
                 tenant_state(tenant, state)
@@ -343,11 +364,11 @@ class DynamoJobStore:
             limit=page_size + 1, forward=False, start=start))
         items = raw.get("Items", [])
         if len(items) > page_size:  # the one more only says that more follow
-            jobs = [job_from_item(i) for i in items[:page_size]]
-            return jobs, jobs[-1].job_id
+            items = items[:page_size]
+            return items, items[-1]["job_id"]["S"]
         # DynamoDB stops a Query at 1 MB of items: resume where it stopped
         last = raw.get("LastEvaluatedKey")
-        return [job_from_item(i) for i in items], last["job_id"]["S"] if last else None
+        return items, last["job_id"]["S"] if last else None
 
     # -- transitions ------------------------------------------------------
     def _finish_actions(self, job: Job, now: datetime) -> list:

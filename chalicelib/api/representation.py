@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from ..domain.clock import iso
-from ..domain.jobs import Job
+from ..domain.jobs import Job, JobView, view_of
 from ..domain.nodes import Node
 
 
@@ -13,21 +13,28 @@ def _t(value: datetime | None) -> str | None:
 
 
 def job_json(job: Job) -> dict:
+    return job_view_json(view_of(job))
+
+
+def job_view_json(v: JobView) -> dict:
+    """The job of API.md, from its view (domain/jobs.py): the one mapping of a
+    job to its JSON, whether the view came from a Job or straight from the
+    store."""
     return {
-        "id": job.job_id,
-        "name": job.name,
-        "state": job.state.value,
-        "spec": job.spec,
-        "attempt": job.attempt,
-        "created_at": _t(job.created_at),
-        "updated_at": _t(job.updated_at),
-        "started_at": _t(job.started_at),
-        "finished_at": _t(job.finished_at),
-        "cancel_requested_at": _t(job.cancel_requested_at),
-        "cancel_reason": job.cancel_reason,
-        "health": job.health,
-        "exit": job.exit,
-        "pending_reason": job.pending_reason,
+        "id": v["job_id"],
+        "name": v["name"],
+        "state": v["state"],
+        "spec": v["spec"],
+        "attempt": v["attempt"],
+        "created_at": v["created_at"],
+        "updated_at": v["updated_at"],
+        "started_at": v["started_at"],
+        "finished_at": v["finished_at"],
+        "cancel_requested_at": v["cancel_requested_at"],
+        "cancel_reason": v["cancel_reason"],
+        "health": v["health"] or {},
+        "exit": v["exit"],
+        "pending_reason": v["pending_reason"],
     }
 
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
+from .clock import iso
 from .states import JobState
 from .threshold import threshold_s
 
@@ -120,3 +121,48 @@ class Job:
     waiting_on: str | None = None
 
 
+
+
+class JobView(TypedDict):
+    """A job as it is read and shown, not changed: what the representation
+    takes, with its times already as API text (``clock.iso``).
+
+    The store makes these straight from what it holds (for get and a list
+    page: no Job, no time parsed and formatted again, 9 us a job); anything
+    else makes them from a Job with :func:`view_of`. ``health`` may be None
+    where a job never had any (shown as ``{}``)."""
+    job_id: str
+    tenant: str
+    state: str
+    name: str | None
+    spec: dict
+    attempt: int
+    created_at: str
+    updated_at: str
+    started_at: str | None
+    finished_at: str | None
+    cancel_requested_at: str | None
+    cancel_reason: str | None
+    health: dict | None
+    exit: dict | None
+    pending_reason: str | None
+
+
+#: the fields of a JobView, which are also the job's stored attribute names
+VIEW_FIELDS = tuple(JobView.__annotations__)
+
+
+def _iso(t: datetime | None) -> str | None:
+    return None if t is None else iso(t)
+
+
+def view_of(job: Job) -> JobView:
+    return {
+        "job_id": job.job_id, "tenant": job.tenant, "state": job.state.value,
+        "name": job.name, "spec": job.spec, "attempt": job.attempt,
+        "created_at": iso(job.created_at), "updated_at": iso(job.updated_at),
+        "started_at": _iso(job.started_at), "finished_at": _iso(job.finished_at),
+        "cancel_requested_at": _iso(job.cancel_requested_at),
+        "cancel_reason": job.cancel_reason, "health": job.health, "exit": job.exit,
+        "pending_reason": job.pending_reason,
+    }

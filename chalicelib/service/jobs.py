@@ -8,6 +8,7 @@ from ..domain import cursor, idempotency, limits, quotas
 from ..domain.clock import Clock, plus, utcnow
 from ..domain.errors import (
     AlreadyFinished,
+    ApiError,
     IdempotencyKeyReused,
     InvalidArgument,
     NotFound,
@@ -17,7 +18,7 @@ from ..domain.errors import (
 )
 from ..domain.ids import is_job_id, new_job_id
 from ..domain.intents import cancel_intent
-from ..domain.jobs import Job, initial_health, with_defaults
+from ..domain.jobs import Job, JobView, initial_health, with_defaults
 from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher
@@ -44,16 +45,17 @@ _RACE_RETRIES = 3
 _JOB_FIXED_BYTES = 640
 
 
-def _variable(job: Job) -> list:
-    return [job.spec, job.health, job.exit, job.name, job.cancel_reason, job.pending_reason]
+def _variable(job: JobView) -> list:
+    return [job["spec"], job["health"], job["exit"], job["name"], job["cancel_reason"],
+            job["pending_reason"]]
 
 
-def job_wire_bytes(job: Job) -> int:
+def job_wire_bytes(job: JobView) -> int:
     """An upper bound of the bytes ``job`` takes in a response's proxy payload."""
     return _JOB_FIXED_BYTES + limits.proxy_bytes(_variable(job))
 
 
-def jobs_wire_bytes(jobs: Sequence[Job]) -> int:
+def jobs_wire_bytes(jobs: Sequence[JobView]) -> int:
     """An upper bound of the bytes ``jobs`` take together (one encoding, not
     one per job: a page is cut only when this exceeds its budget)."""
     return _JOB_FIXED_BYTES * len(jobs) + limits.proxy_bytes([_variable(j) for j in jobs])
@@ -138,21 +140,32 @@ class JobsService:
     def get(self, tenant: str, job_id: str) -> Job:
         job = self.store.get(job_id) if is_job_id(job_id) else None
         if job is None or job.tenant != tenant:
-            # another tenant's job is indistinguishable from a missing one
-            raise NotFound(f"job {job_id} not found", field="job_id")
+            raise self._not_found(job_id)
         return job
 
+    def read(self, tenant: str, job_id: str) -> JobView:
+        """``get`` as the job is shown (JobView): for reading it, not changing it."""
+        view = self.store.view(job_id) if is_job_id(job_id) else None
+        if view is None or view["tenant"] != tenant:
+            raise self._not_found(job_id)
+        return view
+
+    @staticmethod
+    def _not_found(job_id: str) -> ApiError:
+        # another tenant's job is indistinguishable from a missing one
+        return NotFound(f"job {job_id} not found", field="job_id")
+
     def attempts(self, tenant: str, job_id: str) -> list[dict]:
-        self.get(tenant, job_id)
+        self.read(tenant, job_id)
         return self.store.attempts(job_id)
 
     def events(self, tenant: str, job_id: str) -> list[dict]:
         """The job's story, oldest first (chalicelib/domain/events.py)."""
-        self.get(tenant, job_id)
+        self.read(tenant, job_id)
         return self.store.events(job_id)
 
     def list(self, tenant: str, *, state: str | None, page_size: int,
-             page_token: str | None) -> tuple[list[Job], str | None]:
+             page_token: str | None) -> tuple[list[JobView], str | None]:
         if state is not None and state not in JobState.__members__:
             raise InvalidArgument(f"state must be one of {', '.join(JobState.__members__)}",
                                   field="state")
@@ -164,10 +177,10 @@ class JobsService:
         if page_token is not None:
             after = cursor.decode(page_token, tenant=tenant, filter_key=filter_key,
                                   secret=self._token_key)
-        jobs, resume_after = self.store.page(tenant, state, page_size, after)
+        jobs, resume_after = self.store.page_views(tenant, state, page_size, after)
         fits = limits.fit(jobs, job_wire_bytes, whole=jobs_wire_bytes)
         if fits < len(jobs):  # cut by size: resume right after the last job sent
-            jobs, resume_after = jobs[:fits], jobs[fits - 1].job_id
+            jobs, resume_after = jobs[:fits], jobs[fits - 1]["job_id"]
         token = None if resume_after is None else cursor.encode(
             resume_after, tenant=tenant, filter_key=filter_key, secret=self._token_key)
         return jobs, token

@@ -11,6 +11,7 @@ import pytest
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import utcnow
 from chalicelib.domain.intents import cancel_intent
+from chalicelib.domain.jobs import view_of
 from chalicelib.domain.states import JobState
 from chalicelib.service.ports import CapacityChanged, IdemClaim, IdempotencyConflict, StateChanged
 
@@ -87,6 +88,21 @@ def test_a_state_filter_lists_only_that_state(ports):
         cancelled.job_id]
     assert [j.job_id for j in ports.store.page(tenant, "PENDING", 10, None)[0]] == [
         kept.job_id]
+
+
+def test_views_show_the_jobs_as_they_read(ports):
+    """get and list serve views (JobView) read straight from the store: the
+    same as the Job read, through view_of, for a new and a finished job."""
+    tenant = ports.tenant()
+    kept, cancelled = ports.created(tenant=tenant), ports.created(tenant=tenant)
+    ports.store.cancel_unplaced(cancelled, utcnow(), "no longer needed")
+    for job in (kept, cancelled):
+        assert ports.store.view(job.job_id) == view_of(ports.store.get(job.job_id))
+    assert ports.store.view(kept.job_id[:-4] + "ZZZZ") is None
+    jobs, after = ports.store.page(tenant, None, 1, None)
+    assert ports.store.page_views(tenant, None, 1, None) == ([view_of(j) for j in jobs], after)
+    assert ports.store.page_views(tenant, "CANCELLED", 10, None)[0] == [
+        view_of(ports.store.get(cancelled.job_id))]
 
 
 # -- transitions ---------------------------------------------------------------

@@ -52,7 +52,7 @@ def test_listing_pages_through_every_job_once_newest_first(svc):
     seen, token = [], None
     while True:
         jobs, token = svc.jobs.list("acme", state=None, page_size=3, page_token=token)
-        seen += [j.job_id for j in jobs]
+        seen += [j["job_id"] for j in jobs]
         if token is None:
             break
     assert seen == sorted(ids, reverse=True)

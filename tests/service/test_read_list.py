@@ -118,7 +118,7 @@ def test_pages_are_cut_by_size_and_resume_exactly_at_the_cut(services, client, t
     big = {**BODY, "env": {f"V{i}": "x" * 1000 for i in range(6)}}
     created = [client.http.post("/v1/jobs", body=json.dumps(big),
                                 headers=tenants.headers()).json_body["id"] for _ in range(7)]
-    one = job_wire_bytes(services.store.get(created[0]))
+    one = job_wire_bytes(services.store.view(created[0]))
     monkeypatch.setattr(limits, "PAGE_BUDGET_BYTES", 3 * one + one // 2)
     r = client.http.get("/v1/jobs?page_size=50", headers=tenants.headers())
     assert [j["id"] for j in r.json_body["jobs"]] == created[::-1][:3]

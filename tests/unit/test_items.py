@@ -114,3 +114,34 @@ def test_an_expression_value_is_the_attributes_serialisation():
     assert codec.value("targets", {"n1": "u"}) == {"S": OutboxModel.targets.serialize({"n1": "u"})}
     with pytest.raises(KeyError):
         codec.value("nope", 1)
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: j.state.value)
+def test_a_job_read_as_a_view_shows_as_the_job_it_stores(job):
+    """get and the list page read views straight from items (no Job, stored
+    times passed through): what they show is what the Job shows."""
+    from chalicelib.adapters.job_store import _VIEW
+    from chalicelib.api.representation import job_json, job_view_json
+    from chalicelib.domain.jobs import view_of
+
+    item = DynamoJobStore._new_job_item(job)
+    view = _VIEW.values(item)
+    assert view == view_of(job_from_item(item))
+    assert job_view_json(view) == job_json(job)
+
+
+@settings(max_examples=60, deadline=None)
+@given(spec=st.dictionaries(text, json_values, max_size=4), health=json_values,
+       name=st.none() | text, reason=st.none() | text,
+       times=st.lists(st.none() | st.datetimes(timezones=st.just(timezone.utc)),
+                      min_size=3, max_size=3))
+def test_any_job_read_as_a_view_shows_as_the_job_it_stores(spec, health, name, reason, times):
+    from chalicelib.adapters.job_store import _VIEW
+    from chalicelib.api.representation import job_json, job_view_json
+
+    started, finished, cancelled = times
+    job = _job(spec={**JOBS[0].spec, **spec}, health=health if isinstance(health, dict) else {},
+               name=name, cancel_reason=reason, started_at=started, finished_at=finished,
+               cancel_requested_at=cancelled)
+    stored = job_from_item(DynamoJobStore._new_job_item(job))  # times at milliseconds
+    assert job_view_json(_VIEW.values(DynamoJobStore._new_job_item(job))) == job_json(stored)

@@ -7,7 +7,7 @@ record (condition: absent) and the job go in together or not at all.
 from __future__ import annotations
 
 import dataclasses
-import uuid
+import os
 from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
@@ -229,7 +229,7 @@ def new_transaction(connection: Connection) -> Transaction:
     after a lost answer, DynamoDB applies it once and answers the retry as it
     answered the first (moto ignores the token: the writers below also
     recognise their own write when its retry fails its condition)."""
-    return Transaction(connection=connection, client_request_token=uuid.uuid4().hex)
+    return Transaction(connection=connection, client_request_token=os.urandom(16).hex())
 
 
 class DynamoJobStore:

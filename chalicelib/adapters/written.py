@@ -15,6 +15,7 @@ very name (``#state`` is ``state``), so the text reads as what it does;
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -35,7 +36,14 @@ class Transaction(TransactWrite):
 
 
 def _names(*expressions: str | None) -> dict[str, str]:
-    return {f"#{n}": n for e in expressions if e for n in _NAME.findall(e)}
+    """The ``#name`` placeholders of ``expressions``: a copy of the ones worked
+    out the first time (a request's expressions are a handful of fixed texts)."""
+    return dict(_placeholders(expressions))
+
+
+@functools.lru_cache(maxsize=512)
+def _placeholders(expressions: tuple[str | None, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((f"#{n}", n) for e in expressions if e for n in _NAME.findall(e))
 
 
 def _table(model: type[Model]) -> str:

@@ -178,11 +178,11 @@ def create_job():
     tenant = _tenant()
     key = idempotency.check_key(_request().headers.get("idempotency-key"))
     body = _body("JOB_CREATE", required=True)
-    job, replayed = services().jobs.create(tenant, body, key)
-    headers = {"Location": f"/v1/jobs/{job.job_id}"}
+    job, replayed = services().jobs.submit(tenant, body, key)
+    headers = {"Location": f"/v1/jobs/{job['job_id']}"}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
-    return ok(job_json(job), 201, headers)
+    return ok(job_view_json(job), 201, headers)
 
 
 @endpoint("/v1/jobs", "GET")

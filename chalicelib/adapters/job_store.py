@@ -262,8 +262,12 @@ class DynamoJobStore:
         return JobModel(**cls._new_job_values(job))
 
     @classmethod
-    def _new_job_item(cls, job: Job) -> dict:
-        return _JOB_ITEM.item(cls._new_job_values(job))
+    def _new_job_item(cls, job: Job, idem_id: str | None = None) -> dict:
+        """A new job's item; made under a key, ``idem_id`` names the key's record."""
+        values = cls._new_job_values(job)
+        if idem_id is not None:
+            values["idem_id"] = idem_id
+        return _JOB_ITEM.item(values)
 
     def create(self, job: Job, claim: IdemClaim | None, *,
                reclaim: IdemRecord | None = None, max_pending: int | None = None) -> None:
@@ -274,7 +278,6 @@ class DynamoJobStore:
         finds its own job and answers as the first try would."""
         record = None
         if claim is not None:
-            job = dataclasses.replace(job, idem_id=claim.idem_id)
             record = _IDEM_ITEM.item({"idem_id": claim.idem_id, "job_id": job.job_id,
                                       "body_hash": claim.body_hash,
                                       "created_at": iso(job.created_at)})
@@ -291,7 +294,8 @@ class DynamoJobStore:
                 if record is not None:
                     tx.put_item(written.put_new(IdempotencyModel, record, return_old=True,
                                                 condition=condition, values=values))
-                tx.put_item(written.put_new(JobModel, self._new_job_item(job)))
+                tx.put_item(written.put_new(JobModel, self._new_job_item(
+                    job, claim.idem_id if claim is not None else None)))
                 _count_pending(tx, job.tenant, +1, max_pending)
         except TransactWriteError as e:
             reasons = list(e.cancellation_reasons or [])

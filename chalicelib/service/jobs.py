@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from ..domain import cursor, idempotency, limits, quotas
 from ..domain.clock import Clock, plus, utcnow
@@ -18,7 +18,7 @@ from ..domain.errors import (
 )
 from ..domain.ids import is_job_id, new_job_id
 from ..domain.intents import cancel_intent
-from ..domain.jobs import Job, JobView, initial_health, with_defaults
+from ..domain.jobs import Job, JobView, initial_health, view_of, with_defaults
 from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher
@@ -39,6 +39,13 @@ MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
 #: how often a command retries after losing a conditional write to a racer
 _RACE_RETRIES = 3
+
+
+T = TypeVar("T")
+
+
+def _itself(job: Job) -> Job:
+    return job
 
 
 #: a job's fields other than those job_wire_bytes encodes: names, ids, times
@@ -82,6 +89,16 @@ class JobsService:
     def create(self, tenant: str, body: dict, idempotency_key: str | None) -> tuple[Job, bool]:
         """The new job, or with a known key and the same body the job it made
         (second value True: a replay). One write round trip on the first call."""
+        return self._create(tenant, body, idempotency_key, self.store.get, _itself)
+
+    def submit(self, tenant: str, body: dict,
+               idempotency_key: str | None) -> tuple[JobView, bool]:
+        """``create`` as the job is shown (the route's): a replay reads the
+        job's view, not the Job."""
+        return self._create(tenant, body, idempotency_key, self.store.view, view_of)
+
+    def _create(self, tenant: str, body: dict, idempotency_key: str | None,
+                read: Callable[[str], T | None], shown: Callable[[Job], T]) -> tuple[T, bool]:
         now = self._clock()
         spec = with_defaults(body)
         job = Job(job_id=new_job_id(), tenant=tenant, state=JobState.PENDING, spec=spec,
@@ -91,7 +108,7 @@ class JobsService:
             self._write(job, None)
             self.telemetry.count("JobsCreated")
             self.nudge()
-            return job, False
+            return shown(job), False
         claim = IdemClaim(idempotency.record_id(tenant, idempotency_key),
                           idempotency.body_hash(body))
         reclaim = None
@@ -100,7 +117,7 @@ class JobsService:
                 self._write(job, claim, reclaim)
                 self.telemetry.count("JobsCreated")
                 self.nudge()
-                return dataclasses.replace(job, idem_id=claim.idem_id), False
+                return shown(dataclasses.replace(job, idem_id=claim.idem_id)), False
             except IdempotencyConflict as conflict:
                 held = conflict.record
             if held is None:
@@ -112,7 +129,7 @@ class JobsService:
                 raise IdempotencyKeyReused(
                     "Idempotency-Key was already used with a different request body",
                     field="Idempotency-Key")
-            existing = self.store.get(held.job_id)
+            existing = read(held.job_id)
             if existing is not None:
                 self.telemetry.count("IdempotentReplays")
                 return existing, True

@@ -47,7 +47,10 @@ _DIGITS = re.compile(r"^[0-9]{1,6}$")  # ASCII only: "²".isdigit() is True
 
 
 def problem(err: ApiError) -> Response:
-    return Response(body=json.dumps(err.problem()), status_code=err.status,
+    # compact like every body, and ASCII (json's escapes): a problem may echo
+    # what a client sent, lone surrogates included, and must still encode
+    return Response(body=json.dumps(err.problem(), separators=(",", ":")),
+                    status_code=err.status,
                     headers={"Content-Type": PROBLEM_JSON, **err.headers})
 
 

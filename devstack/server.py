@@ -60,7 +60,7 @@ class ProblemRequestHandler(ChaliceRequestHandler):
         headers = {"Content-Type": "application/problem+json", **err.headers}
         if close:
             headers["Connection"] = "close"
-        self._send_http_response(err.status, headers, json.dumps(err.problem()).encode())
+        self._send_http_response(err.status, headers, json.dumps(err.problem(), separators=(",", ":")).encode())
 
     def _allowed(self) -> str | None:
         """The methods the request's path is routed for; None: not routed."""

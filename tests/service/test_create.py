@@ -204,3 +204,16 @@ def test_a_null_cancel_body_is_400(client, tenants):
     job_id = post(client, tenants).json_body["id"]
     r = client.http.post(f"/v1/jobs/{job_id}/cancel", body="null", headers=tenants.headers())
     assert r.status_code == 400
+
+
+@pytest.mark.parametrize("raw", ['{"command": ["x"], "ranks": 1, "name": "\\ud800"}',
+                                 '{"command": ["x"], "ranks": 1, "\\udfff": 1}'],
+                         ids=["value", "field name"])
+def test_a_lone_surrogate_is_a_400_whose_problem_still_encodes(client, tenants, raw):
+    """A problem may echo what the client sent: its body is compact JSON in
+    ASCII, so even a lone surrogate leaves as an escape, never a 500."""
+    r = client.http.post("/v1/jobs", body=raw, headers=tenants.headers())
+    assert r.status_code == 400, r.body
+    assert r.headers["Content-Type"] == "application/problem+json"
+    assert r.body.isascii() and b", " not in r.body and b'": ' not in r.body
+    assert json.loads(r.body)["code"]

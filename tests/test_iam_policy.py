@@ -97,8 +97,6 @@ def test_the_shared_connection_s_dispatch_passes_the_call_through():
     """A test that reads a model itself goes through the shared connection's
     dispatch (chalicelib/adapters/aws.py): that frame is not the caller, the
     test is; called from a service, the service is."""
-    import sys
-
     ns: dict = {}
     exec(compile("import sys\ndef dispatch(outer):\n    return sys._getframe()\n",
                  str(ROOT / "chalicelib" / "adapters" / "aws.py"), "exec"), ns)

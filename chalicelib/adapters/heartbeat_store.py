@@ -10,17 +10,24 @@ from __future__ import annotations
 import random
 import threading
 from datetime import datetime, timedelta
+from typing import Iterator
 
 from pynamodb.connection import Connection
 
 from ..domain.clock import iso, parse_iso
 from ..domain.stall import Beat
+from . import written
+from .items import Codec
 from .models import CollectorModel, HeartbeatModel
 
 SHARD_RANKS = 512
 #: heartbeat items outlive their attempt by this much, then TTL removes them
 KEEP = timedelta(days=7)
 INGEST_SHARDS = 8
+#: what the scan reads of a rank's item
+_BEAT = Codec(HeartbeatModel, (
+    "rank", "heard_at", "beat_at", "step", "paused_until", "proc", "sampled_at", "io_at",
+    "active_at", "wrote_at", "resumed_at", "resumed_gap_s", "arrived_seq", "arrived_name"))
 
 
 def _t(value: str | None) -> datetime | None:
@@ -78,12 +85,15 @@ class DynamoHeartbeatStore:
 
     def read(self, job_id: str, attempt: int, node_of: dict[int, str]) -> list[Beat]:
         """Every rank of the attempt (never-heard ranks too), strongly consistent:
-        a stale read could fake a stall."""
+        a stale read could fake a stall. Raw items through the codec, not a
+        model instance per rank (the scan reads every running rank, every
+        period: docs/benchmarks.md)."""
         world = len(node_of)
-        heard: dict[int, HeartbeatModel] = {}
+        heard: dict[int, dict] = {}
         for shard in range(-(-world // SHARD_RANKS)):
-            for m in HeartbeatModel.query(f"{job_id}#{attempt}#{shard}", consistent_read=True):
-                heard[int(m.rank)] = m
+            for item in self._shard_items(f"{job_id}#{attempt}#{shard}"):
+                v = _BEAT.values(item)
+                heard[int(v["rank"])] = v
         out = []
         for rank in range(world):
             h = heard.get(rank)
@@ -91,20 +101,33 @@ class DynamoHeartbeatStore:
                 out.append(Beat(rank, node_of[rank]))
                 continue
             out.append(Beat(rank, node_of[rank],
-                            heard_at=_t(h.heard_at),
-                            beat_at=_t(h.beat_at),
-                            step=None if h.step is None else int(h.step),
-                            paused_until=_t(h.paused_until),
-                            proc=h.proc, sampled_at=_t(h.sampled_at),
-                            io_at=_t(h.io_at),
-                            active_at=_t(h.active_at),
-                            wrote_at=_t(h.wrote_at),
-                            resumed_at=_t(h.resumed_at),
-                            resumed_gap_s=None if h.resumed_gap_s is None
-                            else float(h.resumed_gap_s),
-                            arrived_seq=None if h.arrived_seq is None else int(h.arrived_seq),
-                            arrived_name=h.arrived_name))
+                            heard_at=_t(h["heard_at"]),
+                            beat_at=_t(h["beat_at"]),
+                            step=None if h["step"] is None else int(h["step"]),
+                            paused_until=_t(h["paused_until"]),
+                            proc=h["proc"], sampled_at=_t(h["sampled_at"]),
+                            io_at=_t(h["io_at"]),
+                            active_at=_t(h["active_at"]),
+                            wrote_at=_t(h["wrote_at"]),
+                            resumed_at=_t(h["resumed_at"]),
+                            resumed_gap_s=None if h["resumed_gap_s"] is None
+                            else float(h["resumed_gap_s"]),
+                            arrived_seq=None if h["arrived_seq"] is None
+                            else int(h["arrived_seq"]),
+                            arrived_name=h["arrived_name"]))
         return out
+
+    def _shard_items(self, key: str) -> Iterator[dict]:
+        """Every item of one shard, page after page (a Query stops at 1 MB)."""
+        start = None
+        while True:
+            page = self._conn.dispatch("Query", written.query(
+                HeartbeatModel, None, "#shard_key = :key", {":key": {"S": key}},
+                consistent=True, start=start))
+            yield from page.get("Items", [])
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
 
 
 def _evidence(b: dict) -> dict:

@@ -85,14 +85,21 @@ def get(model: type[Model], key: dict) -> dict:
     return {"TableName": _table(model), "Key": key, "ConsistentRead": True}
 
 
-def query(model: type[Model], index: str, condition: str, values: dict, *, limit: int,
-          forward: bool = True, start: dict | None = None) -> dict:
-    """A Query of ``index`` for the items meeting the key ``condition``."""
-    op: dict[str, Any] = {"TableName": _table(model), "IndexName": index,
+def query(model: type[Model], index: str | None, condition: str, values: dict, *,
+          limit: int | None = None, forward: bool = True, start: dict | None = None,
+          consistent: bool = False) -> dict:
+    """A Query of ``index`` (None: the table) for the items meeting the key
+    ``condition``; strongly consistent if asked (not on a global index)."""
+    op: dict[str, Any] = {"TableName": _table(model),
                           "KeyConditionExpression": condition,
                           "ExpressionAttributeNames": _names(condition),
-                          "ExpressionAttributeValues": values, "Limit": limit,
-                          "ScanIndexForward": forward}
+                          "ExpressionAttributeValues": values, "ScanIndexForward": forward}
+    if index is not None:
+        op["IndexName"] = index
+    if limit is not None:
+        op["Limit"] = limit
+    if consistent:
+        op["ConsistentRead"] = True
     if start:
         op["ExclusiveStartKey"] = start
     return op

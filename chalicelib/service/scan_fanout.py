@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 #: DynamoDB latency: one strongly consistent Query per 512 ranks (~128 KB of
 #: heartbeat items), assumed ~10 ms until CloudWatch measures it. The 137 us
 #: first quoted here (issue 16) included moto's own CPU answering the reads.
+#: Since the heartbeat read skips model instances (docs/benchmarks.md) the
+#: CPU part is about a third lower: kept until re-measured, an overestimate
+#: only ever makes more shards, not fewer.
 RANK_COST_S = 65e-6
 #: of the scan period, what one invocation may spend judging (2 s of 60 s)
 SHARD_FRACTION = 1 / 30

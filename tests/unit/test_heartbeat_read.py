@@ -1,0 +1,50 @@
+"""The scan's read of an attempt's heartbeats (adapters/heartbeat_store.py):
+raw items through the codec, every page of every shard, strongly consistent."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from chalicelib.adapters.heartbeat_store import SHARD_RANKS, DynamoHeartbeatStore
+from chalicelib.adapters.models import HeartbeatModel
+
+T0 = datetime(2026, 12, 1, 3, 4, 5, 678000, tzinfo=timezone.utc)
+
+
+def _item(rank: int, **values) -> dict:
+    return HeartbeatModel(shard_key=f"j#1#{rank // SHARD_RANKS}", rank=rank, node_id="n",
+                          heard_at="2026-12-01T03:04:05.678Z", **values).serialize()
+
+
+class _Pages:
+    """A connection whose Query answers each shard in pages of two items."""
+
+    def __init__(self, items: list[dict]) -> None:
+        self.items, self.requests = items, []
+
+    def dispatch(self, operation: str, request: dict) -> dict:
+        self.requests.append((operation, request))
+        key = request["ExpressionAttributeValues"][":key"]["S"]
+        mine = [i for i in self.items if i["shard_key"]["S"] == key]
+        start = request.get("ExclusiveStartKey")
+        at = 0 if start is None else next(
+            n for n, i in enumerate(mine) if i["rank"] == start["rank"]) + 1
+        page = mine[at:at + 2]
+        more = at + 2 < len(mine)
+        return {"Items": page, **({"LastEvaluatedKey": {
+            "shard_key": page[-1]["shard_key"], "rank": page[-1]["rank"]}} if more else {})}
+
+
+def test_every_page_of_every_shard_is_read_strongly_consistent():
+    """A shard past DynamoDB's 1 MB page comes in several pages: a rank on a
+    later page missed would be judged never heard, a false stall."""
+    ranks = [0, 1, 2, 3, 4, SHARD_RANKS, SHARD_RANKS + 1]
+    world = SHARD_RANKS + 3
+    conn = _Pages([_item(r, step=r, proc={"cpu": 0.5} if r == 4 else None) for r in ranks])
+    beats = DynamoHeartbeatStore(conn).read("j", 1, {r: f"n{r % 2}" for r in range(world)})
+    assert [b.rank for b in beats if b.heard_at is not None] == ranks
+    assert all(b.heard_at == T0 for b in beats if b.rank in ranks)
+    assert [b.step for b in beats if b.step is not None] == ranks
+    assert beats[4].proc == {"cpu": 0.5} and beats[3].proc is None
+    assert beats[SHARD_RANKS + 2].heard_at is None and beats[7].node_id == "n1"
+    assert all(op == "Query" and r["ConsistentRead"] is True for op, r in conn.requests)
+    assert len(conn.requests) == 3 + 1, "three pages of shard 0, one of shard 1"

@@ -62,9 +62,25 @@ def sample_until(sampler, groups, ok, timeout=20.0):
     raise AssertionError(f"never saw the expected sample: {seen}")
 
 
+def _announced(code: str) -> str:
+    """``code`` that first creates the file named by its last argument: it is
+    then past its interpreter's start-up, whose reads are real I/O."""
+    return "import pathlib, sys\npathlib.Path(sys.argv[-1]).touch()\n" + code
+
+
+def _wait_for(paths, timeout=20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() for p in paths):
+        assert time.monotonic() < deadline, f"never started: {paths}"
+        time.sleep(0.02)
+
+
 def test_the_sampler_tells_a_writer_from_a_sleeper_and_a_spinner(tmp_path, group):
     writer_p = group(WRITER, str(tmp_path / "ckpt.bin"))
-    sleeper, spinner = group(SLEEPER), group(SPINNER)
+    ready = [tmp_path / "sleeper.ready", tmp_path / "spinner.ready"]
+    sleeper = group(_announced(SLEEPER), str(ready[0]))
+    spinner = group(_announced(SPINNER), str(ready[1]))
+    _wait_for(ready)  # sampled from here on: a loaded machine starts them slowly
     sampler = ProcSampler()
     groups = {"w": writer_p.pid, "s": sleeper.pid, "c": spinner.pid}
     seen = sample_until(sampler, groups,

@@ -121,8 +121,6 @@ class Job:
     waiting_on: str | None = None
 
 
-
-
 class JobView(TypedDict):
     """A job as it is read and shown, not changed: what the representation
     takes, with its times already as API text (``clock.iso``).

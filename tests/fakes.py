@@ -240,21 +240,16 @@ class FakeJobStore:
         job = self.get(job_id)
         return None if job is None else view_of(job)
 
-    def page_views(self, tenant: str, state: str | None, page_size: int,
-                   after: str | None) -> tuple[list[JobView], str | None]:
-        jobs, resume_after = self.page(tenant, state, page_size, after)
-        return [view_of(j) for j in jobs], resume_after
-
     def page(self, tenant: str, state: str | None, page_size: int,
-             after: str | None) -> tuple[list[Job], str | None]:
+             after: str | None) -> tuple[list[JobView], str | None]:
         """Newest first (job ids sort by creation), after the ``after`` id."""
         with self.t.lock:
             jobs = sorted((j for j in self.t.jobs.values() if j.tenant == tenant
                            and (state is None or j.state.value == state)
                            and (after is None or j.job_id < after)),
                           key=lambda j: j.job_id, reverse=True)
-            page = [copy.deepcopy(j) for j in jobs[:page_size]]
-            return page, (page[-1].job_id if len(jobs) > page_size else None)
+            page = [view_of(copy.deepcopy(j)) for j in jobs[:page_size]]
+            return page, (page[-1]["job_id"] if len(jobs) > page_size else None)
 
     def _queue(self, state: JobState, limit: int) -> list[Job]:
         with self.t.lock:

@@ -23,7 +23,7 @@ from ..domain.clock import iso, parse_iso, utcnow
 from ..domain.errors import ServiceUnavailable
 from ..domain.fleet import Fleet, parked_partition
 from ..domain.intents import LAUNCH, Intent, intent_id
-from ..domain.jobs import VIEW_FIELDS, Job, JobView, clear_incident, frozen_health
+from ..domain.jobs import VIEW_FIELDS, Job, JobView, clear_incident, frozen_health, view_of
 from ..domain.placement import Plan, queue_key
 from ..domain.states import ENDS_ATTEMPT, PLACED, Event, JobState, sources
 from ..service.ports import (
@@ -138,19 +138,15 @@ def _first_event(key: str) -> str:
 
 
 def job_values(j: Job) -> dict:
-    """A job's item as attribute values (the model's, or the codec's)."""
-    return dict(
-        job_id=j.job_id, tenant=j.tenant, state=j.state.value,
-        tenant_state=tenant_state(j.tenant, j.state),
-        active_state=None if j.state.terminal else j.state.value,
-        name=j.name, spec=j.spec, attempt=j.attempt, created_at=iso(j.created_at),
-        updated_at=iso(j.updated_at), started_at=j.started_at and iso(j.started_at),
-        finished_at=j.finished_at and iso(j.finished_at),
-        cancel_requested_at=j.cancel_requested_at and iso(j.cancel_requested_at),
-        cancel_reason=j.cancel_reason, health=j.health, exit=j.exit, idem_id=j.idem_id,
-        inboxes=j.inboxes or None, pending_reason=j.pending_reason,
-        queue_key=queue_key(j.spec.get("priority", 0), j.job_id),
-    )
+    """A job's item as attribute values (the model's, or the codec's): what is
+    shown of it (its view, whose fields are stored under their own names) and
+    its index keys, queue key and references."""
+    return {
+        **view_of(j), "tenant_state": tenant_state(j.tenant, j.state),
+        "active_state": None if j.state.terminal else j.state.value,
+        "idem_id": j.idem_id, "inboxes": j.inboxes or None,
+        "queue_key": queue_key(j.spec.get("priority", 0), j.job_id),
+    }
 
 
 def job_to_model(j: Job) -> JobModel:
@@ -334,10 +330,10 @@ class DynamoJobStore:
             "GetItem", written.get(JobModel, {"job_id": {"S": job_id}})).get("Item")
 
     def page(self, tenant: str, state: str | None, page_size: int,
-             after: str | None) -> tuple[list[Job], str | None]:
+             after: str | None) -> tuple[list[JobView], str | None]:
         """Up to ``page_size`` jobs of ``tenant`` (in ``state``) older than
-        ``after``, newest first, and the key to resume after (None when nothing
-        is left).
+        ``after``, newest first, as they are shown (JobView), and the key to
+        resume after (None when nothing is left).
 
         One Query, of the tenant's partition or, with a state, of the
         (tenant, state) partition, asking for one item more than the page so it
@@ -346,17 +342,6 @@ class DynamoJobStore:
         of items (about 17 jobs of 57 KB specs): the page then holds what it
         read and resumes right after it.
         """
-        items, resume_after = self._page_items(tenant, state, page_size, after)
-        return [job_from_item(i) for i in items], resume_after
-
-    def page_views(self, tenant: str, state: str | None, page_size: int,
-                   after: str | None) -> tuple[list[JobView], str | None]:
-        """``page`` as the jobs are shown (JobView)."""
-        items, resume_after = self._page_items(tenant, state, page_size, after)
-        return [_VIEW.values(i) for i in items], resume_after  # type: ignore[misc]
-
-    def _page_items(self, tenant: str, state: str | None, page_size: int,
-                    after: str | None) -> tuple[list[dict], str | None]:
         if state:
             index, partition, key = JobModel.by_tenant_state.Meta.index_name, "tenant_state", \
                 tenant_state(tenant, state)
@@ -369,10 +354,11 @@ class DynamoJobStore:
         items = raw.get("Items", [])
         if len(items) > page_size:  # the one more only says that more follow
             items = items[:page_size]
-            return items, items[-1]["job_id"]["S"]
-        # DynamoDB stops a Query at 1 MB of items: resume where it stopped
-        last = raw.get("LastEvaluatedKey")
-        return items, last["job_id"]["S"] if last else None
+            resume_after = items[-1]["job_id"]["S"]
+        else:  # DynamoDB stops a Query at 1 MB of items: resume where it stopped
+            last = raw.get("LastEvaluatedKey")
+            resume_after = last["job_id"]["S"] if last else None
+        return [_VIEW.values(i) for i in items], resume_after  # type: ignore[misc]
 
     # -- transitions ------------------------------------------------------
     def _finish_actions(self, job: Job, now: datetime) -> list:

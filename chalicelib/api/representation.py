@@ -1,15 +1,9 @@
 """Domain objects to the JSON of API.md."""
 from __future__ import annotations
 
-from datetime import datetime
-
-from ..domain.clock import iso
+from ..domain.clock import iso_or_none
 from ..domain.jobs import Job, JobView, view_of
 from ..domain.nodes import Node
-
-
-def _t(value: datetime | None) -> str | None:
-    return None if value is None else iso(value)
 
 
 def job_json(job: Job) -> dict:
@@ -39,14 +33,14 @@ def job_view_json(v: JobView) -> dict:
 
 
 def attempt_json(attempt: dict) -> dict:
-    return {**attempt, "created_at": _t(attempt["created_at"]),
-            "finished_at": _t(attempt["finished_at"])}
+    return {**attempt, "created_at": iso_or_none(attempt["created_at"]),
+            "finished_at": iso_or_none(attempt["finished_at"])}
 
 
 def node_json(node: Node) -> dict:
     return {"node_id": node.node_id, "gpus": node.gpus, "gpus_free": node.gpus_free,
             "gpu_type": node.gpu_type, "state": node.state.value,
-            "inbox_queue_url": node.inbox_queue_url, "last_seen_at": _t(node.last_seen_at),
+            "inbox_queue_url": node.inbox_queue_url, "last_seen_at": iso_or_none(node.last_seen_at),
             "labels": node.labels, "address": node.address, "isolation": node.isolation}
 
 

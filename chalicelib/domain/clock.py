@@ -22,6 +22,10 @@ def iso(t: datetime) -> str:
     return t.isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
+def iso_or_none(t: datetime | None) -> str | None:
+    return None if t is None else iso(t)
+
+
 def parse_iso(s: str) -> datetime:
     return datetime.fromisoformat(s.replace("Z", "+00:00")).astimezone(timezone.utc)
 

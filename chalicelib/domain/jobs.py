@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypedDict
 
-from .clock import iso
+from .clock import iso, iso_or_none
 from .states import JobState
 from .threshold import threshold_s
 
@@ -150,17 +150,13 @@ class JobView(TypedDict):
 VIEW_FIELDS = tuple(JobView.__annotations__)
 
 
-def _iso(t: datetime | None) -> str | None:
-    return None if t is None else iso(t)
-
-
 def view_of(job: Job) -> JobView:
     return {
         "job_id": job.job_id, "tenant": job.tenant, "state": job.state.value,
         "name": job.name, "spec": job.spec, "attempt": job.attempt,
         "created_at": iso(job.created_at), "updated_at": iso(job.updated_at),
-        "started_at": _iso(job.started_at), "finished_at": _iso(job.finished_at),
-        "cancel_requested_at": _iso(job.cancel_requested_at),
+        "started_at": iso_or_none(job.started_at), "finished_at": iso_or_none(job.finished_at),
+        "cancel_requested_at": iso_or_none(job.cancel_requested_at),
         "cancel_reason": job.cancel_reason, "health": job.health, "exit": job.exit,
         "pending_reason": job.pending_reason,
     }

@@ -1,7 +1,6 @@
 """Jobs use cases: idempotent create, read, keyset listing, cancel as an intent."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Protocol, Sequence, TypeVar
 
 from ..domain import cursor, idempotency, limits, quotas
@@ -101,23 +100,24 @@ class JobsService:
                 read: Callable[[str], T | None], shown: Callable[[Job], T]) -> tuple[T, bool]:
         now = self._clock()
         spec = with_defaults(body)
+        claim = None if idempotency_key is None else IdemClaim(
+            idempotency.record_id(tenant, idempotency_key), idempotency.body_hash(body))
         job = Job(job_id=new_job_id(), tenant=tenant, state=JobState.PENDING, spec=spec,
                   created_at=now, updated_at=now, name=body.get("name"),
-                  health=initial_health(spec, self._scans_per_hour))
-        if idempotency_key is None:
+                  health=initial_health(spec, self._scans_per_hour),
+                  idem_id=None if claim is None else claim.idem_id)
+        if claim is None:
             self._write(job, None)
             self.telemetry.count("JobsCreated")
             self.nudge()
             return shown(job), False
-        claim = IdemClaim(idempotency.record_id(tenant, idempotency_key),
-                          idempotency.body_hash(body))
         reclaim = None
         for _ in range(_RACE_RETRIES):
             try:
                 self._write(job, claim, reclaim)
                 self.telemetry.count("JobsCreated")
                 self.nudge()
-                return shown(dataclasses.replace(job, idem_id=claim.idem_id)), False
+                return shown(job), False
             except IdempotencyConflict as conflict:
                 held = conflict.record
             if held is None:
@@ -194,7 +194,7 @@ class JobsService:
         if page_token is not None:
             after = cursor.decode(page_token, tenant=tenant, filter_key=filter_key,
                                   secret=self._token_key)
-        jobs, resume_after = self.store.page_views(tenant, state, page_size, after)
+        jobs, resume_after = self.store.page(tenant, state, page_size, after)
         fits = limits.fit(jobs, job_wire_bytes, whole=jobs_wire_bytes)
         if fits < len(jobs):  # cut by size: resume right after the last job sent
             jobs, resume_after = jobs[:fits], jobs[fits - 1]["job_id"]

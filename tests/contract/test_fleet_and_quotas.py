@@ -197,7 +197,7 @@ def test_a_create_at_the_tenants_pending_limit_is_refused_and_writes_nothing(por
         ports.store.create(third, claim, max_pending=2)
     assert refused.value.limit == 2
     assert ports.store.get(third.job_id) is None
-    assert sorted(_ids(ports.store.page(first.tenant, None, 10, None)[0])) == sorted(
+    assert sorted(j["job_id"] for j in ports.store.page(first.tenant, None, 10, None)[0]) == sorted(
         [first.job_id, second.job_id])
     ports.store.create(ports.job(tenant=ports.tenant(1)), None, max_pending=2)  # its own count
     ports.store.cancel_unplaced(first, utcnow(), None)

@@ -30,7 +30,7 @@ def test_a_create_retried_after_a_lost_answer_changes_nothing(ports):
     job = ports.job()
     ports.store.create(job, None)
     ports.store.create(job, None)
-    assert [j.job_id for j in ports.store.page(job.tenant, None, 10, None)[0]] == [job.job_id]
+    assert [j["job_id"] for j in ports.store.page(job.tenant, None, 10, None)[0]] == [job.job_id]
 
 
 def test_an_idempotency_key_makes_one_job_and_names_its_holder(ports):
@@ -73,7 +73,7 @@ def test_pages_are_newest_first_without_skips_or_repeats(ports):
     while True:
         jobs, after = ports.store.page(tenant, None, 2, after)
         assert len(jobs) <= 2
-        seen += [j.job_id for j in jobs]
+        seen += [j["job_id"] for j in jobs]
         if after is None:
             break
     assert seen == sorted(ids, reverse=True)
@@ -84,9 +84,9 @@ def test_a_state_filter_lists_only_that_state(ports):
     tenant = ports.tenant()
     kept, cancelled = ports.created(tenant=tenant), ports.created(tenant=tenant)
     ports.store.cancel_unplaced(cancelled, utcnow(), "no longer needed")
-    assert [j.job_id for j in ports.store.page(tenant, "CANCELLED", 10, None)[0]] == [
+    assert [j["job_id"] for j in ports.store.page(tenant, "CANCELLED", 10, None)[0]] == [
         cancelled.job_id]
-    assert [j.job_id for j in ports.store.page(tenant, "PENDING", 10, None)[0]] == [
+    assert [j["job_id"] for j in ports.store.page(tenant, "PENDING", 10, None)[0]] == [
         kept.job_id]
 
 
@@ -99,9 +99,10 @@ def test_views_show_the_jobs_as_they_read(ports):
     for job in (kept, cancelled):
         assert ports.store.view(job.job_id) == view_of(ports.store.get(job.job_id))
     assert ports.store.view(kept.job_id[:-4] + "ZZZZ") is None
-    jobs, after = ports.store.page(tenant, None, 1, None)
-    assert ports.store.page_views(tenant, None, 1, None) == ([view_of(j) for j in jobs], after)
-    assert ports.store.page_views(tenant, "CANCELLED", 10, None)[0] == [
+    newest = max(kept.job_id, cancelled.job_id)
+    assert ports.store.page(tenant, None, 1, None) == ([view_of(ports.store.get(newest))],
+                                                       newest)
+    assert ports.store.page(tenant, "CANCELLED", 10, None)[0] == [
         view_of(ports.store.get(cancelled.job_id))]
 
 

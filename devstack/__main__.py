@@ -317,9 +317,13 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
               f"({'restored' if restored else 'new'}) | to use it: "
               f"export GPUJOBS_API_URL=http://127.0.0.1:{port} "
               f"GPUJOBS_TOKEN={_tenant_token(tokens_file)}", flush=True)
-        stop.wait()
-        # a shutdown that takes long says where it is (seen once under a loaded
-        # machine: a SIGTERM'd stack still up after 60 s)
+        # never a wait without a timeout: the kernel hands SIGTERM to any of the
+        # stack's threads, and then only a main thread that wakes up runs
+        # Python's handler (a stack blocked in stop.wait() ignored SIGTERM
+        # for good; tests/e2e/test_persistence.py saw it under load)
+        while not stop.wait(0.5):
+            pass
+        # a shutdown that takes long says where it is
         faulthandler.dump_traceback_later(45, exit=False)
         agents.stop()
         server.shutdown()

@@ -33,6 +33,36 @@ import orjson
 _OPTIONS = orjson.OPT_NON_STR_KEYS
 
 
+class RawJSON:
+    """JSON text kept as it was stored, shown as is: ``dumps`` writes the text
+    itself where the value stands, so a job read to be shown is never decoded
+    and encoded again (its spec, health and exit on get and list pages).
+    Only for text this module wrote (``dumps_strict``): nothing checks it."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RawJSON) and other.text == self.text
+
+    def __repr__(self) -> str:
+        return f"RawJSON({self.text!r})"
+
+
+def _fragment(value: Any) -> orjson.Fragment:
+    if type(value) is RawJSON:
+        return orjson.Fragment(value.text)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _decoded(value: Any) -> Any:
+    if type(value) is RawJSON:
+        return loads(value.text)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 def loads(text: str | bytes) -> Any:
     """``json.loads(text, strict=False)``, faster."""
     try:
@@ -42,12 +72,13 @@ def loads(text: str | bytes) -> Any:
 
 
 def dumpb(value: Any) -> bytes:
-    """The JSON text of ``value`` in UTF-8 (compact, characters unescaped)."""
+    """The JSON text of ``value`` in UTF-8 (compact, characters unescaped;
+    a RawJSON as its text)."""
     try:
-        return orjson.dumps(value, option=_OPTIONS)
+        return orjson.dumps(value, default=_fragment, option=_OPTIONS)
     except orjson.JSONEncodeError:  # big integers, lone surrogates: json's answer
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(
-            "utf-8", "surrogatepass")
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                          default=_decoded).encode("utf-8", "surrogatepass")
 
 
 def dumps(value: Any) -> str:

@@ -14,13 +14,18 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterable
 
-from pynamodb.attributes import Attribute, MapAttribute, NumberAttribute
+from pynamodb.attributes import Attribute, JSONAttribute, MapAttribute, NumberAttribute
 from pynamodb.constants import NULL
 from pynamodb.models import Model
 
+from ..fastjson import RawJSON
 
-def _reader(attribute: Attribute):
-    """The attribute's deserialiser, or None where it returns its input."""
+
+def _reader(attribute: Attribute, raw_json: bool = False):
+    """The attribute's deserialiser, or None where it returns its input;
+    with ``raw_json`` a JSON attribute's text is kept as it is (RawJSON)."""
+    if raw_json and isinstance(attribute, JSONAttribute):
+        return RawJSON
     read = type(attribute).deserialize
     return None if read is Attribute.deserialize else attribute.deserialize
 
@@ -72,9 +77,13 @@ def _writer(attribute: Attribute) -> Callable[[Any], Any]:
 
 
 class Codec:
-    """The attributes ``names`` of ``model`` (all of them by default)."""
+    """The attributes ``names`` of ``model`` (all of them by default). With
+    ``raw_json``, ``values`` keeps each JSON attribute's stored text as it is
+    (fastjson.RawJSON), for values that are shown, not used: written out by
+    fastjson.dumps, it is never decoded and encoded again."""
 
-    def __init__(self, model: type[Model], names: Iterable[str] | None = None) -> None:
+    def __init__(self, model: type[Model], names: Iterable[str] | None = None, *,
+                 raw_json: bool = False) -> None:
         attributes = model.get_attributes()
         chosen = list(attributes) if names is None else list(names)
         self.model = model
@@ -82,7 +91,7 @@ class Codec:
         fields = [(name, a.attr_name, a.attr_type, a, a.default)
                   for name in chosen for a in (attributes[name],)]
         #: (python name, item name, DynamoDB type, deserialiser or None, default)
-        self._readers = [(name, item_name, kind, _reader(a), default)
+        self._readers = [(name, item_name, kind, _reader(a, raw_json), default)
                          for name, item_name, kind, a, default in fields]
         #: (python name, item name, DynamoDB type, serialiser, a new item's
         #: value when none is given, whether it may be absent)

@@ -71,8 +71,9 @@ _JOB = Codec(JobModel, (
     "started_at", "finished_at", "cancel_requested_at", "cancel_reason", "health", "exit",
     "idem_id", "inboxes", "pending_reason", "incident_key", "waiting_on"))
 _STATES = {state.value: state for state in JobState}
-#: what a JobView holds: the stored times are the API's text (iso) already
-_VIEW = Codec(JobModel, VIEW_FIELDS)
+#: what a JobView holds: the stored times are the API's text (iso) already,
+#: and the spec, health and exit stay the JSON text they are stored as
+_VIEW = Codec(JobModel, VIEW_FIELDS, raw_json=True)
 
 
 def job_from_values(v: dict) -> Job:

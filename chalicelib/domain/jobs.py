@@ -121,6 +121,11 @@ class Job:
     waiting_on: str | None = None
 
 
+#: a JSON object in a JobView: a dict, or the undecoded text the store holds
+#: (an opaque value here: only the representation's encoder looks inside)
+Shown = Any
+
+
 class JobView(TypedDict):
     """A job as it is read and shown, not changed: what the representation
     takes, with its times already as API text (``clock.iso``).
@@ -128,12 +133,17 @@ class JobView(TypedDict):
     The store makes these straight from what it holds (for get and a list
     page: no Job, no time parsed and formatted again, 9 us a job); anything
     else makes them from a Job with :func:`view_of`. ``health`` may be None
-    where a job never had any (shown as ``{}``)."""
+    where a job never had any (shown as ``{}``).
+
+    ``spec``, ``health`` and ``exit`` are JSON objects to be shown as they
+    are: from a Job, the dicts; from the store, the JSON text it holds, kept
+    undecoded (fastjson.RawJSON, 5 to 8 us a job less on a list page), which
+    the representation's encoder writes out verbatim."""
     job_id: str
     tenant: str
     state: str
     name: str | None
-    spec: dict
+    spec: Shown
     attempt: int
     created_at: str
     updated_at: str
@@ -141,8 +151,8 @@ class JobView(TypedDict):
     finished_at: str | None
     cancel_requested_at: str | None
     cancel_reason: str | None
-    health: dict | None
-    exit: dict | None
+    health: Shown | None
+    exit: Shown | None
     pending_reason: str | None
 
 

@@ -14,6 +14,7 @@ from chalicelib.domain.intents import cancel_intent
 from chalicelib.domain.jobs import view_of
 from chalicelib.domain.states import JobState
 from chalicelib.service.ports import CapacityChanged, IdemClaim, IdempotencyConflict, StateChanged
+from tests.fakes import shown
 
 
 # -- create and read ---------------------------------------------------------
@@ -97,13 +98,13 @@ def test_views_show_the_jobs_as_they_read(ports):
     kept, cancelled = ports.created(tenant=tenant), ports.created(tenant=tenant)
     ports.store.cancel_unplaced(cancelled, utcnow(), "no longer needed")
     for job in (kept, cancelled):
-        assert ports.store.view(job.job_id) == view_of(ports.store.get(job.job_id))
+        assert shown(ports.store.view(job.job_id)) == shown(view_of(ports.store.get(job.job_id)))
     assert ports.store.view(kept.job_id[:-4] + "ZZZZ") is None
     newest = max(kept.job_id, cancelled.job_id)
-    assert ports.store.page(tenant, None, 1, None) == ([view_of(ports.store.get(newest))],
-                                                       newest)
-    assert ports.store.page(tenant, "CANCELLED", 10, None)[0] == [
-        view_of(ports.store.get(cancelled.job_id))]
+    page, after = ports.store.page(tenant, None, 1, None)
+    assert (shown(page), after) == (shown([view_of(ports.store.get(newest))]), newest)
+    assert shown(ports.store.page(tenant, "CANCELLED", 10, None)[0]) == shown([
+        view_of(ports.store.get(cancelled.job_id))])
 
 
 # -- transitions ---------------------------------------------------------------

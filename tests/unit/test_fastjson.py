@@ -76,3 +76,23 @@ def test_fit_answers_the_same_with_the_whole_page_bound(sizes, budget):
     alone = limits.fit(sizes, lambda n: n, budget)
     assert limits.fit(sizes, lambda n: n, budget, whole=sum) == alone
     assert alone == len(sizes) or sum(sizes[:alone + 1]) > budget
+
+
+@settings(max_examples=100, deadline=None)
+@given(values)
+def test_raw_json_is_written_as_the_value_it_holds(value):
+    """A view's spec, health and exit stay the text the store holds
+    (RawJSON): encoded, they read back as the value that text was made from."""
+    raw = fastjson.RawJSON(fastjson.dumps_strict({"v": value}))
+    assert json.loads(fastjson.dumps({"spec": raw, "list": [raw]})) == \
+        {"spec": {"v": value}, "list": [{"v": value}]}
+
+
+def test_raw_json_survives_the_fallback_to_json():
+    """A lone surrogate elsewhere sends the value to ``json``, which has no
+    raw text: it decodes the RawJSON instead, and still shows the value."""
+    raw = fastjson.RawJSON('{"a":[1,"\\u00e9"]}')
+    assert json.loads(fastjson.dumps({"name": "\ud800", "spec": raw})) == \
+        {"name": "\ud800", "spec": {"a": [1, "é"]}}
+    with pytest.raises(TypeError):
+        fastjson.dumps({"x": object()})

@@ -51,7 +51,10 @@ class LambdaTelemetry:
         # parents: give them Powertools' JSON formatter, so every line is the
         # same JSON with the same request id
         handler = logging.StreamHandler(stream or sys.stdout)
-        handler.setFormatter(self.logger.registered_formatter)
+        #: Powertools' formatter, looked up once: ``Logger.append_keys`` finds
+        #: it through the logger's handlers on every call
+        self._formatter = self.logger.registered_formatter
+        handler.setFormatter(self._formatter)
         for name in ("gpujobs", "chalicelib"):
             parent = logging.getLogger(name)
             parent.handlers = [handler]
@@ -90,7 +93,7 @@ class LambdaTelemetry:
 
     def begin(self, request_id: str | None) -> None:
         """Every line logged until the next ``begin`` names this request."""
-        self.logger.append_keys(request_id=request_id)
+        self._formatter.append_keys(request_id=request_id)
 
     def flush(self) -> None:
         """Emit the invocation's metrics (an EMF line on stdout), if any; the

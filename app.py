@@ -11,7 +11,7 @@ import logging
 import os
 import re
 
-from chalice import Chalice, Rate, Response
+from chalice import Rate, Response
 from chalice.app import Request
 
 from chalicelib import fastjson, web
@@ -24,6 +24,7 @@ from chalicelib.api.representation import (
     node_json,
     node_registration_json,
 )
+from chalicelib.api.rest import RestApp
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import iso
@@ -36,7 +37,7 @@ from chalicelib.domain.errors import (
 )
 from chalicelib.service import health
 
-app = Chalice(app_name="gpujobs")
+app = RestApp(app_name="gpujobs")  # Chalice, one pass per request (chalicelib/api/rest.py)
 #: the API takes and gives only text (JSON, the dashboard's HTML, JS, CSS and
 #: SVG): no binary media types, so no request or response is checked against
 #: Chalice's default list of sixteen (about 10 us a request)

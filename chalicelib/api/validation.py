@@ -56,8 +56,10 @@ def parse_json(raw: bytes | None, *, required: bool, content_type: str | None,
         value = json.loads(raw.decode("utf-8"), parse_float=_finite_float,
                            parse_constant=_reject_constant)
         # lone surrogates parse but cannot be stored as UTF-8 (orjson refuses
-        # them, and json's text then fails to encode)
-        fastjson.dumps(value).encode("utf-8")
+        # them, and json's text then fails to encode); only a \u escape makes
+        # one (raw surrogate bytes are not UTF-8), so only then is it checked
+        if b"\\u" in raw:
+            fastjson.dumps(value).encode("utf-8")
     except (ValueError, UnicodeError, RecursionError):
         raise InvalidArgument("request body is not valid JSON", field="body") from None
     return value

@@ -22,8 +22,13 @@ def check_key(key: str | None) -> str | None:
     return key
 
 
+#: ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``,
+#: without a new encoder per call
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def body_hash(body: object) -> str:

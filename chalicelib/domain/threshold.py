@@ -8,6 +8,7 @@ within the budget, and ``threshold_s = k * interval_s``.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 #: the accepted ranges (the job schema and docs/openapi.yaml say the same). Inside
@@ -44,6 +45,7 @@ def threshold_k(ranks: int, scans_per_hour: float, miss_probability: float,
     return k
 
 
+@functools.lru_cache(maxsize=1024)  # a handful of distinct specs: one per job create
 def threshold_s(ranks: int, scans_per_hour: float, interval_s: float,
                 miss_probability: float, budget_per_hour: float) -> float:
     return threshold_k(ranks, scans_per_hour, miss_probability, budget_per_hour) * interval_s

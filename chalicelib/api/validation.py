@@ -40,6 +40,11 @@ def _reject_constant(s: str) -> None:
     raise ValueError(f"{s} is not JSON")
 
 
+#: ``json.loads(text, parse_float=_finite_float, parse_constant=_reject_constant)``
+#: without a new decoder per call (json's own module-level one is shared alike)
+_DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_reject_constant)
+
+
 def parse_json(raw: bytes | None, *, required: bool, content_type: str | None,
                max_bytes: int = MAX_BODY_BYTES) -> Any:
     """Bytes to a JSON value, or a 4xx naming what is wrong. Never raises anything else."""
@@ -53,8 +58,7 @@ def parse_json(raw: bytes | None, *, required: bool, content_type: str | None,
         raise UnsupportedMediaType("request body must be application/json",
                                    field="Content-Type")
     try:
-        value = json.loads(raw.decode("utf-8"), parse_float=_finite_float,
-                           parse_constant=_reject_constant)
+        value = _DECODER.decode(raw.decode("utf-8"))
         # lone surrogates parse but cannot be stored as UTF-8 (orjson refuses
         # them, and json's text then fails to encode); only a \u escape makes
         # one (raw surrogate bytes are not UTF-8), so only then is it checked

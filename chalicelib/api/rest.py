@@ -47,9 +47,10 @@ class RestApp(Chalice):
         handler = _NoBinaryHandler(self.routes, self.api, self.log, self.debug)
         request = self.current_request = handler.create_request_object(event, context)
 
-        def answer(_request: Any) -> Response:
+        def route(_request: Any) -> Response:
             return handler._main_rest_api_handler(event, context)
 
+        answer: Callable[[Any], Response] = route
         for middleware in reversed([f for f, kind in self.middleware_handlers
                                     if kind in ("http", "all")]):
             answer = _layer(middleware, answer)

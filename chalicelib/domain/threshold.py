@@ -45,7 +45,7 @@ def threshold_k(ranks: int, scans_per_hour: float, miss_probability: float,
     return k
 
 
-@functools.lru_cache(maxsize=1024)  # a handful of distinct specs: one per job create
+@functools.lru_cache(maxsize=1024)  # once per job created; jobs repeat a few settings
 def threshold_s(ranks: int, scans_per_hour: float, interval_s: float,
                 miss_probability: float, budget_per_hour: float) -> float:
     return threshold_k(ranks, scans_per_hour, miss_probability, budget_per_hour) * interval_s

@@ -1,6 +1,6 @@
 """The HTTP entry point: Chalice, answering API Gateway's proxy events in one pass.
 
-For every proxy event Chalice (1.32) builds a RestAPIEventHandler and a chain
+For every proxy event Chalice (1.34) builds a RestAPIEventHandler and a chain
 of handler objects around its middleware, then checks the response against
 the API's binary media types twice more (each check lower-cases, splits on a
 regular expression and intersects sets), though this API has none. In a

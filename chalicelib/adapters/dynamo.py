@@ -1,0 +1,253 @@
+"""The one way every DynamoDB request is built and sent.
+
+The PynamoDB models (models.py) are the schema: table names, attributes,
+their types, stored names, defaults and serialisers, and the indexes. Every
+operation on every table is built here from a model as a request dict:
+items and values through the model's own attributes (:class:`.items.Codec`),
+keys, conditions and updates as DynamoDB expression text, in which a
+``#name`` placeholder stands for the attribute ``name`` of the model, under
+the name the model stores it as (``attr_name``), so the text reads as what
+it does. A ``#name`` that is no attribute of the model is a key inside a
+map (an event's key in ``events``) and stands for itself.
+
+Requests go out through PynamoDB's connection, by its public calls only:
+``dispatch`` for one request, ``transact_write_items`` for a transaction
+(so its errors, TransactWriteError with cancellation reasons in the order
+condition checks, deletes, puts, updates, stay PynamoDB's). No request asks
+for the consumed capacity: nothing reads it.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+from typing import Any, Iterable
+
+from botocore.exceptions import ClientError
+from pynamodb.connection import Connection
+from pynamodb.models import Model
+
+from .items import Codec
+
+_NAME = re.compile(r"#(\w+)")
+_NO_CAPACITY = "NONE"
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+
+
+class ConditionFailed(Exception):
+    """A single write's condition was false; ``item`` is the item that is
+    there when the request asked for it (``return_old``), else None."""
+
+    def __init__(self, item: dict | None = None) -> None:
+        super().__init__("the condition of the write was false")
+        self.item = item
+
+
+class Table:
+    """The requests of one table, built from its model."""
+
+    def __init__(self, model: type[Model]) -> None:
+        self.model = model
+        self.codec = Codec(model)
+        attributes = model.get_attributes()
+        #: (python name, stored name) of every attribute, for the placeholders
+        self._stored = tuple((name, a.attr_name) for name, a in attributes.items())
+        self._stored_name = dict(self._stored)
+        self.hash_key = next(n for n, a in attributes.items() if a.is_hash_key)
+        ranges = [n for n, a in attributes.items() if a.is_range_key]
+        self.range_key = ranges[0] if ranges else None
+
+    @property
+    def name(self) -> str:
+        return self.model.Meta.table_name  # bound at start-up (models.bind)
+
+    # -- pieces --------------------------------------------------------------
+    def key(self, hash_value: Any, range_value: Any = None) -> dict:
+        """The raw key of an item."""
+        stored = self._stored_name
+        key = {stored[self.hash_key]: self.codec.value(self.hash_key, hash_value)}
+        if self.range_key is not None:
+            key[stored[self.range_key]] = self.codec.value(self.range_key, range_value)
+        return key
+
+    def item(self, values: dict[str, Any]) -> dict:
+        """A new item of these attribute values (defaults for the rest)."""
+        return self.codec.item(values)
+
+    def value(self, name: str, value: Any) -> dict:
+        """One attribute's value as an expression takes it."""
+        return self.codec.value(name, value)
+
+    def values(self, item: dict) -> dict[str, Any]:
+        """Every attribute of a raw item (items.Codec.values)."""
+        return self.codec.values(item)
+
+    def names(self, *expressions: str | None) -> dict[str, str]:
+        """The ``#name`` placeholders of ``expressions`` and the stored
+        names they stand for."""
+        return dict(_placeholders(self._stored, expressions))
+
+    # -- requests ---------------------------------------------------------------
+    def get(self, key: dict, *, attributes: Iterable[str] | None = None) -> dict:
+        """A strongly consistent GetItem (of only ``attributes`` if given)."""
+        request: dict[str, Any] = {"TableName": self.name, "Key": key, "ConsistentRead": True}
+        if attributes is not None:
+            projection = ", ".join(f"#{a}" for a in attributes)
+            request["ProjectionExpression"] = projection
+            request["ExpressionAttributeNames"] = self.names(projection)
+        return request
+
+    def put(self, item: dict, *, condition: str | None = None, values: dict | None = None,
+            return_old: bool = False) -> dict:
+        """Put ``item``, on ``condition`` when given; with ``return_old`` a
+        failed condition carries the item that is there."""
+        request: dict[str, Any] = {"TableName": self.name, "Item": item}
+        self._condition(request, condition, values)
+        if return_old:
+            request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        return request
+
+    def put_new(self, item: dict, **kwargs: Any) -> dict:
+        """Put ``item`` on condition that no item has its key."""
+        return self.put(item, condition=f"attribute_not_exists(#{self.hash_key})", **kwargs)
+
+    def update(self, key: dict, expression: str, *, condition: str | None = None,
+               values: dict | None = None) -> dict:
+        """Update the item of ``key`` by ``expression``, on ``condition``."""
+        request: dict[str, Any] = {"TableName": self.name, "Key": key,
+                                   "UpdateExpression": expression,
+                                   "ExpressionAttributeNames": self.names(expression, condition)}
+        if condition:
+            request["ConditionExpression"] = condition
+        if values:
+            request["ExpressionAttributeValues"] = values
+        return request
+
+    def check(self, key: dict, condition: str, values: dict | None = None) -> dict:
+        """A transaction's condition on the item of ``key``."""
+        request: dict[str, Any] = {"TableName": self.name, "Key": key}
+        self._condition(request, condition, values)
+        return request
+
+    def query(self, index: str | None, condition: str, values: dict, *,
+              limit: int | None = None, forward: bool = True, start: dict | None = None,
+              consistent: bool = False, attributes: Iterable[str] | None = None) -> dict:
+        """A Query of ``index`` (None: the table) for the items meeting the
+        key ``condition``; strongly consistent if asked (not on a global index)."""
+        request: dict[str, Any] = {"TableName": self.name, "KeyConditionExpression": condition,
+                                   "ExpressionAttributeValues": values,
+                                   "ScanIndexForward": forward}
+        expressions = [condition]
+        if attributes is not None:
+            request["ProjectionExpression"] = ", ".join(f"#{a}" for a in attributes)
+            expressions.append(request["ProjectionExpression"])
+        request["ExpressionAttributeNames"] = self.names(*expressions)
+        if index is not None:
+            request["IndexName"] = index
+        if limit is not None:
+            request["Limit"] = limit
+        if consistent:
+            request["ConsistentRead"] = True
+        if start:
+            request["ExclusiveStartKey"] = start
+        return request
+
+    def _condition(self, request: dict, condition: str | None, values: dict | None) -> None:
+        if condition:
+            request["ConditionExpression"] = condition
+            names = self.names(condition)
+            if names:
+                request["ExpressionAttributeNames"] = names
+        if values:
+            request["ExpressionAttributeValues"] = values
+
+
+@functools.lru_cache(maxsize=1024)
+def _placeholders(stored: tuple[tuple[str, str], ...],
+                  expressions: tuple[str | None, ...]) -> tuple[tuple[str, str], ...]:
+    """Worked out once per (table, expressions): a request's expressions are
+    a handful of fixed texts."""
+    names = dict(stored)
+    return tuple((f"#{n}", names.get(n, n)) for e in expressions if e for n in _NAME.findall(e))
+
+
+class Dynamo:
+    """Sends the requests of :class:`Table` through PynamoDB's connection."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def call(self, operation: str, request: dict) -> dict:
+        """One request (GetItem, Query, PutItem, UpdateItem, ...); a write
+        whose condition fails raises :class:`ConditionFailed`."""
+        try:
+            return self.connection.dispatch(
+                operation, {**request, "ReturnConsumedCapacity": _NO_CAPACITY})
+        except ClientError as e:
+            error = e.response.get("Error", {})
+            if error.get("Code") == _CONDITION_FAILED:
+                raise ConditionFailed(e.response.get("Item")) from None
+            raise
+
+    def get(self, request: dict) -> dict | None:
+        return self.call("GetItem", request).get("Item")
+
+    def put(self, request: dict) -> None:
+        self.call("PutItem", request)
+
+    def update(self, request: dict) -> dict:
+        return self.call("UpdateItem", request)
+
+    def query(self, request: dict) -> dict:
+        return self.call("Query", request)
+
+    def pages(self, request: dict) -> Iterable[list[dict]]:
+        """Every page of a Query, lazily."""
+        start = request.get("ExclusiveStartKey")
+        while True:
+            page = self.query({**request, "ExclusiveStartKey": start} if start else request)
+            yield page.get("Items", [])
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
+
+    def transaction(self) -> "Transaction":
+        return Transaction(self.connection)
+
+
+class Transaction:
+    """A TransactWriteItems, sent when the ``with`` block ends without an
+    error, under its own ClientRequestToken: when botocore retries it after
+    a lost answer, DynamoDB applies it once (moto ignores the token, so each
+    writer also recognises its own write when a retry fails its condition).
+    Raises PynamoDB's TransactWriteError when it is cancelled."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._checks: list[dict] = []
+        self._deletes: list[dict] = []
+        self._puts: list[dict] = []
+        self._updates: list[dict] = []
+
+    def check(self, request: dict) -> None:
+        self._checks.append(request)
+
+    def delete(self, request: dict) -> None:
+        self._deletes.append(request)
+
+    def put(self, request: dict) -> None:
+        self._puts.append(request)
+
+    def update(self, request: dict) -> None:
+        self._updates.append(request)
+
+    def __enter__(self) -> "Transaction":
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            self._connection.transact_write_items(
+                condition_check_items=self._checks, delete_items=self._deletes,
+                put_items=self._puts, update_items=self._updates,
+                client_request_token=os.urandom(16).hex(),
+                return_consumed_capacity=_NO_CAPACITY)

@@ -1,0 +1,102 @@
+"""The one request builder (chalicelib/adapters/dynamo.py): what it sends is
+what the model says, stored names included."""
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+from botocore.exceptions import ClientError
+from pynamodb.attributes import NumberAttribute, UnicodeAttribute
+from pynamodb.models import Model
+
+from chalicelib.adapters.dynamo import ConditionFailed, Dynamo, Table
+
+
+class Renamed(Model):
+    class Meta:
+        table_name = "renamed"
+
+    pk = UnicodeAttribute(hash_key=True, attr_name="p")
+    sk = NumberAttribute(range_key=True)
+    state = UnicodeAttribute(attr_name="st")
+    count = NumberAttribute(null=True)
+
+
+TABLE = Table(Renamed)
+
+
+def test_a_placeholder_stands_for_the_stored_name_of_the_attribute():
+    """A model that stores an attribute under another name (attr_name) is
+    written under that name: the expression text names the attribute."""
+    request = TABLE.update(TABLE.key("a", 1), "SET #state = :s ADD #count :one",
+                           condition="attribute_exists(#pk)",
+                           values={":s": TABLE.value("state", "X"), ":one": {"N": "1"}})
+    assert request["Key"] == {"p": {"S": "a"}, "sk": {"N": "1"}}
+    assert request["ExpressionAttributeNames"] == {"#state": "st", "#count": "count", "#pk": "p"}
+    assert request["TableName"] == "renamed"
+
+
+def test_a_placeholder_that_is_no_attribute_is_a_map_key_and_stands_for_itself():
+    request = TABLE.update(TABLE.key("a", 1), "SET #state.#inner = :v", values={":v": {"S": "1"}})
+    assert request["ExpressionAttributeNames"] == {"#state": "st", "#inner": "inner"}
+
+
+def test_a_new_item_is_put_on_its_hash_key_being_absent_under_its_stored_name():
+    request = TABLE.put_new(TABLE.item({"pk": "a", "sk": 2, "state": "S"}), return_old=True)
+    assert request["Item"] == {"p": {"S": "a"}, "sk": {"N": "2"}, "st": {"S": "S"}}
+    assert request["ConditionExpression"] == "attribute_not_exists(#pk)"
+    assert request["ExpressionAttributeNames"] == {"#pk": "p"}
+    assert request["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
+
+
+def test_a_query_projects_and_pages_by_stored_names():
+    request = TABLE.query(None, "#pk = :k", {":k": {"S": "a"}}, attributes=["state"],
+                          limit=5, forward=False, consistent=True, start={"p": {"S": "a"}})
+    assert request["ProjectionExpression"] == "#state"
+    assert request["ExpressionAttributeNames"] == {"#pk": "p", "#state": "st"}
+    assert (request["Limit"], request["ScanIndexForward"], request["ConsistentRead"]) == \
+        (5, False, True)
+
+
+def _failed(code: str, item: dict | None = None) -> ClientError:
+    response: dict = {"Error": {"Code": code, "Message": "no"}}
+    if item is not None:
+        response["Item"] = item
+    return ClientError(response, "PutItem")
+
+
+def test_a_false_condition_is_ConditionFailed_with_the_item_there_and_asks_no_capacity():
+    connection = mock.Mock()
+    connection.dispatch.side_effect = _failed("ConditionalCheckFailedException", {"p": {"S": "a"}})
+    with pytest.raises(ConditionFailed) as caught:
+        Dynamo(connection).put(TABLE.put_new({"p": {"S": "a"}}, return_old=True))
+    assert caught.value.item == {"p": {"S": "a"}}
+    (_, request), _ = connection.dispatch.call_args
+    assert request["ReturnConsumedCapacity"] == "NONE"
+
+
+def test_any_other_failure_is_raised_as_it_came():
+    connection = mock.Mock()
+    connection.dispatch.side_effect = _failed("ProvisionedThroughputExceededException")
+    with pytest.raises(ClientError):
+        Dynamo(connection).update(TABLE.update(TABLE.key("a", 1), "REMOVE #count"))
+
+
+def test_a_transaction_is_sent_once_in_dynamodbs_order_only_when_its_block_succeeds():
+    connection = mock.Mock()
+    with Dynamo(connection).transaction() as tx:
+        tx.update({"u": 1})
+        tx.put({"p": 1})
+        tx.check({"c": 1})
+        tx.delete({"d": 1})
+    kwargs = connection.transact_write_items.call_args.kwargs
+    assert (kwargs["condition_check_items"], kwargs["delete_items"], kwargs["put_items"],
+            kwargs["update_items"]) == ([{"c": 1}], [{"d": 1}], [{"p": 1}], [{"u": 1}])
+    assert len(kwargs["client_request_token"]) == 32
+    assert kwargs["return_consumed_capacity"] == "NONE"
+    connection.reset_mock()
+    with pytest.raises(RuntimeError):
+        with Dynamo(connection).transaction() as tx:
+            tx.put({"p": 1})
+            raise RuntimeError("the caller failed")
+    connection.transact_write_items.assert_not_called()

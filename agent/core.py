@@ -263,7 +263,7 @@ class Agent:
             self._save()
             return Outcome.DEFER
         rec = AttemptRecord(job_id=m.job_id, attempt=m.attempt, phase=LAUNCHING,
-                            ranks=list(m.ranks), launch=m.to_dict(), created_at=now,
+                            ranks=list(m.ranks), launch=m.to_message(), created_at=now,
                             heartbeat_interval_s=m.heartbeat_interval_s)
         for local_rank, r in enumerate(m.ranks):
             slots = free[local_rank * m.gpus_per_rank:(local_rank + 1) * m.gpus_per_rank]

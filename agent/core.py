@@ -65,7 +65,7 @@ from .api import ApiError, AttemptGone
 from .backoff import retry_delay
 from .inbox import InboxMessage
 from .isolation import give_rank_dir
-from .messages import Cancel, Launch, MessageError, parse
+from .messages import Cancel, Launch, MessageError, parse, parse_launch
 from .ranks import Launcher, ProcTable, Rank, read_stat
 from .state import (
     ACTIVE_PHASES,
@@ -183,7 +183,7 @@ class Agent:
             if rec.phase == LAUNCHING:
                 if shims is None:
                     shims = self._launcher.find_shims()
-                self._start_ranks(rec, Launch(**_launch_args(rec.launch)), shims)
+                self._start_ranks(rec, _recorded_launch(rec.launch), shims)
                 self._mark_running(rec)
                 log.info("%s: finished a launch interrupted by a restart", rec.key)
             if rec.phase in (RUNNING, STOPPING) and any(not p.ended for p in rec.procs.values()):
@@ -543,9 +543,8 @@ class Agent:
         self._save()
 
 
-def _launch_args(launch: dict | None) -> dict:
+def _recorded_launch(launch: dict | None) -> Launch:
+    """The LAUNCH the state file kept (its message), read as the inbox's are."""
     if launch is None:
         raise MessageError("no LAUNCH recorded for an attempt that was launching")
-    args = {k: v for k, v in launch.items() if k != "type"}
-    args["ranks"], args["command"] = tuple(args["ranks"]), tuple(args["command"])
-    return args
+    return parse_launch(launch)

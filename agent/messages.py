@@ -13,6 +13,8 @@ from chalicelib.domain.wire import (
     MessageError,
     master_port,
     parse,
+    parse_launch,
 )
 
-__all__ = ["JOB_ID_RE", "Cancel", "Launch", "MessageError", "master_port", "parse"]
+__all__ = ["JOB_ID_RE", "Cancel", "Launch", "MessageError", "master_port", "parse",
+           "parse_launch"]

@@ -65,7 +65,7 @@ from .api import ApiError, AttemptGone
 from .backoff import retry_delay
 from .inbox import InboxMessage
 from .isolation import give_rank_dir
-from .messages import Cancel, Launch, MessageError, parse
+from .messages import Cancel, Launch, MessageError, parse, parse_launch
 from .ranks import Launcher, ProcTable, Rank, read_stat
 from .state import (
     ACTIVE_PHASES,
@@ -183,7 +183,7 @@ class Agent:
             if rec.phase == LAUNCHING:
                 if shims is None:
                     shims = self._launcher.find_shims()
-                self._start_ranks(rec, Launch(**_launch_args(rec.launch)), shims)
+                self._start_ranks(rec, _recorded_launch(rec.launch), shims)
                 self._mark_running(rec)
                 log.info("%s: finished a launch interrupted by a restart", rec.key)
             if rec.phase in (RUNNING, STOPPING) and any(not p.ended for p in rec.procs.values()):
@@ -263,7 +263,7 @@ class Agent:
             self._save()
             return Outcome.DEFER
         rec = AttemptRecord(job_id=m.job_id, attempt=m.attempt, phase=LAUNCHING,
-                            ranks=list(m.ranks), launch=m.to_dict(), created_at=now,
+                            ranks=list(m.ranks), launch=m.to_message(), created_at=now,
                             heartbeat_interval_s=m.heartbeat_interval_s)
         for local_rank, r in enumerate(m.ranks):
             slots = free[local_rank * m.gpus_per_rank:(local_rank + 1) * m.gpus_per_rank]
@@ -543,9 +543,8 @@ class Agent:
         self._save()
 
 
-def _launch_args(launch: dict | None) -> dict:
+def _recorded_launch(launch: dict | None) -> Launch:
+    """The LAUNCH the state file kept (its message), read as the inbox's are."""
     if launch is None:
         raise MessageError("no LAUNCH recorded for an attempt that was launching")
-    args = {k: v for k, v in launch.items() if k != "type"}
-    args["ranks"], args["command"] = tuple(args["ranks"]), tuple(args["command"])
-    return args
+    return parse_launch(launch)

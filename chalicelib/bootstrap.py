@@ -6,7 +6,7 @@ request, and tests can bind their own configuration (or fakes) first.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .adapters import models
 from .adapters.heartbeat_store import DynamoCollectorStore, DynamoHeartbeatStore
@@ -14,8 +14,9 @@ from .adapters.inbox import SqsInbox, SqsNudge, SqsScanQueue
 from .adapters.job_store import DynamoJobStore
 from .adapters.log_reader import CloudWatchLogReader
 from .adapters.node_store import DynamoNodeStore
+from .adapters.parameters import SsmParameters
 from .adapters.tokens import TokenStore
-from .config import Config, ssm_parameter
+from .config import Config, ConfigError
 from .domain.clock import Clock, utcnow
 from .service.attempts import AttemptsService
 from .service.auth import Authenticator
@@ -61,6 +62,8 @@ def build(config: Config, *, inbox=None, store: Store | None = None,
           log_reader=None, clock: Clock = utcnow) -> Services:
     """Every service of the app over the configured adapters; ``clock`` is the
     one time source they all read (tests pass a clock they control)."""
+    parameters = SsmParameters(config.region, config.endpoint_url)
+    config = with_page_token_key(config, parameters)
     connection = models.bind(config)
     store = store or DynamoJobStore(connection)
     node_store = node_store or DynamoNodeStore(connection)
@@ -71,8 +74,7 @@ def build(config: Config, *, inbox=None, store: Store | None = None,
         if config.tokens_file:
             tokens = TokenStore.from_file(config.tokens_file)
         elif config.token_hashes_param:
-            tokens = TokenStore.from_hashes_json(ssm_parameter(
-                config.token_hashes_param, config.region, config.endpoint_url))
+            tokens = TokenStore.from_hashes_json(parameters.get(config.token_hashes_param))
         else:
             tokens = TokenStore({})
     if telemetry is None:
@@ -106,6 +108,17 @@ def build(config: Config, *, inbox=None, store: Store | None = None,
         telemetry=telemetry, clock=clock,
         logs=LogsService(jobs, log_reader or CloudWatchLogReader(config),
                          page_token_key=config.page_token_key))
+
+
+def with_page_token_key(config: Config, parameters: SsmParameters) -> Config:
+    """``config`` holding its page-token key, read from SSM when it names a
+    parameter instead (once per process: the services are built once)."""
+    if config.page_token_key_param:
+        key = parameters.get(config.page_token_key_param).encode("utf-8")
+        config = replace(config, page_token_key=key)
+    if not config.page_token_key:
+        raise ConfigError("no page-token key: page tokens would be forgeable")
+    return config
 
 
 def services() -> Services:

@@ -1,8 +1,10 @@
 """Configuration, read from the environment when first needed (never at import:
-Chalice's test client patches the stage's variables in only around a call)."""
+Chalice's test client patches the stage's variables in only around a call).
+
+Only the environment: a secret the environment names by its SSM parameter is
+read by the composition root (bootstrap.py, through adapters/parameters.py)."""
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from typing import Mapping
@@ -31,7 +33,11 @@ class Config:
     scan_queue_url: str | None
     inbox_dlq_arn: str
     inbox_queue_prefix: str
+    #: the key (GPUJOBS_PAGE_TOKEN_KEY), or b"" while it is in SSM
     page_token_key: bytes
+    #: SSM parameter holding the key where the environment does not (AWS);
+    #: bootstrap reads it into page_token_key
+    page_token_key_param: str | None
     tokens_file: str | None
     #: SSM parameter holding the token hashes (AWS); the local stack uses tokens_file
     token_hashes_param: str | None
@@ -58,13 +64,11 @@ class Config:
 
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
         endpoint_url = env.get("GPUJOBS_AWS_ENDPOINT_URL") or None
-        page_key = env.get("GPUJOBS_PAGE_TOKEN_KEY")
-        if not page_key:
-            param = env.get("GPUJOBS_PAGE_TOKEN_KEY_PARAM")
-            if not param:
-                raise ConfigError("set GPUJOBS_PAGE_TOKEN_KEY (local) or "
-                                  "GPUJOBS_PAGE_TOKEN_KEY_PARAM (an SSM parameter)")
-            page_key = ssm_parameter(param, region, endpoint_url)
+        page_key = env.get("GPUJOBS_PAGE_TOKEN_KEY") or ""
+        page_key_param = None if page_key else env.get("GPUJOBS_PAGE_TOKEN_KEY_PARAM") or None
+        if not page_key and not page_key_param:
+            raise ConfigError("set GPUJOBS_PAGE_TOKEN_KEY (local) or "
+                              "GPUJOBS_PAGE_TOKEN_KEY_PARAM (an SSM parameter)")
         return cls(
             region=region,
             endpoint_url=endpoint_url,
@@ -81,6 +85,7 @@ class Config:
             inbox_dlq_arn=need("GPUJOBS_INBOX_DLQ_ARN"),
             inbox_queue_prefix=need("GPUJOBS_INBOX_QUEUE_PREFIX"),
             page_token_key=page_key.encode("utf-8"),
+            page_token_key_param=page_key_param,
             tokens_file=env.get("GPUJOBS_TOKENS_FILE") or None,
             token_hashes_param=env.get("GPUJOBS_TOKEN_HASHES_PARAM") or None,
             scans_per_hour=3600.0 / float(env.get("GPUJOBS_SCAN_PERIOD_S") or 60),
@@ -100,13 +105,3 @@ def _tenant_limits(env: Mapping[str, str]) -> TenantLimits:
                                   env.get("GPUJOBS_TENANT_LIMITS"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-
-
-@functools.lru_cache(maxsize=8)
-def ssm_parameter(name: str, region: str, endpoint_url: str | None) -> str:
-    """A SecureString from SSM Parameter Store, read once per process (a Lambda
-    container reads each secret on its first invocation, never at import)."""
-    from .adapters import aws  # the container's one session, also for SSM
-
-    ssm = aws.session_for(region, endpoint_url).client("ssm")
-    return ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]

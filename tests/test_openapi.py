@@ -24,7 +24,7 @@ import app  # noqa: E402
 from chalicelib.api import schemas  # noqa: E402
 from chalicelib.api.representation import attempt_json, job_json, node_json, node_registration_json  # noqa: E402
 from chalicelib.api.validation import MAX_BODY_BYTES  # noqa: E402
-from chalicelib.domain import idempotency  # noqa: E402
+from chalicelib.domain import idempotency, wire  # noqa: E402
 from chalicelib.domain.attempts import LOST, Attempt, exit_info  # noqa: E402
 from chalicelib.domain.clock import iso  # noqa: E402
 from chalicelib.domain.errors import ApiError  # noqa: E402
@@ -526,6 +526,9 @@ def test_launch_messages_conform_to_launch_message_schema(doc):
         assert set(message) == set(properties), "LaunchMessage members differ"
         assert message["ranks"] == ranks
         _assert_valid(doc, "LaunchMessage", message)
+    # the documented range is the wire schema's (domain/wire.py), which every port lies in
+    assert (properties["master_port"]["minimum"], properties["master_port"]["maximum"]) == (
+        wire.MASTER_PORT_MIN, wire.MASTER_PORT_MIN + wire.MASTER_PORT_SPAN - 1)
     for attempt in range(1, 200):
         port = master_port(job.job_id, attempt)
         assert properties["master_port"]["minimum"] <= port <= properties["master_port"][

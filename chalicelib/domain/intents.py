@@ -4,15 +4,16 @@ Every intent is built here, and nowhere else. An intent is recorded in the
 outbox in the same transaction as the transition that calls for it, then sent
 to each target node's inbox; agents acknowledge per node and the reconciler
 resends to the rest (service/ports.py ``OutboxStore``: due, acknowledge,
-reschedule). Pure: no AWS here.
+reschedule). What the messages hold is the wire schema's (domain/wire.py),
+which the agent parses them with. Pure: no AWS here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import wire
 from .jobs import Job
-
-LAUNCH, CANCEL = "LAUNCH", "CANCEL"
+from .wire import CANCEL, LAUNCH
 
 
 def intent_id(kind: str, attempt: int) -> str:
@@ -43,14 +44,13 @@ class Intent:
 
     def message_for(self, node_id: str) -> dict:
         if node_id in self.node_ranks:
-            return {**self.message, "ranks": self.node_ranks[node_id]}
+            return wire.with_ranks(self.message, self.node_ranks[node_id])
         return self.message
 
 
 def cancel(job_id: str, attempt: int, reason: str | None, targets: dict[str, str]) -> Intent:
     """A CANCEL of one attempt for the nodes ``targets`` (node id -> inbox)."""
-    return Intent(job_id, attempt, CANCEL,
-                  {"type": CANCEL, "job_id": job_id, "attempt": attempt, "reason": reason},
+    return Intent(job_id, attempt, CANCEL, wire.Cancel(job_id, attempt, reason).to_message(),
                   dict(sorted(targets.items())))
 
 
@@ -63,11 +63,10 @@ def launch_intent(job: Job, attempt: int, ranks_by_node: dict[str, list[int]],
                   inboxes: dict[str, str], master_addr: str, master_port: int) -> Intent:
     """One LAUNCH for every node of a new attempt, each naming its own ranks."""
     spec = job.spec
-    return Intent(job.job_id, attempt, LAUNCH,
-                  {"type": LAUNCH, "job_id": job.job_id, "attempt": attempt,
-                   "world_size": spec["ranks"], "command": spec["command"],
-                   "env": spec.get("env", {}), "gpus_per_rank": spec["gpus_per_rank"],
-                   "master_addr": master_addr, "master_port": master_port,
-                   "heartbeat_interval_s": spec["heartbeat"]["interval_s"]},
-                  dict(sorted(inboxes.items())),
+    message = wire.AttemptLaunch(
+        job_id=job.job_id, attempt=attempt, world_size=spec["ranks"],
+        command=tuple(spec["command"]), env=spec.get("env", {}),
+        gpus_per_rank=spec["gpus_per_rank"], master_addr=master_addr, master_port=master_port,
+        heartbeat_interval_s=spec["heartbeat"]["interval_s"]).to_message()
+    return Intent(job.job_id, attempt, LAUNCH, message, dict(sorted(inboxes.items())),
                   {n: list(r) for n, r in sorted(ranks_by_node.items())})

@@ -13,14 +13,8 @@ from typing import Callable, Sequence, TypeVar
 
 from ..fastjson import dumpb
 
-#: Lambda's limit on a synchronous response (the API Gateway proxy payload)
-LAMBDA_RESPONSE_BYTES = 6 * 1024 * 1024
-#: what the items of one page may take, in proxy-payload bytes
+#: what the items of one page may take, in proxy-payload bytes (of Lambda's 6 MB)
 PAGE_BUDGET_BYTES = 5_000_000
-#: a job's spec is the body of its create, which may hold at most this many
-#: bytes (chalicelib.api.validation.MAX_BODY_BYTES); in the proxy payload a job
-#: takes at most 3x that (every byte escaped, or 4-byte characters as 12)
-MAX_SPEC_BYTES = 64 * 1024
 
 T = TypeVar("T")
 
@@ -45,9 +39,11 @@ def proxy_bytes(value) -> int:
 def fit(items: Sequence[T], size: Callable[[T], int], budget: int | None = None,
         whole: Callable[[Sequence[T]], int] | None = None) -> int:
     """How many of ``items``, from the first, fit in ``budget`` (default
-    PAGE_BUDGET_BYTES; at least one: a single item always fits, MAX_SPEC_BYTES
-    sees to that). ``whole``, an upper bound of the items' sizes together,
-    answers at once when they all fit."""
+    PAGE_BUDGET_BYTES), at least one: a single item always fits, since a job's
+    spec is the body of its create, at most MAX_BODY_BYTES (64 KiB,
+    chalicelib.api.validation), which the proxy payload holds in at most 3x
+    that (every byte escaped, or 4-byte characters as 12). ``whole``, an upper
+    bound of the items' sizes together, answers at once when they all fit."""
     budget = PAGE_BUDGET_BYTES if budget is None else budget
     if whole is not None and whole(items) <= budget:
         return len(items)

@@ -7,12 +7,14 @@ Candidates are consumed lazily: planning stops reading nodes once the gang fits.
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generator, Iterable
 
 from .clock import iso, parse_iso
+
+# the attempt's rendezvous port is part of the wire schema (the agent's default too)
+from .wire import master_port as master_port
 
 #: TransactWriteItems holds 100 items: the job, its attempt, its LAUNCH intent,
 #: one capacity update per node, and the tenant's PENDING count
@@ -76,11 +78,6 @@ def never_fits(ranks: int, gpus_per_rank: int, fleet_gpus: int, largest_node: in
 def queue_key(priority: int, job_id: str) -> str:
     """Sorts PENDING jobs by priority (higher first), then age (older first)."""
     return f"{PRIORITY_RANGE - priority:08d}#{job_id}"
-
-
-def master_port(job_id: str, attempt: int) -> int:
-    """A rendezvous port for the attempt, the same on every node."""
-    return 20000 + zlib.crc32(f"{job_id}#{attempt}".encode()) % 20000
 
 
 # -- fairness between tenants (docs/security.md, "Placement") ---------------------

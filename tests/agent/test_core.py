@@ -9,7 +9,7 @@ import pytest
 
 from agent.api import ApiError
 from agent.core import Outcome
-from agent.messages import default_master_port
+from agent.messages import master_port
 from agent.ranks import ProcTable
 
 from .conftest import PY, RecordingLauncher, alive, cancel, launch, message, run_until, wait_until
@@ -165,7 +165,7 @@ def test_master_address_and_port_defaults(world, tmp_path):
     agent.handle(message(launch("job_d", attempt=2, command=[PY, "-c", DUMP_ENV, str(out)]), 1))
     e = read_envs(out, [0])[0]
     assert (e["MASTER_ADDR"], e["MASTER_PORT"], e["CUDA_VISIBLE_DEVICES"]) == \
-        ("127.0.0.1", str(default_master_port("job_d", 2)), "0")
+        ("127.0.0.1", str(master_port("job_d", 2)), "0")
 
 
 def test_a_launch_that_does_not_fit_is_put_back_until_slots_free_up(world):

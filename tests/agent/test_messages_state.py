@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from agent.messages import Cancel, Launch, MessageError, default_master_port, parse
+from agent.messages import Cancel, Launch, MessageError, master_port, parse
 from agent.state import (
     DONE,
     RUNNING,
@@ -32,13 +32,13 @@ def test_launch_defaults_for_the_agreed_extensions():
     assert isinstance(m, Launch)
     assert m.ranks == (1, 3)  # ascending, so LOCAL_RANK follows the global order
     assert (m.gpus_per_rank, m.master_addr) == (1, "127.0.0.1")
-    assert m.master_port == default_master_port("job_01", 1)
+    assert m.master_port == master_port("job_01", 1)
     assert 20000 <= m.master_port <= 39999
 
 
 def test_the_default_port_is_the_same_on_every_node_and_differs_between_attempts():
-    ports = {default_master_port("job_01", a) for a in range(1, 50)}
-    assert default_master_port("job_01", 1) == default_master_port("job_01", 1)
+    ports = {master_port("job_01", a) for a in range(1, 50)}
+    assert master_port("job_01", 1) == master_port("job_01", 1)
     assert len(ports) > 40 and all(20000 <= p <= 39999 for p in ports)
 
 

@@ -1,6 +1,8 @@
 """Restart safety: a new agent on the same state directory adopts what the old one left."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agent.api import ApiError
@@ -101,6 +103,27 @@ def test_a_crash_in_the_middle_of_a_launch_is_finished_without_launching_twice(w
     shims = find_shims()
     assert sorted(p for f, p in shims.items() if "job_a" in f) == \
         sorted([procs["0"]["pid"], procs["1"]["pid"]])
+
+
+def test_a_launch_recorded_without_the_optional_fields_is_finished_with_their_defaults(world):
+    """The state file keeps the LAUNCH message; reading it back is parsing it,
+    so a record from an agent that knew fewer fields still launches."""
+    crashing = CrashAfterFirstLaunch()
+    a = world.agent(launcher=crashing)
+    with pytest.raises(CrashAfterFirstLaunch.Crash):
+        a.handle(message(launch(ranks=[0, 1]), 1))
+    state = world.state()
+    record = state["attempts"]["job_a/1"]["launch"]
+    for optional in ("gpus_per_rank", "master_addr", "master_port", "heartbeat_interval_s"):
+        del record[optional]
+    world.paths.state_file.write_text(json.dumps(state))
+
+    b = world.agent()
+    b.recover()  # launches rank 1 from the record
+    [second] = world.launchers[-1].launched
+    run_until(b, lambda: world.api.events, what="STARTED after restart")
+    assert world.api.events == [("job_a", 1, {"type": "STARTED", "ranks": [0, 1], **NODE})]
+    assert world.state()["attempts"]["job_a/1"]["procs"]["1"]["pid"] == second.pid
 
 
 def test_a_cancel_recorded_just_before_a_crash_is_carried_out_after_the_restart(world,

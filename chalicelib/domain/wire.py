@@ -1,0 +1,185 @@
+"""The inbox messages LAUNCH and CANCEL (API.md, "Nodes"): one schema for both ends.
+
+The control plane builds them with the classes here (domain/intents.py) and the
+host agent parses them with the functions here (agent/messages.py re-exports
+them), so field names, types, bounds and defaults live in this module only.
+Standard library only: the agent imports it on GPU hosts, without boto3,
+botocore or PynamoDB (tests/contract/test_wire.py checks).
+
+A LAUNCH names the ranks of the one node it is sent to. The outbox keeps one
+message per attempt, :class:`AttemptLaunch` (what every node gets alike), with
+each node's ranks beside it; :func:`with_ranks` makes the node's message.
+Outbox items already stored hold messages of this shape, so a field added later
+must have a default the parser fills in when the message lacks it.
+
+A message that fails parsing is never acted on: the agent leaves it in the
+queue, whose redrive policy moves it to the dead-letter queue after a few
+receives, where an operator can see it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+LAUNCH, CANCEL = "LAUNCH", "CANCEL"
+
+#: job ids become directory names on the hosts (logs, exit files), so the agent
+#: holds them to a conservative alphabet; every id ids.new_job_id makes fits it
+JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+#: rendezvous ports derived from the job and attempt: MASTER_PORT_MIN and up
+MASTER_PORT_MIN, MASTER_PORT_SPAN = 20000, 20000
+#: what the agent takes when a LAUNCH does not say (for the port: master_port)
+DEFAULT_GPUS_PER_RANK = 1
+DEFAULT_MASTER_ADDR = "127.0.0.1"
+DEFAULT_HEARTBEAT_INTERVAL_S = 10.0
+
+
+class MessageError(ValueError):
+    """The message cannot be acted on as it is."""
+
+
+def master_port(job_id: str, attempt: int) -> int:
+    """The attempt's rendezvous port: the one the control plane sends, and the
+    one an agent takes for a LAUNCH that names none. The same on every node
+    without coordination (a CRC, not Python's ``hash()``, which is salted per
+    process)."""
+    return MASTER_PORT_MIN + zlib.crc32(f"{job_id}#{attempt}".encode()) % MASTER_PORT_SPAN
+
+
+@dataclass(frozen=True)
+class AttemptLaunch:
+    """The LAUNCH of an attempt as every node of it gets it, but for ``ranks``."""
+    job_id: str
+    attempt: int
+    world_size: int
+    command: tuple[str, ...]
+    env: dict[str, str]
+    gpus_per_rank: int
+    master_addr: str
+    master_port: int
+    #: how often the agent posts the attempt's rank beats
+    heartbeat_interval_s: float
+
+    def to_message(self) -> dict[str, Any]:
+        """The message as the outbox keeps it (numbers as given: JSON ``10``
+        stays ``10``)."""
+        return {"type": LAUNCH, "job_id": self.job_id, "attempt": self.attempt,
+                "world_size": self.world_size, "command": list(self.command),
+                "env": dict(self.env), "gpus_per_rank": self.gpus_per_rank,
+                "master_addr": self.master_addr, "master_port": self.master_port,
+                "heartbeat_interval_s": self.heartbeat_interval_s}
+
+
+@dataclass(frozen=True)
+class Launch(AttemptLaunch):
+    """One node's LAUNCH: the attempt's, and the global ranks this node runs."""
+    #: ascending, so LOCAL_RANK follows the global order
+    ranks: tuple[int, ...]
+
+    def to_message(self) -> dict[str, Any]:
+        return with_ranks(super().to_message(), self.ranks)
+
+
+def with_ranks(message: dict[str, Any], ranks: Sequence[int]) -> dict[str, Any]:
+    """A node's LAUNCH: the attempt's ``message`` naming the node's ``ranks``."""
+    return {**message, "ranks": list(ranks)}
+
+
+@dataclass(frozen=True)
+class Cancel:
+    job_id: str
+    attempt: int
+    reason: str | None = None
+
+    def to_message(self) -> dict[str, Any]:
+        return {"type": CANCEL, "job_id": self.job_id, "attempt": self.attempt,
+                "reason": self.reason}
+
+
+# -- parsing (the agent's side) ------------------------------------------------
+def _int(msg: dict, name: str, minimum: int, default: int | None = None) -> int:
+    value = msg.get(name, default)
+    if value is None:
+        raise MessageError(f"{name} is missing")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise MessageError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _job_id(msg: dict) -> str:
+    job_id = msg.get("job_id")
+    if not isinstance(job_id, str) or not JOB_ID_RE.fullmatch(job_id):
+        raise MessageError(f"job_id must match {JOB_ID_RE.pattern}, got {job_id!r}")
+    return job_id
+
+
+def _env(value: Any) -> dict[str, str]:
+    """Strings as they are; other scalars as JSON text; nulls dropped."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise MessageError("env must be an object")
+    env = {}
+    for k, v in value.items():
+        if v is None:
+            continue
+        if isinstance(v, (dict, list)):
+            raise MessageError(f"env value of {k!r} must be a string")
+        env[str(k)] = v if isinstance(v, str) else json.dumps(v)
+    return env
+
+
+def parse_launch(msg: dict) -> Launch:
+    job_id, attempt = _job_id(msg), _int(msg, "attempt", 1)
+    world_size = _int(msg, "world_size", 1)
+    ranks = msg.get("ranks")
+    if (not isinstance(ranks, list) or not ranks
+            or any(isinstance(r, bool) or not isinstance(r, int) for r in ranks)):
+        raise MessageError("ranks must be a non-empty list of integers")
+    if len(set(ranks)) != len(ranks) or not all(0 <= r < world_size for r in ranks):
+        raise MessageError(f"ranks must be distinct and in 0..{world_size - 1}, got {ranks}")
+    command = msg.get("command")
+    if (not isinstance(command, list) or not command
+            or not all(isinstance(c, str) for c in command) or not command[0]):
+        raise MessageError("command must be a non-empty list of strings")
+    master_addr = msg.get("master_addr") or DEFAULT_MASTER_ADDR
+    if not isinstance(master_addr, str):
+        raise MessageError("master_addr must be a string")
+    port = msg.get("master_port")
+    if port is None:
+        port = master_port(job_id, attempt)
+    elif isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise MessageError(f"master_port must be in 1..65535, got {port!r}")
+    interval = msg.get("heartbeat_interval_s", DEFAULT_HEARTBEAT_INTERVAL_S)
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+        raise MessageError(f"heartbeat_interval_s must be a positive number, got {interval!r}")
+    return Launch(job_id=job_id, attempt=attempt, ranks=tuple(sorted(ranks)),
+                  world_size=world_size, command=tuple(command), env=_env(msg.get("env")),
+                  gpus_per_rank=_int(msg, "gpus_per_rank", 0, default=DEFAULT_GPUS_PER_RANK),
+                  master_addr=master_addr, master_port=port,
+                  heartbeat_interval_s=float(interval))
+
+
+def parse_cancel(msg: dict) -> Cancel:
+    reason = msg.get("reason")
+    return Cancel(job_id=_job_id(msg), attempt=_int(msg, "attempt", 1),
+                  reason=reason if isinstance(reason, str) else None)
+
+
+def parse(body: str) -> Launch | Cancel:
+    """The message in an SQS body, or MessageError saying what is wrong with it."""
+    try:
+        msg = json.loads(body)
+    except ValueError as e:
+        raise MessageError(f"not JSON: {e}") from None
+    if not isinstance(msg, dict):
+        raise MessageError("not a JSON object")
+    kind = msg.get("type")
+    if kind == LAUNCH:
+        return parse_launch(msg)
+    if kind == CANCEL:
+        return parse_cancel(msg)
+    raise MessageError(f"unknown message type {kind!r}")

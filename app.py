@@ -1,7 +1,9 @@
 """gpujobs HTTP API (see ../shared/API.md and docs/openapi.yaml).
 
-Thin on purpose: each route parses, authorises, calls one service function and
-shapes the response. Storage and queues live behind chalicelib/service/ports.py.
+Routes only: each reads its request through the HTTP edge (chalicelib/api/edge.py:
+the one error boundary, the request helpers), calls one service and shapes the
+response; each scheduled or queued function is one call into a service. Storage
+and queues live behind chalicelib/service/ports.py.
 """
 from __future__ import annotations
 

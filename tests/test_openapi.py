@@ -330,7 +330,7 @@ def test_parameters_match_server_limits(doc):
         NODE_ID_RE.pattern
     attempt = params["Attempt"]
     assert (attempt["in"], attempt["name"], attempt["required"]) == ("path", "attempt", True)
-    # app.report_attempt_event takes 1 to 6 digits
+    # the edge takes 1 to 6 digits (chalicelib/api/edge.py, whole_number)
     assert (attempt["schema"]["type"], attempt["schema"]["maximum"]) == ("integer", 999999)
 
 

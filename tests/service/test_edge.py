@@ -11,9 +11,10 @@ import pytest
 from chalicelib.api.edge import whole_number
 from chalicelib.domain.errors import InvalidArgument
 
-#: not 1 to 6 ASCII digits: a superscript ("²".isdigit() is True), a sign,
-#: seven digits, a space, nothing
-NOT_WHOLE = ["²", "-1", "1234567", "1 ", ""]
+#: not 1 to 6 ASCII digits: a superscript ("²".isdigit() is True), digits of
+#: other scripts (re's \d and int() take "٣" and "１"), a sign, seven digits,
+#: a space, nothing
+NOT_WHOLE = ["²", "٣", "１", "-1", "1234567", "1 ", ""]
 
 
 @pytest.mark.parametrize("raw", NOT_WHOLE)

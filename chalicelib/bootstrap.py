@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-from .adapters import models
+from .adapters import dynamo_errors, models
 from .adapters.heartbeat_store import DynamoCollectorStore, DynamoHeartbeatStore
 from .adapters.inbox import SqsInbox, SqsNudge, SqsScanQueue
 from .adapters.job_store import DynamoJobStore
@@ -18,6 +18,7 @@ from .adapters.parameters import SsmParameters
 from .adapters.tokens import TokenStore
 from .config import Config, ConfigError
 from .domain.clock import Clock, utcnow
+from .service import health
 from .service.attempts import AttemptsService
 from .service.auth import Authenticator
 from .service.dispatch import Dispatcher
@@ -50,6 +51,23 @@ class Services:
     logs: LogsService
     #: the one time source every service reads
     clock: Clock = utcnow
+
+    def ready(self) -> dict:
+        """Readiness: the API can reach its tables (503 otherwise)."""
+        return health.check(self.store)
+
+    def judge_shard(self, body: str) -> None:
+        """Judge one shard of a fanned-out stall scan (service/scan_fanout.py)."""
+        if self.scan_fanout is None:  # only deployed with its queue (GPUJOBS_SCAN_QUEUE_URL)
+            raise RuntimeError("a scan shard arrived but no scan queue is configured")
+        self.scan_fanout.judge(body, self.scanner.scan_job)
+
+
+def dependency_failure(e: BaseException) -> bool:
+    """True when ``e`` says a dependency of the wired adapters failed (retry
+    later), not that the request or the code is wrong: how the HTTP edge
+    tells a 503 from a bug without importing an adapter."""
+    return dynamo_errors.dependency_failure(e)
 
 
 _lock = threading.Lock()

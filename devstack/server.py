@@ -29,6 +29,7 @@ from chalice.local import (
     ThreadedHTTPServer,
 )
 
+from chalicelib.api.problems import answer
 from chalicelib.api.validation import MAX_ANY_BODY_BYTES
 from chalicelib.domain.errors import (
     ApiError,
@@ -57,10 +58,10 @@ class ProblemRequestHandler(ChaliceRequestHandler):
     def _send_problem(self, err: ApiError, *, close: bool = True) -> None:
         if close:
             self.close_connection = True
-        headers = {"Content-Type": "application/problem+json", **err.headers}
+        status, headers, body = answer(err)
         if close:
             headers["Connection"] = "close"
-        self._send_http_response(err.status, headers, json.dumps(err.problem(), separators=(",", ":")).encode())
+        self._send_http_response(status, headers, body.encode())
 
     def _allowed(self) -> str | None:
         """The methods the request's path is routed for; None: not routed."""
@@ -82,7 +83,7 @@ class ProblemRequestHandler(ChaliceRequestHandler):
         if code == 501:
             allowed = self._allowed() or ""
             return self._send_problem(MethodNotAllowed(
-                f"method {self.command!r} is not served here", headers={"Allow": allowed}))
+                f"method {self.command!r} is not served here", allow=allowed))
         return self._send_problem(InvalidArgument(f"the request could not be parsed: "
                                                   f"{message or code}", field="request"))
 
@@ -156,7 +157,7 @@ class ProblemRequestHandler(ChaliceRequestHandler):
             if allowed is None:
                 return self._send_problem(NotFound(f"no route for {self.path}"), close=False)
             return self._send_problem(MethodNotAllowed(
-                "OPTIONS is not served here", headers={"Allow": allowed}), close=False)
+                "OPTIONS is not served here", allow=allowed), close=False)
         body = self._read_body(length) if length else None
         if length and body is None:
             return self._send_problem(RequestTimeout(

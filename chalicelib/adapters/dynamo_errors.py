@@ -3,9 +3,9 @@
 A lost condition is a fact the service acts on (someone else got there first):
 the adapters turn it into a domain answer where it happens. Every other failure
 of a dependency (timeouts, dropped connections, throttling, 5xx, whatever
-botocore raises, directly or wrapped by PynamoDB) is translated once, at the
-boundary where requests and events enter (``app.py``'s ``endpoint`` and
-``handler`` wrappers), by :func:`as_unavailable`: it becomes 503 with
+botocore raises, directly or wrapped by PynamoDB) is told apart here, by
+:func:`dependency_failure`, and answered once, at the boundary where requests
+and events enter (chalicelib/api/edge.py, through bootstrap): 503 with
 Retry-After, so clients retry. Anything else is a bug and surfaces as such.
 One boundary covers every adapter method, generators included, since a
 generator is only ever drained inside a request or event.
@@ -15,10 +15,9 @@ from __future__ import annotations
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 
-from ..domain.errors import ApiError, ServiceUnavailable
+from ..domain.errors import ServiceUnavailable
 
 _CONFLICT = "ConditionalCheckFailedException"
-RETRY_AFTER_S = 1
 
 
 def lost_condition(e: Exception) -> bool:
@@ -75,14 +74,3 @@ def dependency_failure(e: BaseException) -> bool:
         return _client_error_transient(e)
     return False
 
-
-def as_unavailable(e: BaseException) -> ApiError | None:
-    """The 503 a dependency failure answers as; None when ``e`` is not one."""
-    if isinstance(e, ServiceUnavailable):
-        return e
-    if not dependency_failure(e):
-        return None
-    cause = getattr(e, "cause", None) or e
-    return ServiceUnavailable(
-        f"a dependency is busy or unreachable ({type(cause).__name__}); retry",
-        headers={"Retry-After": str(RETRY_AFTER_S)})

@@ -1,1 +1,3 @@
-"""HTTP-facing helpers: request parsing, validation, representations, problems."""
+"""The HTTP edge: the error boundary and request helpers (edge.py), the code ->
+status table (problems.py), SQS batches (batch.py), RestApp (rest.py), request
+validation, JSON Schemas and representations."""

@@ -14,13 +14,30 @@ that machinery cost more than any single thing the app does per request
 ``current_request``, thread-local under the local server) and skips only the
 binary checks, for an API that declares no binary types and no CORS. With
 either, it is Chalice's path unchanged.
+
+Those parts are private methods of Chalice's ``RestAPIEventHandler``
+(``create_request_object``, ``_main_rest_api_handler``,
+``_unhandled_exception_to_response``, ``_validate_binary_response``), which
+Chalice may change in any release; so this module refuses to import on any
+Chalice but the one it was checked against, :data:`CHECKED_CHALICE`. On an
+upgrade, check those methods again (tests/unit/test_rest.py holds every
+answer equal to Chalice's), then move the version.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
+import chalice
 from chalice import Chalice, Response
 from chalice.app import RestAPIEventHandler
+
+#: the Chalice whose private request path RestApp was checked against
+CHECKED_CHALICE = "1.34.0"
+if chalice.__version__ != CHECKED_CHALICE:
+    raise ImportError(
+        f"chalicelib.api.rest.RestApp was checked against Chalice {CHECKED_CHALICE}, "
+        f"not {chalice.__version__}: it calls private methods of RestAPIEventHandler; "
+        "check them again (tests/unit/test_rest.py), then update CHECKED_CHALICE")
 
 
 class _NoBinaryHandler(RestAPIEventHandler):

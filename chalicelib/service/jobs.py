@@ -146,12 +146,11 @@ class JobsService:
                 return
             except PendingLimitReached:
                 self.telemetry.count("QuotaExceeded")
-                raise QuotaExceeded(quotas.pending_limit_detail(job.tenant, limit),
-                                    headers={"Retry-After": "60"}) from None
+                raise QuotaExceeded(quotas.pending_limit_detail(job.tenant, limit)) from None
             except Contended:
                 continue  # another create of this tenant moved its count: nothing written
         raise ServiceUnavailable(f"tenant {job.tenant}'s jobs are being created concurrently; "
-                                 "retry", headers={"Retry-After": "1"})
+                                 "retry")
 
     # -- read -------------------------------------------------------------
     def get(self, tenant: str, job_id: str) -> Job:

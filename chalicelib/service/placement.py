@@ -36,6 +36,11 @@ class PlacementReport:
     #: skipped: their tenant is at its max_running_gpus (no placement try used)
     limited: list[str] = field(default_factory=list)
 
+    def counts(self) -> dict[str, int]:
+        """What the scheduled run returns (its Lambda's result)."""
+        return {"placed": len(self.placed), "waiting": len(self.waiting),
+                "never": len(self.never)}
+
 
 class _Pool:
     """The nodes one run has read, with the GPUs it has reserved on them since."""

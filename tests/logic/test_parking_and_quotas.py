@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from chalicelib.api.problems import answer
 from chalicelib.domain.errors import QuotaExceeded
 from chalicelib.domain.fleet import SETTLE_S
 from chalicelib.domain.quotas import Limits, TenantLimits
@@ -76,8 +77,9 @@ def test_over_max_pending_jobs_a_create_is_refused_and_writes_nothing(limited, w
     first, _ = submit(limited), submit(limited)
     with pytest.raises(QuotaExceeded) as refused:
         submit(limited, key="k-3")
-    assert refused.value.status == 429 and "max_pending_jobs" in refused.value.detail
-    assert refused.value.headers["Retry-After"] == "60"
+    status, headers, _ = answer(refused.value)
+    assert status == 429 and "max_pending_jobs" in refused.value.detail
+    assert headers["Retry-After"] == "60"
     assert len(world.store.page("acme", None, 10, None)[0]) == 2
     assert world.telemetry.counts["QuotaExceeded"] == 1
     submit(limited, tenant="other")                    # the default limits: its own count

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 import app
+from chalicelib.api.problems import answer
 from chalicelib.domain.errors import ServiceUnavailable
 from chalicelib.domain.principal import Principal
 from tests.faults import FAULTS, inject
@@ -94,7 +95,7 @@ def test_fault_in_a_scheduled_handler_fails_it_as_unavailable(fault, world):
     for handler in ("place", "scan", "reconcile"):
         with inject(None, fault), pytest.raises(ServiceUnavailable) as raised:
             getattr(app, handler)(SCHEDULED, None)
-        assert raised.value.headers["Retry-After"] == "1", handler
+        assert answer(raised.value)[1]["Retry-After"] == "1", handler
 
 
 def test_throttled_transaction_item_is_503_not_500(world, client, tenants):

@@ -294,6 +294,7 @@ def test_a_release_that_keeps_losing_is_503_with_retry_after(iso, iso_client, te
                                                              monkeypatch):
     from pynamodb.connection.base import Connection
 
+    from chalicelib.api.problems import answer
     from chalicelib.domain.errors import ServiceUnavailable
 
     register(iso, "c2", gpus=2)
@@ -302,5 +303,5 @@ def test_a_release_that_keeps_losing_is_503_with_retry_after(iso, iso_client, te
     monkeypatch.setattr(Connection, "transact_write_items", _conflict(100))
     with pytest.raises(ServiceUnavailable) as caught:
         iso.store.release(iso.store.attempt(job_id, 1), "c2")
-    assert caught.value.headers["Retry-After"] == "1"
+    assert answer(caught.value)[1]["Retry-After"] == "1"
     assert NodeModel.get("c2", consistent_read=True).gpus_free == 0, "nothing half-written"

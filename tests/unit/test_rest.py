@@ -89,3 +89,26 @@ def test_the_one_pass_is_taken_only_without_binary_types():
     plain = _app(RestApp, [])
     plain(_event("GET", "/items/{item}", {"item": "a"}), None)
     assert plain._plain is True
+
+
+def _load_rest_module():
+    """chalicelib/api/rest.py imported afresh, under a name of its own (the
+    module everyone else imported stays as it is)."""
+    import importlib.util
+
+    from chalicelib.api import rest
+    spec = importlib.util.spec_from_file_location("rest_under_test", rest.__file__)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_restapp_refuses_to_import_on_a_chalice_it_was_not_checked_against(monkeypatch):
+    """RestApp calls private methods of Chalice's RestAPIEventHandler: on another
+    Chalice, import fails and names the version it was checked against."""
+    import chalice
+    assert _load_rest_module().CHECKED_CHALICE == chalice.__version__ == "1.34.0"
+    monkeypatch.setattr(chalice, "__version__", "1.35.0")
+    with pytest.raises(ImportError, match=r"checked against Chalice 1\.34\.0, not 1\.35\.0"):
+        _load_rest_module()

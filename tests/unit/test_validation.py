@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from chalicelib.api import validation
+from chalicelib.api.problems import status_of
 from chalicelib.domain.errors import ApiError, InvalidArgument, PayloadTooLarge
 from chalicelib.domain.jobs import with_defaults
 
@@ -41,7 +42,7 @@ def test_each_bad_field_is_named(body, field):
     with pytest.raises(InvalidArgument) as e:
         check(body)
     assert e.value.field == field
-    assert e.value.status == 400
+    assert status_of(e.value.code) == 400
 
 
 def test_a_good_body_passes_and_defaults_fill_in():
@@ -89,7 +90,7 @@ def test_any_json_value_is_accepted_or_refused_with_a_4xx(value):
     try:
         check(validation.parse_json(raw, required=True, content_type=None))
     except ApiError as e:
-        assert 400 <= e.status < 500 and e.field
+        assert 400 <= status_of(e.code) < 500 and e.field
 
 
 def test_defaults_leave_the_submitted_body_as_it_was_and_share_nothing_with_it():

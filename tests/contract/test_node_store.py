@@ -114,6 +114,15 @@ def test_silent_nodes_are_those_not_down_and_not_heard_since(whole):
         quiet.node_id]
 
 
+def test_silent_nodes_are_listed_by_id_whatever_the_order_they_came_in(whole):
+    """Both stores list a whole-table read in one order (the real one scans)."""
+    then = utcnow() - timedelta(seconds=120)
+    for n in (2, 0, 1):
+        whole.node(n, now=then)
+    assert [n.node_id for n in whole.nodes.silent_since(utcnow())] == [
+        whole.node_id(n) for n in range(3)]
+
+
 def test_the_all_types_summary_counts_every_type(whole):
     whole.node(0, gpus=8)
     whole.node(1, gpus=2, gpu_type=whole.gpu_type(1))

@@ -116,7 +116,8 @@ class Scale:
         self.urls: dict[str, str] = {node.node_id: node.inbox_queue_url}
         self.clone_nodes(nodes)
         self.setup_s = (t1 - t0, time.perf_counter() - t1)
-        fleet = self.services.node_store.fleet(GPU_TYPE)
+        summary = self.services.node_store.fleet_of(GPU_TYPE)
+        fleet = (summary.gpus, summary.largest_node)
         if fleet != (GPUS_PER_NODE * nodes, GPUS_PER_NODE) or \
                 len(self.services.nodes.list()) != nodes:
             raise Fail(f"N={nodes}: registration left the fleet at {fleet}")
@@ -151,11 +152,8 @@ class Scale:
         minute on moto): node-0000's item, registered through the service, with
         its id put in, written in batches; each node's inbox made by the
         service's own ``inbox.ensure``; the fleet totals raised by the same
-        update registration makes (``room_bump``, ``_changed``). The totals are
-        checked after."""
-        from chalicelib.adapters.fleet import ALL_TYPES, room_bump
-        from chalicelib.adapters.models import FleetModel
-        from chalicelib.adapters.node_store import _changed
+        update registration makes (``fleet_update``). The totals are checked after."""
+        from chalicelib.adapters.fleet import ALL_TYPES, fleet_update
         from chalicelib.domain.clock import iso
 
         first = self.cleanup.get_item(TableName=self.cfg.nodes_table,
@@ -176,9 +174,8 @@ class Scale:
         if nodes > 1:  # registration's own fleet update, for the N-1 at once
             now = self.services.clock()
             for t in (GPU_TYPE, ALL_TYPES):
-                FleetModel(t).update(actions=[
-                    FleetModel.gpus.add(GPUS_PER_NODE * (nodes - 1)),
-                    *room_bump(iso(now)), *_changed(now)])
+                self.cleanup.update_item(**fleet_update(
+                    t, gpus=GPUS_PER_NODE * (nodes - 1), room_at=iso(now), changed_at=iso(now)))
 
     def submit(self, indices) -> list:
         jobs = []

@@ -88,22 +88,6 @@ class ConditionFailed(Exception):
 
 
 @dataclass
-class _Fleet:
-    """One fleet item (adapters/models.FleetModel); 0 stands for "not written"."""
-    gpus: int = 0
-    largest_node: int = 0
-    generation: int = 0
-    swept_generation: int = 0
-    changed_at: datetime | None = None
-    room_version: int = 0
-    room_at: datetime | None = None
-
-    def read(self, key: str) -> Fleet:
-        return Fleet(key, self.gpus, self.largest_node, self.generation,
-                     self.swept_generation, self.changed_at, self.room_version, self.room_at)
-
-
-@dataclass
 class _Outbox:
     intent: Intent
     unacked: set[str]
@@ -123,24 +107,27 @@ class Tables:
     attempt_events: dict[tuple[str, int], dict] = field(default_factory=dict)
     outbox: dict[tuple[str, str], _Outbox] = field(default_factory=dict)
     nodes: dict[str, Node] = field(default_factory=dict)
-    fleet: dict[str, _Fleet] = field(default_factory=dict)
+    #: each fleet item (adapters/models.FleetModel) as the domain's Fleet, replaced
+    #: by every write; a key not here is the unwritten, empty Fleet(key)
+    fleet: dict[str, Fleet] = field(default_factory=dict)
     #: each tenant's number of PENDING jobs (adapters/models.TenantModel)
     tenants: dict[str, int] = field(default_factory=dict)
     #: parked jobs: job id -> the fleet generation it was parked against
     parked: dict[str, int] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
+    def fleet_of(self, key: str) -> Fleet:
+        return self.fleet.get(key) or Fleet(key)
+
     def bump_room(self, gpu_type: str | None, now: datetime) -> None:
         for t in room_types(gpu_type):
-            f = self.fleet.setdefault(t, _Fleet())
-            f.room_version += 1
-            f.room_at = ms(now)
+            f = self.fleet_of(t)
+            self.fleet[t] = replace(f, room_version=f.room_version + 1, room_at=ms(now))
 
     def reshape(self, key: str, now: datetime) -> None:
         """A change of the fleet's registered GPUs or largest node: a new generation."""
-        f = self.fleet.setdefault(key, _Fleet())
-        f.generation += 1
-        f.changed_at = ms(now)
+        f = self.fleet_of(key)
+        self.fleet[key] = replace(f, generation=f.generation + 1, changed_at=ms(now))
 
     def count_pending(self, tenant: str, delta: int, limit: int | None = None) -> None:
         """Move the tenant's PENDING count; an increase under ``limit`` is refused
@@ -289,7 +276,7 @@ class FakeJobStore:
         PENDING job read and ``fleet`` still the generation it was judged against."""
         with self.t.lock:
             current = self._job(job.job_id)
-            stored = self.t.fleet.get(fleet.key, _Fleet())
+            stored = self.t.fleet_of(fleet.key)
             if current is None or current.state is not JobState.PENDING \
                     or current.attempt != job.attempt or stored.generation != fleet.generation:
                 return False
@@ -606,14 +593,14 @@ class FakeNodeStore:
             return [copy.deepcopy(n) for _, n in sorted(self.t.nodes.items())]
 
     def _fleet(self, gpu_type: str, delta: int) -> None:
-        self.t.fleet.setdefault(gpu_type, _Fleet()).gpus += delta
+        f = self.t.fleet_of(gpu_type)
+        self.t.fleet[gpu_type] = replace(f, gpus=f.gpus + delta)
 
     def _raise_largest(self, gpu_type: str, gpus: int, now: datetime) -> None:
         """A new largest node of the type (and of all types) is a new generation."""
         for t in (gpu_type, ALL_TYPES):
-            f = self.t.fleet.setdefault(t, _Fleet())
-            if f.largest_node < gpus:
-                f.largest_node = gpus
+            if self.t.fleet_of(t).largest_node < gpus:
+                self.t.fleet[t] = replace(self.t.fleet_of(t), largest_node=gpus)
                 self.t.reshape(t, now)
 
     def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
@@ -658,27 +645,23 @@ class FakeNodeStore:
                 self._raise_largest(gpu_type, gpus, now)
             return copy.deepcopy(node)
 
-    def fleet(self, gpu_type: str | None) -> tuple[int, int]:
-        f = self.fleet_of(gpu_type)
-        return f.gpus, f.largest_node
-
     def fleet_of(self, gpu_type: str | None) -> Fleet:
-        key = fleet_key(gpu_type)
         with self.t.lock:
-            return self.t.fleet.get(key, _Fleet()).read(key)
+            return self.t.fleet_of(fleet_key(gpu_type))
 
     def fleets(self) -> list[Fleet]:
-        """Every fleet item: each GPU type's and ``*``."""
+        """Every fleet item: each GPU type's and ``*``, by key."""
         with self.t.lock:
-            return [f.read(key) for key, f in sorted(self.t.fleet.items())]
+            return [f for _, f in sorted(self.t.fleet.items())]
 
     def mark_swept(self, fleet: Fleet) -> None:
-        """Record the generation as swept, unless the fleet moved on meanwhile."""
+        """Record the generation as swept, unless the fleet moved on meanwhile
+        (an unwritten fleet has no generation: nothing is written)."""
         with self.t.lock:
             stored = self.t.fleet.get(fleet.key)
             if stored is not None and stored.generation and \
                     stored.generation == fleet.generation:
-                stored.swept_generation = fleet.generation
+                self.t.fleet[fleet.key] = replace(stored, swept_generation=fleet.generation)
 
     def ready_pages(self, gpu_type: str | None, min_free: int) -> Iterator[list[Node]]:
         """READY nodes with at least ``min_free`` GPUs, most free first, in pages."""

@@ -1,49 +1,73 @@
-"""The NodeStore port on DynamoDB: node registry, fleet totals, READY candidates."""
+"""The NodeStore port on DynamoDB: node registry, fleet totals, READY candidates.
+
+Every request is built by dynamo.Table (NODES here, adapters/fleet.FLEET for
+the summaries) and sent by dynamo.Dynamo; the models are the schema only.
+"""
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Iterator
 
 from pynamodb.connection import Connection
-from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
-from pynamodb.expressions.update import Action
+from pynamodb.exceptions import TransactWriteError
 
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from ..domain.fleet import Fleet, fleet_key
 from ..domain.nodes import Node, NodeState
-from .dynamo_errors import lost_condition, tx_lost
-from .fleet import ALL_TYPES, room_bump, room_types
-from .job_store import new_transaction
-from .models import FleetModel, NodeModel
+from .dynamo import ConditionFailed, Dynamo, Table
+from .dynamo_errors import tx_lost
+from .fleet import (
+    ALL_TYPES,
+    FLEET,
+    fleet_from_item,
+    fleet_update,
+    room_types,
+    swept_update,
+    update_expression,
+)
+from .models import NodeModel
 
 #: nodes read per query page while looking for room
 CANDIDATE_PAGE = 50
 
-
-def node_from_model(m: NodeModel) -> Node:
-    return Node(node_id=m.node_id, gpus=int(m.gpus), gpus_free=int(m.gpus_free),
-                gpu_type=m.gpu_type, state=NodeState(m.state),
-                inbox_queue_url=m.inbox_queue_url, last_seen_at=parse_iso(m.last_seen_at),
-                registered_at=parse_iso(m.registered_at), labels=m.labels or {},
-                address=m.address or m.node_id, isolation=m.isolation or "none",
-                attempts=frozenset(m.attempts or ()), lost=frozenset(m.lost or ()))
+NODES = Table(NodeModel)
+_READY_BY_TYPE = NodeModel.ready_by_type.Meta.index_name
+_READY_ANY = NodeModel.ready_any_index.Meta.index_name
+#: ready_any's one partition: every READY node
+_ANY = "1"
+_READY, _DOWN = NodeState.READY.value, NodeState.DOWN.value
 
 
-def _t(value: str | None) -> datetime | None:
-    return parse_iso(value) if value else None
+def node_from_item(item: dict) -> Node:
+    """The node of a raw item."""
+    v = NODES.values(item)
+    return Node(node_id=v["node_id"], gpus=int(v["gpus"]), gpus_free=int(v["gpus_free"]),
+                gpu_type=v["gpu_type"], state=NodeState(v["state"]),
+                inbox_queue_url=v["inbox_queue_url"], last_seen_at=parse_iso(v["last_seen_at"]),
+                registered_at=parse_iso(v["registered_at"]), labels=v["labels"] or {},
+                address=v["address"] or v["node_id"], isolation=v["isolation"] or "none",
+                attempts=frozenset(v["attempts"] or ()), lost=frozenset(v["lost"] or ()))
 
 
-def _changed(now: datetime) -> list:
-    """The update actions of a change of a fleet's registered GPUs or largest node."""
-    return [FleetModel.generation.add(1), FleetModel.changed_at.set(iso(now))]
-
-
-def _fleet(m: FleetModel) -> Fleet:
-    return Fleet(m.gpu_type, int(m.gpus or 0), int(m.largest_node or 0),
-                 int(m.generation or 0), int(m.swept_generation or 0),
-                 parse_iso(m.changed_at) if m.changed_at else None,
-                 int(m.room_version or 0), _t(m.room_at))
+def scan(dynamo: Dynamo, table: Table, condition: str | None = None,
+         values: dict | None = None, *, consistent: bool = False) -> Iterator[dict]:
+    """Every item of ``table`` meeting the filter ``condition``, page by page
+    (dynamo.Table builds no Scan: the node and fleet tables are the only ones
+    read whole)."""
+    request: dict = {"TableName": table.name}
+    if condition:
+        request.update(FilterExpression=condition, ExpressionAttributeNames=table.names(condition),
+                       ExpressionAttributeValues=values or {})
+    if consistent:
+        request["ConsistentRead"] = True
+    start = None
+    while True:
+        page = dynamo.call("Scan", {**request, "ExclusiveStartKey": start} if start else request)
+        yield from page.get("Items", [])
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return
 
 
 class NodeRaced(Exception):
@@ -52,16 +76,21 @@ class NodeRaced(Exception):
 
 class DynamoNodeStore:
     def __init__(self, connection: Connection) -> None:
-        self._conn = connection
+        self._dynamo = Dynamo(connection)
 
     def get(self, node_id: str) -> Node | None:
-        try:
-            return node_from_model(NodeModel.get(node_id, consistent_read=True))
-        except DoesNotExist:
-            return None
+        item = self._dynamo.get(NODES.get(NODES.key(node_id)))
+        return None if item is None else node_from_item(item)
 
     def all(self) -> list[Node]:
-        return sorted((node_from_model(m) for m in NodeModel.scan()), key=lambda n: n.node_id)
+        return self._nodes()
+
+    def _nodes(self, condition: str | None = None, values: dict | None = None, *,
+               consistent: bool = False) -> list[Node]:
+        """The nodes meeting the filter ``condition``, by id."""
+        nodes = (node_from_item(i) for i in scan(self._dynamo, NODES, condition, values,
+                                                 consistent=consistent))
+        return sorted(nodes, key=lambda n: n.node_id)
 
     def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
                  address: str, inbox_queue_url: str, now: datetime,
@@ -77,185 +106,192 @@ class DynamoNodeStore:
             if attempt:
                 current = self.get(node_id)
             try:
-                return self._register(current, node_id, gpus, gpu_type, labels, address,
-                                      inbox_queue_url, now, isolation)
+                if current is None:
+                    return self._create(node_id, gpus, gpu_type, labels, address,
+                                        inbox_queue_url, now, isolation)
+                return self._update(current, gpus, gpu_type, labels, address,
+                                    inbox_queue_url, now, isolation)
             except NodeRaced:
                 continue
-        raise ServiceUnavailable(f"node {node_id} is being registered concurrently; retry",
-                                 headers={"Retry-After": "1"})
+        raise ServiceUnavailable(f"node {node_id} is being registered concurrently; retry")
 
-    def _register(self, current: Node | None, node_id, gpus, gpu_type, labels, address, url,
-                  now, isolation="none") -> Node:
-        ready = {"ready_type": gpu_type, "ready_any": "1"}
-        with_fleet: list[tuple[str, int]] = []
-        if current is None:
-            item = NodeModel(node_id, gpus=gpus, gpus_free=gpus, gpu_type=gpu_type,
-                             state=NodeState.READY.value, address=address, labels=labels,
-                             inbox_queue_url=url, last_seen_at=iso(now),
-                             registered_at=iso(now), isolation=isolation, **ready)
-            with_fleet = [(gpu_type, gpus), (ALL_TYPES, gpus)]
-            try:
-                with new_transaction(self._conn) as tx:
-                    tx.save(item, condition=NodeModel.node_id.does_not_exist())
-                    for t, delta in with_fleet:
-                        tx.update(FleetModel(t), actions=[FleetModel.gpus.add(delta),
-                                                          *room_bump(iso(now)),
-                                                          *_changed(now)])
-            except TransactWriteError as e:
-                if tx_lost(e):
-                    raise NodeRaced(node_id) from None
-                raise
-            self._raise_largest(gpu_type, gpus, now)
-            return node_from_model(item)
+    def _create(self, node_id: str, gpus: int, gpu_type: str, labels: dict, address: str,
+                url: str, now: datetime, isolation: str) -> Node:
+        """A new node, READY with every GPU free, counted in its type's and
+        every type's summary (a new generation, room appeared) in one transaction."""
+        item = NODES.item({
+            "node_id": node_id, "gpus": gpus, "gpus_free": gpus, "gpu_type": gpu_type,
+            "state": _READY, "address": address, "labels": labels, "inbox_queue_url": url,
+            "last_seen_at": iso(now), "registered_at": iso(now), "isolation": isolation,
+            "ready_type": gpu_type, "ready_any": _ANY})
+        try:
+            with self._dynamo.transaction() as tx:
+                tx.put(NODES.put_new(item))
+                for t in (gpu_type, ALL_TYPES):
+                    tx.update(fleet_update(t, gpus=gpus, room_at=iso(now), changed_at=iso(now)))
+        except TransactWriteError as e:
+            if tx_lost(e):
+                raise NodeRaced(node_id) from None
+            raise
+        self._raise_largest(gpu_type, gpus, now)
+        return node_from_item(item)
 
-        old_gpus, old_type, old_state = current.gpus, current.gpu_type, current.state
+    def _update(self, current: Node, gpus: int, gpu_type: str, labels: dict, address: str,
+                url: str, now: datetime, isolation: str) -> Node:
+        """Refresh a registered node; a change of capacity or type, or a
+        return from DOWN, moves the summaries in the same transaction."""
+        node_id, old_gpus, old_type, old_state = (current.node_id, current.gpus,
+                                                  current.gpu_type, current.state)
         delta = gpus - old_gpus
-        actions: list[Action] = [
-            NodeModel.last_seen_at.set(iso(now)), NodeModel.labels.set(labels),
-            NodeModel.address.set(address), NodeModel.inbox_queue_url.set(url),
-            NodeModel.isolation.set(isolation)]
+        gpu_type_value = NODES.value("gpu_type", gpu_type)
+        sets = ["#last_seen_at = :seen", "#labels = :labels", "#address = :address",
+                "#inbox_queue_url = :url", "#isolation = :isolation"]
+        adds: list[str] = []
+        values = {":seen": NODES.value("last_seen_at", iso(now)),
+                  ":labels": NODES.value("labels", labels),
+                  ":address": NODES.value("address", address),
+                  ":url": NODES.value("inbox_queue_url", url),
+                  ":isolation": NODES.value("isolation", isolation),
+                  ":old_gpus": NODES.value("gpus", old_gpus),
+                  ":old_state": NODES.value("state", old_state.value)}
+        #: GPU type -> the change of its registered GPUs
+        with_fleet: dict[str, int] = {}
         if old_state is NodeState.DOWN:
             # back from the dead: its attempts were failed and their GPUs returned
-            actions += [NodeModel.state.set(NodeState.READY.value)]
+            sets.append("#state = :ready")
+            values[":ready"] = NODES.value("state", _READY)
         if delta or gpu_type != old_type:
-            actions += [NodeModel.gpus.set(gpus), NodeModel.gpus_free.add(delta),
-                        NodeModel.gpu_type.set(gpu_type)]
+            sets += ["#gpus = :gpus", "#gpu_type = :type"]
+            adds.append("#gpus_free :delta")
+            values.update({":gpus": NODES.value("gpus", gpus), ":type": gpu_type_value,
+                           ":delta": NODES.value("gpus_free", delta)})
             deltas = {old_type: -old_gpus, ALL_TYPES: delta}
             deltas[gpu_type] = deltas.get(gpu_type, 0) + gpus
             # ALL_TYPES always moves on: its generation says "some type changed"
-            with_fleet = [(t, d) for t, d in deltas.items() if d or t == ALL_TYPES]
+            with_fleet = {t: d for t, d in deltas.items() if d or t == ALL_TYPES}
         if old_state in (NodeState.READY, NodeState.DOWN):  # READY from here on
-            actions += [NodeModel.ready_type.set(gpu_type), NodeModel.ready_any.set("1")]
+            sets += ["#ready_type = :type", "#ready_any = :any"]
+            values.update({":type": gpu_type_value, ":any": NODES.value("ready_any", _ANY)})
         #: the fleets whose registered GPUs changed: their generation moves
-        reshaped = {t for t, _ in with_fleet}
+        reshaped = set(with_fleet)
+        room = room_types(gpu_type)
         if with_fleet or old_state is NodeState.DOWN:
             # room may have appeared: grown, retyped or back from DOWN
-            with_fleet += [(t, 0) for t in room_types(gpu_type)
-                           if t not in dict(with_fleet)]
-        condition = (NodeModel.gpus == old_gpus) & (NodeModel.state == old_state.value)
-        model = NodeModel(node_id)
+            with_fleet.update({t: 0 for t in room if t not in with_fleet})
+        request = NODES.update(NODES.key(node_id), update_expression(sets, adds),
+                               condition="#gpus = :old_gpus AND #state = :old_state",
+                               values=values)
+        stamp = iso(now)
         try:
-            if with_fleet:
-                with new_transaction(self._conn) as tx:
-                    tx.update(model, actions=actions, condition=condition)
-                    for t, d in with_fleet:
-                        bump = room_bump(iso(now)) if t in room_types(gpu_type) else []
-                        shape = _changed(now) if t in reshaped else []
-                        tx.update(FleetModel(t), actions=[
-                            *([FleetModel.gpus.add(d)] if d else []), *bump, *shape])
-                model.refresh(consistent_read=True)
-                self._raise_largest(gpu_type, gpus, now)
-            else:
-                model.update(actions=actions, condition=condition)
-        except (UpdateError, TransactWriteError) as e:
-            if (isinstance(e, UpdateError) and lost_condition(e)) or \
-                    (isinstance(e, TransactWriteError) and tx_lost(e)):
+            if not with_fleet:
+                item = self._dynamo.update({**request, "ReturnValues": "ALL_NEW"})["Attributes"]
+                return node_from_item(item)
+            with self._dynamo.transaction() as tx:
+                tx.update(request)
+                for t, d in with_fleet.items():
+                    tx.update(fleet_update(t, gpus=d, room_at=stamp if t in room else None,
+                                           changed_at=stamp if t in reshaped else None))
+        except ConditionFailed:
+            raise NodeRaced(node_id) from None
+        except TransactWriteError as e:
+            if tx_lost(e):
                 raise NodeRaced(node_id) from None
             raise
-        return node_from_model(model)
+        written = self._dynamo.get(NODES.get(NODES.key(node_id)))
+        self._raise_largest(gpu_type, gpus, now)
+        if written is None:  # nodes are not deleted: read again, as after a lost race
+            raise NodeRaced(node_id)
+        return node_from_item(written)
 
     def _raise_largest(self, gpu_type: str, gpus: int, now: datetime) -> None:
+        """``gpus`` is the largest node of its type and of every type, unless a
+        larger one is recorded (then nothing changes: no new generation)."""
         for t in (gpu_type, ALL_TYPES):
             try:
-                FleetModel(t).update(
-                    actions=[FleetModel.largest_node.set(gpus), *_changed(now)],
-                    condition=FleetModel.largest_node.does_not_exist()
-                    | (FleetModel.largest_node < gpus))
-            except UpdateError as e:
-                if not lost_condition(e):
-                    raise
-
-    def fleet(self, gpu_type: str | None) -> tuple[int, int]:
-        """(GPUs registered, GPUs of the largest node) for a type, or all types."""
-        f = self.fleet_of(gpu_type)
-        return f.gpus, f.largest_node
+                self._dynamo.update(fleet_update(t, largest_node=gpus, changed_at=iso(now)))
+            except ConditionFailed:
+                pass
 
     # -- fleet generations: parked never-fitting jobs (domain/fleet.py) --------
     def fleet_of(self, gpu_type: str | None) -> Fleet:
         """A type's fleet (None: all types) with its generation; one strong read."""
-        try:
-            return _fleet(FleetModel.get(fleet_key(gpu_type), consistent_read=True))
-        except DoesNotExist:
-            return Fleet(fleet_key(gpu_type))
+        key = fleet_key(gpu_type)
+        item = self._dynamo.get(FLEET.get(FLEET.key(key)))
+        return Fleet(key) if item is None else fleet_from_item(item)
 
     def fleets(self) -> list[Fleet]:
-        """Every type's fleet: one item per GPU type, read when some type changed."""
-        return [_fleet(m) for m in FleetModel.scan(consistent_read=True)]
+        """Every type's fleet: one item per GPU type, read when some type changed;
+        by key."""
+        fleets = (fleet_from_item(i) for i in scan(self._dynamo, FLEET, consistent=True))
+        return sorted(fleets, key=lambda f: f.key)
 
     def mark_swept(self, fleet: Fleet) -> None:
         """Record that the parked jobs of ``fleet``'s generation were judged again,
         unless the fleet moved on meanwhile (then they will be judged once more)."""
         try:
-            FleetModel(fleet.key).update(
-                actions=[FleetModel.swept_generation.set(fleet.generation)],
-                condition=FleetModel.generation == fleet.generation)
-        except UpdateError as e:
-            if not lost_condition(e):
-                raise
+            self._dynamo.update(swept_update(fleet))
+        except ConditionFailed:
+            pass
 
     def ready_pages(self, gpu_type: str | None, min_free: int) -> Iterator[list[Node]]:
-        """READY nodes with at least ``min_free`` GPUs, most free first, a page at a time.
+        """READY nodes with at least ``min_free`` GPUs, most free first, a page
+        at a time (no empty pages).
 
         The index is eventually consistent: the conditional writes of a
         reservation are what decide, not this read.
         """
+        free = {":free": NODES.value("gpus_free", min_free)}
         if gpu_type:
-            query = NodeModel.ready_by_type.query(
-                gpu_type, NodeModel.gpus_free >= min_free, scan_index_forward=False,
-                page_size=CANDIDATE_PAGE)
+            request = NODES.query(_READY_BY_TYPE, "#ready_type = :ready AND #gpus_free >= :free",
+                                  {":ready": NODES.value("ready_type", gpu_type), **free},
+                                  limit=CANDIDATE_PAGE, forward=False)
         else:
-            query = NodeModel.ready_any_index.query(
-                "1", NodeModel.gpus_free >= min_free, scan_index_forward=False,
-                page_size=CANDIDATE_PAGE)
-        pages = query.page_iter
-        for raw in pages:
-            yield [node_from_model(NodeModel.from_raw_data(i)) for i in raw["Items"]]
+            request = NODES.query(_READY_ANY, "#ready_any = :ready AND #gpus_free >= :free",
+                                  {":ready": NODES.value("ready_any", _ANY), **free},
+                                  limit=CANDIDATE_PAGE, forward=False)
+        for items in self._dynamo.pages(request):
+            if items:
+                yield [node_from_item(i) for i in items]
 
     def silent_since(self, before: datetime) -> list[Node]:
-        """Nodes not DOWN that have not called in since ``before``."""
-        return [node_from_model(m) for m in NodeModel.scan(
-            (NodeModel.last_seen_at < iso(before)) & (NodeModel.state != NodeState.DOWN.value))]
+        """Nodes not DOWN that have not called in since ``before``, by id."""
+        return self._nodes("#last_seen_at < :before AND #state <> :down",
+                           {":before": NODES.value("last_seen_at", iso(before)),
+                            ":down": NODES.value("state", _DOWN)})
 
     def down_holding_attempts(self) -> list[Node]:
-        """DOWN nodes on which some attempt still holds GPUs."""
-        return [node_from_model(m) for m in NodeModel.scan(
-            (NodeModel.state == NodeState.DOWN.value) & NodeModel.attempts.exists(),
-            consistent_read=True)]
+        """DOWN nodes on which some attempt still holds GPUs, by id."""
+        return self._nodes("#state = :down AND attribute_exists(#attempts)",
+                           {":down": NODES.value("state", _DOWN)}, consistent=True)
 
     def mark_down(self, node: Node) -> bool:
         """DOWN, if it still has not called in since it was read; False if it has."""
         try:
-            NodeModel(node.node_id).update(
-                actions=[NodeModel.state.set(NodeState.DOWN.value),
-                         NodeModel.ready_type.remove(), NodeModel.ready_any.remove()],
-                condition=NodeModel.last_seen_at == iso(node.last_seen_at))
+            self._dynamo.update(NODES.update(
+                NODES.key(node.node_id), "SET #state = :down REMOVE #ready_type, #ready_any",
+                condition="#last_seen_at = :seen",
+                values={":down": NODES.value("state", _DOWN),
+                        ":seen": NODES.value("last_seen_at", iso(node.last_seen_at))}))
             return True
-        except UpdateError as e:
-            if lost_condition(e):
-                return False
-            raise
+        except ConditionFailed:
+            return False
 
     def mark_lost(self, node_id: str, key: str) -> bool:
         """Record that the attempt ``key`` ("job_id#attempt") was lost with the
         node: it keeps its GPUs until the node's agent confirms its ranks gone.
         False if it holds none here any more (its ranks were all confirmed)."""
         try:
-            NodeModel(node_id).update(actions=[NodeModel.lost.add({key})],
-                                      condition=NodeModel.attempts.contains(key))
+            self._dynamo.update(NODES.update(
+                NODES.key(node_id), "ADD #lost :keys", condition="contains(#attempts, :key)",
+                values={":keys": NODES.value("lost", {key}), ":key": {"S": key}}))
             return True
-        except UpdateError as e:
-            if lost_condition(e):
-                return False
-            raise
+        except ConditionFailed:
+            return False
 
     def attempts_on(self, node_id: str) -> list[tuple[str, int]]:
-        try:
-            m = NodeModel.get(node_id, consistent_read=True, attributes_to_get=["attempts"])
-        except DoesNotExist:
-            return []
+        item = self._dynamo.get(NODES.get(NODES.key(node_id), attributes=["attempts"]))
         out = []
-        for key in m.attempts or ():
+        for key in (NODES.values(item)["attempts"] or ()) if item else ():
             job_id, _, attempt = key.rpartition("#")
             out.append((job_id, int(attempt)))
         return sorted(out)
-

@@ -49,6 +49,12 @@ def fleet_key(gpu_type: str | None) -> str:
     return gpu_type or ALL_TYPES
 
 
+def room_types(gpu_type: str | None) -> list[str]:
+    """The fleets that room on a node of ``gpu_type`` concerns: its type's and
+    every type's."""
+    return [gpu_type, ALL_TYPES] if gpu_type and gpu_type != ALL_TYPES else [ALL_TYPES]
+
+
 def parked_partition(gpu_type: str | None) -> str:
     """The by_active_state partition of parked jobs of a type (``*``: any type)."""
     return f"PARKED#{fleet_key(gpu_type)}"

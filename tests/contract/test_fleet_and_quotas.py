@@ -104,8 +104,10 @@ def test_a_sweep_is_recorded_for_the_generation_read_unless_the_fleet_moved_on(p
 def test_fleets_lists_every_types_fleet_and_all_types(whole):
     whole.node(0, gpus=8)
     whole.node(1, gpus=2, gpu_type=whole.gpu_type(1))
-    fleets = {f.key: f for f in whole.nodes.fleets()}
+    listed = whole.nodes.fleets()
+    fleets = {f.key: f for f in listed}
     assert set(fleets) == {whole.gpu_type(), whole.gpu_type(1), ALL_TYPES}
+    assert [f.key for f in listed] == sorted(fleets), "by key, in both stores"
     for key, fleet in fleets.items():
         assert whole.nodes.fleet_of(None if key == ALL_TYPES else key) == fleet
     assert (fleets[ALL_TYPES].gpus, fleets[ALL_TYPES].largest_node) == (10, 8)

@@ -8,6 +8,12 @@ from chalicelib.domain.clock import utcnow
 from chalicelib.domain.nodes import NodeState
 
 
+def totals(nodes, gpu_type: str | None) -> tuple[int, int]:
+    """(GPUs registered, GPUs of the largest node) of a type's fleet (None: all types)."""
+    fleet = nodes.fleet_of(gpu_type)
+    return fleet.gpus, fleet.largest_node
+
+
 def test_a_new_node_is_ready_with_every_gpu_free_and_counted_in_the_fleet(ports):
     gpu = ports.gpu_type()
     node = ports.node(0, gpus=8)
@@ -19,7 +25,6 @@ def test_a_new_node_is_ready_with_every_gpu_free_and_counted_in_the_fleet(ports)
     summary = ports.nodes.fleet_of(gpu)
     assert (summary.gpus, summary.largest_node) == (12, 8)
     assert summary.room_version >= 2 and summary.room_at is not None
-    assert ports.nodes.fleet(gpu) == (12, 8)
     assert ports.nodes.fleet_of(ports.gpu_type(1)).gpus == 0, "another type's"
 
 
@@ -41,7 +46,7 @@ def test_a_node_that_grows_frees_the_difference_and_moves_the_fleet(ports):
     ports.place(job, {ports.node_id(0): [0, 1]})
     grown = ports.node(0, gpus=8)
     assert (grown.gpus, grown.gpus_free) == (8, 6), "what the attempt holds stays held"
-    assert ports.nodes.fleet(ports.gpu_type()) == (8, 8)
+    assert totals(ports.nodes, ports.gpu_type()) == (8, 8)
 
 
 def test_a_node_that_changes_type_moves_between_the_types_summaries(ports):
@@ -49,7 +54,7 @@ def test_a_node_that_changes_type_moves_between_the_types_summaries(ports):
     moved = ports.node(0, gpus=4, gpu_type=ports.gpu_type(1))
     assert moved.gpu_type == ports.gpu_type(1)
     assert ports.nodes.fleet_of(ports.gpu_type()).gpus == 0
-    assert ports.nodes.fleet(ports.gpu_type(1)) == (4, 4)
+    assert totals(ports.nodes, ports.gpu_type(1)) == (4, 4)
 
 
 def test_ready_pages_list_ready_nodes_with_room_most_free_first(ports):
@@ -60,7 +65,7 @@ def test_ready_pages_list_ready_nodes_with_room_most_free_first(ports):
     pages = list(ports.nodes.ready_pages(ports.gpu_type(), 2))
     listed = [n.node_id for page in pages for n in page]
     assert listed == [ports.node_id(1), ports.node_id(2), ports.node_id(0)]
-    assert list(ports.nodes.ready_pages(ports.gpu_type(7), 1)) in ([], [[]])
+    assert list(ports.nodes.ready_pages(ports.gpu_type(7), 1)) == [], "no empty pages"
 
 
 def test_a_node_marked_down_takes_no_placements_until_it_calls_in_again(ports):
@@ -109,10 +114,19 @@ def test_silent_nodes_are_those_not_down_and_not_heard_since(whole):
         quiet.node_id]
 
 
+def test_silent_nodes_are_listed_by_id_whatever_the_order_they_came_in(whole):
+    """Both stores list a whole-table read in one order (the real one scans)."""
+    then = utcnow() - timedelta(seconds=120)
+    for n in (2, 0, 1):
+        whole.node(n, now=then)
+    assert [n.node_id for n in whole.nodes.silent_since(utcnow())] == [
+        whole.node_id(n) for n in range(3)]
+
+
 def test_the_all_types_summary_counts_every_type(whole):
     whole.node(0, gpus=8)
     whole.node(1, gpus=2, gpu_type=whole.gpu_type(1))
-    assert whole.nodes.fleet(None) == (10, 8)
+    assert totals(whole.nodes, None) == (10, 8)
     listed = [n.node_id for p in whole.nodes.ready_pages(None, 1) for n in p]
     assert listed == [whole.node_id(0), whole.node_id(1)]
 

@@ -112,5 +112,5 @@ def test_lost_response_to_node_registration_counts_its_gpus_once(iso, iso_client
                                 body=json.dumps({"gpus": 8, "gpu_type": gpu_type}))
     assert lost.hits == 1
     assert r.status_code == 200, r.body
-    assert iso.node_store.fleet(gpu_type)[0] == 8
+    assert iso.node_store.fleet_of(gpu_type).gpus == 8
     assert iso.node_store.get(node).gpus_free == 8

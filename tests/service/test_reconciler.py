@@ -4,8 +4,9 @@ once its agent confirms the ranks gone (a report, or a registration)."""
 import json
 
 import pytest
-from pynamodb.exceptions import UpdateError
+from botocore.exceptions import ClientError
 
+from chalicelib.adapters.dynamo_errors import dependency_failure
 from chalicelib.adapters.models import NodeModel
 from chalicelib.domain.principal import Principal
 from tests.fakes import FailingInbox
@@ -185,9 +186,10 @@ def test_a_throttled_store_in_the_middle_of_down_handling_is_finished_by_the_nex
     clock.advance(iso.config.node_down_after_s + 1)
     # the last step for the attempt (marking it lost on the node) is throttled
     with inject("UpdateItem", "throttling", when=f"{job_id}#1") as throttled, \
-            pytest.raises(UpdateError):  # the scheduled handler's wrapper makes it a 503
+            pytest.raises(ClientError) as caught:
         iso.reconciler.mark_silent_nodes_down()
     assert throttled.hits
+    assert dependency_failure(caught.value), "the scheduled handler's wrapper makes it a 503"
     assert NodeModel.get("n1").state == "DOWN" and NodeModel.get("n1").lost is None
     assert iso.reconciler.mark_silent_nodes_down() == [], "already DOWN"
     assert NodeModel.get("n1").lost == {f"{job_id}#1"}, "the next run finished the handling"

@@ -122,7 +122,7 @@ def _real(env: dict) -> Ports:
         return out
 
     return Ports("dynamo", DynamoJobStore(connection), DynamoNodeStore(connection),
-                 DynamoHeartbeatStore(connection), DynamoCollectorStore(), SqsInbox(config),
+                 DynamoHeartbeatStore(connection), DynamoCollectorStore(connection), SqsInbox(config),
                  drain)
 
 

@@ -40,36 +40,29 @@ class HeartbeatsService:
         self._token_key = page_token_key
         self.telemetry = telemetry
         self._scans_per_hour, self._clock = scans_per_hour, clock
-        # an attempt's placement never changes: remember it, read it once
-        self._placements: OrderedDict[tuple[str, int], tuple[dict[int, str], datetime | None]] \
-            = OrderedDict()
-
-    def placement(self, job_id: str, attempt: int) -> tuple[dict[int, str], datetime | None]:
-        """(rank -> node, the attempt's creation time): fixed for an attempt."""
-        key = (job_id, attempt)
-        if key in self._placements:
-            self._placements.move_to_end(key)
-            return self._placements[key]
-        a = self.store.attempt(job_id, attempt)
-        if a is None:
-            return {}, None
-        return self._placed(a)
-
-    def _placed(self, a: Attempt) -> tuple[dict[int, str], datetime | None]:
-        """:meth:`placement` of an attempt just read, worked out once."""
-        key = (a.job_id, a.attempt)
-        value = self._placements.get(key)
-        if value is not None:
-            self._placements.move_to_end(key)
-            return value
-        value = (a.rank_nodes(), a.created_at)
-        self._placements[key] = value
-        if len(self._placements) > _PLACEMENTS_CACHED:
-            self._placements.popitem(last=False)
-        return value
+        # an attempt's placement never changes: remember it, work it out once
+        self._placements: OrderedDict[tuple[str, int], dict[int, str]] = OrderedDict()
 
     def node_of(self, job_id: str, attempt: int) -> dict[int, str]:
-        return self.placement(job_id, attempt)[0]
+        """rank -> node of an attempt ({} for none): fixed for an attempt."""
+        placed = self._placements.get((job_id, attempt))
+        if placed is not None:
+            self._placements.move_to_end((job_id, attempt))
+            return placed
+        a = self.store.attempt(job_id, attempt)
+        return {} if a is None else self._placed(a)
+
+    def _placed(self, a: Attempt) -> dict[int, str]:
+        """rank -> node of an attempt just read, worked out once an attempt."""
+        key = (a.job_id, a.attempt)
+        placed = self._placements.get(key)
+        if placed is not None:
+            self._placements.move_to_end(key)
+            return placed
+        placed = self._placements[key] = a.rank_nodes()
+        if len(self._placements) > _PLACEMENTS_CACHED:
+            self._placements.popitem(last=False)
+        return placed
 
     def ingest(self, principal: Principal, job_id: str, body: dict) -> datetime:
         now = self._clock()
@@ -123,7 +116,7 @@ class HeartbeatsService:
         a = self.store.attempt(job.job_id, job.attempt)
         if a is None:
             return None
-        node_of = self._placed(a)[0]
+        node_of = self._placed(a)
         ended = {**{r: "stopped" for r in a.stopped}, **{r: "exited" for r in a.exited}}
         beats = [replace(b, ended=ended[b.rank]) if b.rank in ended else b
                  for b in self.beats.read(job.job_id, job.attempt, node_of)]

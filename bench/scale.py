@@ -208,6 +208,7 @@ class Scale:
         from chalicelib.adapters.heartbeat_store import DynamoHeartbeatStore
         from chalicelib.adapters.models import AttemptModel, JobModel
         from chalicelib.domain.clock import iso
+        from chalicelib.domain.stall import Beat
         from chalicelib.domain.states import JobState
 
         self.jobs("fat", 1, lambda i: JobState.RUNNING,
@@ -222,10 +223,10 @@ class Scale:
                      created_at=iso(timestamp(0.01)), exit_codes={}).save()
         node_of = {r: n for n, rs in node_ranks.items() for r in rs}
         now = timestamp()
-        DynamoHeartbeatStore(self.services.store._conn).write(
-            job.job_id, 1, [{"rank": r, "step": 10**15 + r, "sent_at": now,
-                             "beat_at": now - timedelta(seconds=r % 50)} for r in range(ranks)],
-            node_of, now)
+        DynamoHeartbeatStore(self.services.store._conn).record(
+            job.job_id, 1, [Beat(r, node_of[r], heard_at=now, step=10**15 + r, sent_at=now,
+                                 beat_at=now - timedelta(seconds=r % 50)) for r in range(ranks)],
+            now)
         pages, sizes, seen, token = 0, [], [], None
         while True:
             r = self.get(f"/v1/jobs/{job.job_id}/ranks" +

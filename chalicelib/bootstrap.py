@@ -104,7 +104,7 @@ def build(config: Config, *, inbox=None, store: Store | None = None,
                        cancel_resend_after_s=config.cancel_resend_after_s,
                        telemetry=telemetry, clock=clock, limits=config.tenant_limits)
     attempts = AttemptsService(store, dispatcher, nudge, clock=clock)
-    collector = DynamoCollectorStore()
+    collector = DynamoCollectorStore(connection)
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
                                    scans_per_hour=config.scans_per_hour, telemetry=telemetry,
                                    page_token_key=config.page_token_key, clock=clock)

@@ -34,7 +34,7 @@ import json
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 from chalicelib import fastjson
 from chalicelib.domain import events as ev, idempotency, quotas
@@ -707,8 +707,19 @@ class FakeNodeStore:
             return sorted((k.rpartition("#")[0], int(k.rpartition("#")[2])) for k in keys)
 
 
-_EVIDENCE = ("proc", "arrived_seq", "arrived_name", "sampled_at", "io_at", "active_at",
-             "wrote_at", "resumed_at", "resumed_gap_s")
+#: what the adapter reads back of a rank's record (sent_at and pause_reason
+#: are stored for diagnosis only; prev_heard_at and ended are not the store's)
+_READ_BACK = tuple(f.name for f in dataclasses.fields(Beat) if f.name not in (
+    "rank", "node_id", "prev_heard_at", "ended", "sent_at", "pause_reason"))
+#: what an entry that is not a beat sets in its rank's record when it has them
+_NOTED = ("paused_until", "proc", "sampled_at", "io_at", "active_at", "wrote_at",
+          "arrived_seq", "arrived_name")
+
+
+def _kept(b: Beat, names: tuple[str, ...]) -> dict:
+    """Fields of ``b`` as the adapter stores them (times to the millisecond)."""
+    return {n: _ms(v) if isinstance(v, datetime) else copy.deepcopy(v)
+            for n in names for v in (getattr(b, n),)}
 
 
 class FakeHeartbeatStore:
@@ -718,59 +729,28 @@ class FakeHeartbeatStore:
         self.items: dict[tuple[str, int, int], dict] = {}
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _evidence(b: dict) -> dict:
-        out = {k: copy.deepcopy(b.get(k)) for k in ("proc", "arrived_seq", "arrived_name")}
-        for k in ("sampled_at", "io_at", "active_at", "wrote_at"):
-            out[k] = _ms(b.get(k))
-        return out
-
-    def write(self, job_id: str, attempt: int, beats: list[dict], node_of: dict[int, str],
-              now: datetime) -> None:
-        """Overwrite each rank's record with this beat, stamped ``now``."""
-        with self._lock:
-            for b in beats:
-                self.items[(job_id, attempt, b["rank"])] = {
-                    "node_id": node_of.get(b["rank"], ""), "heard_at": ms(now),
-                    "step": b.get("step"), "beat_at": _ms(b.get("beat_at")),
-                    "paused_until": _ms(b.get("paused_until")),
-                    "resumed_at": _ms(b.get("resumed_at")), "resumed_gap_s": b.get("resumed_gap_s"),
-                    **self._evidence(b)}
-
-    def sample(self, job_id: str, attempt: int, rank: int, node_id: str, sample: dict,
+    def record(self, job_id: str, attempt: int, entries: Sequence[Beat],
                now: datetime) -> None:
+        """Beats replace their rank's record, then other entries merge into it."""
         with self._lock:
-            item = self.items.setdefault((job_id, attempt, rank), {})
-            item.update({k: v for k, v in self._evidence(sample).items() if v is not None})
-            item["node_id"] = node_id
+            for b in entries:
+                if b.heard_at is not None:
+                    self.items[(job_id, attempt, b.rank)] = _kept(b, _READ_BACK)
+            for b in entries:
+                if b.heard_at is None:
+                    item = self.items.setdefault((job_id, attempt, b.rank), {})
+                    item.update((k, v) for k, v in _kept(b, _NOTED).items() if v is not None)
 
-    def pause(self, job_id: str, attempt: int, rank: int, node_id: str,
-              until: datetime, reason: str, now: datetime) -> None:
+    def read(self, job_id: str, attempt: int, node_of: Mapping[int, str]) -> list[Beat]:
         with self._lock:
-            item = self.items.setdefault((job_id, attempt, rank), {})
-            item.update(paused_until=ms(until), node_id=node_id)
-
-    def read(self, job_id: str, attempt: int, node_of: dict[int, str]) -> list[Beat]:
-        with self._lock:
-            out = []
-            for rank in range(len(node_of)):
-                item = self.items.get((job_id, attempt, rank))
-                if item is None:
-                    out.append(Beat(rank, node_of[rank]))
-                    continue
-                out.append(Beat(rank, node_of[rank], heard_at=item.get("heard_at"),
-                                beat_at=item.get("beat_at"), step=item.get("step"),
-                                paused_until=item.get("paused_until"),
-                                **{k: copy.deepcopy(item.get(k)) for k in _EVIDENCE}))
-            return out
+            return [Beat(rank, node_of[rank], **{k: copy.deepcopy(v) for k, v in self.items.get(
+                (job_id, attempt, rank), {}).items()}) for rank in range(len(node_of))]
 
     def seed(self, job_id: str, attempt: int, beats: dict[int, Beat]) -> None:
         """Records as a test wants them, as read back (heard_at and all)."""
         with self._lock:
             for rank, b in beats.items():
-                self.items[(job_id, attempt, rank)] = {
-                    f.name: getattr(b, f.name) for f in dataclasses.fields(Beat)
-                    if f.name not in ("rank", "node_id", "prev_heard_at", "ended")}
+                self.items[(job_id, attempt, rank)] = {n: getattr(b, n) for n in _READ_BACK}
 
 
 class FakeCollectorStore:

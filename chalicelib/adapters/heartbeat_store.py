@@ -4,19 +4,24 @@
 ~1,000 writes/s (a 16,384-rank job beating every 5 s writes ~100/s into each
 of 32 shards), and a scan reads O(ranks) items, one strongly consistent Query
 per shard, whatever the history in the table.
+
+Every request is built by adapters/dynamo.py from the models' schema and sent
+through its :class:`~.dynamo.Dynamo`; what goes in and comes out is the
+domain's :class:`~..domain.stall.Beat`.
 """
 from __future__ import annotations
 
 import random
 import threading
 from datetime import datetime, timedelta
-from typing import Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 from pynamodb.connection import Connection
+from pynamodb.exceptions import GetError, PutError
 
 from ..domain.clock import iso, parse_iso
 from ..domain.stall import Beat
-from . import written
+from .dynamo import Dynamo, Table
 from .items import Codec
 from .models import CollectorModel, HeartbeatModel
 
@@ -24,66 +29,116 @@ SHARD_RANKS = 512
 #: heartbeat items outlive their attempt by this much, then TTL removes them
 KEEP = timedelta(days=7)
 INGEST_SHARDS = 8
+#: items in one BatchWriteItem, DynamoDB's limit
+BATCH_WRITE = 25
+#: sends of one batch at most, the unprocessed part resent (as PynamoDB's
+#: batch_write, models.py's max_retry_attempts)
+BATCH_SENDS = 3
+
+_HEARTBEATS = Table(HeartbeatModel)
+_COLLECTOR = Table(CollectorModel)
 #: what the scan reads of a rank's item
 _BEAT = Codec(HeartbeatModel, (
     "rank", "heard_at", "beat_at", "step", "paused_until", "proc", "sampled_at", "io_at",
     "active_at", "wrote_at", "resumed_at", "resumed_gap_s", "arrived_seq", "arrived_name"))
+#: what an entry that is not a beat sets in its rank's item when it has them:
+#: its declared pause and its process sample (earlier sample times stand
+#: unless this sample has its own)
+_NOTED = ("paused_until", "pause_reason", "proc", "sampled_at", "io_at", "active_at",
+          "wrote_at", "arrived_seq", "arrived_name")
+#: the Beat fields stored as they are in the item's attribute of the same name
+_AS_IS = ("step", "pause_reason", "proc", "resumed_gap_s", "arrived_seq", "arrived_name")
+_TIMES = ("heard_at", "beat_at", "sent_at", "paused_until", "resumed_at", "sampled_at",
+          "io_at", "active_at", "wrote_at")
 
 
 def _t(value: str | None) -> datetime | None:
     return parse_iso(value) if value else None
 
 
+def _stored(value: Any) -> Any:
+    """A Beat field's value as its attribute holds it (times as API text)."""
+    return iso(value) if isinstance(value, datetime) else value
+
+
 def shard_key(job_id: str, attempt: int, rank: int) -> str:
     return f"{job_id}#{attempt}#{rank // SHARD_RANKS}"
 
 
+def batch_put(dynamo: Dynamo, table: Table, items: Sequence[dict]) -> None:
+    """Put ``items`` (raw, from ``table.item``) by BatchWriteItem, 25 a request,
+    resending what DynamoDB leaves unprocessed; raises PutError (a dependency
+    failure: 503 upstream) when some are still unwritten after BATCH_SENDS."""
+    for at in range(0, len(items), BATCH_WRITE):
+        pending = [{"PutRequest": {"Item": item}} for item in items[at:at + BATCH_WRITE]]
+        for _ in range(BATCH_SENDS):
+            answer = dynamo.call("BatchWriteItem", {"RequestItems": {table.name: pending}})
+            pending = answer.get("UnprocessedItems", {}).get(table.name) or []
+            if not pending:
+                break
+        else:
+            raise PutError(f"{len(pending)} items of {table.name} unwritten after "
+                           f"{BATCH_SENDS} sends")
+
+
+def batch_get(dynamo: Dynamo, table: Table, keys: Sequence[dict]) -> list[dict]:
+    """The items of ``keys`` (at most 100) by BatchGetItem, eventually
+    consistent, the unprocessed keys asked again; raises GetError (503
+    upstream) when some are still unread after BATCH_SENDS."""
+    items: list[dict] = []
+    pending: dict[str, Any] = {"Keys": list(keys)}
+    for _ in range(BATCH_SENDS):
+        answer = dynamo.call("BatchGetItem", {"RequestItems": {table.name: pending}})
+        items += answer.get("Responses", {}).get(table.name, [])
+        pending = answer.get("UnprocessedKeys", {}).get(table.name) or {}
+        if not pending.get("Keys"):
+            return items
+    raise GetError(f"{len(pending['Keys'])} keys of {table.name} unread after "
+                   f"{BATCH_SENDS} sends")
+
+
 class DynamoHeartbeatStore:
     def __init__(self, connection: Connection) -> None:
-        self._conn = connection
+        self._dynamo = Dynamo(connection)
 
-    def write(self, job_id: str, attempt: int, beats: list[dict], node_of: dict[int, str],
-              now: datetime) -> None:
-        """Overwrite each rank's item with this beat, stamped ``now`` (collector
-        time), in batches of 25. Unwritten items raise (503 upstream)."""
-        ttl = int((now + KEEP).timestamp())
-        with HeartbeatModel.batch_write() as batch:
-            for b in beats:
-                sent = b.get("sent_at")
-                paused_until, reason = b.get("paused_until"), b.get("pause_reason")
-                batch.save(HeartbeatModel(
-                    shard_key(job_id, attempt, b["rank"]), b["rank"],
-                    node_id=node_of.get(b["rank"], ""), heard_at=iso(now), step=b.get("step"),
-                    beat_at=b.get("beat_at") and iso(b["beat_at"]),
-                    sent_at=sent and iso(sent),
-                    offset_s=sent and round((sent - now).total_seconds(), 3),
-                    paused_until=paused_until and iso(paused_until), pause_reason=reason,
-                    resumed_at=b.get("resumed_at") and iso(b["resumed_at"]),
-                    resumed_gap_s=b.get("resumed_gap_s"),
-                    ttl_epoch=ttl, **_evidence(b)))
-
-    def sample(self, job_id: str, attempt: int, rank: int, node_id: str, sample: dict,
+    def record(self, job_id: str, attempt: int, entries: Sequence[Beat],
                now: datetime) -> None:
-        """Record a process sample of a silent rank without touching its last
-        beat's time; the receive times of earlier busy or active samples stand
-        unless this one is busy or active too."""
-        ev = _evidence(sample)
-        actions = [getattr(HeartbeatModel, k).set(v) for k, v in ev.items() if v is not None]
-        HeartbeatModel(shard_key(job_id, attempt, rank), rank).update(actions=[
-            *actions, HeartbeatModel.node_id.set(node_id),
-            HeartbeatModel.ttl_epoch.set(int((now + KEEP).timestamp()))])
+        """Each beat overwrites its rank's item (batches of 25; unwritten items
+        raise, 503 upstream); each other entry updates its rank's item with
+        what it has, the last beat's time untouched. Items expire KEEP after
+        ``now``."""
+        ttl = int((now + KEEP).timestamp())
+        beats = [b for b in entries if b.heard_at is not None]
+        if beats:
+            batch_put(self._dynamo, _HEARTBEATS,
+                      [self._item(job_id, attempt, b, ttl) for b in beats])
+        for entry in entries:
+            if entry.heard_at is None:
+                self._note(job_id, attempt, entry, ttl)
 
-    def pause(self, job_id: str, attempt: int, rank: int, node_id: str,
-              until: datetime, reason: str, now: datetime) -> None:
-        """Record a declared pause without touching the last beat's time."""
-        HeartbeatModel(shard_key(job_id, attempt, rank), rank).update(actions=[
-            HeartbeatModel.paused_until.set(iso(until)),
-            HeartbeatModel.pause_reason.set(reason),
-            HeartbeatModel.node_id.set(node_id),
-            HeartbeatModel.ttl_epoch.set(int((now + KEEP).timestamp())),
-        ])
+    @staticmethod
+    def _item(job_id: str, attempt: int, b: Beat, ttl: int) -> dict:
+        values: dict[str, Any] = {name: getattr(b, name) for name in _AS_IS}
+        values.update((name, _stored(getattr(b, name))) for name in _TIMES)
+        heard = b.heard_at
+        offset = None if b.sent_at is None or heard is None else \
+            round((b.sent_at - heard).total_seconds(), 3)
+        values.update(shard_key=shard_key(job_id, attempt, b.rank), rank=b.rank,
+                      node_id=b.node_id, offset_s=offset, ttl_epoch=ttl)
+        return _HEARTBEATS.item(values)
 
-    def read(self, job_id: str, attempt: int, node_of: dict[int, str]) -> list[Beat]:
+    def _note(self, job_id: str, attempt: int, entry: Beat, ttl: int) -> None:
+        values: dict[str, Any] = {"node_id": entry.node_id, "ttl_epoch": ttl}
+        for name in _NOTED:
+            value = getattr(entry, name)
+            if value is not None:
+                values[name] = _stored(value)
+        expression = "SET " + ", ".join(f"#{name} = :{name}" for name in values)
+        self._dynamo.update(_HEARTBEATS.update(
+            _HEARTBEATS.key(shard_key(job_id, attempt, entry.rank), entry.rank), expression,
+            values={f":{name}": _HEARTBEATS.value(name, v) for name, v in values.items()}))
+
+    def read(self, job_id: str, attempt: int, node_of: Mapping[int, str]) -> list[Beat]:
         """Every rank of the attempt (never-heard ranks too), strongly consistent:
         a stale read could fake a stall. Raw items through the codec, not a
         model instance per rank (the scan reads every running rank, every
@@ -119,30 +174,19 @@ class DynamoHeartbeatStore:
 
     def _shard_items(self, key: str) -> Iterator[dict]:
         """Every item of one shard, page after page (a Query stops at 1 MB)."""
-        start = None
-        while True:
-            page = self._conn.dispatch("Query", written.query(
-                HeartbeatModel, None, "#shard_key = :key", {":key": {"S": key}},
-                consistent=True, start=start))
-            yield from page.get("Items", [])
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return
-
-
-def _evidence(b: dict) -> dict:
-    """The process sample and collective marker of an ingested entry, as stored."""
-    out = {"proc": b.get("proc"), "arrived_seq": b.get("arrived_seq"),
-           "arrived_name": b.get("arrived_name")}
-    for k in ("sampled_at", "io_at", "active_at", "wrote_at"):
-        out[k] = b.get(k) and iso(b[k])
-    return out
+        request = _HEARTBEATS.query(None, "#shard_key = :key",
+                                    {":key": _HEARTBEATS.value("shard_key", key)},
+                                    consistent=True)
+        for page in self._dynamo.pages(request):
+            yield from page
 
 
 class DynamoCollectorStore:
-    """When the scan last ran; when anything last reached the ingest path."""
+    """When the scan last ran; when anything last reached the ingest path.
+    Reads no clock: every time is the caller's (the injected one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, connection: Connection) -> None:
+        self._dynamo = Dynamo(connection)
         self._lock = threading.Lock()
         self._last_mark: datetime | None = None
 
@@ -154,22 +198,25 @@ class DynamoCollectorStore:
                     abs((now - self._last_mark).total_seconds()) < 1.0:
                 return
             self._last_mark = now
-        CollectorModel(f"ingest#{random.randrange(INGEST_SHARDS)}", at=iso(now)).save()
+        self._dynamo.put(_COLLECTOR.put(_COLLECTOR.item(
+            {"name": f"ingest#{random.randrange(INGEST_SHARDS)}", "at": iso(now)})))
 
     def latest_ingest(self) -> datetime | None:
-        marks = [m.at for m in CollectorModel.batch_get(
-            [f"ingest#{i}" for i in range(INGEST_SHARDS)]) if m.at]
+        items = batch_get(self._dynamo, _COLLECTOR,
+                          [_COLLECTOR.key(f"ingest#{i}") for i in range(INGEST_SHARDS)])
+        marks = [at for item in items if (at := _COLLECTOR.values(item)["at"])]
         return parse_iso(max(marks)) if marks else None
 
     def previous_scan(self) -> tuple[datetime | None, datetime | None, str | None]:
         """(when the last scan ran, until when convictions are held, why)."""
-        try:
-            m = CollectorModel.get("scanner", consistent_read=True)
-        except CollectorModel.DoesNotExist:
+        item = self._dynamo.get(_COLLECTOR.get(_COLLECTOR.key("scanner")))
+        if item is None:
             return None, None, None
-        return _t(m.at), _t(m.hold_until), m.hold_reason
+        v = _COLLECTOR.values(item)
+        return _t(v["at"]), _t(v["hold_until"]), v["hold_reason"]
 
     def record_scan(self, now: datetime, hold_until: datetime | None = None,
                     hold_reason: str | None = None) -> None:
-        CollectorModel("scanner", at=iso(now), hold_until=hold_until and iso(hold_until),
-                       hold_reason=hold_reason).save()
+        self._dynamo.put(_COLLECTOR.put(_COLLECTOR.item(
+            {"name": "scanner", "at": iso(now), "hold_until": hold_until and iso(hold_until),
+             "hold_reason": hold_reason})))

@@ -39,6 +39,10 @@ class Attempt:
     def ranks_on(self, node_id: str) -> list[int]:
         return self.node_ranks.get(node_id, [])
 
+    def rank_nodes(self) -> dict[int, str]:
+        """rank -> the node it runs on: ``node_ranks`` the other way round."""
+        return {r: n for n, rs in self.node_ranks.items() for r in rs}
+
     @property
     def done(self) -> set[int]:
         return self.exited | self.stopped

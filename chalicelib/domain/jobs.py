@@ -6,8 +6,12 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 from .clock import iso, iso_or_none
+from .health import (  # noqa: F401 - re-exported: the health record's home is health.py
+    clear_incident,
+    frozen_health,
+    initial_health,
+)
 from .states import JobState
-from .threshold import threshold_s
 
 HEARTBEAT_DEFAULTS = {
     "interval_s": 10,
@@ -44,52 +48,6 @@ def with_defaults(body: dict) -> dict:
     spec.setdefault("labels", {})
     spec["heartbeat"] = {**HEARTBEAT_DEFAULTS, **spec.get("heartbeat", {})}
     return spec
-
-
-def initial_health(spec: dict, scans_per_hour: float) -> dict:
-    hb = spec["heartbeat"]
-    return {
-        "status": "UNKNOWN",
-        "threshold_s": float(threshold_s(spec["ranks"], scans_per_hour, hb["interval_s"],
-                                         hb["miss_probability"],
-                                         hb["false_positive_budget_per_hour"])),
-        "first_stalled_rank": None,
-        "last_heard_at": None,
-        "detected_at": None,
-        "stalled_ranks": [],
-        "co_first": [],
-        "suspect_node": None,
-        "detection_s": None,
-        "false_alarms": 0,
-        "suppressed": None,
-        "culprit": None,
-        "ranks_by_status": {},
-        "instrumented": None,
-        "frozen_at": None,
-    }
-
-
-_INCIDENT: dict[str, Any] = {"first_stalled_rank": None, "last_heard_at": None, "detected_at": None,
-             "stalled_ranks": [], "co_first": [], "suspect_node": None, "detection_s": None,
-             "culprit": None, "ranks_by_status": {}, "instrumented": None}
-
-
-def clear_incident(health: dict) -> dict:
-    """Health with no incident open (a new attempt, or a false alarm over);
-    the threshold and the false-alarm count stay."""
-    return {**health, **_INCIDENT, "status": "UNKNOWN", "suppressed": None}
-
-
-def frozen_health(health: dict, at: str, to_terminal: bool, exit_: dict | None) -> dict:
-    """Health once the attempt ended. A new attempt to come: cleared. The job
-    finished: frozen as the last scan left it (the incident stays, as
-    history), stamped ``frozen_at``; nothing is being judged any more, so it
-    is STALLED only when the stall is what ended it."""
-    if not to_terminal:
-        return clear_incident(health)
-    stalled = (exit_ or {}).get("reason") == "stalled"
-    return {**health, "status": "STALLED" if stalled else "UNKNOWN", "suppressed": None,
-            "frozen_at": at}
 
 
 @dataclass

@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from .clock import iso
+from .clock import iso, plus
 
 #: the least uncertainty of an estimated last beat(): a post's transit time
 MIN_BEAT_BAND_S = 0.25
@@ -87,7 +87,9 @@ def sample_is_active(proc: dict) -> bool:
 
 @dataclass(frozen=True)
 class Beat:
-    """The collector's record of one rank of one attempt."""
+    """The collector's record of one rank of one attempt: the one shape of a
+    heartbeat from ingest (:func:`received`) through the heartbeat store
+    (service/ports.py HeartbeatStore takes and returns it) to the verdict."""
     rank: int
     node_id: str
     heard_at: datetime | None = None       # collector receive time of the last beat
@@ -116,6 +118,44 @@ class Beat:
     #: two intervals) ended, and how long it lasted (host clock)
     resumed_at: datetime | None = None
     resumed_gap_s: float | None = None
+    #: the sender's clock when it posted, and why a declared pause was taken:
+    #: stored for diagnosis, never judged, so not read back
+    sent_at: datetime | None = None
+    pause_reason: str | None = None
+
+
+def received(entry: dict, *, node_id: str, now: datetime,
+             sent_at: datetime | None = None) -> Beat:
+    """One entry of a heartbeat post (``ranks[i]`` of api/schemas.py
+    HEARTBEATS, validated) as the collector records it: every time on the
+    collector's clock ``now``, the receive time. The agent's durations (the
+    beat's age, a pause's remaining time, a silence's end) are counted back
+    or forward from ``now``; its ``sent_at`` is kept beside them for
+    diagnosis only.
+
+    An entry with only a declared pause or a process sample is not a beat:
+    its ``heard_at`` is None, and storing it leaves the rank's last beat as
+    it was. A beat is work done (``active_at``)."""
+    proc, pause = entry.get("proc"), entry.get("pause")
+    resumed, collective = entry.get("resumed"), entry.get("collective")
+    is_beat = "step" in entry or (pause is None and proc is None)
+    return Beat(
+        entry["rank"], node_id,
+        heard_at=now if is_beat else None,
+        step=entry.get("step"),
+        beat_at=plus(now, -entry["age_s"]) if "age_s" in entry else None,
+        paused_until=None if pause is None else plus(now, pause["remaining_s"]),
+        pause_reason=None if pause is None else pause.get("reason", "paused"),
+        proc=proc,
+        sampled_at=None if proc is None else now,
+        io_at=now if proc is not None and sample_is_busy(proc) else None,
+        wrote_at=now if proc is not None and sample_is_writing(proc) else None,
+        active_at=now if is_beat or (proc is not None and sample_is_active(proc)) else None,
+        resumed_at=None if resumed is None else plus(now, -resumed["age_s"]),
+        resumed_gap_s=None if resumed is None else resumed["gap_s"],
+        arrived_seq=None if collective is None else collective["seq"],
+        arrived_name=None if collective is None else collective.get("name"),
+        sent_at=sent_at)
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ..domain import cursor, limits
-from ..domain.clock import Clock, iso, parse_iso, plus, utcnow
+from ..domain.attempts import Attempt
+from ..domain.clock import Clock, iso, parse_iso, utcnow
 from ..domain.errors import AlreadyFinished, ApiError, Forbidden, InvalidArgument, StaleAttempt
 from ..domain.ids import is_job_id
 from ..domain.jobs import HEARTBEAT_DEFAULTS, Job
 from ..domain.principal import Principal
-from ..domain.stall import Beat, Verdict, judge, sample_is_active, sample_is_busy, sample_is_writing
+from ..domain.stall import Beat, Verdict, judge, received
 from ..domain.states import PLACED, JobState
 from .ports import AttemptStore, CollectorStore, HeartbeatStore, JobStore, Telemetry
 
@@ -39,27 +40,29 @@ class HeartbeatsService:
         self._token_key = page_token_key
         self.telemetry = telemetry
         self._scans_per_hour, self._clock = scans_per_hour, clock
-        # an attempt's placement never changes: remember it, read it once
-        self._placements: OrderedDict[tuple[str, int], tuple[dict[int, str], datetime | None]] \
-            = OrderedDict()
-
-    def placement(self, job_id: str, attempt: int) -> tuple[dict[int, str], datetime | None]:
-        """(rank -> node, the attempt's creation time): fixed for an attempt."""
-        key = (job_id, attempt)
-        if key in self._placements:
-            self._placements.move_to_end(key)
-            return self._placements[key]
-        a = self.store.attempt(job_id, attempt)
-        if a is None:
-            return {}, None
-        value = ({r: n for n, rs in a.node_ranks.items() for r in rs}, a.created_at)
-        self._placements[key] = value
-        if len(self._placements) > _PLACEMENTS_CACHED:
-            self._placements.popitem(last=False)
-        return value
+        # an attempt's placement never changes: remember it, work it out once
+        self._placements: OrderedDict[tuple[str, int], dict[int, str]] = OrderedDict()
 
     def node_of(self, job_id: str, attempt: int) -> dict[int, str]:
-        return self.placement(job_id, attempt)[0]
+        """rank -> node of an attempt ({} for none): fixed for an attempt."""
+        placed = self._placements.get((job_id, attempt))
+        if placed is not None:
+            self._placements.move_to_end((job_id, attempt))
+            return placed
+        a = self.store.attempt(job_id, attempt)
+        return {} if a is None else self._placed(a)
+
+    def _placed(self, a: Attempt) -> dict[int, str]:
+        """rank -> node of an attempt just read, worked out once an attempt."""
+        key = (a.job_id, a.attempt)
+        placed = self._placements.get(key)
+        if placed is not None:
+            self._placements.move_to_end(key)
+            return placed
+        placed = self._placements[key] = a.rank_nodes()
+        if len(self._placements) > _PLACEMENTS_CACHED:
+            self._placements.popitem(last=False)
+        return placed
 
     def ingest(self, principal: Principal, job_id: str, body: dict) -> datetime:
         now = self._clock()
@@ -78,8 +81,7 @@ class HeartbeatsService:
             raise StaleAttempt(f"attempt {body['attempt']} is not the current attempt "
                                f"({job.attempt}) of job {job_id}", field="attempt")
         node_of = self.node_of(job_id, job.attempt)
-        beats: list[dict] = []
-        pauses: list[dict] = []
+        entries: list[Beat] = []
         for i, r in enumerate(body["ranks"]):
             rank = r["rank"]
             if rank >= job.spec["ranks"]:
@@ -88,38 +90,9 @@ class HeartbeatsService:
             if principal.name != "*" and node_of.get(rank) != principal.name:
                 raise Forbidden(f"rank {rank} is not placed on node {principal.name}",
                                 field=f"ranks.{i}.rank")
-            beat = {"rank": rank, "step": r.get("step"), "sent_at": self._sent_at(r, i)}
-            if "age_s" in r:  # a duration on the agent's clock: the ordering hint
-                beat["beat_at"] = plus(now, -r["age_s"])
-            if "pause" in r:
-                beat["paused_until"] = plus(now, r["pause"]["remaining_s"])
-                beat["pause_reason"] = r["pause"].get("reason", "paused")
-            if "proc" in r:  # the host's sample of the rank's process tree
-                beat["proc"] = r["proc"]
-                beat["sampled_at"] = now
-                beat["io_at"] = now if sample_is_busy(r["proc"]) else None
-                beat["wrote_at"] = now if sample_is_writing(r["proc"]) else None
-                beat["active_at"] = now if sample_is_active(r["proc"]) else None
-            if "resumed" in r:  # the rank's last long silence: when it ended, how long
-                beat["resumed_at"] = plus(now, -r["resumed"]["age_s"])
-                beat["resumed_gap_s"] = r["resumed"]["gap_s"]
-            if "collective" in r:  # the last collective the rank arrived at
-                beat["arrived_seq"] = r["collective"]["seq"]
-                beat["arrived_name"] = r["collective"].get("name")
-            # an entry with only a pause or a process sample is not a beat
-            is_beat = "step" in r or not ("pause" in r or "proc" in r)
-            if is_beat:
-                beat["active_at"] = now  # a beat is work done
-            (beats if is_beat else pauses).append(beat)
-        if beats:
-            self.beats.write(job_id, job.attempt, beats, node_of, now)
-        for p in pauses:  # not a beat: the last beat's time stands
-            node = node_of.get(p["rank"], "")
-            if "paused_until" in p:
-                self.beats.pause(job_id, job.attempt, p["rank"], node,
-                                 p["paused_until"], p["pause_reason"], now)
-            if "proc" in p:
-                self.beats.sample(job_id, job.attempt, p["rank"], node, p, now)
+            entries.append(received(r, node_id=node_of.get(rank, ""), now=now,
+                                    sent_at=self._sent_at(r, i)))
+        self.beats.record(job_id, job.attempt, entries, now)
         self.collector.mark_ingest(now)
         self.telemetry.count("HeartbeatsIngested", len(body["ranks"]))
         return now
@@ -143,7 +116,7 @@ class HeartbeatsService:
         a = self.store.attempt(job.job_id, job.attempt)
         if a is None:
             return None
-        node_of = {r: n for n, rs in a.node_ranks.items() for r in rs}
+        node_of = self._placed(a)
         ended = {**{r: "stopped" for r in a.stopped}, **{r: "exited" for r in a.exited}}
         beats = [replace(b, ended=ended[b.rank]) if b.rank in ended else b
                  for b in self.beats.read(job.job_id, job.attempt, node_of)]

@@ -15,9 +15,10 @@ from ..domain.errors import (
     RequestInProgress,
     ServiceUnavailable,
 )
+from ..domain.health import initial_health
 from ..domain.ids import is_job_id, new_job_id
 from ..domain.intents import cancel_intent
-from ..domain.jobs import Job, JobView, initial_health, view_of, with_defaults
+from ..domain.jobs import Job, JobView, view_of, with_defaults
 from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterator, Protocol
+from typing import Iterator, Mapping, Protocol, Sequence
 
 from ..domain.attempts import Attempt
 from ..domain.fleet import Fleet
@@ -145,13 +145,20 @@ class Store(JobStore, AttemptStore, OutboxStore, AttemptTransitions, Protocol):
 
 
 class HeartbeatStore(Protocol):
-    def write(self, job_id: str, attempt: int, beats: list[dict], node_of: dict[int, str],
-              now: datetime) -> None: ...
-    def pause(self, job_id: str, attempt: int, rank: int, node_id: str,
-              until: datetime, reason: str, now: datetime) -> None: ...
-    def sample(self, job_id: str, attempt: int, rank: int, node_id: str, sample: dict,
-               now: datetime) -> None: ...
-    def read(self, job_id: str, attempt: int, node_of: dict[int, str]) -> list[Beat]: ...
+    """One record per rank of an attempt, in and out as domain/stall.py's Beat."""
+
+    def record(self, job_id: str, attempt: int, entries: Sequence[Beat],
+               now: datetime) -> None:
+        """What one post said of its ranks, received at ``now``: each beat
+        (``heard_at`` set) replaces its rank's record; each other entry (a
+        declared pause, a process sample) is merged into it, the last beat's
+        time left as it was, and its sample's times too unless it has newer."""
+        ...
+
+    def read(self, job_id: str, attempt: int, node_of: Mapping[int, str]) -> list[Beat]:
+        """Every rank of ``node_of`` (ranks never heard too), as last recorded;
+        ``sent_at`` and ``pause_reason`` are not read back."""
+        ...
 
 
 class CollectorStore(Protocol):

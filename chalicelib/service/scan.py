@@ -12,8 +12,9 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
+from ..domain import health
 from ..domain.clock import Clock, iso, plus, utcnow
-from ..domain.jobs import Job, clear_incident
+from ..domain.jobs import Job
 from ..domain.stall import Verdict, suppression
 from ..domain.states import JobState
 from .attempts import AttemptsService
@@ -71,71 +72,44 @@ class Scanner:
         verdict = self.heartbeats.verdict(job, now)
         if verdict is None:
             return 0
-        health = dict(job.health)
-        health["suppressed"] = why
-        health["stalled_ranks"] = [r.rank for r in verdict.stalled]
-        health["ranks_by_status"] = verdict.by_status()
-        health["instrumented"] = verdict.instrumented
-        heard = [r.last_heard_at for r in verdict.ranks if r.last_heard_at]
-        open_incident = health.get("status") == "STALLED" and self._current(job)
-        if open_incident:
-            return self._follow(job, health, verdict)
+        judged = health.judged(job.health, verdict, why)
+        if judged.get("status") == "STALLED" and self._current(job):
+            return self._follow(job, judged, verdict)
         if verdict.first is not None and not why:
-            return self._convict(job, health, verdict, now)
-        health["status"] = "OK" if heard and verdict.instrumented else "UNKNOWN"
-        self._save(job, health)
+            return self._convict(job, health.convicted(judged, verdict, now), verdict)
+        self._save(job, health.watched(judged, verdict))
         return 0
 
     def _current(self, job: Job) -> bool:
         return job.incident_key is not None and job.incident_key.startswith(f"{job.attempt}#")
 
-    def _convict(self, job: Job, health: dict, verdict: Verdict, now: datetime) -> int:
+    def _convict(self, job: Job, convicted: dict, verdict: Verdict) -> int:
         first = verdict.first
         if first is None:  # the caller convicts only a culprit
             return 0
         key = job.incident_key
         n = int(key.split("#")[1]) + 1 if key is not None and self._current(job) else 1
-        since = first.last_heard_at
-        health.update({
-            "status": "STALLED", "first_stalled_rank": first.rank,
-            "last_heard_at": since and iso(since), "detected_at": iso(now),
-            "detection_s": None if since is None else round((now - since).total_seconds(), 3),
-            "co_first": [{"rank": r.rank, "last_heard_at": r.last_heard_at and
-                          iso(r.last_heard_at), "step": r.step,
-                          "beat_at": r.beat_at and iso(r.beat_at)} for r in verdict.co_first],
-            "suspect_node": verdict.suspect_node,
-            "culprit": verdict.culprit,
-        })
-        if not self.store.record_health(job, health, incident_key=f"{job.attempt}#{n}"):
+        if not self.store.record_health(job, convicted, incident_key=f"{job.attempt}#{n}"):
             return 0  # another scan recorded it, or the job moved on
         self.telemetry.count("StallsDetected")
         log.warning("job %s attempt %d: rank %d stalled first (silent %.1fs)", job.job_id,
                     job.attempt, first.rank, first.silence_s)
         if job.spec.get("on_stall") == "restart":
             # the job as just recorded: ending the attempt freezes this health
-            self.attempts.abandon(replace(job, health=health, incident_key=f"{job.attempt}#{n}"),
+            self.attempts.abandon(replace(job, health=convicted,
+                                          incident_key=f"{job.attempt}#{n}"),
                                   {"reason": "stalled", "exit_code": None, "rank": first.rank})
         return 1
 
-    def _follow(self, job: Job, health: dict, verdict: Verdict) -> int:
+    def _follow(self, job: Job, judged: dict, verdict: Verdict) -> int:
         """An open incident: keep its culprit; if the culprit beats again, it
         was a false alarm, counted, and the job is healthy again."""
-        culprit = health.get("first_stalled_rank")
-        detected = health.get("detected_at")
-        beat_again = any(r.rank == culprit and r.last_heard_at and detected
-                         and iso(r.last_heard_at) > detected for r in verdict.ranks)
-        if beat_again:
-            health = clear_incident(health)
-            health["false_alarms"] = int(health.get("false_alarms") or 0) + 1
-            health["status"] = "OK"
+        if health.culprit_beat_again(judged, verdict):
             log.warning("job %s: rank %s beat again after its stall: a false alarm",
-                        job.job_id, culprit)
-        elif verdict.culprit is not None:
-            # late posts keep landing after the conviction: the name sharpens
-            health["culprit"] = verdict.culprit
-        self._save(job, health)
+                        job.job_id, judged.get("first_stalled_rank"))
+        self._save(job, health.followed(judged, verdict))
         return 0
 
-    def _save(self, job: Job, health: dict) -> None:
-        if health != job.health:
-            self.store.record_health(job, health)
+    def _save(self, job: Job, new: dict) -> None:
+        if new != job.health:
+            self.store.record_health(job, new)

@@ -15,9 +15,10 @@ from typing import Any, Callable
 import pytest
 
 from chalicelib.domain.clock import utcnow
+from chalicelib.domain.health import initial_health
 from chalicelib.domain.ids import new_job_id
 from chalicelib.domain.intents import launch_intent
-from chalicelib.domain.jobs import Job, initial_health, with_defaults
+from chalicelib.domain.jobs import Job, with_defaults
 from chalicelib.domain.placement import Plan
 from chalicelib.domain.states import JobState
 
@@ -122,7 +123,7 @@ def _real(env: dict) -> Ports:
         return out
 
     return Ports("dynamo", DynamoJobStore(connection), DynamoNodeStore(connection),
-                 DynamoHeartbeatStore(connection), DynamoCollectorStore(), SqsInbox(config),
+                 DynamoHeartbeatStore(connection), DynamoCollectorStore(connection), SqsInbox(config),
                  drain)
 
 

@@ -5,51 +5,88 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from chalicelib.adapters.heartbeat_store import SHARD_RANKS
 from chalicelib.domain.clock import utcnow
+from chalicelib.domain.stall import Beat
+from tests.fakes import ms
 
 
 def _placement(ports, ranks: int) -> tuple[str, dict[int, str]]:
     return ports.job().job_id, {r: ports.node_id(r % 2) for r in range(ranks)}
 
 
+def _beat(node_of: dict[int, str], rank: int, at, **fields) -> Beat:
+    """A beat of ``rank`` received at ``at``."""
+    return Beat(rank, node_of[rank], heard_at=at, **fields)
+
+
+def _note(node_of: dict[int, str], rank: int, **fields) -> Beat:
+    """An entry that is not a beat (a pause, a sample): never heard_at."""
+    return Beat(rank, node_of[rank], **fields)
+
+
 def test_each_rank_reads_back_its_own_last_beat(ports):
     """Invariant 4 rests on it: the scan judges each rank by its own receive time."""
     job_id, node_of = _placement(ports, 4)
     t0 = utcnow()
-    ports.beats.write(job_id, 1, [{"rank": 0, "step": 7, "beat_at": t0 - timedelta(seconds=1)},
-                                  {"rank": 2, "step": 3}], node_of, t0)
-    ports.beats.write(job_id, 1, [{"rank": 1, "step": 9}], node_of, t0 + timedelta(seconds=5))
+    ports.beats.record(job_id, 1, [_beat(node_of, 0, t0, step=7,
+                                         beat_at=t0 - timedelta(seconds=1)),
+                                   _beat(node_of, 2, t0, step=3)], t0)
+    t5 = t0 + timedelta(seconds=5)
+    ports.beats.record(job_id, 1, [_beat(node_of, 1, t5, step=9)], t5)
     beats = ports.beats.read(job_id, 1, node_of)
     assert [(b.rank, b.node_id) for b in beats] == sorted(node_of.items())
-    assert [b.heard_at for b in beats] == [t0, t0 + timedelta(seconds=5), t0, None]
+    assert [b.heard_at for b in beats] == [ms(t0), ms(t5), ms(t0), None]
     assert [b.step for b in beats] == [7, 9, 3, None]
-    assert beats[0].beat_at == t0 - timedelta(seconds=1) and beats[1].beat_at is None
+    assert beats[0].beat_at == ms(t0 - timedelta(seconds=1)) and beats[1].beat_at is None
     assert ports.beats.read(job_id, 2, node_of)[0].heard_at is None, "another attempt's"
 
 
 def test_a_new_beat_replaces_the_last_one(ports):
     job_id, node_of = _placement(ports, 1)
     t0 = utcnow()
-    ports.beats.write(job_id, 1, [{"rank": 0, "step": 1}], node_of, t0)
-    ports.beats.write(job_id, 1, [{"rank": 0, "step": 2}], node_of, t0 + timedelta(seconds=3))
+    until = t0 + timedelta(seconds=60)
+    ports.beats.record(job_id, 1, [_beat(node_of, 0, t0, step=1, paused_until=until,
+                                         pause_reason="eval")], t0)
+    t3 = t0 + timedelta(seconds=3)
+    ports.beats.record(job_id, 1, [_beat(node_of, 0, t3, step=2)], t3)
     [beat] = ports.beats.read(job_id, 1, node_of)
-    assert (beat.step, beat.heard_at) == (2, t0 + timedelta(seconds=3))
+    assert (beat.step, beat.heard_at, beat.paused_until) == (2, ms(t3), None)
 
 
 def test_a_pause_or_a_sample_does_not_touch_the_last_beat(ports):
     job_id, node_of = _placement(ports, 2)
     t0 = utcnow()
-    ports.beats.write(job_id, 1, [{"rank": 0, "step": 5}], node_of, t0)
+    ports.beats.record(job_id, 1, [_beat(node_of, 0, t0, step=5)], t0)
     until = t0 + timedelta(seconds=600)
-    ports.beats.pause(job_id, 1, 0, node_of[0], until, "checkpoint", t0 + timedelta(seconds=1))
-    ports.beats.pause(job_id, 1, 1, node_of[1], until, "checkpoint", t0)
+    t1 = t0 + timedelta(seconds=1)
+    ports.beats.record(job_id, 1, [_note(node_of, 0, paused_until=until,
+                                         pause_reason="checkpoint"),
+                                   _note(node_of, 1, paused_until=until,
+                                         pause_reason="checkpoint")], t1)
     sampled = t0 + timedelta(seconds=2)
-    ports.beats.sample(job_id, 1, 0, node_of[0], {"proc": {"cpu": 0.5}, "sampled_at": sampled,
-                                                  "io_at": None}, sampled)
+    ports.beats.record(job_id, 1, [_note(node_of, 0, proc={"cpu": 0.5}, sampled_at=sampled,
+                                         active_at=sampled)], sampled)
     paused, never = ports.beats.read(job_id, 1, node_of)
-    assert (paused.heard_at, paused.step, paused.paused_until) == (t0, 5, until)
-    assert (paused.proc, paused.sampled_at, paused.io_at) == ({"cpu": 0.5}, sampled, None)
-    assert (never.heard_at, never.paused_until) == (None, until)
+    assert (paused.heard_at, paused.step, paused.paused_until) == (ms(t0), 5, ms(until))
+    assert (paused.proc, paused.sampled_at, paused.io_at) == ({"cpu": 0.5}, ms(sampled), None)
+    assert (paused.active_at, paused.pause_reason, paused.sent_at) == (ms(sampled), None, None)
+    assert (never.heard_at, never.paused_until, never.proc) == (None, ms(until), None)
+
+
+def test_a_later_sample_keeps_the_earlier_samples_times_it_has_none_of(ports):
+    """A rank's last busy or active sample stands until a newer one is busy or
+    active: an idle sample must not erase the evidence of a checkpoint."""
+    job_id, node_of = _placement(ports, 1)
+    t0 = utcnow()
+    ports.beats.record(job_id, 1, [_note(node_of, 0, proc={"io_bps": 1 << 30}, sampled_at=t0,
+                                         io_at=t0, wrote_at=t0, active_at=t0)], t0)
+    t9 = t0 + timedelta(seconds=9)
+    ports.beats.record(job_id, 1, [_note(node_of, 0, proc={"cpu": 0.0}, sampled_at=t9)], t9)
+    [beat] = ports.beats.read(job_id, 1, node_of)
+    assert (beat.proc, beat.sampled_at) == ({"cpu": 0.0}, ms(t9))
+    assert (beat.io_at, beat.wrote_at, beat.active_at) == (ms(t0), ms(t0), ms(t0))
+    assert beat.heard_at is None, "a sample is not a beat"
 
 
 def test_a_pause_in_a_beat_is_kept_with_it(ports):
@@ -57,13 +94,27 @@ def test_a_pause_in_a_beat_is_kept_with_it(ports):
     t0 = utcnow()
     until = t0 + timedelta(seconds=60)
     wrote, resumed = t0 - timedelta(seconds=3), t0 - timedelta(seconds=1)
-    ports.beats.write(job_id, 1, [{"rank": 0, "step": 1, "paused_until": until,
-                                   "pause_reason": "eval", "arrived_seq": 4,
-                                   "arrived_name": "all_reduce", "wrote_at": wrote,
-                                   "resumed_at": resumed, "resumed_gap_s": 12.5}], node_of, t0)
+    ports.beats.record(job_id, 1, [_beat(node_of, 0, t0, step=1, paused_until=until,
+                                         pause_reason="eval", arrived_seq=4,
+                                         arrived_name="all_reduce", wrote_at=wrote,
+                                         resumed_at=resumed, resumed_gap_s=12.5,
+                                         sent_at=t0 + timedelta(hours=3))], t0)
     [beat] = ports.beats.read(job_id, 1, node_of)
-    assert (beat.paused_until, beat.arrived_seq, beat.arrived_name) == (until, 4, "all_reduce")
-    assert (beat.wrote_at, beat.resumed_at, beat.resumed_gap_s) == (wrote, resumed, 12.5)
+    assert (beat.paused_until, beat.arrived_seq, beat.arrived_name) == (
+        ms(until), 4, "all_reduce")
+    assert (beat.wrote_at, beat.resumed_at, beat.resumed_gap_s) == (ms(wrote), ms(resumed), 12.5)
+    assert (beat.heard_at, beat.sent_at) == (ms(t0), None), "the sender's clock is not read back"
+
+
+def test_every_beat_of_a_post_larger_than_one_batch_is_stored(ports):
+    """A post of more ranks than one BatchWriteItem takes (25), over two
+    shards: a rank whose beat was dropped would be judged silent."""
+    job_id, node_of = _placement(ports, SHARD_RANKS + 40)
+    t0 = utcnow()
+    ports.beats.record(job_id, 1, [_beat(node_of, r, t0, step=r) for r in node_of], t0)
+    beats = ports.beats.read(job_id, 1, node_of)
+    assert [b.step for b in beats] == list(node_of)
+    assert {b.heard_at for b in beats} == {ms(t0)}
 
 
 # -- the collector's marks: one item for the whole stack ---------------------------

@@ -222,16 +222,18 @@ def test_a_throttled_write_is_503_with_retry_after(iso, iso_client, tenants, run
                                                    monkeypatch):
     """A beat must never vanish silently: throttling tells the agent to retry."""
     from botocore.exceptions import ClientError
-    from pynamodb.connection.base import Connection
-    from pynamodb.exceptions import PutError
+
+    from chalicelib.adapters.aws import SharedConnection
 
     job_id, _, _ = running
+    dispatch = SharedConnection.dispatch
 
-    def throttled(self, *args, **kwargs):
-        raise PutError("Failed to batch write items", ClientError(
-            {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
-            "BatchWriteItem"))
-    monkeypatch.setattr(Connection, "batch_write_item", throttled)
+    def throttled(self, operation, request):
+        if operation == "BatchWriteItem":  # what botocore raises once its retries are spent
+            raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException",
+                                         "Message": "slow"}}, operation)
+        return dispatch(self, operation, request)
+    monkeypatch.setattr(SharedConnection, "dispatch", throttled)
     r = beat(iso_client, tenants, job_id, [0])
     assert r.status_code == 503 and r.json_body["code"] == "unavailable"
     assert r.headers["Retry-After"] == "1"

@@ -1,0 +1,149 @@
+"""A job's health: the stall scan's view of its current attempt.
+
+The one home of the record the API shows as a job's ``health`` (API.md, the
+``JobHealth`` schema of docs/openapi.yaml): its members (:class:`Health`),
+how a job's first one is made, what the scan's verdict makes of it, and how
+an incident is cleared (a new attempt, a false alarm) or frozen (the job
+ended). It stays a plain JSON object: it is stored and shown as it is.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, TypedDict
+
+from .clock import iso
+from .stall import Verdict
+from .threshold import threshold_s
+
+
+class Health(TypedDict):
+    """The members of a job's health, every one always present."""
+    #: OK (judged, heard from), STALLED (an incident open, or what ended the
+    #: job), UNKNOWN (not judged yet, not instrumented, or ended otherwise)
+    status: str
+    threshold_s: float
+    #: the open incident: the rank that stopped first, its last receive time,
+    #: when the scan convicted it and how long after that time
+    first_stalled_rank: int | None
+    last_heard_at: str | None
+    detected_at: str | None
+    detection_s: float | None
+    #: ranks the culprit cannot be told apart from ({rank, last_heard_at,
+    #: step, beat_at}), a node all of whose ranks went quiet together, and the
+    #: one name for the culprit with its evidence (domain/stall.py culprit)
+    co_first: list[dict]
+    suspect_node: str | None
+    culprit: dict | None
+    #: as of the last scan: its stalled ranks, every rank not live by status,
+    #: whether mode auto has heard any beat, why it convicted nobody
+    stalled_ranks: list[int]
+    ranks_by_status: dict[str, list[int]]
+    instrumented: bool | None
+    suppressed: str | None
+    #: incidents whose culprit beat again
+    false_alarms: int
+    #: when the job ended and its health stopped changing
+    frozen_at: str | None
+
+
+#: every member of a job's health
+FIELDS = tuple(Health.__annotations__)
+
+#: an incident's members and what they are when none is open
+_NO_INCIDENT: dict[str, Any] = {
+    "first_stalled_rank": None, "last_heard_at": None, "detected_at": None,
+    "stalled_ranks": [], "co_first": [], "suspect_node": None, "detection_s": None,
+    "culprit": None, "ranks_by_status": {}, "instrumented": None}
+
+
+def initial_health(spec: dict, scans_per_hour: float) -> dict:
+    """A new job's health (``spec`` with its defaults filled): not judged yet,
+    its threshold fixed (domain/threshold.py) for every attempt."""
+    hb = spec["heartbeat"]
+    return dict(Health(
+        status="UNKNOWN",
+        threshold_s=float(threshold_s(spec["ranks"], scans_per_hour, hb["interval_s"],
+                                      hb["miss_probability"],
+                                      hb["false_positive_budget_per_hour"])),
+        first_stalled_rank=None, last_heard_at=None, detected_at=None, stalled_ranks=[],
+        co_first=[], suspect_node=None, detection_s=None, false_alarms=0, suppressed=None,
+        culprit=None, ranks_by_status={}, instrumented=None, frozen_at=None))
+
+
+def clear_incident(health: dict) -> dict:
+    """Health with no incident open (a new attempt, or a false alarm over);
+    the threshold and the false-alarm count stay."""
+    return {**health, **_NO_INCIDENT, "status": "UNKNOWN", "suppressed": None}
+
+
+def frozen_health(health: dict, at: str, to_terminal: bool, exit_: dict | None) -> dict:
+    """Health once the attempt ended. A new attempt to come: cleared. The job
+    finished: frozen as the last scan left it (the incident stays, as
+    history), stamped ``frozen_at``; nothing is being judged any more, so it
+    is STALLED only when the stall is what ended it."""
+    if not to_terminal:
+        return clear_incident(health)
+    stalled = (exit_ or {}).get("reason") == "stalled"
+    return {**health, "status": "STALLED" if stalled else "UNKNOWN", "suppressed": None,
+            "frozen_at": at}
+
+
+# -- what a scan's verdict makes of it -----------------------------------------
+def judged(health: dict, verdict: Verdict, suppressed: str | None) -> dict:
+    """``health`` with this scan's view of the ranks (its status not decided
+    yet: :func:`watched`, :func:`convicted` or :func:`followed`)."""
+    return {**health, "suppressed": suppressed,
+            "stalled_ranks": [r.rank for r in verdict.stalled],
+            "ranks_by_status": verdict.by_status(), "instrumented": verdict.instrumented}
+
+
+def watched(health: dict, verdict: Verdict) -> dict:
+    """No incident: OK once any rank was heard and the job is instrumented."""
+    heard = any(r.last_heard_at for r in verdict.ranks)
+    return {**health, "status": "OK" if heard and verdict.instrumented else "UNKNOWN"}
+
+
+def convicted(health: dict, verdict: Verdict, now: datetime) -> dict:
+    """A new incident: ``verdict.first`` stopped first (it must be set)."""
+    first = verdict.first
+    if first is None:
+        raise ValueError("a verdict without a stalled rank convicts nobody")
+    since = first.last_heard_at
+    return {
+        **health,
+        "status": "STALLED", "first_stalled_rank": first.rank,
+        "last_heard_at": since and iso(since), "detected_at": iso(now),
+        "detection_s": None if since is None else round((now - since).total_seconds(), 3),
+        "co_first": [{"rank": r.rank, "last_heard_at": r.last_heard_at and iso(r.last_heard_at),
+                      "step": r.step, "beat_at": r.beat_at and iso(r.beat_at)}
+                     for r in verdict.co_first],
+        "suspect_node": verdict.suspect_node,
+        "culprit": verdict.culprit,
+    }
+
+
+def culprit_beat_again(health: dict, verdict: Verdict) -> bool:
+    """Whether the open incident's culprit was heard after it was convicted."""
+    culprit, detected = health.get("first_stalled_rank"), health.get("detected_at")
+    return any(r.rank == culprit and r.last_heard_at and detected
+               and iso(r.last_heard_at) > detected for r in verdict.ranks)
+
+
+def followed(health: dict, verdict: Verdict) -> dict:
+    """An open incident, one scan later. Its culprit beat again: a false
+    alarm, counted, and the job is healthy again. Else the incident stays,
+    its culprit's name sharpened by the posts that landed since."""
+    if culprit_beat_again(health, verdict):
+        return {**clear_incident(health), "status": "OK",
+                "false_alarms": int(health.get("false_alarms") or 0) + 1}
+    if verdict.culprit is not None:
+        return {**health, "culprit": verdict.culprit}
+    return health
+
+
+def incident(health: dict) -> dict:
+    """What the job's ``stalled`` event records of the incident ``health`` opens."""
+    rank = health.get("first_stalled_rank")
+    return {"reason": f"rank {rank} stalled first", "rank": rank,
+            "co_first": [c.get("rank") for c in health.get("co_first") or []] or None,
+            "suspect_node": health.get("suspect_node")}

@@ -1,0 +1,70 @@
+"""A job's health (domain/health.py): its members, a new one, what a verdict
+makes of it, and how an incident is cleared and frozen."""
+from datetime import datetime, timedelta, timezone
+
+from chalicelib.domain import health
+from chalicelib.domain.jobs import with_defaults
+from chalicelib.domain.stall import Beat, judge
+
+T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
+SPEC = with_defaults({"command": ["x"], "ranks": 4})
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def verdict(heard: dict[int, float], now: float = 100.0):
+    beats = [Beat(r, f"n{r % 2}", heard_at=at(heard[r]) if r in heard else None)
+             for r in range(4)]
+    return judge(beats, now=at(now), started_at=at(0), threshold_s=30.0,
+                 startup_grace_s=60.0, interval_s=10.0)
+
+
+def test_a_new_health_has_every_member_and_nothing_else():
+    h = health.initial_health(SPEC, 60.0)
+    assert tuple(sorted(h)) == tuple(sorted(health.FIELDS))
+    assert (h["status"], h["false_alarms"], h["first_stalled_rank"]) == ("UNKNOWN", 0, None)
+
+
+def test_a_conviction_names_the_first_stopped_rank_on_the_collector_clock():
+    v = verdict({0: 95, 1: 60, 2: 95, 3: 95})
+    judged = health.judged(health.initial_health(SPEC, 60.0), v, None)
+    h = health.convicted(judged, v, at(100))
+    assert (h["status"], h["first_stalled_rank"], h["stalled_ranks"]) == ("STALLED", 1, [1])
+    assert (h["detected_at"], h["last_heard_at"], h["detection_s"]) == (
+        "2026-12-01T12:01:40.000Z", "2026-12-01T12:01:00.000Z", 40.0)
+    assert health.incident(h) == {"reason": "rank 1 stalled first", "rank": 1,
+                                  "co_first": None, "suspect_node": None}
+
+
+def test_a_culprit_that_beats_again_is_a_counted_false_alarm_and_the_incident_clears():
+    v = verdict({0: 95, 1: 60, 2: 95, 3: 95})
+    h = health.convicted(health.judged(health.initial_health(SPEC, 60.0), v, None), v, at(100))
+    still = verdict({0: 105, 1: 60, 2: 105, 3: 105}, now=110)
+    assert not health.culprit_beat_again(h, still)
+    assert health.followed(h, still)["status"] == "STALLED"
+    back = verdict({0: 115, 1: 115, 2: 115, 3: 115}, now=120)
+    cleared = health.followed(health.judged(h, back, None), back)
+    assert (cleared["status"], cleared["false_alarms"], cleared["first_stalled_rank"]) == (
+        "OK", 1, None)
+    assert cleared["threshold_s"] == h["threshold_s"], "the threshold stays"
+
+
+def test_a_finished_job_keeps_its_incident_as_history_and_a_retry_clears_it():
+    v = verdict({0: 95, 1: 60, 2: 95, 3: 95})
+    h = health.convicted(health.judged(health.initial_health(SPEC, 60.0), v, None), v, at(100))
+    done = health.frozen_health(h, "2026-12-01T12:02:00.000Z", True, {"reason": "stalled"})
+    assert (done["status"], done["first_stalled_rank"], done["frozen_at"]) == (
+        "STALLED", 1, "2026-12-01T12:02:00.000Z")
+    other = health.frozen_health(h, "2026-12-01T12:02:00.000Z", True, {"reason": "cancelled"})
+    assert other["status"] == "UNKNOWN"
+    retry = health.frozen_health(h, "2026-12-01T12:02:00.000Z", False, None)
+    assert (retry["status"], retry["first_stalled_rank"], retry["frozen_at"]) == (
+        "UNKNOWN", None, None)
+
+
+def test_a_watched_job_is_ok_only_once_heard_and_instrumented():
+    h = health.initial_health(SPEC, 60.0)
+    assert health.watched(h, verdict({}, now=10))["status"] == "UNKNOWN"
+    assert health.watched(h, verdict({0: 95, 1: 95, 2: 95, 3: 95}))["status"] == "OK"

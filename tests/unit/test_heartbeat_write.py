@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pynamodb.exceptions import PutError
 
-from chalicelib.adapters.dynamo_errors import as_unavailable
+from chalicelib.adapters.dynamo_errors import dependency_failure
 from chalicelib.adapters.heartbeat_store import BATCH_SENDS, DynamoHeartbeatStore
 from chalicelib.domain.stall import Beat
 
@@ -53,7 +53,7 @@ def test_items_still_unprocessed_after_every_send_are_a_503_not_a_lost_beat():
     with pytest.raises(PutError) as e:
         DynamoHeartbeatStore(conn).record("j", 1, _beats(2), T0)
     assert len(conn.requests) == BATCH_SENDS
-    assert as_unavailable(e.value) is not None
+    assert dependency_failure(e.value)
 
 
 def test_a_beat_item_holds_the_receive_time_and_the_sender_offset_beside_it():

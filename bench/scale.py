@@ -98,7 +98,7 @@ class Scale:
     # -- set-up -------------------------------------------------------------------
     def jobs(self, tenant: str, n: int, state_of, spec: dict, days_ago: float = 30) -> None:
         """``n`` jobs of ``tenant``, oldest first, ``state_of(i)`` each."""
-        from chalicelib.adapters.job_store import DynamoJobStore
+        from chalicelib.adapters.jobs_table import new_job_values
         from chalicelib.adapters.models import JobModel
         from chalicelib.domain.ids import new_job_id
         from chalicelib.domain.jobs import Job, initial_health, with_defaults
@@ -115,7 +115,7 @@ class Scale:
                           finished_at=at if state.terminal else None,
                           exit={"reason": "succeeded", "exit_code": 0} if state.terminal
                           else None)
-                batch.save(DynamoJobStore._new_job_model(job))  # as create saves it
+                batch.save(JobModel(**new_job_values(job)))  # as create saves it
 
     # -- filtered lists ---------------------------------------------------------------
     def filtered_lists(self, rounds: int, history: int = 10_000) -> float:

@@ -9,11 +9,12 @@ import threading
 from dataclasses import dataclass
 
 from .adapters import models
+from .adapters.dynamo import Dynamo
 from .adapters.heartbeat_store import DynamoCollectorStore, DynamoHeartbeatStore
 from .adapters.inbox import SqsInbox, SqsNudge, SqsScanQueue
-from .adapters.job_store import DynamoJobStore
 from .adapters.log_reader import CloudWatchLogReader
 from .adapters.node_store import DynamoNodeStore
+from .adapters.store import DynamoStore
 from .adapters.tokens import TokenStore
 from .config import Config, ssm_parameter
 from .domain.clock import Clock, utcnow
@@ -25,7 +26,7 @@ from .service.jobs import JobsService
 from .service.logs import LogsService
 from .service.nodes import NodesService
 from .service.placement import Placer
-from .service.ports import NodeStore, Store, Telemetry
+from .service.ports import JobTables, NodeStore, Telemetry
 from .service.reconciler import Reconciler
 from .service.scan import Scanner
 from .service.scan_fanout import ScanFanout
@@ -34,7 +35,7 @@ from .service.scan_fanout import ScanFanout
 @dataclass
 class Services:
     config: Config
-    store: Store
+    store: JobTables
     node_store: NodeStore
     jobs: JobsService
     nodes: NodesService
@@ -55,14 +56,14 @@ _lock = threading.Lock()
 _services: Services | None = None
 
 
-def build(config: Config, *, inbox=None, store: Store | None = None,
+def build(config: Config, *, inbox=None, store: JobTables | None = None,
           node_store: NodeStore | None = None, nudge=None,
           tokens: TokenStore | None = None, telemetry: Telemetry | None = None,
           log_reader=None, clock: Clock = utcnow) -> Services:
     """Every service of the app over the configured adapters; ``clock`` is the
     one time source they all read (tests pass a clock they control)."""
     connection = models.bind(config)
-    store = store or DynamoJobStore(connection)
+    store = store or DynamoStore(Dynamo(connection), clock)
     node_store = node_store or DynamoNodeStore(connection)
     sqs_inbox = SqsInbox(config)
     inbox = inbox or sqs_inbox

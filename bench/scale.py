@@ -205,6 +205,7 @@ class Scale:
               f"every job once")
 
     def big_ranks(self, ranks: int = 16_384) -> None:
+        from chalicelib.adapters import aws
         from chalicelib.adapters.heartbeat_store import DynamoHeartbeatStore
         from chalicelib.adapters.models import AttemptModel, JobModel
         from chalicelib.domain.clock import iso
@@ -222,7 +223,9 @@ class Scale:
                      created_at=iso(timestamp(0.01)), exit_codes={}).save()
         node_of = {r: n for n, rs in node_ranks.items() for r in rs}
         now = timestamp()
-        DynamoHeartbeatStore(self.services.store._conn).write(
+        cfg = self.services.config
+        shared = aws.session_for(cfg.region, cfg.endpoint_url).dynamodb  # models.bind's
+        DynamoHeartbeatStore(shared).write(
             job.job_id, 1, [{"rank": r, "step": 10**15 + r, "sent_at": now,
                              "beat_at": now - timedelta(seconds=r % 50)} for r in range(ranks)],
             node_of, now)

@@ -18,7 +18,6 @@ for the consumed capacity: nothing reads it.
 """
 from __future__ import annotations
 
-import functools
 import os
 import re
 from typing import Any, Iterable
@@ -32,6 +31,8 @@ from .items import Codec
 _NAME = re.compile(r"#(\w+)")
 _NO_CAPACITY = "NONE"
 _CONDITION_FAILED = "ConditionalCheckFailedException"
+#: expression sets whose placeholders a table keeps worked out
+_NAMES_KEPT = 512
 
 
 class ConditionFailed(Exception):
@@ -53,6 +54,7 @@ class Table:
         #: (python name, stored name) of every attribute, for the placeholders
         self._stored = tuple((name, a.attr_name) for name, a in attributes.items())
         self._stored_name = dict(self._stored)
+        self._names: dict[tuple[str | None, ...], tuple[tuple[str, str], ...]] = {}
         self.hash_key = next(n for n, a in attributes.items() if a.is_hash_key)
         ranges = [n for n, a in attributes.items() if a.is_range_key]
         self.range_key = ranges[0] if ranges else None
@@ -84,8 +86,14 @@ class Table:
 
     def names(self, *expressions: str | None) -> dict[str, str]:
         """The ``#name`` placeholders of ``expressions`` and the stored
-        names they stand for."""
-        return dict(_placeholders(self._stored, expressions))
+        names they stand for (worked out once per set of expressions: a
+        table's requests are a handful of fixed texts)."""
+        found = self._names.get(expressions)
+        if found is None:
+            if len(self._names) >= _NAMES_KEPT:
+                self._names.clear()
+            found = self._names[expressions] = _placeholders(self._stored, expressions)
+        return dict(found)
 
     # -- requests ---------------------------------------------------------------
     def get(self, key: dict, *, attributes: Iterable[str] | None = None) -> dict:
@@ -171,11 +179,8 @@ class Table:
             request["ExpressionAttributeValues"] = values
 
 
-@functools.lru_cache(maxsize=1024)
 def _placeholders(stored: tuple[tuple[str, str], ...],
                   expressions: tuple[str | None, ...]) -> tuple[tuple[str, str], ...]:
-    """Worked out once per (table, expressions): a request's expressions are
-    a handful of fixed texts."""
     names = dict(stored)
     return tuple((f"#{n}", names.get(n, n)) for e in expressions if e for n in _NAME.findall(e))
 

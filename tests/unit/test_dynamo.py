@@ -142,3 +142,12 @@ def test_a_transactions_items_as_dynamodb_lists_them_go_where_their_kind_says():
     kwargs = connection.transact_write_items.call_args.kwargs
     assert (kwargs["condition_check_items"], kwargs["put_items"], kwargs["update_items"]) == \
         ([{"c": 1}], [{"p": 1}], [{"u": 1}])
+
+
+def test_a_lost_condition_reads_the_same_from_the_sender_and_from_botocore():
+    from chalicelib.adapters.dynamo_errors import dependency_failure, lost_condition
+
+    assert lost_condition(ConditionFailed())
+    assert lost_condition(_failed("ConditionalCheckFailedException"))
+    assert not lost_condition(_failed("ProvisionedThroughputExceededException"))
+    assert not dependency_failure(ConditionFailed()), "a lost race is an answer, not an outage"

@@ -199,14 +199,6 @@ def expect(response, status: int, what: str) -> Any:
     return response.json_body
 
 
-def _event_value(kind: str, at, **details) -> dict:
-    """One entry of a job's ``events`` map as the adapter stores it."""
-    from chalicelib.adapters.models import JobModel
-    from chalicelib.domain import events
-
-    return JobModel.events.serialize({kind: events.event(kind, at, **details)})[kind]
-
-
 # -- the benchmark ----------------------------------------------------------------
 @dataclasses.dataclass
 class Row:
@@ -270,7 +262,7 @@ class Bench:
 
     def _new_job(self, *, key: str | None = None, placed: bool = False):
         """A PENDING job made through the service (or placed on NODE, as the
-        placer would place it: a Plan, a LAUNCH intent, DynamoJobStore.place)."""
+        placer would place it: a Plan, a LAUNCH intent, the store's place)."""
         from chalicelib.domain import idempotency
         from chalicelib.domain.clock import utcnow
         from chalicelib.domain.intents import launch_intent
@@ -295,110 +287,53 @@ class Bench:
                                       "intent_id": {"S": f"{kind}#{job.attempt}"}}))
         return job
 
-    def _create_items(self, key: str) -> tuple[dict, dict]:
-        """The idempotency record and job item exactly as the service writes them
-        (the PynamoDB models' serialize() of what DynamoJobStore.create saves;
-        bench/parity.py checks them against the adapter's before every run)."""
-        from chalicelib.adapters.job_store import DynamoJobStore
-        from chalicelib.adapters.models import IdempotencyModel
+    def _create_writes(self, key: str) -> list[dict]:
+        """The transaction the store's create sends for a new job under ``key``
+        (adapters/job_store.create_writes: the very requests, built by the same
+        code): [0] the key's record, [1] the job, [2] the tenant's PENDING
+        count under its max_pending_jobs (the bench tenant has the defaults)."""
+        from chalicelib.adapters.job_store import create_writes
         from chalicelib.domain import idempotency
-        from chalicelib.domain.clock import iso, utcnow
+        from chalicelib.domain.clock import utcnow
         from chalicelib.domain.ids import new_job_id
         from chalicelib.domain.jobs import Job, initial_health, with_defaults
+        from chalicelib.domain.quotas import DEFAULT_MAX_PENDING_JOBS
         from chalicelib.domain.states import JobState
+        from chalicelib.service.ports import IdemClaim
 
         now = utcnow()
         spec = with_defaults(BODY)
-        idem_id = idempotency.record_id(TENANT, key)
+        claim = IdemClaim(idempotency.record_id(TENANT, key), idempotency.body_hash(BODY))
         job = Job(job_id=new_job_id(), tenant=TENANT, state=JobState.PENDING, spec=spec,
                   created_at=now, updated_at=now, name=BODY["name"],
-                  health=initial_health(spec, self.cfg.scans_per_hour), idem_id=idem_id)
-        record = IdempotencyModel(idem_id, job_id=job.job_id,
-                                  body_hash=idempotency.body_hash(BODY), created_at=iso(now))
-        return record.serialize(), DynamoJobStore._new_job_item(job)
-
-    def _transact_create(self, record: dict, job: dict) -> list[dict]:
-        # the bench tenant has the default limits (none are configured)
-        from chalicelib.domain.quotas import DEFAULT_MAX_PENDING_JOBS
-
-        return [
-            {"Put": {"TableName": self.cfg.idempotency_table, "Item": record,
-                     "ConditionExpression": "attribute_not_exists(#k)",
-                     "ExpressionAttributeNames": {"#k": "idem_id"},
-                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}},
-            {"Put": {"TableName": self.cfg.jobs_table, "Item": job,
-                     "ConditionExpression": "attribute_not_exists(#k)",
-                     "ExpressionAttributeNames": {"#k": "job_id"}}},
-            # the tenant's PENDING count, under its max_pending_jobs (issue 9)
-            self._count_pending(+1, limit=DEFAULT_MAX_PENDING_JOBS),
-        ]
-
-    def _count_pending(self, delta: int, limit: int | None = None) -> dict:
-        """The tenant's PENDING count moved in the same transaction, as the
-        store's ``_count_pending`` does it."""
-        update = {"TableName": self.cfg.tenants_table, "Key": {"tenant": {"S": TENANT}},
-                  "UpdateExpression": "ADD #p :d", "ExpressionAttributeNames": {"#p": "pending"},
-                  "ExpressionAttributeValues": {":d": {"N": str(delta)}}}
-        if limit is not None:
-            update["ConditionExpression"] = "attribute_not_exists(#p) OR #p < :limit"
-            update["ExpressionAttributeValues"][":limit"] = {"N": str(limit)}
-        return {"Update": update}
-
-    def _cancel_update(self, job_id: str) -> dict:
-        """The UpdateItem of DynamoJobStore.cancel_unplaced, spelled out
-        (bench/parity.py checks the item it leaves against the adapter's)."""
-        from chalicelib.adapters.models import JobModel
-        from chalicelib.domain.clock import iso, utcnow
-
-        now = utcnow()
-        return {
-            "TableName": self.cfg.jobs_table, "Key": self._job_key(job_id),
-            "UpdateExpression": "SET #s = :cancelled, #ts = :ts, #cra = :now, #ua = :now, "
-                                "#x = :exit, #fa = :now, #cr = :reason, "
-                                "#ev.#evc = if_not_exists(#ev.#evc, :evc), "
-                                "#ev.#evf = if_not_exists(#ev.#evf, :evf) REMOVE #as, #pr",
-            "ConditionExpression": "#s = :pending",
-            "ExpressionAttributeNames": {"#s": "state", "#ts": "tenant_state",
-                                         "#cra": "cancel_requested_at",
-                                         "#ua": "updated_at", "#x": "exit",
-                                         "#fa": "finished_at", "#cr": "cancel_reason",
-                                         "#as": "active_state", "#pr": "pending_reason",
-                                         "#ev": "events", "#evc": "cancel_requested",
-                                         "#evf": "finished"},
-            "ExpressionAttributeValues": {
-                ":cancelled": {"S": "CANCELLED"}, ":pending": {"S": "PENDING"},
-                ":ts": {"S": f"{TENANT}#CANCELLED"},
-                ":now": {"S": iso(now)}, ":reason": {"S": "bench"},
-                ":exit": {"S": JobModel.exit.serialize({"reason": "cancelled", "exit_code": None})},
-                ":evc": _event_value("cancel_requested", now, reason="bench", by=TENANT),
-                ":evf": _event_value("finished", now, state="CANCELLED",
-                                     reason="cancelled before it was placed")},
-        }
+                  health=initial_health(spec, self.cfg.scans_per_hour), idem_id=claim.idem_id)
+        return create_writes(job, claim, max_pending=DEFAULT_MAX_PENDING_JOBS)
 
     # -- rows --------------------------------------------------------------------
     def _rows(self) -> list[Row]:
-        from chalicelib.adapters.models import OutboxModel
+        from chalicelib.adapters.job_store import cancel_unplaced_writes, page_request
+        from chalicelib.adapters.jobs_table import JOBS
+        from chalicelib.adapters.transitions import request_cancel_writes
         from chalicelib.domain import idempotency
-        from chalicelib.domain.clock import iso, plus, utcnow
+        from chalicelib.domain.clock import plus, utcnow
         from chalicelib.domain.intents import cancel_intent
 
         cfg, ddb, sqs, http = self.cfg, self.ddb, self.sqs, self.http
         jobs_table = cfg.jobs_table
 
         def get_consistent(job_id: str) -> dict:
-            return ddb.get_item(TableName=jobs_table, Key=self._job_key(job_id),
-                                ConsistentRead=True)
+            return ddb.get_item(**JOBS.get(JOBS.key(job_id)))
 
         # create ------------------------------------------------------------------
         def create_prepare() -> dict:
             key_e, key_b = f"e-{uuid.uuid4()}", f"b-{uuid.uuid4()}"
-            record, job = self._create_items(key_b)
+            items = self._create_writes(key_b)
+            record, job = items[0]["Put"]["Item"], items[1]["Put"]["Item"]
             self.garbage += [(cfg.idempotency_table, {"idem_id": record["idem_id"]}),
                              (jobs_table, self._job_key(job["job_id"]["S"])),
                              (cfg.idempotency_table,
                               {"idem_id": {"S": idempotency.record_id(TENANT, key_e)}})]
-            return {"headers": {**HEADERS, "Idempotency-Key": key_e},
-                    "items": self._transact_create(record, job)}
+            return {"headers": {**HEADERS, "Idempotency-Key": key_e}, "items": items}
 
         def create_check(ctx, response, _baseline) -> None:
             body = expect(response, 201, "create")
@@ -413,9 +348,8 @@ class Bench:
         replay_job_id = first["id"]
 
         def replay_prepare() -> dict:
-            record, job = self._create_items(replay_key)  # a new job id, the same key
             return {"headers": {**HEADERS, "Idempotency-Key": replay_key},
-                    "items": self._transact_create(record, job)}
+                    "items": self._create_writes(replay_key)}  # a new job id, the same key
 
         def replay_baseline(ctx) -> dict:
             try:
@@ -437,11 +371,7 @@ class Bench:
         get_job_id = replay_job_id
 
         def list_baseline(ctx) -> dict:
-            return ddb.query(TableName=jobs_table, IndexName="by_tenant",
-                             KeyConditionExpression="#t = :t",
-                             ExpressionAttributeNames={"#t": "tenant"},
-                             ExpressionAttributeValues={":t": {"S": TENANT}},
-                             Limit=51, ScanIndexForward=False)
+            return ddb.query(**page_request(TENANT, None, 50, None))
 
         def list_check(ctx, response, baseline) -> None:
             body = expect(response, 200, "list")
@@ -469,11 +399,11 @@ class Bench:
             return check
 
         def cancel_pending_prepare() -> dict:
-            """GetItem, then the transaction of DynamoJobStore.cancel_unplaced:
-            the conditional update of the job and the tenant's PENDING count."""
+            """GetItem, then the transaction of the store's cancel_unplaced
+            (job_store.cancel_unplaced_writes): the conditional update of the job
+            and the tenant's PENDING count."""
             ctx = cancel_prepare()()
-            ctx["items"] = [{"Update": self._cancel_update(ctx["job"].job_id)},
-                            self._count_pending(-1)]
+            ctx["items"] = cancel_unplaced_writes(ctx["job"], utcnow(), "bench")
             return ctx
 
         def cancel_pending_baseline(ctx) -> None:
@@ -482,23 +412,10 @@ class Bench:
 
         def cancel_keyed_prepare() -> dict:
             """GetItem, then one transaction: the same update of the job and the
-            count, and the expiry of its idempotency record (DynamoJobStore._expire_key)."""
+            count, and the expiry of its idempotency record (the same
+            cancel_unplaced_writes, of a job made under a key)."""
             ctx = cancel_prepare(key=True)()
-            job = ctx["job"]
-            until = idempotency.expires_at(utcnow())
-            ctx["items"] = [
-                {"Update": self._cancel_update(job.job_id)},
-                self._count_pending(-1),
-                {"Update": {
-                    "TableName": cfg.idempotency_table, "Key": {"idem_id": {"S": job.idem_id}},
-                    "UpdateExpression": "SET #e = :e, #t = :t",
-                    "ConditionExpression": "#j = :j",
-                    "ExpressionAttributeNames": {"#e": "expires_at", "#t": "ttl_epoch",
-                                                 "#j": "job_id"},
-                    "ExpressionAttributeValues": {
-                        ":e": {"S": iso(until)}, ":j": {"S": job.job_id},
-                        ":t": {"N": str(int(until.timestamp()) + 7 * 86400)}}}},
-            ]
+            ctx["items"] = cancel_unplaced_writes(ctx["job"], utcnow(), "bench")
             return ctx
 
         def cancel_keyed_baseline(ctx) -> None:
@@ -509,45 +426,13 @@ class Bench:
             """The endpoint's job, and the baseline's requests for another placed
             job: GetItem, then one transaction that records the cancel request,
             puts the CANCEL intent in the outbox and stops the LAUNCH intent's
-            resends (DynamoJobStore.request_cancel), then one SendMessage."""
+            resends (transitions.request_cancel_writes), then one SendMessage."""
             ctx = cancel_prepare(placed=True)()
             job = ctx["job"]
             now = utcnow()
             intent = cancel_intent(job, "bench")
-            outbox = OutboxModel(
-                job.job_id, intent.intent_id, attempt=intent.attempt, kind=intent.kind,
-                message=intent.message, targets=intent.targets, unacked=set(intent.targets),
-                created_at=iso(now), pending="1",
-                due_at=iso(plus(now, cfg.cancel_resend_after_s)), sends=1).serialize()
-            ctx["items"] = [
-                {"Update": {
-                    "TableName": jobs_table, "Key": self._job_key(job.job_id),
-                    "UpdateExpression": "SET #cra = :now, #ua = :now, #cr = :reason, "
-                                        "#ev.#evc = if_not_exists(#ev.#evc, :evc)",
-                    "ConditionExpression": "#s IN (:sch, :run) AND #a = :a AND "
-                                           "attribute_not_exists(#cra)",
-                    "ExpressionAttributeNames": {"#cra": "cancel_requested_at",
-                                                 "#ua": "updated_at", "#cr": "cancel_reason",
-                                                 "#s": "state", "#a": "attempt",
-                                                 "#ev": "events", "#evc": "cancel_requested"},
-                    "ExpressionAttributeValues": {
-                        ":now": {"S": iso(now)}, ":reason": {"S": "bench"},
-                        ":evc": _event_value("cancel_requested", now, attempt=job.attempt,
-                                             reason="bench", by=TENANT,
-                                             nodes=sorted(intent.targets)),
-                        ":sch": {"S": "SCHEDULED"}, ":run": {"S": "RUNNING"},
-                        ":a": {"N": str(job.attempt)}}}},
-                {"Put": {"TableName": cfg.outbox_table, "Item": outbox,
-                         "ConditionExpression": "attribute_not_exists(#k)",
-                         "ExpressionAttributeNames": {"#k": "job_id"}}},
-                {"Update": {
-                    "TableName": cfg.outbox_table,
-                    "Key": {"job_id": {"S": job.job_id},
-                            "intent_id": {"S": f"LAUNCH#{job.attempt}"}},
-                    "UpdateExpression": "REMOVE #p",
-                    "ConditionExpression": "attribute_exists(#k)",
-                    "ExpressionAttributeNames": {"#p": "pending", "#k": "job_id"}}},
-            ]
+            ctx["items"] = request_cancel_writes(job, now, "bench", intent,
+                                                 plus(now, cfg.cancel_resend_after_s))
             ctx["message"] = json.dumps(intent.message_for(NODE), separators=(",", ":"))
             return ctx
 
@@ -949,7 +834,7 @@ def main() -> int:
 
     bench = Bench(services, LambdaHTTP(gpujobs.app))
     bench.fill()
-    parity.check_endpoints(bench)
+    parity.check_endpoints(bench, TENANT)
     if args.profile:
         profile(bench, args.profile, args.rounds)
         return 0

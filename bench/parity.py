@@ -2,9 +2,10 @@
 
 A baseline is the bare boto3 requests an endpoint needs at minimum, so its
 items must be the items the adapter writes, or the ratio compares different
-work. The create baseline's items come from the adapters' own serialisation
-(``IdempotencyModel(...).serialize()``, ``job_to_model(job).serialize()``); the
-cancel baselines spell out update expressions. ``check_endpoints`` proves both,
+work. The baselines' requests are built by the adapters' own request builders
+(adapters/job_store.create_writes, cancel_unplaced_writes, page_request;
+transitions.request_cancel_writes: the code the store sends them by), for
+twin fixtures. ``check_endpoints`` proves they leave the same items,
 untimed, before every run (``--quick`` included, so the test suite's smoke test
 checks it): every row that writes runs once, endpoint and baseline on twin
 fixtures, and the items each left behind are read back and compared with
@@ -21,11 +22,10 @@ from bench.harness import Fail, same_items
 _CLOCKED = ("ttl_epoch",)
 
 
-def check_endpoints(bench) -> int:
-    """Run every writing row of ``bench`` (a bench.endpoints.Bench) once and
-    compare what its endpoint and its baseline wrote; returns the number of
-    items compared, and prints it."""
-    from bench.endpoints import TENANT
+def check_endpoints(bench, tenant: str) -> int:
+    """Run every writing row of ``bench`` (a bench.endpoints.Bench, whose
+    jobs are ``tenant``'s) once and compare what its endpoint and its
+    baseline wrote; returns the number of items compared, and prints it."""
     from chalicelib.domain import idempotency
 
     cfg, ddb = bench.cfg, bench.cleanup
@@ -46,7 +46,7 @@ def check_endpoints(bench) -> int:
         compared += 1
 
     def pending() -> int:
-        found = ddb.get_item(TableName=cfg.tenants_table, Key={"tenant": {"S": TENANT}},
+        found = ddb.get_item(TableName=cfg.tenants_table, Key={"tenant": {"S": tenant}},
                              ConsistentRead=True).get("Item", {})
         return int(found.get("pending", {}).get("N", 0))
 
@@ -68,7 +68,7 @@ def check_endpoints(bench) -> int:
         if row.name == "create":
             e_id = response.json_body["id"]
             b_id = ctx["items"][1]["Put"]["Item"]["job_id"]["S"]
-            e_idem = idempotency.record_id(TENANT, ctx["headers"]["Idempotency-Key"])
+            e_idem = idempotency.record_id(tenant, ctx["headers"]["Idempotency-Key"])
             b_idem = ctx["items"][0]["Put"]["Item"]["idem_id"]["S"]
         else:
             e_id = ctx["path"].split("/")[3]

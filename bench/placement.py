@@ -25,7 +25,7 @@ and times, in alternating order:
   the same moto tables: one TransactWriteItems per job (the job update
   conditioned on PENDING and its attempt, the attempt put, the LAUNCH outbox
   put, one ``gpus_free`` update per node conditioned on room and READY; items
-  shaped like DynamoJobStore.place's) and one SQS SendMessage per node used.
+  the store's own place transaction) and one SQS SendMessage per node used.
 
 After each half its jobs, attempts and intents are deleted, the queues purged
 and the nodes given their GPUs back, and moto's leaks are undone as
@@ -214,16 +214,15 @@ class Scale:
         moto_housekeeping()
 
     def baseline_items(self, jobs) -> list[tuple[list, list]]:
-        """For each job: its TransactItems and its (queue URL, body) sends,
-        shaped like DynamoJobStore.place and the Dispatcher's messages (the
-        outbox item is the adapter's own; ``parity`` checks all of them against
-        placement's after the warm-up round)."""
-        from chalicelib.adapters.job_store import _outbox_item
-        from chalicelib.adapters.models import AttemptModel, JobModel
-        from chalicelib.domain import events, placement
-        from chalicelib.domain.clock import iso, plus, utcnow
+        """For each job: its TransactItems and its (queue URL, body) sends: the
+        store's own place transaction (adapters/transitions.place_writes, the
+        requests the store sends) and the Dispatcher's messages; ``parity``
+        checks the items they leave against placement's after the warm-up
+        round."""
+        from chalicelib.adapters.transitions import place_writes
+        from chalicelib.domain import placement
+        from chalicelib.domain.clock import plus, utcnow
         from chalicelib.domain.intents import launch_intent
-        from chalicelib.domain.jobs import clear_incident
         from chalicelib.domain.placement import Plan
 
         out = []
@@ -236,63 +235,9 @@ class Scale:
                                    master_addr=first,
                                    master_port=placement.master_port(job.job_id, attempt))
             now = utcnow()
-            gpus = plan.gpus_by_node()
-            key = f"{job.job_id}#{attempt}"
-            items = [
-                {"Update": {
-                    "TableName": self.cfg.jobs_table, "Key": {"job_id": {"S": job.job_id}},
-                    "UpdateExpression": "SET #s = :s, #ts = :ts, #as = :s, #a = :a, #i = :i, "
-                                        "#h = :h, #u = :u, "
-                                        "#ev.#evp = if_not_exists(#ev.#evp, :evp) "
-                                        "REMOVE #pr, #wo",
-                    "ConditionExpression": "#s = :pending AND #a = :prev",
-                    "ExpressionAttributeNames": {"#s": "state", "#ts": "tenant_state",
-                                                 "#as": "active_state",
-                                                 "#a": "attempt", "#i": "inboxes",
-                                                 "#h": "health", "#u": "updated_at",
-                                                 "#pr": "pending_reason", "#wo": "waiting_on",
-                                                 "#ev": "events", "#evp": f"placed#{attempt}"},
-                    "ExpressionAttributeValues": {
-                        ":s": {"S": "SCHEDULED"}, ":a": {"N": str(attempt)},
-                        ":ts": {"S": f"{job.tenant}#SCHEDULED"},
-                        ":evp": JobModel.events.serialize({"e": events.event(
-                            "placed", now, attempt=attempt,
-                            reason=f"placed on {len(gpus)} node{'s' if len(gpus) != 1 else ''}",
-                            nodes={n: sorted(r) for n, r in plan.ranks_by_node.items()})})["e"],
-                        ":i": {"S": JobModel.inboxes.serialize(intent.targets)},
-                        ":h": {"S": JobModel.health.serialize(clear_incident(job.health))},
-                        ":u": {"S": iso(now)}, ":pending": {"S": "PENDING"},
-                        ":prev": {"N": str(job.attempt)}}}},
-                {"Put": {"TableName": self.cfg.attempts_table,
-                         "Item": AttemptModel(
-                             job.job_id, attempt, state="SCHEDULED",
-                             placement=plan.placement(), node_ranks=plan.ranks_by_node,
-                             node_gpus=gpus, world_size=job.spec["ranks"],
-                             node_types={n: GPU_TYPE for n in gpus},
-                             created_at=iso(now), exit_codes={}).serialize(),
-                         "ConditionExpression": "attribute_not_exists(#k)",
-                         "ExpressionAttributeNames": {"#k": "job_id"}}},
-                {"Put": {"TableName": self.cfg.outbox_table,
-                         # the adapter's own outbox item
-                         "Item": _outbox_item(intent, now, plus(
-                             now, self.cfg.cancel_resend_after_s)).serialize(),
-                         "ConditionExpression": "attribute_not_exists(#k)",
-                         "ExpressionAttributeNames": {"#k": "job_id"}}},
-            ]
-            for node_id in sorted(gpus):
-                items.append({"Update": {
-                    "TableName": self.cfg.nodes_table, "Key": {"node_id": {"S": node_id}},
-                    "UpdateExpression": "ADD #f :neg, #at :key",
-                    "ConditionExpression": "#f >= :n AND #st = :ready",
-                    "ExpressionAttributeNames": {"#f": "gpus_free", "#at": "attempts",
-                                                 "#st": "state"},
-                    "ExpressionAttributeValues": {
-                        ":neg": {"N": str(-gpus[node_id])}, ":n": {"N": str(gpus[node_id])},
-                        ":key": {"SS": [key]}, ":ready": {"S": "READY"}}}})
-            items.append({"Update": {  # last, as the store has it: the tenant's PENDING count
-                "TableName": self.cfg.tenants_table, "Key": {"tenant": {"S": job.tenant}},
-                "UpdateExpression": "ADD #p :d", "ExpressionAttributeNames": {"#p": "pending"},
-                "ExpressionAttributeValues": {":d": {"N": "-1"}}}})
+            items = place_writes(job, plan, intent, now,
+                                 plus(now, self.cfg.cancel_resend_after_s),
+                                 {n: GPU_TYPE for n in plan.gpus_by_node()})
             sends = [(self.urls[n], json.dumps(intent.message_for(n), separators=(",", ":")))
                      for n in intent.targets]
             out.append((items, sends))
@@ -405,7 +350,7 @@ class Scale:
         return int(item.get("Item", {}).get("pending", {}).get("N", 0))
 
     def parity(self, job_ids: dict[int, str], pending: int) -> None:
-        """The baseline's items equal placement's (DynamoJobStore.place's), ids
+        """The baseline's items equal placement's (the store's place), ids
         and times aside, and it lowers the tenant's PENDING count as much: its
         writes are the same work, not just as many."""
         theirs, self.placed_items = self.placed_items, None

@@ -98,7 +98,7 @@ class Scale:
     # -- set-up -------------------------------------------------------------------
     def jobs(self, tenant: str, n: int, state_of, spec: dict, days_ago: float = 30) -> None:
         """``n`` jobs of ``tenant``, oldest first, ``state_of(i)`` each."""
-        from chalicelib.adapters.job_store import DynamoJobStore
+        from chalicelib.adapters.jobs_table import new_job_values
         from chalicelib.adapters.models import JobModel
         from chalicelib.domain.ids import new_job_id
         from chalicelib.domain.jobs import Job, initial_health, with_defaults
@@ -115,7 +115,7 @@ class Scale:
                           finished_at=at if state.terminal else None,
                           exit={"reason": "succeeded", "exit_code": 0} if state.terminal
                           else None)
-                batch.save(DynamoJobStore._new_job_model(job))  # as create saves it
+                batch.save(JobModel(**new_job_values(job)))  # as create saves it
 
     # -- filtered lists ---------------------------------------------------------------
     def filtered_lists(self, rounds: int, history: int = 10_000) -> float:
@@ -205,6 +205,7 @@ class Scale:
               f"every job once")
 
     def big_ranks(self, ranks: int = 16_384) -> None:
+        from chalicelib.adapters import aws
         from chalicelib.adapters.heartbeat_store import DynamoHeartbeatStore
         from chalicelib.adapters.models import AttemptModel, JobModel
         from chalicelib.domain.clock import iso
@@ -223,7 +224,9 @@ class Scale:
                      created_at=iso(timestamp(0.01)), exit_codes={}).save()
         node_of = {r: n for n, rs in node_ranks.items() for r in rs}
         now = timestamp()
-        DynamoHeartbeatStore(self.services.store._conn).record(
+        cfg = self.services.config
+        shared = aws.session_for(cfg.region, cfg.endpoint_url).dynamodb  # models.bind's
+        DynamoHeartbeatStore(shared).record(
             job.job_id, 1, [Beat(r, node_of[r], heard_at=now, step=10**15 + r, sent_at=now,
                                  beat_at=now - timedelta(seconds=r % 50)) for r in range(ranks)],
             now)

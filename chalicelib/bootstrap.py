@@ -9,12 +9,13 @@ import threading
 from dataclasses import dataclass, replace
 
 from .adapters import dynamo_errors, models
+from .adapters.dynamo import Dynamo
 from .adapters.heartbeat_store import DynamoCollectorStore, DynamoHeartbeatStore
 from .adapters.inbox import SqsInbox, SqsNudge, SqsScanQueue
-from .adapters.job_store import DynamoJobStore
 from .adapters.log_reader import CloudWatchLogReader
 from .adapters.node_store import DynamoNodeStore
 from .adapters.parameters import SsmParameters
+from .adapters.store import DynamoStore
 from .adapters.tokens import TokenStore
 from .config import Config, ConfigError
 from .domain.clock import Clock, utcnow
@@ -27,7 +28,7 @@ from .service.jobs import JobsService
 from .service.logs import LogsService
 from .service.nodes import NodesService
 from .service.placement import Placer
-from .service.ports import NodeStore, Store, Telemetry
+from .service.ports import JobTables, NodeStore, Telemetry
 from .service.reconciler import Reconciler
 from .service.scan import Scanner
 from .service.scan_fanout import ScanFanout
@@ -36,7 +37,7 @@ from .service.scan_fanout import ScanFanout
 @dataclass
 class Services:
     config: Config
-    store: Store
+    store: JobTables
     node_store: NodeStore
     jobs: JobsService
     nodes: NodesService
@@ -74,7 +75,7 @@ _lock = threading.Lock()
 _services: Services | None = None
 
 
-def build(config: Config, *, inbox=None, store: Store | None = None,
+def build(config: Config, *, inbox=None, store: JobTables | None = None,
           node_store: NodeStore | None = None, nudge=None,
           tokens: TokenStore | None = None, telemetry: Telemetry | None = None,
           log_reader=None, clock: Clock = utcnow) -> Services:
@@ -83,7 +84,7 @@ def build(config: Config, *, inbox=None, store: Store | None = None,
     parameters = SsmParameters(config.region, config.endpoint_url)
     config = with_page_token_key(config, parameters)
     connection = models.bind(config)
-    store = store or DynamoJobStore(connection)
+    store = store or DynamoStore(Dynamo(connection), clock)
     node_store = node_store or DynamoNodeStore(connection)
     sqs_inbox = SqsInbox(config)
     inbox = inbox or sqs_inbox

@@ -44,8 +44,20 @@ class RawJSON:
     def __init__(self, text: str) -> None:
         self.text = text
 
+    @classmethod
+    def of(cls, value: Any) -> "RawJSON":
+        """The stored text of ``value`` (``dumps_strict``), as the store holds it."""
+        return cls(dumps_strict(value))
+
+    def value(self) -> Any:
+        """The JSON value of the text, decoded (for a service that must read
+        it; a view only shows it)."""
+        return loads(self.text)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RawJSON) and other.text == self.text
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"RawJSON({self.text!r})"

@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterator, Mapping, Sequence
 
-from chalicelib import fastjson
 from chalicelib.domain import events as ev, idempotency, quotas
 from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
@@ -60,12 +58,6 @@ from chalicelib.service.ports import (
 
 #: nodes a ready_pages page holds (adapters/node_store.CANDIDATE_PAGE)
 CANDIDATE_PAGE = 50
-
-
-def shown(value: Any) -> Any:
-    """``value`` as a client reads it once encoded: a view shows the same
-    whether its JSON objects are dicts or the stored text (fastjson.RawJSON)."""
-    return json.loads(fastjson.dumps(value))
 
 
 def ms(t: datetime) -> datetime:
@@ -143,7 +135,9 @@ def _state_in(job: Job | None, *events: Event) -> bool:
 
 
 class FakeJobStore:
-    """chalicelib.service.ports.Store in memory (adapters/job_store.DynamoJobStore)."""
+    """chalicelib.service.ports.JobTables in memory (adapters/store.DynamoStore).
+    Its views are made by domain/jobs.view_of, whose JSON values are the
+    stored text (fastjson.RawJSON), as the real store's are."""
 
     def __init__(self, tables: Tables | None = None, clock: Clock = utcnow) -> None:
         self.t = tables or Tables()

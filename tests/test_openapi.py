@@ -21,6 +21,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import app  # noqa: E402
+from chalicelib import fastjson  # noqa: E402
 from chalicelib.api import schemas  # noqa: E402
 from chalicelib.api.problems import body as problem_body, status_of  # noqa: E402
 from chalicelib.api.representation import attempt_json, job_json, node_json, node_registration_json  # noqa: E402
@@ -48,6 +49,12 @@ from tests.fakes import FakeCollectorStore, NullTelemetry, World  # noqa: E402
 DOC_PATH = ROOT / "docs" / "openapi.yaml"
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 PROBLEM_JSON = "application/problem+json"
+
+
+def shown_job(job) -> dict:
+    """A job's representation as a client reads it: the JSON the edge writes,
+    parsed (views hold their stored JSON as text, fastjson.RawJSON)."""
+    return fastjson.loads(fastjson.dumps(job_json(job)))
 
 
 @pytest.fixture(scope="module")
@@ -352,7 +359,7 @@ def _job(**changes) -> Job:
 
 
 def test_job_representation_conforms_to_job_schema(doc):
-    fresh = job_json(_job())
+    fresh = shown_job(_job())
     assert set(fresh) == set(doc["components"]["schemas"]["Job"]["properties"]), (
         "the Job schema's members differ from the representation's")
     _assert_valid(doc, "Job", fresh)
@@ -370,14 +377,14 @@ def test_job_representation_conforms_to_job_schema(doc):
                      finished_at=_t("2025-01-31T12:06:00"),
                      cancel_requested_at=_t("2025-01-31T12:06:00"), cancel_reason="stop",
                      health=stalled, exit={"reason": "cancelled", "exit_code": None})
-    _assert_valid(doc, "Job", job_json(cancelled))
-    _assert_valid(doc, "JobList", {"jobs": [fresh, job_json(cancelled)],
+    _assert_valid(doc, "Job", shown_job(cancelled))
+    _assert_valid(doc, "JobList", {"jobs": [fresh, shown_job(cancelled)],
                                    "next_page_token": "abc.def"})
     _assert_valid(doc, "JobList", {"jobs": [], "next_page_token": None})
 
 
 def test_job_schema_rejects_what_the_representation_never_returns(doc):
-    fresh = job_json(_job())
+    fresh = shown_job(_job())
     for broken in ({**fresh, "state": "DONE"}, {**fresh, "exit": {"exit_code": 1}},
                    {**fresh, "created_at": "2025-01-31 12:00:00"},
                    {k: v for k, v in fresh.items() if k != "health"}):
@@ -450,12 +457,12 @@ def test_finished_and_waiting_jobs_conform_to_job_schema(doc):
     for state, exit_ in ((JobState.SUCCEEDED, exits["succeeded"]),
                          (JobState.FAILED, exits["rank_failed"]),
                          (JobState.FAILED, exits["node_lost"])):
-        _assert_valid(doc, "Job", job_json(_job(state=state, attempt=1, exit=exit_,
+        _assert_valid(doc, "Job", shown_job(_job(state=state, attempt=1, exit=exit_,
                                                 started_at=_t("2025-01-31T12:01:00"),
                                                 finished_at=_t("2025-01-31T12:09:00"))))
     for reason in ("waiting for 4 x 1 free GPUs on READY nodes",
                    "can never fit: needs 64 h100 GPUs; the fleet has 16"):
-        _assert_valid(doc, "Job", job_json(_job(pending_reason=reason)))
+        _assert_valid(doc, "Job", shown_job(_job(pending_reason=reason)))
 
 
 # -- nodes ---------------------------------------------------------------------
@@ -710,7 +717,7 @@ def test_scan_health_exit_and_cancel_conform_to_their_schemas(doc):
     assert to is JobState.FAILED and exit_ == {"reason": "stalled", "exit_code": None,
                                                "rank": 2}
     _assert_valid(doc, "Exit", exit_)
-    _assert_valid(doc, "Job", job_json(ended))
+    _assert_valid(doc, "Job", shown_job(ended))
     _assert_valid(doc, "AttemptList", {"attempts": [
         attempt_json(a) for a in world.store.attempts(job.job_id)]})
     assert [a["state"] for a in world.store.attempts(job.job_id)] == ["FAILED"]

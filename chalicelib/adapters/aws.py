@@ -105,16 +105,6 @@ class SharedConnection(Connection):
         with self._aws._lock:
             return super().client
 
-    def dispatch(self, operation_name: str, operation_kwargs: dict) -> dict:
-        """PynamoDB's dispatch, without what nothing here uses and every
-        request paid for (about 15 us of a GetItem's client side, measured in
-        bench/endpoints.py): a uuid4 and two signal sends for listeners (none
-        is connected), and asking DynamoDB for the consumed capacity only to
-        log it at debug level (the answer's ConsumedCapacity, parsed by
-        botocore, read by nothing). Errors are still PynamoDB's
-        (``_make_api_call`` wraps them)."""
-        return self._make_api_call(operation_name, operation_kwargs)
-
 
 _sessions: dict[tuple[str, str | None], AwsSession] = {}
 _sessions_lock = threading.Lock()

@@ -18,7 +18,6 @@ for the consumed capacity: nothing reads it.
 """
 from __future__ import annotations
 
-import functools
 import os
 import re
 from typing import Any, Iterable
@@ -32,6 +31,8 @@ from .items import Codec
 _NAME = re.compile(r"#(\w+)")
 _NO_CAPACITY = "NONE"
 _CONDITION_FAILED = "ConditionalCheckFailedException"
+#: expression sets whose placeholders a table keeps worked out
+_NAMES_KEPT = 512
 
 
 class ConditionFailed(Exception):
@@ -53,6 +54,7 @@ class Table:
         #: (python name, stored name) of every attribute, for the placeholders
         self._stored = tuple((name, a.attr_name) for name, a in attributes.items())
         self._stored_name = dict(self._stored)
+        self._names: dict[tuple[str | None, ...], tuple[tuple[str, str], ...]] = {}
         self.hash_key = next(n for n, a in attributes.items() if a.is_hash_key)
         ranges = [n for n, a in attributes.items() if a.is_range_key]
         self.range_key = ranges[0] if ranges else None
@@ -84,8 +86,14 @@ class Table:
 
     def names(self, *expressions: str | None) -> dict[str, str]:
         """The ``#name`` placeholders of ``expressions`` and the stored
-        names they stand for."""
-        return dict(_placeholders(self._stored, expressions))
+        names they stand for (worked out once per set of expressions: a
+        table's requests are a handful of fixed texts)."""
+        found = self._names.get(expressions)
+        if found is None:
+            if len(self._names) >= _NAMES_KEPT:
+                self._names.clear()
+            found = self._names[expressions] = _placeholders(self._stored, expressions)
+        return dict(found)
 
     # -- requests ---------------------------------------------------------------
     def get(self, key: dict, *, attributes: Iterable[str] | None = None) -> dict:
@@ -112,15 +120,24 @@ class Table:
         return self.put(item, condition=f"attribute_not_exists(#{self.hash_key})", **kwargs)
 
     def update(self, key: dict, expression: str, *, condition: str | None = None,
-               values: dict | None = None) -> dict:
-        """Update the item of ``key`` by ``expression``, on ``condition``."""
+               values: dict | None = None, keys: dict[str, str] | None = None,
+               return_new: bool = False) -> dict:
+        """Update the item of ``key`` by ``expression``, on ``condition``.
+        ``keys`` names map keys that are no word (``{"#e": "placed#1"}``:
+        ``#events.#e`` is that event); with ``return_new`` the answer's
+        ``Attributes`` are the item as the update left it."""
+        names = self.names(expression, condition)
+        if keys:
+            names.update(keys)
         request: dict[str, Any] = {"TableName": self.name, "Key": key,
                                    "UpdateExpression": expression,
-                                   "ExpressionAttributeNames": self.names(expression, condition)}
+                                   "ExpressionAttributeNames": names}
         if condition:
             request["ConditionExpression"] = condition
         if values:
             request["ExpressionAttributeValues"] = values
+        if return_new:
+            request["ReturnValues"] = "ALL_NEW"
         return request
 
     def check(self, key: dict, condition: str, values: dict | None = None) -> dict:
@@ -162,11 +179,8 @@ class Table:
             request["ExpressionAttributeValues"] = values
 
 
-@functools.lru_cache(maxsize=1024)
 def _placeholders(stored: tuple[tuple[str, str], ...],
                   expressions: tuple[str | None, ...]) -> tuple[tuple[str, str], ...]:
-    """Worked out once per (table, expressions): a request's expressions are
-    a handful of fixed texts."""
     names = dict(stored)
     return tuple((f"#{n}", names.get(n, n)) for e in expressions if e for n in _NAME.findall(e))
 
@@ -241,6 +255,17 @@ class Transaction:
     def update(self, request: dict) -> None:
         self._updates.append(request)
 
+    def add(self, items: Iterable[dict]) -> None:
+        """Items as TransactWriteItems lists them (``{"Put": request}``,
+        ``{"Update": ...}``, ``{"ConditionCheck": ...}``, ``{"Delete": ...}``):
+        a transaction's requests built once, for the store to send and for a
+        benchmark to send bare."""
+        sorts = {"ConditionCheck": self.check, "Delete": self.delete, "Put": self.put,
+                 "Update": self.update}
+        for item in items:
+            (kind, request), = item.items()
+            sorts[kind](request)
+
     def __enter__(self) -> "Transaction":
         return self
 
@@ -251,3 +276,77 @@ class Transaction:
                 put_items=self._puts, update_items=self._updates,
                 client_request_token=os.urandom(16).hex(),
                 return_consumed_capacity=_NO_CAPACITY)
+
+
+class Changes:
+    """The clauses of one UpdateExpression on an item of ``table``, gathered
+    as a transition adds them: each attribute's value goes through the
+    model's codec under the placeholder ``:<name>``, and each event of the
+    ``events`` map under a key placeholder of its own (an event's key holds
+    ``#``, which no placeholder may)."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self._set: list[str] = []
+        self._remove: list[str] = []
+        self._add: list[str] = []
+        self._delete: list[str] = []
+        self.values: dict[str, dict] = {}
+        self.keys: dict[str, str] = {}
+
+    def set(self, name: str, value: Any) -> "Changes":
+        """SET the attribute to ``value`` (its python value); None removes it."""
+        if value is None:
+            return self.remove(name)
+        self._set.append(f"#{name} = :{name}")
+        self.values[f":{name}"] = self.table.value(name, value)
+        return self
+
+    def remove(self, *names: str) -> "Changes":
+        self._remove.extend(f"#{name}" for name in names)
+        return self
+
+    def add(self, name: str, value: Any) -> "Changes":
+        """ADD ``value`` to a number or to a set (of the attribute's type)."""
+        self._add.append(f"#{name} :{name}")
+        self.values[f":{name}"] = self.table.value(name, value)
+        return self
+
+    def delete(self, name: str, value: Any) -> "Changes":
+        """DELETE the members ``value`` from a set."""
+        self._delete.append(f"#{name} :{name}")
+        self.values[f":{name}"] = self.table.value(name, value)
+        return self
+
+    def entry(self, name: str, key: str, value: Any, *, first: bool = False) -> "Changes":
+        """SET one entry of the map attribute ``name``; with ``first``, a
+        repeat keeps the entry already there (``if_not_exists``)."""
+        n = len(self.keys)
+        placeholder, ref = f"#k{n}", f":k{n}"
+        self.keys[placeholder] = key
+        path = f"#{name}.{placeholder}"
+        self._set.append(f"{path} = if_not_exists({path}, {ref})" if first else f"{path} = {ref}")
+        self.values[ref] = self.table.value(name, {key: value})["M"][key]
+        return self
+
+    def event(self, key: str, value: dict) -> "Changes":
+        """Record one event of the item's story (domain/events.py): the first
+        of a repeat stays."""
+        return self.entry("events", key, value, first=True)
+
+    @property
+    def expression(self) -> str:
+        parts = []
+        for word, clauses in (("SET", self._set), ("REMOVE", self._remove),
+                              ("ADD", self._add), ("DELETE", self._delete)):
+            if clauses:
+                parts.append(f"{word} {', '.join(clauses)}")
+        return " ".join(parts)
+
+    def update(self, key: dict, *, condition: str | None = None,
+               values: dict | None = None, return_new: bool = False) -> dict:
+        """The UpdateItem of these changes on the item of ``key``, on
+        ``condition`` (whose ``values`` join the changes')."""
+        return self.table.update(key, self.expression, condition=condition,
+                                 values={**self.values, **(values or {})},
+                                 keys=self.keys, return_new=return_new)

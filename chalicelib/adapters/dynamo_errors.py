@@ -16,11 +16,18 @@ from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 
 from ..domain.errors import ServiceUnavailable
+from .dynamo import ConditionFailed
 
 _CONFLICT = "ConditionalCheckFailedException"
 
 
 def lost_condition(e: Exception) -> bool:
+    """A single write lost its condition: dynamo.ConditionFailed (the one
+    sender), botocore's ClientError, or PynamoDB's error wrapping it."""
+    if isinstance(e, ConditionFailed):
+        return True
+    if isinstance(e, ClientError):
+        return e.response.get("Error", {}).get("Code") == _CONFLICT
     return getattr(e, "cause_response_code", None) == _CONFLICT
 
 

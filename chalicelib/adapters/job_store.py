@@ -1,271 +1,141 @@
-"""The JobStore port on DynamoDB, through PynamoDB.
+"""The Jobs port on DynamoDB: jobs created under an idempotency key, read,
+listed, queued, their health, and the transitions that concern the job alone.
 
-Every state transition is a conditional write on the state it leaves.
-Creating a job under an idempotency key is one TransactWriteItems: the key's
-record (condition: absent) and the job go in together or not at all.
+Every state transition is a conditional write on the state it leaves
+(domain/states.py's table). Creating a job under an idempotency key is one
+TransactWriteItems: the key's record (condition: absent) and the job go in
+together or not at all, with the tenant's PENDING count. Every conditional
+write that botocore may retry recognises itself: when a retry fails the
+condition its own first try made false, the writer reads the item back and
+finds its own stamp (``now``), and answers as if the first answer had arrived.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Iterator
 
-from pynamodb.attributes import MapAttribute
 from pynamodb.connection import Connection
-from pynamodb.exceptions import DoesNotExist, TransactWriteError, UpdateError
-from pynamodb.expressions.condition import Condition
-from pynamodb.expressions.update import Action
+from pynamodb.exceptions import TransactWriteError
+from pynamodb.transactions import TransactWrite
 
-from ..domain import events as ev, idempotency
-from ..domain.attempts import Attempt
-from ..domain.clock import iso, parse_iso, utcnow
-from ..domain.errors import ServiceUnavailable
+from ..domain import events as ev
+from ..domain.clock import iso, parse_iso
 from ..domain.fleet import Fleet, parked_partition
-from ..domain.intents import LAUNCH, Intent, intent_id
-from ..domain.jobs import VIEW_FIELDS, Job, JobView, clear_incident, frozen_health, view_of
-from ..domain.placement import Plan, queue_key
-from ..domain.states import ENDS_ATTEMPT, PLACED, Event, JobState, sources
+from ..domain.jobs import Job, JobView
+from ..domain.states import Event, JobState
 from ..service.ports import (
-    CapacityChanged,
     Contended,
     IdemClaim,
     IdempotencyConflict,
     IdemRecord,
-    OutboxEntry,
     PendingLimitReached,
     StateChanged,
 )
-from . import written
-from .dynamo_errors import lost_condition, tx_lost
-from .fleet import room_bump, room_types
-from .items import Codec
-from .models import (
-    AttemptModel,
-    FleetModel,
-    IdempotencyModel,
-    JobModel,
-    NodeModel,
-    OutboxModel,
-    TenantModel,
+from .attempt_store import ATTEMPTS
+from .dynamo import Changes, ConditionFailed, Table
+from .dynamo_errors import tx_lost
+from .jobs_table import (
+    JOBS,
+    KEYS,
+    OnDynamo,
+    count_pending,
+    events_from_item,
+    expire_key,
+    job_from_item,
+    leaving,
+    new_job_item,
+    record_from_item,
+    state_in,
+    tenant_state,
+    view_from_item,
 )
-from .written import Transaction
+from .models import FleetModel, JobModel
+from .outbox_store import OUTBOX
 
-#: TTL removes finished records this long after they expired
-TTL_SLACK = timedelta(days=7)
-#: a release that keeps losing to concurrent transactions on the summary: 503
-_RELEASE_RETRIES = 5
-
-
-class _Contended(Exception):
-    """A transaction cancelled by a concurrent one, not by a condition."""
-
-
-def _t(value: str | None) -> datetime | None:
-    return parse_iso(value) if value else None
+FLEETS = Table(FleetModel)
+#: jobs read per Query page of the queue and of the parked jobs
+_QUEUE_PAGE = 100
+_BY_ACTIVE_STATE = JobModel.by_active_state.Meta.index_name
+#: how a job cancelled before it was placed ended
+CANCELLED_EXIT = {"reason": "cancelled", "exit_code": None}
 
 
-#: what a Job holds of a job's item (not its index keys, queue key or events)
-_JOB = Codec(JobModel, (
-    "job_id", "tenant", "state", "spec", "created_at", "updated_at", "name", "attempt",
-    "started_at", "finished_at", "cancel_requested_at", "cancel_reason", "health", "exit",
-    "idem_id", "inboxes", "pending_reason", "incident_key", "waiting_on"))
-_STATES = {state.value: state for state in JobState}
-#: what a JobView holds: the stored times are the API's text (iso) already,
-#: and the spec, health and exit stay the JSON text they are stored as
-_VIEW = Codec(JobModel, VIEW_FIELDS, raw_json=True)
+def new_transaction(connection: Connection) -> TransactWrite:
+    """PynamoDB's transaction under its own ClientRequestToken, for
+    node_store.py until it sends through ``Dynamo.transaction()``."""
+    return TransactWrite(connection=connection, client_request_token=os.urandom(16).hex())
 
 
-def job_from_values(v: dict) -> Job:
-    """The Job of a job item's attribute values (absent ones None)."""
-    get = v.get
-    return Job(
-        job_id=v["job_id"], tenant=v["tenant"], state=_STATES[v["state"]], spec=v["spec"],
-        created_at=parse_iso(v["created_at"]), updated_at=parse_iso(v["updated_at"]),
-        name=get("name"), attempt=int(get("attempt") or 0), started_at=_t(get("started_at")),
-        finished_at=_t(get("finished_at")), cancel_requested_at=_t(get("cancel_requested_at")),
-        cancel_reason=get("cancel_reason"), health=get("health") or {}, exit=get("exit"),
-        idem_id=get("idem_id"), inboxes=get("inboxes") or {},
-        pending_reason=get("pending_reason"), incident_key=get("incident_key"),
-        waiting_on=get("waiting_on"),
-    )
+# -- the requests of the operations (sent below; bench/ sends them bare) -------
+def create_writes(job: Job, claim: IdemClaim | None, *, reclaim: IdemRecord | None = None,
+                  max_pending: int | None = None) -> list[dict]:
+    """The transaction of ``create``: [the key's record (with a key),] the
+    job, and the tenant's PENDING count under ``max_pending``."""
+    items = []
+    if claim is not None:
+        record = KEYS.item({"idem_id": claim.idem_id, "job_id": job.job_id,
+                            "body_hash": claim.body_hash, "created_at": iso(job.created_at)})
+        if reclaim is None:  # the key is new
+            items.append({"Put": KEYS.put_new(record, return_old=True)})
+        else:  # take over an expired key, exactly as it was read
+            values = {":job_id": {"S": reclaim.job_id}}
+            if reclaim.expires_at is None:
+                condition = "#job_id = :job_id AND attribute_not_exists(#expires_at)"
+            else:
+                condition = "#job_id = :job_id AND #expires_at = :expires_at"
+                values[":expires_at"] = {"S": iso(reclaim.expires_at)}
+            items.append({"Put": KEYS.put(record, condition=condition, values=values,
+                                          return_old=True)})
+    items.append({"Put": JOBS.put_new(new_job_item(
+        job, claim.idem_id if claim is not None else None))})
+    items.append({"Update": count_pending(job.tenant, +1, max_pending)})
+    return items
 
 
-def job_from_model(m: JobModel) -> Job:
-    return job_from_values(m.attribute_values)
+def page_request(tenant: str, state: str | None, page_size: int, after: str | None) -> dict:
+    """The Query of ``page``: the tenant's (or the tenant and state's)
+    partition, newest first, one job more than the page."""
+    if state:
+        index, partition, key = JobModel.by_tenant_state.Meta.index_name, "tenant_state", \
+            tenant_state(tenant, state)
+    else:
+        index, partition, key = JobModel.by_tenant.Meta.index_name, "tenant", tenant
+    start = {**JOBS.key(after), partition: {"S": key}} if after else None
+    return JOBS.query(index, f"#{partition} = :key", {":key": {"S": key}},
+                      limit=page_size + 1, forward=False, start=start)
 
 
-def job_from_item(item: dict) -> Job:
-    """``job_from_model(JobModel.from_raw_data(item))`` without the model (items.py)."""
-    return job_from_values(_JOB.values(item))
+def cancel_unplaced_writes(job: Job, now: datetime, reason: str | None) -> list[dict]:
+    """The transaction of ``cancel_unplaced``: the job (conditioned on the
+    states CANCEL_UNPLACED leaves), the tenant's PENDING count, [the expiry
+    of its idempotency key]."""
+    state = JobState.CANCELLED
+    condition, values = leaving(Event.CANCEL_UNPLACED)
+    changes = Changes(JOBS).set("state", state.value) \
+        .set("tenant_state", tenant_state(job.tenant, state)) \
+        .set("cancel_requested_at", iso(now)).set("updated_at", iso(now)) \
+        .set("exit", CANCELLED_EXIT).set("finished_at", iso(now)) \
+        .event("cancel_requested", ev.event(
+            "cancel_requested", now, attempt=job.attempt or None, reason=reason,
+            by=job.tenant)) \
+        .event("finished", ev.event(
+            "finished", now, attempt=job.attempt or None, state=state.value,
+            reason="cancelled before it was placed"))
+    if reason is not None:
+        changes.set("cancel_reason", reason)
+    changes.remove("pending_reason", "active_state")
+    items = [{"Update": changes.update(JOBS.key(job.job_id), condition=condition,
+                                       values=values)},
+             {"Update": count_pending(job.tenant, -1)}]
+    if job.idem_id is not None:
+        items.append({"Update": expire_key(job, now)})
+    return items
 
 
-def tenant_state(tenant: str, state: JobState | str) -> str:
-    return f"{tenant}#{getattr(state, 'value', state)}"
-
-
-def _set_state(job: Job, state: JobState) -> list:
-    """The actions that move a job to ``state``: its state and its list partition."""
-    return [JobModel.state.set(state.value),
-            JobModel.tenant_state.set(tenant_state(job.tenant, state))]
-
-
-def _leaves(*events: Event):
-    """The condition of a transition: the job is in a state these events leave
-    (domain/states.py's table)."""
-    states = sorted(s.value for s in sources(*events))
-    return JobModel.state == states[0] if len(states) == 1 else JobModel.state.is_in(*states)
-
-
-def _state_in(states) -> tuple[str, dict]:
-    """The condition that the job is in one of ``states``, written out
-    (written.py), and its values."""
-    names = sorted(s.value for s in states)
-    values = {f":in{i}": {"S": state} for i, state in enumerate(names)}
-    if len(names) == 1:
-        return "#state = :in0", values
-    return f"#state IN ({', '.join(values)})", values
-
-
-def _leaving(*events: Event) -> tuple[str, dict]:
-    """``_leaves`` written out: the condition and its values."""
-    return _state_in(sources(*events))
-
-
-def _first_event(key: str) -> str:
-    """Set one event of the item's map, keeping the first of a repeat (the
-    written-out ``_event``; its value is ``:<key>``)."""
-    return f"#events.#{key} = if_not_exists(#events.#{key}, :{key})"
-
-
-def job_values(j: Job) -> dict:
-    """A job's item as attribute values (the model's, or the codec's): what is
-    shown of it (its view, whose fields are stored under their own names) and
-    its index keys, queue key and references."""
-    return {
-        **view_of(j), "tenant_state": tenant_state(j.tenant, j.state),
-        "active_state": None if j.state.terminal else j.state.value,
-        "idem_id": j.idem_id, "inboxes": j.inboxes or None,
-        "queue_key": queue_key(j.spec.get("priority", 0), j.job_id),
-    }
-
-
-def job_to_model(j: Job) -> JobModel:
-    return JobModel(**job_values(j))
-
-
-#: every attribute of a job's item, of an idempotency record, of an intent
-_JOB_ITEM = Codec(JobModel)
-_IDEM_ITEM = Codec(IdempotencyModel)
-_OUTBOX_ITEM = Codec(OutboxModel)
-
-
-def _event_value(key: str, value: dict) -> dict:
-    """One event as the value of an update expression (the events map's own
-    serialisation)."""
-    return _JOB_ITEM.value("events", {key: value})["M"][key]
-
-
-def _event(model, key: str, value: dict):
-    """Set one event of the item's map, keeping the first of a repeat."""
-    path = model.events[key]
-    return path.set(path | value)
-
-
-def _as_dict(value) -> dict:
-    return value.as_dict() if isinstance(value, MapAttribute) else dict(value or {})
-
-
-def attempt_from_model(m: AttemptModel) -> Attempt:
-    return Attempt(
-        job_id=m.job_id, attempt=int(m.attempt), state=m.state, placement=m.placement,
-        node_ranks=m.node_ranks, node_gpus=m.node_gpus, world_size=int(m.world_size),
-        created_at=parse_iso(m.created_at), finished_at=_t(m.finished_at), exit=m.exit,
-        started=set(map(int, m.started or ())), exited=set(map(int, m.exited or ())),
-        stopped=set(map(int, m.stopped or ())),
-        exit_codes={int(k): int(v) for k, v in _as_dict(m.exit_codes).items()},
-        released=set(m.released or ()), node_types=m.node_types or {},
-    )
-
-
-def _outbox_values(intent: Intent, now: datetime, due_at: datetime) -> dict:
-    return dict(
-        job_id=intent.job_id, intent_id=intent.intent_id, attempt=intent.attempt,
-        kind=intent.kind, message=intent.message, targets=intent.targets,
-        node_ranks=intent.node_ranks or None, unacked=set(intent.targets) or None,
-        created_at=iso(now), pending="1" if intent.targets else None, due_at=iso(due_at),
-        sends=1)
-
-
-def _outbox_item(intent: Intent, now: datetime, due_at: datetime) -> OutboxModel:
-    return OutboxModel(**_outbox_values(intent, now, due_at))
-
-
-def _record_from_raw(raw: dict) -> IdemRecord:
-    v = _IDEM_ITEM.values(raw)
-    return IdemRecord(v["idem_id"], v["job_id"], v["body_hash"], _t(v["expires_at"]))
-
-
-def _count_pending(tx: Transaction, tenant: str, delta: int,
-                   limit: int | None = None) -> None:
-    """Move the tenant's PENDING count with the transition, in its transaction;
-    an increase under ``limit`` is conditioned on the count being below it."""
-    condition = None
-    values = {":delta": {"N": str(delta)}}
-    if limit is not None:
-        values[":limit"] = {"N": str(limit)}
-        condition = "#pending < :limit"
-        if limit > 0:  # no count yet is 0, under any limit but 0
-            condition = "attribute_not_exists(#pending) OR " + condition
-    tx.update_item(written.update(TenantModel, {"tenant": {"S": tenant}}, "ADD #pending :delta",
-                                  condition=condition, values=values))
-
-
-def new_transaction(connection: Connection) -> Transaction:
-    """A transaction with its own ClientRequestToken: when botocore retries it
-    after a lost answer, DynamoDB applies it once and answers the retry as it
-    answered the first (moto ignores the token: the writers below also
-    recognise their own write when its retry fails its condition)."""
-    return Transaction(connection=connection, client_request_token=os.urandom(16).hex())
-
-
-class DynamoJobStore:
-    """Every conditional write that botocore may retry recognises itself: when
-    a retry fails the condition its own first try made false, the writer reads
-    the item back and finds its own stamp (``now``), and answers as if the
-    first answer had arrived."""
-
-    def __init__(self, connection: Connection) -> None:
-        self._conn = connection
-
-    def _tx(self) -> Transaction:
-        return new_transaction(self._conn)
-
-    def _mine(self, job_id: str, check) -> Job | None:
-        """The job as it is now, if ``check(job)`` says the lost race was our own
-        earlier try; else None."""
-        current = self.get(job_id)
-        return current if current is not None and check(current) else None
-
+class DynamoJobs(OnDynamo):
     # -- create and read -------------------------------------------------
-    @staticmethod
-    def _new_job_values(job: Job) -> dict:
-        """A new job's item: the job, and the first event of its story."""
-        return {**job_values(job), "events": {"created": ev.event(
-            "created", job.created_at, reason="submitted", tenant=job.tenant)}}
-
-    @classmethod
-    def _new_job_model(cls, job: Job) -> JobModel:
-        return JobModel(**cls._new_job_values(job))
-
-    @classmethod
-    def _new_job_item(cls, job: Job, idem_id: str | None = None) -> dict:
-        """A new job's item; made under a key, ``idem_id`` names the key's record."""
-        values = cls._new_job_values(job)
-        if idem_id is not None:
-            values["idem_id"] = idem_id
-        return _JOB_ITEM.item(values)
-
     def create(self, job: Job, claim: IdemClaim | None, *,
                reclaim: IdemRecord | None = None, max_pending: int | None = None) -> None:
         """One transaction: the key's record (when there is a key), the job, and
@@ -273,36 +143,18 @@ class DynamoJobStore:
         (None: counted, not limited). A replay writes nothing, so it is not
         counted twice. A retry of this very transaction after a lost answer
         finds its own job and answers as the first try would."""
-        record = None
-        if claim is not None:
-            record = _IDEM_ITEM.item({"idem_id": claim.idem_id, "job_id": job.job_id,
-                                      "body_hash": claim.body_hash,
-                                      "created_at": iso(job.created_at)})
-        condition, values = None, None  # the key is new
-        if reclaim is not None:  # take over an expired key, exactly as it was read
-            values = {":job_id": {"S": reclaim.job_id}}
-            if reclaim.expires_at is None:
-                condition = "#job_id = :job_id AND attribute_not_exists(#expires_at)"
-            else:
-                condition = "#job_id = :job_id AND #expires_at = :expires_at"
-                values[":expires_at"] = {"S": iso(reclaim.expires_at)}
         try:
-            with self._tx() as tx:
-                if record is not None:
-                    tx.put_item(written.put_new(IdempotencyModel, record, return_old=True,
-                                                condition=condition, values=values))
-                tx.put_item(written.put_new(JobModel, self._new_job_item(
-                    job, claim.idem_id if claim is not None else None)))
-                _count_pending(tx, job.tenant, +1, max_pending)
+            with self._dynamo.transaction() as tx:
+                tx.add(create_writes(job, claim, reclaim=reclaim, max_pending=max_pending))
         except TransactWriteError as e:
             reasons = list(e.cancellation_reasons or [])
-            first = reasons[0] if reasons and record is not None else None
-            counter = reasons[-1] if len(reasons) == (3 if record is not None else 2) else None
+            first = reasons[0] if reasons and claim is not None else None
+            counter = reasons[-1] if len(reasons) == (3 if claim is not None else 2) else None
             if first is not None and first.code == "ConditionalCheckFailed":
-                if first.raw_item and _record_from_raw(first.raw_item).job_id == job.job_id:
+                if first.raw_item and record_from_item(first.raw_item).job_id == job.job_id:
                     return  # the key holds this very job: our retried transaction
                 raise IdempotencyConflict(
-                    _record_from_raw(first.raw_item) if first.raw_item else None) from None
+                    record_from_item(first.raw_item) if first.raw_item else None) from None
             if tx_lost(e) and self._mine(job.job_id, lambda j: j.tenant == job.tenant
                                          and j.created_at == job.created_at):
                 return  # the job is there: our own transaction, retried after a lost answer
@@ -311,24 +163,19 @@ class DynamoJobStore:
                 raise PendingLimitReached(max_pending) from None
             if counter is not None and counter.code == "TransactionConflict":
                 raise Contended(job.tenant) from None
-            if record is not None and (
+            if claim is not None and (
                     tx_lost(e) or e.cause_response_code == "TransactionInProgressException"):
                 # another transaction holds the key right now
                 raise IdempotencyConflict(None) from None
             raise
 
     def get(self, job_id: str) -> Job | None:
-        item = self._get_item(job_id)
-        return job_from_item(item) if item else None
+        return self._read_job(job_id)
 
     def view(self, job_id: str) -> JobView | None:
         """The job as it is shown (domain/jobs.py JobView), or None."""
-        item = self._get_item(job_id)
-        return _VIEW.values(item) if item else None  # type: ignore[return-value]
-
-    def _get_item(self, job_id: str) -> dict | None:
-        return self._conn.dispatch(
-            "GetItem", written.get(JobModel, {"job_id": {"S": job_id}})).get("Item")
+        item = self._dynamo.get(JOBS.get(JOBS.key(job_id)))
+        return view_from_item(item) if item else None
 
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[JobView], str | None]:
@@ -343,15 +190,7 @@ class DynamoJobStore:
         of items (about 17 jobs of 57 KB specs): the page then holds what it
         read and resumes right after it.
         """
-        if state:
-            index, partition, key = JobModel.by_tenant_state.Meta.index_name, "tenant_state", \
-                tenant_state(tenant, state)
-        else:
-            index, partition, key = JobModel.by_tenant.Meta.index_name, "tenant", tenant
-        start = {"job_id": {"S": after}, partition: {"S": key}} if after else None
-        raw = self._conn.dispatch("Query", written.query(
-            JobModel, index, f"#{partition} = :key", {":key": {"S": key}},
-            limit=page_size + 1, forward=False, start=start))
+        raw = self._dynamo.query(page_request(tenant, state, page_size, after))
         items = raw.get("Items", [])
         if len(items) > page_size:  # the one more only says that more follow
             items = items[:page_size]
@@ -359,53 +198,97 @@ class DynamoJobStore:
         else:  # DynamoDB stops a Query at 1 MB of items: resume where it stopped
             last = raw.get("LastEvaluatedKey")
             resume_after = last["job_id"]["S"] if last else None
-        return [_VIEW.values(i) for i in items], resume_after  # type: ignore[misc]
+        return [view_from_item(i) for i in items], resume_after
 
-    # -- transitions ------------------------------------------------------
-    def _finish_actions(self, job: Job, now: datetime) -> list:
-        return [JobModel.finished_at.set(iso(now)), JobModel.active_state.remove()]
+    def _partition(self, partition: str, limit: int | None, page_size: int) -> Iterator[Job]:
+        """The jobs of one partition of the active-state index, in queue
+        order, read lazily, at most ``limit`` (None: all)."""
+        left = limit
+        if left == 0:
+            return
+        request = JOBS.query(_BY_ACTIVE_STATE, "#active_state = :partition",
+                             {":partition": {"S": partition}},
+                             limit=page_size if left is None else min(page_size, left))
+        for page in self._dynamo.pages(request):
+            for item in page:
+                yield job_from_item(item)
+                if left is not None:
+                    left -= 1
+                    if left == 0:
+                        return
 
-    def _expire_key(self, tx: Transaction, job: Job, now: datetime) -> None:
-        """The idempotency key of a finished job expires RETENTION after it."""
-        until = idempotency.expires_at(now)
-        tx.update_item(written.update(
-            IdempotencyModel, {"idem_id": {"S": job.idem_id}},
-            "SET #expires_at = :until, #ttl_epoch = :ttl", condition="#job_id = :job_id",
-            values={":until": {"S": iso(until)},
-                    ":ttl": {"N": str(int((until + TTL_SLACK).timestamp()))},
-                    ":job_id": {"S": job.job_id}}))
+    def pending(self, limit: int) -> Iterator[Job]:
+        """PENDING jobs, highest priority first, then oldest first, read lazily."""
+        return self._partition(JobState.PENDING.value, limit, _QUEUE_PAGE)
 
+    def active(self, state: JobState, limit: int) -> list[Job]:
+        return list(self._partition(state.value, limit, limit))
+
+    # -- parked never-fitting jobs (domain/fleet.py) --------------------------
+    def parked(self, gpu_type: str | None) -> Iterator[Job]:
+        """The parked jobs of a type (None: of jobs that take any type), read lazily."""
+        return self._partition(parked_partition(gpu_type), None, _QUEUE_PAGE)
+
+    def _waiting(self, changes: Changes, job: Job, reason: str) -> Changes:
+        """The job's story says why it waits, as for any pending reason."""
+        return changes.event(ev.waiting_key(job.attempt, reason), ev.event(
+            "waiting", self._now(), attempt=job.attempt or None, reason=reason))
+
+    def park(self, job: Job, reason: str, fleet: Fleet) -> bool:
+        """Move a PENDING job that can never fit ``fleet`` out of the PENDING
+        partition, with its reason, if the fleet is still the generation it was
+        judged against (else it stays where it is, to be judged again)."""
+        changes = Changes(JOBS).set("active_state", parked_partition(job.spec.get("gpu_type"))) \
+            .set("parked_generation", fleet.generation).set("pending_reason", reason)
+        self._waiting(changes, job, reason)
+        condition, values = state_in([JobState.PENDING], attempt=job.attempt)
+        if fleet.generation:
+            unchanged = FLEETS.check(FLEETS.key(fleet.key), "#generation = :generation",
+                                     {":generation": FLEETS.value("generation", fleet.generation)})
+        else:
+            unchanged = FLEETS.check(FLEETS.key(fleet.key), "attribute_not_exists(#generation)")
+        try:
+            with self._dynamo.transaction() as tx:
+                tx.update(changes.update(JOBS.key(job.job_id), condition=condition,
+                                         values=values))
+                tx.check(unchanged)
+        except TransactWriteError as e:
+            if tx_lost(e):
+                return False
+            raise
+        return True
+
+    def unpark(self, job: Job) -> bool:
+        """Back into the PENDING partition: the fleet changed so that it may fit."""
+        condition, values = state_in([JobState.PENDING], attempt=job.attempt)
+        changes = Changes(JOBS).set("active_state", JobState.PENDING.value) \
+            .remove("parked_generation")
+        try:
+            self._dynamo.update(changes.update(JOBS.key(job.job_id), condition=condition,
+                                               values=values))
+        except ConditionFailed:
+            return False
+        return True
+
+    def set_pending_reason(self, job: Job, reason: str | None,
+                           waiting_on: str | None = None) -> None:
+        changes = Changes(JOBS).set("pending_reason", reason).set("waiting_on", waiting_on)
+        if reason:
+            self._waiting(changes, job, reason)
+        condition, values = state_in([JobState.PENDING], attempt=job.attempt)
+        try:
+            self._dynamo.update(changes.update(JOBS.key(job.job_id), condition=condition,
+                                               values=values))
+        except ConditionFailed:
+            pass  # no longer the PENDING job that was judged: nothing to say
+
+    # -- transitions of the job alone -------------------------------------------
     def cancel_unplaced(self, job: Job, now: datetime, reason: str | None) -> Job:
         """Cancel a job never placed: CANCELLED and finished at once, out of
         the PENDING count and the active index, its key set to expire."""
-        exit_ = {"reason": "cancelled", "exit_code": None}
-        state = JobState.CANCELLED
-        condition, values = _leaving(Event.CANCEL_UNPLACED)
-        values.update({
-            ":state": {"S": state.value}, ":tenant_state": {"S": tenant_state(job.tenant, state)},
-            ":now": {"S": iso(now)}, ":exit": _JOB_ITEM.value("exit", exit_),
-            ":cancel_requested": _event_value("cancel_requested", ev.event(
-                "cancel_requested", now, attempt=job.attempt or None, reason=reason,
-                by=job.tenant)),
-            ":finished": _event_value("finished", ev.event(
-                "finished", now, attempt=job.attempt or None, state=state.value,
-                reason="cancelled before it was placed")),
-        })
-        sets = ("#state = :state, #tenant_state = :tenant_state, #cancel_requested_at = :now, "
-                "#updated_at = :now, #exit = :exit, #finished_at = :now, "
-                f"{_first_event('cancel_requested')}, {_first_event('finished')}")
-        if reason is not None:
-            sets += ", #cancel_reason = :reason"
-            values[":reason"] = {"S": reason}
-        update = written.update(JobModel, {"job_id": {"S": job.job_id}},
-                                f"SET {sets} REMOVE #pending_reason, #active_state",
-                                condition=condition, values=values)
         try:
-            with self._tx() as tx:
-                tx.update_item(update)
-                _count_pending(tx, job.tenant, -1)
-                if job.idem_id is not None:
-                    self._expire_key(tx, job, now)
+            with self._dynamo.transaction() as tx:
+                tx.add(cancel_unplaced_writes(job, now, reason))
         except TransactWriteError as e:
             if tx_lost(e):
                 mine = self._mine(job.job_id, lambda j: j.state is JobState.CANCELLED
@@ -416,411 +299,71 @@ class DynamoJobStore:
             raise
         return dataclasses.replace(job, state=JobState.CANCELLED, cancel_requested_at=now,
                                    cancel_reason=reason, updated_at=now, finished_at=now,
-                                   exit=exit_)
+                                   exit=dict(CANCELLED_EXIT))
 
-    def request_cancel(self, job: Job, now: datetime, reason: str | None,
-                       intent: Intent, due_at: datetime) -> Job:
-        """Record the cancel request of a placed job, with its CANCEL intent in
-        the outbox, and stop resending the attempt's LAUNCH: one transaction."""
-        placed, values = _state_in(PLACED)
-        condition = (f"{placed} AND #attempt = :attempt "
-                     "AND attribute_not_exists(#cancel_requested_at)")
-        values.update({
-            ":attempt": {"N": str(job.attempt)}, ":now": {"S": iso(now)},
-            ":cancel_requested": _event_value("cancel_requested", ev.event(
-                "cancel_requested", now, attempt=job.attempt, reason=reason,
-                by=job.tenant, nodes=sorted(intent.targets)))})
-        sets = f"#cancel_requested_at = :now, #updated_at = :now, {_first_event('cancel_requested')}"
-        if reason is not None:
-            sets += ", #cancel_reason = :reason"
-            values[":reason"] = {"S": reason}
-        launch = {"job_id": {"S": job.job_id}, "intent_id": {"S": intent_id(LAUNCH, job.attempt)}}
-        try:
-            # the intent is recorded with the request, before anything is sent;
-            # and the attempt's LAUNCH is no longer resent
-            with self._tx() as tx:
-                tx.update_item(written.update(JobModel, {"job_id": {"S": job.job_id}},
-                                              f"SET {sets}", condition=condition,
-                                              values=values))
-                tx.put_item(written.put_new(
-                    OutboxModel, _OUTBOX_ITEM.item(_outbox_values(intent, now, due_at))))
-                tx.update_item(written.update(OutboxModel, launch, "REMOVE #pending",
-                                              condition="attribute_exists(#job_id)"))
-        except TransactWriteError as e:
-            if tx_lost(e):
-                mine = self._mine(job.job_id,
-                                  lambda j: j.cancel_requested_at == parse_iso(iso(now)))
-                if mine is not None:
-                    return mine
-                raise StateChanged(job.job_id) from None
-            raise
-        return dataclasses.replace(job, cancel_requested_at=now, cancel_reason=reason,
-                                   updated_at=now)
-
-    def place(self, job: Job, plan: Plan, intent: Intent, now: datetime,
-              resend_at: datetime | None = None,
-              node_types: dict[str, str] | None = None) -> Job:
-        """Reserve every node's GPUs, move the job to SCHEDULED, write the attempt
-        and its LAUNCH intent: one transaction, so all of it happens or none.
-
-        Raises StateChanged when the job is no longer the PENDING job that was
-        read (placed by another placer, or cancelled), CapacityChanged naming
-        the nodes that no longer have room.
-        """
-        attempt = job.attempt + 1
-        gpus = plan.gpus_by_node()
-        key = f"{job.job_id}#{attempt}"
-        nodes = sorted(gpus)
-        try:
-            with self._tx() as tx:
-                tx.update(JobModel(job.job_id), actions=[
-                    *_set_state(job, JobState.SCHEDULED),
-                    JobModel.active_state.set(JobState.SCHEDULED.value),
-                    JobModel.attempt.set(attempt),
-                    JobModel.inboxes.set(intent.targets),
-                    JobModel.pending_reason.remove(),
-                    JobModel.waiting_on.remove(),
-                    JobModel.health.set(clear_incident(job.health)),
-                    JobModel.updated_at.set(iso(now)),
-                    _event(JobModel, f"placed#{attempt}", ev.event(
-                        "placed", now, attempt=attempt,
-                        reason=f"placed on {len(nodes)} node{'s' if len(nodes) != 1 else ''}",
-                        nodes={n: sorted(r) for n, r in plan.ranks_by_node.items()})),
-                ], condition=_leaves(Event.PLACE) & (JobModel.attempt == job.attempt))
-                tx.save(AttemptModel(
-                    job.job_id, attempt, state=JobState.SCHEDULED.value,
-                    placement=plan.placement(), node_ranks=plan.ranks_by_node,
-                    node_gpus=gpus, world_size=job.spec["ranks"], created_at=iso(now),
-                    node_types=node_types or None,
-                    exit_codes={}), condition=AttemptModel.job_id.does_not_exist())
-                tx.save(_outbox_item(intent, now, resend_at or now),
-                        condition=OutboxModel.job_id.does_not_exist())
-                for node_id in nodes:
-                    tx.update(NodeModel(node_id), actions=[
-                        NodeModel.gpus_free.add(-gpus[node_id]),
-                        NodeModel.attempts.add({key}),
-                    ], condition=(NodeModel.gpus_free >= gpus[node_id])
-                        & (NodeModel.state == "READY"))
-                _count_pending(tx, job.tenant, -1)  # last: node reasons stay at [3:]
-        except TransactWriteError as e:
-            reasons = list(e.cancellation_reasons or [])
-            if not tx_lost(e):
-                raise
-            if reasons and reasons[0] is not None:
-                mine = self._mine(job.job_id, lambda j: j.attempt == attempt
-                                  and j.state is JobState.SCHEDULED
-                                  and j.updated_at == parse_iso(iso(now)))
-                if mine is not None:
-                    return mine
-                raise StateChanged(job.job_id) from None
-            full = [n for n, r in zip(nodes, reasons[3:3 + len(nodes)]) if r is not None]
-            if not full and len(reasons) > 3 + len(nodes) and reasons[-1] is not None:
-                raise Contended(job.tenant) from None
-            raise CapacityChanged(full or nodes) from None
-        return dataclasses.replace(job, state=JobState.SCHEDULED, attempt=attempt,
-                                   inboxes=intent.targets, pending_reason=None, updated_at=now)
-
-    def pending(self, limit: int) -> Iterator[Job]:
-        """PENDING jobs, highest priority first, then oldest first, read lazily."""
-        for m in JobModel.by_active_state.query(JobState.PENDING.value, limit=limit,
-                                                page_size=100):
-            yield job_from_model(m)
-
-    # -- parked never-fitting jobs (domain/fleet.py) --------------------------
-    def parked(self, gpu_type: str | None) -> Iterator[Job]:
-        """The parked jobs of a type (None: of jobs that take any type), read lazily."""
-        for m in JobModel.by_active_state.query(parked_partition(gpu_type), page_size=100):
-            yield job_from_model(m)
-
-    def park(self, job: Job, reason: str, fleet: Fleet) -> bool:
-        """Move a PENDING job that can never fit ``fleet`` out of the PENDING
-        partition, with its reason, if the fleet is still the generation it was
-        judged against (else it stays where it is, to be judged again)."""
-        unchanged: Condition = (FleetModel.generation == fleet.generation
-                                if fleet.generation else FleetModel.generation.does_not_exist())
-        try:
-            with self._tx() as tx:
-                tx.update(JobModel(job.job_id), actions=[
-                    JobModel.active_state.set(parked_partition(job.spec.get("gpu_type"))),
-                    JobModel.parked_generation.set(fleet.generation),
-                    JobModel.pending_reason.set(reason),
-                    # the job's story says why it waits, as for any pending reason
-                    _event(JobModel, ev.waiting_key(job.attempt, reason),
-                           ev.event("waiting", self._now(), attempt=job.attempt or None,
-                                    reason=reason)),
-                ], condition=(JobModel.state == JobState.PENDING.value)
-                    & (JobModel.attempt == job.attempt))
-                tx.condition_check(FleetModel, fleet.key, condition=unchanged)
-        except TransactWriteError as e:
-            if tx_lost(e):
-                return False
-            raise
-        return True
-
-    def unpark(self, job: Job) -> bool:
-        """Back into the PENDING partition: the fleet changed so that it may fit."""
-        try:
-            JobModel(job.job_id).update(actions=[
-                JobModel.active_state.set(JobState.PENDING.value),
-                JobModel.parked_generation.remove(),
-            ], condition=(JobModel.state == JobState.PENDING.value)
-                & (JobModel.attempt == job.attempt))
-        except UpdateError as e:
-            if lost_condition(e):
-                return False
-            raise
-        return True
-
-    def active(self, state: JobState, limit: int) -> list[Job]:
-        return [job_from_model(m) for m in JobModel.by_active_state.query(state.value,
-                                                                          limit=limit)]
-
-    def set_pending_reason(self, job: Job, reason: str | None,
-                           waiting_on: str | None = None) -> None:
-        actions: list[Action] = [
-            JobModel.pending_reason.set(reason) if reason else JobModel.pending_reason.remove(),
-            JobModel.waiting_on.set(waiting_on) if waiting_on else JobModel.waiting_on.remove()]
-        if reason:
-            actions.append(_event(JobModel, ev.waiting_key(job.attempt, reason),
-                                  ev.event("waiting", self._now(), attempt=job.attempt or None,
-                                           reason=reason)))
-        try:
-            JobModel(job.job_id).update(actions=actions, condition=(
-                JobModel.state == JobState.PENDING.value) & (JobModel.attempt == job.attempt))
-        except UpdateError as e:
-            if not lost_condition(e):
-                raise
-
-    # -- attempts -----------------------------------------------------------
-    def attempt(self, job_id: str, attempt: int) -> Attempt | None:
-        try:
-            return attempt_from_model(AttemptModel.get(job_id, attempt, consistent_read=True))
-        except DoesNotExist:
-            return None
-
-    def record_ranks(self, job_id: str, attempt: int, kind: str, ranks: list[int],
-                     exit_code: int | None = None, node_id: str | None = None) -> Attempt:
-        """Add ranks to the attempt's ``started``, ``exited`` or ``stopped`` set;
-        adding is idempotent, so a repeated report changes nothing."""
-        attr = {"started": AttemptModel.started, "exited": AttemptModel.exited,
-                "stopped": AttemptModel.stopped}[kind]
-        actions: list[Action] = [attr.add(set(ranks))] if ranks else []
-        if kind == "exited":
-            actions += [AttemptModel.exit_codes[str(r)].set(exit_code) for r in ranks]
-        if ranks:
-            code = exit_code if kind == "exited" else None
-            actions.append(_event(AttemptModel, ev.ranks_key(kind, ranks, code), ev.rank_event(
-                kind, self._now(), attempt, ranks, code, node_id)))
-        m = AttemptModel(job_id, attempt)
-        if not actions:
-            m.refresh(consistent_read=True)
-        else:
-            m.update(actions=actions, condition=AttemptModel.job_id.exists())
-        return attempt_from_model(m)
-
-    def release(self, attempt: Attempt, node_id: str) -> bool:
-        """Give a node back the GPUs this attempt reserved there, exactly once,
-        and tell the waiting jobs of its type (the capacity summary) in the
-        same transaction. A transaction that lost only to a concurrent one (on
-        the shared summary item) is tried again."""
-        for _ in range(_RELEASE_RETRIES):
-            try:
-                return self._release(attempt, node_id)
-            except _Contended:
-                continue
-        raise ServiceUnavailable("capacity is being updated concurrently; retry",
-                                 headers={"Retry-After": "1"})
-
-    def _release(self, attempt: Attempt, node_id: str) -> bool:
-        gpus = int(attempt.node_gpus.get(node_id, 0))
-        now = iso(datetime.now(timezone.utc))
-        try:
-            with self._tx() as tx:
-                for t in room_types(attempt.node_types.get(node_id)):
-                    tx.update(FleetModel(t), actions=room_bump(now))
-                tx.update(AttemptModel(attempt.job_id, attempt.attempt),
-                          actions=[AttemptModel.released.add({node_id})],
-                          condition=AttemptModel.job_id.exists()
-                          & ~AttemptModel.released.contains(node_id))
-                tx.update(NodeModel(node_id), actions=[
-                    NodeModel.gpus_free.add(gpus),
-                    NodeModel.attempts.delete({f"{attempt.job_id}#{attempt.attempt}"}),
-                    NodeModel.lost.delete({f"{attempt.job_id}#{attempt.attempt}"}),
-                ], condition=NodeModel.node_id.exists())
-        except TransactWriteError as e:
-            codes = [r.code if r is not None else None for r in e.cancellation_reasons or []]
-            if "ConditionalCheckFailed" in codes:
-                return False  # released before
-            if "TransactionConflict" in codes:
-                raise _Contended() from None
-            raise
-        return True
-
-    # -- job transitions ----------------------------------------------------
     def start(self, job: Job, now: datetime) -> Job:
         """SCHEDULED -> RUNNING when the first ranks of the attempt started."""
-        m = JobModel(job.job_id)
+        running = JobState.RUNNING
+        changes = Changes(JOBS).set("state", running.value) \
+            .set("tenant_state", tenant_state(job.tenant, running)) \
+            .set("active_state", running.value).set("started_at", iso(now)) \
+            .set("updated_at", iso(now)) \
+            .event(f"started#{job.attempt}", ev.event(
+                "started", now, attempt=job.attempt, reason="the first ranks started"))
+        condition, values = leaving(Event.STARTED, attempt=job.attempt)
         try:
-            m.update(actions=[*_set_state(job, JobState.RUNNING),
-                              JobModel.active_state.set(JobState.RUNNING.value),
-                              JobModel.started_at.set(iso(now)),
-                              JobModel.updated_at.set(iso(now)),
-                              _event(JobModel, f"started#{job.attempt}", ev.event(
-                                  "started", now, attempt=job.attempt,
-                                  reason="the first ranks started"))],
-                     condition=_leaves(Event.STARTED) & (JobModel.attempt == job.attempt))
-        except UpdateError as e:
-            if lost_condition(e):
-                mine = self._mine(job.job_id, lambda j: j.attempt == job.attempt
-                                  and j.started_at == parse_iso(iso(now)))
-                if mine is not None:
-                    return mine
-                raise StateChanged(job.job_id) from None
-            raise
-        return job_from_model(m)
-
-    def end_attempt(self, job: Job, attempt: Attempt, to: JobState, exit_: dict,
-                    now: datetime, stop: Intent | None = None) -> Job:
-        """End the current attempt: the job becomes ``to`` (terminal, or PENDING
-        for a new attempt), conditioned on the placed state and attempt it
-        leaves; the attempt records its end; ``stop`` (CANCEL to the nodes still
-        running ranks) is recorded in the same transaction."""
-        actions: list[Action] = [
-            *_set_state(job, to), JobModel.updated_at.set(iso(now)),
-            # nothing is judged once the attempt ended: no stale health
-            JobModel.health.set(frozen_health(job.health, iso(now), to.terminal, exit_))]
-        why = (exit_ or {}).get("reason")
-        if to.terminal:
-            actions += [JobModel.exit.set(exit_), *self._finish_actions(job, now),
-                        _event(JobModel, "finished", ev.event(
-                            "finished", now, attempt=attempt.attempt, state=to.value,
-                            reason=why, exit_code=(exit_ or {}).get("exit_code"),
-                            rank=(exit_ or {}).get("rank")))]
-        else:
-            actions += [JobModel.active_state.set(to.value), JobModel.inboxes.remove(),
-                        _event(JobModel, f"retried#{attempt.attempt}", ev.event(
-                            "retried", now, attempt=attempt.attempt, reason=why,
-                            next_attempt=attempt.attempt + 1,
-                            rank=(exit_ or {}).get("rank")))]
-        condition = _leaves(*ENDS_ATTEMPT) & (JobModel.attempt == attempt.attempt)
-        if not to.terminal:
-            # a cancel recorded meanwhile wins: no new attempt for a cancelled job
-            condition &= JobModel.cancel_requested_at.does_not_exist()
-        try:
-            with self._tx() as tx:
-                tx.update(JobModel(job.job_id), actions=actions, condition=condition)
-                tx.update(AttemptModel(attempt.job_id, attempt.attempt), actions=[
-                    AttemptModel.state.set(to.value if to.terminal else JobState.FAILED.value),
-                    AttemptModel.finished_at.set(iso(now)),
-                    AttemptModel.exit.set(exit_)])
-                tx.update(OutboxModel(job.job_id, intent_id(LAUNCH, attempt.attempt)),
-                          actions=[OutboxModel.pending.remove()],
-                          condition=OutboxModel.job_id.exists())
-                if stop is not None and stop.targets:
-                    tx.save(_outbox_item(stop, now, now),
-                            condition=OutboxModel.job_id.does_not_exist())
-                if to.terminal and job.idem_id:
-                    self._expire_key(tx, job, now)
-                if to is JobState.PENDING:
-                    _count_pending(tx, job.tenant, +1)  # a retry is counted, never refused
-        except TransactWriteError as e:
-            if tx_lost(e):
-                done = self.attempt(job.job_id, attempt.attempt)
-                mine = self.get(job.job_id) if done is not None and \
-                    done.finished_at == parse_iso(iso(now)) and done.exit == exit_ else None
-                if mine is not None:
-                    return mine  # our own end, retried
-                raise StateChanged(job.job_id) from None
-            raise
-        ended = self.get(job.job_id)
-        if ended is None:  # never: jobs are not deleted
-            raise StateChanged(job.job_id)
-        return ended
+            answer = self._dynamo.update(changes.update(
+                JOBS.key(job.job_id), condition=condition, values=values, return_new=True))
+        except ConditionFailed:
+            mine = self._mine(job.job_id, lambda j: j.attempt == job.attempt
+                              and j.started_at == parse_iso(iso(now)))
+            if mine is not None:
+                return mine
+            raise StateChanged(job.job_id) from None
+        return job_from_item(answer["Attributes"])
 
     # -- health -------------------------------------------------------------
     def record_health(self, job: Job, health: dict, *, incident_key: str | None = None) -> bool:
         """Store the scan's view of the running attempt. With ``incident_key``,
         record a new incident: conditioned on the key read before, so however
         many scans see the same stall, it is recorded once."""
-        actions: list[Action] = [JobModel.health.set(health)]
-        condition = ((JobModel.state == JobState.RUNNING.value)
-                     & (JobModel.attempt == job.attempt))
+        changes = Changes(JOBS).set("health", health)
+        condition, values = state_in([JobState.RUNNING], attempt=job.attempt)
         if incident_key is not None:
-            actions.append(JobModel.incident_key.set(incident_key))
-            actions.append(_event(JobModel, f"stalled#{incident_key}", ev.event(
+            changes.set("incident_key", incident_key).event(f"stalled#{incident_key}", ev.event(
                 "stalled", self._now(), attempt=job.attempt,
                 reason=f"rank {health.get('first_stalled_rank')} stalled first",
                 rank=health.get("first_stalled_rank"),
                 co_first=[c.get("rank") for c in health.get("co_first") or []] or None,
-                suspect_node=health.get("suspect_node"))))
-            condition &= (JobModel.incident_key.does_not_exist() if job.incident_key is None
-                          else JobModel.incident_key == job.incident_key)
+                suspect_node=health.get("suspect_node")))
+            if job.incident_key is None:
+                condition += " AND attribute_not_exists(#incident_key)"
+            else:
+                condition += " AND #incident_key = :read_incident"
+                values[":read_incident"] = {"S": job.incident_key}
         try:
-            JobModel(job.job_id).update(actions=actions, condition=condition)
-            return True
-        except UpdateError as e:
-            if lost_condition(e):
-                return False
-            raise
+            self._dynamo.update(changes.update(JOBS.key(job.job_id), condition=condition,
+                                               values=values))
+        except ConditionFailed:
+            return False
+        return True
 
-    # -- outbox -----------------------------------------------------------
-    def due_intents(self, now: datetime, limit: int) -> list[OutboxEntry]:
-        out = []
-        for m in OutboxModel.by_due.query("1", OutboxModel.due_at <= iso(now), limit=limit):
-            intent = Intent(m.job_id, int(m.attempt), m.kind, m.message, m.targets,
-                            m.node_ranks or {})
-            out.append(OutboxEntry(intent, frozenset(m.unacked or ()), parse_iso(m.due_at),
-                                   int(m.sends)))
-        return out
-
-    def reschedule_intent(self, entry: OutboxEntry, due_at: datetime) -> None:
-        try:
-            OutboxModel(entry.intent.job_id, entry.intent.intent_id).update(
-                actions=[OutboxModel.due_at.set(iso(due_at)), OutboxModel.sends.add(1)],
-                condition=OutboxModel.pending.exists())
-        except UpdateError as e:
-            if not lost_condition(e):
-                raise  # acknowledged meanwhile: nothing to reschedule
-
-    def ack_intent(self, job_id: str, intent_id: str, node_id: str) -> None:
-        m = OutboxModel(job_id, intent_id)
-        try:
-            m.update(actions=[OutboxModel.unacked.delete({node_id})],
-                     condition=OutboxModel.job_id.exists())
-        except UpdateError as e:
-            if lost_condition(e):
-                return
-            raise
-        if not m.unacked:
-            m.update(actions=[OutboxModel.pending.remove()])
-
-    @staticmethod
-    def _now() -> datetime:
-        return utcnow()
-
+    # -- the story, and readiness ----------------------------------------------
     def events(self, job_id: str) -> list[dict]:
-        """The job's events and its attempts', oldest first."""
-        job = JobModel.get(job_id, consistent_read=True, attributes_to_get=["events"])
-        attempts = AttemptModel.query(job_id, consistent_read=True,
-                                      attributes_to_get=["events"])
-        return ev.timeline(_as_dict(job.events), *(_as_dict(a.events) for a in attempts))
-
-    def attempts(self, job_id: str) -> list[dict]:
-        # an attempt whose ranks started is running, though only the job's
-        # state records it (the attempt's state is written when it ends)
-        return [{"attempt": int(m.attempt), "placement": m.placement,
-                 "state": "RUNNING" if m.state == "SCHEDULED" and m.started else m.state,
-                 "created_at": parse_iso(m.created_at), "finished_at": _t(m.finished_at),
-                 "exit": m.exit}
-                for m in AttemptModel.query(job_id, consistent_read=True)]
+        """The job's events and its attempts', oldest first; KeyError when
+        there is no such job."""
+        item = self._dynamo.get(JOBS.get(JOBS.key(job_id), attributes=["events"]))
+        if item is None:
+            raise KeyError(job_id)
+        request = ATTEMPTS.query(None, "#job_id = :job", {":job": {"S": job_id}},
+                                 consistent=True, attributes=["events"])
+        attempts = [events_from_item(i) for page in self._dynamo.pages(request) for i in page]
+        return ev.timeline(events_from_item(item), *attempts)
 
     def ping(self) -> None:
         """One cheap read of each table: any failure means not ready."""
-        for model, key in ((JobModel, ("job_health_probe",)),
-                           (IdempotencyModel, ("health_probe",)),
-                           (AttemptModel, ("job_health_probe", 0)),
-                           (OutboxModel, ("job_health_probe", "health_probe"))):
-            try:
-                model.get(*key)
-            except DoesNotExist:
-                pass
+        for table, key in ((JOBS, JOBS.key("job_health_probe")),
+                           (KEYS, KEYS.key("health_probe")),
+                           (ATTEMPTS, ATTEMPTS.key("job_health_probe", 0)),
+                           (OUTBOX, OUTBOX.key("job_health_probe", "health_probe"))):
+            self._dynamo.get(table.get(key))

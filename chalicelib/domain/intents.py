@@ -3,7 +3,7 @@
 Every intent is built here, and nowhere else. An intent is recorded in the
 outbox in the same transaction as the transition that calls for it, then sent
 to each target node's inbox; agents acknowledge per node and the reconciler
-resends to the rest (service/ports.py ``OutboxStore``: due, acknowledge,
+resends to the rest (service/ports.py ``Outbox``: due, acknowledge,
 reschedule). What the messages hold is the wire schema's (domain/wire.py),
 which the agent parses them with. Pure: no AWS here.
 """

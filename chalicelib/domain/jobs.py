@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypedDict
 
+from ..fastjson import RawJSON
 from .clock import iso, iso_or_none
 from .health import (  # noqa: F401 - re-exported: the health record's home is health.py
     clear_incident,
@@ -79,9 +80,11 @@ class Job:
     waiting_on: str | None = None
 
 
-#: a JSON object in a JobView: a dict, or the undecoded text the store holds
-#: (an opaque value here: only the representation's encoder looks inside)
-Shown = Any
+#: a stored JSON value in a JobView: the JSON text the store holds, undecoded
+#: (fastjson.RawJSON), from the store and from :func:`view_of` alike. It is
+#: shown, not read: ``view["spec"]["ranks"]`` fails everywhere, and a service
+#: that must read it decodes it (``view["spec"].value()``), or reads the Job.
+Stored = RawJSON
 
 
 class JobView(TypedDict):
@@ -94,14 +97,15 @@ class JobView(TypedDict):
     where a job never had any (shown as ``{}``).
 
     ``spec``, ``health`` and ``exit`` are JSON objects to be shown as they
-    are: from a Job, the dicts; from the store, the JSON text it holds, kept
-    undecoded (fastjson.RawJSON, 5 to 8 us a job less on a list page), which
-    the representation's encoder writes out verbatim."""
+    are, of one type whoever made the view (:data:`Stored`): the JSON text
+    the store holds, kept undecoded (fastjson.RawJSON, 5 to 8 us a job less
+    on a list page), which the representation's encoder writes out verbatim;
+    :func:`view_of` encodes a Job's dicts to the same text."""
     job_id: str
     tenant: str
     state: str
     name: str | None
-    spec: Shown
+    spec: Stored
     attempt: int
     created_at: str
     updated_at: str
@@ -109,8 +113,8 @@ class JobView(TypedDict):
     finished_at: str | None
     cancel_requested_at: str | None
     cancel_reason: str | None
-    health: Shown | None
-    exit: Shown | None
+    health: Stored | None
+    exit: Stored | None
     pending_reason: str | None
 
 
@@ -118,13 +122,18 @@ class JobView(TypedDict):
 VIEW_FIELDS = tuple(JobView.__annotations__)
 
 
+def _stored(value: Any) -> Stored | None:
+    return None if value is None else RawJSON.of(value)
+
+
 def view_of(job: Job) -> JobView:
+    """The job as it is shown: what the store's view of the same job is."""
     return {
         "job_id": job.job_id, "tenant": job.tenant, "state": job.state.value,
-        "name": job.name, "spec": job.spec, "attempt": job.attempt,
+        "name": job.name, "spec": RawJSON.of(job.spec), "attempt": job.attempt,
         "created_at": iso(job.created_at), "updated_at": iso(job.updated_at),
         "started_at": iso_or_none(job.started_at), "finished_at": iso_or_none(job.finished_at),
         "cancel_requested_at": iso_or_none(job.cancel_requested_at),
-        "cancel_reason": job.cancel_reason, "health": job.health, "exit": job.exit,
-        "pending_reason": job.pending_reason,
+        "cancel_reason": job.cancel_reason, "health": _stored(job.health),
+        "exit": _stored(job.exit), "pending_reason": job.pending_reason,
     }

@@ -8,6 +8,8 @@ the loser of a conditional write re-reads and finds the work done.
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 from ..domain import intents
 from ..domain.attempts import LOST, Attempt, exit_info, outcome
 from ..domain.clock import Clock, utcnow
@@ -18,13 +20,18 @@ from ..domain.principal import Principal
 from ..domain.states import PLACED, Event, JobState, next_state
 from .dispatch import Dispatcher
 from .heartbeats import not_placed_here
-from .ports import Nudge, StateChanged, Store
+from .ports import Attempts, Jobs, Nudge, Outbox, StateChanged, Transitions
 
 _RACE_RETRIES = 3
 
 
+class AttemptsServicePorts(Jobs, Attempts, Outbox, Transitions, Protocol):
+    """What the attempts service calls: the job and its attempt, the ranks'
+    reports, acknowledgements, releases, and the attempt's start and end."""
+
+
 class AttemptsService:
-    def __init__(self, store: Store, dispatcher: Dispatcher, nudge: Nudge,
+    def __init__(self, store: AttemptsServicePorts, dispatcher: Dispatcher, nudge: Nudge,
                  clock: Clock = utcnow) -> None:
         self.store, self.dispatcher, self.nudge, self._clock = store, dispatcher, nudge, clock
 

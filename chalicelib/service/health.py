@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from ..domain.errors import ServiceUnavailable
-from .ports import JobStore
+from .ports import Jobs
 
 
-def check(store: JobStore) -> dict:
+def check(store: Jobs) -> dict:
     try:
         store.ping()
     except Exception as e:  # noqa: BLE001 - any failure means "not ready"

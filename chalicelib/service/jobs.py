@@ -23,16 +23,16 @@ from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher
 from .ports import (
-    AttemptStore,
-    AttemptTransitions,
+    Attempts,
     Contended,
     IdemClaim,
     IdempotencyConflict,
-    JobStore,
+    Jobs,
     Nudge,
     PendingLimitReached,
     StateChanged,
     Telemetry,
+    Transitions,
 )
 
 MAX_PAGE_SIZE = 500
@@ -68,12 +68,12 @@ def jobs_wire_bytes(jobs: Sequence[JobView]) -> int:
     return _JOB_FIXED_BYTES * len(jobs) + limits.proxy_bytes([_variable(j) for j in jobs])
 
 
-class JobsStore(JobStore, AttemptStore, AttemptTransitions, Protocol):
+class JobsServicePorts(Jobs, Attempts, Transitions, Protocol):
     """What the jobs service calls: jobs, the attempts list, a placed job's cancel."""
 
 
 class JobsService:
-    def __init__(self, store: JobsStore, dispatcher: Dispatcher, nudge: Nudge, *,
+    def __init__(self, store: JobsServicePorts, dispatcher: Dispatcher, nudge: Nudge, *,
                  page_token_key: bytes, scans_per_hour: float, cancel_resend_after_s: float,
                  telemetry: Telemetry, clock: Clock = utcnow,
                  limits: TenantLimits = quotas.NO_LIMITS) -> None:

@@ -22,7 +22,7 @@ from ..domain.placement import Candidate
 from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher
-from .ports import AttemptTransitions, CapacityChanged, Contended, JobStore, NodeStore, StateChanged
+from .ports import CapacityChanged, Contended, Jobs, NodeStore, StateChanged, Transitions
 
 log = logging.getLogger(__name__)
 _RESERVE_RETRIES = 3
@@ -94,12 +94,12 @@ class _Pool:
                 self._nodes[node_id] = fresh
 
 
-class PlacerStore(JobStore, AttemptTransitions, Protocol):
+class PlacerPorts(Jobs, Transitions, Protocol):
     """What the placer calls: the queue, and ``place``."""
 
 
 class Placer:
-    def __init__(self, store: PlacerStore, nodes: NodeStore, dispatcher: Dispatcher, *,
+    def __init__(self, store: PlacerPorts, nodes: NodeStore, dispatcher: Dispatcher, *,
                  resend_after_s: float, clock: Clock = utcnow,
                  limits: TenantLimits = quotas.NO_LIMITS, settle_s: float = SETTLE_S) -> None:
         self.store, self.nodes, self.dispatcher, self._clock = store, nodes, dispatcher, clock

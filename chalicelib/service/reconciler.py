@@ -20,17 +20,17 @@ from ..domain.clock import Clock, plus, utcnow
 from ..domain.nodes import Node
 from .attempts import AttemptsService
 from .dispatch import Dispatcher
-from .ports import AttemptStore, JobStore, NodeStore, OutboxStore
+from .ports import Attempts, Jobs, NodeStore, Outbox
 
 log = logging.getLogger(__name__)
 
 
-class ReconcilerStore(JobStore, AttemptStore, OutboxStore, Protocol):
+class ReconcilerPorts(Jobs, Attempts, Outbox, Protocol):
     """What the reconciler calls: due intents, and a lost node's jobs and attempts."""
 
 
 class Reconciler:
-    def __init__(self, store: ReconcilerStore, nodes: NodeStore, dispatcher: Dispatcher,
+    def __init__(self, store: ReconcilerPorts, nodes: NodeStore, dispatcher: Dispatcher,
                  attempts: AttemptsService, *, resend_after_s: float, down_after_s: float,
                  clock: Clock = utcnow) -> None:
         self.store, self.nodes, self.dispatcher, self.attempts = store, nodes, dispatcher, attempts

@@ -27,7 +27,7 @@ from typing import Callable, Protocol
 from ..domain.clock import Clock, iso, parse_iso, utcnow
 from ..domain.jobs import Job
 from ..domain.states import JobState
-from .ports import JobStore
+from .ports import Jobs
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def pack(jobs: list[Job], shard_ranks: int) -> list[list[Job]]:
 
 
 class ScanFanout:
-    def __init__(self, queue: ScanQueue, store: JobStore, *, period_s: float,
+    def __init__(self, queue: ScanQueue, store: Jobs, *, period_s: float,
                  rank_cost_s: float = RANK_COST_S, fraction: float = SHARD_FRACTION,
                  clock: Clock = utcnow) -> None:
         self.queue, self.store, self._period_s, self._clock = queue, store, period_s, clock

@@ -102,10 +102,11 @@ def _real(env: dict) -> Ports:
     import boto3
 
     from chalicelib.adapters import models
+    from chalicelib.adapters.dynamo import Dynamo
     from chalicelib.adapters.heartbeat_store import DynamoCollectorStore, DynamoHeartbeatStore
     from chalicelib.adapters.inbox import SqsInbox
-    from chalicelib.adapters.job_store import DynamoJobStore
     from chalicelib.adapters.node_store import DynamoNodeStore
+    from chalicelib.adapters.store import DynamoStore
     from chalicelib.config import Config
 
     config = Config.from_env(env)
@@ -122,7 +123,7 @@ def _real(env: dict) -> Ports:
                 sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
         return out
 
-    return Ports("dynamo", DynamoJobStore(connection), DynamoNodeStore(connection),
+    return Ports("dynamo", DynamoStore(Dynamo(connection)), DynamoNodeStore(connection),
                  DynamoHeartbeatStore(connection), DynamoCollectorStore(connection), SqsInbox(config),
                  drain)
 

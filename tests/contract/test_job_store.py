@@ -1,6 +1,5 @@
-"""The job store's contract (ports.JobStore, AttemptStore, OutboxStore,
-AttemptTransitions), held by tests/fakes.FakeJobStore and
-adapters/job_store.DynamoJobStore alike."""
+"""The job store's contract (ports.Jobs, Attempts, Outbox, Transitions),
+held by tests/fakes.FakeJobStore and adapters/store.DynamoStore alike."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -13,8 +12,8 @@ from chalicelib.domain.clock import utcnow
 from chalicelib.domain.intents import cancel_intent
 from chalicelib.domain.jobs import view_of
 from chalicelib.domain.states import JobState
+from chalicelib.fastjson import RawJSON
 from chalicelib.service.ports import CapacityChanged, IdemClaim, IdempotencyConflict, StateChanged
-from tests.fakes import shown
 
 
 # -- create and read ---------------------------------------------------------
@@ -98,13 +97,31 @@ def test_views_show_the_jobs_as_they_read(ports):
     kept, cancelled = ports.created(tenant=tenant), ports.created(tenant=tenant)
     ports.store.cancel_unplaced(cancelled, utcnow(), "no longer needed")
     for job in (kept, cancelled):
-        assert shown(ports.store.view(job.job_id)) == shown(view_of(ports.store.get(job.job_id)))
+        assert ports.store.view(job.job_id) == view_of(ports.store.get(job.job_id))
     assert ports.store.view(kept.job_id[:-4] + "ZZZZ") is None
     newest = max(kept.job_id, cancelled.job_id)
     page, after = ports.store.page(tenant, None, 1, None)
-    assert (shown(page), after) == (shown([view_of(ports.store.get(newest))]), newest)
-    assert shown(ports.store.page(tenant, "CANCELLED", 10, None)[0]) == shown([
-        view_of(ports.store.get(cancelled.job_id))])
+    assert (page, after) == ([view_of(ports.store.get(newest))], newest)
+    assert ports.store.page(tenant, "CANCELLED", 10, None)[0] == [
+        view_of(ports.store.get(cancelled.job_id))]
+
+
+def test_a_views_stored_json_is_one_type_and_is_not_read_as_a_dict(ports):
+    """The JSON values of a view (spec, health, exit) are the stored text,
+    of one type (fastjson.RawJSON) whichever store made the view: a service
+    reading ``view["spec"]["ranks"]`` fails on the fake as on DynamoDB, and
+    decoding it (``.value()``) gives the spec."""
+    tenant = ports.tenant()
+    kept, cancelled = ports.created(tenant=tenant), ports.created(tenant=tenant)
+    ports.store.cancel_unplaced(cancelled, utcnow(), None)
+    views = [ports.store.view(kept.job_id), *ports.store.page(tenant, None, 10, None)[0]]
+    for view in views:
+        assert {type(view[k]) for k in ("spec", "health")} == {RawJSON}
+        with pytest.raises(TypeError):
+            view["spec"]["ranks"]
+        assert view["spec"].value()["ranks"] == kept.spec["ranks"]
+    assert type(ports.store.view(cancelled.job_id)["exit"]) is RawJSON
+    assert ports.store.view(kept.job_id)["exit"] is None
 
 
 # -- transitions ---------------------------------------------------------------

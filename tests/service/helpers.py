@@ -69,7 +69,7 @@ def flood(services, tenant: str, body: dict, n: int) -> list[str]:
     what the placer must cope with; made through the API it would cost a
     transaction and a nudge per job (a minute or more on moto for hundreds),
     and creating is not what such a test checks."""
-    from chalicelib.adapters.job_store import DynamoJobStore
+    from chalicelib.adapters.jobs_table import new_job_values
     from chalicelib.adapters.models import JobModel
     from chalicelib.domain.ids import new_job_id
     from chalicelib.domain.jobs import Job, initial_health, with_defaults
@@ -83,5 +83,5 @@ def flood(services, tenant: str, body: dict, n: int) -> list[str]:
             for _ in range(n)]
     with JobModel.batch_write() as batch:
         for job in jobs:
-            batch.save(DynamoJobStore._new_job_model(job))
+            batch.save(JobModel(**new_job_values(job)))
     return [j.job_id for j in jobs]

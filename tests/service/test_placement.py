@@ -290,8 +290,10 @@ def test_a_release_that_loses_to_a_concurrent_one_on_the_summary_is_retried(
     assert iso.store.release(iso.store.attempt(job_id, 1), "c1") is False, "exactly once"
 
 
-def test_a_release_that_keeps_losing_is_503_with_retry_after(iso, iso_client, tenants,
-                                                             monkeypatch):
+def test_a_release_that_keeps_losing_is_unavailable_and_writes_nothing(iso, iso_client, tenants,
+                                                                      monkeypatch):
+    """The store says the dependency is unavailable (ServiceUnavailable); the
+    HTTP edge answers it as 503 with Retry-After."""
     from pynamodb.connection.base import Connection
 
     from chalicelib.api.problems import answer
@@ -304,4 +306,5 @@ def test_a_release_that_keeps_losing_is_503_with_retry_after(iso, iso_client, te
     with pytest.raises(ServiceUnavailable) as caught:
         iso.store.release(iso.store.attempt(job_id, 1), "c2")
     assert answer(caught.value)[1]["Retry-After"] == "1"
+    assert "concurrently" in str(caught.value)
     assert NodeModel.get("c2", consistent_read=True).gpus_free == 0, "nothing half-written"

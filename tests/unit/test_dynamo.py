@@ -6,10 +6,10 @@ from unittest import mock
 
 import pytest
 from botocore.exceptions import ClientError
-from pynamodb.attributes import NumberAttribute, UnicodeAttribute
+from pynamodb.attributes import MapAttribute, NumberAttribute, UnicodeAttribute
 from pynamodb.models import Model
 
-from chalicelib.adapters.dynamo import ConditionFailed, Dynamo, Table
+from chalicelib.adapters.dynamo import Changes, ConditionFailed, Dynamo, Table
 
 
 class Renamed(Model):
@@ -100,3 +100,54 @@ def test_a_transaction_is_sent_once_in_dynamodbs_order_only_when_its_block_succe
             tx.put({"p": 1})
             raise RuntimeError("the caller failed")
     connection.transact_write_items.assert_not_called()
+
+
+class Storied(Model):
+    class Meta:
+        table_name = "storied"
+
+    pk = UnicodeAttribute(hash_key=True)
+    state = UnicodeAttribute(attr_name="st")
+    note = UnicodeAttribute(null=True)
+    count = NumberAttribute(null=True)
+    events = MapAttribute(default=dict)
+
+
+STORIED = Table(Storied)
+
+
+def test_changes_write_each_clause_once_under_stored_names_and_an_event_under_its_own_key():
+    """An event's key holds ``#`` (``placed#2``), which no placeholder may: it
+    gets a placeholder of its own, and a repeat keeps the first event."""
+    changes = Changes(STORIED).set("state", "RUNNING").set("note", None).add("count", 1) \
+        .event("placed#2", {"type": "placed"})
+    request = changes.update(STORIED.key("a"), condition="#state = :was",
+                             values={":was": {"S": "PENDING"}}, return_new=True)
+    assert request["UpdateExpression"] == (
+        "SET #state = :state, #events.#k0 = if_not_exists(#events.#k0, :k0) "
+        "REMOVE #note ADD #count :count")
+    assert request["ExpressionAttributeNames"] == {
+        "#state": "st", "#events": "events", "#k0": "placed#2", "#note": "note",
+        "#count": "count"}
+    assert request["ExpressionAttributeValues"] == {
+        ":state": {"S": "RUNNING"}, ":count": {"N": "1"},
+        ":k0": {"M": {"type": {"S": "placed"}}}, ":was": {"S": "PENDING"}}
+    assert request["ReturnValues"] == "ALL_NEW"
+
+
+def test_a_transactions_items_as_dynamodb_lists_them_go_where_their_kind_says():
+    connection = mock.Mock()
+    with Dynamo(connection).transaction() as tx:
+        tx.add([{"Update": {"u": 1}}, {"Put": {"p": 1}}, {"ConditionCheck": {"c": 1}}])
+    kwargs = connection.transact_write_items.call_args.kwargs
+    assert (kwargs["condition_check_items"], kwargs["put_items"], kwargs["update_items"]) == \
+        ([{"c": 1}], [{"p": 1}], [{"u": 1}])
+
+
+def test_a_lost_condition_reads_the_same_from_the_sender_and_from_botocore():
+    from chalicelib.adapters.dynamo_errors import dependency_failure, lost_condition
+
+    assert lost_condition(ConditionFailed())
+    assert lost_condition(_failed("ConditionalCheckFailedException"))
+    assert not lost_condition(_failed("ProvisionedThroughputExceededException"))
+    assert not dependency_failure(ConditionFailed()), "a lost race is an answer, not an outage"

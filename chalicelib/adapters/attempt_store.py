@@ -1,0 +1,142 @@
+"""The Attempts port on DynamoDB: one placement of a job each, what its ranks
+reported (sets that only grow), and the GPUs it holds until each node gives
+them back."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from pynamodb.exceptions import TransactWriteError
+
+from ..domain import events as ev
+from ..domain.attempts import Attempt
+from ..domain.clock import iso, parse_iso
+from ..domain.errors import ServiceUnavailable
+from .dynamo import Changes, ConditionFailed, Dynamo, Table
+from .fleet import room_types
+from .jobs_table import OnDynamo
+from .models import AttemptModel, FleetModel, NodeModel
+
+ATTEMPTS = Table(AttemptModel)
+NODES = Table(NodeModel)
+FLEETS = Table(FleetModel)
+
+#: a release that keeps losing to concurrent transactions on the summary: 503
+_RELEASE_RETRIES = 5
+#: the sets of ranks a report adds to
+RANK_SETS = ("started", "exited", "stopped")
+
+
+class _Contended(Exception):
+    """A transaction cancelled by a concurrent one, not by a condition."""
+
+
+def _t(value: str | None) -> datetime | None:
+    return parse_iso(value) if value else None
+
+
+def attempt_from_item(item: dict) -> Attempt:
+    """The Attempt of an attempt's raw item."""
+    v = ATTEMPTS.values(item)
+    return Attempt(
+        job_id=v["job_id"], attempt=int(v["attempt"]), state=v["state"],
+        placement=v["placement"], node_ranks=v["node_ranks"], node_gpus=v["node_gpus"],
+        world_size=int(v["world_size"]), created_at=parse_iso(v["created_at"]),
+        finished_at=_t(v["finished_at"]), exit=v["exit"],
+        started=set(map(int, v["started"] or ())), exited=set(map(int, v["exited"] or ())),
+        stopped=set(map(int, v["stopped"] or ())),
+        exit_codes={int(k): int(c) for k, c in (v["exit_codes"] or {}).items()},
+        released=set(v["released"] or ()), node_types=v["node_types"] or {},
+    )
+
+
+def read_attempt(dynamo: Dynamo, job_id: str, attempt: int) -> Attempt | None:
+    item = dynamo.get(ATTEMPTS.get(ATTEMPTS.key(job_id, attempt)))
+    return attempt_from_item(item) if item else None
+
+
+def room_bump(fleet_type: str, now: datetime) -> dict:
+    """The update recording that room may have appeared for ``fleet_type``
+    (adapters/fleet.py ``room_bump``, as a request)."""
+    return Changes(FLEETS).add("room_version", 1).set("room_at", iso(now)).update(
+        FLEETS.key(fleet_type))
+
+
+class DynamoAttempts(OnDynamo):
+    def attempt(self, job_id: str, attempt: int) -> Attempt | None:
+        return read_attempt(self._dynamo, job_id, attempt)
+
+    def attempts(self, job_id: str) -> list[dict]:
+        # an attempt whose ranks started is running, though only the job's
+        # state records it (the attempt's state is written when it ends)
+        out = []
+        request = ATTEMPTS.query(None, "#job_id = :job", {":job": ATTEMPTS.value("job_id", job_id)},
+                                 consistent=True)
+        for page in self._dynamo.pages(request):
+            for item in page:
+                a = attempt_from_item(item)
+                out.append({"attempt": a.attempt, "placement": a.placement,
+                            "state": "RUNNING" if a.state == "SCHEDULED" and a.started
+                            else a.state,
+                            "created_at": a.created_at, "finished_at": a.finished_at,
+                            "exit": a.exit})
+        return out
+
+    def record_ranks(self, job_id: str, attempt: int, kind: str, ranks: list[int],
+                     exit_code: int | None = None, node_id: str | None = None) -> Attempt:
+        """Add ranks to the attempt's ``started``, ``exited`` or ``stopped`` set;
+        adding is idempotent, so a repeated report changes nothing. Raises
+        dynamo.ConditionFailed when there is no such attempt."""
+        if kind not in RANK_SETS:
+            raise ValueError(kind)
+        key = ATTEMPTS.key(job_id, attempt)
+        if not ranks:
+            found = self.attempt(job_id, attempt)
+            if found is None:
+                raise ConditionFailed()
+            return found
+        changes = Changes(ATTEMPTS).add(kind, set(ranks))
+        if kind == "exited":
+            for r in ranks:
+                changes.entry("exit_codes", str(r), exit_code)
+        code = exit_code if kind == "exited" else None
+        changes.event(ev.ranks_key(kind, ranks, code),
+                      ev.rank_event(kind, self._now(), attempt, ranks, code, node_id))
+        answer = self._dynamo.update(changes.update(
+            key, condition="attribute_exists(#job_id)", return_new=True))
+        return attempt_from_item(answer["Attributes"])
+
+    def release(self, attempt: Attempt, node_id: str) -> bool:
+        """Give a node back the GPUs this attempt reserved there, exactly once,
+        and tell the waiting jobs of its type (the capacity summary) in the
+        same transaction. A transaction that lost only to a concurrent one (on
+        the shared summary item) is tried again."""
+        for _ in range(_RELEASE_RETRIES):
+            try:
+                return self._release(attempt, node_id)
+            except _Contended:
+                continue
+        raise ServiceUnavailable("capacity is being updated concurrently; retry")
+
+    def _release(self, attempt: Attempt, node_id: str) -> bool:
+        gpus = int(attempt.node_gpus.get(node_id, 0))
+        now = self._now()
+        held = f"{attempt.job_id}#{attempt.attempt}"
+        try:
+            with self._dynamo.transaction() as tx:
+                for t in room_types(attempt.node_types.get(node_id)):
+                    tx.update(room_bump(t, now))
+                tx.update(Changes(ATTEMPTS).add("released", {node_id}).update(
+                    ATTEMPTS.key(attempt.job_id, attempt.attempt),
+                    condition="attribute_exists(#job_id) AND NOT contains(#released, :node)",
+                    values={":node": {"S": node_id}}))
+                tx.update(Changes(NODES).add("gpus_free", gpus).delete("attempts", {held})
+                          .delete("lost", {held}).update(
+                              NODES.key(node_id), condition="attribute_exists(#node_id)"))
+        except TransactWriteError as e:
+            codes = [r.code if r is not None else None for r in e.cancellation_reasons or []]
+            if "ConditionalCheckFailed" in codes:
+                return False  # released before
+            if "TransactionConflict" in codes:
+                raise _Contended() from None
+            raise
+        return True

@@ -1,0 +1,180 @@
+"""The job's items: the tables a job's writes touch (jobs, idempotency keys,
+tenants' counters), how a job is stored, and the one decoder of each shape
+read back (a Job from an item; a JobView from an item).
+
+Every request on these tables is built by :mod:`.dynamo` (``Table`` from the
+PynamoDB model, which is the schema only).
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Callable, Iterable
+
+from ..domain import events as ev, idempotency
+from ..domain.clock import Clock, iso, iso_or_none, parse_iso, utcnow
+from ..domain.jobs import VIEW_FIELDS, Job, JobView
+from ..domain.placement import queue_key
+from ..domain.states import Event, JobState, sources
+from ..service.ports import IdemRecord
+from .dynamo import Dynamo, Table
+from .items import Codec
+from .models import IdempotencyModel, JobModel, TenantModel
+
+JOBS = Table(JobModel)
+KEYS = Table(IdempotencyModel)
+TENANTS = Table(TenantModel)
+
+#: TTL removes finished records this long after they expired
+TTL_SLACK = timedelta(days=7)
+
+#: what a Job holds of a job's item (not its index keys, queue key or events)
+_JOB = Codec(JobModel, (
+    "job_id", "tenant", "state", "spec", "created_at", "updated_at", "name", "attempt",
+    "started_at", "finished_at", "cancel_requested_at", "cancel_reason", "health", "exit",
+    "idem_id", "inboxes", "pending_reason", "incident_key", "waiting_on"))
+#: what a JobView holds: the stored times are the API's text (iso) already,
+#: and the spec, health and exit stay the JSON text they are stored as
+#: (fastjson.RawJSON: domain/jobs.py's one type of a stored JSON value)
+_VIEW = Codec(JobModel, VIEW_FIELDS, raw_json=True)
+_EVENTS = Codec(JobModel, ("events",))
+_STATES = {state.value: state for state in JobState}
+
+
+def _t(value: str | None) -> datetime | None:
+    return parse_iso(value) if value else None
+
+
+def job_from_item(item: dict) -> Job:
+    """The Job of a job's raw item."""
+    v = _JOB.values(item)
+    get = v.get
+    return Job(
+        job_id=v["job_id"], tenant=v["tenant"], state=_STATES[v["state"]], spec=v["spec"],
+        created_at=parse_iso(v["created_at"]), updated_at=parse_iso(v["updated_at"]),
+        name=get("name"), attempt=int(get("attempt") or 0), started_at=_t(get("started_at")),
+        finished_at=_t(get("finished_at")), cancel_requested_at=_t(get("cancel_requested_at")),
+        cancel_reason=get("cancel_reason"), health=get("health") or {}, exit=get("exit"),
+        idem_id=get("idem_id"), inboxes=get("inboxes") or {},
+        pending_reason=get("pending_reason"), incident_key=get("incident_key"),
+        waiting_on=get("waiting_on"),
+    )
+
+
+def view_from_item(item: dict) -> JobView:
+    """The JobView of a job's raw item, its JSON values undecoded."""
+    return _VIEW.values(item)  # type: ignore[return-value]
+
+
+def events_from_item(item: dict | None) -> dict:
+    """The events map of a (projected) item; {} when there is none."""
+    return (_EVENTS.values(item)["events"] or {}) if item else {}
+
+
+def tenant_state(tenant: str, state: JobState | str) -> str:
+    return f"{tenant}#{getattr(state, 'value', state)}"
+
+
+def job_values(j: Job) -> dict:
+    """A job's item as attribute values: what is shown of it (the JobView's
+    fields, stored under their own names), its index keys, queue key and
+    references."""
+    return {
+        "job_id": j.job_id, "tenant": j.tenant, "state": j.state.value, "name": j.name,
+        "spec": j.spec, "attempt": j.attempt, "created_at": iso(j.created_at),
+        "updated_at": iso(j.updated_at), "started_at": iso_or_none(j.started_at),
+        "finished_at": iso_or_none(j.finished_at),
+        "cancel_requested_at": iso_or_none(j.cancel_requested_at),
+        "cancel_reason": j.cancel_reason, "health": j.health, "exit": j.exit,
+        "pending_reason": j.pending_reason, "tenant_state": tenant_state(j.tenant, j.state),
+        "active_state": None if j.state.terminal else j.state.value,
+        "idem_id": j.idem_id, "inboxes": j.inboxes or None,
+        "queue_key": queue_key(j.spec.get("priority", 0), j.job_id),
+    }
+
+
+def new_job_values(job: Job, idem_id: str | None = None) -> dict:
+    """A new job's attribute values, with the first event of its story; made
+    under a key, ``idem_id`` names the key's record."""
+    values = {**job_values(job), "events": {"created": ev.event(
+        "created", job.created_at, reason="submitted", tenant=job.tenant)}}
+    if idem_id is not None:
+        values["idem_id"] = idem_id
+    return values
+
+
+def new_job_item(job: Job, idem_id: str | None = None) -> dict:
+    """A new job's raw item (:func:`new_job_values`), as ``create`` puts it."""
+    return JOBS.item(new_job_values(job, idem_id))
+
+
+def record_from_item(item: dict) -> IdemRecord:
+    v = KEYS.values(item)
+    return IdemRecord(v["idem_id"], v["job_id"], v["body_hash"], _t(v["expires_at"]))
+
+
+def state_in(states: Iterable[JobState], *, attempt: int | None = None) -> tuple[str, dict]:
+    """The condition that the job is in one of ``states`` (and at ``attempt``
+    when given), and its values."""
+    names = sorted(s.value for s in states)
+    values = {f":in{i}": {"S": state} for i, state in enumerate(names)}
+    condition = "#state = :in0" if len(names) == 1 else f"#state IN ({', '.join(values)})"
+    if attempt is not None:
+        condition += " AND #attempt = :at"
+        values[":at"] = {"N": str(attempt)}
+    return condition, values
+
+
+def leaving(*events: Event, attempt: int | None = None) -> tuple[str, dict]:
+    """The condition of a transition: the job is in a state these events
+    leave (domain/states.py's table), at ``attempt`` when given."""
+    return state_in(sources(*events), attempt=attempt)
+
+
+def count_pending(tenant: str, delta: int, limit: int | None = None) -> dict:
+    """The update that moves the tenant's PENDING count with a transition, in
+    its transaction; an increase under ``limit`` is conditioned on the count
+    being below it."""
+    condition = None
+    values = {":delta": {"N": str(delta)}}
+    if limit is not None:
+        values[":limit"] = {"N": str(limit)}
+        condition = "#pending < :limit"
+        if limit > 0:  # no count yet is 0, under any limit but 0
+            condition = "attribute_not_exists(#pending) OR " + condition
+    return TENANTS.update(TENANTS.key(tenant), "ADD #pending :delta", condition=condition,
+                          values=values)
+
+
+def expire_key(job: Job, now: datetime) -> dict:
+    """The update that makes a finished job's idempotency key expire
+    RETENTION after it (domain/idempotency.py)."""
+    until = idempotency.expires_at(now)
+    return KEYS.update(
+        KEYS.key(job.idem_id), "SET #expires_at = :until, #ttl_epoch = :ttl",
+        condition="#job_id = :job_id",
+        values={":until": {"S": iso(until)},
+                ":ttl": {"N": str(int((until + TTL_SLACK).timestamp()))},
+                ":job_id": {"S": job.job_id}})
+
+
+class OnDynamo:
+    """What every store of these tables holds: the sender and the clock (the
+    injected one: bootstrap.build(clock=...))."""
+
+    def __init__(self, dynamo: Dynamo, clock: Clock = utcnow) -> None:
+        self._dynamo = dynamo
+        self._clock = clock
+
+    def _now(self) -> datetime:
+        return self._clock()
+
+    def _read_job(self, job_id: str) -> Job | None:
+        item = self._dynamo.get(JOBS.get(JOBS.key(job_id)))
+        return job_from_item(item) if item else None
+
+    def _mine(self, job_id: str, check: Callable[[Job], bool]) -> Job | None:
+        """The job as it is now, if ``check(job)`` says the lost race was our
+        own earlier try (botocore retried a write whose answer was lost); else
+        None."""
+        current = self._read_job(job_id)
+        return current if current is not None and check(current) else None

@@ -12,13 +12,12 @@ from ..domain.attempts import Attempt
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from .dynamo import Changes, ConditionFailed, Dynamo, Table
-from .fleet import room_types
+from .fleet import room_types, room_update
 from .jobs_table import OnDynamo
-from .models import AttemptModel, FleetModel, NodeModel
+from .models import AttemptModel, NodeModel
 
 ATTEMPTS = Table(AttemptModel)
 NODES = Table(NodeModel)
-FLEETS = Table(FleetModel)
 
 #: a release that keeps losing to concurrent transactions on the summary: 503
 _RELEASE_RETRIES = 5
@@ -52,13 +51,6 @@ def attempt_from_item(item: dict) -> Attempt:
 def read_attempt(dynamo: Dynamo, job_id: str, attempt: int) -> Attempt | None:
     item = dynamo.get(ATTEMPTS.get(ATTEMPTS.key(job_id, attempt)))
     return attempt_from_item(item) if item else None
-
-
-def room_bump(fleet_type: str, now: datetime) -> dict:
-    """The update recording that room may have appeared for ``fleet_type``
-    (adapters/fleet.py ``room_bump``, as a request)."""
-    return Changes(FLEETS).add("room_version", 1).set("room_at", iso(now)).update(
-        FLEETS.key(fleet_type))
 
 
 class DynamoAttempts(OnDynamo):
@@ -124,7 +116,7 @@ class DynamoAttempts(OnDynamo):
         try:
             with self._dynamo.transaction() as tx:
                 for t in room_types(attempt.node_types.get(node_id)):
-                    tx.update(room_bump(t, now))
+                    tx.update(room_update(t, iso(now)))
                 tx.update(Changes(ATTEMPTS).add("released", {node_id}).update(
                     ATTEMPTS.key(attempt.job_id, attempt.attempt),
                     condition="attribute_exists(#job_id) AND NOT contains(#released, :node)",

@@ -1,23 +1,18 @@
 """The fleet's capacity summaries (one FleetModel item per GPU type, and "*"
 for every type), read and written through dynamo.Table(FleetModel): the
-requests the node store sends, and the room bump the job store's releases
-put in their transactions."""
+requests the node store sends, and the room update the attempt store's
+releases put in their transactions."""
 from __future__ import annotations
-
-from typing import Sequence
-
-from pynamodb.expressions.update import Action
 
 from ..domain.clock import parse_iso
 from ..domain.fleet import ALL_TYPES, Fleet, room_types
-from .dynamo import Table
+from .dynamo import Changes, Table
 from .models import FleetModel
 
-__all__ = ["ALL_TYPES", "FLEET", "fleet_from_item", "fleet_update", "room_bump",
-           "room_types", "room_update", "swept_update"]
+__all__ = ["ALL_TYPES", "FLEET", "fleet_from_item", "fleet_update", "room_types",
+           "room_update", "swept_update"]
 
 FLEET = Table(FleetModel)
-_ONE = {"N": "1"}
 
 
 def fleet_from_item(item: dict) -> Fleet:
@@ -29,13 +24,6 @@ def fleet_from_item(item: dict) -> Fleet:
                  int(v["room_version"] or 0), parse_iso(v["room_at"]) if v["room_at"] else None)
 
 
-def update_expression(sets: Sequence[str], adds: Sequence[str] = (),
-                      removes: Sequence[str] = ()) -> str:
-    """An UpdateExpression of these clauses (each section once, as DynamoDB asks)."""
-    sections = [("SET", sets), ("ADD", adds), ("REMOVE", removes)]
-    return " ".join(f"{word} {', '.join(clauses)}" for word, clauses in sections if clauses)
-
-
 def fleet_update(gpu_type: str, *, gpus: int = 0, room_at: str | None = None,
                  changed_at: str | None = None, largest_node: int | None = None) -> dict:
     """The UpdateItem of ``gpu_type``'s summary: ``gpus`` more GPUs registered;
@@ -43,27 +31,18 @@ def fleet_update(gpu_type: str, *, gpus: int = 0, room_at: str | None = None,
     with ``changed_at``, its registered GPUs or largest node changed then
     (generation moves on); with ``largest_node``, that is its largest node,
     on condition that it is larger than the one recorded."""
-    sets: list[str] = []
-    adds: list[str] = []
-    values: dict[str, dict] = {}
-    condition = None
+    changes = Changes(FLEET)
     if gpus:
-        adds.append("#gpus :gpus")
-        values[":gpus"] = FLEET.value("gpus", gpus)
+        changes.add("gpus", gpus)
     if room_at is not None:
-        adds.append("#room_version :one")
-        sets.append("#room_at = :room_at")
-        values.update({":one": _ONE, ":room_at": FLEET.value("room_at", room_at)})
+        changes.add("room_version", 1).set("room_at", room_at)
     if changed_at is not None:
-        adds.append("#generation :one")
-        sets.append("#changed_at = :changed_at")
-        values.update({":one": _ONE, ":changed_at": FLEET.value("changed_at", changed_at)})
+        changes.add("generation", 1).set("changed_at", changed_at)
+    condition = None
     if largest_node is not None:
-        sets.append("#largest_node = :largest")
-        values[":largest"] = FLEET.value("largest_node", largest_node)
-        condition = "attribute_not_exists(#largest_node) OR #largest_node < :largest"
-    return FLEET.update(FLEET.key(gpu_type), update_expression(sets, adds),
-                        condition=condition, values=values)
+        changes.set("largest_node", largest_node)
+        condition = "attribute_not_exists(#largest_node) OR #largest_node < :largest_node"
+    return changes.update(FLEET.key(gpu_type), condition=condition)
 
 
 def room_update(gpu_type: str, now: str) -> dict:
@@ -78,9 +57,3 @@ def swept_update(fleet: Fleet) -> dict:
     return FLEET.update(FLEET.key(fleet.key), "SET #swept_generation = :generation",
                         condition="#generation = :generation",
                         values={":generation": FLEET.value("generation", fleet.generation)})
-
-
-def room_bump(now: str) -> list[Action]:
-    """``room_update`` as PynamoDB actions, for job_store's release only until
-    it sends through dynamo.Dynamo (then this goes)."""
-    return [FleetModel.room_version.add(1), FleetModel.room_at.set(now)]

@@ -12,13 +12,10 @@ finds its own stamp (``now``), and answers as if the first answer had arrived.
 from __future__ import annotations
 
 import dataclasses
-import os
 from datetime import datetime
 from typing import Iterator
 
-from pynamodb.connection import Connection
 from pynamodb.exceptions import TransactWriteError
-from pynamodb.transactions import TransactWrite
 
 from ..domain import events as ev
 from ..domain.clock import iso, parse_iso
@@ -34,8 +31,9 @@ from ..service.ports import (
     StateChanged,
 )
 from .attempt_store import ATTEMPTS
-from .dynamo import Changes, ConditionFailed, Table
+from .dynamo import Changes, ConditionFailed
 from .dynamo_errors import tx_lost
+from .fleet import FLEET
 from .jobs_table import (
     JOBS,
     KEYS,
@@ -51,21 +49,14 @@ from .jobs_table import (
     tenant_state,
     view_from_item,
 )
-from .models import FleetModel, JobModel
+from .models import JobModel
 from .outbox_store import OUTBOX
 
-FLEETS = Table(FleetModel)
 #: jobs read per Query page of the queue and of the parked jobs
 _QUEUE_PAGE = 100
 _BY_ACTIVE_STATE = JobModel.by_active_state.Meta.index_name
 #: how a job cancelled before it was placed ended
 CANCELLED_EXIT = {"reason": "cancelled", "exit_code": None}
-
-
-def new_transaction(connection: Connection) -> TransactWrite:
-    """PynamoDB's transaction under its own ClientRequestToken, for
-    node_store.py until it sends through ``Dynamo.transaction()``."""
-    return TransactWrite(connection=connection, client_request_token=os.urandom(16).hex())
 
 
 # -- the requests of the operations (sent below; bench/ sends them bare) -------
@@ -243,10 +234,10 @@ class DynamoJobs(OnDynamo):
         self._waiting(changes, job, reason)
         condition, values = state_in([JobState.PENDING], attempt=job.attempt)
         if fleet.generation:
-            unchanged = FLEETS.check(FLEETS.key(fleet.key), "#generation = :generation",
-                                     {":generation": FLEETS.value("generation", fleet.generation)})
+            unchanged = FLEET.check(FLEET.key(fleet.key), "#generation = :generation",
+                                     {":generation": FLEET.value("generation", fleet.generation)})
         else:
-            unchanged = FLEETS.check(FLEETS.key(fleet.key), "attribute_not_exists(#generation)")
+            unchanged = FLEET.check(FLEET.key(fleet.key), "attribute_not_exists(#generation)")
         try:
             with self._dynamo.transaction() as tx:
                 tx.update(changes.update(JOBS.key(job.job_id), condition=condition,

@@ -15,7 +15,7 @@ from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from ..domain.fleet import Fleet, fleet_key
 from ..domain.nodes import Node, NodeState
-from .dynamo import ConditionFailed, Dynamo, Table
+from .dynamo import Changes, ConditionFailed, Dynamo, Table
 from .dynamo_errors import tx_lost
 from .fleet import (
     ALL_TYPES,
@@ -24,7 +24,6 @@ from .fleet import (
     fleet_update,
     room_types,
     swept_update,
-    update_expression,
 )
 from .models import NodeModel
 
@@ -143,44 +142,32 @@ class DynamoNodeStore:
         node_id, old_gpus, old_type, old_state = (current.node_id, current.gpus,
                                                   current.gpu_type, current.state)
         delta = gpus - old_gpus
-        gpu_type_value = NODES.value("gpu_type", gpu_type)
-        sets = ["#last_seen_at = :seen", "#labels = :labels", "#address = :address",
-                "#inbox_queue_url = :url", "#isolation = :isolation"]
-        adds: list[str] = []
-        values = {":seen": NODES.value("last_seen_at", iso(now)),
-                  ":labels": NODES.value("labels", labels),
-                  ":address": NODES.value("address", address),
-                  ":url": NODES.value("inbox_queue_url", url),
-                  ":isolation": NODES.value("isolation", isolation),
-                  ":old_gpus": NODES.value("gpus", old_gpus),
-                  ":old_state": NODES.value("state", old_state.value)}
+        changes = (Changes(NODES).set("last_seen_at", iso(now)).set("labels", labels)
+                   .set("address", address).set("inbox_queue_url", url)
+                   .set("isolation", isolation))
         #: GPU type -> the change of its registered GPUs
         with_fleet: dict[str, int] = {}
         if old_state is NodeState.DOWN:
             # back from the dead: its attempts were failed and their GPUs returned
-            sets.append("#state = :ready")
-            values[":ready"] = NODES.value("state", _READY)
+            changes.set("state", _READY)
         if delta or gpu_type != old_type:
-            sets += ["#gpus = :gpus", "#gpu_type = :type"]
-            adds.append("#gpus_free :delta")
-            values.update({":gpus": NODES.value("gpus", gpus), ":type": gpu_type_value,
-                           ":delta": NODES.value("gpus_free", delta)})
+            changes.set("gpus", gpus).set("gpu_type", gpu_type).add("gpus_free", delta)
             deltas = {old_type: -old_gpus, ALL_TYPES: delta}
             deltas[gpu_type] = deltas.get(gpu_type, 0) + gpus
             # ALL_TYPES always moves on: its generation says "some type changed"
             with_fleet = {t: d for t, d in deltas.items() if d or t == ALL_TYPES}
         if old_state in (NodeState.READY, NodeState.DOWN):  # READY from here on
-            sets += ["#ready_type = :type", "#ready_any = :any"]
-            values.update({":type": gpu_type_value, ":any": NODES.value("ready_any", _ANY)})
+            changes.set("ready_type", gpu_type).set("ready_any", _ANY)
         #: the fleets whose registered GPUs changed: their generation moves
         reshaped = set(with_fleet)
         room = room_types(gpu_type)
         if with_fleet or old_state is NodeState.DOWN:
             # room may have appeared: grown, retyped or back from DOWN
             with_fleet.update({t: 0 for t in room if t not in with_fleet})
-        request = NODES.update(NODES.key(node_id), update_expression(sets, adds),
-                               condition="#gpus = :old_gpus AND #state = :old_state",
-                               values=values)
+        request = changes.update(NODES.key(node_id),
+                                 condition="#gpus = :old_gpus AND #state = :old_state",
+                                 values={":old_gpus": NODES.value("gpus", old_gpus),
+                                         ":old_state": NODES.value("state", old_state.value)})
         stamp = iso(now)
         try:
             if not with_fleet:

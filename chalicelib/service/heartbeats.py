@@ -21,19 +21,19 @@ from ..domain.jobs import HEARTBEAT_DEFAULTS, Job
 from ..domain.principal import Principal
 from ..domain.stall import Beat, Verdict, judge, received
 from ..domain.states import PLACED, JobState
-from .ports import AttemptStore, CollectorStore, HeartbeatStore, JobStore, Telemetry
+from .ports import Attempts, CollectorStore, HeartbeatStore, Jobs, Telemetry
 
 _PLACEMENTS_CACHED = 1024
 #: ranks one page of the ranks view may ask for (the largest world size)
 MAX_RANKS_PAGE = 65536
 
 
-class PlacedJobs(JobStore, AttemptStore, Protocol):
+class HeartbeatsServicePorts(Jobs, Attempts, Protocol):
     """What heartbeats read: the job and where its attempt's ranks run."""
 
 
 class HeartbeatsService:
-    def __init__(self, store: PlacedJobs, beats: HeartbeatStore, collector: CollectorStore, *,
+    def __init__(self, store: HeartbeatsServicePorts, beats: HeartbeatStore, collector: CollectorStore, *,
                  scans_per_hour: float, telemetry: Telemetry, clock: Clock = utcnow,
                  page_token_key: bytes = b"") -> None:
         self.store, self.beats, self.collector = store, beats, collector

@@ -144,12 +144,6 @@ class JobTables(Jobs, Attempts, Outbox, Transitions, Protocol):
     for it: each asks for the narrowest union of the ports above it calls."""
 
 
-#: the former names, until service/heartbeats.py and service/scan.py say
-#: Jobs and Attempts (their owners rename them)
-JobStore = Jobs
-AttemptStore = Attempts
-
-
 class HeartbeatStore(Protocol):
     """One record per rank of an attempt, in and out as domain/stall.py's Beat."""
 

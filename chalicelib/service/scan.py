@@ -19,14 +19,14 @@ from ..domain.stall import Verdict, suppression
 from ..domain.states import JobState
 from .attempts import AttemptsService
 from .heartbeats import HeartbeatsService
-from .ports import CollectorStore, JobStore, Telemetry
+from .ports import CollectorStore, Jobs, Telemetry
 
 log = logging.getLogger(__name__)
 MAX_JOBS_PER_SCAN = 5000
 
 
 class Scanner:
-    def __init__(self, store: JobStore, heartbeats: HeartbeatsService,
+    def __init__(self, store: Jobs, heartbeats: HeartbeatsService,
                  collector: CollectorStore, attempts: AttemptsService, *, period_s: float,
                  telemetry: Telemetry, clock: Clock = utcnow, fanout=None) -> None:
         self.store, self.heartbeats, self.collector = store, heartbeats, collector

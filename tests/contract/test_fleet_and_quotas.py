@@ -1,6 +1,6 @@
 """The contract of issue 9's ports, held by the fakes (tests/fakes.py) and the
 real adapters alike: fleet generations and their sweeps (NodeStore.fleet_of,
-fleets, mark_swept), parked never-fitting jobs (JobStore.parked, park, unpark)
+fleets, mark_swept), parked never-fitting jobs (Jobs.parked, park, unpark)
 and each tenant's count of PENDING jobs under ``max_pending``."""
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ from chalicelib.adapters.fleet import (
     fleet_update,
     room_update,
     swept_update,
-    update_expression,
 )
 from chalicelib.domain.clock import parse_iso
 from chalicelib.domain.fleet import ALL_TYPES, Fleet, room_types
@@ -21,25 +20,27 @@ def test_an_update_names_each_section_once_whatever_it_moves():
     expression = request["UpdateExpression"]
     assert expression.count("SET") == 1 and expression.count("ADD") == 1
     assert expression == ("SET #room_at = :room_at, #changed_at = :changed_at "
-                          "ADD #gpus :gpus, #room_version :one, #generation :one")
+                          "ADD #gpus :gpus, #room_version :room_version, #generation :generation")
     assert request["Key"] == {"gpu_type": {"S": "h100"}}
     assert request["ExpressionAttributeValues"] == {
-        ":gpus": {"N": "8"}, ":one": {"N": "1"}, ":room_at": {"S": AT}, ":changed_at": {"S": AT}}
+        ":gpus": {"N": "8"}, ":room_version": {"N": "1"}, ":generation": {"N": "1"},
+        ":room_at": {"S": AT}, ":changed_at": {"S": AT}}
     assert "ConditionExpression" not in request, "the totals move unconditionally"
 
 
 def test_a_release_only_moves_the_room_version_and_its_time():
     request = room_update("h100", AT)
-    assert request["UpdateExpression"] == "SET #room_at = :room_at ADD #room_version :one"
+    assert request["UpdateExpression"] == \
+        "SET #room_at = :room_at ADD #room_version :room_version"
     assert set(request["ExpressionAttributeNames"]) == {"#room_at", "#room_version"}
 
 
 def test_a_largest_node_is_recorded_only_over_a_smaller_one():
     request = fleet_update(ALL_TYPES, largest_node=8, changed_at=AT)
     assert request["ConditionExpression"] == \
-        "attribute_not_exists(#largest_node) OR #largest_node < :largest"
-    assert request["ExpressionAttributeValues"][":largest"] == {"N": "8"}
-    assert "#largest_node = :largest" in request["UpdateExpression"]
+        "attribute_not_exists(#largest_node) OR #largest_node < :largest_node"
+    assert request["ExpressionAttributeValues"][":largest_node"] == {"N": "8"}
+    assert "#largest_node = :largest_node" in request["UpdateExpression"]
 
 
 def test_a_sweep_is_recorded_on_the_generation_it_read():
@@ -55,11 +56,6 @@ def test_a_summary_item_reads_as_the_domain_fleet_and_absent_counts_are_zero():
             "generation": {"N": "4"}, "changed_at": {"S": AT},
             "room_version": {"N": "2"}, "room_at": {"S": AT}}
     assert fleet_from_item(item) == Fleet("h100", 12, 8, 4, 0, parse_iso(AT), 2, parse_iso(AT))
-
-
-def test_an_expression_leaves_out_empty_sections():
-    assert update_expression(["#a = :a"], removes=["#b"]) == "SET #a = :a REMOVE #b"
-    assert update_expression([], ["#n :one"]) == "ADD #n :one"
 
 
 def test_room_on_a_node_concerns_its_type_and_every_type():

@@ -53,9 +53,6 @@ SERVICES = ("dynamodb", "sqs", "ssm", "logs")
 #: the host agent's code: recorded as function "agent", checked against the
 #: agent's own role (infra/agent-policy-<stage>.json), never the Lambda's
 _AGENT_DIR = str(ROOT / "agent") + os.sep
-#: project frames that only pass a call through (the shared PynamoDB
-#: connection's dispatch): the caller is whoever called the library above them
-_PASS_THROUGH = {(str(ROOT / "chalicelib" / "adapters" / "aws.py"), "dispatch")}
 AGENT = "agent"
 ENV_DIR = "IAM_RECORD_DIR"
 SITE_DIR = ROOT / "tests" / "iam_site"
@@ -89,8 +86,7 @@ def caller(frame) -> tuple[bool, str]:
     nearest = None
     while f is not None:
         name = f.f_code.co_filename
-        if _is_project(name) and not name.startswith(str(ROOT / "tests" / "iam_")) \
-                and (name, f.f_code.co_name) not in _PASS_THROUGH:
+        if _is_project(name) and not name.startswith(str(ROOT / "tests" / "iam_")):
             nearest = f
             break
         f = f.f_back

@@ -93,19 +93,6 @@ def test_only_the_application_code_is_recorded():
     assert rec.caller(ns["frame"]) == (True, "scan")
 
 
-def test_the_shared_connection_s_dispatch_passes_the_call_through():
-    """A test that reads a model itself goes through the shared connection's
-    dispatch (chalicelib/adapters/aws.py): that frame is not the caller, the
-    test is; called from a service, the service is."""
-    ns: dict = {}
-    exec(compile("import sys\ndef dispatch(outer):\n    return sys._getframe()\n",
-                 str(ROOT / "chalicelib" / "adapters" / "aws.py"), "exec"), ns)
-    assert rec.caller(ns["dispatch"](None)) == (False, "")  # called from this test
-    exec(compile("def run(dispatch):\n    return dispatch(None)\n",
-                 str(ROOT / "chalicelib" / "service" / "scan.py"), "exec"), ns)
-    assert rec.caller(ns["run"](ns["dispatch"])) == (True, "scan")
-
-
 # -- the policies as written -------------------------------------------------------------
 @pytest.mark.parametrize("stage", ["dev", "prod"])
 def test_no_wildcard_actions_and_only_the_stage_resources(stage):

@@ -74,7 +74,7 @@ class AwsSession:
     def made(self) -> list[str]:
         """The services a client has been made for (for tests and benchmarks)."""
         made = sorted(self._clients)
-        if self._dynamodb is not None and self._dynamodb._client is not None:
+        if self._dynamodb is not None and self._dynamodb.client_made:
             made.append("dynamodb (pynamodb)")
         return made
 
@@ -93,6 +93,8 @@ class SharedConnection(Connection):
                          read_timeout_seconds=READ_TIMEOUT_S,
                          max_retry_attempts=MAX_RETRY_ATTEMPTS)
         self._aws = aws
+        #: whether the client has been made (tests and benchmarks ask)
+        self.client_made = False
 
     @property
     def session(self):
@@ -100,10 +102,12 @@ class SharedConnection(Connection):
 
     @property
     def client(self):
-        if self._client is not None:
-            return super().client  # also remakes a client left without credentials
+        # PynamoDB's property makes the client once (and again if it lost its
+        # credentials); making one is not thread-safe, so under the session's lock
         with self._aws._lock:
-            return super().client
+            client = super().client
+        self.client_made = True
+        return client
 
 
 _sessions: dict[tuple[str, str | None], AwsSession] = {}

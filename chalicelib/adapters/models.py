@@ -1,7 +1,10 @@
-"""PynamoDB models of the tables declared in infra/template.yaml.
+"""The schema of the tables declared in infra/template.yaml, as PynamoDB models:
+attributes, their types, stored names, defaults and serialisers, and the
+indexes. Every request is built from them by adapters/dynamo.py; nothing
+reads or writes through a model instance.
 
-Table names, region and endpoint are bound at start-up by :func:`bind` (PynamoDB
-reads ``Meta`` when it first connects), never from the environment at import.
+Table names, region and endpoint are bound at start-up by :func:`bind`, never
+from the environment at import.
 """
 from __future__ import annotations
 
@@ -319,20 +322,12 @@ MODELS = {
 
 
 def bind(config: Config) -> Connection:
-    """Point every model at the configured tables; returns the connection for
-    transactions. Every model and transaction shares that one connection, so
-    the container makes one DynamoDB client, from its one botocore session
-    (:mod:`.aws`), when a handler first reads or writes."""
-    shared = aws.session_for(config.region, config.endpoint_url).dynamodb
+    """Point every model at the configured tables, and return the container's
+    one DynamoDB connection, through which adapters/dynamo.py sends every
+    request (no client is made until a handler first reads or writes). The
+    models are the schema only: nothing here reads or writes through them."""
     for model, attr in MODELS.items():
         model.Meta.table_name = getattr(config, attr)
         model.Meta.region = config.region
         model.Meta.host = config.endpoint_url
-        model._connection = None
-        table = model._get_connection()  # a TableConnection; no client is made here
-        try:
-            shared.add_meta_table(table.connection.get_meta_table(model.Meta.table_name))
-        except ValueError:
-            pass  # bound before (tests rebuild services; the schema is the model's)
-        table.connection = shared
-    return shared
+    return aws.session_for(config.region, config.endpoint_url).dynamodb

@@ -66,7 +66,9 @@ from .backoff import retry_delay
 from .inbox import InboxMessage
 from .isolation import give_rank_dir
 from .messages import Cancel, Launch, MessageError, parse, parse_launch
-from .ranks import Launcher, ProcTable, Rank, read_stat
+from .ranks import Launcher, ProcTable, Rank, err_file, read_stat
+from .rendezvous import PORT_IN_USE, PortInUse, PortReservations
+from .shim import write_exit_file
 from .state import (
     ACTIVE_PHASES,
     DONE,
@@ -195,8 +197,11 @@ class Agent:
                  grace_s: float = 10.0, defer_s: int = 5, retain_s: float = 14 * 86400,
                  backoff_base: float = 0.5, backoff_cap: float = 30.0,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-                 base_env: Mapping[str, str] | None = None) -> None:
+                 base_env: Mapping[str, str] | None = None,
+                 ports: PortReservations | None = None) -> None:
         self.node_id, self.gpus = node_id, gpus
+        #: MASTER_PORT of the attempts whose rank 0 runs here (rendezvous.py)
+        self._ports = ports if ports is not None else PortReservations()
         self._api, self._paths = api, paths
         self.inbox = inbox  # may come later: the runner learns its URL from the API
         self._file = state_file or StateFile(paths.state_file)
@@ -323,6 +328,16 @@ class Agent:
     def _start_ranks(self, rec: AttemptRecord, m: Launch, shims: dict[str, int]) -> None:
         node_slots = [s for p in sorted(rec.procs.values(), key=lambda p: p.local_rank)
                       for s in p.slots]
+        if 0 in rec.procs and all(p.pid is None and not p.ended and p.exit_file not in shims
+                                  and not os.path.exists(p.exit_file)
+                                  for p in rec.procs.values()):
+            # rank 0 is ours and nothing of the attempt started yet: its
+            # rendezvous port must be free, and is held from here on
+            try:
+                self._ports.reserve(rec.key, m.master_port)
+            except PortInUse as e:
+                self._not_started(rec, str(e))
+                return
         for r, p in rec.procs.items():
             if p.pid is not None or p.ended:
                 continue
@@ -344,6 +359,23 @@ class Agent:
             rank = self._launcher.launch(list(m.command), env, p.log_file, p.exit_file)
             p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time
             self._ranks[(rec.key, r)] = rank
+
+    def _not_started(self, rec: AttemptRecord, why: str) -> None:
+        """Record every rank of ``rec`` here as exited with PORT_IN_USE without
+        starting it (rendezvous.py says why none starts), the reason in its log;
+        the next tick reports them EXITED."""
+        log.error("%s: %s: ranks %s not started (exit code %s)", rec.key, why,
+                  sorted(rec.procs), PORT_IN_USE)
+        for p in rec.procs.values():
+            try:
+                for path in (p.log_file, p.exit_file):
+                    Path(path).parent.mkdir(parents=True, exist_ok=True)
+                with open(err_file(p.log_file), "a", encoding="utf-8") as err:
+                    err.write(f"gpujobs-agent: {why}: the attempt's ranks on this node were "
+                              f"not started (exit code {PORT_IN_USE})\n")
+                write_exit_file(p.exit_file, PORT_IN_USE)
+            except OSError as e:  # exit_code() then says CANNOT_START: still not started
+                log.error("%s rank %s: cannot record the port failure: %s", rec.key, p.rank, e)
 
     def _mark_running(self, rec: AttemptRecord) -> None:
         rec.phase, rec.launch = RUNNING, None  # the LAUNCH (with its env) is not kept
@@ -437,6 +469,7 @@ class Agent:
             self._report(rec, "STOPPED", rec.ranks)
             log.info("%s: every rank stopped: reported STOPPED %s", rec.key, rec.ranks)
         rec.phase, rec.finished_at, rec.stop_deadline = DONE, now, None
+        self._ports.release(rec.key)
 
     def _rank(self, rec: AttemptRecord, p: RankRecord) -> Rank:
         """The handle on a rank: the one from its launch, or one adopted from its
@@ -581,8 +614,10 @@ class Agent:
         self._file.save(self.state)
 
     def close(self) -> None:
-        """Save and let go; running ranks are left running, to be adopted next time."""
+        """Save and let go; running ranks are left running, to be adopted next time
+        (their rank 0 holds its rendezvous port itself by then)."""
         self._save()
+        self._ports.close()
 
 
 def _recorded_launch(launch: dict | None) -> Launch:

@@ -21,9 +21,11 @@ the port safe instead:
    ends here. Linux never hands a bound port out as an ephemeral port, and
    binds without ``SO_REUSEADDR`` fail, so nothing can take the port between
    the check and rank 0's listen; rank 0's TCPStore, which sets
-   ``SO_REUSEADDR`` and listens, binds beside the held socket (tested with
-   real torch). A retry is not needed to get the port: nobody else can have
-   it.
+   ``SO_REUSEADDR`` and listens, binds beside the held socket (a bound
+   socket that does not listen is no conflict for one that sets
+   ``SO_REUSEADDR``; tests/agent/test_rendezvous.py shows it with a plain
+   listener, tests/e2e/test_torch_ddp.py with torch 2.13's TCPStore). A retry
+   is not needed to get the port: nobody else can have it.
 3. **Taken: nothing starts.** When the check fails, none of the node's ranks
    of the attempt is started (a rank 0 that cannot listen would fail anyway,
    and the other ranks would join whatever listens there, maybe another job's

@@ -67,7 +67,7 @@ from .inbox import InboxMessage
 from .isolation import give_rank_dir
 from .messages import Cancel, Launch, MessageError, parse, parse_launch
 from .ranks import Launcher, ProcTable, Rank, err_file, read_stat
-from .rendezvous import PORT_IN_USE, PortInUse, PortReservations
+from .rendezvous import HOLD_PORT_ENV, PORT_IN_USE, PortInUse, PortReservations
 from .shim import write_exit_file
 from .state import (
     ACTIVE_PHASES,
@@ -338,6 +338,8 @@ class Agent:
             except PortInUse as e:
                 self._not_started(rec, str(e))
                 return
+            if m.env.get(HOLD_PORT_ENV) == "0":  # checked, but not held (rendezvous.py)
+                self._ports.release(rec.key)
         for r, p in rec.procs.items():
             if p.pid is not None or p.ended:
                 continue

@@ -25,7 +25,11 @@ the port safe instead:
    socket that does not listen is no conflict for one that sets
    ``SO_REUSEADDR``; tests/agent/test_rendezvous.py shows it with a plain
    listener, tests/e2e/test_torch_ddp.py with torch 2.13's TCPStore). A retry
-   is not needed to get the port: nobody else can have it.
+   is not needed to get the port: nobody else can have it. The one thing it
+   asks of the job: whatever listens on ``MASTER_PORT`` sets
+   ``SO_REUSEADDR``, as torch's TCPStore (both its backends) does. A job whose
+   rank 0 runs some other server there sets ``GPUJOBS_HOLD_MASTER_PORT=0`` in
+   its env: the port is then checked but let go just before the ranks start.
 3. **Taken: nothing starts.** When the check fails, none of the node's ranks
    of the attempt is started (a rank 0 that cannot listen would fail anyway,
    and the other ranks would join whatever listens there, maybe another job's
@@ -49,6 +53,8 @@ log = logging.getLogger("gpujobs.agent.rendezvous")
 
 #: the exit code recorded for ranks not started because MASTER_PORT is in use
 PORT_IN_USE = errno.EADDRINUSE
+#: a job's env setting this to "0": the port is checked, not held
+HOLD_PORT_ENV = "GPUJOBS_HOLD_MASTER_PORT"
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 

@@ -128,6 +128,25 @@ def test_the_port_is_held_from_the_launch_on_before_rank_0_listens(world):
     assert phase(world, "job_h/1") == "RUNNING"
 
 
+def test_a_job_can_have_its_port_checked_but_not_held(world, tmp_path):
+    """For a rank 0 that listens on MASTER_PORT without SO_REUSEADDR."""
+    agent = world.agent()
+    port = free_port()
+    ready = tmp_path / "listening"
+    plain = ("import os, socket, sys, time\n"
+             "s = socket.socket(); s.bind(('0.0.0.0', int(os.environ['MASTER_PORT'])))\n"
+             "s.listen(); open(sys.argv[1], 'w').write('ok'); time.sleep(30)\n")
+    agent.handle(message(launch("job_nohold", master_port=port,
+                                env={"GPUJOBS_HOLD_MASTER_PORT": "0"},
+                                command=[PY, "-c", plain, str(ready)]), 1))
+    run_until(agent, ready.exists, what="a plain listener on MASTER_PORT")
+    with connection() as taken:  # still checked
+        agent.handle(message(launch("job_nohold2", master_port=taken,
+                                    env={"GPUJOBS_HOLD_MASTER_PORT": "0"}), 2))
+        run_until(agent, lambda: world.api.of("EXITED", "job_nohold2"), what="EXITED")
+    assert world.api.of("EXITED", "job_nohold2")[0]["exit_code"] == PORT_IN_USE
+
+
 def test_a_node_without_rank_0_neither_checks_nor_holds_the_port(world, tmp_path):
     agent = world.agent()
     with socket.socket() as held:

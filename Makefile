@@ -6,7 +6,13 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt c
 
 STAGE  ?= dev
 
-.PHONY: up test test-fast lint fmt bench bench-quick clean package browser
+# the real-torch tests' own virtualenv (requirements-torch.txt and the rank-side
+# helper, agent/rankside), kept across runs: a machine pays for torch once
+TORCH_VENV  ?= .venv-torch
+TORCH_PY    := $(TORCH_VENV)/bin/python
+TORCH_STAMP := $(TORCH_VENV)/.installed-$(shell cat requirements-torch.txt agent/rankside/pyproject.toml agent/rankside/gpujobs_heartbeat.py | cksum | cut -d' ' -f1)
+
+.PHONY: up test test-fast lint fmt bench bench-quick clean package browser torch-venv
 
 # bash for pipefail: the install's output is filtered to one line a package
 SHELL  := /bin/bash
@@ -20,6 +26,21 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject
 	    -r requirements-dev.txt -c constraints.txt \
 	  | sed -un -e 's/^Collecting \([^ ]*\).*/    \1/p' -e 's/^Successfully installed.*/    done/p'
 	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+## torch-venv: torch (CPU) and the rank-side helper in $(TORCH_VENV), for the real DDP tests
+torch-venv: $(TORCH_STAMP)
+$(TORCH_STAMP): requirements-torch.txt agent/rankside/pyproject.toml agent/rankside/gpujobs_heartbeat.py
+	@test -x $(TORCH_PY) || { echo "==> creating $(TORCH_VENV) with $(PYTHON)"; $(PYTHON) -m venv $(TORCH_VENV); }
+	@echo "==> installing requirements-torch.txt into $(TORCH_VENV) (once a machine)"
+	@$(TORCH_PY) -m pip install --disable-pip-version-check --progress-bar off \
+	    -r requirements-torch.txt \
+	  | sed -un -e 's/^Collecting \([^ ]*\).*/    \1/p' -e 's/^Successfully installed.*/    done/p'
+	@echo "==> installing the rank-side helper (pip install ./agent/rankside) into $(TORCH_VENV)"
+	@$(TORCH_PY) -m pip install --disable-pip-version-check --no-deps --no-build-isolation \
+	    --force-reinstall --quiet ./agent/rankside
+	@rm -rf agent/rankside/build agent/rankside/*.egg-info  # the in-tree build's leftovers
+	@rm -f $(TORCH_VENV)/.installed-*
 	@touch $@
 
 ## up: the whole system locally (moto server, API, timers, agents) until Ctrl-C;
@@ -52,10 +73,13 @@ browser:
 ## Two workers (pytest-xdist, a test file each at a time); the IAM policy checks
 ## then read every AWS call the workers recorded, in a session of their own.
 IAM_RECORDS := $(CURDIR)/build/iam-records
-test: $(STAMP) lint browser package
+## (tests/e2e/test_torch_ddp.py runs real DDP jobs with $(TORCH_VENV)'s python,
+## and fails rather than skips when it is missing)
+test: $(STAMP) $(TORCH_STAMP) lint browser package
 	@echo "==> running every test on 2 workers (pytest prints how long they took)"
 	@rm -rf $(IAM_RECORDS) && mkdir -p $(IAM_RECORDS)
 	IAM_RECORD_DIR=$(IAM_RECORDS) GPUJOBS_BUNDLE=build/$(STAGE) \
+	  GPUJOBS_TORCH_PYTHON=$(CURDIR)/$(TORCH_PY) GPUJOBS_REQUIRE_TORCH=1 \
 	  $(PY) -m pytest -n 2 --dist loadfile -m "not iam_last"
 	@echo "==> the IAM policies against every AWS call recorded above"
 	IAM_RECORD_DIR=$(IAM_RECORDS) $(PY) -m pytest -q tests/test_iam_policy.py -m iam_last

@@ -66,7 +66,9 @@ from .backoff import retry_delay
 from .inbox import InboxMessage
 from .isolation import give_rank_dir
 from .messages import Cancel, Launch, MessageError, parse, parse_launch
-from .ranks import Launcher, ProcTable, Rank, read_stat
+from .ranks import Launcher, ProcTable, Rank, err_file, read_stat
+from .rendezvous import HOLD_PORT_ENV, PORT_IN_USE, PortInUse, PortReservations
+from .shim import write_exit_file
 from .state import (
     ACTIVE_PHASES,
     DONE,
@@ -127,26 +129,65 @@ class Paths:
         return [self.state_dir / kind / job_id / str(attempt) for kind in ("exits", "heartbeats")]
 
 
+def visible_devices(gpus_per_rank: int, local_rank: int, slots: list[int],
+                    node_slots: list[int]) -> list[int]:
+    """The GPU slots a rank sees (CUDA_VISIBLE_DEVICES), in order.
+
+    One GPU a rank (DDP's layout): every slot of the attempt on this node, in
+    local-rank order, as torchrun shows every GPU of the node to each local
+    process; device ``LOCAL_RANK`` is then the rank's own, so
+    ``torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))`` works. Slots other
+    jobs hold on the node are never shown. Several GPUs a rank (no torchrun
+    convention): only the rank's own, as devices 0..k-1, so nothing that takes
+    "all visible GPUs" (``device_map="auto"``) spreads onto a neighbour's."""
+    if gpus_per_rank == 1 and node_slots[local_rank:local_rank + 1] == slots:
+        return list(node_slots)
+    return list(slots)
+
+
 def rank_env(base: Mapping[str, str], launch: Launch, rank: int, local_rank: int,
              slots: list[int], heartbeat_file: str, node_id: str,
-             identity=None) -> dict[str, str]:
-    """The rank's environment: the agent's (less its secrets), the job's, then ours."""
+             identity=None, node_slots: list[int] | None = None) -> dict[str, str]:
+    """The rank's environment: the agent's (less its secrets), the job's, then
+    ours: torchrun's variables (agent/README.md, "What a rank gets", says what
+    reads each), the rendezvous and our own. ``node_slots``: every slot of the
+    attempt on this node in local-rank order (default: the rank's own)."""
     env = {k: v for k, v in base.items()
            if k not in PRIVATE_ENV and not k.startswith(PRIVATE_ENV_PREFIXES)}
     env.update(launch.env)
     if identity is not None:  # the rank user's own, not the agent's
         env.update({"HOME": identity.home, "USER": identity.name, "LOGNAME": identity.name})
+    local_world = len(launch.ranks)
+    # the node's index among the attempt's nodes: ranks fill nodes in order
+    # (domain/placement.py), so this is exact when every node holds as many
+    # ranks as this one (the layout torchrun and Lightning assume); the node
+    # holding rank 0 is always 0
+    group_rank = min(launch.ranks) // local_world
+    group_world = -(-launch.world_size // local_world)
+    visible = visible_devices(launch.gpus_per_rank, local_rank, slots,
+                              slots if node_slots is None else node_slots)
+    # torchrun's defaults; the job's env wins
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     env.update({
         "RANK": str(rank), "LOCAL_RANK": str(local_rank),
-        "WORLD_SIZE": str(launch.world_size), "LOCAL_WORLD_SIZE": str(len(launch.ranks)),
+        "WORLD_SIZE": str(launch.world_size), "LOCAL_WORLD_SIZE": str(local_world),
+        "GROUP_RANK": str(group_rank), "NODE_RANK": str(group_rank),
+        "GROUP_WORLD_SIZE": str(group_world),
+        "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(launch.world_size),
+        "ROLE_NAME": "default",
         "MASTER_ADDR": launch.master_addr, "MASTER_PORT": str(launch.master_port),
+        "TORCHELASTIC_RESTART_COUNT": str(launch.attempt - 1),
+        "TORCHELASTIC_RUN_ID": launch.job_id,
         "GPUJOBS_JOB_ID": launch.job_id, "GPUJOBS_ATTEMPT": str(launch.attempt),
         "GPUJOBS_NODE_ID": node_id,
-        "CUDA_VISIBLE_DEVICES": ",".join(str(s) for s in slots),
+        "CUDA_VISIBLE_DEVICES": ",".join(str(s) for s in visible),
         "GPUJOBS_HEARTBEAT_FILE": heartbeat_file,
         # `from gpujobs_heartbeat import beat` works in every rank
         "PYTHONPATH": os.pathsep.join(p for p in (RANKSIDE, env.get("PYTHONPATH")) if p),
     })
+    # never the agent store: no torchrun agent runs a store for these ranks
+    env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     return env
 
 
@@ -156,8 +197,11 @@ class Agent:
                  grace_s: float = 10.0, defer_s: int = 5, retain_s: float = 14 * 86400,
                  backoff_base: float = 0.5, backoff_cap: float = 30.0,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-                 base_env: Mapping[str, str] | None = None) -> None:
+                 base_env: Mapping[str, str] | None = None,
+                 ports: PortReservations | None = None) -> None:
         self.node_id, self.gpus = node_id, gpus
+        #: MASTER_PORT of the attempts whose rank 0 runs here (rendezvous.py)
+        self._ports = ports if ports is not None else PortReservations()
         self._api, self._paths = api, paths
         self.inbox = inbox  # may come later: the runner learns its URL from the API
         self._file = state_file or StateFile(paths.state_file)
@@ -282,6 +326,20 @@ class Agent:
         return Outcome.DONE
 
     def _start_ranks(self, rec: AttemptRecord, m: Launch, shims: dict[str, int]) -> None:
+        node_slots = [s for p in sorted(rec.procs.values(), key=lambda p: p.local_rank)
+                      for s in p.slots]
+        if 0 in rec.procs and all(p.pid is None and not p.ended and p.exit_file not in shims
+                                  and not os.path.exists(p.exit_file)
+                                  for p in rec.procs.values()):
+            # rank 0 is ours and nothing of the attempt started yet: its
+            # rendezvous port must be free, and is held from here on
+            try:
+                self._ports.reserve(rec.key, m.master_port)
+            except PortInUse as e:
+                self._not_started(rec, str(e))
+                return
+            if m.env.get(HOLD_PORT_ENV) == "0":  # checked, but not held (rendezvous.py)
+                self._ports.release(rec.key)
         for r, p in rec.procs.items():
             if p.pid is not None or p.ended:
                 continue
@@ -298,10 +356,28 @@ class Agent:
             except OSError as e:  # the rank can run without; its heartbeats cannot
                 log.warning("%s rank %s: no heartbeat directory: %s", rec.key, r, e)
             env = rank_env(self._base_env, m, r, p.local_rank, p.slots, p.heartbeat_file,
-                           self.node_id, getattr(self._launcher, "identity", None))
+                           self.node_id, getattr(self._launcher, "identity", None),
+                           node_slots=node_slots)
             rank = self._launcher.launch(list(m.command), env, p.log_file, p.exit_file)
             p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time
             self._ranks[(rec.key, r)] = rank
+
+    def _not_started(self, rec: AttemptRecord, why: str) -> None:
+        """Record every rank of ``rec`` here as exited with PORT_IN_USE without
+        starting it (rendezvous.py says why none starts), the reason in its log;
+        the next tick reports them EXITED."""
+        log.error("%s: %s: ranks %s not started (exit code %s)", rec.key, why,
+                  sorted(rec.procs), PORT_IN_USE)
+        for p in rec.procs.values():
+            try:
+                for path in (p.log_file, p.exit_file):
+                    Path(path).parent.mkdir(parents=True, exist_ok=True)
+                with open(err_file(p.log_file), "a", encoding="utf-8") as err:
+                    err.write(f"gpujobs-agent: {why}: the attempt's ranks on this node were "
+                              f"not started (exit code {PORT_IN_USE})\n")
+                write_exit_file(p.exit_file, PORT_IN_USE)
+            except OSError as e:  # exit_code() then says CANNOT_START: still not started
+                log.error("%s rank %s: cannot record the port failure: %s", rec.key, p.rank, e)
 
     def _mark_running(self, rec: AttemptRecord) -> None:
         rec.phase, rec.launch = RUNNING, None  # the LAUNCH (with its env) is not kept
@@ -395,6 +471,7 @@ class Agent:
             self._report(rec, "STOPPED", rec.ranks)
             log.info("%s: every rank stopped: reported STOPPED %s", rec.key, rec.ranks)
         rec.phase, rec.finished_at, rec.stop_deadline = DONE, now, None
+        self._ports.release(rec.key)
 
     def _rank(self, rec: AttemptRecord, p: RankRecord) -> Rank:
         """The handle on a rank: the one from its launch, or one adopted from its
@@ -539,8 +616,10 @@ class Agent:
         self._file.save(self.state)
 
     def close(self) -> None:
-        """Save and let go; running ranks are left running, to be adopted next time."""
+        """Save and let go; running ranks are left running, to be adopted next time
+        (their rank 0 holds its rendezvous port itself by then)."""
         self._save()
+        self._ports.close()
 
 
 def _recorded_launch(launch: dict | None) -> Launch:

@@ -8,7 +8,10 @@ filesystems and pipes alike), the busiest process state, and, where a GPU and
 its driver are present, GPU utilisation and memory through NVML (``pynvml``,
 optional). It posts the rates over the last interval with the beats, so the
 server can tell a silent rank writing a checkpoint (``busy``) from one that
-hangs. Rates come from this host's monotonic clock and need two samples; a
+hangs. The state posted is the rank's own: that of the shim's child (the
+rank's command), since the shim itself always sleeps in ``wait`` and would
+hide a SIGSTOPped rank's ``T``; the group's busiest state stands in only when
+the shim has no child (the command ended or never started). Rates come from this host's monotonic clock and need two samples; a
 process that vanished between them takes its counts with it, so a rate never
 goes below zero.
 """
@@ -65,15 +68,15 @@ class _Nvml:
         return out
 
 
-def _read_stat(proc: Path, pid: str) -> tuple[int, str, int] | None:
-    """(process group, state, utime + stime in ticks)."""
+def _read_stat(proc: Path, pid: str) -> tuple[int, str, int, int] | None:
+    """(process group, state, utime + stime in ticks, parent pid)."""
     try:
         raw = (proc / pid / "stat").read_text()
     except (OSError, ValueError):
         return None
     f = raw[raw.rfind(")") + 2:].split()
     try:
-        return int(f[2]), f[0], int(f[11]) + int(f[12])
+        return int(f[2]), f[0], int(f[11]) + int(f[12]), int(f[1])
     except (IndexError, ValueError):
         return None
 
@@ -109,12 +112,15 @@ class ProcSampler:
             return {}
         wanted = set(groups.values())
         members: dict[int, list[tuple[str, str, int]]] = {g: [] for g in wanted}
+        own: dict[int, str] = {}  # pgid -> the state of the leader's (the shim's) child
         for entry in os.scandir(self._proc):
             if not entry.name.isdigit():
                 continue
             st = _read_stat(self._proc, entry.name)
             if st is not None and st[0] in wanted and st[1] not in ("Z", "X"):
                 members[st[0]].append((entry.name, st[1], st[2]))
+                if st[3] == st[0]:
+                    own[st[0]] = st[1]
         gpu = self._nvml.by_pid()
         now = self._mono()
         out = {}
@@ -134,8 +140,8 @@ class ProcSampler:
                 "io_bps": round(max(0, io - prev[2]) / dt),
                 # writes alone: a checkpoint writes, a data loader reads
                 "write_bps": round(max(0, written - prev[3]) / dt),
-                "state": min((s for _, s, _ in procs), key=lambda s: _STATE_ORDER.get(s, 9),
-                             default="X"),
+                "state": own.get(pgid) or min((s for _, s, _ in procs),
+                                              key=lambda s: _STATE_ORDER.get(s, 9), default="X"),
                 "procs": len(procs),
             }
             held = [gpu[int(pid)] for pid, _, _ in procs if int(pid) in gpu]

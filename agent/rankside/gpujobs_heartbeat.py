@@ -13,7 +13,9 @@ record in the file named by GPUJOBS_HEARTBEAT_FILE (set by the host agent for
 each rank), which the agent reads and posts every ``interval_s``. A rank whose
 process is alive but stops calling ``beat`` goes silent; a declared pause does
 not count as silence until ``max_s`` has passed. Outside the agent (no
-variable set) both are no-ops, so a script runs unchanged anywhere.
+variable set, or a file that cannot be opened) every call is a no-op: no
+error, no file; a script runs unchanged under torchrun or on a laptop.
+Installable on its own: ``pip install ./agent/rankside``.
 
 The record is a seqlock: the sequence number is written before and after the
 payload, and a reader that sees them differ reads again. Times are
@@ -109,7 +111,10 @@ def _get() -> _Writer | None:
         _checked = True
         path = os.environ.get("GPUJOBS_HEARTBEAT_FILE")
         if path:
-            _writer = _Writer(path)
+            try:
+                _writer = _Writer(path)
+            except OSError:  # an environment copied from elsewhere: stay a no-op
+                _writer = None
     return _writer
 
 

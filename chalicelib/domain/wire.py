@@ -29,8 +29,12 @@ LAUNCH, CANCEL = "LAUNCH", "CANCEL"
 #: job ids become directory names on the hosts (logs, exit files), so the agent
 #: holds them to a conservative alphabet; every id ids.new_job_id makes fits it
 JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-#: rendezvous ports derived from the job and attempt: MASTER_PORT_MIN and up
-MASTER_PORT_MIN, MASTER_PORT_SPAN = 20000, 20000
+#: rendezvous ports derived from the job and attempt: 20000..32767, below
+#: Linux's default ephemeral range (net.ipv4.ip_local_port_range, 32768-60999),
+#: from which every outgoing connection on the host takes its local port, so
+#: no connection can already hold the port by chance; the agent holding rank 0
+#: still checks it is free and holds it (agent/rendezvous.py)
+MASTER_PORT_MIN, MASTER_PORT_SPAN = 20000, 12768
 #: what the agent takes when a LAUNCH does not say (for the port: master_port)
 DEFAULT_GPUS_PER_RANK = 1
 DEFAULT_MASTER_ADDR = "127.0.0.1"

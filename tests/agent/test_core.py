@@ -158,6 +158,52 @@ def test_rank_environment_and_gpu_slots(world, tmp_path):
     assert read_envs(out, [0])[0]["CUDA_VISIBLE_DEVICES"] == "2,3,4"
 
 
+def test_one_gpu_ranks_see_the_nodes_slots_of_their_attempt_as_under_torchrun(world, tmp_path):
+    """torch.cuda.set_device(int(os.environ["LOCAL_RANK"])) picks the rank's own
+    GPU: every slot of the attempt on the node is visible, in local-rank order,
+    and no slot of another job (issue 23, item 5)."""
+    out = tmp_path / "env"
+    out.mkdir()
+    agent = world.agent(gpus=8, base_env={"PATH": os.environ["PATH"]})
+    agent.handle(message(launch("job_busy", ranks=[0], gpus_per_rank=1), 1))  # holds slot 0
+    agent.handle(message(launch("job_ddp", attempt=3, ranks=[4, 5, 6], world_size=12,
+                                gpus_per_rank=1, command=[PY, "-c", DUMP_ENV, str(out)]), 2))
+    envs = read_envs(out, [4, 5, 6])
+    rec = world.state()["attempts"]["job_ddp/3"]["procs"]
+    for r, local in [(4, 0), (5, 1), (6, 2)]:
+        e = envs[r]
+        visible = [int(s) for s in e["CUDA_VISIBLE_DEVICES"].split(",")]
+        assert visible == [1, 2, 3], "the attempt's slots on this node, not job_busy's 0"
+        assert e["LOCAL_RANK"] == str(local)
+        assert [visible[int(e["LOCAL_RANK"])]] == rec[str(r)]["slots"], \
+            "device LOCAL_RANK is the rank's own slot"
+        # what torchrun sets, and Lightning, Accelerate and the HF Trainer read
+        assert {k: e[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                  "NODE_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+                                  "ROLE_WORLD_SIZE", "ROLE_NAME")} == {
+            "RANK": str(r), "WORLD_SIZE": "12", "LOCAL_WORLD_SIZE": "3", "GROUP_RANK": "1",
+            "NODE_RANK": "1", "GROUP_WORLD_SIZE": "4", "ROLE_RANK": str(r),
+            "ROLE_WORLD_SIZE": "12", "ROLE_NAME": "default"}
+        assert e["TORCHELASTIC_RESTART_COUNT"] == "2", "attempt 3 is the second restart"
+        assert e["TORCHELASTIC_RUN_ID"] == "job_ddp"
+        assert "TORCHELASTIC_USE_AGENT_STORE" not in e
+        assert e["OMP_NUM_THREADS"] == "1"
+
+
+def test_the_jobs_omp_num_threads_wins_and_no_agent_store_is_claimed(world, tmp_path):
+    out = tmp_path / "env"
+    out.mkdir()
+    agent = world.agent(base_env={"PATH": os.environ["PATH"],
+                                  "TORCHELASTIC_USE_AGENT_STORE": "True"})
+    agent.handle(message(launch("job_omp", command=[PY, "-c", DUMP_ENV, str(out)],
+                                env={"OMP_NUM_THREADS": "8"}), 1))
+    e = read_envs(out, [0])[0]
+    assert e["OMP_NUM_THREADS"] == "8"
+    assert (e["TORCHELASTIC_RESTART_COUNT"], e["GROUP_RANK"], e["GROUP_WORLD_SIZE"]) == \
+        ("0", "0", "1")
+    assert "TORCHELASTIC_USE_AGENT_STORE" not in e, "torch would wait for a store nobody runs"
+
+
 def test_master_address_and_port_defaults(world, tmp_path):
     out = tmp_path / "env"
     out.mkdir()

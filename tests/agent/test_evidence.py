@@ -171,3 +171,51 @@ def test_the_sampler_tells_writes_from_reads(tmp_path, group):
                         and s["r"]["io_bps"] >= 1 << 20)
     assert seen["r"]["write_bps"] < 1 << 20
     assert seen["w"]["io_bps"] >= seen["w"]["write_bps"]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = open(f"/proc/{pid}/task/{pid}/children").read()
+    except OSError:
+        return []
+    return [int(c) for c in text.split()]
+
+
+def test_a_sigstopped_rank_reads_as_stopped_not_as_its_shims_sleep(tmp_path, group):
+    """The shim sleeps in wait() for the command's whole life: the state posted is
+    the command's own, so a SIGSTOPped rank shows T (issue 23, item 4)."""
+    from agent.ranks import SHIM
+    shim = subprocess.Popen(
+        [sys.executable, "-I", str(SHIM), "--exit-file", str(tmp_path / "exit.json"), "--",
+         sys.executable, "-c", _announced(SLEEPER), str(tmp_path / "ready")],
+        start_new_session=True)
+    rank = None
+    try:
+        _wait_for([tmp_path / "ready"])
+        deadline = time.monotonic() + 20
+        while not (kids := _children(shim.pid)):
+            assert time.monotonic() < deadline, "the shim never started its command"
+            time.sleep(0.02)
+        [rank] = kids
+        sampler = ProcSampler()
+        seen = sample_until(sampler, {"r": shim.pid},
+                            lambda s: s["r"]["procs"] == 2 and s["r"]["state"] == "S")
+        os.kill(rank, signal.SIGSTOP)
+        seen = sample_until(sampler, {"r": shim.pid}, lambda s: s["r"]["state"] == "T")
+        assert seen["r"]["procs"] == 2
+        with open(f"/proc/{shim.pid}/stat") as f:
+            assert f.read().rsplit(")", 1)[1].split()[0] != "T", "the shim itself is not stopped"
+        os.kill(rank, signal.SIGCONT)
+        sample_until(sampler, {"r": shim.pid}, lambda s: s["r"]["state"] == "S")
+    finally:
+        if rank is not None:
+            try:
+                os.kill(rank, signal.SIGCONT)
+                os.kill(rank, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(shim.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        shim.wait(timeout=10)

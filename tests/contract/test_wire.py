@@ -89,7 +89,8 @@ def test_every_cancel_builder_parses_to_the_cancel_it_names():
 
 def test_the_messages_are_byte_for_byte_those_sent_before_the_shared_schema():
     """Outbox items already stored hold this shape (API.md, "Nodes"); these
-    bytes are what the control plane sent before domain/wire.py existed."""
+    bytes are what the control plane sent before domain/wire.py existed, but for
+    the port, which issue 23 moved below the ephemeral range (20000..32767)."""
     job = job_of({"command": ["python", "train.py"], "ranks": 3, "gpus_per_rank": 2,
                   "env": {"A": "1"}})
     intent = launch_intent(job, 1, {"node-1": [0, 1], "node-2": [2]},
@@ -98,7 +99,7 @@ def test_the_messages_are_byte_for_byte_those_sent_before_the_shared_schema():
     assert sent(intent.message) == (
         '{"type":"LAUNCH","job_id":"job_01ARZ3NDEKTSV4RRFFQ69G5FAV","attempt":1,'
         '"world_size":3,"command":["python","train.py"],"env":{"A":"1"},"gpus_per_rank":2,'
-        '"master_addr":"10.0.0.7","master_port":34616,"heartbeat_interval_s":10}')
+        '"master_addr":"10.0.0.7","master_port":25720,"heartbeat_interval_s":10}')
     assert sent(intent.message_for("node-2")) == sent(intent.message)[:-1] + ',"ranks":[2]}'
     assert sent(intents.cancel(job.job_id, 2, None, {"n": "q"}).message_for("n")) == (
         '{"type":"CANCEL","job_id":"job_01ARZ3NDEKTSV4RRFFQ69G5FAV","attempt":2,"reason":null}')

@@ -20,15 +20,21 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from botocore.exceptions import ClientError
 from pynamodb.connection import Connection
+from pynamodb.exceptions import GetError, PutError
 from pynamodb.models import Model
 
 from .items import Codec
 
 _NAME = re.compile(r"#(\w+)")
+#: items in one BatchWriteItem, DynamoDB's limit
+BATCH_WRITE = 25
+#: sends of one batch at most, the unprocessed part resent (as PynamoDB's
+#: batch_write, models.py's max_retry_attempts)
+BATCH_SENDS = 3
 _NO_CAPACITY = "NONE"
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 #: expression sets whose placeholders a table keeps worked out
@@ -169,6 +175,19 @@ class Table:
             request["ExclusiveStartKey"] = start
         return request
 
+    def scan(self, condition: str | None = None, values: dict | None = None, *,
+             consistent: bool = False) -> dict:
+        """A Scan of the whole table for the items meeting the filter
+        ``condition`` (only the small tables are read whole: nodes, fleets)."""
+        request: dict[str, Any] = {"TableName": self.name}
+        if condition:
+            request.update(FilterExpression=condition,
+                           ExpressionAttributeNames=self.names(condition),
+                           ExpressionAttributeValues=values or {})
+        if consistent:
+            request["ConsistentRead"] = True
+        return request
+
     def _condition(self, request: dict, condition: str | None, values: dict | None) -> None:
         if condition:
             request["ConditionExpression"] = condition
@@ -215,15 +234,47 @@ class Dynamo:
     def query(self, request: dict) -> dict:
         return self.call("Query", request)
 
-    def pages(self, request: dict) -> Iterable[list[dict]]:
-        """Every page of a Query, lazily."""
+    def pages(self, request: dict, operation: str = "Query") -> Iterable[list[dict]]:
+        """Every page of a Query (or a Scan), lazily."""
         start = request.get("ExclusiveStartKey")
         while True:
-            page = self.query({**request, "ExclusiveStartKey": start} if start else request)
+            page = self.call(operation, {**request, "ExclusiveStartKey": start}
+                             if start else request)
             yield page.get("Items", [])
             start = page.get("LastEvaluatedKey")
             if not start:
                 return
+
+    def put_all(self, table: Table, items: Sequence[dict]) -> None:
+        """Put ``items`` (raw, from ``table.item``) by BatchWriteItem, 25 a
+        request, resending what DynamoDB leaves unprocessed; raises PutError
+        (a dependency failure: 503 upstream) when some are still unwritten
+        after BATCH_SENDS."""
+        for at in range(0, len(items), BATCH_WRITE):
+            pending = [{"PutRequest": {"Item": item}} for item in items[at:at + BATCH_WRITE]]
+            for _ in range(BATCH_SENDS):
+                answer = self.call("BatchWriteItem", {"RequestItems": {table.name: pending}})
+                pending = answer.get("UnprocessedItems", {}).get(table.name) or []
+                if not pending:
+                    break
+            else:
+                raise PutError(f"{len(pending)} items of {table.name} unwritten after "
+                               f"{BATCH_SENDS} sends")
+
+    def get_all(self, table: Table, keys: Sequence[dict]) -> list[dict]:
+        """The items of ``keys`` (at most 100) by BatchGetItem, eventually
+        consistent, the unprocessed keys asked again; raises GetError (503
+        upstream) when some are still unread after BATCH_SENDS."""
+        items: list[dict] = []
+        pending: dict[str, Any] = {"Keys": list(keys)}
+        for _ in range(BATCH_SENDS):
+            answer = self.call("BatchGetItem", {"RequestItems": {table.name: pending}})
+            items += answer.get("Responses", {}).get(table.name, [])
+            pending = answer.get("UnprocessedKeys", {}).get(table.name) or {}
+            if not pending.get("Keys"):
+                return items
+        raise GetError(f"{len(pending['Keys'])} keys of {table.name} unread after "
+                       f"{BATCH_SENDS} sends")
 
     def transaction(self) -> "Transaction":
         return Transaction(self.connection)

@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any, Iterator, Mapping, Sequence
 
 from pynamodb.connection import Connection
-from pynamodb.exceptions import GetError, PutError
 
 from ..domain.clock import iso, parse_iso
 from ..domain.stall import Beat
@@ -29,11 +28,6 @@ SHARD_RANKS = 512
 #: heartbeat items outlive their attempt by this much, then TTL removes them
 KEEP = timedelta(days=7)
 INGEST_SHARDS = 8
-#: items in one BatchWriteItem, DynamoDB's limit
-BATCH_WRITE = 25
-#: sends of one batch at most, the unprocessed part resent (as PynamoDB's
-#: batch_write, models.py's max_retry_attempts)
-BATCH_SENDS = 3
 
 _HEARTBEATS = Table(HeartbeatModel)
 _COLLECTOR = Table(CollectorModel)
@@ -65,38 +59,6 @@ def shard_key(job_id: str, attempt: int, rank: int) -> str:
     return f"{job_id}#{attempt}#{rank // SHARD_RANKS}"
 
 
-def batch_put(dynamo: Dynamo, table: Table, items: Sequence[dict]) -> None:
-    """Put ``items`` (raw, from ``table.item``) by BatchWriteItem, 25 a request,
-    resending what DynamoDB leaves unprocessed; raises PutError (a dependency
-    failure: 503 upstream) when some are still unwritten after BATCH_SENDS."""
-    for at in range(0, len(items), BATCH_WRITE):
-        pending = [{"PutRequest": {"Item": item}} for item in items[at:at + BATCH_WRITE]]
-        for _ in range(BATCH_SENDS):
-            answer = dynamo.call("BatchWriteItem", {"RequestItems": {table.name: pending}})
-            pending = answer.get("UnprocessedItems", {}).get(table.name) or []
-            if not pending:
-                break
-        else:
-            raise PutError(f"{len(pending)} items of {table.name} unwritten after "
-                           f"{BATCH_SENDS} sends")
-
-
-def batch_get(dynamo: Dynamo, table: Table, keys: Sequence[dict]) -> list[dict]:
-    """The items of ``keys`` (at most 100) by BatchGetItem, eventually
-    consistent, the unprocessed keys asked again; raises GetError (503
-    upstream) when some are still unread after BATCH_SENDS."""
-    items: list[dict] = []
-    pending: dict[str, Any] = {"Keys": list(keys)}
-    for _ in range(BATCH_SENDS):
-        answer = dynamo.call("BatchGetItem", {"RequestItems": {table.name: pending}})
-        items += answer.get("Responses", {}).get(table.name, [])
-        pending = answer.get("UnprocessedKeys", {}).get(table.name) or {}
-        if not pending.get("Keys"):
-            return items
-    raise GetError(f"{len(pending['Keys'])} keys of {table.name} unread after "
-                   f"{BATCH_SENDS} sends")
-
-
 class DynamoHeartbeatStore:
     def __init__(self, connection: Connection) -> None:
         self._dynamo = Dynamo(connection)
@@ -110,7 +72,7 @@ class DynamoHeartbeatStore:
         ttl = int((now + KEEP).timestamp())
         beats = [b for b in entries if b.heard_at is not None]
         if beats:
-            batch_put(self._dynamo, _HEARTBEATS,
+            self._dynamo.put_all(_HEARTBEATS,
                       [self._item(job_id, attempt, b, ttl) for b in beats])
         for entry in entries:
             if entry.heard_at is None:
@@ -202,7 +164,7 @@ class DynamoCollectorStore:
             {"name": f"ingest#{random.randrange(INGEST_SHARDS)}", "at": iso(now)})))
 
     def latest_ingest(self) -> datetime | None:
-        items = batch_get(self._dynamo, _COLLECTOR,
+        items = self._dynamo.get_all(_COLLECTOR,
                           [_COLLECTOR.key(f"ingest#{i}") for i in range(INGEST_SHARDS)])
         marks = [at for item in items if (at := _COLLECTOR.values(item)["at"])]
         return parse_iso(max(marks)) if marks else None

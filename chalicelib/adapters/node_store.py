@@ -49,26 +49,6 @@ def node_from_item(item: dict) -> Node:
                 attempts=frozenset(v["attempts"] or ()), lost=frozenset(v["lost"] or ()))
 
 
-def scan(dynamo: Dynamo, table: Table, condition: str | None = None,
-         values: dict | None = None, *, consistent: bool = False) -> Iterator[dict]:
-    """Every item of ``table`` meeting the filter ``condition``, page by page
-    (dynamo.Table builds no Scan: the node and fleet tables are the only ones
-    read whole)."""
-    request: dict = {"TableName": table.name}
-    if condition:
-        request.update(FilterExpression=condition, ExpressionAttributeNames=table.names(condition),
-                       ExpressionAttributeValues=values or {})
-    if consistent:
-        request["ConsistentRead"] = True
-    start = None
-    while True:
-        page = dynamo.call("Scan", {**request, "ExclusiveStartKey": start} if start else request)
-        yield from page.get("Items", [])
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            return
-
-
 class NodeRaced(Exception):
     """The node changed between reading and writing it; read it again."""
 
@@ -87,8 +67,8 @@ class DynamoNodeStore:
     def _nodes(self, condition: str | None = None, values: dict | None = None, *,
                consistent: bool = False) -> list[Node]:
         """The nodes meeting the filter ``condition``, by id."""
-        nodes = (node_from_item(i) for i in scan(self._dynamo, NODES, condition, values,
-                                                 consistent=consistent))
+        request = NODES.scan(condition, values, consistent=consistent)
+        nodes = (node_from_item(i) for page in self._dynamo.pages(request, "Scan") for i in page)
         return sorted(nodes, key=lambda n: n.node_id)
 
     def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
@@ -209,7 +189,8 @@ class DynamoNodeStore:
     def fleets(self) -> list[Fleet]:
         """Every type's fleet: one item per GPU type, read when some type changed;
         by key."""
-        fleets = (fleet_from_item(i) for i in scan(self._dynamo, FLEET, consistent=True))
+        fleets = (fleet_from_item(i) for page in self._dynamo.pages(FLEET.scan(consistent=True),
+                                                                    "Scan") for i in page)
         return sorted(fleets, key=lambda f: f.key)
 
     def mark_swept(self, fleet: Fleet) -> None:

@@ -8,8 +8,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pynamodb.exceptions import PutError
 
+from chalicelib.adapters.dynamo import BATCH_SENDS
 from chalicelib.adapters.dynamo_errors import dependency_failure
-from chalicelib.adapters.heartbeat_store import BATCH_SENDS, DynamoHeartbeatStore
+from chalicelib.adapters.heartbeat_store import DynamoHeartbeatStore
 from chalicelib.domain.stall import Beat
 
 T0 = datetime(2026, 12, 1, 3, 4, 5, 678000, tzinfo=timezone.utc)

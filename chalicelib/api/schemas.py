@@ -32,7 +32,9 @@ JOB_CREATE = {
     "properties": {
         "name": {"type": "string", "maxLength": 128},
         "command": {"type": "array", "minItems": 1, "maxItems": 1024,
-                    "items": {"type": "string", "maxLength": 8192}},
+                    "items": {"type": "string", "maxLength": 8192},
+                    "description": "The program and its arguments. The first element, "
+                                   "the program, must not be empty (400, field command)."},
         "env": {"type": "object", "maxProperties": 512,
                 "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,254}$"},
                 "additionalProperties": {"type": "string", "maxLength": 8192}},

@@ -73,9 +73,22 @@ def _field(path: list[str]) -> str:
     return ".".join(str(p) for p in path[1:]) or "body"
 
 
+def _program_named(spec: dict) -> None:
+    """A command's first element names the program the agent runs: an empty
+    one could never start (JSON Schema, in the form both fastjsonschema and
+    OpenAPI 3.1 read, cannot constrain one element alone)."""
+    if not spec["command"][0]:
+        raise InvalidArgument("command[0], the program to run, must not be empty",
+                              field="command")
+
+
+#: what a body must also be, past its schema
+_CHECKS = {"JOB_CREATE": _program_named}
+
+
 def validate(schema_name: str, value: Any) -> Any:
     try:
-        return _validator(schema_name)(value)
+        value = _validator(schema_name)(value)
     except fastjsonschema.JsonSchemaValueException as e:
         path = list(e.path or ["data"])
         rule, definition = e.rule, e.rule_definition
@@ -96,3 +109,7 @@ def validate(schema_name: str, value: Any) -> Any:
         raise InvalidArgument(message, field=name) from None
     except RecursionError:
         raise InvalidArgument("request body is nested too deeply", field="body") from None
+    check = _CHECKS.get(schema_name)
+    if check is not None:
+        check(value)
+    return value

@@ -105,3 +105,13 @@ def test_defaults_leave_the_submitted_body_as_it_was_and_share_nothing_with_it()
     spec["env"]["B"] = "2"
     spec["labels"]["u"] = "y"
     assert body == before
+
+
+def test_a_command_whose_program_is_empty_is_refused_naming_the_field():
+    """The agent can never start an empty program (domain/wire.py refuses the
+    LAUNCH), so the API refuses the job instead of placing one that would
+    wait forever; an empty argument after it is a real argument."""
+    with pytest.raises(InvalidArgument) as caught:
+        check({**GOOD, "command": ["", "train.py"]})
+    assert caught.value.field == "command" and "must not be empty" in caught.value.detail
+    assert check({**GOOD, "command": ["python", "-c", ""]})["command"][2] == ""

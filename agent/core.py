@@ -358,7 +358,8 @@ class Agent:
             env = rank_env(self._base_env, m, r, p.local_rank, p.slots, p.heartbeat_file,
                            self.node_id, getattr(self._launcher, "identity", None),
                            node_slots=node_slots)
-            rank = self._launcher.launch(list(m.command), env, p.log_file, p.exit_file)
+            rank = self._launcher.launch(list(m.command), env, p.log_file, p.exit_file,
+                                         cwd=m.working_dir)
             p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time
             self._ranks[(rec.key, r)] = rank
 

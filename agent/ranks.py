@@ -221,15 +221,19 @@ class Launcher:
         self.identity = identity
 
     def launch(self, command: list[str], env: dict[str, str], log_file: str,
-               exit_file: str) -> Rank:
-        """Start one rank; stdout goes to ``log_file``, stderr to the same name
-        with ``.err`` for ``.log`` (both appended; agent/logship.py ships them).
+               exit_file: str, cwd: str | None = None) -> Rank:
+        """Start one rank, in ``cwd`` when given; stdout goes to ``log_file``,
+        stderr to the same name with ``.err`` for ``.log`` (both appended;
+        agent/logship.py ships them). A ``cwd`` that is not there is a rank
+        that cannot start.
 
         Never raises for a rank that cannot start: the rank then has exit code 127
         (recorded in its exit file, the reason in its log), as for a command not found."""
         drop = [] if self.identity is None else [
             "--uid", str(self.identity.uid), "--gid", str(self.identity.gid)]
-        argv = [self._python, "-I", str(SHIM), "--exit-file", exit_file, *drop, "--", *command]
+        where = [] if cwd is None else ["--cwd", cwd]
+        argv = [self._python, "-I", str(SHIM), "--exit-file", exit_file, *drop, *where, "--",
+                *command]
         try:
             for path in (log_file, exit_file):
                 Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -73,11 +73,12 @@ def status_to_exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-USAGE = "usage: shim.py --exit-file FILE [--uid UID --gid GID] -- command [args...]"
+USAGE = "usage: shim.py --exit-file FILE [--uid UID --gid GID] [--cwd DIR] -- command [args...]"
 
 
-def _parse(argv: list[str]) -> tuple[str, list[str], tuple[int, int] | None]:
-    """(exit file, command, (uid, gid) the command runs as or None)."""
+def _parse(argv: list[str]) -> tuple[str, list[str], tuple[int, int] | None, str | None]:
+    """(exit file, command, (uid, gid) the command runs as or None, the
+    directory it runs in or None: the shim's own)."""
     if len(argv) < 4 or argv[0] != "--exit-file":
         raise SystemExit(USAGE)
     run_as = None
@@ -90,13 +91,18 @@ def _parse(argv: list[str]) -> tuple[str, list[str], tuple[int, int] | None]:
         except ValueError:
             raise SystemExit(USAGE) from None
         rest = rest[4:]
+    cwd = None
+    if rest[:1] == ["--cwd"]:
+        if len(rest) < 2:
+            raise SystemExit(USAGE)
+        cwd, rest = rest[1], rest[2:]
     if len(rest) < 2 or rest[0] != "--":
         raise SystemExit(USAGE)
-    return argv[1], rest[1:], run_as
+    return argv[1], rest[1:], run_as, cwd
 
 
 def main(argv: list[str] | None = None) -> int:
-    exit_file, command, run_as = _parse(sys.argv[1:] if argv is None else argv)
+    exit_file, command, run_as, cwd = _parse(sys.argv[1:] if argv is None else argv)
     received: list[int] = []
     own_copies = [0]  # our own copies of a forwarded signal, still to arrive
 
@@ -125,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             # file; the command gets no supplementary groups and a usual umask
             drop: dict[str, Any] = {} if run_as is None else {
                 "user": run_as[0], "group": run_as[1], "extra_groups": [], "umask": 0o022}
-            child = subprocess.Popen(command, **drop)
+            # in the job's working_dir when it has one: a relative path in the
+            # command is the job's, not the agent's
+            child = subprocess.Popen(command, cwd=cwd, **drop)
         except (OSError, ValueError) as e:
             print(f"gpujobs-shim: cannot start {command[0]!r}: {e}", file=sys.stderr, flush=True)
             code = CANNOT_START

@@ -4,7 +4,7 @@
 """
 from __future__ import annotations
 
-from ..domain import threshold as _t
+from ..domain import threshold as _t, wire
 
 # ranges that keep the stall threshold's arithmetic bounded (domain/threshold.py)
 HEARTBEAT = {
@@ -35,6 +35,11 @@ JOB_CREATE = {
                     "items": {"type": "string", "maxLength": 8192},
                     "description": "The program and its arguments. The first element, "
                                    "the program, must not be empty (400, field command)."},
+        "working_dir": {"type": "string", "pattern": wire.WORKING_DIR_PATTERN,
+                        "description": "The directory every rank runs in (an absolute path "
+                                       "on the hosts); a relative path in the command is "
+                                       "read against it. Default: the agent's own "
+                                       "working directory."},
         "env": {"type": "object", "maxProperties": 512,
                 "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,254}$"},
                 "additionalProperties": {"type": "string", "maxLength": 8192}},

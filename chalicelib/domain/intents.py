@@ -62,11 +62,7 @@ def cancel_intent(job: Job, reason: str | None) -> Intent:
 def launch_intent(job: Job, attempt: int, ranks_by_node: dict[str, list[int]],
                   inboxes: dict[str, str], master_addr: str, master_port: int) -> Intent:
     """One LAUNCH for every node of a new attempt, each naming its own ranks."""
-    spec = job.spec
-    message = wire.AttemptLaunch(
-        job_id=job.job_id, attempt=attempt, world_size=spec["ranks"],
-        command=tuple(spec["command"]), env=spec.get("env", {}),
-        gpus_per_rank=spec["gpus_per_rank"], master_addr=master_addr, master_port=master_port,
-        heartbeat_interval_s=spec["heartbeat"]["interval_s"]).to_message()
+    message = wire.AttemptLaunch.of_spec(job.job_id, attempt, job.spec, master_addr=master_addr,
+                                         master_port=master_port).to_message()
     return Intent(job.job_id, attempt, LAUNCH, message, dict(sorted(inboxes.items())),
                   {n: list(r) for n, r in sorted(ranks_by_node.items())})

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 LAUNCH, CANCEL = "LAUNCH", "CANCEL"
@@ -39,6 +39,10 @@ MASTER_PORT_MIN, MASTER_PORT_SPAN = 20000, 12768
 DEFAULT_GPUS_PER_RANK = 1
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 DEFAULT_HEARTBEAT_INTERVAL_S = 10.0
+#: a job's working_dir: an absolute path of at most 4096 characters, no NUL
+#: (the API's schema holds a spec to the same pattern)
+WORKING_DIR_PATTERN = r"^/[^\x00]{0,4095}$"
+WORKING_DIR_RE = re.compile(WORKING_DIR_PATTERN)
 
 
 class MessageError(ValueError):
@@ -66,15 +70,32 @@ class AttemptLaunch:
     master_port: int
     #: how often the agent posts the attempt's rank beats
     heartbeat_interval_s: float
+    #: the directory the ranks run in (the spec's working_dir); None: the agent's
+    working_dir: str | None = field(default=None, kw_only=True)
+
+    @classmethod
+    def of_spec(cls, job_id: str, attempt: int, spec: dict, *, master_addr: str,
+                master_port: int) -> "AttemptLaunch":
+        """The LAUNCH of a job's attempt, from its spec (defaults filled): the
+        one place a spec field becomes a message field."""
+        return cls(job_id=job_id, attempt=attempt, world_size=spec["ranks"],
+                   command=tuple(spec["command"]), env=spec.get("env", {}),
+                   gpus_per_rank=spec["gpus_per_rank"], master_addr=master_addr,
+                   master_port=master_port, heartbeat_interval_s=spec["heartbeat"]["interval_s"],
+                   working_dir=spec.get("working_dir"))
 
     def to_message(self) -> dict[str, Any]:
         """The message as the outbox keeps it (numbers as given: JSON ``10``
-        stays ``10``)."""
-        return {"type": LAUNCH, "job_id": self.job_id, "attempt": self.attempt,
-                "world_size": self.world_size, "command": list(self.command),
-                "env": dict(self.env), "gpus_per_rank": self.gpus_per_rank,
-                "master_addr": self.master_addr, "master_port": self.master_port,
-                "heartbeat_interval_s": self.heartbeat_interval_s}
+        stays ``10``); an optional field only when set, so a message without
+        it is the one sent before the field existed."""
+        message = {"type": LAUNCH, "job_id": self.job_id, "attempt": self.attempt,
+                   "world_size": self.world_size, "command": list(self.command),
+                   "env": dict(self.env), "gpus_per_rank": self.gpus_per_rank,
+                   "master_addr": self.master_addr, "master_port": self.master_port,
+                   "heartbeat_interval_s": self.heartbeat_interval_s}
+        if self.working_dir is not None:
+            message["working_dir"] = self.working_dir
+        return message
 
 
 @dataclass(frozen=True)
@@ -160,11 +181,15 @@ def parse_launch(msg: dict) -> Launch:
     interval = msg.get("heartbeat_interval_s", DEFAULT_HEARTBEAT_INTERVAL_S)
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
         raise MessageError(f"heartbeat_interval_s must be a positive number, got {interval!r}")
+    working_dir = msg.get("working_dir")
+    if working_dir is not None and not (isinstance(working_dir, str)
+                                        and WORKING_DIR_RE.fullmatch(working_dir)):
+        raise MessageError(f"working_dir must be an absolute path, got {working_dir!r}")
     return Launch(job_id=job_id, attempt=attempt, ranks=tuple(sorted(ranks)),
                   world_size=world_size, command=tuple(command), env=_env(msg.get("env")),
                   gpus_per_rank=_int(msg, "gpus_per_rank", 0, default=DEFAULT_GPUS_PER_RANK),
                   master_addr=master_addr, master_port=port,
-                  heartbeat_interval_s=float(interval))
+                  heartbeat_interval_s=float(interval), working_dir=working_dir)
 
 
 def parse_cancel(msg: dict) -> Cancel:

@@ -319,6 +319,8 @@ def load_spec_file(path: str) -> dict[str, Any]:
 @click.option("--gpu-type", help="Place only on nodes of this GPU type, e.g. h100.")
 @click.option("--priority", type=int, help="Higher places first (default 0).")
 @click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts in all (default 1).")
+@click.option("-C", "--working-dir", metavar="DIR",
+              help="Absolute directory every rank runs in (default: the agent's own).")
 @click.option("-e", "--env", "env", multiple=True, metavar="KEY=VALUE",
               help="Environment of every rank; repeatable. KEY alone passes the local value.")
 @click.option("-l", "--label", "labels", multiple=True, metavar="KEY=VALUE",
@@ -331,7 +333,8 @@ def load_spec_file(path: str) -> dict[str, Any]:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def submit(spec_file: str | None, name: str | None, ranks: int | None,
            gpus_per_rank: int | None, gpu_type: str | None, priority: int | None,
-           max_attempts: int | None, env: tuple[str, ...], labels: tuple[str, ...],
+           max_attempts: int | None, working_dir: str | None, env: tuple[str, ...],
+           labels: tuple[str, ...],
            idempotency_key: str | None, dry_run: bool, quiet: bool,
            command: tuple[str, ...]) -> None:
     """Submit a job: gpujobs submit --ranks 2 -- python train.py --lr 3e-4
@@ -344,7 +347,7 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     body: dict[str, Any] = load_spec_file(spec_file) if spec_file else {}
     for key, value in (("name", name), ("ranks", ranks), ("gpus_per_rank", gpus_per_rank),
                        ("gpu_type", gpu_type), ("priority", priority),
-                       ("max_attempts", max_attempts)):
+                       ("max_attempts", max_attempts), ("working_dir", working_dir)):
         if value is not None:
             body[key] = value
     for key, values, from_env in (("env", env, True), ("labels", labels, False)):
@@ -409,6 +412,8 @@ def job_panel(job: "Job") -> "RenderableType":
                        f"({escape(spec.get('gpu_type') or 'any type')})")
     t.add_row("priority", str(spec.get("priority", 0)))
     t.add_row("command", escape(" ".join(spec.get("command") or [])))
+    if spec.get("working_dir"):
+        t.add_row("working dir", escape(spec["working_dir"]))
     if spec.get("labels"):
         t.add_row("labels", escape(", ".join(f"{k}={v}" for k, v in spec["labels"].items())))
     t.add_row("created", short_time(job.created_at))

@@ -121,7 +121,7 @@ class RecordingLauncher(Launcher):
         super().__init__()
         self.launched: list[Rank] = []
 
-    def launch(self, command, env, log_file, exit_file) -> Rank:
+    def launch(self, command, env, log_file, exit_file, cwd=None) -> Rank:
         rank = super().launch(command, env, log_file, exit_file)
         self.launched.append(rank)
         return rank

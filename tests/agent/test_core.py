@@ -342,11 +342,11 @@ class FailingOnce:
     def __getattr__(self, name):
         return getattr(self.launcher, name)
 
-    def launch(self, *args):
+    def launch(self, *args, **kwargs):
         if len(self.launcher.launched) == 1 and not self.failed:
             self.failed = True
             raise OSError("too many open files")
-        return self.launcher.launch(*args)
+        return self.launcher.launch(*args, **kwargs)
 
 
 def test_a_launch_that_failed_half_way_is_finished_when_the_message_comes_back(world):

@@ -143,3 +143,23 @@ def test_an_adopted_rank_reports_the_exit_code_its_shim_recorded(launched, tmp_p
     gate.touch()
     wait_until(lambda: adopted.exit_code() is not None, what="adopted exit")
     assert adopted.exit_code() == 4
+
+
+def test_a_rank_runs_in_the_directory_it_is_given(launched, tmp_path):
+    """The job's working_dir: the command runs there, a relative path is read there."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "where.py").write_text("import os\nprint(os.getcwd())\n")
+    rank = Launcher().launch([PY, "where.py"], dict(os.environ), str(tmp_path / "r.log"),
+                             str(tmp_path / "r.exit"), cwd=str(work))
+    launched.append(rank)
+    assert wait_until(lambda: rank.exit_code() is not None) and rank.exit_code() == 0
+    assert (tmp_path / "r.log").read_text() == f"{work}\n"
+
+
+def test_a_working_dir_that_is_not_there_is_a_rank_that_cannot_start(launched, tmp_path):
+    rank = Launcher().launch(["sh", "-c", "exit 0"], dict(os.environ), str(tmp_path / "r.log"),
+                             str(tmp_path / "r.exit"), cwd=str(tmp_path / "missing"))
+    launched.append(rank)
+    assert wait_until(lambda: rank.exit_code() is not None) and rank.exit_code() == 127
+    assert "missing" in (tmp_path / "r.err").read_text()

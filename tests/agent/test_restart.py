@@ -78,8 +78,8 @@ class CrashAfterFirstLaunch(RecordingLauncher):
     class Crash(BaseException):
         pass
 
-    def launch(self, *args):
-        super().launch(*args)
+    def launch(self, *args, **kwargs):
+        super().launch(*args, **kwargs)
         raise self.Crash()
 
 

@@ -79,3 +79,24 @@ def test_cancel_wait_returns_when_the_agents_confirm(gpujobs):
     r = gpujobs("cancel", job_id, "--wait", "--timeout", "30", "-o", "json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["state"] == "CANCELLED"
+
+
+def test_a_job_runs_in_its_working_dir_as_the_cli_submitted_and_describes_it(gpujobs, tmp_path):
+    """`--working-dir` (the spec's working_dir) reaches the agents in the LAUNCH
+    and the ranks run there: the command's relative script path is the job's,
+    not the agent's; `describe` shows the directory."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "where.py").write_text("import os\nprint('ran in', os.getcwd(), flush=True)\n")
+    job_id = submit(gpujobs, "--ranks", "2", "--working-dir", str(work), "--",
+                    "python", "where.py")
+    r = gpujobs("watch", job_id, "--interval", "0.5", "--timeout", "60")
+    assert r.returncode == 0 and "SUCCEEDED" in r.stdout, r.stdout + r.stderr
+    described = gpujobs("describe", job_id)
+    assert f"working dir  {work}" in described.stdout, described.stdout
+    deadline = time.monotonic() + 60  # the agents ship logs every second or two
+    out = ""
+    while time.monotonic() < deadline and out.count(f"ran in {work}") < 2:
+        out = gpujobs("logs", job_id).stdout
+        time.sleep(0.5)
+    assert out.count(f"ran in {work}") == 2, out

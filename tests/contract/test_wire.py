@@ -46,7 +46,7 @@ def expected_launch(job: Job, attempt: int, ranks: list[int], addr: str, port: i
                   command=tuple(spec["command"]), env=spec["env"],
                   gpus_per_rank=spec["gpus_per_rank"], master_addr=addr, master_port=port,
                   heartbeat_interval_s=float(spec["heartbeat"]["interval_s"]),
-                  ranks=tuple(sorted(ranks)))
+                  working_dir=spec.get("working_dir"), ranks=tuple(sorted(ranks)))
 
 
 def test_importing_the_agent_s_parser_pulls_in_no_aws_library():
@@ -61,7 +61,7 @@ def test_importing_the_agent_s_parser_pulls_in_no_aws_library():
 def test_every_node_parses_the_launch_with_its_own_ranks():
     job = job_of({"command": ["python", "train.py", "--lr", "3e-4"], "ranks": 5,
                   "gpus_per_rank": 2, "env": {"A": "1", "NCCL_DEBUG": "INFO"},
-                  "heartbeat": {"interval_s": 2.5}})
+                  "heartbeat": {"interval_s": 2.5}, "working_dir": "/data/runs/7"})
     by_node = {"node-1": [0, 1, 2], "node-2": [3, 4]}
     intent = launch_intent(job, 3, by_node, {"node-1": "q/1", "node-2": "q/2"},
                            master_addr="10.0.0.7", master_port=29511)
@@ -134,7 +134,8 @@ def test_a_launch_the_agent_cannot_act_on_is_refused_not_guessed():
     job = job_of({"command": ["x"], "ranks": 2})
     message = launch_intent(job, 1, {"n": [0, 1]}, {"n": "q"}, master_addr="h",
                             master_port=29500).message_for("n")
-    for broken in ({"ranks": [0, 2]}, {"world_size": 1}, {"attempt": 0}, {"command": []}):
+    for broken in ({"ranks": [0, 2]}, {"world_size": 1}, {"attempt": 0}, {"command": []},
+                   {"working_dir": "relative"}, {"working_dir": 7}):
         try:
             parse(sent({**message, **broken}))
         except MessageError:
@@ -154,6 +155,8 @@ def _placed(draw):
     body = {"command": [draw(_text.filter(bool)), *draw(st.lists(_text, max_size=4))],
             "ranks": ranks, "env": draw(st.dictionaries(_name, _text, max_size=4)),
             "gpus_per_rank": draw(st.integers(1, 64))}
+    if draw(st.booleans()):
+        body["working_dir"] = "/" + draw(_text.filter(lambda t: "\x00" not in t))
     if draw(st.booleans()):
         body["heartbeat"] = {"interval_s": draw(st.one_of(
             st.integers(1, 600), st.floats(0.5, 600, allow_nan=False)))}

@@ -115,3 +115,15 @@ def test_a_command_whose_program_is_empty_is_refused_naming_the_field():
         check({**GOOD, "command": ["", "train.py"]})
     assert caught.value.field == "command" and "must not be empty" in caught.value.detail
     assert check({**GOOD, "command": ["python", "-c", ""]})["command"][2] == ""
+
+
+@pytest.mark.parametrize("where", ["relative/dir", "", "/with\x00nul", "/" + "x" * 4096])
+def test_a_working_dir_must_be_an_absolute_path_the_hosts_can_enter(where):
+    with pytest.raises(InvalidArgument) as caught:
+        check({**GOOD, "working_dir": where})
+    assert caught.value.field == "working_dir"
+
+
+def test_an_absolute_working_dir_is_kept_in_the_spec():
+    assert with_defaults(check({**GOOD, "working_dir": "/data/run 1"}))["working_dir"] == \
+        "/data/run 1"

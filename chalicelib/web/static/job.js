@@ -141,6 +141,7 @@ export function mount(main, [jobId]) {
         ['Why pending', j.state === 'PENDING' ? j.pending_reason : null],
         ['Attempt', j.attempt], ['Ranks', `${j.spec.ranks} × ${j.spec.gpus_per_rank} GPU (${j.spec.gpu_type || 'any type'})`],
         ['Command', h('code', { text: (j.spec.command || []).join(' ') })],
+        ['Working dir', j.spec.working_dir && h('code', { text: j.spec.working_dir })],
         ['Labels', Object.entries(j.spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ')],
         ['Created', time(j.created_at)], ['Started', j.started_at && time(j.started_at)],
         ['Finished', j.finished_at && time(j.finished_at)],

@@ -1,0 +1,106 @@
+"""The layers of docs/architecture.md, as the imports make them: each rule
+here is one line of that page, checked on every module's own imports."""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+AWS = {"boto3", "botocore", "pynamodb", "chalice", "aws_lambda_powertools"}
+
+
+def imports(path: pathlib.Path) -> set[str]:
+    """Every module ``path`` imports, relative imports made absolute."""
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1])
+                module = f"{base}.{node.module}" if node.module else base
+                # `from . import x` may name a module: count both
+                found.update(f"{module}.{a.name}" for a in node.names)
+            else:
+                module = node.module or ""
+            found.add(module)
+    return found
+
+
+def modules(*globs: str) -> list[pathlib.Path]:
+    return sorted(p for g in globs for p in ROOT.glob(g))
+
+
+def offending(paths: list[pathlib.Path], refused) -> dict[str, list[str]]:
+    out = {}
+    for p in paths:
+        bad = sorted(m for m in imports(p) if refused(m))
+        if bad:
+            out[str(p.relative_to(ROOT))] = bad
+    return out
+
+
+def top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def under(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_the_domain_is_pure_python_with_no_aws_and_no_outer_layer():
+    assert offending(modules("chalicelib/domain/*.py"), lambda m: top(m) in AWS or under(
+        m, "chalicelib.service", "chalicelib.adapters", "chalicelib.api",
+        "chalicelib.bootstrap", "chalicelib.config")) == {}
+
+
+def test_services_use_ports_not_adapters_nor_the_http_edge():
+    assert offending(modules("chalicelib/service/*.py"), lambda m: top(m) in AWS or under(
+        m, "chalicelib.adapters", "chalicelib.api", "chalicelib.bootstrap")) == {}
+
+
+def test_the_http_edge_and_the_routes_reach_no_adapter_and_no_aws_client():
+    refused = ({"boto3", "botocore", "pynamodb", "aws_lambda_powertools"}, (
+        "chalicelib.adapters",))
+    assert offending(modules("app.py", "chalicelib/api/*.py"), lambda m: top(m) in refused[0]
+                     or under(m, *refused[1])) == {}
+
+
+def test_adapters_know_nothing_of_http():
+    assert offending(modules("chalicelib/adapters/*.py"), lambda m: top(m) == "chalice" or under(
+        m, "chalicelib.api", "chalicelib.bootstrap")) == {}
+
+
+#: where PynamoDB's schema, codecs and sending live (the one request path)
+_PYNAMODB_HOMES = {"models.py", "items.py", "dynamo.py"}
+
+
+@pytest.mark.parametrize("path", modules("chalicelib/adapters/*.py"),
+                         ids=lambda p: p.name)
+def test_requests_are_built_one_way_no_adapter_builds_pynamodb_objects(path):
+    """Outside the schema (models.py), its codec (items.py) and the builder
+    (dynamo.py), an adapter may name PynamoDB's errors and connection type,
+    never its models, attributes, expressions or transactions."""
+    if path.name in _PYNAMODB_HOMES:
+        return
+    allowed = ("pynamodb.exceptions", "pynamodb.connection")
+    bad = sorted(m for m in imports(path)
+                 if top(m) == "pynamodb" and not under(m, *allowed))
+    assert bad == []
+
+
+def test_the_agent_shares_only_the_wire_schema_with_the_control_plane():
+    """The agent polls SQS itself (boto3), but of the control plane's code it
+    imports the message schema alone."""
+    assert offending(modules("agent/*.py", "agent/rankside/*.py"),
+                     lambda m: top(m) == "chalicelib" and m not in (
+                         "chalicelib.domain", "chalicelib.domain.wire")) == {}
+
+
+def test_a_rule_here_can_fail():
+    """The checker sees a refused import where there is one."""
+    assert imports(ROOT / "chalicelib" / "bootstrap.py") & {
+        "chalicelib.adapters.store", "chalicelib.adapters"}

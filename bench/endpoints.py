@@ -268,7 +268,7 @@ class Bench:
         from chalicelib.domain.intents import launch_intent
         from chalicelib.domain.placement import Plan
 
-        job, _ = self.services.jobs.create(TENANT, BODY, key)
+        job = harness.new_job(self.services, TENANT, BODY, key)
         self.garbage.append((self.cfg.jobs_table, self._job_key(job.job_id)))
         if key is not None:
             self.garbage.append((self.cfg.idempotency_table,
@@ -473,7 +473,7 @@ class Bench:
     # -- running -------------------------------------------------------------------
     def fill(self) -> None:
         for _ in range(LISTED_JOBS):
-            self.services.jobs.create(TENANT, BODY, None)
+            self.services.jobs.submit(TENANT, BODY, None)
 
     def collect_garbage(self) -> None:
         """Delete what a round made, so tables keep their size (moto copies

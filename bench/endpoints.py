@@ -295,8 +295,9 @@ class Bench:
         from chalicelib.adapters.job_store import create_writes
         from chalicelib.domain import idempotency
         from chalicelib.domain.clock import utcnow
+        from chalicelib.domain.health import initial_health
         from chalicelib.domain.ids import new_job_id
-        from chalicelib.domain.jobs import Job, initial_health, with_defaults
+        from chalicelib.domain.jobs import Job, with_defaults
         from chalicelib.domain.quotas import DEFAULT_MAX_PENDING_JOBS
         from chalicelib.domain.states import JobState
         from chalicelib.service.ports import IdemClaim

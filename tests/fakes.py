@@ -39,8 +39,9 @@ from chalicelib.domain import events as ev, idempotency, quotas
 from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
 from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parked_partition
+from chalicelib.domain.health import clear_incident, frozen_health, incident
 from chalicelib.domain.intents import Intent
-from chalicelib.domain.jobs import Job, JobView, clear_incident, frozen_health, view_of
+from chalicelib.domain.jobs import Job, JobView, view_of
 from chalicelib.domain.nodes import Node, NodeState
 from chalicelib.domain.placement import Plan, queue_key
 from chalicelib.domain.stall import Beat
@@ -485,11 +486,7 @@ class FakeJobStore:
                     return False
                 current.incident_key = incident_key
                 self._event(job.job_id, f"stalled#{incident_key}", ev.event(
-                    "stalled", self._clock(), attempt=job.attempt,
-                    reason=f"rank {health.get('first_stalled_rank')} stalled first",
-                    rank=health.get("first_stalled_rank"),
-                    co_first=[c.get("rank") for c in health.get("co_first") or []] or None,
-                    suspect_node=health.get("suspect_node")))
+                    "stalled", self._clock(), attempt=job.attempt, **incident(health)))
             current.health = copy.deepcopy(health)
             return True
 

@@ -35,6 +35,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterator, Mapping, Sequence
 
+from pynamodb.exceptions import TransactWriteError
+
+from chalicelib.adapters.dynamo import ConditionFailed
 from chalicelib.domain import events as ev, idempotency, quotas
 from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
@@ -73,11 +76,6 @@ def _ms(t: datetime | None) -> datetime | None:
 def room_types(gpu_type: str | None) -> list[str]:
     """The fleets that room on a node of ``gpu_type`` concerns (adapters/fleet.py)."""
     return [gpu_type, ALL_TYPES] if gpu_type and gpu_type != ALL_TYPES else [ALL_TYPES]
-
-
-class ConditionFailed(Exception):
-    """A write the adapter would send unguarded failed its condition: a bug in
-    the caller, not a race (the adapter raises botocore's error here)."""
 
 
 @dataclass
@@ -194,7 +192,8 @@ class FakeJobStore:
                 if current is not None:
                     if current.tenant == job.tenant and current.created_at == ms(job.created_at):
                         return  # this very put, retried
-                    raise ConditionFailed(f"job {job.job_id} exists")
+                    # the adapter's transaction is cancelled and nothing reads it as ours
+                    raise TransactWriteError(f"job {job.job_id} exists")
                 self.t.count_pending(job.tenant, +1, max_pending)
                 self._insert(job)
                 return
@@ -500,7 +499,7 @@ class FakeJobStore:
         with self.t.lock:
             stored = self.t.attempts.get((job_id, attempt))
             if stored is None:
-                raise ConditionFailed(f"job {job_id} has no attempt {attempt}")
+                raise ConditionFailed()  # the adapter's: its update's condition was false
             if ranks:
                 getattr(stored, kind).update(ranks)
                 if kind == "exited":

@@ -20,14 +20,9 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-
 from bench import harness  # noqa: E402
-from tests.browser import ui  # noqa: E402
-from tests.browser.conftest import CHROMEDRIVER, CHROMIUM, FLAGS  # noqa: E402
-from tests.browser.test_dashboard import _wide_job  # noqa: E402
-from tests.stacks import Api, start_stack  # noqa: E402
+from devstack.browser import CHROMEDRIVER, CHROMIUM, sign_in, start_chrome, wait, wide_job  # noqa: E402
+from devstack.stack import Api, start_stack  # noqa: E402
 
 TOKENS = [{"token": "bench", "tenant": "bench"}]
 
@@ -42,23 +37,22 @@ def main() -> None:
         sys.exit("chromium and chromedriver are needed (make browser)")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="gpujobs-bench-ui-"))
     stack = start_stack(tmp, TOKENS)
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS + [f"--user-data-dir={tmp / 'profile'}"]:
-        options.add_argument(flag)
-    service = Service(executable_path=CHROMEDRIVER)
-    driver = webdriver.Chrome(service=service, options=options)
+    try:
+        driver, service = start_chrome(str(tmp / "profile"))
+    except BaseException:
+        stack.stop()
+        raise
     try:
         api = Api(stack.api, "bench")
         for i in range(50):
             api.post("/v1/jobs", json={"name": f"bench-{i}", "command": ["true"], "ranks": 1,
                                        "gpu_type": "none"})
-        ui.sign_in(driver, stack.api + "/", "bench")
+        sign_in(driver, stack.api + "/", "bench")
         paint, rows = [], []
         for _ in range(loads):
             driver.get(stack.api + "/#/jobs")
             driver.refresh()
-            ui.wait(driver).until(lambda d: len(d.find_elements("css selector", "#jobs-body tr")) == 25)
+            wait(driver).until(lambda d: len(d.find_elements("css selector", "#jobs-body tr")) == 25)
             t = driver.execute_script("""
                 const fcp = performance.getEntriesByName('first-contentful-paint')[0];
                 return [fcp ? fcp.startTime : null, performance.now()];""")
@@ -66,7 +60,7 @@ def main() -> None:
             rows.append(t[1])
         draws = {}
         for n, per in ((64, 8), (wide, 256)):
-            job, ranks = _wide_job(n, per)
+            job, ranks = wide_job(n, per)
             job["id"] = f"job_BENCH{n}"
             sid = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
                 const FAKE = %s, real = window.fetch;
@@ -78,7 +72,7 @@ def main() -> None:
             for _ in range(loads):
                 driver.get(stack.api + f"/#/jobs/{job['id']}/ranks")
                 driver.refresh()
-                ui.wait(driver).until(lambda d, n=n: d.find_element("id", "heatmap").get_attribute("data-cells") == str(n))
+                wait(driver).until(lambda d, n=n: d.find_element("id", "heatmap").get_attribute("data-cells") == str(n))
                 samples.append(float(driver.find_element("id", "heatmap").get_attribute("data-draw-ms")))
             driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": sid})
             draws[n] = statistics.median(samples)

@@ -268,7 +268,7 @@ class Bench:
         from chalicelib.domain.intents import launch_intent
         from chalicelib.domain.placement import Plan
 
-        job, _ = self.services.jobs.create(TENANT, BODY, key)
+        job = harness.new_job(self.services, TENANT, BODY, key)
         self.garbage.append((self.cfg.jobs_table, self._job_key(job.job_id)))
         if key is not None:
             self.garbage.append((self.cfg.idempotency_table,
@@ -295,8 +295,9 @@ class Bench:
         from chalicelib.adapters.job_store import create_writes
         from chalicelib.domain import idempotency
         from chalicelib.domain.clock import utcnow
+        from chalicelib.domain.health import initial_health
         from chalicelib.domain.ids import new_job_id
-        from chalicelib.domain.jobs import Job, initial_health, with_defaults
+        from chalicelib.domain.jobs import Job, with_defaults
         from chalicelib.domain.quotas import DEFAULT_MAX_PENDING_JOBS
         from chalicelib.domain.states import JobState
         from chalicelib.service.ports import IdemClaim
@@ -473,7 +474,7 @@ class Bench:
     # -- running -------------------------------------------------------------------
     def fill(self) -> None:
         for _ in range(LISTED_JOBS):
-            self.services.jobs.create(TENANT, BODY, None)
+            self.services.jobs.submit(TENANT, BODY, None)
 
     def collect_garbage(self) -> None:
         """Delete what a round made, so tables keep their size (moto copies

@@ -130,7 +130,7 @@ class Stack:
         if getattr(self, "_base", None) is None:
             self._base = self._setup()
         s, base = self._base
-        return {**base, "cancel": [s.jobs.create("fr", BODY, None)[0].job_id
+        return {**base, "cancel": [s.jobs.submit("fr", BODY, None)[0]["job_id"]
                                    for _ in range(cancels)]}
 
     def _setup(self):
@@ -142,15 +142,16 @@ class Stack:
         s = bootstrap.build(Config.from_env())
         node = "fr-node-1"
         s.nodes.register(Principal("agent", "*"), node, {"gpus": 64, "gpu_type": "H100"})
-        job, _ = s.jobs.create("fr", {"command": ["python", "train.py"], "ranks": 4,
+        job, _ = s.jobs.submit("fr", {"command": ["python", "train.py"], "ranks": 4,
                                       "gpus_per_rank": 8, "gpu_type": "H100"}, None)
+        job_id = job["job_id"]
         s.placer.run()
         ranks = list(range(4))
-        s.attempts.report(Principal("agent", "*"), job.job_id, 1,
+        s.attempts.report(Principal("agent", "*"), job_id, 1,
                           {"type": "STARTED", "ranks": ranks, "node_id": node})
-        s.heartbeats.ingest(Principal("agent", "*"), job.job_id,
+        s.heartbeats.ingest(Principal("agent", "*"), job_id,
                             {"attempt": 1, "ranks": [{"rank": r, "step": 1} for r in ranks]})
-        return s, {"job": job.job_id, "node": node, "ranks": ranks}
+        return s, {"job": job_id, "node": node, "ranks": ranks}
 
     def stop(self) -> None:
         self.server.stop()

@@ -191,6 +191,14 @@ def plain_clients():
             session.client("sqs", region_name=REGION, config=plain))
 
 
+# -- fixtures -----------------------------------------------------------------------------
+def new_job(services, tenant: str, body: dict, key: str | None = None):
+    """A job submitted as the route submits it (``services.jobs.submit``),
+    read back as the Job the store holds (untimed set-up: one more read)."""
+    view, _ = services.jobs.submit(tenant, body, key)
+    return services.store.get(view["job_id"])
+
+
 # -- timing -----------------------------------------------------------------------------
 class Sample:
     """One timed call: wall and CPU milliseconds, the requests it made, its result."""

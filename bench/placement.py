@@ -11,7 +11,7 @@ and the services from chalicelib.bootstrap. Every scale deploys a fresh stack
 At each scale one node registers through ``services.nodes.register`` (8 h100
 GPUs) and the other N-1 are its item with their ids put in, written in batches
 (untimed; see ``Scale.clone_nodes``); every round submits the same M seeded
-jobs (ranks 1..4, gpus_per_rank 1..2, h100) through ``services.jobs.create``
+jobs (ranks 1..4, gpus_per_rank 1..2, h100) through ``services.jobs.submit``
 and times, in alternating order:
 
 * placement: ``services.placer.run()``, repeated while a run both places jobs
@@ -180,7 +180,7 @@ class Scale:
     def submit(self, indices) -> list:
         jobs = []
         for i in indices:
-            job, _ = self.services.jobs.create(TENANT, self.bodies[i], None)
+            job = harness.new_job(self.services, TENANT, self.bodies[i])
             self.created.append(job.job_id)
             jobs.append((i, job))
         return jobs

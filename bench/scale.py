@@ -100,8 +100,9 @@ class Scale:
         """``n`` jobs of ``tenant``, oldest first, ``state_of(i)`` each."""
         from chalicelib.adapters.jobs_table import new_job_values
         from chalicelib.adapters.models import JobModel
+        from chalicelib.domain.health import initial_health
         from chalicelib.domain.ids import new_job_id
-        from chalicelib.domain.jobs import Job, initial_health, with_defaults
+        from chalicelib.domain.jobs import Job, with_defaults
 
         spec = with_defaults(spec)
         health = initial_health(spec, 60.0)

@@ -221,7 +221,7 @@ class Stack:
         s = self.services
         body = {"name": "scan-bench", "command": ["python", "train.py"], "ranks": ranks,
                 "gpus_per_rank": 1, "gpu_type": GPU_TYPE, "env": {"NCCL_DEBUG": "WARN"}}
-        ids = [s.jobs.create(TENANT, dict(body), None)[0].job_id for _ in range(count)]
+        ids = [s.jobs.submit(TENANT, dict(body), None)[0]["job_id"] for _ in range(count)]
         placed: list[str] = []
         for _ in range(5):
             report = s.placer.run()

@@ -106,17 +106,17 @@ class Setup:
             s.nodes.register(self.agent, f"rank-cost-{n}", {"gpus": n, "gpu_type": GPU_TYPE})
             body = {"name": "scan-rank-cost", "command": ["python", "train.py"], "ranks": n,
                     "gpus_per_rank": 1, "gpu_type": GPU_TYPE}
-            job, _ = s.jobs.create(TENANT, body, None)
+            job_id = s.jobs.submit(TENANT, body, None)[0]["job_id"]
             s.placer.run()
-            attempt = s.store.attempt(job.job_id, 1)
+            attempt = s.store.attempt(job_id, 1)
             if attempt is None:
                 raise Fail(f"the {n}-rank job was not placed")
             for node_id, ranks in sorted(attempt.node_ranks.items()):
-                s.attempts.report(self.agent, job.job_id, 1, {
+                s.attempts.report(self.agent, job_id, 1, {
                     "type": "STARTED", "node_id": node_id, "ranks": list(ranks)})
-            if s.store.get(job.job_id).state is not JobState.RUNNING:
+            if s.store.get(job_id).state is not JobState.RUNNING:
                 raise Fail(f"the {n}-rank job is not RUNNING")
-            self.jobs[n] = job.job_id
+            self.jobs[n] = job_id
 
     def beat(self, n: int, step: int) -> None:
         self.services.heartbeats.ingest(self.agent, self.jobs[n], {

@@ -35,12 +35,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterator, Mapping, Sequence
 
+from pynamodb.exceptions import TransactWriteError
+
+from chalicelib.adapters.dynamo import ConditionFailed
 from chalicelib.domain import events as ev, idempotency, quotas
 from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
 from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parked_partition
+from chalicelib.domain.health import clear_incident, frozen_health, incident
 from chalicelib.domain.intents import Intent
-from chalicelib.domain.jobs import Job, JobView, clear_incident, frozen_health, view_of
+from chalicelib.domain.jobs import Job, JobView, view_of
 from chalicelib.domain.nodes import Node, NodeState
 from chalicelib.domain.placement import Plan, queue_key
 from chalicelib.domain.stall import Beat
@@ -72,11 +76,6 @@ def _ms(t: datetime | None) -> datetime | None:
 def room_types(gpu_type: str | None) -> list[str]:
     """The fleets that room on a node of ``gpu_type`` concerns (adapters/fleet.py)."""
     return [gpu_type, ALL_TYPES] if gpu_type and gpu_type != ALL_TYPES else [ALL_TYPES]
-
-
-class ConditionFailed(Exception):
-    """A write the adapter would send unguarded failed its condition: a bug in
-    the caller, not a race (the adapter raises botocore's error here)."""
 
 
 @dataclass
@@ -193,7 +192,8 @@ class FakeJobStore:
                 if current is not None:
                     if current.tenant == job.tenant and current.created_at == ms(job.created_at):
                         return  # this very put, retried
-                    raise ConditionFailed(f"job {job.job_id} exists")
+                    # the adapter's transaction is cancelled and nothing reads it as ours
+                    raise TransactWriteError(f"job {job.job_id} exists")
                 self.t.count_pending(job.tenant, +1, max_pending)
                 self._insert(job)
                 return
@@ -485,11 +485,7 @@ class FakeJobStore:
                     return False
                 current.incident_key = incident_key
                 self._event(job.job_id, f"stalled#{incident_key}", ev.event(
-                    "stalled", self._clock(), attempt=job.attempt,
-                    reason=f"rank {health.get('first_stalled_rank')} stalled first",
-                    rank=health.get("first_stalled_rank"),
-                    co_first=[c.get("rank") for c in health.get("co_first") or []] or None,
-                    suspect_node=health.get("suspect_node")))
+                    "stalled", self._clock(), attempt=job.attempt, **incident(health)))
             current.health = copy.deepcopy(health)
             return True
 
@@ -503,7 +499,7 @@ class FakeJobStore:
         with self.t.lock:
             stored = self.t.attempts.get((job_id, attempt))
             if stored is None:
-                raise ConditionFailed(f"job {job_id} has no attempt {attempt}")
+                raise ConditionFailed()  # the adapter's: its update's condition was false
             if ranks:
                 getattr(stored, kind).update(ranks)
                 if kind == "exited":

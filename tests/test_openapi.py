@@ -30,9 +30,10 @@ from chalicelib.domain import idempotency, wire  # noqa: E402
 from chalicelib.domain.attempts import LOST, Attempt, exit_info  # noqa: E402
 from chalicelib.domain.clock import iso  # noqa: E402
 from chalicelib.domain.errors import ApiError  # noqa: E402
+from chalicelib.domain.health import initial_health  # noqa: E402
 from chalicelib.domain.ids import JOB_ID_RE, new_job_id  # noqa: E402
 from chalicelib.domain.intents import cancel_intent, launch_intent  # noqa: E402
-from chalicelib.domain.jobs import Job, initial_health, with_defaults  # noqa: E402
+from chalicelib.domain.jobs import Job, with_defaults  # noqa: E402
 from chalicelib.domain.nodes import NODE_ID_RE, Node, NodeState  # noqa: E402
 from chalicelib.domain.placement import master_port  # noqa: E402
 from chalicelib.domain.principal import Principal  # noqa: E402

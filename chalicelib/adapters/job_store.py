@@ -20,6 +20,7 @@ from pynamodb.exceptions import TransactWriteError
 from ..domain import events as ev
 from ..domain.clock import iso, parse_iso
 from ..domain.fleet import Fleet, parked_partition
+from ..domain.health import incident
 from ..domain.jobs import Job, JobView
 from ..domain.states import Event, JobState
 from ..service.ports import (
@@ -322,11 +323,7 @@ class DynamoJobs(OnDynamo):
         condition, values = state_in([JobState.RUNNING], attempt=job.attempt)
         if incident_key is not None:
             changes.set("incident_key", incident_key).event(f"stalled#{incident_key}", ev.event(
-                "stalled", self._now(), attempt=job.attempt,
-                reason=f"rank {health.get('first_stalled_rank')} stalled first",
-                rank=health.get("first_stalled_rank"),
-                co_first=[c.get("rank") for c in health.get("co_first") or []] or None,
-                suspect_node=health.get("suspect_node")))
+                "stalled", self._now(), attempt=job.attempt, **incident(health)))
             if job.incident_key is None:
                 condition += " AND attribute_not_exists(#incident_key)"
             else:

@@ -13,8 +13,9 @@ from pynamodb.exceptions import TransactWriteError
 from ..domain import events as ev
 from ..domain.attempts import Attempt
 from ..domain.clock import iso, parse_iso
+from ..domain.health import clear_incident, frozen_health
 from ..domain.intents import LAUNCH, Intent, intent_id
-from ..domain.jobs import Job, clear_incident, frozen_health
+from ..domain.jobs import Job
 from ..domain.placement import Plan
 from ..domain.states import ENDS_ATTEMPT, PLACED, Event, JobState
 from ..service.ports import CapacityChanged, Contended, StateChanged

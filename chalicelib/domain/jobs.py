@@ -7,11 +7,6 @@ from typing import Any, TypedDict
 
 from ..fastjson import RawJSON
 from .clock import iso, iso_or_none
-from .health import (  # noqa: F401 - re-exported: the health record's home is health.py
-    clear_incident,
-    frozen_health,
-    initial_health,
-)
 from .states import JobState
 
 HEARTBEAT_DEFAULTS = {

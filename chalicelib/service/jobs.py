@@ -1,7 +1,7 @@
 """Jobs use cases: idempotent create, read, keyset listing, cancel as an intent."""
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence, TypeVar
+from typing import Protocol, Sequence
 
 from ..domain import cursor, idempotency, limits, quotas
 from ..domain.clock import Clock, plus, utcnow
@@ -39,13 +39,6 @@ MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
 #: how often a command retries after losing a conditional write to a racer
 _RACE_RETRIES = 3
-
-
-T = TypeVar("T")
-
-
-def _itself(job: Job) -> Job:
-    return job
 
 
 #: a job's fields other than those job_wire_bytes encodes: names, ids, times
@@ -86,19 +79,11 @@ class JobsService:
         self._clock = clock
 
     # -- create -----------------------------------------------------------
-    def create(self, tenant: str, body: dict, idempotency_key: str | None) -> tuple[Job, bool]:
-        """The new job, or with a known key and the same body the job it made
-        (second value True: a replay). One write round trip on the first call."""
-        return self._create(tenant, body, idempotency_key, self.store.get, _itself)
-
     def submit(self, tenant: str, body: dict,
                idempotency_key: str | None) -> tuple[JobView, bool]:
-        """``create`` as the job is shown (the route's): a replay reads the
-        job's view, not the Job."""
-        return self._create(tenant, body, idempotency_key, self.store.view, view_of)
-
-    def _create(self, tenant: str, body: dict, idempotency_key: str | None,
-                read: Callable[[str], T | None], shown: Callable[[Job], T]) -> tuple[T, bool]:
+        """The new job as it is shown, or with a known key and the same body
+        the job it made (second value True: a replay, read as the job's view).
+        One write round trip on the first call."""
         now = self._clock()
         spec = with_defaults(body)
         claim = None if idempotency_key is None else IdemClaim(
@@ -111,14 +96,14 @@ class JobsService:
             self._write(job, None)
             self.telemetry.count("JobsCreated")
             self.nudge()
-            return shown(job), False
+            return view_of(job), False
         reclaim = None
         for _ in range(_RACE_RETRIES):
             try:
                 self._write(job, claim, reclaim)
                 self.telemetry.count("JobsCreated")
                 self.nudge()
-                return shown(job), False
+                return view_of(job), False
             except IdempotencyConflict as conflict:
                 held = conflict.record
             if held is None:
@@ -130,7 +115,7 @@ class JobsService:
                 raise IdempotencyKeyReused(
                     "Idempotency-Key was already used with a different request body",
                     field="Idempotency-Key")
-            existing = read(held.job_id)
+            existing = self.store.view(held.job_id)
             if existing is not None:
                 self.telemetry.count("IdempotentReplays")
                 return existing, True

@@ -11,15 +11,10 @@ import uuid
 
 import pytest
 
+from devstack.browser import CHROMEDRIVER, CHROMIUM, start_chrome
 from tests.stacks import Api
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 TENANT_TOKEN = "e2e-tenant"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,900", "--force-device-scale-factor=1",
-         "--lang=en-GB"]
 
 
 def pytest_collection_modifyitems(items):
@@ -39,18 +34,8 @@ def chrome():
     if not (CHROMIUM and CHROMEDRIVER):
         pytest.skip("!!! BROWSER TESTS NOT RUN: chromium and chromedriver are not installed; "
                     "`make test` installs them (apt-get install chromium chromium-driver) !!!")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
     profile = tempfile.mkdtemp(prefix="gpujobs-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(executable_path=CHROMEDRIVER)
-    driver = webdriver.Chrome(service=service, options=options)
+    driver, service = start_chrome(profile, browser_log=True)
     driver.set_page_load_timeout(30)
     try:
         yield driver

@@ -10,6 +10,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
+from devstack.browser import wide_job
 from tests.browser import ui
 from tests.browser.conftest import TENANT_TOKEN, submit, unique, wait_state
 
@@ -206,47 +207,10 @@ def test_keyboard_alone_reaches_every_page(page, browser_stack):
 
 
 
-def _wide_job(ranks: int = 16384, per_node: int = 256) -> tuple[dict, dict]:
-    """A RUNNING job of 16,384 ranks on 64 nodes, in the API's shapes, with
-    every status issue 11 adds, one first-stalled rank, co-first ranks and a
-    suspect node. (A real gang this wide stayed PENDING on the local stack
-    when tried, probably because its attempt's placement map passes
-    DynamoDB's 400 KB item limit; so the page is fed this instead.)"""
-    first, co, suspect = 9000, [9001, 9003], "node-35"
-    view = []
-    for r in range(ranks):
-        node = f"node-{r // per_node:02d}"
-        silence = (r * 7919 % 1000) / 100  # 0 to 10 s, scattered
-        rank = {"rank": r, "node_id": node, "last_heard_at": "2026-01-01T00:00:00.000Z",
-                "silence_s": silence, "step": 1000 + r % 13, "stalled": False, "paused": False}
-        if node == suspect:
-            rank.update(silence_s=30 + r % 5, stalled=True, status="stalled")
-        if r == first:
-            rank.update(silence_s=60.0)
-        elif r in co:
-            rank.update(silence_s=59.5)
-        elif r % 997 == 0:
-            rank.update(status="paused", paused=True)
-        elif r % 1009 == 0:
-            rank.update(status="busy")
-        elif 12800 <= r < 13056:
-            rank.update(status="exited")
-        view.append(rank)
-    view.sort(key=lambda x: (-x["silence_s"], x["rank"]))
-    job = {"id": "job_WIDE16384", "name": "wide-16384", "state": "RUNNING", "attempt": 1,
-           "spec": {"ranks": ranks, "gpus_per_rank": 1, "command": ["train"], "labels": {}},
-           "health": {"status": "STALLED", "threshold_s": 12.0, "first_stalled_rank": first,
-                      "co_first": [{"rank": r} for r in co], "suspect_node": suspect,
-                      "stalled_ranks": sorted(x["rank"] for x in view if x["stalled"]),
-                      "detected_at": "2026-01-01T00:01:00.000Z"}}
-    return job, {"attempt": 1, "threshold_s": 12.0, "now": "2026-01-01T00:01:00.000Z",
-                 "ranks": view}
-
-
 def test_the_heatmap_draws_16384_ranks_by_node(page, browser_stack):
     """The page, fed a 16,384-rank job through its own fetch: one cell per
     rank, 64 node blocks on about one screen, the culprit named as text."""
-    job, ranks = _wide_job()
+    job, ranks = wide_job()
     script = page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
         const FAKE = %s, real = window.fetch;
         window.fetch = (url, opts) => {

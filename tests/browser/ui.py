@@ -1,4 +1,5 @@
-"""Small helpers over Selenium for the dashboard's pages."""
+"""Small helpers over Selenium for the dashboard's pages (the ones bench/
+shares live in devstack/browser.py)."""
 from __future__ import annotations
 
 import os
@@ -6,7 +7,11 @@ import pathlib
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
-from selenium.webdriver.support.ui import WebDriverWait
+
+from devstack.browser import find, present, sign_in, wait
+
+__all__ = ["console_errors", "find", "present", "screenshot", "sign_in", "text_in",
+           "wait"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: where screenshots go: build/ by default, so a test run leaves the tree clean;
@@ -14,31 +19,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHOTS = ROOT / os.environ.get("GPUJOBS_SCREENSHOTS", "build/screenshots")
 
 
-def wait(driver, timeout: float = 30) -> WebDriverWait:
-    return WebDriverWait(driver, timeout, poll_frequency=0.1)
-
-
-def find(driver, css: str, timeout: float = 30):
-    return wait(driver, timeout).until(EC.visibility_of_element_located((By.CSS_SELECTOR, css)))
-
-
-def present(driver, css: str, timeout: float = 30):
-    return wait(driver, timeout).until(EC.presence_of_element_located((By.CSS_SELECTOR, css)))
-
-
 def text_in(driver, css: str, text: str, timeout: float = 30) -> str:
     wait(driver, timeout).until(EC.text_to_be_present_in_element((By.CSS_SELECTOR, css), text))
     return driver.find_element(By.CSS_SELECTOR, css).text
-
-
-def sign_in(driver, url: str, token: str) -> None:
-    driver.get(url)
-    driver.execute_script("sessionStorage.clear()")
-    driver.refresh()
-    field = find(driver, "#token")
-    field.send_keys(token)
-    field.submit()
-    present(driver, "#jobs-body")
 
 
 def screenshot(driver, name: str) -> pathlib.Path:

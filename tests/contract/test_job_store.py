@@ -6,7 +6,9 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from pynamodb.exceptions import TransactWriteError
 
+from chalicelib.adapters.dynamo import ConditionFailed
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import utcnow
 from chalicelib.domain.intents import cancel_intent
@@ -24,6 +26,17 @@ def test_a_created_job_reads_back_as_written(ports):
         job.tenant, JobState.PENDING, job.spec, "contract", 0)
     assert got.created_at == job.created_at and got.health == job.health
     assert ports.store.get(job.job_id[:-4] + "ZZZZ") is None
+
+
+def test_another_job_created_under_a_taken_id_is_refused_and_changes_nothing(ports):
+    """Both raise PynamoDB's TransactWriteError (the cancelled transaction), not a
+    fake's own exception."""
+    job = ports.created()
+    other = replace(ports.job(tenant=ports.tenant(1)), job_id=job.job_id)
+    with pytest.raises(TransactWriteError):
+        ports.store.create(other, None)
+    assert ports.store.get(job.job_id).tenant == job.tenant
+    assert ports.store.page(other.tenant, None, 10, None)[0] == []
 
 
 def test_a_create_retried_after_a_lost_answer_changes_nothing(ports):
@@ -270,6 +283,16 @@ def test_rank_reports_only_add_and_repeats_change_nothing(ports):
     assert ports.store.record_ranks(job.job_id, 1, "stopped", []).stopped == set()
     kinds = [e["type"] for e in ports.store.events(job.job_id)]
     assert kinds.count("rank_exited") == 1 and kinds.count("rank_started") == 2
+
+
+@pytest.mark.parametrize("ranks", [[0], []])
+def test_ranks_reported_for_a_missing_attempt_raise_the_adapters_condition_failure(ports, ranks):
+    """Both raise dynamo.ConditionFailed, so a caller that catches it is tested on the fake."""
+    job, _ = ports.running()
+    for job_id, attempt in ((job.job_id, 2), (job.job_id[:-4] + "ZZZZ", 1)):
+        with pytest.raises(ConditionFailed):
+            ports.store.record_ranks(job_id, attempt, "started", ranks)
+    assert ports.store.attempt(job.job_id, 2) is None, "no attempt is made up"
 
 
 def test_a_node_gets_its_gpus_back_exactly_once(ports):

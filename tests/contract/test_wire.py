@@ -16,9 +16,10 @@ from hypothesis import given, settings, strategies as st
 
 from agent.messages import Cancel, Launch, MessageError, parse
 from chalicelib.domain import intents, wire
+from chalicelib.domain.health import initial_health
 from chalicelib.domain.ids import new_job_id
 from chalicelib.domain.intents import cancel_intent, launch_intent
-from chalicelib.domain.jobs import Job, initial_health, with_defaults
+from chalicelib.domain.jobs import Job, with_defaults
 from chalicelib.domain.placement import master_port
 from chalicelib.domain.states import JobState
 from chalicelib.service.dispatch import Dispatcher

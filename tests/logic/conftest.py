@@ -33,6 +33,8 @@ def register(svc, node_id: str, gpus: int = 8, gpu_type: str = "a100"):
 
 
 def submit(svc, tenant: str = "acme", key: str | None = None, **body):
+    """A job submitted as the route submits it (JobsService.submit), read back
+    as the Job the store holds."""
     body = {"command": ["python", "train.py"], "ranks": 2, "gpu_type": "a100", **body}
-    job, _ = svc.jobs.create(tenant, body, key)
-    return job
+    view, _ = svc.jobs.submit(tenant, body, key)
+    return svc.store.get(view["job_id"])

@@ -17,25 +17,25 @@ from .conftest import AGENTS, register, submit
 
 def test_the_same_key_and_body_replay_the_first_job(svc, world):
     body = {"command": ["python", "train.py"], "ranks": 2}
-    first, replay = svc.jobs.create("acme", body, "key-1")
-    again, replayed = svc.jobs.create("acme", body, "key-1")
-    assert (replay, replayed, again.job_id) == (False, True, first.job_id)
+    first, replay = svc.jobs.submit("acme", body, "key-1")
+    again, replayed = svc.jobs.submit("acme", body, "key-1")
+    assert (replay, replayed, again["job_id"]) == (False, True, first["job_id"])
     assert world.nudge.calls == 1, "a replay asks for no placement"
     assert world.telemetry.counts == {"JobsCreated": 1, "IdempotentReplays": 1}
 
 
 def test_a_key_reused_with_another_body_is_refused_naming_the_header(svc):
-    svc.jobs.create("acme", {"command": ["a"], "ranks": 1}, "key-1")
+    svc.jobs.submit("acme", {"command": ["a"], "ranks": 1}, "key-1")
     with pytest.raises(IdempotencyKeyReused) as refused:
-        svc.jobs.create("acme", {"command": ["b"], "ranks": 1}, "key-1")
+        svc.jobs.submit("acme", {"command": ["b"], "ranks": 1}, "key-1")
     assert refused.value.field == "Idempotency-Key"
 
 
 def test_keys_are_per_tenant(svc):
     body = {"command": ["a"], "ranks": 1}
-    mine, _ = svc.jobs.create("acme", body, "key-1")
-    theirs, replay = svc.jobs.create("other", body, "key-1")
-    assert theirs.job_id != mine.job_id and not replay
+    mine, _ = svc.jobs.submit("acme", body, "key-1")
+    theirs, replay = svc.jobs.submit("other", body, "key-1")
+    assert theirs["job_id"] != mine["job_id"] and not replay
 
 
 def test_another_tenants_job_reads_as_missing(svc):

@@ -71,8 +71,9 @@ def flood(services, tenant: str, body: dict, n: int) -> list[str]:
     and creating is not what such a test checks."""
     from chalicelib.adapters.jobs_table import new_job_values
     from chalicelib.adapters.models import JobModel
+    from chalicelib.domain.health import initial_health
     from chalicelib.domain.ids import new_job_id
-    from chalicelib.domain.jobs import Job, initial_health, with_defaults
+    from chalicelib.domain.jobs import Job, with_defaults
     from chalicelib.domain.states import JobState
 
     now = services.clock()

@@ -19,9 +19,9 @@ def register(s, node_id, gpus=8, gpu_type="park"):
 
 
 def create(s, tenant, ranks, gpus_per_rank=8, gpu_type="park"):
-    job, _ = s.jobs.create(tenant, {"command": ["x"], "ranks": ranks, "gpu_type": gpu_type,
+    job, _ = s.jobs.submit(tenant, {"command": ["x"], "ranks": ranks, "gpu_type": gpu_type,
                                     "gpus_per_rank": gpus_per_rank}, None)
-    return job.job_id
+    return job["job_id"]
 
 
 def test_a_flood_of_never_fitting_jobs_is_read_once_then_costs_a_bounded_run(iso, tenants):

@@ -177,10 +177,10 @@ def test_a_flood_of_never_fitting_and_huge_top_priority_jobs_cannot_hold_back_a_
         register(iso, n, gpus=8, gpu_type="fair")
 
     def create(tenant, ranks, gpus_per_rank, priority=0):
-        job, _ = iso.jobs.create(tenant, {"command": ["x"], "ranks": ranks, "gpu_type": "fair",
+        job, _ = iso.jobs.submit(tenant, {"command": ["x"], "ranks": ranks, "gpu_type": "fair",
                                           "gpus_per_rank": gpus_per_rank,
                                           "priority": priority}, None)
-        return job.job_id
+        return job["job_id"]
 
     busy = create("tenant-b", 2, 8)
     assert iso.placer.run().placed == [busy]  # every GPU taken

@@ -98,7 +98,7 @@ def test_a_flood_of_concurrent_creates_never_exceeds_the_limit(limited, tenants)
     def flood():
         for _ in range(5):
             try:
-                services.jobs.create(tenants.a, dict(BODY), None)
+                services.jobs.submit(tenants.a, dict(BODY), None)
                 outcome = "created"
             except QuotaExceeded:
                 outcome = "refused"
@@ -156,10 +156,10 @@ def test_a_create_that_keeps_colliding_is_503_with_retry_after(
 
 # -- the GPU limit, in the placer ---------------------------------------------------
 def _create(services, tenant, ranks, gpus_per_rank=8, gpu_type="quota"):
-    job, _ = services.jobs.create(tenant, {"command": ["x"], "ranks": ranks,
+    job, _ = services.jobs.submit(tenant, {"command": ["x"], "ranks": ranks,
                                            "gpus_per_rank": gpus_per_rank,
                                            "gpu_type": gpu_type}, None)
-    return job.job_id
+    return job["job_id"]
 
 
 def test_a_tenant_at_max_running_gpus_is_skipped_with_a_reason_and_uses_no_try(
@@ -185,16 +185,17 @@ def test_the_count_follows_every_move_in_and_out_of_pending(make_services, fresh
     """Create +1, place -1, a retry back to PENDING +1, cancel -1."""
     s = make_services(fresh_env)
     s.nodes.register(AGENT, "r1", {"gpus": 8, "gpu_type": "quota"})
-    job, _ = s.jobs.create(tenants.a, {"command": ["x"], "ranks": 1, "gpu_type": "quota",
+    job, _ = s.jobs.submit(tenants.a, {"command": ["x"], "ranks": 1, "gpu_type": "quota",
                                        "max_attempts": 2}, None)
+    job_id = job["job_id"]
     assert pending_count(tenants.a) == 1
-    assert s.placer.run().placed == [job.job_id]
+    assert s.placer.run().placed == [job_id]
     assert pending_count(tenants.a) == 0
-    s.attempts.report(AGENT, job.job_id, 1, {"type": "EXITED", "ranks": [0], "exit_code": 1,
-                                             "node_id": "r1"})
-    assert s.store.get(job.job_id).state.value == "PENDING", "a second attempt waits"
+    s.attempts.report(AGENT, job_id, 1, {"type": "EXITED", "ranks": [0], "exit_code": 1,
+                                         "node_id": "r1"})
+    assert s.store.get(job_id).state.value == "PENDING", "a second attempt waits"
     assert pending_count(tenants.a) == 1
-    s.jobs.cancel(tenants.a, job.job_id, None)
+    s.jobs.cancel(tenants.a, job_id, None)
     assert pending_count(tenants.a) == 0
 
 

@@ -18,7 +18,8 @@ from chalicelib.adapters.jobs_table import (
     view_from_item,
 )
 from chalicelib.adapters.models import MODELS, AttemptModel, JobModel, NodeModel, OutboxModel
-from chalicelib.domain.jobs import Job, initial_health, with_defaults
+from chalicelib.domain.health import initial_health
+from chalicelib.domain.jobs import Job, with_defaults
 from chalicelib.domain.states import JobState
 from chalicelib.fastjson import RawJSON
 

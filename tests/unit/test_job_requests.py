@@ -11,8 +11,9 @@ from chalicelib.adapters.job_store import DynamoJobs, cancel_unplaced_writes, cr
 from chalicelib.adapters.models import AttemptModel, JobModel, NodeModel, OutboxModel, TenantModel
 from chalicelib.adapters.store import DynamoStore
 from chalicelib.adapters.transitions import place_writes
+from chalicelib.domain.health import initial_health
 from chalicelib.domain.intents import launch_intent
-from chalicelib.domain.jobs import Job, initial_health, with_defaults
+from chalicelib.domain.jobs import Job, with_defaults
 from chalicelib.domain.placement import Plan
 from chalicelib.domain.states import JobState
 from chalicelib.service.ports import IdemClaim

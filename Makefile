@@ -86,7 +86,7 @@ test: $(STAMP) $(TORCH_STAMP) lint browser package
 
 ## test-fast: the domain, the service logic on the in-memory fakes and the fakes'
 ## side of the contract suite; no moto, no stack, no processes (well under 60 s)
-FAST_TESTS := tests/unit tests/logic tests/contract tests/test_openapi.py
+FAST_TESTS := tests/unit tests/service tests/contract tests/test_openapi.py
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not moto and not e2e" $(FAST_TESTS)
 

@@ -1,24 +1,40 @@
-import boto3
+"""Service logic on the in-memory fakes of tests/fakes.py: no moto, no AWS, so
+`make test-fast` runs it in seconds. What needs DynamoDB's own semantics (real
+conditional writes racing, indexes, lost answers) is tested in tests/api
+on moto; the fakes keep the adapters' contract (tests/contract)."""
+from __future__ import annotations
+
 import pytest
 
+from chalicelib.domain.principal import Principal
+from tests.clock import FakeClock
+from tests.fakes import World
 
-@pytest.fixture
-def iso(make_services, fresh_env):
-    """Services on a stack of their own: placement reads whole tables."""
-    return make_services(fresh_env)
-
-
-@pytest.fixture
-def iso_client(iso):
-    from chalice.test import Client
-
-    import app
-
-    with Client(app.app) as c:
-        yield c
+AGENTS = Principal("agent", "*")
 
 
 @pytest.fixture
-def sqs(aws_env):
-    return boto3.client("sqs", endpoint_url=aws_env["GPUJOBS_AWS_ENDPOINT_URL"],
-                        region_name="us-east-1")
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def world(clock):
+    return World(clock)
+
+
+@pytest.fixture
+def svc(world):
+    return world.services()
+
+
+def register(svc, node_id: str, gpus: int = 8, gpu_type: str = "a100"):
+    return svc.nodes.register(AGENTS, node_id, {"gpus": gpus, "gpu_type": gpu_type})
+
+
+def submit(svc, tenant: str = "acme", key: str | None = None, **body):
+    """A job submitted as the route submits it (JobsService.submit), read back
+    as the Job the store holds."""
+    body = {"command": ["python", "train.py"], "ranks": 2, "gpu_type": "a100", **body}
+    view, _ = svc.jobs.submit(tenant, body, key)
+    return svc.store.get(view["job_id"])

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+from typing import Callable
 
 import botocore.client
 
@@ -86,3 +88,13 @@ def flood(services, tenant: str, body: dict, n: int) -> list[str]:
         for job in jobs:
             batch.save(JobModel(**new_job_values(job)))
     return [j.job_id for j in jobs]
+
+
+def race(target: Callable[[], None], threads: int) -> None:
+    """Run ``target`` on ``threads`` real threads at once, until all are done
+    (each thread reports its own failures: an exception here is lost)."""
+    running = [threading.Thread(target=target) for _ in range(threads)]
+    for t in running:
+        t.start()
+    for t in running:
+        t.join()

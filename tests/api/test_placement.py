@@ -1,14 +1,13 @@
 """Gang placement: all ranks at once, in priority order, never oversubscribed."""
 import json
 import random
-import threading
 
 import pytest
 
 from chalicelib.adapters.models import AttemptModel, NodeModel
 from chalicelib.domain.principal import Principal
 
-from .helpers import aws_calls, drain, flood
+from .helpers import aws_calls, drain, flood, race
 
 AGENT = Principal("agent", "*")
 
@@ -147,11 +146,7 @@ def test_racing_placers_never_oversubscribe_and_never_place_twice(iso, iso_clien
         except Exception as e:  # noqa: BLE001  # pragma: no cover - a thread's failure, reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=placer) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    race(placer, 4)
     assert not errors, errors
     reserved = {n: 0 for n in nodes}
     placed = 0

@@ -13,6 +13,8 @@ from chalicelib.adapters.models import TenantModel
 from chalicelib.domain.errors import QuotaExceeded
 from chalicelib.domain.principal import Principal
 
+from .helpers import race
+
 AGENT = Principal("agent", "*")
 BODY = {"command": ["python", "train.py"], "ranks": 1}
 
@@ -108,11 +110,7 @@ def test_a_flood_of_concurrent_creates_never_exceeds_the_limit(limited, tenants)
             with lock:
                 answers.append(outcome)
 
-    threads = [threading.Thread(target=flood) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    race(flood, 8)
     assert not errors, errors
     assert answers.count("created") == 10 and answers.count("refused") == 30
     jobs, _ = services.store.page(tenants.a, "PENDING", 100, None)

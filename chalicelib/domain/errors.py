@@ -8,8 +8,6 @@ maps each code to a status and headers, and builds the problem body.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 
 class ApiError(Exception):
     code = "internal"
@@ -62,14 +60,6 @@ class ServiceUnavailable(ApiError):
     """A dependency is busy or unreachable: safe to retry."""
     code = "unavailable"
     title = "Service unavailable"
-
-    def __init__(self, detail: str, *, field: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
-        # ``headers`` only until the adapters that still pass
-        # {"Retry-After": "1"} (the edge's own default) stop: read as data
-        super().__init__(detail, field=field)
-        if headers and "Retry-After" in headers:
-            self.retry_after_s = int(headers["Retry-After"])
 
 
 class RequestInProgress(ApiError):

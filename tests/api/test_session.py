@@ -1,12 +1,12 @@
-"""One botocore session per container: every model, transaction and queue
-client comes from it, each client made once, on first use."""
+"""One botocore session per container: every table's requests (adapters/
+dynamo.py, through the one shared connection), transactions and the queue
+client come from it, each client made once, on first use."""
 import json
 
 import botocore.session
 import pytest
 
 from chalicelib.adapters import aws
-from chalicelib.adapters.models import MODELS
 from chalicelib.domain.principal import Principal
 
 BODY = json.dumps({"command": ["x"], "ranks": 1})
@@ -35,7 +35,7 @@ def test_building_services_makes_no_client(made, make_services):
     assert made == ([], [])
 
 
-def test_every_model_and_the_inbox_share_one_session_and_one_client_each(made, make_services,
+def test_every_table_and_the_inbox_share_one_session_and_one_client_each(made, make_services,
                                                                          tenants):
     from chalice.test import Client
 
@@ -52,5 +52,5 @@ def test_every_model_and_the_inbox_share_one_session_and_one_client_each(made, m
     sessions, clients = made
     assert sorted(clients) == ["dynamodb", "sqs"], "one client per service"
     assert len(sessions) == 1, "one botocore session"
-    conn = aws.session_for(s.config.region, s.config.endpoint_url).dynamodb
-    assert all(m._get_connection().connection is conn for m in MODELS)
+    assert sorted(aws.session_for(s.config.region, s.config.endpoint_url).made()) == [
+        "dynamodb (pynamodb)", "sqs"], "the shared connection made the DynamoDB client"

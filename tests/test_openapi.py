@@ -742,3 +742,10 @@ def test_suppressed_scan_health_conforms_to_job_health_schema(doc):
     health = world.store.get(job.job_id).health
     _assert_valid(doc, "JobHealth", health)
     assert health["status"] == "OK" and health["suppressed"] and health["stalled_ranks"]
+
+
+def test_the_documented_rank_statuses_are_the_ones_the_verdict_gives(doc):
+    """domain/stall.py STATUSES is what a rank can be; the document lists the same."""
+    from chalicelib.domain.stall import STATUSES
+    documented = doc["components"]["schemas"]["RankLiveness"]["properties"]["status"]["enum"]
+    assert documented == list(STATUSES)

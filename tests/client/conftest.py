@@ -115,7 +115,8 @@ def agent_sdk(fake, policy):
 def cli_runner(api_url: str, config_home):
     """Run ``gpujobs`` as a user does: a subprocess with the API URL and a tenant
     token from the environment and an empty config directory. No traceback may
-    ever reach the user."""
+    ever reach the user: ``ranks_output=True`` only where what is printed is
+    the ranks' own output (``gpujobs logs``), whose tracebacks are the job's."""
     import os
     import subprocess
     import sys
@@ -126,10 +127,29 @@ def cli_runner(api_url: str, config_home):
                 "PYTHONPATH": os.pathsep.join(
                     p for p in (str(CLIENT_DIR), env.get("PYTHONPATH")) if p)})
 
-    def run(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
+    def run(*args: str, ranks_output: bool = False,
+            **extra_env: str) -> subprocess.CompletedProcess:
         r = subprocess.run([sys.executable, "-m", "gpujobs_client.cli", *args],
                            capture_output=True, text=True, timeout=120,
                            env={**env, **extra_env})
-        assert "Traceback" not in r.stderr + r.stdout
+        assert ranks_output or "Traceback" not in r.stderr + r.stdout
         return r
     return run
+
+
+def logs_until(gpujobs, job_id: str, pattern: str, count: int, timeout: float = 60) -> str:
+    """`gpujobs logs JOB` once it shows ``count`` lines matching ``pattern``
+    (the agents ship the ranks' output every second or two), polled."""
+    import re
+    import time
+
+    deadline = time.monotonic() + timeout
+    out = ""
+    while time.monotonic() < deadline:
+        r = gpujobs("logs", job_id, ranks_output=True)
+        assert r.returncode == 0, r.stderr
+        out = r.stdout + r.stderr
+        if len(re.findall(pattern, out)) >= count:
+            return out
+        time.sleep(0.5)
+    raise AssertionError(f"never {count} lines of {pattern!r} in the logs:\n{out}")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import time
 
 import pytest
 
-from .conftest import cli_runner
+from .conftest import cli_runner, logs_until
 
 pytestmark = pytest.mark.e2e
 HANG = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "hang.py")
@@ -94,9 +95,5 @@ def test_a_job_runs_in_its_working_dir_as_the_cli_submitted_and_describes_it(gpu
     assert r.returncode == 0 and "SUCCEEDED" in r.stdout, r.stdout + r.stderr
     described = gpujobs("describe", job_id)
     assert f"working dir  {work}" in described.stdout, described.stdout
-    deadline = time.monotonic() + 60  # the agents ship logs every second or two
-    out = ""
-    while time.monotonic() < deadline and out.count(f"ran in {work}") < 2:
-        out = gpujobs("logs", job_id).stdout
-        time.sleep(0.5)
+    out = logs_until(gpujobs, job_id, f"ran in {re.escape(str(work))}", 2)
     assert out.count(f"ran in {work}") == 2, out

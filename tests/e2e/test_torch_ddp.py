@@ -10,13 +10,10 @@ import json
 import os
 import pathlib
 import re
-import subprocess
-import sys
-import time
 
 import pytest
 
-from tests.client.conftest import CLIENT_DIR, cli_runner
+from tests.client.conftest import cli_runner, logs_until
 
 pytestmark = pytest.mark.e2e
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -41,25 +38,6 @@ def gpujobs(agent_stack, tmp_path):
     return cli_runner(agent_stack.api, tmp_path / "xdg")
 
 
-@pytest.fixture
-def rank_logs(agent_stack, tmp_path):
-    """`gpujobs logs JOB`: what the ranks wrote, tracebacks of failing ranks
-    included (cli_runner refuses any traceback, which is right for the CLI's own
-    output only)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOBS_")}
-    env.update({"GPUJOBS_API_URL": agent_stack.api, "GPUJOBS_TOKEN": "e2e-tenant",
-                "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "NO_COLOR": "1",
-                "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(CLIENT_DIR), env.get("PYTHONPATH")) if p)})
-
-    def logs(job_id: str) -> str:
-        r = subprocess.run([sys.executable, "-m", "gpujobs_client.cli", "logs", job_id],
-                           capture_output=True, text=True, timeout=120, env=env)
-        assert r.returncode == 0, r.stderr
-        return r.stdout + r.stderr
-    return logs
-
-
 def submit(gpujobs, tmp_path, spec: dict) -> str:
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
@@ -77,19 +55,6 @@ def watch(gpujobs, job_id: str):
     return gpujobs("watch", job_id, "--interval", "1", "--timeout", str(JOB_TIMEOUT_S))
 
 
-def logs_until(rank_logs, job_id: str, pattern: str, count: int, timeout: float = 60) -> str:
-    """`gpujobs logs` once it shows ``count`` lines matching ``pattern`` (the
-    agents ship logs every few seconds)."""
-    deadline = time.monotonic() + timeout
-    out = ""
-    while time.monotonic() < deadline:
-        out = rank_logs(job_id)
-        if len(re.findall(pattern, out)) >= count:
-            return out
-        time.sleep(1)
-    raise AssertionError(f"never {count} lines of {pattern!r} in the logs:\n{out}")
-
-
 def exits(gpujobs, job_id: str) -> dict[int, int]:
     """rank -> exit code, from the job's rank_exited events."""
     events = json.loads(gpujobs("describe", job_id, "-o", "json").stdout)["events"]
@@ -97,7 +62,7 @@ def exits(gpujobs, job_id: str) -> dict[int, int]:
             for r in e["ranks"]}
 
 
-def test_a_ddp_job_over_two_nodes_runs_to_succeeded(gpujobs, rank_logs, tmp_path,
+def test_a_ddp_job_over_two_nodes_runs_to_succeeded(gpujobs, tmp_path,
                                                      torch_python):
     job_id = submit(gpujobs, tmp_path, ddp_spec(torch_python, STEPS="30", STEP_S="0.1"))
     r = watch(gpujobs, job_id)
@@ -113,7 +78,7 @@ def test_a_ddp_job_over_two_nodes_runs_to_succeeded(gpujobs, rank_logs, tmp_path
     assert "stall" not in d.stdout.lower(), "no false alarm in a healthy run"
     assert exits(gpujobs, job_id) == {0: 0, 1: 0, 2: 0, 3: 0}
 
-    out = logs_until(rank_logs, job_id, r"replicas in sync", 4)
+    out = logs_until(gpujobs, job_id, r"replicas in sync", 4)
     for rank in range(4):
         assert f"rank {rank}: 30 steps" in out
     # the rendezvous the agents set up: one port, below the ephemeral range
@@ -123,7 +88,7 @@ def test_a_ddp_job_over_two_nodes_runs_to_succeeded(gpujobs, rank_logs, tmp_path
     assert sorted(re.findall(r"\(local (\d)\)", out)) == ["0", "0", "1", "1"], out
 
 
-def test_a_rank_that_exits_1_is_named_by_its_exit(gpujobs, rank_logs, tmp_path,
+def test_a_rank_that_exits_1_is_named_by_its_exit(gpujobs, tmp_path,
                                                   torch_python):
     """Rank 3 (on the second node) exits 1 before it joins: its peers wait in
     the rendezvous and are stopped; the job fails naming rank 3 and its code."""
@@ -148,5 +113,5 @@ def test_a_rank_that_exits_1_is_named_by_its_exit(gpujobs, rank_logs, tmp_path,
     # away with rank 0's stop before its own CANCEL arrived may report an exit
     # too, after the verdict
     assert exits(gpujobs, job_id)[3] == 1
-    out = logs_until(rank_logs, job_id, r"rank 3: failing before it joins", 1)
+    out = logs_until(gpujobs, job_id, r"rank 3: failing before it joins", 1)
     assert "replicas in sync" not in out

@@ -45,21 +45,25 @@ class HeartbeatsService:
 
     def node_of(self, job_id: str, attempt: int) -> dict[int, str]:
         """rank -> node of an attempt ({} for none): fixed for an attempt."""
-        placed = self._placements.get((job_id, attempt))
-        if placed is not None:
-            self._placements.move_to_end((job_id, attempt))
-            return placed
-        a = self.store.attempt(job_id, attempt)
-        return {} if a is None else self._placed(a)
+        placed = self._cached((job_id, attempt))
+        if placed is None:
+            a = self.store.attempt(job_id, attempt)
+            placed = {} if a is None else self._remember(a)
+        return placed
 
     def _placed(self, a: Attempt) -> dict[int, str]:
         """rank -> node of an attempt just read, worked out once an attempt."""
-        key = (a.job_id, a.attempt)
+        placed = self._cached((a.job_id, a.attempt))
+        return self._remember(a) if placed is None else placed
+
+    def _cached(self, key: tuple[str, int]) -> dict[int, str] | None:
         placed = self._placements.get(key)
         if placed is not None:
             self._placements.move_to_end(key)
-            return placed
-        placed = self._placements[key] = a.rank_nodes()
+        return placed
+
+    def _remember(self, a: Attempt) -> dict[int, str]:
+        placed = self._placements[(a.job_id, a.attempt)] = a.rank_nodes()
         if len(self._placements) > _PLACEMENTS_CACHED:
             self._placements.popitem(last=False)
         return placed

@@ -525,17 +525,25 @@ def test_inbox_messages_are_documented_components(doc):
 
 
 def test_launch_messages_conform_to_launch_message_schema(doc):
+    """Every member a LAUNCH can carry is documented, the optional ones too."""
     job = _job(spec=with_defaults({"command": ["python", "train.py"], "ranks": 3,
-                                   "gpus_per_rank": 2, "env": {"A": "1"}}))
+                                   "gpus_per_rank": 2, "env": {"A": "1"},
+                                   "working_dir": "/data/run"}))
     intent = launch_intent(job, 1, {"node-1": [0, 1], "node-2": [2]},
                            {"node-1": "http://q/1", "node-2": "http://q/2"},
                            master_addr="10.0.0.7", master_port=master_port(job.job_id, 1))
-    properties = doc["components"]["schemas"]["LaunchMessage"]["properties"]
+    launch_schema = doc["components"]["schemas"]["LaunchMessage"]
+    properties = launch_schema["properties"]
     for node_id, ranks in (("node-1", [0, 1]), ("node-2", [2])):
         message = intent.message_for(node_id)
         assert set(message) == set(properties), "LaunchMessage members differ"
         assert message["ranks"] == ranks
         _assert_valid(doc, "LaunchMessage", message)
+        optional = {k: v for k, v in message.items() if k not in launch_schema["required"]}
+        assert optional == {"working_dir": "/data/run"}
+        _assert_valid(doc, "LaunchMessage", {k: v for k, v in message.items()
+                                             if k not in optional})
+    assert properties["working_dir"]["pattern"] == wire.WORKING_DIR_PATTERN
     # the documented range is the wire schema's (domain/wire.py), which every port lies in
     assert (properties["master_port"]["minimum"], properties["master_port"]["maximum"]) == (
         wire.MASTER_PORT_MIN, wire.MASTER_PORT_MIN + wire.MASTER_PORT_SPAN - 1)

@@ -683,7 +683,11 @@ def test_ranks_view_conforms_to_rank_list_schema(doc):
     job, attempt = _running()
     beats = {0: Beat(0, "node-1", heard_at=_at(100), step=20),
              1: Beat(1, "node-1", heard_at=_at(100), step=20),
-             2: Beat(2, "node-2", heard_at=_at(60), step=12),
+             # silent, and its stack says it waits for nobody (not in a collective)
+             2: Beat(2, "node-2", heard_at=_at(60), step=12, sampled_at=_at(100),
+                     proc={"cpu": 0.0, "state": "S", "stack": {
+                         "frames": ["hang (train.py:7)"], "code": "time.sleep(60)",
+                         "age_s": 1.0}}),
              3: Beat(3, "node-2", paused_until=_at(500))}
     service = _heartbeats(_world(job, attempt, beats), _at(101))
     view = service.ranks_page(job)  # what GET /ranks returns
@@ -723,8 +727,11 @@ def test_scan_health_exit_and_cancel_conform_to_their_schemas(doc):
     _assert_valid(doc, "JobHealth", health)
     assert (health["status"], health["first_stalled_rank"], health["suspect_node"]) == (
         "STALLED", 2, "node-2")
+    # rank 2 is silent longest by receive time, but rank 3 went quiet in the
+    # same moment a step behind it: the verdict, and so the exit, name rank 3
+    assert health["verdict"]["text"] == "rank 3 on node-2 went quiet a step behind rank 2"
     assert to is JobState.FAILED and exit_ == {"reason": "stalled", "exit_code": None,
-                                               "rank": 2}
+                                               "rank": 3}
     _assert_valid(doc, "Exit", exit_)
     _assert_valid(doc, "Job", shown_job(ended))
     _assert_valid(doc, "AttemptList", {"attempts": [

@@ -162,7 +162,8 @@ class DynamoTransitions(OnDynamo):
         leaves; the attempt records its end; ``stop`` (CANCEL to the nodes still
         running ranks) is recorded in the same transaction."""
         changes = _to_state(Changes(JOBS), job, to).set("updated_at", iso(now)) \
-            .set("health", frozen_health(job.health, iso(now), to.terminal, exit_))
+            .set("health", frozen_health(job.health, iso(now), to.terminal, exit_,
+                                         attempt.rank_nodes().get((exit_ or {}).get("rank"))))
         # (nothing is judged once the attempt ended: no stale health)
         why = (exit_ or {}).get("reason")
         if to.terminal:

@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 from .clock import iso
 from .stall import Verdict
 from .threshold import threshold_s
+from .verdict import by_exit
 
 
 class Health(TypedDict):
@@ -28,12 +29,15 @@ class Health(TypedDict):
     last_heard_at: str | None
     detected_at: str | None
     detection_s: float | None
-    #: ranks the culprit cannot be told apart from ({rank, last_heard_at,
-    #: step, beat_at}), a node all of whose ranks went quiet together, and the
-    #: one name for the culprit with its evidence (domain/stall.py culprit)
+    #: ranks the first cannot be told apart from by silence ({rank,
+    #: last_heard_at, step, beat_at}), and a node all of whose ranks went
+    #: quiet together (only when nothing but silence names a rank)
     co_first: list[dict]
     suspect_node: str | None
-    culprit: dict | None
+    #: the one answer to "which rank stopped", what every surface shows
+    #: first (domain/verdict.py): the rank or a tie, its node, by what
+    #: evidence, how sure, and the sentence people read; kept once the job ends
+    verdict: dict | None
     #: as of the last scan: its stalled ranks, every rank not live by status,
     #: whether mode auto has heard any beat, why it convicted nobody
     stalled_ranks: list[int]
@@ -53,7 +57,7 @@ FIELDS = tuple(Health.__annotations__)
 _NO_INCIDENT: dict[str, Any] = {
     "first_stalled_rank": None, "last_heard_at": None, "detected_at": None,
     "stalled_ranks": [], "co_first": [], "suspect_node": None, "detection_s": None,
-    "culprit": None, "ranks_by_status": {}, "instrumented": None}
+    "verdict": None, "ranks_by_status": {}, "instrumented": None}
 
 
 def initial_health(spec: dict, scans_per_hour: float) -> dict:
@@ -67,7 +71,7 @@ def initial_health(spec: dict, scans_per_hour: float) -> dict:
                                       hb["false_positive_budget_per_hour"])),
         first_stalled_rank=None, last_heard_at=None, detected_at=None, stalled_ranks=[],
         co_first=[], suspect_node=None, detection_s=None, false_alarms=0, suppressed=None,
-        culprit=None, ranks_by_status={}, instrumented=None, frozen_at=None))
+        verdict=None, ranks_by_status={}, instrumented=None, frozen_at=None))
 
 
 def clear_incident(health: dict) -> dict:
@@ -76,16 +80,25 @@ def clear_incident(health: dict) -> dict:
     return {**health, **_NO_INCIDENT, "status": "UNKNOWN", "suppressed": None}
 
 
-def frozen_health(health: dict, at: str, to_terminal: bool, exit_: dict | None) -> dict:
+def frozen_health(health: dict, at: str, to_terminal: bool, exit_: dict | None,
+                  node_id: str | None = None) -> dict:
     """Health once the attempt ended. A new attempt to come: cleared. The job
-    finished: frozen as the last scan left it (the incident stays, as
-    history), stamped ``frozen_at``; nothing is being judged any more, so it
-    is STALLED only when the stall is what ended it."""
+    finished: frozen as the last scan left it, stamped ``frozen_at``: a job
+    that stalled stays STALLED with its verdict (the incident is history, not
+    UNKNOWN), unless every rank went on to succeed; a healthy one stays OK. A rank's failure that ended it is the
+    verdict when no stall named one (``node_id``: the failed rank's node)."""
     if not to_terminal:
         return clear_incident(health)
-    stalled = (exit_ or {}).get("reason") == "stalled"
-    return {**health, "status": "STALLED" if stalled else "UNKNOWN", "suppressed": None,
-            "frozen_at": at}
+    exit_ = exit_ or {}
+    reason = exit_.get("reason")
+    # a job whose every rank finished its work was not hung, whatever a scan said
+    stalled = reason == "stalled" or (health.get("status") == "STALLED" and reason != "succeeded")
+    named = health.get("verdict")
+    if named is None and exit_.get("reason") == "rank_failed" and exit_.get("rank") is not None:
+        named = by_exit(exit_["rank"], exit_.get("exit_code"), node_id)
+    status = "STALLED" if stalled else "OK" if reason == "succeeded" else health.get("status")
+    return {**health, "status": status or "UNKNOWN",
+            "suppressed": None, "frozen_at": at, "verdict": named}
 
 
 # -- what a scan's verdict makes of it -----------------------------------------
@@ -118,13 +131,16 @@ def convicted(health: dict, verdict: Verdict, now: datetime) -> dict:
                       "step": r.step, "beat_at": r.beat_at and iso(r.beat_at)}
                      for r in verdict.co_first],
         "suspect_node": verdict.suspect_node,
-        "culprit": verdict.culprit,
+        "verdict": verdict.culprit,
     }
 
 
 def culprit_beat_again(health: dict, verdict: Verdict) -> bool:
-    """Whether the open incident's culprit was heard after it was convicted."""
-    culprit, detected = health.get("first_stalled_rank"), health.get("detected_at")
+    """Whether the open incident's culprit (the rank its verdict names, else
+    the first stalled) was heard after it was convicted."""
+    named = (health.get("verdict") or {}).get("rank")
+    culprit = named if named is not None else health.get("first_stalled_rank")
+    detected = health.get("detected_at")
     return any(r.rank == culprit and r.last_heard_at and detected
                and iso(r.last_heard_at) > detected for r in verdict.ranks)
 
@@ -137,13 +153,16 @@ def followed(health: dict, verdict: Verdict) -> dict:
         return {**clear_incident(health), "status": "OK",
                 "false_alarms": int(health.get("false_alarms") or 0) + 1}
     if verdict.culprit is not None:
-        return {**health, "culprit": verdict.culprit}
+        return {**health, "verdict": verdict.culprit}
     return health
 
 
 def incident(health: dict) -> dict:
-    """What the job's ``stalled`` event records of the incident ``health`` opens."""
-    rank = health.get("first_stalled_rank")
-    return {"reason": f"rank {rank} stalled first", "rank": rank,
+    """What the job's ``stalled`` event records of the incident ``health``
+    opens: the verdict's words, its rank (None on a tie) and ranks."""
+    named = health.get("verdict") or {}
+    rank = named.get("rank") if named else health.get("first_stalled_rank")
+    return {"reason": named.get("text") or f"rank {rank} stalled first", "rank": rank,
+            "ranks": named.get("ranks"), "by": named.get("by"),
             "co_first": [c.get("rank") for c in health.get("co_first") or []] or None,
             "suspect_node": health.get("suspect_node")}

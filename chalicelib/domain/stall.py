@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
-from .clock import iso, plus
+from . import stacks, verdict
+from .clock import plus
 
 #: the least uncertainty of an estimated last beat(): a post's transit time
 MIN_BEAT_BAND_S = 0.25
@@ -36,8 +37,8 @@ MIN_BEAT_BAND_S = 0.25
 #: ``off`` not at all
 MODES = ("auto", "beats", "process", "off")
 #: what a rank is, as health and the ranks view show it
-STATUSES = ("live", "silent", "stalled", "paused", "busy", "not_instrumented", "exited",
-            "stopped")
+STATUSES = ("live", "silent", "stalled", "paused", "busy", "waiting", "not_instrumented",
+            "exited", "stopped")
 #: I/O of a rank's process tree at this rate or more is real work (a checkpoint
 #: writes hundreds of MB/s; a log line or a heartbeat file is bytes)
 BUSY_IO_BPS = 1 << 20
@@ -210,6 +211,44 @@ def _fresh(t: datetime | None, now: datetime, window_s: float) -> bool:
     return t is not None and (now - t).total_seconds() <= window_s
 
 
+def _spinning(b: Beat, now: datetime, window_s: float) -> bool:
+    return (_fresh(b.sampled_at, now, window_s) and b.proc is not None
+            and (b.proc.get("cpu") or 0) >= SPIN_CPU)
+
+
+def _stack(b: Beat) -> dict | None:
+    return b.proc.get("stack") if b.proc else None
+
+
+def _stopped(b: Beat) -> bool:
+    return b.proc is not None and b.proc.get("state") in ("T", "t")
+
+
+def _waits_in_collective(b: Beat) -> bool:
+    return stacks.waiting_in(_stack(b)) is not None
+
+
+def _waits_for(b: Beat, holder: Beat) -> bool:
+    """Whether silent ``b`` may be waiting on ``holder`` (a peer in a pause, or
+    busy): it arrived at a collective the holder has not reached, or its
+    stack is inside one; with neither marks nor a stack nothing says it is
+    not, and the holder's own bound (its pause's, or max_busy_s) limits it."""
+    if b.arrived_seq is not None and holder.arrived_seq is not None:
+        return b.arrived_seq > holder.arrived_seq
+    if _stack(b) is not None:
+        return _waits_in_collective(b)
+    return True
+
+
+def _idle(b: Beat, now: datetime, started_at: datetime, idle_s: float,
+          startup_grace_s: float) -> bool:
+    """Whether the host's samples show a rank doing no work for ``idle_s``."""
+    if b.sampled_at is None:
+        return False
+    quiet = (now - (b.active_at or started_at)).total_seconds()
+    return quiet > idle_s and (b.active_at is not None or quiet > startup_grace_s)
+
+
 def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s: float,
          startup_grace_s: float, mode: str = "beats", interval_s: float | None = None,
          max_busy_s: float = 0.0, idle_s: float | None = None) -> list[RankView]:
@@ -270,6 +309,25 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
         return last is not None and any(
             (last - began).total_seconds() >= -interval for began, _ in resumed)
 
+    # peers a silent rank may be waiting on: in a declared pause, or silent
+    # themselves and visibly busy, until their excuse for being busy would
+    # end: I/O at a real rate, or a core of CPU where most silent ranks sleep
+    # (gloo waits sleep; where most spin, spinning is how NCCL waits)
+    silent = [b for b, silence, paused, would in rows if not b.ended and silence > fresh_s]
+    spinning = [b for b in silent if _spinning(b, now, fresh_s)]
+    cpu_tells = 2 * len(spinning) < sum(1 for b in silent if _fresh(b.sampled_at, now, fresh_s))
+    holders = [b for b, silence, paused, would in rows if not b.ended and (
+        paused or (fresh_s < silence <= within_busy and (
+            _fresh(b.io_at, now, fresh_s) or (cpu_tells and any(b is x for x in spinning)))))]
+    # an uninstrumented job (mode auto, no beat yet): hung when its ranks have
+    # done no work for idle_s and the host shows why (a stopped rank, or
+    # peers waiting inside a collective)
+    idle = idle_s if idle_s is not None else threshold_s
+    hung = set() if instrumented else {
+        b.rank for b, silence, paused, would in rows
+        if not b.ended and not paused and _idle(b, now, started_at, idle, startup_grace_s)}
+    in_collective = {b.rank for b, *_ in rows if b.rank in hung and _waits_in_collective(b)}
+    loose = hung - in_collective
     out = []
     for b, silence, paused, would in rows:
         stalled = False
@@ -287,11 +345,18 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
             status = ("stalled" if stalled else "busy" if _fresh(b.io_at, now, fresh_s)
                       else "live" if quiet <= fresh_s else "silent")
         elif not instrumented:
-            status = "not_instrumented"
+            # the loose ranks hang while their peers wait; every one hangs
+            # when all wait (the one they wait for lies out of sight)
+            stalled = b.rank in hung and (_stopped(b) or (bool(in_collective) and (
+                b.rank in loose or not loose)))
+            status = ("stalled" if stalled else "waiting" if b.rank in in_collective
+                      else "not_instrumented")
         elif would and silence <= within_busy and _fresh(b.io_at, now, fresh_s):
             status = "busy"
         elif would and silence <= within_busy and (_fresh(_wrote_at(b), now, io_s) or job_writing):
             status = "silent"
+        elif would and any(h is not b and _waits_for(b, h) for h in holders):
+            status = "waiting"
         elif would and resumed and resuming(b):
             status = "silent"
         elif would:
@@ -349,111 +414,17 @@ def judge(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s
             # later than the beats of ranks that stopped after it
             band = max(jitter, MIN_BEAT_BAND_S)
             co += [r for r in ranks if r is not first and r not in co
-                   and r.beat_at is not None and r.status not in _OUT
+                   and r.beat_at is not None and r.status not in verdict.OUT
                    and (r.beat_at - first.beat_at).total_seconds() <= band]
         # best guess first: the earliest last beat(), then the lowest step
         co.sort(key=lambda r: (r.beat_at or r.last_heard_at,
                                r.step if r.step is not None else -1, r.rank))
-    return Verdict(ranks, first, co, suspect_node(ranks, interval_s), jitter,
-                   culprit(ranks, first, co), instrumented)
-
-
-#: ranks that are no rival for the first stop: gone, or declared paused
-_OUT = ("exited", "stopped", "paused")
-
-
-def _receive(r: RankView) -> str | None:
-    return iso(r.last_heard_at) if r.last_heard_at else None
-
-
-def culprit(ranks: list[RankView], first: RankView, co_first: list[RankView]) -> dict:
-    """The one rank that stopped first, by name, and the evidence used.
-
-    With collective-arrival markers: the collective the ranks are waiting in
-    is the highest one any live rank arrived at; the culprit is a rank that
-    never arrived at it (the furthest behind, then the earliest last beat).
-    Without markers, among ``first`` and ``co_first`` (the ranks whose last
-    ``beat()`` came no later than the first's, within the band): the one
-    whose process sample looks unlike its waiting peers' (:func:`_odd_one_out`),
-    else the earliest estimated last ``beat()`` (lowest step on a tie), a guess
-    that ties at step boundaries make right about half the time.
-    """
-    live = [r for r in ranks if r.status not in _OUT]
-    # the furthest any rank got: the collective the others block in (the culprit
-    # itself may be the only rank stalled yet)
-    def arrived(r: RankView) -> int:
-        return -1 if r.beat is None or r.beat.arrived_seq is None else r.beat.arrived_seq
-
-    waiting = [r for r in live if arrived(r) >= 0]
-    if waiting:
-        top = max(waiting, key=lambda r: (arrived(r), r.rank))
-        seq = arrived(top)
-        missing = sorted((r for r in live if arrived(r) < seq),
-                         key=lambda r: (arrived(r), r.beat_at or r.last_heard_at or _NEVER,
-                                        r.rank))
-        if missing:
-            c = missing[0]
-            return {"rank": c.rank, "by": "collective",
-                    "collective": {"seq": seq, "name": top.beat and top.beat.arrived_name,
-                                   "waiting": sum(1 for r in live if arrived(r) >= seq),
-                                   "missing": [r.rank for r in missing[:16]]},
-                    "arrived_seq": None if arrived(c) < 0 else arrived(c),
-                    "beat_at": c.beat_at and iso(c.beat_at),
-                    "receive_time": _receive(c)}
-    pool = [first, *co_first]
-
-    def order(r: RankView) -> tuple:
-        return (r.beat_at or r.last_heard_at or _NEVER,
-                r.step if r.step is not None else -1, r.rank)
-    odd = _odd_one_out(ranks, pool)
-    if odd is not None:
-        c, peers = odd
-        return {"rank": c.rank, "by": "process", "collective": None, "arrived_seq": None,
-                "process": {"signature": signature(c.beat.proc), "peers": peers,
-                            "state": c.beat.proc.get("state"), "cpu": c.beat.proc.get("cpu")},
-                "beat_at": c.beat_at and iso(c.beat_at), "receive_time": _receive(c)}
-    c = min(pool, key=order)
-    return {"rank": c.rank, "by": "beat_at" if c.beat_at else "receive_time",
-            "collective": None, "arrived_seq": None,
-            "beat_at": c.beat_at and iso(c.beat_at), "receive_time": _receive(c)}
-
-
-def _odd_one_out(ranks: list[RankView], pool: list[RankView]) -> tuple | None:
-    """Among ranks that heartbeats cannot order (they stopped in the same
-    step), the one whose processes look unlike the ranks waiting for it.
-
-    Ranks blocked in a collective all look alike: spinning (NCCL: the host
-    thread waits on the GPU, a core at 100 %) or sleeping (gloo: a blocking
-    receive). The rank that hung first is often doing something else: asleep
-    on a lock or a queue while its peers spin, in a filesystem's D state, or
-    spinning in its own loop while gloo peers sleep. The peers' signature is
-    the strict majority of the job's silent ranks (at least two); a candidate
-    with another signature is named, the earliest last beat first. When the
-    culprit looks like its peers (a GPU hang spins like an NCCL wait) this
-    says nothing, and the beat order decides.
-    """
-    if len(pool) < 2:
-        return None
-    quiet = [r for r in ranks if r.status in ("stalled", "silent") and r.beat is not None]
-    sigs = [signature(r.beat.proc if r.beat else None) for r in quiet]
-    counts: dict[str, int] = {}
-    for sg in sigs:
-        if sg is not None:
-            counts[sg] = counts.get(sg, 0) + 1
-    if not counts:
-        return None
-    peers, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
-    if n < 2 or 2 * n <= sum(counts.values()):
-        return None
-    odd = [r for r in pool if r.beat is not None
-           and signature(r.beat.proc) not in (None, peers)]
-    if not odd or len(odd) == len(pool):
-        return None
-    c = min(odd, key=lambda r: (r.beat_at or r.last_heard_at or _NEVER, r.rank))
-    return c, peers
-
-
-_NEVER = datetime.min.replace(tzinfo=timezone.utc)
+    band = max(jitter, MIN_BEAT_BAND_S) if first.beat_at is not None else jitter
+    named = verdict.decide(ranks, first, co, band_s=band, signature=signature)
+    # a node whose ranks all went quiet together is a suspect only when
+    # nothing better than silence named the rank
+    suspect = suspect_node(ranks, interval_s) if named["by"] == "silence" else None
+    return Verdict(ranks, first, co, suspect, jitter, named, instrumented)
 
 
 def suspect_node(ranks: list[RankView], interval_s: float) -> str | None:

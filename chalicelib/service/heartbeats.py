@@ -184,6 +184,9 @@ class HeartbeatsService:
                    "scans_per_hour": self._scans_per_hour,
                    "k": None if not threshold else round(threshold / hb["interval_s"]),
                    "startup_grace_s": hb["startup_grace_s"]}}
+        # the scan's answer, the same object as the job's health.verdict: a
+        # fresh judgement here could name another rank than every other surface
+        out["verdict"] = job.health.get("verdict")
         verdict = self.verdict(job, now)
         if verdict is None:
             return out

@@ -92,13 +92,14 @@ class Scanner:
         if not self.store.record_health(job, convicted, incident_key=f"{job.attempt}#{n}"):
             return 0  # another scan recorded it, or the job moved on
         self.telemetry.count("StallsDetected")
-        log.warning("job %s attempt %d: rank %d stalled first (silent %.1fs)", job.job_id,
-                    job.attempt, first.rank, first.silence_s)
+        log.warning("job %s attempt %d: %s", job.job_id, job.attempt,
+                    (convicted.get("verdict") or {}).get("text"))
         if job.spec.get("on_stall") == "restart":
             # the job as just recorded: ending the attempt freezes this health
             self.attempts.abandon(replace(job, health=convicted,
                                           incident_key=f"{job.attempt}#{n}"),
-                                  {"reason": "stalled", "exit_code": None, "rank": first.rank})
+                                  {"reason": "stalled", "exit_code": None,
+                                   "rank": (convicted.get("verdict") or {}).get("rank")})
         return 1
 
     def _follow(self, job: Job, judged: dict, verdict: Verdict) -> int:

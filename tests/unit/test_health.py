@@ -34,8 +34,10 @@ def test_a_conviction_names_the_first_stopped_rank_on_the_collector_clock():
     assert (h["status"], h["first_stalled_rank"], h["stalled_ranks"]) == ("STALLED", 1, [1])
     assert (h["detected_at"], h["last_heard_at"], h["detection_s"]) == (
         "2026-12-01T12:01:40.000Z", "2026-12-01T12:01:00.000Z", 40.0)
-    assert health.incident(h) == {"reason": "rank 1 stalled first", "rank": 1,
-                                  "co_first": None, "suspect_node": None}
+    assert health.incident(h) == {"reason": "rank 1 on n1 went quiet first", "rank": 1,
+                                  "ranks": [1], "by": "silence", "co_first": None,
+                                  "suspect_node": None}
+    assert h["verdict"]["text"] == "rank 1 on n1 went quiet first"
 
 
 def test_a_culprit_that_beats_again_is_a_counted_false_alarm_and_the_incident_clears():
@@ -57,8 +59,18 @@ def test_a_finished_job_keeps_its_incident_as_history_and_a_retry_clears_it():
     done = health.frozen_health(h, "2026-12-01T12:02:00.000Z", True, {"reason": "stalled"})
     assert (done["status"], done["first_stalled_rank"], done["frozen_at"]) == (
         "STALLED", 1, "2026-12-01T12:02:00.000Z")
+    # a stalled job cancelled: it stalled, never UNKNOWN, its verdict kept
     other = health.frozen_health(h, "2026-12-01T12:02:00.000Z", True, {"reason": "cancelled"})
-    assert other["status"] == "UNKNOWN"
+    assert other["status"] == "STALLED" and other["verdict"] == h["verdict"]
+    # ... every rank finished its work after all: not hung
+    ok = health.frozen_health(h, "2026-12-01T12:02:00.000Z", True, {"reason": "succeeded"})
+    assert ok["status"] == "OK" and ok["first_stalled_rank"] == 1
+    # a rank's failure with no stall named: the exit is the verdict
+    calm = health.initial_health(SPEC, 60.0)
+    failed = health.frozen_health(calm, "2026-12-01T12:02:00.000Z", True,
+                                  {"reason": "rank_failed", "rank": 3, "exit_code": 1}, "n2")
+    assert failed["verdict"]["text"] == "rank 3 on n2 exited with code 1"
+    assert (failed["verdict"]["by"], failed["status"]) == ("exit", "UNKNOWN")
     retry = health.frozen_health(h, "2026-12-01T12:02:00.000Z", False, None)
     assert (retry["status"], retry["first_stalled_rank"], retry["frozen_at"]) == (
         "UNKNOWN", None, None)

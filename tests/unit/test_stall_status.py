@@ -101,9 +101,11 @@ def test_the_culprit_is_the_rank_that_never_arrived_at_the_collective_the_others
     v = judge(beats, **kw())
     assert v.first.rank == 3, "first_stalled_rank keeps the contract: silent longest"
     assert v.culprit["rank"] == 1 and v.culprit["by"] == "collective"
-    assert v.culprit["collective"] == {"seq": 7, "name": "allreduce", "waiting": 3,
-                                       "missing": [1]}
-    assert v.culprit["arrived_seq"] == 6 and v.culprit["receive_time"] == iso(at(152))
+    ev = v.culprit["evidence"]
+    assert ev["collective"] == {"seq": 7, "name": "allreduce", "waiting": 3, "missing": [1]}
+    assert ev["arrived_seq"] == 6 and ev["receive_time"] == iso(at(152))
+    assert v.culprit["text"] == "rank 1 on n never reached allreduce #7, where ranks 0,2-3 wait"
+    assert v.culprit["confidence"] == "high" and v.culprit["ranks"] == [1]
 
 
 def test_without_markers_the_culprit_is_the_earliest_last_beat():
@@ -111,7 +113,9 @@ def test_without_markers_the_culprit_is_the_earliest_last_beat():
              Beat(1, "n", heard_at=at(152), beat_at=at(145), step=4),
              Beat(2, "n", heard_at=at(190), beat_at=at(189), step=9)]
     v = judge(beats, **kw())
-    assert v.first.rank == 0 and v.culprit["rank"] == 1 and v.culprit["by"] == "beat_at"
+    # rank 1's last beat() came a second before rank 0's: outside the band
+    assert v.first.rank == 0 and v.culprit["rank"] == 1 and v.culprit["by"] == "silence"
+    assert v.culprit["text"] == "rank 1 on n went quiet first"
 
 
 def test_exited_ranks_are_no_culprit_and_no_rival():
@@ -185,23 +189,28 @@ def test_without_markers_the_tied_rank_that_looks_unlike_its_waiting_peers_is_th
     v = judge(_ranks({0: "spin", 1: "spin", 2: "sleep", 3: "spin"}), **kw())
     assert v.first.rank == 0, "first_stalled_rank keeps the contract"
     assert v.culprit["rank"] == 2 and v.culprit["by"] == "process"
-    assert v.culprit["process"]["signature"] == "sleeping"
-    assert v.culprit["process"]["peers"] == "spinning"
+    assert v.culprit["evidence"]["signature"] == "sleeping"
+    assert v.culprit["evidence"]["peers"] == "spinning"
+    assert v.culprit["text"] == "rank 2 on n looks unlike its peers: sleeping while they are spinning"
     # gloo peers sleep: a rank in a hung filesystem read (D) stands out
     v = judge(_ranks({0: "sleep", 1: "io", 2: "sleep", 3: "sleep"}), **kw())
-    assert v.culprit["rank"] == 1 and v.culprit["process"]["signature"] == "io_wait"
+    assert v.culprit["rank"] == 1 and v.culprit["evidence"]["signature"] == "io_wait"
 
 
 def test_the_process_signature_says_nothing_when_everyone_looks_alike_or_no_majority():
-    # a GPU hang spins like its NCCL peers: the beat order decides
+    # a GPU hang spins like its NCCL peers, and their last beats lie within
+    # 0.03 s of each other: a tie, said as one, not the lowest rank named
     v = judge(_ranks({0: "spin", 1: "spin", 2: "spin"}), **kw())
-    assert v.culprit["rank"] == 0 and v.culprit["by"] == "beat_at"
+    assert v.culprit["rank"] is None and v.culprit["by"] == "silence"
+    assert v.culprit["ranks"] == [0, 1, 2]
+    assert v.culprit["text"].startswith("ranks 0-2 went quiet together (within 0.")
+    assert v.first.rank == 0, "first_stalled_rank keeps the contract"
     # two against two: no majority, no odd one out
     v = judge(_ranks({0: "spin", 1: "sleep", 2: "spin", 3: "sleep"}), **kw())
-    assert v.culprit["by"] == "beat_at"
-    # no samples: the beat order
+    assert v.culprit["by"] == "silence" and v.culprit["rank"] is None
+    # no samples: the beat order, a tie again
     beats = [replace(b, proc=None) for b in _ranks({0: "spin", 1: "sleep", 2: "spin"})]
-    assert judge(beats, **kw()).culprit["by"] == "beat_at"
+    assert judge(beats, **kw()).culprit["ranks"] == [0, 1, 2]
 
 
 def test_the_process_signature_only_breaks_ties_beats_cannot():
@@ -209,7 +218,7 @@ def test_the_process_signature_only_breaks_ties_beats_cannot():
     beats = _ranks({0: "spin", 1: "spin", 2: "spin"})
     beats.append(Beat(3, "n", heard_at=at(195), beat_at=at(194), step=60,
                       proc={"cpu": 0.0, "state": "S"}, sampled_at=at(195)))
-    assert judge(beats, **kw()).culprit["rank"] == 0
+    assert judge(beats, **kw()).culprit["ranks"] == [0, 1, 2], "rank 3 is no rival"
 
 
 def test_signature_of_a_sample():

@@ -68,8 +68,8 @@ def sign_in(driver, url: str, token: str) -> None:
 
 def wide_job(ranks: int = 16384, per_node: int = 256) -> tuple[dict, dict]:
     """A RUNNING job of 16,384 ranks on 64 nodes, in the API's shapes, with
-    every status issue 11 adds, one first-stalled rank, co-first ranks and a
-    suspect node. (A real gang this wide stayed PENDING on the local stack
+    every status issue 11 adds, one first-stalled rank, co-first ranks, a
+    suspect node and a verdict by silence naming the first-stalled rank. (A real gang this wide stayed PENDING on the local stack
     when tried, probably because its attempt's placement map passes
     DynamoDB's 400 KB item limit; so the page is fed this instead.)"""
     first, co, suspect = 9000, [9001, 9003], "node-35"
@@ -98,6 +98,11 @@ def wide_job(ranks: int = 16384, per_node: int = 256) -> tuple[dict, dict]:
            "health": {"status": "STALLED", "threshold_s": 12.0, "first_stalled_rank": first,
                       "co_first": [{"rank": r} for r in co], "suspect_node": suspect,
                       "stalled_ranks": sorted(x["rank"] for x in view if x["stalled"]),
-                      "detected_at": "2026-01-01T00:01:00.000Z"}}
+                      "detected_at": "2026-01-01T00:01:00.000Z",
+                      "verdict": {"rank": first, "ranks": [first], "node_id": suspect,
+                                  "by": "silence", "confidence": "low", "stack": None,
+                                  "text": f"rank {first} on {suspect} went quiet first, 0.5 s "
+                                          f"before ranks {co[0]}, {co[1]}",
+                                  "evidence": {}}}}
     return job, {"attempt": 1, "threshold_s": 12.0, "now": "2026-01-01T00:01:00.000Z",
-                 "ranks": view}
+                 "ranks": view, "verdict": job["health"]["verdict"]}

@@ -19,7 +19,7 @@ _EXPORTS = {
     "Job": "models", "JobPage": "models", "JobHealth": "models", "Exit": "models",
     "Attempt": "models", "Placement": "models", "Node": "models", "Ranks": "models",
     "RankStatus": "models", "HeartbeatAck": "models", "STATES": "models",
-    "LogLine": "models", "JobEvent": "models",
+    "LogLine": "models", "JobEvent": "models", "Verdict": "models",
     "TERMINAL_STATES": "models", "parse_time": "models",
     "GpujobsError": "errors", "TransportError": "errors", "ApiError": "errors",
     "BadRequest": "errors", "InvalidArgument": "errors", "InvalidPageToken": "errors",
@@ -97,6 +97,7 @@ if TYPE_CHECKING:  # pragma: no cover
         Placement as Placement,
         Ranks as Ranks,
         RankStatus as RankStatus,
+        Verdict as Verdict,
         parse_time as parse_time,
     )
     from .retry import (

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console, RenderableType
 
     from .client import Client
-    from .models import Job, LogLine, Ranks
+    from .models import Job, JobHealth, LogLine, Ranks, Verdict
 
 # -- exit codes (documented in --help and client/README.md; tested) ---------------
 EXIT_OK = 0
@@ -163,6 +163,45 @@ def ranges(numbers: Iterable[int]) -> str:
 def escape(text: Any) -> str:
     from rich.markup import escape as rich_escape
     return rich_escape("" if text is None else str(text))
+
+
+def shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1].rstrip() + "…"
+
+
+# -- which rank stopped: the server's verdict, shown first everywhere -----------------
+def verdict_of(job: "Job", ranks: "Ranks | None" = None) -> "Verdict | None":
+    """The verdict /ranks sent with the ranks, else the job's health.verdict."""
+    return (ranks.verdict if ranks is not None else None) or job.health.verdict
+
+
+def verdict_lines(v: "Verdict") -> list[str]:
+    """The verdict as people read it (rich markup): its sentence first, then
+    the named rank's stack when known, then how it was reached."""
+    lines = [f"[bold red]Verdict:[/] [bold]{escape(v.text)}[/]"]
+    if v.stack:
+        lines.append(f"Stack: {escape(v.stack)}")
+    lines.append(f"[dim]by {escape(v.by)}, confidence {escape(v.confidence)}[/]")
+    return lines
+
+
+def silence_note(h: "JobHealth") -> str:
+    """Secondary: the rank silent longest (health.first_stalled_rank), which
+    is not necessarily the one that stopped."""
+    heard = short_time(h.last_heard_at) if h.last_heard_at else "never"
+    note = (f"silent longest: rank {h.first_stalled_rank} (last heard {heard}, "
+            f"detected {short_time(h.detected_at)})")
+    co = [c.get("rank") for c in h.raw.get("co_first") or [] if isinstance(c, dict)]
+    if co:
+        note += f"  co-first {escape(ranges(r for r in co if r is not None))}"
+    if h.raw.get("suspect_node"):
+        note += f"  suspect node {escape(h.raw['suspect_node'])}"
+    return note
+
+
+def stack_line(stack: dict[str, Any]) -> str:
+    """One entry of a rank_stopped event's stacks: 'rank 3: train.py:88 in forward → ...'."""
+    return f"rank {stack.get('rank')}: {stack.get('where') or '?'}"
 
 
 # -- errors -------------------------------------------------------------------------
@@ -423,19 +462,12 @@ def job_panel(job: "Job") -> "RenderableType":
         reason = f" ({escape(job.cancel_reason)})" if job.cancel_reason else ""
         t.add_row("cancel requested", short_time(job.cancel_requested_at) + reason)
     health = f"[{HEALTH_STYLE.get(h.status, '')}]{h.status}[/]  threshold {h.threshold_s}s"
+    if h.raw.get("suppressed"):
+        health += f"  (suppressed: {escape(h.raw['suppressed'])})"
+    lines = [health, *(verdict_lines(h.verdict) if h.verdict else [])]
     if h.first_stalled_rank is not None:
-        health += (f"  first stalled rank {h.first_stalled_rank} (last heard "
-                   f"{short_time(h.last_heard_at) if h.last_heard_at else 'never'}, "
-                   f"detected {short_time(h.detected_at)})")
-        co = [c.get("rank") for c in h.raw.get("co_first") or [] if isinstance(c, dict)]
-        if co:
-            health += f"  co-first {escape(ranges(r for r in co if r is not None))}"
-        if h.raw.get("suspect_node"):
-            health += f"  suspect node {escape(h.raw['suspect_node'])}"
-    for key in ("suppressed",):
-        if h.raw.get(key):
-            health += f"  ({escape(key.replace('_', ' '))}: {escape(h.raw[key])})"
-    t.add_row("health", health)
+        lines.append(silence_note(h))
+    t.add_row("health", "\n".join(lines))
     if job.exit is not None:
         code = "" if job.exit.exit_code is None else f", exit code {job.exit.exit_code}"
         t.add_row("exit", escape(job.exit.reason) + code)
@@ -504,10 +536,11 @@ def list_(state: str | None, limit: int | None, all_: bool, page_size: int | Non
         for col in cols + (("PENDING REASON",) if waiting else ()):
             t.add_column(col, no_wrap=col in ("ID", "STATE", "CREATED"))
         for j in jobs:
+            health = f"[{HEALTH_STYLE.get(j.health.status, '')}]{j.health.status}[/]"
+            if j.health.verdict:
+                health += f" {escape(shorten(j.health.verdict.text, 60))}"
             row = [j.id, escape(j.name or "-"), styled_state(j.state), str(j.ranks or "-"),
-                   str(j.attempt),
-                   f"[{HEALTH_STYLE.get(j.health.status, '')}]{j.health.status}[/]",
-                   short_time(j.created_at)]
+                   str(j.attempt), health, short_time(j.created_at)]
             if waiting:
                 row.append(escape(j.pending_reason or "") if j.state == "PENDING" else "")
             t.add_row(*row)
@@ -599,35 +632,46 @@ def attempts(job_id: str) -> None:
 
 
 # -- ranks ------------------------------------------------------------------------------
-def ranks_table(ranks: "Ranks", max_rows: int | None = None) -> "RenderableType":
+def ranks_table(ranks: "Ranks", max_rows: int | None = None,
+                verdict: "Verdict | None" = None) -> "RenderableType":
+    """The ranks, longest silent first; the verdict's ranks marked "← named"
+    (or "← tied" on a tie) and shown even past ``max_rows``."""
     from rich.table import Table
     t = Table(box=None, header_style="bold", pad_edge=False,
               title=f"attempt {ranks.attempt} · stall threshold {ranks.threshold_s}s",
               title_justify="left", title_style="dim")
-    for col in ("RANK", "NODE", "STEP", "SILENCE", "LAST HEARD", "STATUS"):
+    for col in ("RANK", "NODE", "STEP", "SILENCE", "LAST HEARD", "STATUS", ""):
         t.add_column(col, justify="right" if col in ("RANK", "STEP", "SILENCE") else "left")
-    rows = ranks.ranks if max_rows is None else ranks.ranks[:max_rows]
+    named = set(verdict.ranks) if verdict else set()
+    mark = "← tied" if verdict and verdict.is_tie else "← named"
+    rows = ranks.ranks if max_rows is None else (
+        ranks.ranks[:max_rows] + [r for r in ranks.ranks[max_rows:] if r.rank in named])
     for r in rows:
         status = ("STALLED" if r.stalled else "ok" if r.last_heard_at else "not heard yet")
         t.add_row(str(r.rank), escape(r.node_id or "-"), "-" if r.step is None else str(r.step),
                   fmt_silence(r.silence_s), short_time(r.last_heard_at), status,
-                  style="bold red" if r.stalled else None)
-    if max_rows is not None and len(ranks.ranks) > max_rows:
-        t.caption = f"... {len(ranks.ranks) - max_rows} more ranks, less silent"
+                  mark if r.rank in named else "",
+                  style="bold red" if r.stalled or r.rank in named else None)
+    if len(rows) < len(ranks.ranks):
+        t.caption = f"... {len(ranks.ranks) - len(rows)} more ranks, less silent"
     return t
 
 
 def stall_callout(job: "Job", ranks: "Ranks | None") -> str | None:
+    """What `ranks` and `watch` print about a stall: the verdict first, then,
+    labelled as such, the rank silent longest."""
     h = job.health
+    v = verdict_of(job, ranks)
+    lines = verdict_lines(v) if v else []
+    if v is None and h.status == "STALLED":
+        lines.append("[bold red]STALLED[/]: the server names no rank that stopped")
     if h.first_stalled_rank is not None:
-        heard = short_time(h.last_heard_at) if h.last_heard_at else "never"
-        return (f"[bold red]First stalled rank: {h.first_stalled_rank}[/] (last heard {heard}, "
-                f"detected {short_time(h.detected_at)}; stalled ranks: "
-                f"{ranges(h.stalled_ranks) or h.first_stalled_rank})")
-    if ranks is not None and ranks.stalled:
-        return (f"[red]{len(ranks.stalled)} rank(s) over the threshold[/], not yet flagged by "
-                "the stall scan.")
-    return None
+        lines.append(f"[dim]{silence_note(h)}; stalled ranks: "
+                     f"{ranges(h.stalled_ranks) or h.first_stalled_rank}[/]")
+    elif v is None and ranks is not None and ranks.stalled:
+        lines.append(f"[red]{len(ranks.stalled)} rank(s) over the threshold[/], not yet flagged "
+                     "by the stall scan.")
+    return "\n".join(lines) or None
 
 
 @cli.command()
@@ -636,14 +680,14 @@ def stall_callout(job: "Job", ranks: "Ranks | None") -> str | None:
 def ranks(job_id: str) -> None:
     """Per-rank liveness of the current attempt, longest silent first.
 
-    Stalled ranks are highlighted, and the first stalled rank (the job's
-    health.first_stalled_rank) is called out.
+    The server's verdict (which rank stopped, and why) comes first, its ranks
+    marked in the table; stalled ranks are highlighted.
     """
     client = make_client()
     job = client.get_job(job_id)
     rk = client.get_ranks(job_id)
     if json_mode():
-        out_json({**rk.raw, "health": job.health.raw})
+        out_json({"verdict": job.health.raw.get("verdict"), **rk.raw, "health": job.health.raw})
         return
     c = console()
     c.print(f"[bold]{job.id}[/] {styled_state(job.state)}  health "
@@ -652,7 +696,7 @@ def ranks(job_id: str) -> None:
     if callout:
         c.print(callout)
     if rk.ranks:
-        c.print(ranks_table(rk))
+        c.print(ranks_table(rk, verdict=verdict_of(job, rk)))
     else:
         c.print("No ranks: the job has no current attempt.")
 
@@ -671,7 +715,7 @@ def watch_view(job: "Job", rk: "Ranks | None", note: str | None, interval: float
     if callout:
         parts.append(Text.from_markup(callout))
     if rk is not None and rk.ranks:
-        parts.append(ranks_table(rk, max_rows))
+        parts.append(ranks_table(rk, max_rows, verdict_of(job, rk)))
     elif note:
         parts.append(Text(note, style="dim"))
     if job.is_terminal:
@@ -834,8 +878,10 @@ def describe(job_id: str) -> None:
     for col in ("TIME", "ATTEMPT", "EVENT", "REASON"):
         t.add_column(col)
     for e in events:
+        reason = "\n".join([escape(e.reason or ""),
+                            *(f"  {escape(stack_line(s))}" for s in e.stacks)])
         t.add_row(short_time(e.time), "-" if e.attempt is None else str(e.attempt),
-                  escape(e.type), escape(e.reason or ""))
+                  escape(e.type), reason)
     c.print(t)
 
 

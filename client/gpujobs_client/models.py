@@ -45,6 +45,34 @@ class Exit:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """``health.verdict``: the server's one answer to "which rank stopped".
+    ``text`` is the sentence to show first; ``ranks`` the ranks it names
+    (``[rank]``, or the tied ranks when ``rank`` is None)."""
+    rank: int | None
+    ranks: list[int]
+    node_id: str | None
+    by: str
+    confidence: str
+    text: str
+    stack: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def is_tie(self) -> bool:
+        return self.rank is None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "Verdict | None":
+        if not d:
+            return None
+        return cls(rank=_opt_int(d.get("rank")), ranks=[int(r) for r in d.get("ranks") or []],
+                   node_id=d.get("node_id"), by=str(d.get("by", "")),
+                   confidence=str(d.get("confidence", "")), text=str(d.get("text", "")),
+                   stack=d.get("stack"), raw=dict(d))
+
+
+@dataclass(frozen=True)
 class JobHealth:
     status: str
     threshold_s: float | None
@@ -53,6 +81,9 @@ class JobHealth:
     detected_at: str | None
     stalled_ranks: list[int]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    verdict: Verdict | None = None
+    """Which rank stopped, when the server names one (None otherwise);
+    ``first_stalled_rank`` is only the rank silent longest."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "JobHealth":
@@ -61,7 +92,8 @@ class JobHealth:
                    threshold_s=_opt_float(d.get("threshold_s")),
                    first_stalled_rank=_opt_int(d.get("first_stalled_rank")),
                    last_heard_at=d.get("last_heard_at"), detected_at=d.get("detected_at"),
-                   stalled_ranks=[int(r) for r in d.get("stalled_ranks") or []], raw=dict(d))
+                   stalled_ranks=[int(r) for r in d.get("stalled_ranks") or []], raw=dict(d),
+                   verdict=Verdict.from_json(d.get("verdict")))
 
 
 @dataclass(frozen=True)
@@ -197,6 +229,8 @@ class Ranks:
     now: str | None
     ranks: list[RankStatus]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    verdict: Verdict | None = None
+    """The job's ``health.verdict``, sent along with the ranks."""
 
     @property
     def stalled(self) -> list[RankStatus]:
@@ -206,7 +240,7 @@ class Ranks:
     def from_json(cls, d: Mapping[str, Any]) -> "Ranks":
         return cls(attempt=int(d.get("attempt") or 0), threshold_s=_opt_float(d.get("threshold_s")),
                    now=d.get("now"), ranks=[RankStatus.from_json(r) for r in d.get("ranks") or []],
-                   raw=dict(d))
+                   raw=dict(d), verdict=Verdict.from_json(d.get("verdict")))
 
 
 @dataclass(frozen=True)
@@ -245,6 +279,12 @@ class JobEvent:
     attempt: int | None
     reason: str | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def stacks(self) -> list[dict[str, Any]]:
+        """A ``rank_stopped`` event's stacks, sampled just before the SIGTERM:
+        ``[{"rank", "where", "frames"}]`` (empty when it has none)."""
+        return [s for s in self.raw.get("stacks") or [] if isinstance(s, dict)]
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "JobEvent":

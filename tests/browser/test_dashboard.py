@@ -3,6 +3,7 @@ with real agents: sign in, watch a job appear, open it, cancel it, see the
 heatmap name a hung rank, and check that user strings render as text."""
 from __future__ import annotations
 
+import contextlib
 import json
 
 from selenium.common.exceptions import NoAlertPresentException
@@ -15,6 +16,71 @@ from tests.browser import ui
 from tests.browser.conftest import TENANT_TOKEN, submit, unique, wait_state
 
 XSS = "<img src=x onerror=alert(1)>"
+BLACK = [0, 0, 0]  # --hm-named: the outline of the verdict's cells, nowhere else in the map
+
+
+@contextlib.contextmanager
+def fed(page, job: dict, ranks: dict | None = None, events: list | None = None):
+    """The page's own fetch answers for ``job`` (its ranks, attempts, events
+    and logs) and puts it first in the job list; the rest goes to the stack.
+    Applies from the next document on."""
+    script = page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        const FAKE = %s, real = window.fetch;
+        const answer = (body) => new Response(JSON.stringify(body),
+          {status: 200, headers: {'Content-Type': 'application/json'}});
+        window.fetch = async (url, opts) => {
+          const path = new URL(String(url), location.href).pathname;
+          const base = '/v1/jobs/' + FAKE.job.id;
+          const ours = {[base]: FAKE.job, [base + '/ranks']: FAKE.ranks,
+            [base + '/attempts']: {attempts: []}, [base + '/events']: {events: FAKE.events},
+            [base + '/logs']: {lines: []}};
+          const hit = Object.keys(ours).find((k) => path.endsWith(k));
+          if (hit) return answer(ours[hit]);
+          const res = await real(url, opts);
+          if (!path.endsWith('/v1/jobs') || !res.ok) return res;
+          const list = await res.json();
+          return answer({...list, jobs: [FAKE.job, ...list.jobs]});
+        };""" % json.dumps({"job": job, "ranks": ranks, "events": events or []})})
+    try:
+        yield
+    finally:
+        page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
+                             {"identifier": script["identifier"]})
+
+
+def outline_colour(page, rank: int) -> list[int]:
+    """The colour just outside the left edge of ``rank``'s cell, where its
+    outline is drawn when the verdict names it."""
+    return page.execute_script("""
+        const c = document.getElementById('heatmap'), [x, y, w] = c.boxOf_(arguments[0]);
+        const d = devicePixelRatio, p = c.getContext('2d')
+          .getImageData(Math.round((x - 2) * d), Math.round((y + w / 2) * d), 1, 1).data;
+        return [p[0], p[1], p[2]];""", rank)
+
+
+def small_job(verdict: dict, ranks: int = 6) -> tuple[dict, dict]:
+    """A STALLED job of ``ranks`` ranks on two nodes carrying ``verdict``."""
+    view = [{"rank": r, "node_id": f"node-{r % 2}", "last_heard_at": "2026-01-01T00:00:00.000Z",
+             "silence_s": 40.0 - r, "step": 100, "stalled": r < 4, "paused": False,
+             "status": "stalled" if r < 4 else "live"} for r in range(ranks)]
+    job = {"id": f"job_VERDICT{verdict['by'].upper()}", "name": "verdict",
+           "state": "RUNNING", "attempt": 1, "created_at": "2026-01-01T00:00:00.000Z",
+           "spec": {"ranks": ranks, "gpus_per_rank": 1, "command": ["train"], "labels": {}},
+           "health": {"status": "STALLED", "threshold_s": 12.0, "first_stalled_rank": 0,
+                      "stalled_ranks": [0, 1, 2, 3], "verdict": verdict,
+                      "detected_at": "2026-01-01T00:01:00.000Z"}}
+    return job, {"attempt": 1, "threshold_s": 12.0, "now": "2026-01-01T00:01:00.000Z",
+                 "ranks": view, "verdict": verdict}
+
+
+TIE = {"rank": None, "ranks": [0, 1, 2, 3], "node_id": None, "by": "silence", "confidence": "low",
+       "stack": None, "evidence": {},
+       "text": "ranks 0-3 went quiet together (within 1.2 s): silence cannot tell which stopped first"}
+COLLECTIVE = {"rank": 3, "ranks": [3], "node_id": "node-1", "by": "collective",
+              "confidence": "certain", "stack": "train.py:88 in forward → time.sleep(3600)",
+              "evidence": {"collective": {"seq": 41, "name": "all_reduce", "waiting": [0, 1, 2],
+                                          "missing": [3]}},
+              "text": "rank 3 on node-1 never reached all_reduce #41, where ranks 0-2 wait"}
 
 
 def _cancel(api, job_id: str) -> None:
@@ -126,16 +192,28 @@ def test_the_heatmap_names_the_hung_rank(page, tenant, browser_stack):
                  heartbeat={"interval_s": 1, "startup_grace_s": 10})
     try:
         page.get(browser_stack.api + f"/#/jobs/{job['id']}/ranks")
-        first = ui.text_in(page, "#stall-summary .sum-first", "First to stop", timeout=90)
-        assert first.startswith("First to stop: rank 3 on local-"), first
+        silent = ui.text_in(page, "#stall-summary .sum-silent", "Silent longest", timeout=90)
+        assert "rank 3 on local-" in silent, silent
+        # the headline is the server's verdict word for word, its ranks outlined
+        # (a server that names no rank yet: the headline says so, nothing outlined)
+        verdict = tenant.get(f"/v1/jobs/{job['id']}").json()["health"].get("verdict")
+        headline = page.find_element(By.CSS_SELECTOR, "#stall-summary .sum-verdict").text
         canvas = page.find_element(By.ID, "heatmap")
         assert canvas.get_attribute("data-cells") == "4"
+        if verdict:
+            assert headline == verdict["text"]
+            ui.wait(page).until(lambda d: canvas.get_attribute("data-named")
+                                == ",".join(map(str, verdict["ranks"])))
+        else:
+            assert headline == "Stalled: the server names no rank that stopped."
+            assert canvas.get_attribute("data-named") == ""
         # the same information as text: the table, silent longest first
         page.find_element(By.ID, "table-toggle").click()
         first_row = ui.find(page, "#rank-table tbody tr")
         assert first_row.get_attribute("data-rank") == "3"
-        assert "stalled (first)" in first_row.text
-        # and from the keyboard: focusing the map selects the first to stop
+        assert "stalled" in first_row.text
+        # and from the keyboard: focusing the map selects the named rank (else the
+        # silent longest)
         canvas.send_keys(Keys.NULL)
         page.execute_script("arguments[0].focus()", canvas)
         assert ui.text_in(page, "#rank-info", "Rank 3").startswith("Rank 3 on local-")
@@ -209,34 +287,81 @@ def test_keyboard_alone_reaches_every_page(page, browser_stack):
 
 def test_the_heatmap_draws_16384_ranks_by_node(page, browser_stack):
     """The page, fed a 16,384-rank job through its own fetch: one cell per
-    rank, 64 node blocks on about one screen, the culprit named as text."""
+    rank, 64 node blocks on about one screen, the verdict named as text first
+    and its cell outlined."""
     job, ranks = wide_job()
-    script = page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
-        const FAKE = %s, real = window.fetch;
-        window.fetch = (url, opts) => {
-          const u = String(url);
-          if (!u.includes('/v1/jobs/' + FAKE.job.id)) return real(url, opts);
-          const body = u.endsWith('/ranks') ? FAKE.ranks : FAKE.job;
-          return Promise.resolve(new Response(JSON.stringify(body),
-            {status: 200, headers: {'Content-Type': 'application/json'}}));
-        };""" % json.dumps({"job": job, "ranks": ranks})})
-    try:
+    with fed(page, job, ranks):
         page.get(browser_stack.api + f"/#/jobs/{job['id']}/ranks")
         page.refresh()  # the script applies from the next document on
         meta = ui.text_in(page, "#heatmap-meta", "16,384 ranks on 64 nodes")
-        first = ui.text_in(page, "#stall-summary .sum-first", "First to stop")
-        assert first.startswith("First to stop: rank 9000 on node-35"), first
-        summary = page.find_element(By.ID, "stall-summary").text
-        assert "co-first): ranks 9001, 9003" in summary and "Suspect node: node-35" in summary
+        summary = page.find_element(By.ID, "stall-summary")
+        lines = summary.find_elements(By.TAG_NAME, "p")
+        assert lines[0].text == "rank 9000 on node-35 went quiet first, 0.5 s before ranks 9001, 9003"
+        assert lines[0].value_of_css_property("font-weight") == "600", "the headline is bold"
+        assert "co-first): ranks 9001, 9003" in summary.text
+        assert "Suspect node: node-35" in summary.text
         canvas = page.find_element(By.ID, "heatmap")
         assert canvas.get_attribute("data-cells") == "16384"
+        assert canvas.get_attribute("data-named") == "9000"
+        assert outline_colour(page, 9000) == BLACK
         assert canvas.size["height"] <= 760, "about one screen"
         ui.screenshot(page, "ranks-16384")
         page.find_element(By.ID, "table-toggle").click()
         rows = page.find_elements(By.CSS_SELECTOR, "#rank-table tbody tr")
         assert len(rows) == 500 and rows[0].get_attribute("data-rank") == "9000"
+        assert "(named)" in rows[0].text and "(named)" not in rows[1].text
         assert "more of 15884" in page.find_element(By.ID, "more-ranks").text
         print(f"16,384-rank heatmap: {meta}")
-    finally:
-        page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
-                             {"identifier": script["identifier"]})
+
+
+def test_a_tie_is_said_as_a_tie_and_every_tied_cell_is_outlined(page, browser_stack):
+    """Invariant: the headline is verdict.text; exactly the cells of
+    verdict.ranks are outlined, and the table marks them tied, not named."""
+    job, ranks = small_job(TIE)
+    with fed(page, job, ranks):
+        page.get(browser_stack.api + f"/#/jobs/{job['id']}/ranks")
+        page.refresh()
+        headline = ui.text_in(page, "#stall-summary .sum-verdict", "went quiet together")
+        assert headline == TIE["text"]
+        assert "by silence, confidence low" in page.find_element(By.ID, "stall-summary").text
+        canvas = page.find_element(By.ID, "heatmap")
+        ui.wait(page).until(lambda d: canvas.get_attribute("data-named") == "0,1,2,3")
+        assert [outline_colour(page, r) == BLACK for r in range(6)] == [True] * 4 + [False] * 2
+        page.find_element(By.ID, "table-toggle").click()
+        rows = {r.get_attribute("data-rank"): r.text
+                for r in page.find_elements(By.CSS_SELECTOR, "#rank-table tbody tr")}
+        assert [k for k, text in rows.items() if "(tied)" in text] == ["0", "1", "2", "3"]
+        assert "(named)" not in " ".join(rows.values())
+
+
+def test_the_job_page_and_list_say_the_verdict_and_the_stop_time_stacks(page, browser_stack):
+    """Invariant: the job page's bold headline is verdict.text (then its stack),
+    no culprit JSON anywhere; a rank_stopped event lists each rank's stack as
+    "rank N: where" under it; the job list's note is verdict.text."""
+    job, ranks = small_job(COLLECTIVE)
+    where = COLLECTIVE["stack"]
+    events = [{"type": "stalled", "time": "2026-01-01T00:01:00.000Z", "attempt": 1,
+               "reason": COLLECTIVE["text"]},
+              {"type": "rank_stopped", "time": "2026-01-01T00:01:01.000Z", "attempt": 1,
+               "reason": "SIGTERM (stall restart)",
+               "stacks": [{"rank": 3, "where": where, "frames": ["forward (train.py:88)"]},
+                          {"rank": 0, "where": "dist.py:12 in all_reduce", "frames": []}]}]
+    with fed(page, job, ranks, events):
+        page.get(browser_stack.api + f"/#/jobs/{job['id']}")
+        page.refresh()
+        headline = ui.find(page, "#job-verdict .v-verdict")
+        assert headline.text == COLLECTIVE["text"]
+        assert headline.value_of_css_property("font-weight") == "600"
+        assert page.find_element(By.CSS_SELECTOR, "#job-verdict .v-stack").text == f"Stack: {where}"
+        facts = page.find_element(By.ID, "facts").text
+        assert "Silent longest\nrank 0" in facts and "Culprit" not in facts
+        stopped = ui.find(page, "#events li:nth-child(2)")
+        assert "rank_stopped" in stopped.text
+        assert [li.text for li in stopped.find_elements(By.CSS_SELECTOR, "ul.stacks li")] == [
+            f"rank 3: {where}", "rank 0: dist.py:12 in all_reduce"]
+        assert "frames" not in stopped.text and "[object Object]" not in page.find_element(
+            By.TAG_NAME, "main").text
+        ui.screenshot(page, "job-verdict")
+        page.get(browser_stack.api + "/#/jobs")
+        note = ui.find(page, f'tr[data-id="{job["id"]}"] td.note')
+        assert note.text == COLLECTIVE["text"] and note.get_attribute("title") == COLLECTIVE["text"]

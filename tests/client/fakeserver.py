@@ -172,7 +172,7 @@ class FakeApi:
                "cancel_reason": None,
                "health": {"status": "UNKNOWN", "threshold_s": 3.0 * hb["interval_s"],
                           "first_stalled_rank": None, "last_heard_at": None,
-                          "detected_at": None, "stalled_ranks": []},
+                          "detected_at": None, "stalled_ranks": [], "verdict": None},
                "exit": None}
         self.jobs[job_id] = job
         self.tenant_of[job_id] = tenant
@@ -410,7 +410,7 @@ class FakeApi:
                              "stalled": silence > threshold})
         rows.sort(key=lambda r: (-r["silence_s"], r["rank"]))
         return {"attempt": job["attempt"], "threshold_s": threshold, "now": self.now(),
-                "ranks": rows}
+                "ranks": rows, "verdict": job["health"].get("verdict")}
 
     # -- HTTP ---------------------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:

@@ -307,7 +307,27 @@ def test_attempts_table_and_json(run, fake):
 
 
 # -- ranks and watch (endpoints not yet on the real server) --------------------------------
-def stalled_job(fake):
+#: health.verdict as the server names a rank (docs: the issue 23 contract); rank 3
+#: is named while rank 2 is the one silent longest, as in a real cascade
+COLLECTIVE = {"rank": 3, "ranks": [3], "node_id": "node-2", "by": "collective",
+              "confidence": "certain",
+              "text": "rank 3 on node-2 never reached all_reduce #41, where ranks 0-2 wait",
+              "stack": "train.py:88 in forward → time.sleep(3600)",
+              "evidence": {"collective": {"seq": 41, "name": "all_reduce", "waiting": [0, 1, 2],
+                                          "missing": [3]}}}
+TIE = {"rank": None, "ranks": [0, 1, 2, 3], "node_id": None, "by": "silence",
+       "confidence": "low", "stack": None, "evidence": {},
+       "text": "ranks 0-3 went quiet together (within 1.2 s): silence cannot tell which "
+               "stopped first"}
+EXITED = {"rank": 3, "ranks": [3], "node_id": "node-2", "by": "exit", "confidence": "certain",
+          "text": "rank 3 exited with code 1", "stack": None, "evidence": {"exit_code": 1}}
+
+
+def rank_rows(stdout):
+    return {ln.split()[0]: ln for ln in stdout.splitlines() if ln.split() and ln.split()[0].isdigit()}
+
+
+def stalled_job(fake, verdict=None):
     job = fake.add_job(ranks=4)
     fake.place(job["id"], ["node-1", "node-2"])
     beats = fake.beats.setdefault((job["id"], 1), {})
@@ -316,7 +336,7 @@ def stalled_job(fake):
     fake.clock = 100.0
     fake.update_job(job["id"], health={"status": "STALLED", "first_stalled_rank": 2,
                                        "last_heard_at": fake.now(), "detected_at": fake.now(),
-                                       "stalled_ranks": [2]})
+                                       "stalled_ranks": [2], "verdict": verdict})
     return job
 
 
@@ -324,7 +344,8 @@ def test_ranks_table_is_ordered_by_silence_with_the_stall_called_out(run, fake):
     job = stalled_job(fake)
     r = run("ranks", job["id"])
     assert r.exit_code == 0, r.output
-    assert "First stalled rank: 2" in r.stdout
+    assert "the server names no rank that stopped" in r.stdout
+    assert "silent longest: rank 2" in r.stdout
     rows = [ln.split() for ln in r.stdout.splitlines() if ln.split() and ln.split()[0].isdigit()]
     assert [row[0] for row in rows] == ["2", "1", "0", "3"]  # as the server ordered them
     assert rows[0][-1] == "STALLED" and rows[1][-1] == "ok"
@@ -344,6 +365,76 @@ def test_ranks_json_has_the_ranks_and_the_job_health(run, fake):
     out = json_out(run("ranks", job["id"], "-o", "json"))
     assert [r["rank"] for r in out["ranks"]] == [2, 1, 0, 3]
     assert out["health"]["first_stalled_rank"] == 2 and out["threshold_s"] == 30.0
+    assert out["verdict"] is None
+
+
+def test_ranks_headline_is_the_verdict_text_and_its_rank_is_marked(run, fake):
+    """Invariant: the first thing `ranks` says about a stall is verdict.text,
+    before the table; the named rank's row, and only it, carries the mark; the
+    rank silent longest is secondary and labelled so, never "the" culprit."""
+    job = stalled_job(fake, COLLECTIVE)
+    r = run("ranks", job["id"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[1] == f"Verdict: {COLLECTIVE['text']}"
+    assert lines.index(lines[1]) < next(i for i, ln in enumerate(lines) if ln.startswith("RANK"))
+    assert "Stack: train.py:88 in forward → time.sleep(3600)" in r.stdout
+    assert "by collective, confidence certain" in r.stdout
+    rows = rank_rows(r.stdout)
+    assert rows["3"].rstrip().endswith("← named")
+    assert [n for n, row in rows.items() if "←" in row] == ["3"]
+    assert "silent longest: rank 2" in r.stdout and "First stalled" not in r.stdout
+    assert json_out(run("ranks", job["id"], "-o", "json"))["verdict"] == COLLECTIVE
+
+
+def test_ranks_on_a_tie_says_so_and_marks_every_tied_rank(run, fake):
+    """Invariant: when silence cannot tell ranks apart, the headline says so
+    (verdict.text) and each of verdict.ranks is marked as tied, none as named."""
+    job = stalled_job(fake, TIE)
+    r = run("ranks", job["id"])
+    assert "Verdict: ranks 0-3 went quiet together (within 1.2 s): silence cannot tell which " \
+           "stopped first" in r.stdout
+    rows = rank_rows(r.stdout)
+    assert all(row.rstrip().endswith("← tied") for row in rows.values()), rows
+    assert "← named" not in r.stdout and "Stack:" not in r.stdout
+
+
+def test_ranks_falls_back_to_the_jobs_verdict_when_the_ranks_answer_has_none(run, fake,
+                                                                             monkeypatch):
+    """Invariant: an older /ranks without "verdict" still shows health.verdict."""
+    job = stalled_job(fake, EXITED)
+    real = FakeApi._ranks
+    monkeypatch.setattr(FakeApi, "_ranks",
+                        lambda self, j: {k: v for k, v in real(self, j).items() if k != "verdict"})
+    r = run("ranks", job["id"])
+    assert "Verdict: rank 3 exited with code 1" in r.stdout
+    assert rank_rows(r.stdout)["3"].rstrip().endswith("← named")
+
+
+def test_watch_says_the_verdict_not_the_rank_silent_longest(run, fake):
+    """Invariant: the stall line `watch` prints is verdict.text, and the named
+    rank is marked even when --max-ranks leaves it out of the longest silent."""
+    job = stalled_job(fake, COLLECTIVE)
+    fake.on_get_job.append(lambda j: len(fake.sent("GET", r"/v1/jobs/[^/]+")) >= 2
+                           and j.update(state="FAILED"))
+    r = run("watch", job["id"], "--interval", "0", "--max-ranks", "1")
+    assert r.exit_code == 0, r.output
+    assert f"Verdict: {COLLECTIVE['text']}" in r.stdout
+    assert "First stalled" not in r.stdout
+    rows = rank_rows(r.stdout)
+    assert set(rows) == {"2", "3"} and rows["3"].rstrip().endswith("← named")
+
+
+def test_list_notes_the_verdict_shortened(run, fake):
+    """Invariant: the job list's health says which rank stopped (verdict.text,
+    cut at 60 characters with an ellipsis)."""
+    job = stalled_job(fake, COLLECTIVE)
+    row = next(ln for ln in run("list").stdout.splitlines() if ln.startswith(job["id"]))
+    note = row.split("STALLED ", 1)[1].split("  ")[0]
+    assert note.endswith("…") and len(note) <= 60 and COLLECTIVE["text"].startswith(note[:-1])
+    exited = stalled_job(fake, EXITED)
+    row = next(ln for ln in run("list").stdout.splitlines() if ln.startswith(exited["id"]))
+    assert "STALLED rank 3 exited with code 1 " in row
 
 
 def test_watch_refreshes_until_the_job_is_terminal(run, fake):

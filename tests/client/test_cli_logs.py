@@ -84,6 +84,45 @@ def test_describe_shows_attempts_health_and_the_story(run, fake):
     assert body["job"]["id"] == job["id"] and len(body["attempts"]) == 1
 
 
+def test_describe_health_starts_with_the_verdict_and_labels_the_rank_silent_longest(run, fake):
+    """Invariant: describe's health says the verdict first (text, then stack,
+    then how it was reached); first_stalled_rank appears only as "silent
+    longest", never as the rank that stopped."""
+    from .test_cli import COLLECTIVE
+    job = running_job(fake, ranks=4)
+    fake.update_job(job["id"], health={"status": "STALLED", "first_stalled_rank": 2,
+                                       "detected_at": fake.now(), "stalled_ranks": [0, 1, 2],
+                                       "verdict": COLLECTIVE})
+    lines = [ln.strip() for ln in run("describe", job["id"]).stdout.splitlines()]
+    at = lines.index("health    STALLED  threshold 30.0s")
+    assert lines[at + 1:at + 5] == [
+        f"Verdict: {COLLECTIVE['text']}", "Stack: train.py:88 in forward → time.sleep(3600)",
+        "by collective, confidence certain",
+        "silent longest: rank 2 (last heard never, detected 2025-01-31 12:00:00Z)"]
+    assert "first stalled" not in " ".join(lines).lower()
+
+
+def test_describe_prints_the_stop_time_stacks_under_their_rank_stopped_event(run, fake):
+    """Invariant: each entry of a rank_stopped event's stacks is one indented
+    line right under that event: "rank N: <where>"."""
+    job = running_job(fake, ranks=4)
+    where = "train.py:88 in forward → time.sleep(3600)"
+    fake.events[job["id"]] = [
+        {"type": "stalled", "time": "2030-01-01T00:00:05.000Z", "attempt": 1,
+         "reason": "rank 3 on n1 is not in a collective", "rank": 3, "ranks": [3]},
+        {"type": "rank_stopped", "time": "2030-01-01T00:00:06.000Z", "attempt": 1,
+         "reason": "SIGTERM (stall restart)",
+         "stacks": [{"rank": 3, "where": where, "frames": ["forward (train.py:88)"]},
+                    {"rank": 0, "where": "dist.py:12 in all_reduce", "frames": []}]},
+        {"type": "exit", "time": "2030-01-01T00:00:07.000Z", "attempt": 1, "reason": "stalled"}]
+    out = run("describe", job["id"]).stdout.splitlines()
+    at = next(i for i, ln in enumerate(out) if "rank_stopped" in ln)
+    assert out[at + 1].strip() == f"rank 3: {where}"
+    assert out[at + 2].strip() == "rank 0: dist.py:12 in all_reduce"
+    assert out[at + 1].index("rank 3") > out[at].index("SIGTERM")  # under the reason, indented
+    assert "exit" in out[at + 3]
+
+
 def test_pending_reason_in_get_list_and_the_sdk(run, fake):
     job = fake.add_job(ranks=99)
     fake.update_job(job["id"], pending_reason="can never fit: needs 99 GPUs; the fleet has 16")

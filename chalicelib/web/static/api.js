@@ -82,7 +82,7 @@ const pick = (o, ...keys) => { for (const k of keys) if (o && o[k] != null) retu
 export function normaliseEvents(data) {
   const list = Array.isArray(data) ? data : pick(data, 'events', 'items') || [];
   const known = new Set(['at', 'time', 'timestamp', 'created_at', 'type', 'kind', 'event',
-    'reason', 'detail', 'message']);
+    'reason', 'detail', 'message', 'stacks']);
   return list.map((e) => {
     const rest = Object.fromEntries(Object.entries(e || {}).filter(([k]) => !known.has(k)));
     return {
@@ -90,6 +90,7 @@ export function normaliseEvents(data) {
       type: String(pick(e, 'type', 'kind', 'event') || 'event'),
       detail: String(pick(e, 'reason', 'detail', 'message') || ''),
       extra: Object.keys(rest).length ? JSON.stringify(rest) : '',
+      stacks: Array.isArray(e && e.stacks) ? e.stacks : [], // rank_stopped: each rank's stack at the stop
     };
   });
 }

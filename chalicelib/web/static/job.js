@@ -2,6 +2,7 @@
 // map, the event timeline and logs (where the server has them), and Cancel.
 import { api } from './api.js';
 import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, TERMINAL } from './dom.js';
+import { verdictLines, stackLine } from './verdict.js';
 
 const REFRESH_MS = 1500;
 
@@ -16,14 +17,25 @@ function healthFacts(hl) {
   return [
     ['Health', hl.status],
     ['Stall threshold', hl.threshold_s != null ? `${hl.threshold_s} s` : null],
-    ['First stalled rank', hl.first_stalled_rank],
-    ['Culprit', hl.culprit ? (typeof hl.culprit === 'object' ? JSON.stringify(hl.culprit) : String(hl.culprit)) : null],
-    ['Also first (jitter band)', co.length ? ranges(co) : null],
+    ['Silent longest', hl.first_stalled_rank != null ? `rank ${hl.first_stalled_rank}` : null],
+    ['Also silent as long (jitter band)', co.length ? ranges(co) : null],
     ['Suspect node', hl.suspect_node],
     ['Stalled ranks', (hl.stalled_ranks || []).length ? ranges(hl.stalled_ranks) : null],
     ['Last heard', hl.last_heard_at ? time(hl.last_heard_at) : null],
     ['Detected', hl.detected_at ? time(hl.detected_at) : null],
   ];
+}
+
+/** The headline: the verdict's lines, its sentence in bold (empty while nothing is named). */
+function verdictView(hl) {
+  const v = (hl || {}).verdict;
+  return v ? verdictLines(v).map(([k, t]) => h('p', { class: `v-${k}`, text: t })) : [];
+}
+
+function exitText(exit) {
+  if (!exit) return null;
+  const code = exit.exit_code != null ? ` (exit code ${exit.exit_code})` : '';
+  return `${exit.reason}${code}${exit.rank != null ? `, rank ${exit.rank}` : ''}`;
 }
 
 export function nodeMap(placement) {
@@ -45,7 +57,7 @@ function attemptsTable(attempts) {
       h('td', {}, h('ul', { class: 'nodemap' }, nodeMap(a.placement).map(([node, rs]) =>
         h('li', {}, h('code', { text: node }), ` → ranks ${ranges(rs)}`)))),
       h('td', { text: time(a.created_at) }), h('td', { text: time(a.finished_at) }),
-      h('td', { text: a.exit ? JSON.stringify(a.exit) : '' })))));
+      h('td', { text: exitText(a.exit) })))));
 }
 
 function eventsList(events) {
@@ -53,7 +65,8 @@ function eventsList(events) {
   if (!events.length) return h('p', { class: 'muted', text: 'No events yet.' });
   return h('ol', { class: 'timeline' }, events.map((e) => h('li', {},
     h('time', { datetime: e.at || '', text: time(e.at) }), ' ', h('strong', { text: e.type }),
-    e.detail ? ` — ${e.detail}` : '', e.extra ? h('span', { class: 'muted', text: ` ${e.extra}` }) : '')));
+    e.detail ? ` — ${e.detail}` : '', e.extra ? h('span', { class: 'muted', text: ` ${e.extra}` }) : '',
+    e.stacks.length ? h('ul', { class: 'stacks' }, e.stacks.map((s) => h('li', {}, h('code', { text: stackLine(s) })))) : null)));
 }
 
 function logsView(lines) {
@@ -69,6 +82,7 @@ export function mount(main, [jobId]) {
   const badge = h('span', { id: 'job-state' });
   const cancelBtn = h('button', { type: 'button', id: 'cancel', class: 'danger', text: 'Cancel job…' });
   const cancelStatus = h('p', { id: 'cancel-status', role: 'status', class: 'notice', hidden: true });
+  const headline = h('div', { id: 'job-verdict', class: 'summary', role: 'status', hidden: true });
   const facts = h('section', { id: 'facts' });
   const spec = h('pre', { id: 'spec', class: 'spec', tabindex: 0 });
   const attempts = h('section', { id: 'attempts' });
@@ -91,7 +105,7 @@ export function mount(main, [jobId]) {
     h('p', { class: 'crumbs' }, h('a', { href: '#/jobs', text: '← Jobs' })),
     h('div', { class: 'title-row' }, title, badge),
     h('div', { class: 'toolbar' }, h('a', { id: 'ranks-link', class: 'button', href: `#/jobs/${encodeURIComponent(jobId)}/ranks`, text: 'Rank heatmap' }), cancelBtn),
-    cancelStatus, error, facts,
+    cancelStatus, error, headline, facts,
     h('h2', { text: 'Attempts' }), attempts,
     h('h2', { text: 'Events' }), events,
     h('h2', { text: 'Logs' }), logs,
@@ -135,6 +149,10 @@ export function mount(main, [jobId]) {
     if (changed('state', j.state)) badge.replaceChildren(stateBadge(j.state));
     cancelBtn.disabled = TERMINAL.has(j.state) || !!j.cancel_requested_at;
     if (!cancelStatus.hidden && TERMINAL.has(j.state)) setText(cancelStatus, `Cancel requested at ${time(j.cancel_requested_at)}; the job is now ${j.state}.`);
+    if (changed('verdict', (j.health || {}).verdict)) {
+      headline.replaceChildren(...verdictView(j.health));
+      headline.hidden = !headline.childElementCount;
+    }
     if (changed('facts', j)) {
       facts.replaceChildren(dl([
         ['ID', h('code', { text: j.id })], ['State', j.state],
@@ -146,7 +164,7 @@ export function mount(main, [jobId]) {
         ['Created', time(j.created_at)], ['Started', j.started_at && time(j.started_at)],
         ['Finished', j.finished_at && time(j.finished_at)],
         ['Cancel requested', j.cancel_requested_at && time(j.cancel_requested_at)], ['Cancel reason', j.cancel_reason],
-        ['Exit', j.exit ? `${j.exit.reason}${j.exit.exit_code != null ? ` (exit code ${j.exit.exit_code})` : ''}` : null],
+        ['Exit', exitText(j.exit)],
         ...healthFacts(j.health),
       ]));
       setText(spec, JSON.stringify(j.spec, null, 2));

@@ -3,10 +3,12 @@
 // place (no re-render, no flicker).
 import { api } from './api.js';
 import { h, setText, stateBadge, ago, time, poll, problemText } from './dom.js';
+import { verdictOf, shorten } from './verdict.js';
 
 const STATES = ['PENDING', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
 const PAGE_SIZE = 25;
 const REFRESH_MS = 2000;
+const NOTE_CHARS = 100;
 
 function labelsText(labels) {
   return Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(' ');
@@ -22,13 +24,14 @@ export function matches(job, q) {
 
 function healthText(job) {
   const hl = job.health || {};
-  if (hl.status === 'STALLED') return `stalled: rank ${hl.first_stalled_rank} first`;
   return hl.status && hl.status !== 'UNKNOWN' ? hl.status.toLowerCase() : '';
 }
 
 function noteText(job) {
   if (job.cancel_requested_at && !['CANCELLED', 'SUCCEEDED', 'FAILED'].includes(job.state)) return 'cancel requested';
   if (job.state === 'PENDING' && job.pending_reason) return job.pending_reason;
+  const v = verdictOf(job);
+  if (v) return shorten(v.text, NOTE_CHARS);
   if (job.exit) return `${job.exit.reason}${job.exit.exit_code != null ? ` (exit ${job.exit.exit_code})` : ''}`;
   return '';
 }
@@ -61,6 +64,7 @@ function fillRow(tr, job) {
   setText(c.created, ago(job.created_at));
   c.created.title = time(job.created_at);
   setText(c.note, noteText(job));
+  c.note.title = (verdictOf(job) || {}).text || ''; // the whole sentence, if the note shortened it
   tr.classList.toggle('stalled', (job.health || {}).status === 'STALLED');
 }
 

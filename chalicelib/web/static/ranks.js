@@ -4,6 +4,7 @@
 // or keyboard cursor, and a table.
 import { api } from './api.js';
 import { h, setText, stateBadge, seconds, time, ranges, naturalCompare, poll, problemText, TERMINAL } from './dom.js';
+import { verdictOf, verdictLines, markOf } from './verdict.js';
 
 const REFRESH_MS = 2000;
 const TABLE_CHUNK = 500;
@@ -16,7 +17,7 @@ function css(name) {
 function palette() {
   const p = {};
   for (const k of ['ok', 'warn', 'stall', 'stall-deep', 'never', 'exited', 'stopped', 'paused', 'busy',
-    'not_instrumented', 'first', 'co', 'suspect', 'cursor', 'bg', 'fg', 'grid']) p[k] = css(`--hm-${k.replace('_', '-')}`);
+    'not_instrumented', 'named', 'suspect', 'cursor', 'bg', 'fg', 'grid']) p[k] = css(`--hm-${k.replace('_', '-')}`);
   return p;
 }
 
@@ -103,7 +104,7 @@ export function hit(L, x, y) {
   return i < n.ranks.length ? n.ranks[i] : null;
 }
 
-function draw(canvas, L, data, health, pal, cursor) {
+function draw(canvas, L, data, health, verdict, pal, cursor) {
   const t0 = performance.now();
   const dpr = window.devicePixelRatio || 1;
   canvas.width = Math.round(L.width * dpr);
@@ -119,8 +120,6 @@ function draw(canvas, L, data, health, pal, cursor) {
     ok: Array.from({ length: 16 }, (_, i) => mix(pal.ok, pal.warn, i / 15)),
     stall: Array.from({ length: 8 }, (_, i) => mix(pal.stall, pal['stall-deep'], i / 7)),
   };
-  const first = health.status === 'STALLED' ? health.first_stalled_rank : null;
-  const co = new Set((health.co_first || []).map((c) => (typeof c === 'object' ? c.rank : c)));
   g.font = '12px system-ui, sans-serif';
   g.textBaseline = 'top';
   L.nodes.forEach((n, ni) => {
@@ -154,16 +153,17 @@ function draw(canvas, L, data, health, pal, cursor) {
     g.strokeRect(x - width / 2 - 1, y - width / 2 - 1, w + width + 2, w + width + 2);
     g.setLineDash([]);
   };
-  for (const r of co) if (r !== first) ring(r, pal.co, [3, 2], 2);
-  if (first != null) ring(first, pal.first, [], 3);
+  const named = verdict ? verdict.ranks : [];
+  for (const r of named) ring(r, pal.named, [], 3);
   if (cursor != null) ring(cursor, pal.cursor, [], 2);
   const ms = performance.now() - t0;
   canvas.dataset.drawMs = ms.toFixed(1);
   canvas.dataset.cells = String(data.ranks.length);
+  canvas.dataset.named = named.join(','); // the outlined cells, as text (and for tests)
   return ms;
 }
 
-function summaryLines(job, data) {
+function summaryLines(job, data, verdict) {
   const hl = job.health || {};
   const byRank = new Map(data.ranks.map((r) => [r.rank, r]));
   const th = data.threshold_s;
@@ -172,17 +172,19 @@ function summaryLines(job, data) {
     const r = byRank.get(rank);
     return r ? `rank ${rank} on ${r.node_id} (silent ${seconds(r.silence_s)}, step ${r.step ?? '—'})` : `rank ${rank}`;
   };
-  if (hl.status === 'STALLED' && hl.first_stalled_rank != null) {
-    out.push(['first', `First to stop: ${describe(hl.first_stalled_rank)}; threshold ${seconds(th)}.`]);
-    if (hl.culprit != null) out.push(['culprit', `Culprit: ${typeof hl.culprit === 'object' ? `rank ${hl.culprit.rank} (${Object.entries(hl.culprit).filter(([k]) => k !== 'rank').map(([k, v]) => `${k} ${v}`).join(', ')})` : hl.culprit}.`]);
+  const stalled = hl.status === 'STALLED';
+  if (verdict) out.push(...verdictLines(verdict));
+  else if (stalled) out.push(['verdict', 'Stalled: the server names no rank that stopped.']);
+  if (stalled) {
+    if (hl.first_stalled_rank != null) out.push(['silent', `Silent longest (not necessarily the one that stopped): ${describe(hl.first_stalled_rank)}; threshold ${seconds(th)}.`]);
     const co = (hl.co_first || []).map((c) => (typeof c === 'object' ? c.rank : c)).filter((r) => r !== hl.first_stalled_rank);
-    if (co.length) out.push(['co', `Stopped within the same jitter band (co-first): ranks ${ranges(co)}.`]);
+    if (co.length) out.push(['co', `Silent about as long (co-first): ranks ${ranges(co)}.`]);
     if (hl.suspect_node) out.push(['suspect', `Suspect node: ${hl.suspect_node}.`]);
-    const stalled = data.ranks.filter((r) => r.stalled).length;
-    out.push(['count', `${stalled} of ${data.ranks.length} ranks stalled${hl.detected_at ? `; detected ${time(hl.detected_at)}` : ''}.`]);
-  } else {
+    const count = data.ranks.filter((r) => r.stalled).length;
+    out.push(['count', `${count} of ${data.ranks.length} ranks stalled${hl.detected_at ? `; detected ${time(hl.detected_at)}` : ''}.`]);
+  } else if (!verdict) {
     const top = data.ranks[0];
-    out.push(['first', th == null ? 'No stall threshold yet (the job has not run).'
+    out.push(['verdict', th == null ? 'No stall threshold yet (the job has not run).'
       : `No rank is stalled. Threshold ${seconds(th)}${top ? `; longest silence: ${describe(top.rank)}` : ''}.`]);
   }
   const counts = {};
@@ -191,10 +193,15 @@ function summaryLines(job, data) {
   return out;
 }
 
-function rankText(r, th) {
+/** ' (named)' or ' (tied)' after the status of a rank the verdict names, else ''. */
+function markText(r, verdict) {
+  return verdict && verdict.ranks.includes(r.rank) ? ` (${markOf(verdict)})` : '';
+}
+
+function rankText(r, th, verdict) {
   if (!r) return 'Point at a cell, or focus the map and use the arrow keys.';
   const ratio = th ? ` (${(r.silence_s / th).toFixed(2)} × threshold)` : '';
-  return `Rank ${r.rank} on ${r.node_id}: ${rankStatus(r, th)}, silent ${seconds(r.silence_s)}${ratio}, step ${r.step ?? '—'}, last heard ${r.last_heard_at ? time(r.last_heard_at) : 'never'}.`;
+  return `Rank ${r.rank} on ${r.node_id}: ${rankStatus(r, th)}${markText(r, verdict)}, silent ${seconds(r.silence_s)}${ratio}, step ${r.step ?? '—'}, last heard ${r.last_heard_at ? time(r.last_heard_at) : 'never'}.`;
 }
 
 export function mount(main, [jobId]) {
@@ -214,7 +221,7 @@ export function mount(main, [jobId]) {
     [['ok', 'beating (green → amber as silence nears the threshold)'], ['stall', 'stalled: silence > threshold (darker: longer)'],
       ['never', 'never heard'], ['paused', 'declared pause'], ['busy', 'busy (I/O, e.g. checkpoint)'],
       ['exited', 'exited'], ['stopped', 'stopped'], ['not_instrumented', 'not instrumented'],
-      ['first', 'outline: first to stop'], ['co', 'dashed outline: co-first'], ['suspect', 'dashed box: suspect node']]
+      ['named', 'outline: the rank the verdict names (every tied rank on a tie)'], ['suspect', 'dashed box: suspect node']]
       .map(([k, t]) => h('li', {}, h('span', { class: `swatch hm-${k.replace('_', '-')}`, 'aria-hidden': 'true' }), t)));
   main.append(
     h('p', { class: 'crumbs' }, h('a', { href: '#/jobs', text: 'Jobs' }), ' / ', h('a', { href: `#/jobs/${encodeURIComponent(jobId)}`, id: 'back-to-job', text: jobId })),
@@ -222,7 +229,8 @@ export function mount(main, [jobId]) {
     h('div', { class: 'toolbar' }, tableBtn, meta), wrap, info, legend, tableWrap);
   title.focus();
 
-  let job = null; let data = null; let L = null; let cursor = null; let shown = TABLE_CHUNK;
+  let job = null; let data = null; let verdict = null; let L = null; let cursor = null; let shown = TABLE_CHUNK;
+  canvas.boxOf_ = (rank) => { const at = L && L.where.get(rank); return at ? cellBox(L, ...at) : null; }; // for tests and tools
 
   function redraw() {
     if (!data) return;
@@ -231,7 +239,7 @@ export function mount(main, [jobId]) {
       L = layout(data.ranks, width);
       L.count = data.ranks.length; L.key = data.key;
     }
-    const ms = draw(canvas, L, data, job.health || {}, pal, cursor);
+    const ms = draw(canvas, L, data, job.health || {}, verdict, pal, cursor);
     setText(meta, `${data.ranks.length.toLocaleString()} ranks on ${L.nodes.length.toLocaleString()} nodes · attempt ${data.attempt} · drawn in ${ms.toFixed(0)} ms · updated ${new Date().toLocaleTimeString()}`);
   }
 
@@ -240,7 +248,7 @@ export function mount(main, [jobId]) {
     const th = data.threshold_s;
     const rows = data.ranks.slice(0, shown).map((r) => h('tr', { class: r.stalled ? 'stalled' : null, dataset: { rank: r.rank } },
       h('td', { class: 'num', text: r.rank }), h('td', {}, h('code', { text: r.node_id })),
-      h('td', { text: rankStatus(r, th) + (r.rank === (job.health || {}).first_stalled_rank && job.health.status === 'STALLED' ? ' (first)' : '') }),
+      h('td', { text: rankStatus(r, th) + markText(r, verdict) }),
       h('td', { class: 'num', text: seconds(r.silence_s) }), h('td', { class: 'num', text: th ? (r.silence_s / th).toFixed(2) : '—' }),
       h('td', { class: 'num', text: r.step ?? '—' }), h('td', { text: r.last_heard_at ? time(r.last_heard_at) : 'never' })));
     const more = data.ranks.length > shown ? h('button', { type: 'button', id: 'more-ranks', text: `Show ${Math.min(TABLE_CHUNK, data.ranks.length - shown)} more of ${data.ranks.length - shown}`, onclick: () => { shown += TABLE_CHUNK; renderTable(); } }) : null;
@@ -263,7 +271,7 @@ export function mount(main, [jobId]) {
     if (!L) return;
     const box = canvas.getBoundingClientRect();
     const r = hit(L, e.clientX - box.left, e.clientY - box.top);
-    setText(info, rankText(r, data.threshold_s));
+    setText(info, rankText(r, data.threshold_s, verdict));
     canvas.classList.toggle('pointing', !!r);
   });
   canvas.addEventListener('keydown', (e) => {
@@ -275,13 +283,13 @@ export function mount(main, [jobId]) {
     e.preventDefault();
     i = i < 0 ? 0 : Math.max(0, Math.min(order.length - 1, i + (Number.isFinite(step) ? step : step > 0 ? order.length : -order.length)));
     cursor = order[i];
-    setText(info, rankText(byRank().get(cursor), data.threshold_s));
+    setText(info, rankText(byRank().get(cursor), data.threshold_s, verdict));
     redraw();
   });
   canvas.addEventListener('focus', () => {
     if (cursor == null && data && data.ranks.length) {
-      cursor = (job.health || {}).status === 'STALLED' ? job.health.first_stalled_rank : data.ranks[0].rank;
-      setText(info, rankText(byRank().get(cursor), data.threshold_s));
+      cursor = verdict ? (verdict.rank ?? verdict.ranks[0]) : data.ranks[0].rank;
+      setText(info, rankText(byRank().get(cursor), data.threshold_s, verdict));
       redraw();
     }
   });
@@ -294,16 +302,17 @@ export function mount(main, [jobId]) {
       job = j;
       d.key = `${d.attempt}:${d.ranks.length}`;
       data = d;
+      verdict = verdictOf(j, d);
       setText(title, `Ranks of ${j.name || j.id}`);
       document.title = `Ranks of ${j.name || j.id} · gpujobs`;
       if (badge.dataset.state !== j.state) { badge.dataset.state = j.state; badge.replaceChildren(stateBadge(j.state)); }
-      const lines = summaryLines(j, d);
+      const lines = summaryLines(j, d, verdict);
       summary.replaceChildren(...lines.map(([k, t]) => h('p', { class: `sum-${k}`, text: t })));
       error.textContent = '';
       redraw();
       renderTable();
       if (!d.ranks.length) setText(info, 'This job has no ranks placed yet.');
-      else if (cursor != null) setText(info, rankText(byRank().get(cursor), d.threshold_s));
+      else if (cursor != null) setText(info, rankText(byRank().get(cursor), d.threshold_s, verdict));
       else if (!info.textContent) setText(info, rankText(null));
       if (TERMINAL.has(j.state)) poller.stop();
     } catch (e) {

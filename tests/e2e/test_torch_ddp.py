@@ -7,7 +7,6 @@ asserted is what the CLI prints and what the events say."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 
@@ -20,17 +19,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 DDP = str(ROOT / "examples" / "ddp_train.py")
 # loaded CI machines start torch slowly (several seconds an import, 4 at once)
 JOB_TIMEOUT_S = 300
-
-
-@pytest.fixture(scope="module")
-def torch_python() -> str:
-    path = os.environ.get("GPUJOBS_TORCH_PYTHON") or str(ROOT / ".venv-torch" / "bin" / "python")
-    if not os.access(path, os.X_OK):
-        why = f"no torch virtualenv at {path} (make torch-venv builds it)"
-        if os.environ.get("GPUJOBS_REQUIRE_TORCH") == "1":
-            pytest.fail(why)  # make test: never a silent skip
-        pytest.skip(why)
-    return path
 
 
 @pytest.fixture

@@ -32,6 +32,18 @@ Naming the culprit of a hang: mark each collective as the rank enters it,
 record, at the same cost as ``beat``. When ranks stall, the one that never
 arrived at the collective the others wait in is the culprit.
 
+DDP's gradient all-reduce and its buffer broadcasts are issued by its C++
+Reducer, which the wrapped functions never see. One line covers them too:
+
+    model = gpujobs_heartbeat.instrument(DistributedDataParallel(model))
+
+It wraps the collectives and registers a DDP communication hook that marks
+each gradient bucket ("ddp_allreduce") before running torch's default
+all-reduce, plus a mark per training forward ("ddp_forward"), so a rank that
+hangs before its forward is behind its peers. FSDP (``FullyShardedDataParallel``
+and ``fully_shard``) issues its all-gathers and reduce-scatters through the
+wrapped functions: ``instrument(fsdp_model)`` marks those, no hook needed.
+
 Pauses without touching the training loop: ``declare_checkpoints()`` wraps
 ``torch.save`` and ``torch.distributed.checkpoint.save``; ``lightning_callback()``
 and ``hf_callback()`` beat once per step and pause around checkpointing and
@@ -244,7 +256,8 @@ def instrument(model=None, *, hook=None, state=None):
         if hook is None:
             hook = importlib.import_module(
                 "torch.distributed.algorithms.ddp_comm_hooks.default_hooks").allreduce_hook
-            state = getattr(model, "process_group", None) if state is None else state
+        if state is None:  # what torch's own hooks take: the model's process group
+            state = getattr(model, "process_group", None)
         try:
             model.register_comm_hook(state, _marking_hook(hook, "ddp_allreduce"))
         except RuntimeError:  # "can only be called once": the user's own hook stays

@@ -1,5 +1,5 @@
 """One rank of tests/agent/test_rankside_torch.py: a tiny model under DDP (or
-FSDP: MODEL=fsdp1|fsdp2) over gloo on CPU, made instrumented by the one line
+FSDP: MODEL=fsdp1|fsdp2; MODEL=ddp_fp16: DDP with another hook) over gloo on CPU, made instrumented by the one line
 users write, with no explicit collective in the training loop. After each
 step it prints the collective mark its own heartbeat file holds; with
 HANG_RANK=r HANG_STEP=s, rank r sleeps just before the forward of step s."""
@@ -29,6 +29,12 @@ def main() -> int:
     elif kind == "fsdp1":
         from torch.distributed.fsdp import FullyShardedDataParallel
         model = hb.instrument(FullyShardedDataParallel(net, device_id=torch.device("cpu")))
+    elif kind == "ddp_fp16":  # another of torch's hooks, run after the mark
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
+            fp16_compress_hook,
+        )
+        from torch.nn.parallel import DistributedDataParallel
+        model = hb.instrument(DistributedDataParallel(net), hook=fp16_compress_hook)
     else:
         from torch.distributed.fsdp import fully_shard
         model = hb.instrument(fully_shard(net))

@@ -69,7 +69,7 @@ def marks(out: str) -> list[tuple[int, int, str]]:
     return [(int(s), int(q), n) for s, q, n in re.findall(r"step (\d+) seq (\d+) name (\S+)", out)]
 
 
-@pytest.mark.parametrize("kind", ["ddp", "fsdp1", "fsdp2"])
+@pytest.mark.parametrize("kind", ["ddp", "ddp_fp16", "fsdp1", "fsdp2"])
 def test_healthy_steps_leave_every_rank_on_the_same_mark(torch_python, tmp_path, kind):
     ranks = Ranks(torch_python, tmp_path, MODEL=kind, STEPS="6")
     try:
@@ -81,7 +81,8 @@ def test_healthy_steps_leave_every_rank_on_the_same_mark(torch_python, tmp_path,
         # ran, two a step (DDP: the forward and the one gradient bucket; FSDP:
         # the forward's all-gather and the backward's reduce-scatter)
         assert all(b - a == 2 for a, b in zip(seqs, seqs[1:])), seqs
-        assert seen[0][-1][2] == {"ddp": "ddp_allreduce"}.get(kind, "reduce_scatter")
+        assert seen[0][-1][2] == ("ddp_allreduce" if kind.startswith("ddp")
+                                  else "reduce_scatter")
         a, b = ranks.records()
         assert a.collective_seq == b.collective_seq == seqs[-1] and a.step == b.step == 5
     finally:

@@ -206,3 +206,20 @@ def agent_stack(tmp_path_factory):
         yield s
     finally:
         s.stop()
+
+
+@pytest.fixture(scope="session")
+def torch_python() -> str:
+    """The python of the cached torch virtualenv that real-torch tests run
+    their ranks with: GPUJOBS_TORCH_PYTHON, else the repository's .venv-torch
+    (`make torch-venv`). Missing, the tests skip, except under `make test`
+    (GPUJOBS_REQUIRE_TORCH=1), which never skips them silently."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.environ.get("GPUJOBS_TORCH_PYTHON") or os.path.join(root, ".venv-torch", "bin",
+                                                                  "python")
+    if not os.access(path, os.X_OK):
+        why = f"no torch virtualenv at {path} (make torch-venv builds it)"
+        if os.environ.get("GPUJOBS_REQUIRE_TORCH") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    return path

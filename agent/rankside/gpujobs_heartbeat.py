@@ -32,6 +32,18 @@ Naming the culprit of a hang: mark each collective as the rank enters it,
 record, at the same cost as ``beat``. When ranks stall, the one that never
 arrived at the collective the others wait in is the culprit.
 
+DDP's gradient all-reduce and its buffer broadcasts are issued by its C++
+Reducer, which the wrapped functions never see. One line covers them too:
+
+    model = gpujobs_heartbeat.instrument(DistributedDataParallel(model))
+
+It wraps the collectives and registers a DDP communication hook that marks
+each gradient bucket ("ddp_allreduce") before running torch's default
+all-reduce, plus a mark per training forward ("ddp_forward"), so a rank that
+hangs before its forward is behind its peers. FSDP (``FullyShardedDataParallel``
+and ``fully_shard``) issues its all-gathers and reduce-scatters through the
+wrapped functions: ``instrument(fsdp_model)`` marks those, no hook needed.
+
 Pauses without touching the training loop: ``declare_checkpoints()`` wraps
 ``torch.save`` and ``torch.distributed.checkpoint.save``; ``lightning_callback()``
 and ``hf_callback()`` beat once per step and pause around checkpointing and
@@ -44,6 +56,7 @@ import functools
 import importlib
 import os
 import struct
+import threading
 import time
 from typing import Iterator, NamedTuple
 
@@ -170,7 +183,18 @@ def collective(name: str, seq: int | None = None) -> Iterator[None]:
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
                "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
                "broadcast", "broadcast_object_list", "reduce", "gather", "scatter",
-               "barrier", "monitored_barrier")
+               "barrier", "monitored_barrier",
+               # what FSDP (both versions) issues its all-gathers and reduce-scatters with
+               "all_gather_single", "reduce_scatter_single")
+#: the name a mark of a collective carries where its own is longer than the 16
+#: bytes the record holds
+_SHORT = {"all_gather_into_tensor": "all_gather", "all_gather_single": "all_gather",
+          "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_single": "reduce_scatter",
+          "all_to_all_single": "all_to_all", "broadcast_object_list": "broadcast_object"}
+
+# set while a communication hook runs the collective it has already marked, so
+# the wrapped torch.distributed function it calls does not mark it twice
+_in_hook = threading.local()
 
 
 def _optional(name: str):
@@ -190,17 +214,75 @@ def instrument_collectives(dist=None):
         fn = getattr(dist, name, None)
         if fn is None or getattr(fn, "__gpujobs_wrapped__", False):
             continue
-        setattr(dist, name, _arriving(fn, name))
+        setattr(dist, name, _arriving(fn, _SHORT.get(name, name)))
     return dist
 
 
 def _arriving(fn, name: str):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        arrive(None, name)
+        if not getattr(_in_hook, "marked", False):
+            arrive(None, name)
         return fn(*args, **kwargs)
     vars(wrapper)["__gpujobs_wrapped__"] = True  # marks a wrapper: wrapping is idempotent
     return wrapper
+
+
+def instrument(model=None, *, hook=None, state=None):
+    """``model = instrument(DistributedDataParallel(model))``: one line that marks
+    every collective the job runs, returning ``model`` (idempotent).
+
+    It wraps the ``torch.distributed`` collectives (``instrument_collectives()``),
+    which also covers FSDP's all-gathers and reduce-scatters, issued through
+    them. For a ``DistributedDataParallel`` model, whose gradient all-reduce and
+    buffer broadcasts its C++ Reducer issues without them, it also registers a
+    communication hook that marks each gradient bucket's arrival
+    ("ddp_allreduce") and then runs ``hook(state, bucket)`` (default: torch's
+    ``allreduce_hook`` on the model's process group, what DDP does without a
+    hook), and marks each training forward (grad enabled: "ddp_forward",
+    before DDP's buffer broadcast), so a rank that hangs before its forward is
+    behind its peers' marks. Call it before the first forward; a model that
+    already has a communication hook keeps it (and gets the forward marks only).
+    Outside an agent (no GPUJOBS_HEARTBEAT_FILE) it returns ``model`` untouched
+    and imports nothing.
+    """
+    if _get() is None:
+        return model
+    instrument_collectives()
+    if model is None or getattr(model, "_gpujobs_instrumented", False):
+        return model
+    ddp = importlib.import_module("torch.nn.parallel").DistributedDataParallel
+    if isinstance(model, ddp):
+        if hook is None:
+            hook = importlib.import_module(
+                "torch.distributed.algorithms.ddp_comm_hooks.default_hooks").allreduce_hook
+        if state is None:  # what torch's own hooks take: the model's process group
+            state = getattr(model, "process_group", None)
+        try:
+            model.register_comm_hook(state, _marking_hook(hook, "ddp_allreduce"))
+        except RuntimeError:  # "can only be called once": the user's own hook stays
+            pass
+        torch = importlib.import_module("torch")
+
+        def mark_forward(module, args):
+            if torch.is_grad_enabled():  # evaluation forwards may differ between ranks
+                arrive(None, "ddp_forward")
+        model.register_forward_pre_hook(mark_forward, prepend=True)
+    model._gpujobs_instrumented = True
+    return model
+
+
+def _marking_hook(hook, name: str):
+    """A DDP communication hook that marks the arrival, then runs ``hook``."""
+    @functools.wraps(hook)
+    def marked(state, bucket):
+        arrive(None, name)
+        _in_hook.marked = True
+        try:
+            return hook(state, bucket)
+        finally:
+            _in_hook.marked = False
+    return marked
 
 
 def pausing(fn, reason: str = "checkpoint", *, max_s: float = 1800.0):

@@ -96,6 +96,11 @@ class _Writer:
         self._beat_ns = time.monotonic_ns()
         self._flush()
 
+    def alive(self) -> None:
+        """A beat that is no step: the rank is running now."""
+        self._beat_ns = time.monotonic_ns()
+        self._flush()
+
     def arrive(self, seq: int | None, name: str) -> None:
         nxt = self._coll[0] if seq is None else int(seq) + 1
         if seq is None:
@@ -151,8 +156,11 @@ def pause(reason: str, *, max_s: float) -> Iterator[None]:
     try:
         yield
     finally:
+        # coming out of the pause is a sign of life: the rank's silence ends
+        # here (its step stays), so peers that waited on it are excused while
+        # it resumes, even before its next beat() (stall.py: resumed)
         w.set_pause(0, "")
-        w._flush()
+        w.alive()
 
 
 def pause_until_beat(reason: str, *, max_s: float) -> None:

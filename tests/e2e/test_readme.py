@@ -94,8 +94,9 @@ EXPECT: dict[str, Expect] = {
     "curl -si -X POST $GPUJOBS_API_URL/v1/jobs/$JOB/cancel":
         Expect(shows=(r"^HTTP/1\.1 202", r'"cancel_requested_at": ?"')),
     "JOB=$(gpujobs submit -q --file - <<'SPEC'": Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
-    "gpujobs watch $JOB --timeout 20": Expect(rc=7, shows=(r"silent longest: rank 3\b", r"STALLED")),
-    "gpujobs ranks $JOB # rank 3 first": Expect(shows=(r"silent longest: rank 3\b",)),
+    "gpujobs watch $JOB --timeout 20": Expect(rc=7, shows=(r"Verdict: rank 3 on local-\d", r"STALLED")),
+    "gpujobs ranks $JOB # Verdict": Expect(shows=(r"Verdict: rank 3 on local-\d",
+                                                  r"silent longest: rank 3\b")),
     "gpujobs cancel $JOB --wait": Expect(shows=(r"CANCELLED",)),
     # -- client/README.md --------------------------------------------------------
     "gpujobs config set api_url": Expect(),

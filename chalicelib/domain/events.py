@@ -19,6 +19,7 @@ import hashlib
 from datetime import datetime
 
 from .clock import iso
+from .verdict import span
 
 #: order of events that carry the same time (one transaction writes several)
 _ORDER = {"created": 0, "waiting": 1, "placed": 2, "rank_started": 3, "started": 4,
@@ -51,30 +52,12 @@ def rank_event(kind: str, at: datetime, attempt: int, ranks: list[int],
     verb = {"started": "started", "exited": "exited", "stopped": "stopped"}[kind]
     ranks = sorted(ranks)
     if kind == "exited":
-        reason = (f"rank{'s' if len(ranks) > 1 else ''} {_span(ranks)} exited "
+        reason = (f"rank{'s' if len(ranks) > 1 else ''} {span(ranks)} exited "
                   f"with code {exit_code}")
     else:
-        reason = f"rank{'s' if len(ranks) > 1 else ''} {_span(ranks)} {verb}"
+        reason = f"rank{'s' if len(ranks) > 1 else ''} {span(ranks)} {verb}"
     return event(f"rank_{verb}", at, attempt=attempt, reason=reason, ranks=ranks,
                  exit_code=exit_code if kind == "exited" else None, node_id=node_id)
-
-
-def _span(ranks: list[int]) -> str:
-    """0-3,7 for [0, 1, 2, 3, 7]."""
-    parts: list[str] = []
-    start: int | None = None
-    prev: int | None = None
-    for r in ranks:
-        if start is None:
-            start = prev = r
-        elif prev is not None and r == prev + 1:
-            prev = r
-        else:
-            parts.append(f"{start}-{prev}" if prev != start else str(start))
-            start = prev = r
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev != start else str(start))
-    return ",".join(parts)
 
 
 def timeline(*maps: dict | None) -> list[dict]:

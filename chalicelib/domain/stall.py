@@ -251,7 +251,8 @@ def _idle(b: Beat, now: datetime, started_at: datetime, idle_s: float,
 
 def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s: float,
          startup_grace_s: float, mode: str = "beats", interval_s: float | None = None,
-         max_busy_s: float = 0.0, idle_s: float | None = None) -> list[RankView]:
+         max_busy_s: float = 0.0, idle_s: float | None = None,
+         finishing: bool = False) -> list[RankView]:
     """Every rank, silent longest first, ties by rank ascending, each with its
     status under ``mode`` (see :data:`MODES`).
 
@@ -265,7 +266,14 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
     do not extend it: a data loader keeps prefetching for seconds after its
     rank hung. Every excuse ends ``max_busy_s`` past the threshold.
 
-    A whole job going quiet and coming back is a pause, not a hang: a silent
+    A job some rank of which exited 0 (``finishing``) is shutting down: its
+    other ranks go quiet in their last collective, the process group's
+    teardown and the interpreter's exit, which a loaded host stretches past
+    a short threshold. A silent rank is excused then (``silent``) until its
+    silence is ``startup_grace_s`` past the threshold, the grace a rank has
+    to start, given to it to end.
+
+        A whole job going quiet and coming back is a pause, not a hang: a silent
     rank is also excused while another rank of the job resumed within the
     last two intervals from a silence (more than two intervals without a
     beat) that began no later than this rank's own last beat (within one
@@ -357,6 +365,8 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
             status = "silent"
         elif would and any(h is not b and _waits_for(b, h) for h in holders):
             status = "waiting"
+        elif would and finishing and silence <= threshold_s + startup_grace_s:
+            status = "silent"
         elif would and resumed and resuming(b):
             status = "silent"
         elif would:
@@ -390,10 +400,11 @@ def jitter_band(beats: list[Beat], interval_s: float,
 
 def judge(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s: float,
           startup_grace_s: float, interval_s: float, mode: str = "beats",
-          max_busy_s: float = 0.0, idle_s: float | None = None) -> Verdict:
+          max_busy_s: float = 0.0, idle_s: float | None = None,
+          finishing: bool = False) -> Verdict:
     ranks = view(beats, now=now, started_at=started_at, threshold_s=threshold_s,
                  startup_grace_s=startup_grace_s, mode=mode, interval_s=interval_s,
-                 max_busy_s=max_busy_s, idle_s=idle_s)
+                 max_busy_s=max_busy_s, idle_s=idle_s, finishing=finishing)
     instrumented = mode != "auto" or any(b.heard_at is not None for b in beats)
     stalled = [r for r in ranks if r.stalled]
     live = [r for r in ranks if not r.stalled and r.beat and not r.beat.ended]

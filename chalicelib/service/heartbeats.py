@@ -111,10 +111,10 @@ class HeartbeatsService:
             raise InvalidArgument("sent_at must be an RFC 3339 time",
                                   field=f"ranks.{i}.sent_at") from None
 
-    def attempt_beats(self, job: Job, now: datetime) -> tuple[list[Beat], datetime] | None:
+    def attempt_beats(self, job: Job, now: datetime) -> tuple[list[Beat], datetime, bool] | None:
         """The current attempt's beats, ranks recorded as exited or stopped
-        marked so (read fresh: they change while the attempt runs), and when
-        the attempt started."""
+        marked so (read fresh: they change while the attempt runs), when the
+        attempt started, and whether a rank of it exited 0 (it is finishing)."""
         if job.attempt == 0:
             return None
         a = self.store.attempt(job.job_id, job.attempt)
@@ -124,7 +124,8 @@ class HeartbeatsService:
         ended = {**{r: "stopped" for r in a.stopped}, **{r: "exited" for r in a.exited}}
         beats = [replace(b, ended=ended[b.rank]) if b.rank in ended else b
                  for b in self.beats.read(job.job_id, job.attempt, node_of)]
-        return beats, attempt_start(job, a.created_at, now)
+        finishing = any(code == 0 for code in a.exit_codes.values())
+        return beats, attempt_start(job, a.created_at, now), finishing
 
     def verdict(self, job: Job, now: datetime) -> Verdict | None:
         """The judgement of the current attempt's ranks (pure: domain.stall.judge).
@@ -132,12 +133,12 @@ class HeartbeatsService:
         read = self.attempt_beats(job, now)
         if read is None:
             return None
-        beats, started = read
+        beats, started, finishing = read
         hb = {**HEARTBEAT_DEFAULTS, **job.spec["heartbeat"]}
         return judge(beats, now=now, started_at=started, threshold_s=job.health["threshold_s"],
                      startup_grace_s=hb["startup_grace_s"], interval_s=hb["interval_s"],
                      mode=hb["mode"] if job.state is JobState.RUNNING else "off",
-                     max_busy_s=hb["max_busy_s"], idle_s=hb["idle_s"])
+                     max_busy_s=hb["max_busy_s"], idle_s=hb["idle_s"], finishing=finishing)
 
     def ranks_page(self, job: Job, *, page_size: int | None = None,
                    page_token: str | None = None) -> dict:

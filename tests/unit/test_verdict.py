@@ -159,3 +159,13 @@ def test_when_every_idle_rank_waits_all_are_stalled_and_the_verdict_is_a_tie():
     v = judge(beats, mode="auto", idle_s=300.0, **kw(now=at(321)))
     assert len(v.stalled) == 4 and v.culprit["rank"] is None
     assert v.culprit["text"] == "ranks 0-3 went quiet together: nothing tells which stopped first"
+
+
+def test_once_a_rank_exited_0_its_peers_quiet_in_teardown_get_the_grace_to_end():
+    beats = [Beat(0, "local-1", heard_at=at(150), ended="exited"),
+             *(silent(r) for r in (1, 2, 3))]
+    # 50 s of silence: past the 30 s threshold, within it plus the 60 s grace
+    assert judge(beats, finishing=True, **kw()).first is None
+    assert judge(beats, finishing=False, **kw()).first is not None
+    # a teardown that hangs is convicted once the grace has passed too
+    assert judge(beats, finishing=True, **kw(now=at(240.001))).first is not None

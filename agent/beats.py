@@ -11,6 +11,12 @@ Every visit also samples each live rank's process group (procs.py) and posts the
 summary: with the beat of a rank that beat, and alone (``{"rank", "proc"}``, which
 the server does not take for a beat) for a rank that did not, or never beats at
 all. A rank's last collective mark rides with its beats.
+
+A rank that has not beaten for two intervals or more, or never beat, also has
+its Python stack taken (stacks.py, in the background, at most once every
+``GPUJOBS_STACK_EVERY_S`` per rank): the latest one rides in each of its
+process samples as ``proc.stack`` (``{"frames", "code", "age_s"}``) until the
+rank beats again, which drops it. A healthy instrumented rank costs nothing.
 ``sent_at`` (this host's wall clock) is sent for diagnosis only.
 
 A failed post is retried at the next visit (beats are idempotent: the newest
@@ -19,6 +25,7 @@ and tells ``on_gone`` (the agent stops its ranks: nobody waits for them).
 """
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -28,6 +35,7 @@ from typing import Callable, Iterable
 
 from .api import ApiError, AttemptGone
 from .procs import ProcSampler
+from .stacks import StackSampler
 from .state import RUNNING, AttemptRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "rankside"))
@@ -35,6 +43,8 @@ import gpujobs_heartbeat  # noqa: E402  (the same module the ranks write with)
 
 log = logging.getLogger("gpujobs.agent.beats")
 MAX_RANKS_PER_POST = 1024
+#: a post's body stays under the API's 256 KiB (stacks make entries of ~3 KiB)
+MAX_POST_BYTES = 200 * 1024
 MAX_AGE_S = 3600.0  # the server takes ages up to an hour
 
 
@@ -47,9 +57,11 @@ class BeatPoster:
     def __init__(self, api, *, monotonic_ns: Callable[[], int] = time.monotonic_ns,
                  wall: Callable[[], str] = _now_iso,
                  sampler: ProcSampler | None = None,
+                 stacks: StackSampler | None = None,
                  on_gone: Callable[[str, int], None] = lambda job_id, attempt: None) -> None:
         self._api, self._mono, self._wall = api, monotonic_ns, wall
         self._sampler = sampler if sampler is not None else ProcSampler()
+        self._stacks = stacks  # None: no stacks
         self._on_gone = on_gone
         self._posted: dict[tuple[str, int], int] = {}  # (attempt key, rank) -> seq posted
         # (attempt key, rank) -> beat_ns of the last beat() posted, and the end
@@ -77,6 +89,9 @@ class BeatPoster:
             self._next.pop(key, None)
         self._sampler.forget(k for k in self._sampler.keys()
                              if isinstance(k, tuple) and k[0] not in live)
+        if self._stacks is not None:
+            self._stacks.forget(k for k in self._stacks.keys()
+                                if isinstance(k, tuple) and k[0] not in live)
         for known in (self._beat_ns, self._resumed):
             for k in [k for k in known if k[0] not in live]:
                 del known[k]
@@ -92,6 +107,7 @@ class BeatPoster:
                 continue
             proc = samples.get((rec.key, r))
             record = gpujobs_heartbeat.read(p.heartbeat_file) if p.heartbeat_file else None
+            proc = self._with_stack(rec, r, record, proc, now)
             if record is None:
                 if proc is not None:  # never beat: the host's evidence only
                     entries.append({"rank": r, "proc": proc})
@@ -130,10 +146,29 @@ class BeatPoster:
                 entries.append(entry)
         return entries, seqs
 
+    def _with_stack(self, rec: AttemptRecord, r: int, record, proc: dict | None,
+                    now: int) -> dict | None:
+        """``proc`` with the rank's latest stack, when it has one; asks for a
+        new one when the rank is silent (two intervals or more without a beat,
+        or never a beat); drops the one taken before the rank's latest beat."""
+        if self._stacks is None:
+            return proc
+        key = (rec.key, r)
+        beat_ns = record.beat_ns if record is not None else 0
+        taken = self._stacks.taken_ns(key)
+        if taken is not None and beat_ns and beat_ns > taken:
+            self._stacks.drop(key)  # it beat since: it moved on
+        silent = not beat_ns or now - beat_ns >= 2 * rec.heartbeat_interval_s * 1e9
+        pid = getattr(self._sampler, "own_pids", {}).get(key)
+        if silent and pid:
+            self._stacks.request(key, pid)
+        stack = self._stacks.latest(key) if proc is not None else None
+        return {**proc, "stack": stack} if stack else proc
+
     def _post(self, rec: AttemptRecord, now: int) -> int:
         entries, seqs = self._entries(rec, now)
-        for i in range(0, len(entries), MAX_RANKS_PER_POST):
-            chunk = entries[i:i + MAX_RANKS_PER_POST]
+        i = 0
+        for chunk in _chunks(entries):
             try:
                 self._api.post_heartbeats(rec.job_id, rec.attempt, chunk)
             except AttemptGone as e:
@@ -152,4 +187,20 @@ class BeatPoster:
                     self._posted[(rec.key, entry["rank"])] = seqs[entry["rank"]]
                 if entry["rank"] in self._pending_beat_ns:
                     self._beat_ns[(rec.key, entry["rank"])] = self._pending_beat_ns[entry["rank"]]
+            i += len(chunk)
         return len(entries)
+
+
+def _chunks(entries: list[dict]) -> Iterable[list[dict]]:
+    """The entries in posts of at most MAX_RANKS_PER_POST and about MAX_POST_BYTES."""
+    chunk: list[dict] = []
+    size = 0
+    for entry in entries:
+        n = len(json.dumps(entry)) + 2  # as agent/api.py sends it
+        if chunk and (len(chunk) >= MAX_RANKS_PER_POST or size + n > MAX_POST_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += n
+    if chunk:
+        yield chunk

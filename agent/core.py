@@ -24,9 +24,13 @@ Message rules:
 - CANCEL of an attempt never launched here: a tombstone is recorded, so a later
   LAUNCH never runs, and STOPPED with empty ranks is reported at once (the
   server then confirms every rank it placed on this node).
-- CANCEL of a running attempt: SIGTERM to every rank's group, SIGKILL to the
-  groups still alive after the grace period, STOPPED with all the node's ranks
-  of the attempt once no process of theirs is left. Exits seen after a CANCEL
+- CANCEL of a running attempt (a user's cancel, or a stall restart): every live
+  rank's Python stack is taken first (stacks.py, concurrently, bounded by its
+  timeout), then SIGTERM to every rank's group, SIGKILL to the groups still
+  alive after the grace period, STOPPED with all the node's ranks of the
+  attempt once no process of theirs is left; the STOPPED report carries the
+  stacks (``stacks: [{"rank", "where", "frames"}]``, kept in the state file
+  with the attempt until then). Exits seen after a CANCEL
   are not reported as EXITED: they are the cancel's doing.
 - A CANCEL of an attempt that already ended here answers STOPPED again (the
   server's reconciler resends intents it has not seen acknowledged).
@@ -66,9 +70,11 @@ from .backoff import retry_delay
 from .inbox import InboxMessage
 from .isolation import give_rank_dir
 from .messages import Cancel, Launch, MessageError, parse, parse_launch
+from .procs import own_processes
 from .ranks import Launcher, ProcTable, Rank, err_file, read_stat
 from .rendezvous import HOLD_PORT_ENV, PORT_IN_USE, PortInUse, PortReservations
 from .shim import write_exit_file
+from .stacks import StackSampler, report_stacks
 from .state import (
     ACTIVE_PHASES,
     DONE,
@@ -198,8 +204,11 @@ class Agent:
                  backoff_base: float = 0.5, backoff_cap: float = 30.0,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
                  base_env: Mapping[str, str] | None = None,
-                 ports: PortReservations | None = None) -> None:
+                 ports: PortReservations | None = None,
+                 stacks: StackSampler | None = None) -> None:
         self.node_id, self.gpus = node_id, gpus
+        #: takes the ranks' stacks before a CANCEL's SIGTERM; None: no stacks
+        self._stacks = stacks
         #: MASTER_PORT of the attempts whose rank 0 runs here (rendezvous.py)
         self._ports = ports if ports is not None else PortReservations()
         self._api, self._paths = api, paths
@@ -402,11 +411,13 @@ class Agent:
         if rec.phase == RUNNING:
             rec.phase, rec.stop_deadline = STOPPING, now + self._grace_s
             self._save()            # the cancel is recorded before anything is signalled
+            rec.stop_stacks = self._stacks_before_kill(rec)
+            rec.stop_deadline = self._clock() + self._grace_s
             self._terminate(rec)
             log.info("%s: CANCEL (%s): SIGTERM sent, SIGKILL in %ss", key, m.reason,
                      self._grace_s)
         elif rec.phase == DONE and not self._has_pending(rec, "STOPPED"):
-            self._report(rec, "STOPPED", rec.ranks)
+            self._report(rec, "STOPPED", rec.ranks, stacks=rec.stop_stacks)
             log.info("%s: CANCEL of an attempt that ended here: reported STOPPED %s",
                      key, rec.ranks)
         elif first:
@@ -469,7 +480,7 @@ class Agent:
 
     def _finish(self, rec: AttemptRecord, now: float) -> None:
         if rec.phase == STOPPING and rec.cancelled:
-            self._report(rec, "STOPPED", rec.ranks)
+            self._report(rec, "STOPPED", rec.ranks, stacks=rec.stop_stacks)
             log.info("%s: every rank stopped: reported STOPPED %s", rec.key, rec.ranks)
         rec.phase, rec.finished_at, rec.stop_deadline = DONE, now, None
         self._ports.release(rec.key)
@@ -482,6 +493,23 @@ class Agent:
             rank = self._ranks[(rec.key, p.rank)] = self._launcher.adopt(
                 pid=p.pid, pgid=p.pgid, start_time=p.start_time, exit_file=p.exit_file)
         return rank
+
+    def _stacks_before_kill(self, rec: AttemptRecord) -> list[dict] | None:
+        """Every live rank's stack (its own command's, the shim's child), taken
+        concurrently and at most the sampler's timeout, for the STOPPED report;
+        None when there is none (no py-spy, no Python, no rights)."""
+        if self._stacks is None:
+            return None
+        pgids = {p.rank: p.pgid for p in rec.procs.values() if not p.ended and p.pgid}
+        try:
+            own = own_processes(set(pgids.values()))
+            by_rank = self._stacks.capture({r: own[g] for r, g in pgids.items() if g in own})
+        except Exception:  # noqa: BLE001 - stacks are evidence: the stop goes on without
+            log.exception("%s: taking the ranks' stacks before SIGTERM failed", rec.key)
+            return None
+        if by_rank:
+            log.info("%s: stacks of ranks %s taken before SIGTERM", rec.key, sorted(by_rank))
+        return report_stacks(by_rank) or None
 
     def _terminate(self, rec: AttemptRecord) -> None:
         for p in rec.procs.values():
@@ -514,13 +542,16 @@ class Agent:
 
     # ---------------------------------------------------------------- reports
 
-    def _report(self, rec: AttemptRecord, kind: str, ranks, exit_code: int | None = None) -> None:
+    def _report(self, rec: AttemptRecord, kind: str, ranks, exit_code: int | None = None,
+                stacks: list[dict] | None = None) -> None:
         """Queue an event durably (saved with the caller's next save); sent by _flush_reports."""
         if rec.quiet:
             return
         event: dict[str, Any] = {"type": kind, "ranks": sorted(ranks), "node_id": self.node_id}
         if exit_code is not None:
             event["exit_code"] = exit_code
+        if stacks:
+            event["stacks"] = stacks
         self.state.pending.append(PendingReport(job_id=rec.job_id, attempt=rec.attempt,
                                                 event=event, queued_at=self._clock()))
 

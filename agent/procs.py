@@ -11,7 +11,11 @@ server can tell a silent rank writing a checkpoint (``busy``) from one that
 hangs. The state posted is the rank's own: that of the shim's child (the
 rank's command), since the shim itself always sleeps in ``wait`` and would
 hide a SIGSTOPped rank's ``T``; the group's busiest state stands in only when
-the shim has no child (the command ended or never started). Rates come from this host's monotonic clock and need two samples; a
+the shim has no child (the command ended or never started). With the state
+goes the kernel function that child sleeps in (``wchan``, /proc/<pid>/wchan:
+``futex_do_wait`` for a gloo wait, ``hrtimer_nanosleep`` for a sleep) when it
+can be read, and :attr:`ProcSampler.own_pids` keeps the child's pid for
+stacks.py. Rates come from this host's monotonic clock and need two samples; a
 process that vanished between them takes its counts with it, so a rate never
 goes below zero.
 """
@@ -22,6 +26,8 @@ import os
 import time
 from pathlib import Path
 from typing import Callable, Hashable
+
+from .stacks import read_wchan
 
 log = logging.getLogger("gpujobs.agent.procs")
 
@@ -97,6 +103,22 @@ def _read_io(proc: Path, pid: str) -> tuple[int, int] | None:
     return total, written
 
 
+def own_processes(pgids, proc: Path = Path("/proc")) -> dict[int, int]:
+    """``{pgid: pid}``: the rank's own command (the child of the group's
+    leader, the shim) of each process group in ``pgids`` that has one."""
+    wanted = set(pgids)
+    out: dict[int, int] = {}
+    if not wanted or not proc.is_dir():
+        return out
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        st = _read_stat(proc, entry.name)
+        if st is not None and st[0] in wanted and st[3] == st[0] and st[1] not in ("Z", "X"):
+            out[st[0]] = int(entry.name)
+    return out
+
+
 class ProcSampler:
     def __init__(self, *, proc: Path = Path("/proc"),
                  monotonic_ns: Callable[[], int] = time.monotonic_ns, nvml=None) -> None:
@@ -104,6 +126,8 @@ class ProcSampler:
         self._nvml = _Nvml(nvml)
         # key -> (ns, ticks, io bytes, bytes written)
         self._last: dict[Hashable, tuple[int, int, int, int]] = {}
+        #: key -> pid of the rank's own command (the shim's child), as last sampled
+        self.own_pids: dict[Hashable, int] = {}
 
     def sample(self, groups: dict[Hashable, int]) -> dict[Hashable, dict]:
         """Sample the process groups ``{key: pgid}``: ``{key: summary}`` for
@@ -112,7 +136,7 @@ class ProcSampler:
             return {}
         wanted = set(groups.values())
         members: dict[int, list[tuple[str, str, int]]] = {g: [] for g in wanted}
-        own: dict[int, str] = {}  # pgid -> the state of the leader's (the shim's) child
+        own: dict[int, tuple[str, int]] = {}  # pgid -> state, pid of the shim's child
         for entry in os.scandir(self._proc):
             if not entry.name.isdigit():
                 continue
@@ -120,12 +144,17 @@ class ProcSampler:
             if st is not None and st[0] in wanted and st[1] not in ("Z", "X"):
                 members[st[0]].append((entry.name, st[1], st[2]))
                 if st[3] == st[0]:
-                    own[st[0]] = st[1]
+                    own[st[0]] = (st[1], int(entry.name))
         gpu = self._nvml.by_pid()
         now = self._mono()
         out = {}
         for key, pgid in groups.items():
             procs = members.get(pgid, [])
+            child = own.get(pgid)
+            if child is not None:
+                self.own_pids[key] = child[1]
+            else:
+                self.own_pids.pop(key, None)
             ticks = sum(t for _, _, t in procs)
             ios = [_read_io(self._proc, pid) for pid, _, _ in procs]
             io = sum(i[0] for i in ios if i is not None)
@@ -140,10 +169,13 @@ class ProcSampler:
                 "io_bps": round(max(0, io - prev[2]) / dt),
                 # writes alone: a checkpoint writes, a data loader reads
                 "write_bps": round(max(0, written - prev[3]) / dt),
-                "state": own.get(pgid) or min((s for _, s, _ in procs),
+                "state": child[0] if child else min((s for _, s, _ in procs),
                                               key=lambda s: _STATE_ORDER.get(s, 9), default="X"),
                 "procs": len(procs),
             }
+            wchan = read_wchan(child[1], self._proc) if child else None
+            if wchan:
+                summary["wchan"] = wchan
             held = [gpu[int(pid)] for pid, _, _ in procs if int(pid) in gpu]
             if held:
                 summary["gpu_util"] = max(u for u, _ in held)
@@ -154,6 +186,7 @@ class ProcSampler:
     def forget(self, keys) -> None:
         for key in list(keys):
             self._last.pop(key, None)
+            self.own_pids.pop(key, None)
 
     def keys(self) -> list[Hashable]:
         return list(self._last)

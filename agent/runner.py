@@ -31,6 +31,7 @@ from .inbox import Poller, SqsInbox, endpoint_from_queue_url
 from .isolation import RankIdentity, isolation_name, lock_down_state_dir
 from .logship import Shipper, emulator_endpoint, logs_client
 from .ranks import Launcher, Rank
+from .stacks import StackSampler
 from .state import StateFile
 
 log = logging.getLogger("gpujobs.agent")
@@ -99,9 +100,11 @@ def run(settings: Settings, stop: threading.Event, *,
         api = ApiClient(settings.api, settings.token)
         rng = random.Random()
         shipper = None
+        # the ranks' Python stacks (py-spy), for silent ranks and before a kill
+        stacks = StackSampler()
         agent = Agent(node_id=settings.node_id, gpus=settings.gpus, api=api, inbox=None,
                       paths=paths, grace_s=settings.grace_s, rng=rng,
-                      launcher=Launcher(identity=identity))
+                      launcher=Launcher(identity=identity), stacks=stacks)
         try:
             # adopted ranks are watched from the start, also while the API is away
             agent.recover()
@@ -136,12 +139,13 @@ def run(settings: Settings, stop: threading.Event, *,
             poller.start()
             if on_ready is not None:
                 on_ready(node)
-            beats = BeatPoster(api, on_gone=agent.attempt_gone)
+            beats = BeatPoster(api, on_gone=agent.attempt_gone, stacks=stacks)
             _loop(agent, poller, stop, settings, lambda: _beat(register, inbox_url),
                   lambda: beats.tick(agent.state.attempts.values()))
         finally:
             if shipper is not None:
                 shipper.stop()
+            stacks.close()
             agent.close()
         # let a receive still open return, so what it brings is handed back at once
         poller.join(timeout=settings.poll_wait_s + 5)

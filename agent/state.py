@@ -69,6 +69,9 @@ class AttemptRecord:
     created_at: float = 0.0
     finished_at: float | None = None
     heartbeat_interval_s: float = 10.0  # how often this attempt's beats are posted
+    #: the ranks' stacks taken just before a CANCEL's SIGTERM, for its STOPPED
+    #: report (stacks.report_stacks: [{"rank", "where", "frames"}])
+    stop_stacks: list[dict[str, Any]] | None = None
 
     @property
     def key(self) -> str:

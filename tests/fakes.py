@@ -495,7 +495,8 @@ class FakeJobStore:
             return copy.deepcopy(self.t.attempts.get((job_id, attempt)))
 
     def record_ranks(self, job_id: str, attempt: int, kind: str, ranks: list[int],
-                     exit_code: int | None = None, node_id: str | None = None) -> Attempt:
+                     exit_code: int | None = None, node_id: str | None = None,
+                     stacks: list[dict] | None = None) -> Attempt:
         with self.t.lock:
             stored = self.t.attempts.get((job_id, attempt))
             if stored is None:
@@ -507,7 +508,7 @@ class FakeJobStore:
                 code = exit_code if kind == "exited" else None
                 self.t.attempt_events[(job_id, attempt)].setdefault(
                     ev.ranks_key(kind, ranks, code),
-                    ev.rank_event(kind, self._clock(), attempt, ranks, code, node_id))
+                    ev.rank_event(kind, self._clock(), attempt, ranks, code, node_id, stacks))
             return copy.deepcopy(stored)
 
     def release(self, attempt: Attempt, node_id: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from botocore.exceptions import ClientError
 from pynamodb.exceptions import TransactWriteError
 
 from ..domain import events as ev
@@ -27,6 +28,13 @@ RANK_SETS = ("started", "exited", "stopped")
 
 class _Contended(Exception):
     """A transaction cancelled by a concurrent one, not by a condition."""
+
+
+def _too_large(e: ClientError) -> bool:
+    """DynamoDB's answer to an item that would grow past 400 KB."""
+    error = e.response.get("Error", {})
+    return error.get("Code") == "ValidationException" and \
+        "maximum allowed size" in str(error.get("Message", ""))
 
 
 def _t(value: str | None) -> datetime | None:
@@ -74,10 +82,15 @@ class DynamoAttempts(OnDynamo):
         return out
 
     def record_ranks(self, job_id: str, attempt: int, kind: str, ranks: list[int],
-                     exit_code: int | None = None, node_id: str | None = None) -> Attempt:
+                     exit_code: int | None = None, node_id: str | None = None,
+                     stacks: list[dict] | None = None) -> Attempt:
         """Add ranks to the attempt's ``started``, ``exited`` or ``stopped`` set;
         adding is idempotent, so a repeated report changes nothing. Raises
-        dynamo.ConditionFailed when there is no such attempt."""
+        dynamo.ConditionFailed when there is no such attempt. A stop's
+        ``stacks`` go into its event; should they take the item past
+        DynamoDB's 400 KB (an attempt of many nodes, each cancelled with
+        deep stacks), the event is written without them: the stop matters,
+        its stacks are evidence."""
         if kind not in RANK_SETS:
             raise ValueError(kind)
         key = ATTEMPTS.key(job_id, attempt)
@@ -86,15 +99,25 @@ class DynamoAttempts(OnDynamo):
             if found is None:
                 raise ConditionFailed()
             return found
-        changes = Changes(ATTEMPTS).add(kind, set(ranks))
-        if kind == "exited":
-            for r in ranks:
-                changes.entry("exit_codes", str(r), exit_code)
         code = exit_code if kind == "exited" else None
-        changes.event(ev.ranks_key(kind, ranks, code),
-                      ev.rank_event(kind, self._now(), attempt, ranks, code, node_id))
-        answer = self._dynamo.update(changes.update(
-            key, condition="attribute_exists(#job_id)", return_new=True))
+        now = self._now()
+
+        def update(with_stacks: list[dict] | None) -> dict:
+            changes = Changes(ATTEMPTS).add(kind, set(ranks))
+            if kind == "exited":
+                for r in ranks:
+                    changes.entry("exit_codes", str(r), exit_code)
+            changes.event(ev.ranks_key(kind, ranks, code),
+                          ev.rank_event(kind, now, attempt, ranks, code, node_id, with_stacks))
+            return self._dynamo.update(changes.update(
+                key, condition="attribute_exists(#job_id)", return_new=True))
+
+        try:
+            answer = update(stacks)
+        except ClientError as e:
+            if not stacks or not _too_large(e):
+                raise
+            answer = update(None)
         return attempt_from_item(answer["Attributes"])
 
     def release(self, attempt: Attempt, node_id: str) -> bool:

@@ -82,6 +82,20 @@ NODE_PUT = {
     },
 }
 
+#: a rank's sampled Python stack, innermost frame first, each as py-spy prints
+#: it (``forward (train.py:88)``); domain/stacks.py reads them
+STACK_FRAMES = {"type": "array", "maxItems": 16, "items": {"type": "string", "maxLength": 200}}
+STACK = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["frames"],
+    "properties": {
+        "frames": STACK_FRAMES,
+        "code": {"type": "string", "maxLength": 200},
+        "age_s": {"type": "number", "minimum": 0, "maximum": 3600},
+    },
+}
+
 ATTEMPT_EVENT = {
     "type": "object",
     "additionalProperties": False,
@@ -92,6 +106,11 @@ ATTEMPT_EVENT = {
                   "items": {"type": "integer", "minimum": 0, "maximum": 65535}},
         "exit_code": {"type": "integer", "minimum": -255, "maximum": 255},
         "node_id": {"type": "string", "minLength": 1, "maxLength": 63},
+        "stacks": {"type": "array", "maxItems": 64, "items": {
+            "type": "object", "additionalProperties": False, "required": ["rank", "frames"],
+            "properties": {"rank": {"type": "integer", "minimum": 0, "maximum": 65535},
+                           "where": {"type": "string", "maxLength": 512},
+                           "frames": STACK_FRAMES}}},
     },
 }
 
@@ -124,6 +143,8 @@ HEARTBEATS = {
                             "gpu_util": {"type": "number", "minimum": 0, "maximum": 100},
                             "gpu_mem_b": {"type": "integer", "minimum": 0,
                                           "maximum": 2**63 - 1},
+                            "wchan": {"type": "string", "maxLength": 64},
+                            "stack": STACK,
                         },
                     },
                     "resumed": {

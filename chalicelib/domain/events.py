@@ -11,7 +11,9 @@ Job item keys: ``created``, ``waiting#<attempt>#<reason hash>``,
 ``stalled#<incident>``, ``retried#<attempt>``, ``finished``.
 Attempt item keys: ``<kind>#<exit code>#<ranks hash>`` for each report of
 ranks that started, exited or stopped (one per node report, so an attempt holds
-about as many as it has nodes).
+about as many as it has nodes). A ``rank_stopped`` event may carry ``stacks``,
+``[{"rank", "where", "frames"}]``: where each rank was when its agent took its
+stack, just before SIGTERM (a cancel or a stall restart).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import hashlib
 from datetime import datetime
 
 from .clock import iso
+from .stacks import where
 from .verdict import span
 
 #: order of events that carry the same time (one transaction writes several)
@@ -47,8 +50,12 @@ def ranks_key(kind: str, ranks: list[int], exit_code: int | None) -> str:
 
 
 def rank_event(kind: str, at: datetime, attempt: int, ranks: list[int],
-               exit_code: int | None, node_id: str | None = None) -> dict:
-    """Ranks of one node report that started, exited (with a code) or stopped."""
+               exit_code: int | None, node_id: str | None = None,
+               stacks: list[dict] | None = None) -> dict:
+    """Ranks of one node report that started, exited (with a code) or stopped;
+    a stop may carry the ranks' ``stacks`` (``[{"rank", "where", "frames"}]``,
+    by rank; ``where`` is domain/stacks.where's line, worked out from the
+    frames when the report has none)."""
     verb = {"started": "started", "exited": "exited", "stopped": "stopped"}[kind]
     ranks = sorted(ranks)
     if kind == "exited":
@@ -57,7 +64,16 @@ def rank_event(kind: str, at: datetime, attempt: int, ranks: list[int],
     else:
         reason = f"rank{'s' if len(ranks) > 1 else ''} {span(ranks)} {verb}"
     return event(f"rank_{verb}", at, attempt=attempt, reason=reason, ranks=ranks,
-                 exit_code=exit_code if kind == "exited" else None, node_id=node_id)
+                 exit_code=exit_code if kind == "exited" else None, node_id=node_id,
+                 stacks=_stacks(stacks) if kind == "stopped" and stacks else None)
+
+
+def _stacks(stacks: list[dict]) -> list[dict] | None:
+    out = [{"rank": int(s["rank"]),
+            "where": s.get("where") or where({"frames": s.get("frames")}) or "?",
+            "frames": list(s.get("frames") or [])}
+           for s in sorted(stacks, key=lambda s: int(s["rank"]))]
+    return out or None
 
 
 def timeline(*maps: dict | None) -> list[dict]:

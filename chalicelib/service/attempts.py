@@ -62,7 +62,8 @@ class AttemptsService:
         attempt = self.store.record_ranks(job_id, attempt_no,
                                           {"STARTED": "started", "EXITED": "exited",
                                            "STOPPED": "stopped"}[kind],
-                                          ranks, body.get("exit_code"), node_id)
+                                          ranks, body.get("exit_code"), node_id,
+                                          body.get("stacks") if kind == "STOPPED" else None)
         self._acknowledge(attempt, node_id)
         self.settle_node(attempt, node_id)
         if attempt_no != job.attempt:

@@ -496,8 +496,9 @@ class Agent:
 
     def _stacks_before_kill(self, rec: AttemptRecord) -> list[dict] | None:
         """Every live rank's stack (its own command's, the shim's child), taken
-        concurrently and at most the sampler's timeout, for the STOPPED report;
-        None when there is none (no py-spy, no Python, no rights)."""
+        concurrently and at most the sampler's timeout, else the last one
+        sampled of it, for the STOPPED report; None when there is none (no
+        py-spy, no Python, no rights)."""
         if self._stacks is None:
             return None
         pgids = {p.rank: p.pgid for p in rec.procs.values() if not p.ended and p.pgid}
@@ -509,6 +510,11 @@ class Agent:
             return None
         if by_rank:
             log.info("%s: stacks of ranks %s taken before SIGTERM", rec.key, sorted(by_rank))
+        # a rank whose dump missed the deadline (a loaded host) keeps the last
+        # stack the heartbeat poster sampled of it while it was silent
+        for r in pgids:
+            if r not in by_rank and (last := self._stacks.latest((rec.key, r))) is not None:
+                by_rank[r] = last
         return report_stacks(by_rank) or None
 
     def _terminate(self, rec: AttemptRecord) -> None:

@@ -25,6 +25,7 @@ innermost first, at most :data:`MAX_FRAMES`, each at most :data:`MAX_CHARS`.
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+import tokenize
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from itertools import islice
 from pathlib import Path
@@ -106,8 +108,20 @@ def source_line(filename: str | None, line: int | None) -> str | None:
             text = next(islice(f, line - 1, None), None)
     except (OSError, ValueError):
         return None
-    text = (text or "").strip()
+    text = _code_only(text or "")
     return _cut(text) if text else None
+
+
+def _code_only(line: str) -> str:
+    """A source line without its indentation and its trailing comment
+    (``loss.backward()  # DDP's all-reduce`` → ``loss.backward()``); a ``#``
+    inside a string literal is kept."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return line.strip()
+    comment = next((t for t in tokens if t.type == tokenize.COMMENT), None)
+    return (line.strip()[:comment.start[1]] if comment else line.strip()).rstrip()
 
 
 def parse_dump(text: str, pid: int | None = None) -> dict | None:

@@ -142,6 +142,17 @@ def short_time(value: str | None) -> str:
     return value.replace("T", " ").split(".")[0].rstrip("Z") + "Z"
 
 
+def rank_status(r) -> str:
+    """A rank's status as the server says it, in words: ``STALLED``, ``ok``
+    (live), ``waiting``, ``not instrumented``...; from a server that sends no
+    status, what its silence says."""
+    if r.stalled or r.status == "stalled":
+        return "STALLED"
+    if r.status is None:
+        return "ok" if r.last_heard_at else "not heard yet"
+    return {"live": "ok"}.get(r.status, r.status.replace("_", " "))
+
+
 def fmt_silence(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
 
@@ -647,7 +658,7 @@ def ranks_table(ranks: "Ranks", max_rows: int | None = None,
     rows = ranks.ranks if max_rows is None else (
         ranks.ranks[:max_rows] + [r for r in ranks.ranks[max_rows:] if r.rank in named])
     for r in rows:
-        status = ("STALLED" if r.stalled else "ok" if r.last_heard_at else "not heard yet")
+        status = rank_status(r)
         t.add_row(str(r.rank), escape(r.node_id or "-"), "-" if r.step is None else str(r.step),
                   fmt_silence(r.silence_s), short_time(r.last_heard_at), status,
                   mark if r.rank in named else "",

@@ -212,12 +212,16 @@ class RankStatus:
     step: int | None
     stalled: bool
     raw: dict[str, Any] = field(repr=False, compare=False)
+    status: str | None = None
+    """What the server says the rank is (``live``, ``waiting``,
+    ``not_instrumented``, ``exited``...); None from a server that predates it."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "RankStatus":
         return cls(rank=int(d["rank"]), node_id=d.get("node_id"),
                    last_heard_at=d.get("last_heard_at"), silence_s=_opt_float(d.get("silence_s")),
-                   step=_opt_int(d.get("step")), stalled=bool(d.get("stalled")), raw=dict(d))
+                   step=_opt_int(d.get("step")), stalled=bool(d.get("stalled")), raw=dict(d),
+                   status=d.get("status"))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from agent.stacks import (
     parse_dump,
     read_wchan,
     report_stacks,
+    source_line,
 )
 
 from .conftest import cancel, launch, message, run_until, wait_until
@@ -361,3 +362,36 @@ def test_a_cancel_takes_each_ranks_stack_before_sigterm_into_stopped(world, tmp_
         assert stopped["stacks"] == before and stopped["ranks"] == [0]
     finally:
         sampler.close()
+
+
+def test_a_dump_that_misses_the_deadline_before_sigterm_falls_back_to_the_last_sampled(
+        world, tmp_path):
+    """Invariant: on a loaded host a rank whose dump before SIGTERM times out
+    still gets its stack into the STOPPED report: the last one sampled of it
+    while it was silent."""
+    script = tmp_path / "rank.py"
+    script.write_text(SLEEPER)
+    ready = tmp_path / "ready"
+    hung = FakeDumper(hang=True)
+    sampler = StackSampler(hung, timeout_s=0.3)
+    agent = world.agent(grace_s=10.0)
+    agent._stacks = sampler
+    sampled = {"frames": ["hang_in_here (rank.py:5)"], "code": "time.sleep(3600)"}
+    sampler._latest[("job_a/1", 0)] = (time.monotonic_ns(), sampled)  # the poster's sample
+    try:
+        agent.handle(message(launch(command=(sys.executable, str(script), str(ready)))))
+        wait_until(ready.exists, timeout=20, what="the rank started")
+        agent.handle(message(cancel(), 1))
+        [stopped] = run_until(agent, lambda: world.api.of("STOPPED"), what="STOPPED")
+        assert [(s["rank"], s["where"]) for s in stopped["stacks"]] == [
+            (0, "rank.py:5 in hang_in_here → time.sleep(3600)")]
+    finally:
+        hung.release.set()
+        sampler.close()
+
+
+def test_the_code_line_drops_its_comment_but_not_a_hash_in_a_string(tmp_path):
+    src = tmp_path / "train.py"
+    src.write_text('    loss.backward()  # DDP all-reduce\nx = "a # b"  # c\n')
+    assert source_line(str(src), 1) == "loss.backward()"
+    assert source_line(str(src), 2) == 'x = "a # b"'

@@ -84,6 +84,9 @@ class FakeApi:
         self.keys: dict[tuple[str, str], tuple[str, str]] = {}
         self.attempts: dict[str, list[dict[str, Any]]] = {}
         self.beats: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+        #: job id -> rank -> the status /ranks says (unset: no status, as an
+        #: older server)
+        self.rank_statuses: dict[str, dict[int, str]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         #: job id -> its log lines ({"rank", "stream", "time", "line", "id", "attempt"})
         self.logs: dict[str, list[dict[str, Any]]] = {}
@@ -408,6 +411,8 @@ class FakeApi:
                              "last_heard_at": _ts(b["at"]) if b else None,
                              "silence_s": silence, "step": b["step"] if b else None,
                              "stalled": silence > threshold})
+                if p["rank"] in self.rank_statuses.get(job["id"], {}):
+                    rows[-1]["status"] = self.rank_statuses[job["id"]][p["rank"]]
         rows.sort(key=lambda r: (-r["silence_s"], r["rank"]))
         return {"attempt": job["attempt"], "threshold_s": threshold, "now": self.now(),
                 "ranks": rows, "verdict": job["health"].get("verdict")}

@@ -352,6 +352,20 @@ def test_ranks_table_is_ordered_by_silence_with_the_stall_called_out(run, fake):
     assert "60.0s" in " ".join(rows[0])
 
 
+def test_ranks_shows_the_status_the_server_gives_not_a_guess_from_silence(run, fake):
+    """Invariant: a rank the server calls waiting, not instrumented or exited
+    reads so in the table, not "not heard yet"."""
+    job = stalled_job(fake)
+    fake.rank_statuses[job["id"]] = {0: "waiting", 1: "not_instrumented", 3: "exited"}
+    r = run("ranks", job["id"])
+    rows = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.split() and ln.split()[0].isdigit()}
+    assert rows["0"].rstrip().endswith("waiting"), r.stdout
+    assert rows["1"].rstrip().endswith("not instrumented"), r.stdout
+    assert rows["3"].rstrip().endswith("exited"), r.stdout
+    assert rows["2"].rstrip().endswith("STALLED"), r.stdout
+    assert "not heard yet" not in r.stdout
+
+
 def test_ranks_highlights_stalled_rows(run, fake):
     job = stalled_job(fake)
     r = run("ranks", job["id"], env={"NO_COLOR": None, "FORCE_COLOR": "1", "TERM": "xterm"})

@@ -278,5 +278,15 @@ def test_a_hang_in_an_uninstrumented_job_is_named_by_its_stack(gpujobs, tmp_path
         assert verdict["stack"] == where and where in verdict["text"], verdict
         d = gpujobs("describe", job_id)
         assert where in d.stdout, d.stdout
+        # the cancel's stop: its agent captured every rank's stack before
+        # SIGTERM, and describe prints them under the rank_stopped event
+        cancel(gpujobs, job_id)
+        stopped = [e for e in events(gpujobs, job_id) if e["type"] == "rank_stopped"]
+        got = {s["rank"]: s["where"] for e in stopped for s in e.get("stacks") or ()}
+        assert got.get(3) == where, stopped
+        assert set(got) == {0, 1, 2, 3}, got
+        assert all("backward" in w or "ddp_train.py" in w for w in got.values()), got
+        d = gpujobs("describe", job_id)
+        assert f"rank 3: {where}" in d.stdout, d.stdout
     finally:
         cancel(gpujobs, job_id)

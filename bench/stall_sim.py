@@ -1344,7 +1344,10 @@ def evaluate_v2(trace: Trace, knob: float) -> ResultV2:
                           and b.proc and b.proc.get("state") == ctr.sig["state"]
                           and b.proc.get("cpu") == ctr.sig["cpu"] else b for b in beats]
                     va = _judge_v2(job, t, knob, P, trace, False, bs)
-                    setattr(res, attr, getattr(res, attr) + (va.culprit["rank"] == job.culprit))
+                    # the what-if may convict nobody at this scan (a swapped sample
+                    # can excuse the rank): then it names nobody either
+                    right = va.culprit is not None and va.culprit["rank"] == job.culprit
+                    setattr(res, attr, getattr(res, attr) + right)
                 vm = _judge_v2(job, t, knob, P, trace, True)
                 res.culprit_markers += vm.culprit is not None and vm.culprit["rank"] == job.culprit
                 res.busy_delayed += t - job.culprit_last > knob * job.theta0 + 60.0

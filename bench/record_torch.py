@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import sys
 import tempfile
 import time
@@ -223,6 +224,7 @@ def main(argv=None) -> int:
                   f"{run.get('fault_at')} ({time.perf_counter() - t:.0f} s)", flush=True)
     finally:
         stack.stop()
+        shutil.rmtree(tmp, ignore_errors=True)  # the stack's folders, the agents' logs
     doc = {"recorded": datetime.now().astimezone().isoformat(timespec="seconds"),
            "stack": {**STACK_ENV, "scan_period_s": float(STACK_ENV["GPUJOBS_SCAN_PERIOD_S"])},
            "poll_s": POLL_S, "interval_s": 1, "ranks": 4, "nodes": [[0, 1], [2, 3]],

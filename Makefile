@@ -12,7 +12,7 @@ TORCH_VENV  ?= .venv-torch
 TORCH_PY    := $(TORCH_VENV)/bin/python
 TORCH_STAMP := $(TORCH_VENV)/.installed-$(shell cat requirements-torch.txt agent/rankside/pyproject.toml agent/rankside/gpujobs_heartbeat.py | cksum | cut -d' ' -f1)
 
-.PHONY: up test test-fast lint fmt bench bench-quick clean package browser torch-venv
+.PHONY: up test test-fast lint fmt bench bench-quick record-torch clean package browser torch-venv
 
 # bash for pipefail: the install's output is filtered to one line a package
 SHELL  := /bin/bash
@@ -104,6 +104,11 @@ bench: $(STAMP) browser
 ## bench-quick: every script with --quick, as the test suite runs them (about a minute)
 bench-quick: $(STAMP)
 	$(PY) -m pytest tests/test_bench_smoke.py -q
+
+## record-torch: re-record bench/traces/torch_ddp.json, the real DDP runs bench/stall_sim.py
+## draws its torch-shaped scenario from and compares against (about 9 minutes on 2 cores)
+record-torch: $(STAMP) $(TORCH_STAMP)
+	GPUJOBS_TORCH_PYTHON=$(CURDIR)/$(TORCH_PY) $(PY) bench/record_torch.py
 
 ## package: the deployable bundle of STAGE (default dev): build/STAGE/sam.json, deployment.zip
 package: $(STAMP)

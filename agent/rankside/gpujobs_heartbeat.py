@@ -51,6 +51,7 @@ evaluation. torch, Lightning and transformers are imported only when asked for.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import importlib
@@ -133,7 +134,24 @@ def _get() -> _Writer | None:
                 _writer = _Writer(path)
             except OSError:  # an environment copied from elsewhere: stay a no-op
                 _writer = None
+            else:
+                atexit.register(_exiting)
     return _writer
+
+
+#: how long a rank's exit (the interpreter's teardown after the script ended)
+#: may take before its silence counts again
+EXIT_MAX_S = 120.0
+
+
+def _exiting() -> None:
+    """At interpreter exit: a declared pause, so the silence of a rank whose
+    script is done and whose process is tearing down (freeing torch, joining
+    threads: seconds on a loaded host) is not taken for a hang before its
+    agent sees it exit."""
+    if _writer is not None:
+        _writer.set_pause(time.monotonic_ns() + int(EXIT_MAX_S * 1e9), "exiting")
+        _writer.alive()
 
 
 def beat(step: int | None = None) -> None:

@@ -20,8 +20,27 @@ def test_beats_land_in_the_file_the_agent_reads(tmp_path):
     path = str(tmp_path / "rank-0.beat")
     run_rank("from gpujobs_heartbeat import beat\nfor s in range(20): beat(s)", path)
     rec = hb.read(path)
-    assert rec.seq == 20 and rec.step == 19 and rec.pause_deadline_ns == 0
+    # 20 beats, then the exit's declared pause (one more write)
+    assert rec.seq == 21 and rec.step == 19 and rec.pause_reason == "exiting"
     assert 0 < time.monotonic_ns() - rec.beat_ns < 30e9
+
+
+def test_a_rank_leaving_its_interpreter_declares_an_exit_pause(tmp_path):
+    """Invariant: a script that is done and tears down (seconds of freeing
+    torch on a loaded host, before its agent sees it exit) is in a declared,
+    bounded pause, not silent; its step stays the last one it beat."""
+    path = str(tmp_path / "rank-0.beat")
+    before = time.monotonic_ns()
+    run_rank("from gpujobs_heartbeat import beat\nbeat(7)", path)
+    rec = hb.read(path)
+    assert (rec.step, rec.pause_reason) == (7, "exiting")
+    bound = rec.pause_deadline_ns - before
+    assert hb.EXIT_MAX_S * 1e9 <= bound < (hb.EXIT_MAX_S + 30) * 1e9
+    assert rec.beat_ns >= before, "leaving is a sign of life"
+    # a script that never beat never opened the file: nothing is written
+    quiet = str(tmp_path / "rank-1.beat")
+    run_rank("import gpujobs_heartbeat", quiet)
+    assert hb.read(quiet) is None
 
 
 def test_a_declared_pause_carries_its_bound_and_ends(tmp_path):
@@ -29,12 +48,15 @@ def test_a_declared_pause_carries_its_bound_and_ends(tmp_path):
     run_rank("import os\nfrom gpujobs_heartbeat import beat, pause\nbeat(1)\n"
              "with pause('checkpoint', max_s=600):\n"
              "    open(os.environ['GPUJOBS_HEARTBEAT_FILE'] + '.mark', 'w').write(\n"
-             "        open(os.environ['GPUJOBS_HEARTBEAT_FILE'], 'rb').read().hex())\n", path)
+             "        open(os.environ['GPUJOBS_HEARTBEAT_FILE'], 'rb').read().hex())\n"
+             "open(os.environ['GPUJOBS_HEARTBEAT_FILE'] + '.after', 'w').write(\n"
+             "    open(os.environ['GPUJOBS_HEARTBEAT_FILE'], 'rb').read().hex())\n", path)
     inside = hb._FORMAT.unpack(bytes.fromhex(open(path + ".mark").read()))
     assert inside[4].rstrip(b"\0") == b"checkpoint"
     assert inside[3] - time.monotonic_ns() > 500e9, "about 600 s of pause remain"
-    after = hb.read(path)
-    assert after.pause_deadline_ns == 0 and after.step == 1
+    after = hb._FORMAT.unpack(bytes.fromhex(open(path + ".after").read()))
+    assert (after[3], after[1]) == (0, 1), "the pause ended; the step stays"
+    assert after[2] > inside[2], "leaving the pause is a sign of life"
 
 
 def test_without_an_agent_beat_is_a_no_op(tmp_path):

@@ -37,8 +37,12 @@ import math
 import pathlib
 import random
 import statistics
+import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "agent" / "rankside"))
+from gpujobs_heartbeat import EXIT_MAX_S  # noqa: E402 - the helper's own exit pause
 
 from chalicelib.domain.jobs import HEARTBEAT_DEFAULTS
 from chalicelib.domain.stall import judge, received
@@ -89,6 +93,10 @@ class Shape:
     stepping_cpu: list[float]
     startup_s: list[float]               # RUNNING to the first beat (torch's import, the rendezvous)
     exit_s: list[tuple]                  # a rank's last beat to its exit recorded: (after, by)
+    #: a rank's last training beat to its declared exit pause (the rank-side
+    #: helper's atexit: the script is done, the interpreter tears down);
+    #: empty for a trace recorded before the helper declared it
+    exit_pause_s: list[float] = field(default_factory=list)
     ckpts: list[dict] = field(default_factory=list)
     hangs: list[dict] = field(default_factory=list)
 
@@ -96,6 +104,7 @@ class Shape:
 def shape(doc: dict) -> Shape:
     interval = float(doc["interval_s"])
     step_s, gaps, spread, b2r, cpu, startup, exits = [], [], [], [], [], [], []
+    exit_pauses: list[float] = []
     ckpts, hangs = [], []
     node_of = {r: i for i, ranks in enumerate(doc["nodes"]) for r in ranks}
     for run in doc["runs"]:
@@ -139,6 +148,7 @@ def shape(doc: dict) -> Shape:
         if firsts:
             startup.append(min(firsts))
         exits += _exits(run, by)
+        exit_pauses += _exit_pauses(run, by)
         if run["scenario"] == "ckpt":
             ckpts.append(_ckpt_pattern(run, by, env))
         if run["scenario"] == "hang" and run.get("fault_at") is not None:
@@ -150,7 +160,26 @@ def shape(doc: dict) -> Shape:
     assert recorded <= {thr}, f"the stack's threshold {recorded} is not threshold_s()'s {thr}"
     sleep = float(doc["runs"][0]["env"].get("STEP_S", 0))
     return Shape(int(doc["ranks"]), interval, float(doc["stack"]["scan_period_s"]), thr, node_of,
-                 step_s, sleep, gaps, spread, b2r, cpu, startup, exits, ckpts, hangs)
+                 step_s, sleep, gaps, spread, b2r, cpu, startup, exits, ckpts, hangs,
+                 exit_pauses)
+
+
+def _exit_pauses(run: dict, by: dict) -> list[float]:
+    """How long after its last training beat a rank that finished declared its
+    exit pause: the pause's own beat (leaving is a sign of life) minus that
+    beat, on the host's clock as the agent measured both."""
+    steps = int(run["env"].get("STEPS", 0))
+    out = []
+    for rows in by.values():
+        last = next((r for r in reversed(rows) if r["step"] == steps - 1 and not r["paused"]
+                     and r["beat_at"] is not None), None)
+        if last is None:
+            continue
+        paused = next((r for r in rows if r["t"] > last["t"] and r["paused"]
+                       and r["beat_at"] is not None and r["beat_at"] > last["beat_at"]), None)
+        if paused is not None:
+            out.append(round(paused["beat_at"] - last["beat_at"], 3))
+    return out
 
 
 def _exits(run: dict, by: dict) -> list[tuple]:
@@ -332,6 +361,10 @@ def _job(sh: Shape, rng: random.Random, kind: str) -> tuple[list[_Rank], float, 
     info["exit"] = {r.rank: exits[sh.node_of[r.rank]] for r in ranks}
     for r in ranks:
         r.write(t + spread[r.rank] + sh.sleep_s, seq=seq + 1, name="all_gather")
+        if sh.exit_pause_s:  # the helper's atexit: a beat and a pause of EXIT_MAX_S
+            at = t + spread[r.rank] + rng.choice(sh.exit_pause_s)
+            if at < info["exit"][r.rank]:
+                r.write(at, beat_t=at, deadline=at + EXIT_MAX_S)
     return ranks, max(exits.values()), info
 
 
@@ -419,7 +452,9 @@ def _run_job(sh: Shape, rng: random.Random, kind: str) -> dict:
         v = judge(beats, now=_dt(t), started_at=_dt(0.0),
                   threshold_s=sh.threshold_s, startup_grace_s=hb["startup_grace_s"],
                   interval_s=interval, mode="auto", max_busy_s=hb["max_busy_s"],
-                  idle_s=hb["idle_s"])
+                  idle_s=hb["idle_s"],
+                  # the scan's own rule: once a rank exited 0 the job is finishing
+                  finishing=any(ex.get(r, math.inf) <= t for r in store))
         stalled = bool(v.stalled)
         if kind == "ckpt":
             if stalled:                  # on_stall restart: this attempt ends here

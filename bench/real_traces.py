@@ -96,7 +96,7 @@ class Shape:
     #: a rank's last training beat to its declared exit pause (the rank-side
     #: helper's atexit: the script is done, the interpreter tears down);
     #: empty for a trace recorded before the helper declared it
-    exit_pause_s: list[float] = field(default_factory=list)
+    exit_pause_s: list[tuple] = field(default_factory=list)  # (after, by), as exit_s
     ckpts: list[dict] = field(default_factory=list)
     hangs: list[dict] = field(default_factory=list)
 
@@ -104,7 +104,7 @@ class Shape:
 def shape(doc: dict) -> Shape:
     interval = float(doc["interval_s"])
     step_s, gaps, spread, b2r, cpu, startup, exits = [], [], [], [], [], [], []
-    exit_pauses: list[float] = []
+    exit_pauses: list[tuple] = []
     ckpts, hangs = [], []
     node_of = {r: i for i, ranks in enumerate(doc["nodes"]) for r in ranks}
     for run in doc["runs"]:
@@ -160,25 +160,26 @@ def shape(doc: dict) -> Shape:
     assert recorded <= {thr}, f"the stack's threshold {recorded} is not threshold_s()'s {thr}"
     sleep = float(doc["runs"][0]["env"].get("STEP_S", 0))
     return Shape(int(doc["ranks"]), interval, float(doc["stack"]["scan_period_s"]), thr, node_of,
-                 step_s, sleep, gaps, spread, b2r, cpu, startup, exits, ckpts, hangs,
-                 exit_pauses)
+                 step_s, sleep, gaps, spread, b2r, cpu, startup, exits, ckpts=ckpts,
+                 hangs=hangs, exit_pause_s=exit_pauses)
 
 
-def _exit_pauses(run: dict, by: dict) -> list[float]:
-    """How long after its last training beat a rank that finished declared its
-    exit pause: the pause's own beat (leaving is a sign of life) minus that
-    beat, on the host's clock as the agent measured both."""
+def _exit_pauses(run: dict, by: dict) -> list[tuple]:
+    """How long after its last training beat a rank that finished was seen in
+    its exit pause: between the poll before /ranks first showed it paused
+    past the last step and that poll, as ``_exits`` reads an exit."""
     steps = int(run["env"].get("STEPS", 0))
     out = []
     for rows in by.values():
-        last = next((r for r in reversed(rows) if r["step"] == steps - 1 and not r["paused"]
-                     and r["beat_at"] is not None), None)
-        if last is None:
+        last = next((r for r in rows if r["step"] == steps - 1 and r["beat_at"] is not None),
+                    None)
+        paused = None if last is None else next(
+            (r for r in rows if r["t"] >= last["t"] and r["paused"]), None)
+        if paused is None:
             continue
-        paused = next((r for r in rows if r["t"] > last["t"] and r["paused"]
-                       and r["beat_at"] is not None and r["beat_at"] > last["beat_at"]), None)
-        if paused is not None:
-            out.append(round(paused["beat_at"] - last["beat_at"], 3))
+        i = bisect.bisect_left(run["polls"], paused["t"])
+        before = max(last["beat_at"], run["polls"][i - 1] if i > 0 else last["beat_at"])
+        out.append((round(before - last["beat_at"], 3), round(paused["t"] - last["beat_at"], 3)))
     return out
 
 
@@ -204,14 +205,17 @@ def _ckpt_pattern(run: dict, by: dict, env: dict) -> dict:
     """Who paused, for how long (its last step beat to its first beat after
     the pause, the ``alive()`` leaving it), the declared bound, the waiting
     ranks' statuses and how far their marks were ahead of the paused one's."""
-    paused = sorted({r["rank"] for rows in by.values() for r in rows if r["paused"]})
-    out = {"paused": paused, "step": int(env["CKPT_STEP"]), "steps": int(env["STEPS"]),
+    steps = int(env["STEPS"])
+    # the checkpoint's pause, not the exit's (after the last step, every rank)
+    paused = sorted({r["rank"] for rows in by.values() for r in rows
+                     if r["paused"] and r["step"] is not None and r["step"] < steps - 1})
+    out = {"paused": paused, "step": int(env["CKPT_STEP"]), "steps": steps,
            "bound_s": float(env.get("CKPT_S", 30)) + 60.0}
     if not paused:
         return {**out, "pause_s": None}
     p = paused[0]
     rows = by[p]
-    first = next(r for r in rows if r["paused"])
+    first = next(r for r in rows if r["paused"] and r["step"] < steps - 1)
     after = next((r for r in rows if r["t"] > first["t"] and not r["paused"]
                   and r["beat_at"] is not None and r["beat_at"] > first["beat_at"] + 1), None)
     out["pause_s"] = None if after is None else round(after["beat_at"] - first["beat_at"], 3)
@@ -362,7 +366,7 @@ def _job(sh: Shape, rng: random.Random, kind: str) -> tuple[list[_Rank], float, 
     for r in ranks:
         r.write(t + spread[r.rank] + sh.sleep_s, seq=seq + 1, name="all_gather")
         if sh.exit_pause_s:  # the helper's atexit: a beat and a pause of EXIT_MAX_S
-            at = t + spread[r.rank] + rng.choice(sh.exit_pause_s)
+            at = t + spread[r.rank] + rng.uniform(*rng.choice(sh.exit_pause_s))
             if at < info["exit"][r.rank]:
                 r.write(at, beat_t=at, deadline=at + EXIT_MAX_S)
     return ranks, max(exits.values()), info

@@ -124,6 +124,18 @@ def _code_only(line: str) -> str:
     return (line.strip()[:comment.start[1]] if comment else line.strip()).rstrip()
 
 
+def _file(frame: dict) -> str:
+    """A frame's file as a frame string names it: py-spy's short name (the
+    package part: ``torch/autograd/graph.py``, or a script's own name), but
+    the standard library's from ``lib/pythonX.Y/``, which py-spy shortens to
+    a bare name (``weakref.py``) that would pass for the rank's own code."""
+    full = frame.get("filename") or ""
+    i = full.find("lib/python")
+    if i >= 0 and "-packages/" not in full:
+        return full[i:]
+    return frame.get("short_filename") or full or "?"
+
+
 def parse_dump(text: str, pid: int | None = None) -> dict | None:
     """``{"frames": [...], "code": str?}`` of the main thread of a
     ``py-spy dump --json`` output, or None when it holds no stack."""
@@ -135,8 +147,7 @@ def parse_dump(text: str, pid: int | None = None) -> dict | None:
     if thread is None:
         return None
     raw = [f for f in thread.get("frames") or [] if isinstance(f, dict)][:MAX_FRAMES]
-    frames = [_cut(f"{f.get('name') or '?'} ({f.get('short_filename') or f.get('filename') or '?'}"
-                   f":{f.get('line') or 0})") for f in raw]
+    frames = [_cut(f"{f.get('name') or '?'} ({_file(f)}:{f.get('line') or 0})") for f in raw]
     if not frames:
         return None
     out: dict = {"frames": frames}

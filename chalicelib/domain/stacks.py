@@ -37,7 +37,9 @@ def parse(frame: str) -> tuple[str, str, int] | None:
 
 
 def _library(file: str) -> bool:
-    return file.startswith(_LIBRARY) or "site-packages" in file or "/lib/python" in file
+    """Torch's, a package's or the standard library's file (the agent names
+    the latter from ``lib/pythonX.Y/``), not the rank's own code."""
+    return file.startswith(_LIBRARY) or "-packages/" in file or "lib/python" in file
 
 
 def focus(frames: list[str]) -> int | None:

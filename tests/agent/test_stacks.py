@@ -395,3 +395,20 @@ def test_the_code_line_drops_its_comment_but_not_a_hash_in_a_string(tmp_path):
     src.write_text('    loss.backward()  # DDP all-reduce\nx = "a # b"  # c\n')
     assert source_line(str(src), 1) == "loss.backward()"
     assert source_line(str(src), 2) == 'x = "a # b"'
+
+
+def test_a_standard_library_frame_is_named_from_lib_python_not_as_the_ranks_own(tmp_path):
+    """Invariant: py-spy shortens a standard-library file to a bare name
+    (``weakref.py``) that would pass for the rank's own script; the frame
+    keeps ``lib/pythonX.Y/`` so the focus (and the code line) is the rank's
+    own frame below it."""
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\nloss.backward()  # the all-reduce\n")
+    got = parse_dump(_dump(("MainThread", 7, [
+        _frame("__call__", "/usr/lib/python3.11/weakref.py", 590),
+        _frame("tensor_del", "/v/lib/python3.11/site-packages/torch/_tensor.py", 40,
+               short="torch/_tensor.py"),
+        _frame("main", str(script), 2)])), pid=7)
+    assert got["frames"][:2] == ["__call__ (lib/python3.11/weakref.py:590)",
+                                 "tensor_del (torch/_tensor.py:40)"]
+    assert got["code"] == "loss.backward()"

@@ -169,3 +169,10 @@ def test_once_a_rank_exited_0_its_peers_quiet_in_teardown_get_the_grace_to_end()
     assert judge(beats, finishing=False, **kw()).first is not None
     # a teardown that hangs is convicted once the grace has passed too
     assert judge(beats, finishing=True, **kw(now=at(240.001))).first is not None
+
+
+def test_a_stack_in_the_standard_library_is_shown_at_the_ranks_own_frame():
+    from chalicelib.domain.stacks import where
+    stack = {"frames": ["__call__ (lib/python3.11/weakref.py:590)", "main (ddp_train.py:153)"],
+             "code": "loss.backward()"}
+    assert where(stack) == "ddp_train.py:153 in main → loss.backward()"

@@ -163,7 +163,7 @@ class BeatPoster:
         if silent and pid:
             self._stacks.request(key, pid)
         stack = self._stacks.latest(key) if proc is not None else None
-        return {**proc, "stack": stack} if stack else proc
+        return {**proc, "stack": stack} if proc is not None and stack else proc
 
     def _post(self, rec: AttemptRecord, now: int) -> int:
         entries, seqs = self._entries(rec, now)

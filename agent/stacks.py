@@ -25,6 +25,7 @@ innermost first, at most :data:`MAX_FRAMES`, each at most :data:`MAX_CHARS`.
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
@@ -38,9 +39,12 @@ import tokenize
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Hashable, Mapping
+from typing import Any, Callable, Hashable, Mapping, TypeVar
 
 from chalicelib.domain.stacks import focus, where
+
+#: the key a caller names its stacks by (a rank, or (attempt, rank))
+K = TypeVar("K", bound=Hashable)
 
 log = logging.getLogger("gpujobs.agent.stacks")
 
@@ -259,7 +263,7 @@ class StackSampler:
         self._tried[key] = now
         future = self._submit(pid)
         self._running[key] = future
-        future.add_done_callback(lambda f, k=key, t=now: self._done(k, t, f))
+        future.add_done_callback(functools.partial(self._done, key, now))
         return True
 
     def _done(self, key: Hashable, taken_ns: int, future: Future) -> None:
@@ -301,7 +305,7 @@ class StackSampler:
         with self._lock:
             return list(set(self._latest) | set(self._tried))
 
-    def capture(self, pids: Mapping[Hashable, int]) -> dict[Hashable, dict]:
+    def capture(self, pids: Mapping[K, int]) -> dict[K, dict]:
         """Every ``pid``'s stack now, concurrently, waiting at most the timeout:
         ``{key: {"frames", "code"?}}`` for those that answered in time."""
         if not pids or not self.available:
@@ -315,8 +319,12 @@ class StackSampler:
             wait(list(futures.values()), timeout=self.timeout_s)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-        return {key: f.result() for key, f in futures.items()
-                if f.done() and not f.cancelled() and f.result()}
+        out: dict[K, dict] = {}
+        for key, f in futures.items():
+            stack = f.result() if f.done() and not f.cancelled() else None
+            if stack:
+                out[key] = stack
+        return out
 
     def close(self) -> None:
         if self._pool is not None:
@@ -328,7 +336,8 @@ def report_stacks(by_rank: Mapping[int, dict], budget_b: int = REPORT_BUDGET_B) 
     """The STOPPED report's ``stacks``: ``[{"rank", "where", "frames"}]`` by
     rank, at most :data:`MAX_REPORT_STACKS`, cut (outer frames first, then the
     frames altogether, then ranks) to fit ``budget_b`` bytes of JSON."""
-    entries = [{"rank": r, "where": _cut(where(s) or "?", 2 * MAX_CHARS + 64),
+    entries: list[dict[str, Any]] = [
+               {"rank": r, "where": _cut(where(s) or "?", 2 * MAX_CHARS + 64),
                 "frames": list(s.get("frames") or [])[:MAX_FRAMES]}
                for r, s in sorted(by_rank.items())][:MAX_REPORT_STACKS]
 

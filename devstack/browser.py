@@ -93,7 +93,7 @@ def wide_job(ranks: int = 16384, per_node: int = 256) -> tuple[dict, dict]:
             rank.update(status="exited")
         view.append(rank)
     view.sort(key=lambda x: (-x["silence_s"], x["rank"]))
-    job = {"id": "job_WIDE16384", "name": "wide-16384", "state": "RUNNING", "attempt": 1,
+    job: dict[str, Any] = {"id": "job_WIDE16384", "name": "wide-16384", "state": "RUNNING", "attempt": 1,
            "spec": {"ranks": ranks, "gpus_per_rank": 1, "command": ["train"], "labels": {}},
            "health": {"status": "STALLED", "threshold_s": 12.0, "first_stalled_rank": first,
                       "co_first": [{"rank": r} for r in co], "suspect_node": suspect,

@@ -163,7 +163,7 @@ class DynamoTransitions(OnDynamo):
         running ranks) is recorded in the same transaction."""
         changes = _to_state(Changes(JOBS), job, to).set("updated_at", iso(now)) \
             .set("health", frozen_health(job.health, iso(now), to.terminal, exit_,
-                                         attempt.rank_nodes().get((exit_ or {}).get("rank"))))
+                                         _node_of(attempt, (exit_ or {}).get("rank"))))
         # (nothing is judged once the attempt ended: no stale health)
         why = (exit_ or {}).get("reason")
         if to.terminal:
@@ -209,3 +209,8 @@ class DynamoTransitions(OnDynamo):
         if finished is None:  # never: jobs are not deleted
             raise StateChanged(job.job_id)
         return finished
+
+
+def _node_of(attempt: Attempt, rank: int | None) -> str | None:
+    """The node rank ``rank`` of the attempt ran on (None: no rank, or unknown)."""
+    return None if rank is None else attempt.rank_nodes().get(rank)

@@ -60,9 +60,8 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def _made(c: RankView, by: str, confidence: str, text: str, **evidence: Any) -> dict:
-    stack = c.beat.proc.get("stack") if c.beat is not None and c.beat.proc else None
     return {"rank": c.rank, "ranks": [c.rank], "node_id": c.node_id, "by": by,
-            "confidence": confidence, "text": text, "stack": stacks.where(stack),
+            "confidence": confidence, "text": text, "stack": stacks.where(_stack(c)),
             "evidence": {**evidence, "beat_at": c.beat_at and iso(c.beat_at),
                          "receive_time": c.last_heard_at and iso(c.last_heard_at)}}
 
@@ -75,12 +74,17 @@ def by_exit(rank: int, exit_code: int | None, node_id: str | None) -> dict:
             "stack": None, "evidence": {"exit_code": exit_code}}
 
 
+def _sample(r: RankView) -> dict:
+    """The rank's latest process sample ({} without one)."""
+    return (r.beat.proc if r.beat is not None else None) or {}
+
+
 def _stack(r: RankView) -> dict | None:
-    return r.beat.proc.get("stack") if r.beat is not None and r.beat.proc else None
+    return _sample(r).get("stack")
 
 
 def _state(r: RankView) -> str | None:
-    return r.beat.proc.get("state") if r.beat is not None and r.beat.proc else None
+    return _sample(r).get("state")
 
 
 def _arrived(r: RankView) -> int:
@@ -100,14 +104,14 @@ def decide(ranks: list[RankView], first: RankView, co_first: list[RankView], *,
     process sample looks like."""
     live = [r for r in ranks if r.status not in OUT]
     quiet = [r for r in live if r.status in ("stalled", "silent", "waiting", "not_instrumented")]
-    waiters = lambda c: [r.rank for r in live if r is not c]  # noqa: E731
 
     stopped = sorted((r for r in quiet if _state(r) in ("T", "t")), key=lambda r: (_last(r), r.rank))
     if stopped and len(stopped) < len(live):
         c = stopped[0]
         return _made(c, "process", "high",
                      f"rank {c.rank} on {c.node_id} is stopped (state T) while "
-                     f"{_ranks(waiters(c))} wait", state="T", signature="stopped")
+                     f"{_ranks([r.rank for r in live if r is not c])} wait",
+                     state="T", signature="stopped")
 
     marked = [r for r in live if _arrived(r) >= 0]
     if marked:
@@ -148,8 +152,7 @@ def decide(ranks: list[RankView], first: RankView, co_first: list[RankView], *,
         return _made(c, "process", "medium",
                      f"rank {c.rank} on {c.node_id} looks unlike its peers: {mine} "
                      f"while they are {peers}",
-                     signature=mine, peers=peers, state=_state(c),
-                     cpu=c.beat.proc.get("cpu") if c.beat and c.beat.proc else None)
+                     signature=mine, peers=peers, state=_state(c), cpu=_sample(c).get("cpu"))
 
     ordered = sorted(pool, key=lambda r: (_last(r), r.rank))
     c = ordered[0]
@@ -176,9 +179,8 @@ def decide(ranks: list[RankView], first: RankView, co_first: list[RankView], *,
 def _look(r: RankView, signature) -> str | None:
     """What a rank's process looks like: its signature, and for a sleeping one
     what it sleeps on, when the agent could read its wait channel."""
-    proc = r.beat.proc if r.beat is not None else None
-    sig = signature(proc)
-    wchan = (proc or {}).get("wchan")
+    sig = signature(_sample(r) or None)
+    wchan = _sample(r).get("wchan")
     if sig == "sleeping" and wchan and wchan != "0":
         return f"sleeping in {wchan}"
     return sig

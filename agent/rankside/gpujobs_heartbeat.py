@@ -47,7 +47,7 @@ wrapped functions: ``instrument(fsdp_model)`` marks those, no hook needed.
 Pauses without touching the training loop: ``declare_checkpoints()`` wraps
 ``torch.save`` and ``torch.distributed.checkpoint.save``; ``lightning_callback()``
 and ``hf_callback()`` beat once per step and pause around checkpointing and
-evaluation. torch, Lightning and transformers are imported only when asked for.
+evaluation, and from the end of training to the process's exit. torch, Lightning and transformers are imported only when asked for.
 """
 from __future__ import annotations
 
@@ -344,11 +344,20 @@ def declare_checkpoints(*, max_s: float = 1800.0, torch=None, dcp=None) -> list[
     return done
 
 
+#: what a callback declares once training ends: the trainer's teardown and the
+#: interpreter's exit take seconds with torch and a framework loaded (1-3 s on an
+#: idle host, more on a loaded one), longer than a short stall threshold, and no
+#: rank beats again
+SHUTDOWN = "shutdown"
+
+
 def lightning_callback(*, max_checkpoint_s: float = 1800.0, max_eval_s: float = 3600.0,
-                       base=None):
+                       max_shutdown_s: float = 60.0, base=None):
     """A PyTorch Lightning callback: a beat per training batch, a pause around
-    validation and around each checkpoint save. ``base``: the Callback class
-    (``lightning.pytorch.Callback``, else ``pytorch_lightning.Callback``)."""
+    validation and around each checkpoint save, and once training ends a
+    pause of at most ``max_shutdown_s`` until the next beat (the process's
+    exit). ``base``: the Callback class (``lightning.pytorch.Callback``, else
+    ``pytorch_lightning.Callback``)."""
     if base is None:
         module = _optional("lightning.pytorch") or importlib.import_module("pytorch_lightning")
         base = module.Callback
@@ -368,12 +377,19 @@ def lightning_callback(*, max_checkpoint_s: float = 1800.0, max_eval_s: float = 
             # pause lasts until the next beat, after the write
             pause_until_beat("checkpoint", max_s=max_checkpoint_s)
 
+        def on_train_end(self, trainer, pl_module):
+            beat(int(trainer.global_step))
+            pause_until_beat(SHUTDOWN, max_s=max_shutdown_s)
+
     return GpujobsHeartbeat()
 
 
-def hf_callback(*, max_checkpoint_s: float = 1800.0, max_eval_s: float = 3600.0, base=None):
+def hf_callback(*, max_checkpoint_s: float = 1800.0, max_eval_s: float = 3600.0,
+                max_shutdown_s: float = 60.0, base=None):
     """A Hugging Face ``TrainerCallback``: a beat per step; when the step's
-    control says an evaluation or a save follows, a pause until the next beat."""
+    control says an evaluation or a save follows, a pause until the next beat;
+    once training ends, a pause of at most ``max_shutdown_s`` until the next
+    beat (the process's exit)."""
     if base is None:
         base = importlib.import_module("transformers").TrainerCallback
 
@@ -392,6 +408,7 @@ def hf_callback(*, max_checkpoint_s: float = 1800.0, max_eval_s: float = 3600.0,
 
         def on_train_end(self, args, state, control, **kwargs):
             beat(int(state.global_step))
+            pause_until_beat(SHUTDOWN, max_s=max_shutdown_s)
 
     return GpujobsHeartbeat()
 

@@ -135,6 +135,25 @@ def test_the_hf_callback_pauses_when_the_step_is_followed_by_eval_or_save(rank):
     assert 170e9 < r.pause_deadline_ns - time.monotonic_ns() <= 180e9, "eval + save bound"
 
 
+def test_the_callbacks_pause_from_the_end_of_training_to_the_exit(rank):
+    """No beat follows on_train_end, and the teardown and the interpreter's
+    exit outlast a short threshold: a bounded pause covers them."""
+    class Callback:
+        pass
+    lightning = hb.lightning_callback(max_shutdown_s=30, base=Callback)
+    lightning.on_train_end(types.SimpleNamespace(global_step=8), None)
+    r = hb.read(rank)
+    assert r.step == 8 and r.pause_reason == "shutdown"
+    assert 29e9 < r.pause_deadline_ns - time.monotonic_ns() <= 30e9
+    hf = hb.hf_callback(max_shutdown_s=45, base=Callback)
+    hf.on_train_end(None, types.SimpleNamespace(global_step=9), None)
+    r = hb.read(rank)
+    assert r.step == 9 and r.pause_reason == "shutdown"
+    assert 44e9 < r.pause_deadline_ns - time.monotonic_ns() <= 45e9
+    hb.beat(10)  # training again (a second fit): the next beat ends it
+    assert hb.read(rank).pause_deadline_ns == 0
+
+
 def test_no_framework_is_imported_until_asked_for():
     code = ("import sys, gpujobs_heartbeat\n"
             "print(any(m in sys.modules for m in ('torch', 'lightning', 'transformers')))")

@@ -1,0 +1,82 @@
+"""The standard checkpoint pattern under the trainers' own callbacks (issue 23,
+item 3): rank 0 saves for 30 s while its peers wait, in a job set to restart
+on a stall, through the local stack as tests/e2e/test_torch_ddp.py runs it
+(4 ranks of 2 GPU slots over the 2 agents, gloo on CPU, the agent's
+torchrun environment alone).
+
+* examples/lightning_train.py: a Lightning ``Trainer`` with
+  ``gpujobs_heartbeat.lightning_callback()`` and ``ModelCheckpoint``; the
+  peers wait in Lightning's barrier after ``Trainer.save_checkpoint``.
+* examples/hf_train.py: a Hugging Face ``Trainer`` with
+  ``gpujobs_heartbeat.hf_callback()``; it has no barrier after a save, so
+  the peers wait in the next step's gradient all-reduce.
+
+Either must run through in one attempt with no false alarm."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import pytest
+
+from tests.client.conftest import logs_until
+from tests.e2e.test_torch_ddp import ROOT, ddp_spec, events, gpujobs, job, submit, watch
+
+pytestmark = pytest.mark.e2e
+__all__ = ["gpujobs"]  # the fixture, shared with test_torch_ddp
+STEPS = 8
+
+
+def watch_ranks(gpujobs, job_id: str):
+    """`gpujobs watch` to the job's end, and what `gpujobs ranks` said of each
+    rank meanwhile, polled: [(seconds since the submit, {rank: status})]."""
+    done: dict = {}
+    t = threading.Thread(target=lambda: done.setdefault("r", watch(gpujobs, job_id)))
+    t0 = time.monotonic()
+    t.start()
+    seen = []
+    while t.is_alive():
+        r = gpujobs("ranks", job_id, "-o", "json")
+        if r.returncode == 0:
+            seen.append((round(time.monotonic() - t0), {
+                x["rank"]: x.get("status") for x in json.loads(r.stdout)["ranks"]}))
+        t.join(2)
+    return done["r"], seen
+
+
+def trainer_spec(python: str, script: str, tmp_path) -> dict:
+    spec = ddp_spec(python, STEPS=str(STEPS), CKPT_EVERY="5", CKPT_STEP="5", CKPT_S="30",
+                    CKPT_DIR=str(tmp_path), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    spec.update(name=script.replace("_", "-"), command=[python, str(ROOT / "examples" / f"{script}.py")],
+                on_stall="restart", max_attempts=2)  # a false alarm would restart it
+    return spec
+
+
+@pytest.mark.parametrize("script", ["lightning_train", "hf_train"])
+def test_a_30s_checkpoint_of_rank_0_under_the_trainer_callback_is_no_stall(
+        gpujobs, tmp_path, torch_python, script):
+    job_id = submit(gpujobs, tmp_path, trainer_spec(torch_python, script, tmp_path))
+    r, seen = watch_ranks(gpujobs, job_id)
+    assert "Job finished: SUCCEEDED (succeeded, exit code 0)" in r.stdout, \
+        r.stdout + r.stderr + gpujobs("logs", job_id, ranks_output=True).stdout
+    assert not [e for e in events(gpujobs, job_id) if e["type"] == "stalled"]
+    health = job(gpujobs, job_id)["health"]
+    assert health["false_alarms"] == 0 and health.get("verdict") is None, health
+    attempts = json.loads(gpujobs("attempts", job_id, "-o", "json").stdout)
+    attempts = attempts["attempts"] if isinstance(attempts, dict) else attempts
+    assert len(attempts) == 1, attempts
+    # what excused the silence: the callback's declared pauses, and no rank
+    # ever looked stalled (the end of training included: its teardown and the
+    # interpreter's exit outlast the 4 s threshold)
+    assert any(st.get(0) == "paused" for _, st in seen), seen
+    assert not any("stalled" in st.values() for _, st in seen), seen
+    d = gpujobs("describe", job_id)
+    assert d.returncode == 0 and "stall" not in d.stdout.lower(), d.stdout
+
+    out = logs_until(gpujobs, job_id, r"rank \d: \d+ steps", 4)
+    saved = float(re.search(r"checkpoint of step 5 saved in ([\d.]+) s", out).group(1))
+    assert saved >= 29, out
+    for rank in range(4):
+        assert f"rank {rank}: {STEPS} steps" in out, out

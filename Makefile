@@ -106,7 +106,7 @@ bench-quick: $(STAMP)
 	$(PY) -m pytest tests/test_bench_smoke.py -q
 
 ## record-torch: re-record bench/traces/torch_ddp.json, the real DDP runs bench/stall_sim.py
-## draws its torch-shaped scenario from and compares against (about 9 minutes on 2 cores)
+## draws its torch-shaped scenario from and compares against (6 to 9 minutes on 2 cores)
 record-torch: $(STAMP) $(TORCH_STAMP)
 	GPUJOBS_TORCH_PYTHON=$(CURDIR)/$(TORCH_PY) $(PY) bench/record_torch.py
 

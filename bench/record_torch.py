@@ -5,7 +5,7 @@ draws its torch-shaped scenario from, and the real figures it is checked against
     make record-torch                       # the same, default settings
 
 Needs the torch virtualenv (``make torch-venv``; GPUJOBS_TORCH_PYTHON names
-another). Takes about 9 minutes on 2 cores (550 s for the committed trace).
+another). Takes 6 to 9 minutes on 2 cores (365 s for the committed trace).
 It starts the local stack as tests/e2e's ``agent_stack`` fixture does (``devstack.stack.start_stack``: two
 agents of 4 GPUs, a scan every second, agent grace 2 s) and runs
 examples/ddp_train.py as 4 ranks of 2 GPUs (ranks 0-1 on one agent, 2-3 on

@@ -164,5 +164,6 @@ def incident(health: dict) -> dict:
     rank = named.get("rank") if named else health.get("first_stalled_rank")
     return {"reason": named.get("text") or f"rank {rank} stalled first", "rank": rank,
             "ranks": named.get("ranks"), "by": named.get("by"),
+            "stacks": named.get("stacks") or None,
             "co_first": [c.get("rank") for c in health.get("co_first") or []] or None,
             "suspect_node": health.get("suspect_node")}

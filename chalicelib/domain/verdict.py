@@ -71,7 +71,7 @@ def by_exit(rank: int, exit_code: int | None, node_id: str | None) -> dict:
     on = f" on {node_id}" if node_id else ""
     return {"rank": rank, "ranks": [rank], "node_id": node_id, "by": "exit",
             "confidence": "certain", "text": f"rank {rank}{on} exited with code {exit_code}",
-            "stack": None, "evidence": {"exit_code": exit_code}}
+            "stack": None, "stacks": [], "evidence": {"exit_code": exit_code}}
 
 
 def _sample(r: RankView) -> dict:
@@ -95,8 +95,25 @@ def _last(r: RankView) -> datetime:
     return r.beat_at or r.last_heard_at or _NEVER
 
 
+#: how many quiet ranks' stacks a verdict keeps (the named rank's first)
+MAX_STACKS = 16
+
+
 def decide(ranks: list[RankView], first: RankView, co_first: list[RankView], *,
            band_s: float, signature) -> dict:
+    """The verdict (see :func:`_decide`), with the stacks of the quiet ranks
+    as they were when it was reached (``[{rank, where}]``, the named ranks'
+    first, at most :data:`MAX_STACKS`): what the stall event shows under it."""
+    named = _decide(ranks, first, co_first, band_s=band_s, signature=signature)
+    quiet = sorted((r for r in ranks if r.status not in OUT and _stack(r) is not None),
+                   key=lambda r: (r.rank not in named["ranks"], r.rank))
+    named["stacks"] = [{"rank": r.rank, "where": stacks.where(_stack(r))}
+                       for r in quiet[:MAX_STACKS]]
+    return named
+
+
+def _decide(ranks: list[RankView], first: RankView, co_first: list[RankView], *,
+            band_s: float, signature) -> dict:
     """The verdict on a stall whose silence order starts with ``first``
     (``co_first``: its rivals by silence: ranks whose last beat came no
     later than its own, within ``band_s``, the band inside which the order of

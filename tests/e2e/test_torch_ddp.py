@@ -278,6 +278,11 @@ def test_a_hang_in_an_uninstrumented_job_is_named_by_its_stack(gpujobs, tmp_path
         assert verdict["stack"] == where and where in verdict["text"], verdict
         d = gpujobs("describe", job_id)
         assert where in d.stdout, d.stdout
+        # the stall event keeps the stacks as they were when it was declared,
+        # and describe prints them under it
+        stalled = [e for e in events(gpujobs, job_id) if e["type"] == "stalled"]
+        assert stalled[-1]["stacks"][0] == {"rank": 3, "where": where}, stalled[-1]
+        assert f"rank 3: {where}" in d.stdout, d.stdout
         # the cancel's stop: its agent captured every rank's stack before
         # SIGTERM, and describe prints them under the rank_stopped event
         cancel(gpujobs, job_id)
@@ -285,8 +290,9 @@ def test_a_hang_in_an_uninstrumented_job_is_named_by_its_stack(gpujobs, tmp_path
         got = {s["rank"]: s["where"] for e in stopped for s in e.get("stacks") or ()}
         assert got.get(3) == where, stopped
         assert set(got) == {0, 1, 2, 3}, got
-        assert all("backward" in w or "ddp_train.py" in w for w in got.values()), got
+        # (a peer on the other node may already be failing: its node's stop is
+        # not simultaneous with this one's, and gloo breaks when the first goes)
         d = gpujobs("describe", job_id)
-        assert f"rank 3: {where}" in d.stdout, d.stdout
+        assert d.stdout.count(f"rank 3: {where}") == 2, d.stdout  # the stall's and the stop's
     finally:
         cancel(gpujobs, job_id)

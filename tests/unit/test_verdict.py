@@ -59,6 +59,12 @@ def test_the_rank_whose_stack_is_not_in_a_collective_is_named_with_its_stack():
     assert v.culprit["text"] == ("rank 3 on local-2 is not in a collective (ddp_train.py:70 in "
                                  "hang → time.sleep(3600)) while ranks 0-2 wait in backward, "
                                  "barrier")
+    # the stacks as they were when it was decided, the named rank's first: what
+    # the stall event shows under its sentence
+    assert v.culprit["stacks"][0] == {"rank": 3,
+                                      "where": "ddp_train.py:70 in hang → time.sleep(3600)"}
+    assert [s["rank"] for s in v.culprit["stacks"]] == [3, 0, 1, 2]
+    assert v.culprit["stacks"][1]["where"] == "ddp_train.py:90 in main"
 
 
 def test_ranks_that_went_quiet_together_are_a_tie_not_the_lowest_rank():

@@ -2,7 +2,7 @@
 once per step, marking each collective as they enter it. With HANG_RANK and
 HANG_STEP set, that rank hangs (alive, silent) at that step *before* arriving at
 the step's all-reduce; every other rank then blocks inside it. The stall scan
-names the culprit by the collective it never arrived at (``health.culprit``).
+names the culprit by the collective it never arrived at (``health.verdict``).
 
     RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT   set by the host agent
     HANG_RANK, HANG_STEP                         optional: who hangs, and when

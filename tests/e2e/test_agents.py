@@ -154,10 +154,17 @@ def test_the_ring_names_the_rank_that_never_arrived_at_the_collective(tenant):
                 break
             time.sleep(0.3)
         assert health["status"] == "STALLED", health
-        culprit = health["culprit"]
-        assert culprit["rank"] == 2 and culprit["by"] == "collective", health
-        assert culprit["collective"]["seq"] == 15 and culprit["collective"]["name"] == "allreduce"
-        assert culprit["arrived_seq"] == 14 and 2 in culprit["collective"]["missing"]
+        verdict = health["verdict"]
+        assert verdict["rank"] == 2 and verdict["by"] == "collective", health
+        ev = verdict["evidence"]
+        assert ev["collective"]["seq"] == 15 and ev["collective"]["name"] == "allreduce"
+        assert ev["arrived_seq"] == 14 and 2 in ev["collective"]["missing"]
+        assert verdict["text"].startswith("rank 2 on local-"), verdict
+        assert "never reached allreduce #15, where ranks 0-1,3 wait" in verdict["text"]
+        # the stall event says the same sentence
+        events = tenant.get(f"/v1/jobs/{job['id']}/events").json()["events"]
+        stalled = [e for e in events if e["type"] == "stalled"]
+        assert stalled and stalled[-1]["reason"] == verdict["text"], stalled
         view = tenant.get(f"/v1/jobs/{job['id']}/ranks").json()
         marks = {r["rank"]: r["collective"]["seq"] for r in view["ranks"]}
         assert marks[2] == 14 and all(marks[r] == 15 for r in (0, 1, 3)), marks

@@ -49,6 +49,16 @@ export function seconds(s) {
   return s < 100 ? `${Number(s).toFixed(1)} s` : `${Number(s).toFixed(0)} s`;
 }
 
+/** The one pluraliser: count(1, 'node') -> "1 node", count(16384, 'rank') -> "16,384 ranks". */
+export function count(n, one, many = `${one}s`) {
+  return `${Number(n).toLocaleString()} ${noun(n, one, many)}`;
+}
+
+/** The word alone, for a count said elsewhere: noun(1, 'rank') -> "rank". */
+export function noun(n, one, many = `${one}s`) {
+  return Number(n) === 1 ? one : many;
+}
+
 export function stateBadge(state) {
   return h('span', { class: `badge s-${String(state || '').toLowerCase()}`, text: state || '?' });
 }

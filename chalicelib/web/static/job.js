@@ -1,7 +1,7 @@
 // Job: spec, state, pending_reason, health, attempts with their node -> ranks
 // map, the event timeline and logs (where the server has them), and Cancel.
 import { api } from './api.js';
-import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, TERMINAL } from './dom.js';
+import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictLines, stackLine } from './verdict.js';
 
 const REFRESH_MS = 1500;
@@ -55,7 +55,7 @@ function attemptsTable(attempts) {
     h('tbody', {}, attempts.map((a) => h('tr', {},
       h('td', { class: 'num', text: a.attempt }), h('td', {}, stateBadge(a.state)),
       h('td', {}, h('ul', { class: 'nodemap' }, nodeMap(a.placement).map(([node, rs]) =>
-        h('li', {}, h('code', { text: node }), ` → ranks ${ranges(rs)}`)))),
+        h('li', {}, h('code', { text: node }), ` → ${noun(rs.length, 'rank')} ${ranges(rs)}`)))),
       h('td', { text: time(a.created_at) }), h('td', { text: time(a.finished_at) }),
       h('td', { text: exitText(a.exit) })))));
 }
@@ -157,7 +157,7 @@ export function mount(main, [jobId]) {
       facts.replaceChildren(dl([
         ['ID', h('code', { text: j.id })], ['State', j.state],
         ['Why pending', j.state === 'PENDING' ? j.pending_reason : null],
-        ['Attempt', j.attempt], ['Ranks', `${j.spec.ranks} × ${j.spec.gpus_per_rank} GPU (${j.spec.gpu_type || 'any type'})`],
+        ['Attempt', j.attempt], ['Ranks', `${count(j.spec.ranks, 'rank')} × ${count(j.spec.gpus_per_rank ?? 1, 'GPU')} (${j.spec.gpu_type || 'any type'})`],
         ['Command', h('code', { text: (j.spec.command || []).join(' ') })],
         ['Working dir', j.spec.working_dir && h('code', { text: j.spec.working_dir })],
         ['Labels', Object.entries(j.spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ')],

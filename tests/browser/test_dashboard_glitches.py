@@ -87,3 +87,12 @@ def test_counts_of_one_read_in_the_singular(page, tenant, browser_stack):
         page.refresh()
         total = ui.text_in(page, "#nodes-total", "1 node ·")
         assert total == "1 node · 0 of 1 GPU in use · 1 free", total
+
+
+def test_a_job_that_is_not_there_offers_no_cancel(page, browser_stack):
+    page.get(browser_stack.api + "/#/jobs/job_NOSUCHJOB0000000000000000")
+    error = ui.text_in(page, "main .error", "No job job_NOSUCHJOB")
+    assert "or it belongs to another tenant" in error
+    cancel = page.find_element(By.ID, "cancel")
+    assert not cancel.is_displayed() and not cancel.is_enabled()
+    assert page.find_elements(By.CSS_SELECTOR, "#cancel-dialog[open]") == []

@@ -80,7 +80,8 @@ export function mount(main, [jobId]) {
   document.title = `${jobId} · gpujobs`;
   const title = h('h1', { id: 'job-title', tabindex: -1, text: jobId });
   const badge = h('span', { id: 'job-state' });
-  const cancelBtn = h('button', { type: 'button', id: 'cancel', class: 'danger', text: 'Cancel job…' });
+  // disabled until the job is loaded; hidden for good when there is no such job
+  const cancelBtn = h('button', { type: 'button', id: 'cancel', class: 'danger', text: 'Cancel job…', disabled: true });
   const cancelStatus = h('p', { id: 'cancel-status', role: 'status', class: 'notice', hidden: true });
   const headline = h('div', { id: 'job-verdict', class: 'summary', role: 'status', hidden: true });
   const facts = h('section', { id: 'facts' });
@@ -183,6 +184,12 @@ export function mount(main, [jobId]) {
       if (TERMINAL.has(j.state) && seen.final) poller.stop();
       seen.final = TERMINAL.has(j.state);
     } catch (e) {
+      if (e.status === 404) {
+        // nothing to cancel, nor to poll for: a job id is never reused
+        cancelBtn.disabled = true;
+        cancelBtn.hidden = true;
+        poller.stop();
+      }
       setText(error, e.status === 404 ? `No job ${jobId} (or it belongs to another tenant).` : `Could not load the job: ${problemText(e)}`);
     }
   }

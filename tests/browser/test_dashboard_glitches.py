@@ -96,3 +96,59 @@ def test_a_job_that_is_not_there_offers_no_cancel(page, browser_stack):
     cancel = page.find_element(By.ID, "cancel")
     assert not cancel.is_displayed() and not cancel.is_enabled()
     assert page.find_elements(By.CSS_SELECTOR, "#cancel-dialog[open]") == []
+
+
+def test_head_of_the_dashboard_answers_like_get(page, browser_stack):
+    """HEAD / was 405: from the browser, as from any client, it is 200 with no body."""
+    got = page.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        fetch('/', {method: 'HEAD'}).then(async (r) => done(
+          [r.status, r.headers.get('content-type'), (await r.text()).length]));""")
+    assert got == [200, "text/html; charset=utf-8", 0]
+
+
+FAILED_EXIT = {"reason": "rank_failed", "exit_code": 1, "rank": 3}
+FAILED_JOB = {
+    "id": "job_SENTENCES", "name": "sentences", "state": "FAILED", "attempt": 1,
+    "created_at": "2026-01-01T00:00:00.000Z", "started_at": "2026-01-01T00:00:05.000Z",
+    "finished_at": "2026-01-01T00:02:10.000Z", "cancel_requested_at": None, "cancel_reason": None,
+    "pending_reason": None, "health": {}, "exit": FAILED_EXIT,
+    "spec": {"ranks": 4, "gpus_per_rank": 2, "gpu_type": "h100", "command": ["train"], "labels": {}}}
+FAILED_ATTEMPTS = {"attempts": [{
+    "attempt": 1, "state": "FAILED", "created_at": "2026-01-01T00:00:01.000Z",
+    "finished_at": "2026-01-01T00:02:10.000Z", "exit": FAILED_EXIT,
+    "placement": [{"rank": r, "node_id": f"node-{r // 2}"} for r in range(4)]}]}
+FAILED_EVENTS = {"events": [
+    {"type": "created", "time": "2026-01-01T00:00:00.000Z", "reason": "submitted",
+     "tenant": "e2e-tenant", "attempt": None},
+    {"type": "placed", "time": "2026-01-01T00:00:01.000Z", "attempt": 1,
+     "reason": "placed on 2 nodes", "nodes": {"node-0": [0, 1], "node-1": [2, 3]}},
+    {"type": "rank_exited", "time": "2026-01-01T00:02:09.000Z", "attempt": 1,
+     "reason": "rank 3 exited with code 1", "ranks": [3], "exit_code": 1, "node_id": "node-1"},
+    {"type": "finished", "time": "2026-01-01T00:02:10.000Z", "attempt": 1, "state": "FAILED",
+     "reason": "rank 3 failed", "exit_code": 1, "rank": 3}]}
+
+
+def test_exits_and_events_read_as_sentences_not_json(page, browser_stack):
+    base = "/v1/jobs/" + FAILED_JOB["id"]
+    with answered(page, {base: FAILED_JOB, base + "/attempts": FAILED_ATTEMPTS,
+                         base + "/events": FAILED_EVENTS, base + "/logs": {"lines": []}}):
+        page.get(browser_stack.api + f"/#/jobs/{FAILED_JOB['id']}")
+        page.refresh()
+        sentence = "rank_failed: rank 3 exited with code 1"
+        assert f"Exit\n{sentence}" in ui.text_in(page, "#facts", "Exit")
+        assert "4 ranks × 2 GPUs (h100)" in page.find_element(By.ID, "facts").text
+        row = ui.text_in(page, "#attempts tbody", sentence)
+        assert "node-0 → ranks 0–1" in row and "node-1 → ranks 2–3" in row
+        events = [li.text for li in page.find_elements(By.CSS_SELECTOR, "#events ol.timeline > li")]
+        assert len(events) == 4, events
+        texts = [e.split("\n")[0] for e in events]
+        assert texts[0].endswith("created — submitted (tenant e2e-tenant)"), texts
+        assert texts[1].endswith("placed — placed on 2 nodes (attempt 1 · on node-0 (ranks 0–1), "
+                                 "node-1 (ranks 2–3))"), texts
+        assert texts[2].endswith("rank_exited — rank 3 exited with code 1 (attempt 1 · on node-1)"), texts
+        assert texts[3].endswith("finished — rank 3 failed (attempt 1 · exit code 1 · rank 3)"), texts
+        for section in ("facts", "attempts", "events"):
+            text = page.find_element(By.ID, section).text
+            assert "{" not in text and '":' not in text and "[object Object]" not in text, (
+                section, text)

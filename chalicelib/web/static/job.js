@@ -3,6 +3,7 @@
 import { api } from './api.js';
 import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictLines, stackLine } from './verdict.js';
+import { exitText, eventLabels } from './story.js';
 
 const REFRESH_MS = 1500;
 
@@ -32,12 +33,6 @@ function verdictView(hl) {
   return v ? verdictLines(v).map(([k, t]) => h('p', { class: `v-${k}`, text: t })) : [];
 }
 
-function exitText(exit) {
-  if (!exit) return null;
-  const code = exit.exit_code != null ? ` (exit code ${exit.exit_code})` : '';
-  return `${exit.reason}${code}${exit.rank != null ? `, rank ${exit.rank}` : ''}`;
-}
-
 export function nodeMap(placement) {
   const byNode = new Map();
   for (const p of placement || []) {
@@ -63,10 +58,13 @@ function attemptsTable(attempts) {
 function eventsList(events) {
   if (events == null) return h('p', { class: 'muted', text: 'This server has no event timeline (GET /v1/jobs/{id}/events).' });
   if (!events.length) return h('p', { class: 'muted', text: 'No events yet.' });
-  return h('ol', { class: 'timeline' }, events.map((e) => h('li', {},
-    h('time', { datetime: e.at || '', text: time(e.at) }), ' ', h('strong', { text: e.type }),
-    e.detail ? ` — ${e.detail}` : '', e.extra ? h('span', { class: 'muted', text: ` ${e.extra}` }) : '',
-    e.stacks.length ? h('ul', { class: 'stacks' }, e.stacks.map((s) => h('li', {}, h('code', { text: stackLine(s) })))) : null)));
+  return h('ol', { class: 'timeline' }, events.map((e) => {
+    const more = eventLabels(e.type, e.extra);
+    return h('li', {},
+      h('time', { datetime: e.at || '', text: time(e.at) }), ' ', h('strong', { text: e.type }),
+      e.detail ? ` — ${e.detail}` : '', more.length ? h('span', { class: 'muted extra', text: ` (${more.join(' · ')})` }) : '',
+      e.stacks.length ? h('ul', { class: 'stacks' }, e.stacks.map((s) => h('li', {}, h('code', { text: stackLine(s) })))) : null);
+  }));
 }
 
 function logsView(lines) {

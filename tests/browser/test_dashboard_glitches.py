@@ -13,6 +13,7 @@ from selenium.webdriver.common.keys import Keys
 
 from tests.browser import ui
 from tests.browser.conftest import TENANT_TOKEN, submit, unique, wait_state
+from tests.browser.test_dashboard import fed
 
 
 def _cancel(api, job_id: str) -> None:
@@ -152,3 +153,47 @@ def test_exits_and_events_read_as_sentences_not_json(page, browser_stack):
             text = page.find_element(By.ID, section).text
             assert "{" not in text and '":' not in text and "[object Object]" not in text, (
                 section, text)
+
+
+def _cell(page, job_id: str, css: str, text: str = "") -> str:
+    return ui.text_in(page, f'tr[data-id="{job_id}"] td.{css}', text)
+
+
+def test_the_jobs_list_shows_duration_gpus_and_reason(page, tenant, browser_stack):
+    running = submit(tenant, name=unique("cols-run"), ranks=2, gpus_per_rank=2)
+    r = tenant.post("/v1/jobs", data=json.dumps(  # no gpu_type: any
+        {"name": unique("cols-wait"), "command": ["sleep", "600"], "ranks": 1, "gpus_per_rank": 64}),
+        headers={"Content-Type": "application/json"})
+    assert r.status_code == 201, r.text
+    waiting = r.json()
+    try:
+        assert wait_state(tenant, running["id"], {"RUNNING"})["state"] == "RUNNING"
+        with fed(page, FAILED_JOB):
+            page.get(browser_stack.api + "/#/jobs")
+            page.refresh()
+            headers = [th.text for th in page.find_elements(By.CSS_SELECTOR, "table.jobs th")]
+            assert {"Duration", "GPUs × type", "Reason"} <= set(headers), headers
+            # finished: started -> finished; its exit, said
+            assert _cell(page, FAILED_JOB["id"], "duration", "min") == "2 min"
+            assert _cell(page, FAILED_JOB["id"], "gpus", "×") == "8 × h100"
+            assert _cell(page, FAILED_JOB["id"], "reason", "rank") == (
+                "rank_failed: rank 3 exited with code 1")
+            # running: started -> now, and it goes on
+            assert _cell(page, running["id"], "gpus", "×") == "4 × h100"
+            ui.wait(page).until(lambda d: _cell(page, running["id"], "duration", " s")
+                                not in ("0 s", "1 s"))
+            assert _cell(page, running["id"], "reason") == ""
+            # pending: no duration yet, any type, why it waits
+            assert _cell(page, waiting["id"], "gpus", "×") == "64 × any"
+            assert _cell(page, waiting["id"], "duration", "—") == "—"
+            ui.wait(page).until(lambda d: tenant.get(f"/v1/jobs/{waiting['id']}").json()
+                                .get("pending_reason"))
+            why = tenant.get(f"/v1/jobs/{waiting['id']}").json()["pending_reason"]
+            assert _cell(page, waiting["id"], "reason", why[:20]) == why
+        tenant.post(f"/v1/jobs/{running['id']}/cancel", data=json.dumps({"reason": "cols test"}),
+                    headers={"Content-Type": "application/json"})
+        assert wait_state(tenant, running["id"], {"CANCELLED"})["state"] == "CANCELLED"
+        assert _cell(page, running["id"], "reason", "cancelled") == "cancelled: cols test"
+    finally:
+        _cancel(tenant, running["id"])
+        _cancel(tenant, waiting["id"])

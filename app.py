@@ -140,12 +140,12 @@ def list_nodes():
 
 
 # -- the dashboard: static files (chalicelib/web) that call the JSON API above ------
-@endpoint("/", "GET", content_types=["*/*"])
+@endpoint("/", ("GET", "HEAD"), content_types=["*/*"])
 def dashboard():
     return http.dashboard()
 
 
-@endpoint("/static/{name}", "GET", content_types=["*/*"])
+@endpoint("/static/{name}", ("GET", "HEAD"), content_types=["*/*"])
 def static_file(name: str):
     return http.asset(name)
 

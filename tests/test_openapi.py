@@ -116,8 +116,8 @@ def test_bearer_auth_is_global_and_health_needs_no_token(doc):
     assert doc["paths"]["/v1/health"]["get"].get("security") == [], (
         "GET /v1/health must override the global security with `security: []`")
     unauthenticated = [(p, m) for p, m, op in _operations(doc) if op.get("security") == []]
-    assert unauthenticated == [("/v1/health", "get"), ("/", "get"),
-                               ("/static/{name}", "get")], (
+    assert unauthenticated == [("/v1/health", "get"), ("/", "get"), ("/", "head"),
+                               ("/static/{name}", "get"), ("/static/{name}", "head")], (
         "only GET /v1/health and the dashboard's static files may skip the token, "
         f"but these do: {unauthenticated}")
 
@@ -281,7 +281,9 @@ EXPECTED_STATUSES = {
                                      "503"},
     # the dashboard's static files: no token, no storage, any Content-Type
     ("/", "get"): {"200", "301", "304", "500"},
+    ("/", "head"): {"200", "301", "304", "500"},
     ("/static/{name}", "get"): {"200", "304", "404", "500"},
+    ("/static/{name}", "head"): {"200", "304", "404", "500"},
 }
 
 

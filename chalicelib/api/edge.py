@@ -126,6 +126,15 @@ def framework_problem(response: Response) -> Response:
     return response
 
 
+def headers_only(response: Response) -> Response:
+    """A HEAD's answer: the GET's status and headers, ``Content-Length`` the
+    length of the body it leaves out."""
+    body = response.body
+    size = len(body if isinstance(body, bytes) else str(body or "").encode("utf-8"))
+    headers = {**(response.headers or {}), "Content-Length": str(size)}
+    return Response(body="", status_code=response.status_code, headers=headers)
+
+
 class Edge:
     """The routes' side of one Chalice app: the :meth:`endpoint` decorator and
     what a route reads of the current request. Takes over the app's HTTP
@@ -139,12 +148,23 @@ class Edge:
         app.api.binary_types = []
         app.register_middleware(observed, "all")
 
-    def endpoint(self, path: str, method: str, **route_kwargs: Any) -> Callable:
+    def endpoint(self, path: str, method: str | tuple[str, ...], **route_kwargs: Any) -> Callable:
         """A route whose domain errors become problem JSON, and nothing else a
-        5xx with a stack trace."""
+        5xx with a stack trace. ``method`` is one method, or several served
+        by the one view (the dashboard's pages: ``("GET", "HEAD")``); a HEAD
+        gets what the view answers, without its body (:func:`headers_only`)."""
+        methods = [method] if isinstance(method, str) else list(method)
+        method = "/".join(methods)
+
         def decorate(view: Callable) -> Callable:
             @functools.wraps(view)
             def answer(**params):
+                response = respond(**params)
+                if "HEAD" in methods and self.request().method == "HEAD":
+                    return headers_only(response)
+                return response
+
+            def respond(**params):
                 try:
                     return view(**params)
                 except ApiError as e:
@@ -156,7 +176,7 @@ class Edge:
                         return problem(failed)
                     log.exception("unhandled error on %s %s", method, path)
                     return problem(ApiError(INTERNAL))
-            return self._app.route(path, methods=[method], **route_kwargs)(answer)
+            return self._app.route(path, methods=methods, **route_kwargs)(answer)
         return decorate
 
     # -- the current request ---------------------------------------------------

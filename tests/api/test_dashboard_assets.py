@@ -120,3 +120,21 @@ def test_nothing_is_loaded_from_another_origin_and_nothing_is_inline():
     html = (web.STATIC_DIR / web.INDEX).read_text(encoding="utf-8")
     assert not re.search(r"<script(?![^>]*\bsrc=)", html), "inline script"
     assert "<style" not in html and " style=" not in html and " on" + "click=" not in html
+
+
+@pytest.mark.parametrize("path", ["/", "/static/app.js", "/static/style.css"])
+def test_head_answers_what_get_does_without_the_body(client, path):
+    """HEAD / was 405 (issue 29): the pages answer HEAD like GET, no body."""
+    get = client.http.get(path)
+    head = client.http.head(path)
+    assert head.status_code == 200 and head.body == b""
+    assert head.headers["Content-Length"] == str(len(get.body))
+    for name in ("Content-Type", "ETag", "Content-Security-Policy", "Cache-Control"):
+        assert head.headers[name] == get.headers[name], name
+    again = client.http.head(path, headers={"If-None-Match": get.headers["ETag"]})
+    assert again.status_code == 304 and again.body == b""
+
+
+def test_head_of_a_missing_file_is_a_404_without_a_body(client):
+    r = client.http.head("/static/nope.js")
+    assert r.status_code == 404 and r.body == b""

@@ -126,3 +126,21 @@ def test_head_sends_no_body(base):
     conn.request("GET", "/v1/health")
     assert conn.getresponse().status in (200, 503)
     conn.close()
+
+
+def test_head_of_the_dashboard_is_its_get_without_the_body(base):
+    """HEAD / was 405 (issue 29): over HTTP it is GET's status and headers,
+    one Content-Length (the page's), and no body on the connection."""
+    conn = http.client.HTTPConnection(*base, timeout=30)
+    conn.request("GET", "/")
+    get = conn.getresponse()
+    page = get.read()
+    conn.request("HEAD", "/")
+    head = conn.getresponse()
+    assert head.status == 200 and head.read() == b""
+    assert head.headers.get_all("Content-Length") == [str(len(page))]
+    assert head.headers["Content-Type"] == get.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert head.headers["ETag"] == get.headers["ETag"]
+    conn.request("GET", "/v1/health")  # nothing stray was left on the connection
+    assert conn.getresponse().status in (200, 503)
+    conn.close()

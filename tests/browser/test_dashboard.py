@@ -169,7 +169,7 @@ def test_open_a_job_and_cancel_it_shows_202_then_cancelled(page, tenant, browser
         ui.find(page, f'tr[data-id="{job["id"]}"] a.job-link').click()
         ui.text_in(page, "#job-state", "RUNNING")
         attempts = ui.text_in(page, "#attempts", "ranks")
-        assert "local-" in attempts and "→ ranks" in attempts
+        assert "local-" in attempts and "→ rank" in attempts
         assert '"ranks": 2' in page.find_element(By.ID, "spec").text
         ui.screenshot(page, "job")
         page.find_element(By.ID, "cancel").click()

@@ -89,7 +89,7 @@ export function normaliseEvents(data) {
       at: pick(e, 'at', 'time', 'timestamp', 'created_at'),
       type: String(pick(e, 'type', 'kind', 'event') || 'event'),
       detail: String(pick(e, 'reason', 'detail', 'message') || ''),
-      extra: Object.keys(rest).length ? JSON.stringify(rest) : '',
+      extra: rest, // the event's other fields: said as labels (story.js eventLabels)
       stacks: Array.isArray(e && e.stacks) ? e.stacks : [], // rank_stopped: each rank's stack at the stop
     };
   });

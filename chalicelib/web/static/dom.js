@@ -49,6 +49,26 @@ export function seconds(s) {
   return s < 100 ? `${Number(s).toFixed(1)} s` : `${Number(s).toFixed(0)} s`;
 }
 
+/** A span of seconds, short: "42 s", "12 min", "3 h 5 min", "2 d 4 h". */
+export function duration(s) {
+  if (s == null || Number.isNaN(s)) return '—';
+  const t = Math.max(0, Math.floor(s));
+  if (t < 60) return `${t} s`;
+  if (t < 3600) return `${Math.floor(t / 60)} min`;
+  if (t < 86400) return `${Math.floor(t / 3600)} h${t % 3600 >= 60 ? ` ${Math.floor((t % 3600) / 60)} min` : ''}`;
+  return `${Math.floor(t / 86400)} d${t % 86400 >= 3600 ? ` ${Math.floor((t % 86400) / 3600)} h` : ''}`;
+}
+
+/** The one pluraliser: count(1, 'node') -> "1 node", count(16384, 'rank') -> "16,384 ranks". */
+export function count(n, one, many = `${one}s`) {
+  return `${Number(n).toLocaleString()} ${noun(n, one, many)}`;
+}
+
+/** The word alone, for a count said elsewhere: noun(1, 'rank') -> "rank". */
+export function noun(n, one, many = `${one}s`) {
+  return Number(n) === 1 ? one : many;
+}
+
 export function stateBadge(state) {
   return h('span', { class: `badge s-${String(state || '').toLowerCase()}`, text: state || '?' });
 }

@@ -1,8 +1,9 @@
 // Job: spec, state, pending_reason, health, attempts with their node -> ranks
 // map, the event timeline and logs (where the server has them), and Cancel.
 import { api } from './api.js';
-import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, TERMINAL } from './dom.js';
+import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictLines, stackLine } from './verdict.js';
+import { exitText, eventLabels } from './story.js';
 
 const REFRESH_MS = 1500;
 
@@ -32,12 +33,6 @@ function verdictView(hl) {
   return v ? verdictLines(v).map(([k, t]) => h('p', { class: `v-${k}`, text: t })) : [];
 }
 
-function exitText(exit) {
-  if (!exit) return null;
-  const code = exit.exit_code != null ? ` (exit code ${exit.exit_code})` : '';
-  return `${exit.reason}${code}${exit.rank != null ? `, rank ${exit.rank}` : ''}`;
-}
-
 export function nodeMap(placement) {
   const byNode = new Map();
   for (const p of placement || []) {
@@ -55,7 +50,7 @@ function attemptsTable(attempts) {
     h('tbody', {}, attempts.map((a) => h('tr', {},
       h('td', { class: 'num', text: a.attempt }), h('td', {}, stateBadge(a.state)),
       h('td', {}, h('ul', { class: 'nodemap' }, nodeMap(a.placement).map(([node, rs]) =>
-        h('li', {}, h('code', { text: node }), ` → ranks ${ranges(rs)}`)))),
+        h('li', {}, h('code', { text: node }), ` → ${noun(rs.length, 'rank')} ${ranges(rs)}`)))),
       h('td', { text: time(a.created_at) }), h('td', { text: time(a.finished_at) }),
       h('td', { text: exitText(a.exit) })))));
 }
@@ -63,10 +58,13 @@ function attemptsTable(attempts) {
 function eventsList(events) {
   if (events == null) return h('p', { class: 'muted', text: 'This server has no event timeline (GET /v1/jobs/{id}/events).' });
   if (!events.length) return h('p', { class: 'muted', text: 'No events yet.' });
-  return h('ol', { class: 'timeline' }, events.map((e) => h('li', {},
-    h('time', { datetime: e.at || '', text: time(e.at) }), ' ', h('strong', { text: e.type }),
-    e.detail ? ` — ${e.detail}` : '', e.extra ? h('span', { class: 'muted', text: ` ${e.extra}` }) : '',
-    e.stacks.length ? h('ul', { class: 'stacks' }, e.stacks.map((s) => h('li', {}, h('code', { text: stackLine(s) })))) : null)));
+  return h('ol', { class: 'timeline' }, events.map((e) => {
+    const more = eventLabels(e.type, e.extra);
+    return h('li', {},
+      h('time', { datetime: e.at || '', text: time(e.at) }), ' ', h('strong', { text: e.type }),
+      e.detail ? ` — ${e.detail}` : '', more.length ? h('span', { class: 'muted extra', text: ` (${more.join(' · ')})` }) : '',
+      e.stacks.length ? h('ul', { class: 'stacks' }, e.stacks.map((s) => h('li', {}, h('code', { text: stackLine(s) })))) : null);
+  }));
 }
 
 function logsView(lines) {
@@ -80,7 +78,8 @@ export function mount(main, [jobId]) {
   document.title = `${jobId} · gpujobs`;
   const title = h('h1', { id: 'job-title', tabindex: -1, text: jobId });
   const badge = h('span', { id: 'job-state' });
-  const cancelBtn = h('button', { type: 'button', id: 'cancel', class: 'danger', text: 'Cancel job…' });
+  // disabled until the job is loaded; hidden for good when there is no such job
+  const cancelBtn = h('button', { type: 'button', id: 'cancel', class: 'danger', text: 'Cancel job…', disabled: true });
   const cancelStatus = h('p', { id: 'cancel-status', role: 'status', class: 'notice', hidden: true });
   const headline = h('div', { id: 'job-verdict', class: 'summary', role: 'status', hidden: true });
   const facts = h('section', { id: 'facts' });
@@ -157,7 +156,7 @@ export function mount(main, [jobId]) {
       facts.replaceChildren(dl([
         ['ID', h('code', { text: j.id })], ['State', j.state],
         ['Why pending', j.state === 'PENDING' ? j.pending_reason : null],
-        ['Attempt', j.attempt], ['Ranks', `${j.spec.ranks} × ${j.spec.gpus_per_rank} GPU (${j.spec.gpu_type || 'any type'})`],
+        ['Attempt', j.attempt], ['Ranks', `${count(j.spec.ranks, 'rank')} × ${count(j.spec.gpus_per_rank ?? 1, 'GPU')} (${j.spec.gpu_type || 'any type'})`],
         ['Command', h('code', { text: (j.spec.command || []).join(' ') })],
         ['Working dir', j.spec.working_dir && h('code', { text: j.spec.working_dir })],
         ['Labels', Object.entries(j.spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ')],
@@ -183,6 +182,12 @@ export function mount(main, [jobId]) {
       if (TERMINAL.has(j.state) && seen.final) poller.stop();
       seen.final = TERMINAL.has(j.state);
     } catch (e) {
+      if (e.status === 404) {
+        // nothing to cancel, nor to poll for: a job id is never reused
+        cancelBtn.disabled = true;
+        cancelBtn.hidden = true;
+        poller.stop();
+      }
       setText(error, e.status === 404 ? `No job ${jobId} (or it belongs to another tenant).` : `Could not load the job: ${problemText(e)}`);
     }
   }

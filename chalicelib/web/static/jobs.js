@@ -2,8 +2,9 @@
 // paging with the API's page tokens, and a live refresh that updates rows in
 // place (no re-render, no flicker).
 import { api } from './api.js';
-import { h, setText, stateBadge, ago, time, poll, problemText } from './dom.js';
+import { h, setText, stateBadge, ago, time, poll, problemText, duration, count } from './dom.js';
 import { verdictOf, shorten } from './verdict.js';
+import { exitText } from './story.js';
 
 const STATES = ['PENDING', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
 const PAGE_SIZE = 25;
@@ -29,23 +30,48 @@ function healthText(job) {
 
 function noteText(job) {
   if (job.cancel_requested_at && !['CANCELLED', 'SUCCEEDED', 'FAILED'].includes(job.state)) return 'cancel requested';
-  if (job.state === 'PENDING' && job.pending_reason) return job.pending_reason;
   const v = verdictOf(job);
-  if (v) return shorten(v.text, NOTE_CHARS);
-  if (job.exit) return `${job.exit.reason}${job.exit.exit_code != null ? ` (exit ${job.exit.exit_code})` : ''}`;
-  return '';
+  return v ? shorten(v.text, NOTE_CHARS) : '';
+}
+
+/** Why it waits (PENDING) or how it ended (its exit, and the cancel's reason). */
+export function reasonText(job) {
+  if (job.state === 'PENDING') return job.pending_reason || '';
+  const ended = exitText(job.exit);
+  if (!ended) return '';
+  return job.cancel_reason && job.exit.reason === 'cancelled' ? `${ended}: ${job.cancel_reason}` : ended;
+}
+
+/** started -> finished, or -> now while it runs; '—' before it starts. */
+export function durationText(job, now = Date.now()) {
+  if (!job.started_at) return '—';
+  const end = job.finished_at ? new Date(job.finished_at).getTime() : now;
+  return duration((end - new Date(job.started_at).getTime()) / 1000);
+}
+
+/** "8 × h100": every rank's GPUs, of the type asked for ('any' when none was). */
+function gpusText(spec) {
+  const ranks = spec.ranks ?? 1; const each = spec.gpus_per_rank ?? 1;
+  return `${(ranks * each).toLocaleString()} × ${spec.gpu_type || 'any'}`;
+}
+
+function gpusTitle(spec) {
+  const ranks = spec.ranks ?? 1; const each = spec.gpus_per_rank ?? 1;
+  return `${count(ranks, 'rank')} × ${count(each, 'GPU')} each, ${spec.gpu_type ? `type ${spec.gpu_type}` : 'any type'}`;
 }
 
 function newRow(job) {
   const tr = h('tr', { dataset: { id: job.id } });
   tr.cells_ = {
     name: h('a', { href: `#/jobs/${encodeURIComponent(job.id)}`, class: 'job-link' }),
-    id: h('code'), state: h('td'), ranks: h('td', { class: 'num' }), attempt: h('td', { class: 'num' }),
-    health: h('td'), created: h('td'), note: h('td', { class: 'note' }), labels: h('td', { class: 'labels' }),
+    id: h('code'), state: h('td'), ranks: h('td', { class: 'num' }), gpus: h('td', { class: 'gpus' }),
+    attempt: h('td', { class: 'num' }), health: h('td'), duration: h('td', { class: 'num duration' }),
+    reason: h('td', { class: 'reason' }), created: h('td'), note: h('td', { class: 'note' }),
+    labels: h('td', { class: 'labels' }),
   };
   const c = tr.cells_;
-  tr.append(h('td', {}, c.name), h('td', {}, c.id), c.state, c.ranks, c.attempt, c.health,
-    c.labels, c.created, c.note);
+  tr.append(h('td', {}, c.name), h('td', {}, c.id), c.state, c.ranks, c.gpus, c.attempt, c.health,
+    c.duration, c.reason, c.labels, c.created, c.note);
   return tr;
 }
 
@@ -57,7 +83,13 @@ function fillRow(tr, job) {
     c.state.dataset.state = job.state;
     c.state.replaceChildren(stateBadge(job.state));
   }
-  setText(c.ranks, job.spec && job.spec.ranks);
+  const spec = job.spec || {};
+  setText(c.ranks, spec.ranks);
+  setText(c.gpus, gpusText(spec));
+  c.gpus.title = gpusTitle(spec);
+  setText(c.duration, durationText(job));
+  c.duration.title = job.started_at ? `${time(job.started_at)} → ${job.finished_at ? time(job.finished_at) : 'now'}` : 'not started';
+  setText(c.reason, reasonText(job));
   setText(c.attempt, job.attempt);
   setText(c.health, healthText(job));
   setText(c.labels, labelsText(job.spec && job.spec.labels));
@@ -97,7 +129,7 @@ export function mount(main, _params, hash) {
       h('label', { class: 'inline' }, live, ' Live'), status),
     h('div', { class: 'table-wrap' }, h('table', { class: 'jobs' },
       h('caption', { class: 'sr-only', text: 'Jobs, newest first' }),
-      h('thead', {}, h('tr', {}, ['Name', 'ID', 'State', 'Ranks', 'Attempt', 'Health', 'Labels', 'Created', 'Note']
+      h('thead', {}, h('tr', {}, ['Name', 'ID', 'State', 'Ranks', 'GPUs × type', 'Attempt', 'Health', 'Duration', 'Reason', 'Labels', 'Created', 'Note']
         .map((t) => h('th', { scope: 'col', text: t })))),
       tbody)),
     empty,

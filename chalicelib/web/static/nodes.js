@@ -1,6 +1,6 @@
 // Nodes: every GPU host with its GPUs used and free, state and last call-in.
 import { api } from './api.js';
-import { h, setText, stateBadge, ago, time, poll, problemText, naturalCompare } from './dom.js';
+import { h, setText, stateBadge, ago, time, poll, problemText, naturalCompare, count } from './dom.js';
 
 const REFRESH_MS = 3000;
 
@@ -43,7 +43,7 @@ export function mount(main) {
         if (r.tr === cursor) cursor = cursor.nextSibling; else tbody.insertBefore(r.tr, cursor);
       }
       for (const [id, r] of rows) if (!keep.has(id)) { r.tr.remove(); rows.delete(id); }
-      setText(totals, nodes.length ? `${nodes.length} nodes · ${used} of ${total} GPUs in use · ${total - used} free`
+      setText(totals, nodes.length ? `${count(nodes.length, 'node')} · ${used} of ${count(total, 'GPU')} in use · ${total - used} free`
         : 'No nodes have registered.');
       error.textContent = '';
     } catch (e) {

@@ -3,7 +3,7 @@
 // Everything it shows is also text: the summary, the cell under the pointer
 // or keyboard cursor, and a table.
 import { api } from './api.js';
-import { h, setText, stateBadge, seconds, time, ranges, naturalCompare, poll, problemText, TERMINAL } from './dom.js';
+import { h, setText, stateBadge, seconds, time, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictOf, verdictLines, markOf } from './verdict.js';
 
 const REFRESH_MS = 2000;
@@ -178,10 +178,10 @@ function summaryLines(job, data, verdict) {
   if (stalled) {
     if (hl.first_stalled_rank != null) out.push(['silent', `Silent longest (not necessarily the one that stopped): ${describe(hl.first_stalled_rank)}; threshold ${seconds(th)}.`]);
     const co = (hl.co_first || []).map((c) => (typeof c === 'object' ? c.rank : c)).filter((r) => r !== hl.first_stalled_rank);
-    if (co.length) out.push(['co', `Silent about as long (co-first): ranks ${ranges(co)}.`]);
+    if (co.length) out.push(['co', `Silent about as long (co-first): ${noun(co.length, 'rank')} ${ranges(co)}.`]);
     if (hl.suspect_node) out.push(['suspect', `Suspect node: ${hl.suspect_node}.`]);
-    const count = data.ranks.filter((r) => r.stalled).length;
-    out.push(['count', `${count} of ${data.ranks.length} ranks stalled${hl.detected_at ? `; detected ${time(hl.detected_at)}` : ''}.`]);
+    const stalledCount = data.ranks.filter((r) => r.stalled).length;
+    out.push(['count', `${stalledCount} of ${count(data.ranks.length, 'rank')} stalled${hl.detected_at ? `; detected ${time(hl.detected_at)}` : ''}.`]);
   } else if (!verdict) {
     const top = data.ranks[0];
     out.push(['verdict', th == null ? 'No stall threshold yet (the job has not run).'
@@ -240,7 +240,7 @@ export function mount(main, [jobId]) {
       L.count = data.ranks.length; L.key = data.key;
     }
     const ms = draw(canvas, L, data, job.health || {}, verdict, pal, cursor);
-    setText(meta, `${data.ranks.length.toLocaleString()} ranks on ${L.nodes.length.toLocaleString()} nodes · attempt ${data.attempt} · drawn in ${ms.toFixed(0)} ms · updated ${new Date().toLocaleTimeString()}`);
+    setText(meta, `${count(data.ranks.length, 'rank')} on ${count(L.nodes.length, 'node')} · attempt ${data.attempt} · drawn in ${ms.toFixed(0)} ms · updated ${new Date().toLocaleTimeString()}`);
   }
 
   function renderTable() {

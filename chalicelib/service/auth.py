@@ -6,7 +6,6 @@ from typing import Protocol
 from ..domain.errors import Forbidden, Unauthenticated
 from ..domain.principal import Principal
 
-
 # the detail of each 401 (the status and code are the same: API.md)
 MISSING = "an 'Authorization: Bearer <token>' header is required"
 NOT_BEARER = "the Authorization header must be 'Bearer <token>'"

@@ -29,6 +29,7 @@ import time
 import urllib.request
 
 from chalicelib.domain.errors import ServiceUnavailable
+from devstack.logs import quiet_repeats
 
 log = logging.getLogger("devstack")
 
@@ -220,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("GPUJOBS_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's access log
+    quiet_repeats("")  # a warning repeated word for word prints once, then its count
     port = _int_env("PORT", 8000)
     agents_count = _int_env("GPUJOBS_AGENTS", 2)
     gpus_per_agent = _int_env("GPUJOBS_GPUS_PER_AGENT", 8, minimum=1)
@@ -310,6 +312,8 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
                 print("gpujobs: the simulated agents did not register", file=sys.stderr,
                       flush=True)
                 return 1
+        # the services are built now, with their own log handlers: quiet those too
+        quieted = quiet_repeats("", "gpujobs", "chalicelib", "devstack")
         print(f"gpujobs ready: API http://127.0.0.1:{port} | AWS (moto) {moto.endpoint_url} | "
               f"tokens {tokens_file} | agents {agents_count} x {gpus_per_agent} GPUs "
               f"({', '.join(agents.nodes) or 'none'}; logs under {workdir}) | "
@@ -325,6 +329,8 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
             pass
         # a shutdown that takes long says where it is
         faulthandler.dump_traceback_later(45, exit=False)
+        for f in quieted:
+            f.flush()  # the repeats not yet said
         agents.stop()
         server.shutdown()
         server.server.server_close()

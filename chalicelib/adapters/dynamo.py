@@ -50,6 +50,16 @@ class ConditionFailed(Exception):
         self.item = item
 
 
+class EmptyAnswer(Exception):
+    """DynamoDB (or what stands between) answered a request with nothing,
+    not even ``{}``: the answer is lost, so the request's outcome is unknown.
+    A dependency failure (dynamo_errors: 503 upstream), never read as "no item"."""
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(f"{operation} got an empty answer")
+        self.operation = operation
+
+
 class Table:
     """The requests of one table, built from its model."""
 
@@ -214,13 +224,16 @@ class Dynamo:
         """One request (GetItem, Query, PutItem, UpdateItem, ...); a write
         whose condition fails raises :class:`ConditionFailed`."""
         try:
-            return self.connection.dispatch(
+            answer = self.connection.dispatch(
                 operation, {**request, "ReturnConsumedCapacity": _NO_CAPACITY})
         except ClientError as e:
-            error = e.response.get("Error", {})
-            if error.get("Code") == _CONDITION_FAILED:
-                raise ConditionFailed(e.response.get("Item")) from None
+            response = e.response if isinstance(e.response, dict) else {}
+            if (response.get("Error") or {}).get("Code") == _CONDITION_FAILED:
+                raise ConditionFailed(response.get("Item")) from None
             raise
+        if not isinstance(answer, dict):
+            raise EmptyAnswer(operation)
+        return answer
 
     def get(self, request: dict) -> dict | None:
         return self.call("GetItem", request).get("Item")
@@ -322,11 +335,13 @@ class Transaction:
 
     def __exit__(self, kind, value, traceback) -> None:
         if kind is None:
-            self._connection.transact_write_items(
+            answer = self._connection.transact_write_items(
                 condition_check_items=self._checks, delete_items=self._deletes,
                 put_items=self._puts, update_items=self._updates,
                 client_request_token=os.urandom(16).hex(),
                 return_consumed_capacity=_NO_CAPACITY)
+            if not isinstance(answer, dict):  # applied or not: unknown
+                raise EmptyAnswer("TransactWriteItems")
 
 
 class Changes:

@@ -16,9 +16,20 @@ from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 
 from ..domain.errors import ServiceUnavailable
-from .dynamo import ConditionFailed
+from .dynamo import ConditionFailed, EmptyAnswer
 
 _CONFLICT = "ConditionalCheckFailedException"
+
+
+def response_code(e: BaseException) -> str | None:
+    """The DynamoDB error code PynamoDB's error wraps, or None. Not PynamoDB's
+    ``cause_response_code``: that reads ``cause.response``, which botocore's
+    timeouts and dropped connections have and set to None, so it raises
+    AttributeError exactly when the call timed out."""
+    response = getattr(getattr(e, "cause", None), "response", None)
+    error = response.get("Error") if isinstance(response, dict) else None
+    code = error.get("Code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def lost_condition(e: Exception) -> bool:
@@ -28,7 +39,7 @@ def lost_condition(e: Exception) -> bool:
         return True
     if isinstance(e, ClientError):
         return e.response.get("Error", {}).get("Code") == _CONFLICT
-    return getattr(e, "cause_response_code", None) == _CONFLICT
+    return response_code(e) == _CONFLICT
 
 
 def tx_lost(e: TransactWriteError) -> bool:
@@ -60,18 +71,21 @@ def _client_error_transient(e: ClientError) -> bool:
 def dependency_failure(e: BaseException) -> bool:
     """True when ``e`` says a dependency failed (retry later), not that the
     request or the code is wrong."""
-    if isinstance(e, ServiceUnavailable):
+    if isinstance(e, (ServiceUnavailable, EmptyAnswer)):
         return True
     if isinstance(e, TransactWriteError):
         reasons = {r.code for r in (e.cancellation_reasons or []) if r is not None}
         if reasons & TRANSIENT_CODES:
             return True
+        if not reasons and response_code(e) == "TransactionCanceledException":
+            return True  # cancelled, and no item says why: an empty answer
     if isinstance(e, PynamoDBException):
         if isinstance(e, DoesNotExist):
             return False
         cause = e.cause
         if cause is None:  # e.g. unprocessed batch items after every retry
-            return e.cause_response_code is None or e.cause_response_code in TRANSIENT_CODES
+            code = response_code(e)
+            return code is None or code in TRANSIENT_CODES
         return dependency_failure(cause)
     if isinstance(e, ParamValidationError):
         return False  # a request botocore refused to send: a bug

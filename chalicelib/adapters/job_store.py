@@ -33,7 +33,7 @@ from ..service.ports import (
 )
 from .attempt_store import ATTEMPTS
 from .dynamo import Changes, ConditionFailed
-from .dynamo_errors import tx_lost
+from .dynamo_errors import response_code, tx_lost
 from .fleet import FLEET
 from .jobs_table import (
     JOBS,
@@ -156,7 +156,7 @@ class DynamoJobs(OnDynamo):
             if counter is not None and counter.code == "TransactionConflict":
                 raise Contended(job.tenant) from None
             if claim is not None and (
-                    tx_lost(e) or e.cause_response_code == "TransactionInProgressException"):
+                    tx_lost(e) or response_code(e) == "TransactionInProgressException"):
                 # another transaction holds the key right now
                 raise IdempotencyConflict(None) from None
             raise

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
+from .attempts import LOST
 from .clock import iso
 from .stacks import where
 from .verdict import span
@@ -53,16 +54,20 @@ def rank_event(kind: str, at: datetime, attempt: int, ranks: list[int],
                exit_code: int | None, node_id: str | None = None,
                stacks: list[dict] | None = None) -> dict:
     """Ranks of one node report that started, exited (with a code) or stopped;
+    ranks lost with their node "exited" with the code :data:`~.attempts.LOST`,
+    which the reason tells as such ("ranks 2-3 lost with node local-2");
     a stop may carry the ranks' ``stacks`` (``[{"rank", "where", "frames"}]``,
     by rank; ``where`` is domain/stacks.where's line, worked out from the
     frames when the report has none)."""
     verb = {"started": "started", "exited": "exited", "stopped": "stopped"}[kind]
     ranks = sorted(ranks)
-    if kind == "exited":
-        reason = (f"rank{'s' if len(ranks) > 1 else ''} {span(ranks)} exited "
-                  f"with code {exit_code}")
+    who = f"rank{'s' if len(ranks) > 1 else ''} {span(ranks)}"
+    if kind == "exited" and exit_code == LOST:  # no process exited: its node was lost
+        reason = f"{who} lost with node {node_id}" if node_id else f"{who} lost with their node"
+    elif kind == "exited":
+        reason = f"{who} exited with code {exit_code}"
     else:
-        reason = f"rank{'s' if len(ranks) > 1 else ''} {span(ranks)} {verb}"
+        reason = f"{who} {verb}"
     return event(f"rank_{verb}", at, attempt=attempt, reason=reason, ranks=ranks,
                  exit_code=exit_code if kind == "exited" else None, node_id=node_id,
                  stacks=_stacks(stacks) if kind == "stopped" and stacks else None)

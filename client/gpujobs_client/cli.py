@@ -33,6 +33,11 @@ EXIT_CONFLICT = 4         # 409: already finished, stale attempt, request still 
 EXIT_SERVER = 5           # 5xx or 429 after the retry budget, or an answer that is not JSON
 EXIT_CONNECTION = 6       # no answer: connection refused or dropped, timeout
 EXIT_WAIT_TIMEOUT = 7     # --wait / --timeout: the job was not terminal in time
+# how a followed job ended (watch, submit --wait, cancel --wait): SUCCEEDED is 0;
+# the two others have a code each, after the existing ones, under 64 (sysexits)
+# and 126 (the shell's), as `sky logs` gives FAILED and CANCELLED codes of their own
+EXIT_FAILED = 8           # the job ended FAILED
+EXIT_CANCELLED = 9        # the job ended CANCELLED (not for cancel --wait: that is 0, asked for)
 EXIT_INTERRUPTED = 130    # Ctrl-C
 EXIT_BUG = 70             # an unexpected error in the CLI itself (a bug; GPUJOBS_DEBUG=1 shows it)
 
@@ -50,7 +55,9 @@ Exit codes:
   4  conflict (409: already_finished, stale_attempt, request_in_progress)
   5  server error or unavailable (5xx, 429) after retries
   6  cannot reach the API (connection refused or dropped, timeout)
-  7  gave up waiting (--timeout of cancel --wait / watch)
+  7  gave up waiting (--timeout of submit --wait, cancel --wait, watch)
+  8  the job ended FAILED (watch, submit --wait, cancel --wait)
+  9  the job ended CANCELLED (watch, submit --wait; cancel --wait: 0)
   70 unexpected error in the CLI itself (a bug; GPUJOBS_DEBUG=1 shows it)
   130 interrupted (Ctrl-C)
 
@@ -68,6 +75,31 @@ class WaitGaveUp(GpujobsError):
     def __init__(self, message: str, job: "Job") -> None:
         super().__init__(message)
         self.job = job
+
+
+class JobEnded(GpujobsError):
+    """A followed job ended FAILED or CANCELLED: exit 8 or 9. The command has
+    already printed the final state (stdout); with -o json, stderr also gets
+    the error object, as for any non-zero exit."""
+
+    def __init__(self, job: "Job") -> None:
+        super().__init__(f"job {job.id} ended {job.state}{exit_note(job)}")
+        self.job = job
+
+
+def exit_note(job: "Job") -> str:
+    """' (rank_failed, exit code 1)': how a finished job ended, or ''."""
+    if job.exit is None:
+        return ""
+    code = "" if job.exit.exit_code is None else f", exit code {job.exit.exit_code}"
+    return f" ({job.exit.reason}{code})"
+
+
+def check_outcome(job: "Job", *, asked_to_cancel: bool = False) -> None:
+    """Exit 8 when ``job`` ended FAILED, 9 when CANCELLED, unless the command
+    asked for the cancel (cancel --wait: then CANCELLED is the success)."""
+    if job.state == "FAILED" or (job.state == "CANCELLED" and not asked_to_cancel):
+        raise JobEnded(job)
 
 
 # -- settings shared by the group and every command --------------------------------
@@ -231,6 +263,8 @@ def exit_code_for(e: BaseException) -> int:
         return EXIT_USAGE
     if isinstance(e, WaitGaveUp):
         return EXIT_WAIT_TIMEOUT
+    if isinstance(e, JobEnded):
+        return EXIT_FAILED if e.job.state == "FAILED" else EXIT_CANCELLED
     return EXIT_SERVER  # InvalidResponse and other protocol trouble
 
 
@@ -248,12 +282,19 @@ def report(e: GpujobsError) -> int:
         elif isinstance(e, WaitGaveUp):
             err = {"code": "wait_timeout", "title": "Gave up waiting", "detail": str(e),
                    "job": e.job.raw}
+        elif isinstance(e, JobEnded):
+            failed = e.job.state == "FAILED"
+            err = {"code": "job_failed" if failed else "job_cancelled",
+                   "title": "The job failed" if failed else "The job was cancelled",
+                   "detail": str(e), "job": e.job.raw}
         else:
             err = {"code": "invalid_response", "title": "Invalid response", "detail": str(e)}
         if hint:
             err["hint"] = hint
         click.echo(json.dumps({"error": err, "exit_code": code}, ensure_ascii=False), err=True)
         return code
+    if isinstance(e, JobEnded):
+        return code  # the command printed the job's final state already
     if isinstance(e, ApiError):
         title = e.title or "Error"
         line = f"Error: {title} ({e.status} {e.code})"
@@ -380,19 +421,27 @@ def load_spec_file(path: str) -> dict[str, Any]:
 @click.option("--dry-run", is_flag=True, help="Print the request body and send nothing.")
 @click.option("-q", "--quiet", is_flag=True,
               help="Print only the job id, for scripts: JOB=$(gpujobs submit -q ...).")
+@click.option("--wait", is_flag=True, help="Then wait until the job is terminal; exit 0 if it "
+              "SUCCEEDED, 8 if FAILED, 9 if CANCELLED.")
+@click.option("--interval", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Seconds between polls with --wait.")
+@click.option("--timeout", "wait_timeout", type=click.FloatRange(min=0),
+              help="Give up waiting after this many seconds (exit 7; the job goes on).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def submit(spec_file: str | None, name: str | None, ranks: int | None,
            gpus_per_rank: int | None, gpu_type: str | None, priority: int | None,
            max_attempts: int | None, working_dir: str | None, env: tuple[str, ...],
            labels: tuple[str, ...],
-           idempotency_key: str | None, dry_run: bool, quiet: bool,
+           idempotency_key: str | None, dry_run: bool, quiet: bool, wait: bool,
+           interval: float, wait_timeout: float | None,
            command: tuple[str, ...]) -> None:
     """Submit a job: gpujobs submit --ranks 2 -- python train.py --lr 3e-4
 
     Everything after the options (or after `--`) is the command each rank runs.
     The submit is safe to retry: it sends an Idempotency-Key, the same on every
     retry, and prints it; pass it back with --idempotency-key to repeat the
-    submit from a script without making a second job.
+    submit from a script without making a second job. With --wait, follow
+    the job to its end and exit by how it ended (0, 8 FAILED, 9 CANCELLED).
     """
     body: dict[str, Any] = load_spec_file(spec_file) if spec_file else {}
     for key, value in (("name", name), ("ranks", ranks), ("gpus_per_rank", gpus_per_rank),
@@ -428,10 +477,16 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
                       "without risking a second job")
         raise
     if json_mode():
+        if wait and not job.is_terminal:  # stdout: one object, the job as it ended
+            job = wait_terminal(client, job.id, interval, wait_timeout)
         out_json(job.raw)
+        if wait:
+            check_outcome(job)
         return
     if quiet:
         click.echo(job.id)
+        if wait:
+            check_outcome(wait_terminal(client, job.id, interval, wait_timeout))
         return
     c = console()
     verb = "Already submitted (same Idempotency-Key and body)" if job.replayed else "Submitted"
@@ -441,7 +496,15 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
             f"{spec.get('gpus_per_rank', 1)} GPU ({escape(spec.get('gpu_type') or 'any type')})   "
             f"stall threshold: {job.health.threshold_s}s")
     c.print(f"  idempotency key: {escape(key)}")
-    c.print(f"  next: gpujobs watch {job.id}", style="dim")
+    if not wait:
+        c.print(f"  next: gpujobs watch {job.id}", style="dim")
+        return
+    if not job.is_terminal:
+        c.print("Waiting for the job to end (Ctrl-C stops waiting; the job goes on)...",
+                style="dim")
+        job = wait_terminal(client, job.id, interval, wait_timeout)
+    c.print(f"Job finished: {styled_state(job.state)}{escape(exit_note(job))}")
+    check_outcome(job)
 
 
 # -- get ------------------------------------------------------------------------------
@@ -586,7 +649,9 @@ def cancel(job_id: str, reason: str | None, wait: bool, interval: float,
 
     A job not yet placed is cancelled at once; a placed one when its agents
     confirm every rank stopped. With --wait, poll until the job is terminal and
-    show its final state. Repeating a cancel is harmless.
+    show its final state: exit 0 when it ended CANCELLED (what was asked) or
+    SUCCEEDED before the cancel took effect, 8 when it ended FAILED. Repeating
+    a cancel is harmless.
     """
     client = make_client()
     job = client.cancel_job(job_id, reason)
@@ -600,13 +665,14 @@ def cancel(job_id: str, reason: str | None, wait: bool, interval: float,
         job = wait_terminal(client, job.id, interval, wait_timeout)
     if json_mode():
         out_json(job.raw)
-        return
-    if wait or job.is_terminal:
+    elif wait or job.is_terminal:
         if job.state == "CANCELLED":
             c.print(f"Job [bold]{job.id}[/] is {styled_state(job.state)}.")
         else:
-            c.print(f"Job [bold]{job.id}[/] finished as {styled_state(job.state)} before the "
-                    "cancel took effect.")
+            c.print(f"Job [bold]{job.id}[/] finished as {styled_state(job.state)}"
+                    f"{escape(exit_note(job))} before the cancel took effect.")
+    if wait:
+        check_outcome(job, asked_to_cancel=True)
 
 
 # -- attempts ---------------------------------------------------------------------------
@@ -730,11 +796,8 @@ def watch_view(job: "Job", rk: "Ranks | None", note: str | None, interval: float
     elif note:
         parts.append(Text(note, style="dim"))
     if job.is_terminal:
-        ex = ""
-        if job.exit is not None:
-            ex = f" ({job.exit.reason}" + (
-                "" if job.exit.exit_code is None else f", exit code {job.exit.exit_code}") + ")"
-        parts.append(Text.from_markup(f"Job finished: {styled_state(job.state)}{escape(ex)}"))
+        parts.append(Text.from_markup(
+            f"Job finished: {styled_state(job.state)}{escape(exit_note(job))}"))
     else:
         parts.append(Text(f"refreshing every {interval:g}s; Ctrl-C stops watching "
                           "(the job goes on)", style="dim"))
@@ -764,7 +827,8 @@ def snapshot(client: "Client", job_id: str) -> tuple["Job", "Ranks | None", str 
 def watch(job_id: str, interval: float, wait_timeout: float | None, max_ranks: int) -> None:
     """Follow a job live until it is terminal: state, attempt, per-rank steps and silence.
 
-    With -o json, prints one JSON object per refresh (JSON Lines):
+    Exits by how the job ended: 0 SUCCEEDED, 8 FAILED, 9 CANCELLED (7 at
+    --timeout). With -o json, prints one JSON object per refresh (JSON Lines):
     {"job": ..., "ranks": ... or null}.
     """
     client = make_client()
@@ -780,6 +844,7 @@ def watch(job_id: str, interval: float, wait_timeout: float | None, max_ranks: i
             click.echo(json.dumps({"job": job.raw, "ranks": rk.raw if rk else None},
                                   ensure_ascii=False))
             if job.is_terminal:
+                check_outcome(job)
                 return
             check_deadline(job)
             time.sleep(interval)
@@ -787,13 +852,20 @@ def watch(job_id: str, interval: float, wait_timeout: float | None, max_ranks: i
     from rich.live import Live
     c = console()
     job, rk, note = snapshot(client, job_id)
-    with Live(watch_view(job, rk, note, interval, max_ranks), console=c,
-              refresh_per_second=4, auto_refresh=False) as live:
-        while not job.is_terminal:
-            check_deadline(job)
-            time.sleep(interval)
-            job, rk, note = snapshot(client, job_id)
-            live.update(watch_view(job, rk, note, interval, max_ranks), refresh=True)
+    try:
+        with Live(watch_view(job, rk, note, interval, max_ranks), console=c,
+                  refresh_per_second=4, auto_refresh=False) as live:
+            while not job.is_terminal:
+                check_deadline(job)
+                time.sleep(interval)
+                job, rk, note = snapshot(client, job_id)
+                live.update(watch_view(job, rk, note, interval, max_ranks), refresh=True)
+    finally:
+        # rich's Live ends its last frame with a newline only on a terminal: piped
+        # or redirected, the final line would have none (and glue onto the next)
+        if not c.is_terminal:
+            c.line()
+    check_outcome(job)
 
 
 # -- logs ---------------------------------------------------------------------------------

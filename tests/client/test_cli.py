@@ -202,7 +202,8 @@ def test_help_documents_the_exit_codes():
     r = CliRunner().invoke(cli, ["--help"])
     assert r.exit_code == 0
     for line in ("0  ok", "2  usage", "3  not found", "4  conflict", "5  server error",
-                 "6  cannot reach the API", "7  gave up waiting"):
+                 "6  cannot reach the API", "7  gave up waiting", "8  the job ended FAILED",
+                 "9  the job ended CANCELLED"):
         assert line in r.output
     assert CliRunner().invoke(cli, ["--version"]).output.startswith("gpujobs, version ")
 
@@ -432,7 +433,7 @@ def test_watch_says_the_verdict_not_the_rank_silent_longest(run, fake):
     fake.on_get_job.append(lambda j: len(fake.sent("GET", r"/v1/jobs/[^/]+")) >= 2
                            and j.update(state="FAILED"))
     r = run("watch", job["id"], "--interval", "0", "--max-ranks", "1")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 8, r.output  # it ended FAILED
     assert f"Verdict: {COLLECTIVE['text']}" in r.stdout
     assert "First stalled" not in r.stdout
     rows = rank_rows(r.stdout)
@@ -480,6 +481,10 @@ def test_watch_json_prints_one_snapshot_per_refresh(run, fake):
     r = run("watch", job["id"], "--interval", "0", "-o", "json")
     lines = [json.loads(ln) for ln in r.stdout.splitlines()]
     assert [ln["job"]["state"] for ln in lines] == ["RUNNING", "FAILED"]
+    assert r.exit_code == 8
+    err = json.loads(r.stderr)
+    assert err["exit_code"] == 8 and err["error"]["code"] == "job_failed"
+    assert err["error"]["job"]["id"] == job["id"]
     assert [x["rank"] for x in lines[0]["ranks"]["ranks"]] == [0, 1]
 
 
@@ -583,3 +588,120 @@ def test_config_errors_are_usage_errors(run, xdg):
     (xdg / "gpujobs" / "config.toml").write_text("token = [unterminated\n")
     r = run("list", token=False)
     assert r.exit_code == 2 and "cannot read config file" in r.stderr
+
+
+# -- exit codes scripts can trust: how a followed job ended --------------------------------
+def finish_on_poll(fake, job_id, state, after=2, exit=None):
+    """The job ends ``state`` at its ``after``-th GET."""
+    gets = []
+
+    def end(j):
+        if j["id"] != job_id:
+            return
+        gets.append(j["state"])
+        if len(gets) == after:
+            j.update(state=state, finished_at=fake.now(), exit=exit or {
+                "SUCCEEDED": {"reason": "succeeded", "exit_code": 0},
+                "FAILED": {"reason": "rank_failed", "exit_code": 1, "rank": 1},
+                "CANCELLED": {"reason": "cancelled", "exit_code": None}}[state])
+    fake.on_get_job.append(end)
+    return gets
+
+
+@pytest.mark.parametrize("state, code", [("SUCCEEDED", 0), ("FAILED", 8), ("CANCELLED", 9)])
+def test_watch_exits_by_how_the_job_ended(run, fake, state, code):
+    job = fake.add_job(ranks=2)
+    fake.place(job["id"], ["node-1"])
+    finish_on_poll(fake, job["id"], state)
+    r = run("watch", job["id"], "--interval", "0")
+    assert r.exit_code == code, r.output
+    assert f"Job finished: {state}" in r.stdout
+    assert r.stderr == "", "the table said how it ended: no error line"
+
+
+@pytest.mark.parametrize("state, code", [("SUCCEEDED", 0), ("FAILED", 8), ("CANCELLED", 9)])
+def test_submit_wait_follows_the_job_and_exits_by_how_it_ended(run, fake, state, code):
+    gets: dict[str, int] = {}
+    finish = {"SUCCEEDED": ("succeeded", 0), "FAILED": ("rank_failed", 1),
+              "CANCELLED": ("cancelled", None)}[state]
+
+    def placed_then_ended(j):  # every job: RUNNING at its first poll, ended at its second
+        gets[j["id"]] = gets.get(j["id"], 0) + 1
+        if gets[j["id"]] == 1:
+            j.update(state="RUNNING")
+        elif gets[j["id"]] == 2:
+            j.update(state=state, finished_at=fake.now(),
+                     exit={"reason": finish[0], "exit_code": finish[1]})
+    fake.on_get_job.append(placed_then_ended)
+    r = run("submit", "--ranks", "2", "--wait", "--interval", "0", "--", "python", "t.py")
+    assert r.exit_code == code, r.output
+    assert "Submitted: job_" in r.stdout and f"Job finished: {state}" in r.stdout
+    assert r.stdout.endswith("\n")
+
+    q = run("submit", "-q", "--ranks", "1", "--wait", "--interval", "0", "--", "x")
+    assert q.exit_code == code and q.stdout.startswith("job_")
+    assert len(q.stdout.splitlines()) == 1, "-q: the id only, the wait silent"
+
+
+def test_submit_wait_json_is_the_final_job_and_the_error_says_it_failed(run, fake):
+    fake.on_get_job.append(lambda j: j.update(state="FAILED", finished_at=fake.now(),
+                                              exit={"reason": "rank_failed", "exit_code": 3}))
+    r = run("submit", "--ranks", "1", "--wait", "--interval", "0", "-o", "json", "--", "x")
+    assert r.exit_code == 8
+    assert json_out(r)["state"] == "FAILED"
+    err = json.loads(r.stderr)
+    assert err == {"error": {"code": "job_failed", "title": "The job failed",
+                             "detail": f"job {json_out(r)['id']} ended FAILED "
+                                       "(rank_failed, exit code 3)",
+                             "job": json_out(r)}, "exit_code": 8}
+
+
+def test_submit_wait_gives_up_after_its_timeout_with_exit_7(run, fake):
+    r = run("submit", "--ranks", "1", "--wait", "--interval", "0", "--timeout", "0", "--", "x")
+    assert r.exit_code == 7 and "still PENDING" in r.stderr
+
+
+def test_submit_without_wait_does_not_poll(run, fake):
+    r = run("submit", "--ranks", "1", "--", "x")
+    assert r.exit_code == 0 and fake.sent("GET", r"/v1/jobs/job_.*") == []
+
+
+@pytest.mark.parametrize("state, code", [("CANCELLED", 0), ("SUCCEEDED", 0), ("FAILED", 8)])
+def test_cancel_wait_is_0_when_the_job_ended_cancelled_as_asked(run, fake, state, code):
+    """cancel --wait asked for CANCELLED: that is its success (0), and so is a
+    job that SUCCEEDED before the cancel took effect (it stopped, nothing went
+    wrong); a job that ended FAILED first is 8, as everywhere."""
+    job = fake.add_job(ranks=2)
+    fake.place(job["id"], ["node-1"])
+    finish_on_poll(fake, job["id"], state)
+    r = run("cancel", job["id"], "--wait", "--interval", "0")
+    assert r.exit_code == code, r.output
+    assert state in r.stdout.splitlines()[-1]
+    if state != "CANCELLED":
+        assert "before the cancel took effect" in r.stdout
+
+
+# -- output ends with a newline when stdout is not a terminal -------------------------------
+@pytest.mark.parametrize("args", [(), ("--timeout", "0")], ids=["terminal job", "gave up"])
+def test_watch_output_ends_with_a_newline_when_piped(run, fake, args):
+    """rich's Live ends its last frame with a newline only on a terminal; the
+    CLI runner's stdout is not one."""
+    job = fake.add_job(ranks=2)
+    fake.place(job["id"], ["node-1"])
+    if not args:
+        finish_on_poll(fake, job["id"], "SUCCEEDED")
+    r = run("watch", job["id"], "--interval", "0", *args)
+    assert r.stdout.endswith("\n") and not r.stdout.endswith("\n\n"), repr(r.stdout[-80:])
+    last = r.stdout.splitlines()[-1]
+    assert ("Job finished: SUCCEEDED" if not args else "refreshing every") in last
+
+
+@pytest.mark.parametrize("command", [("list",), ("get", "JOB"), ("ranks", "JOB"),
+                                     ("attempts", "JOB"), ("describe", "JOB"),
+                                     ("cancel", "JOB"), ("nodes",), ("health",)])
+def test_every_commands_output_ends_with_a_newline(run, fake, command):
+    job = fake.add_job(ranks=2)
+    fake.place(job["id"], ["node-1"])
+    r = run(*[job["id"] if a == "JOB" else a for a in command])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.endswith("\n"), repr(r.stdout[-80:])

@@ -78,7 +78,8 @@ EXPECT: dict[str, Expect] = {
     "LONG=$(gpujobs submit -q --ranks 2 -- sleep 600)":
         Expect(probe="echo $LONG", probe_shows=rf"^{J}$"),
     "gpujobs ranks $LONG": Expect(shows=(r"RANK +NODE", r"local-\d")),
-    "gpujobs cancel $LONG --wait": Expect(shows=(r"CANCELLED",)),
+    # cancel --wait: CANCELLED is what was asked, so exit 0 (watch would say 9)
+    "gpujobs cancel $LONG --wait": Expect(rc=0, shows=(r"CANCELLED",)),
     "gpujobs nodes": Expect(shows=(r"local-1", r"local-2", r"h100")),
     "curl -si -X POST $GPUJOBS_API_URL/v1/jobs \\":
         Expect(shows=(r"^HTTP/1\.1 201", r"(?i)location: /v1/jobs/job_", r'"name": ?"llama-ft"')),

@@ -84,6 +84,7 @@ def test_any_other_failure_is_raised_as_it_came():
 
 def test_a_transaction_is_sent_once_in_dynamodbs_order_only_when_its_block_succeeds():
     connection = mock.Mock()
+    connection.transact_write_items.return_value = {}  # DynamoDB's answer to a write
     with Dynamo(connection).transaction() as tx:
         tx.update({"u": 1})
         tx.put({"p": 1})
@@ -137,6 +138,7 @@ def test_changes_write_each_clause_once_under_stored_names_and_an_event_under_it
 
 def test_a_transactions_items_as_dynamodb_lists_them_go_where_their_kind_says():
     connection = mock.Mock()
+    connection.transact_write_items.return_value = {}  # DynamoDB's answer to a write
     with Dynamo(connection).transaction() as tx:
         tx.add([{"Update": {"u": 1}}, {"Put": {"p": 1}}, {"ConditionCheck": {"c": 1}}])
     kwargs = connection.transact_write_items.call_args.kwargs
@@ -151,3 +153,43 @@ def test_a_lost_condition_reads_the_same_from_the_sender_and_from_botocore():
     assert lost_condition(_failed("ConditionalCheckFailedException"))
     assert not lost_condition(_failed("ProvisionedThroughputExceededException"))
     assert not dependency_failure(ConditionFailed()), "a lost race is an answer, not an outage"
+
+
+def test_an_empty_answer_is_a_dependency_failure_never_no_item():
+    """Invariant: a request PynamoDB answers with nothing (not even {}) raises
+    EmptyAnswer, which the edge answers 503: a GetItem's None is not "not
+    found", and a transaction's is "applied or not: unknown"."""
+    from chalicelib.adapters.dynamo import EmptyAnswer
+    from chalicelib.adapters.dynamo_errors import dependency_failure
+    connection = mock.Mock()
+    connection.dispatch.return_value = None
+    with pytest.raises(EmptyAnswer) as raised:
+        Dynamo(connection).get({"TableName": "t", "Key": {}})
+    assert dependency_failure(raised.value)
+    connection.dispatch.return_value = {}
+    assert Dynamo(connection).get({"TableName": "t", "Key": {}}) is None  # no item
+    connection.transact_write_items.return_value = None
+    with pytest.raises(EmptyAnswer), Dynamo(connection).transaction() as tx:
+        tx.put({"p": 1})
+
+
+def test_a_timed_out_transaction_reads_no_code_and_is_a_dependency_failure():
+    """Invariant: response_code reads a timeout's cause (whose ``response``
+    botocore sets to None) as no code, where PynamoDB's own
+    ``cause_response_code`` raises AttributeError; a cancellation with no
+    reason, or only None ones, is a dependency failure too."""
+    from botocore.exceptions import ReadTimeoutError
+    from pynamodb.exceptions import TransactWriteError, VerboseClientError
+
+    from chalicelib.adapters.dynamo_errors import dependency_failure, response_code
+    timed_out = TransactWriteError("Failed to write transaction items",
+                                   ReadTimeoutError(endpoint_url="http://x"))
+    with pytest.raises(AttributeError):
+        timed_out.cause_response_code  # noqa: B018 - PynamoDB's reader, the bug
+    assert response_code(timed_out) is None and dependency_failure(timed_out)
+    for reasons in ([], [None, None]):
+        cancelled = VerboseClientError({"Error": {"Code": "TransactionCanceledException"}},
+                                       "TransactWriteItems", cancellation_reasons=reasons)
+        e = TransactWriteError("cancelled", cancelled)
+        assert response_code(e) == "TransactionCanceledException"
+        assert dependency_failure(e)

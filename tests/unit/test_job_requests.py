@@ -32,6 +32,7 @@ def _job(**changes) -> Job:
 def _sent(items: list[dict]) -> dict:
     """The transaction's lists as the connection gets them."""
     connection = mock.Mock()
+    connection.transact_write_items.return_value = {}  # DynamoDB's answer to a write
     with Dynamo(connection).transaction() as tx:
         tx.add(items)
     return connection.transact_write_items.call_args.kwargs

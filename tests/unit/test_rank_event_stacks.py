@@ -27,3 +27,20 @@ def test_only_a_stop_carries_stacks_and_none_means_no_member():
     assert "stacks" not in rank_event("started", AT, 1, [1], None, "n1", STACKS)
     assert "stacks" not in rank_event("stopped", AT, 1, [1], None, "n1", None)
     assert "stacks" not in rank_event("stopped", AT, 1, [1], None, "n1", [])
+
+
+def test_ranks_lost_with_their_node_read_as_such_not_as_an_exit_code():
+    """Invariant: the LOST code (-1000) is not an exit status, and the reason
+    says what happened; the event still records the code, as stored before."""
+    from chalicelib.domain.attempts import LOST
+    e = rank_event("exited", AT, 2, [3, 2], LOST, "local-2")
+    assert e["reason"] == "ranks 2-3 lost with node local-2"
+    assert e["exit_code"] == LOST and e["ranks"] == [2, 3] and e["node_id"] == "local-2"
+    assert rank_event("exited", AT, 2, [1], LOST)["reason"] == "rank 1 lost with their node"
+    assert "-1000" not in rank_event("exited", AT, 2, [1], LOST, "n1")["reason"]
+
+
+def test_a_real_exit_still_says_its_code():
+    assert rank_event("exited", AT, 1, [0, 1], 137, "n1")["reason"] == \
+        "ranks 0-1 exited with code 137"
+    assert rank_event("exited", AT, 1, [4], 1, "n1")["reason"] == "rank 4 exited with code 1"

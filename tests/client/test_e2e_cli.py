@@ -93,9 +93,10 @@ def test_cancel_wait_on_a_pending_job(gpujobs):
     assert final["state"] == "CANCELLED" and final["cancel_reason"] == "e2e"
     again = gpujobs("cancel", job["id"], "-o", "json")  # a repeat is harmless
     assert again.returncode == 0 and json.loads(again.stdout)["state"] == "CANCELLED"
-    # a cancelled job is terminal: watch shows it and ends at once
+    # a cancelled job is terminal: watch shows it and ends at once, with
+    # CANCELLED's own exit code (9), so a script can tell it from success
     watched = gpujobs("watch", job["id"], "--interval", "0")
-    assert watched.returncode == 0 and "Job finished: CANCELLED" in watched.stdout
+    assert watched.returncode == 9 and "Job finished: CANCELLED" in watched.stdout
 
 
 def test_attempts_of_a_job_never_placed(gpujobs):

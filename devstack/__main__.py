@@ -185,16 +185,47 @@ def next_period_start(last_start: float, period: float, now: float) -> float:
     return last_start + (missed + 1) * period
 
 
-def _wait_healthy(url: str, stop: threading.Event, timeout_s: float = 60) -> bool:
+class Halt:
+    """What SIGINT and SIGTERM ask for. The handler only sets a plain
+    attribute: Python runs it in the main thread between two bytecodes, and a
+    handler calling ``Event.set()`` deadlocks when the main thread was inside
+    that Event's own ``wait()`` (it holds the condition's lock), after which
+    the stack ignored every signal. The main thread polls :meth:`requested`,
+    which sets the Event the timer threads wait on."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._asked = False
+
+    def handler(self, signum, frame) -> None:  # noqa: ARG002 - signal.signal's signature
+        self._asked = True
+
+    def requested(self) -> bool:
+        if self._asked and not self.event.is_set():
+            self.event.set()
+        return self.event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds`` (main thread only), True once asked to stop."""
+        deadline = time.monotonic() + seconds
+        while not self.requested():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(0.05, left))
+        return True
+
+
+def _wait_healthy(url: str, halt: Halt, timeout_s: float = 60) -> bool:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not stop.is_set():
+    while time.monotonic() < deadline and not halt.requested():
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
                     return True
         except OSError:
             pass
-        stop.wait(0.05)
+        halt.wait(0.05)
     return False
 
 
@@ -239,9 +270,10 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
     held = _lock(state)  # noqa: F841 - held until the process ends
     tokens_file = _tokens_file(state)
 
-    stop = threading.Event()
+    halt = Halt()
+    stop = halt.event  # what the timer threads wait on
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, halt.handler)
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
@@ -296,8 +328,8 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
         ]
         for w in workers:
             w.start()
-        if not _wait_healthy(f"http://127.0.0.1:{port}/v1/health", stop):
-            if stop.is_set():
+        if not _wait_healthy(f"http://127.0.0.1:{port}/v1/health", halt):
+            if halt.requested():
                 return 0
             print("gpujobs: the API did not become healthy", file=sys.stderr, flush=True)
             return 1
@@ -306,8 +338,8 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
         from chalicelib.bootstrap import services
         deadline = time.monotonic() + 60
         while any(services().node_store.get(n) is None for n in agents.nodes):
-            if stop.wait(0.1) or time.monotonic() > deadline:
-                if stop.is_set():
+            if halt.wait(0.1) or time.monotonic() > deadline:
+                if halt.requested():
                     return 0
                 print("gpujobs: the simulated agents did not register", file=sys.stderr,
                       flush=True)
@@ -321,11 +353,10 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
               f"({'restored' if restored else 'new'}) | to use it: "
               f"export GPUJOBS_API_URL=http://127.0.0.1:{port} "
               f"GPUJOBS_TOKEN={_tenant_token(tokens_file)}", flush=True)
-        # never a wait without a timeout: the kernel hands SIGTERM to any of the
-        # stack's threads, and then only a main thread that wakes up runs
-        # Python's handler (a stack blocked in stop.wait() ignored SIGTERM
-        # for good; tests/e2e/test_persistence.py saw it under load)
-        while not stop.wait(0.5):
+        # never a wait without a timeout, and none on a lock the handler takes:
+        # the kernel hands SIGTERM to any of the stack's threads, and only a
+        # main thread that wakes up runs Python's handler (see Halt)
+        while not halt.wait(0.5):
             pass
         # a shutdown that takes long says where it is
         faulthandler.dump_traceback_later(45, exit=False)

@@ -296,6 +296,9 @@ def api(functions):
         ("dashboard", api_event("GET", "/", "/", token=None)),
         ("asset", api_event("GET", "/static/{name}", "/static/app.js", token=None,
                             path_params={"name": "app.js"})),
+        ("dashboard_head", api_event("HEAD", "/", "/", token=None)),
+        ("asset_head", api_event("HEAD", "/static/{name}", "/static/app.js", token=None,
+                                 path_params={"name": "app.js"})),
     ]
     out = fn.run([e for _, e in steps])
     results = dict(zip([n for n, _ in steps], out["results"]))
@@ -339,6 +342,12 @@ def test_api_routes_answer_as_the_contract_says(api):
     assert status(r["list"]) == 200
     assert status(r["dashboard"]) == 200 and status(r["asset"]) == 200
     assert r["asset"]["response"]["headers"]["Content-Type"].startswith("text/javascript")
+    # HEAD answers GET's headers, its length, and no body
+    for head, get in (("dashboard_head", "dashboard"), ("asset_head", "asset")):
+        assert status(r[head]) == 200, r[head]
+        assert not r[head]["response"].get("body"), r[head]["response"]
+        assert r[head]["response"]["headers"]["Content-Type"] == \
+            r[get]["response"]["headers"]["Content-Type"]
     assert status(r["events"]) == 200 and "events" in body(r["events"])
     assert status(r["logs"]) == 200 and "lines" in body(r["logs"])
     assert api["job_id"] in [j["id"] for j in body(r["list"])["jobs"]]

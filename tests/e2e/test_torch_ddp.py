@@ -205,6 +205,19 @@ def hang_line() -> str:
     return f"ddp_train.py:{n} in hang → time.sleep(3600)"
 
 
+def assert_ran_through_without_an_alarm(gpujobs, job_id: str, watched) -> None:
+    """The job SUCCEEDED (as ``watched``, its `gpujobs watch`, printed) in one
+    attempt, with no stalled event, no false alarm and no verdict."""
+    assert "Job finished: SUCCEEDED (succeeded, exit code 0)" in watched.stdout, \
+        watched.stdout + watched.stderr + gpujobs("logs", job_id, ranks_output=True).stdout
+    assert not [e for e in events(gpujobs, job_id) if e["type"] == "stalled"]
+    health = job(gpujobs, job_id)["health"]
+    assert health["false_alarms"] == 0 and health.get("verdict") is None, health
+    attempts = json.loads(gpujobs("attempts", job_id, "-o", "json").stdout)
+    attempts = attempts["attempts"] if isinstance(attempts, dict) else attempts
+    assert len(attempts) == 1, attempts
+
+
 def test_a_30s_checkpoint_of_rank_0_is_no_stall(gpujobs, tmp_path, torch_python):
     """Rank 0 saves for 30 s (a declared pause, with real writes) while ranks
     1-3 wait in the barrier, silent: they wait on a paused peer, and a job set
@@ -213,15 +226,7 @@ def test_a_30s_checkpoint_of_rank_0_is_no_stall(gpujobs, tmp_path, torch_python)
                     CKPT_S="30", CKPT_DIR=str(tmp_path))
     spec.update(on_stall="restart", max_attempts=2)  # a false alarm would restart it
     job_id = submit(gpujobs, tmp_path, spec)
-    r = watch(gpujobs, job_id)
-    assert "Job finished: SUCCEEDED (succeeded, exit code 0)" in r.stdout, \
-        r.stdout + r.stderr + gpujobs("logs", job_id, ranks_output=True).stdout
-    assert not [e for e in events(gpujobs, job_id) if e["type"] == "stalled"]
-    health = job(gpujobs, job_id)["health"]
-    assert health["false_alarms"] == 0 and health.get("verdict") is None, health
-    attempts = json.loads(gpujobs("attempts", job_id, "-o", "json").stdout)
-    attempts = attempts["attempts"] if isinstance(attempts, dict) else attempts
-    assert len(attempts) == 1, attempts
+    assert_ran_through_without_an_alarm(gpujobs, job_id, watch(gpujobs, job_id))
     out = logs_until(gpujobs, job_id, r"replicas in sync", 4)
     saved = float(re.search(r"checkpoint of step 5 saved in ([\d.]+) s", out).group(1))
     assert saved >= 29, out

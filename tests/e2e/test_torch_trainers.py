@@ -22,7 +22,14 @@ import time
 import pytest
 
 from tests.client.conftest import logs_until
-from tests.e2e.test_torch_ddp import ROOT, ddp_spec, events, gpujobs, job, submit, watch
+from tests.e2e.test_torch_ddp import (
+    ROOT,
+    assert_ran_through_without_an_alarm,
+    ddp_spec,
+    gpujobs,
+    submit,
+    watch,
+)
 
 pytestmark = pytest.mark.e2e
 __all__ = ["gpujobs"]  # the fixture, shared with test_torch_ddp
@@ -59,14 +66,7 @@ def test_a_30s_checkpoint_of_rank_0_under_the_trainer_callback_is_no_stall(
         gpujobs, tmp_path, torch_python, script):
     job_id = submit(gpujobs, tmp_path, trainer_spec(torch_python, script, tmp_path))
     r, seen = watch_ranks(gpujobs, job_id)
-    assert "Job finished: SUCCEEDED (succeeded, exit code 0)" in r.stdout, \
-        r.stdout + r.stderr + gpujobs("logs", job_id, ranks_output=True).stdout
-    assert not [e for e in events(gpujobs, job_id) if e["type"] == "stalled"]
-    health = job(gpujobs, job_id)["health"]
-    assert health["false_alarms"] == 0 and health.get("verdict") is None, health
-    attempts = json.loads(gpujobs("attempts", job_id, "-o", "json").stdout)
-    attempts = attempts["attempts"] if isinstance(attempts, dict) else attempts
-    assert len(attempts) == 1, attempts
+    assert_ran_through_without_an_alarm(gpujobs, job_id, r)
     # what excused the silence: the callback's declared pauses, and no rank
     # ever looked stalled (the end of training included: its teardown and the
     # interpreter's exit outlast the 4 s threshold)

@@ -152,6 +152,27 @@ def run(settings: Settings, stop: threading.Event, *,
         return 0
 
 
+def _recorded_ranks(state_dir: str | os.PathLike):
+    """(attempt key, rank number, handle) of every rank the state file in
+    ``state_dir`` records as not ended."""
+    state = StateFile(Paths.under(state_dir).state_file).load()
+    for key, rec in state.attempts.items():
+        for r, p in rec.procs.items():
+            if p.pgid is not None and not p.ended:
+                yield key, r, Rank(pid=p.pid, pgid=p.pgid, start_time=p.start_time,
+                                   exit_file=p.exit_file)
+
+
+def running_recorded_ranks(state_dir: str | os.PathLike) -> dict[str, list[int]]:
+    """The ranks still running that the state file in ``state_dir`` records, by
+    attempt key (``<job>/<attempt>``): what the next agent on it adopts."""
+    out: dict[str, list[int]] = {}
+    for key, r, rank in _recorded_ranks(state_dir):
+        if rank.shim_alive():
+            out.setdefault(key, []).append(r)
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
 def kill_recorded_ranks(state_dir: str | os.PathLike) -> int:
     """SIGKILL every rank group the state file in ``state_dir`` records; returns how
     many groups were signalled.
@@ -159,14 +180,10 @@ def kill_recorded_ranks(state_dir: str | os.PathLike) -> int:
     For a throwaway stack (``make up``, tests) that, unlike a real host, must not
     leave ranks behind once its agents stopped: call it after the agent exited.
     Each group is checked as the agent checks it (ranks.group_is_ours)."""
-    state = StateFile(Paths.under(state_dir).state_file).load()
     killed = 0
-    for rec in state.attempts.values():
-        for p in rec.procs.values():
-            if p.pgid is not None and not p.ended:
-                Rank(pid=p.pid, pgid=p.pgid, start_time=p.start_time,
-                     exit_file=p.exit_file).kill()
-                killed += 1
+    for _key, _r, rank in _recorded_ranks(state_dir):
+        rank.kill()
+        killed += 1
     return killed
 
 

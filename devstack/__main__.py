@@ -7,10 +7,12 @@ GPUJOBS_SCAN_PERIOD_S (API.md, "The local stack"). Prints a line containing
 State (tables, queues, generated tokens, the page-token key, agents' folders)
 lives in ``.gpujobs-local/`` in the checkout (GPUJOBS_STATE_DIR to move it),
 snapshotted at most a second after each change: a restart, also after
-``kill -9``, comes back with every job, node and token. GPUJOBS_EPHEMERAL=1
-runs a throwaway stack in a folder of its own, removed when it stops (and by
-the next start if it was killed). Nothing is written to the system's
-temporary folder.
+``kill -9``, comes back with every job, node and token. Running ranks run
+on while the stack is down, as on a real host, and the next stack's agents
+adopt them. GPUJOBS_EPHEMERAL=1 runs a throwaway stack in a folder of its
+own, whose ranks stop with it and which is removed when it stops (and by the
+next start if it was killed). Nothing is written to the system's temporary
+folder.
 """
 from __future__ import annotations
 
@@ -259,14 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     scan_period_s = _float_env("GPUJOBS_SCAN_PERIOD_S", 5)
     state, ephemeral = _state_dir()
     try:
-        return _run(port, agents_count, gpus_per_agent, scan_period_s, state)
+        return _run(port, agents_count, gpus_per_agent, scan_period_s, state, ephemeral)
     finally:
         if ephemeral:
             shutil.rmtree(state, ignore_errors=True)
 
 
 def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float,
-         state: pathlib.Path) -> int:
+         state: pathlib.Path, ephemeral: bool) -> int:
     held = _lock(state)  # noqa: F841 - held until the process ends
     tokens_file = _tokens_file(state)
 
@@ -278,17 +280,20 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     from devstack import resources
-    from devstack.agents import Agents, sweep
+    from devstack.agents import Agents, describe
     from devstack.motoserver import MotoServer
     from devstack.persist import Snapshots
 
     workdir = state / "agents"
     workdir.mkdir(exist_ok=True)
-    sweep(workdir)  # ranks a crashed stack left running
     agent_tokens = state / "agent-tokens.json"
     agents = Agents(agents_count, gpus_per_agent, workdir,
                     json.loads(agent_tokens.read_text()) if agent_tokens.exists() else None)
     _private(agent_tokens, json.dumps(agents.tokens))
+    # ranks the last stack left running (it stopped, or was killed): as on a
+    # real host, they ran on meanwhile, and its agents' successors adopt them
+    adopted = agents.running()
+    keep_ranks = not ephemeral
     snapshots = None
     moto = MotoServer(on_change=lambda: snapshots and snapshots.changed()).start()
     try:
@@ -314,8 +319,29 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
         server = make_server(gpujobs.app, "127.0.0.1", port)
         port = server.server.server_address[1]
         threading.Thread(target=server.server.serve_forever, name="api", daemon=True).start()
+        from chalicelib.bootstrap import services
+        from chalicelib.domain.clock import utcnow
         from devstack.queues import QueueConsumer
 
+        if not _wait_healthy(f"http://127.0.0.1:{port}/v1/health", halt):
+            if halt.requested():
+                return 0
+            print("gpujobs: the API did not become healthy", file=sys.stderr, flush=True)
+            return 1
+        # real agent processes; 0 leaves the nodes to an outside program. The
+        # scheduled functions start once every agent has called in: a node
+        # last seen before a restart must not be judged DOWN meanwhile
+        since = utcnow()
+        agents.start(f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 60
+        while not all((n := services().node_store.get(node)) and n.last_seen_at >= since
+                      for node in agents.nodes):
+            if halt.wait(0.1) or time.monotonic() > deadline:
+                if halt.requested():
+                    return 0
+                print("gpujobs: the simulated agents did not register", file=sys.stderr,
+                      flush=True)
+                return 1
         workers = [
             Timer("place", scan_period_s, gpujobs.place, stop),
             Timer("reconcile", scan_period_s, gpujobs.reconcile, stop),
@@ -328,22 +354,9 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
         ]
         for w in workers:
             w.start()
-        if not _wait_healthy(f"http://127.0.0.1:{port}/v1/health", halt):
-            if halt.requested():
-                return 0
-            print("gpujobs: the API did not become healthy", file=sys.stderr, flush=True)
-            return 1
-        # real agent processes; 0 leaves the nodes to an outside program
-        agents.start(f"http://127.0.0.1:{port}")
-        from chalicelib.bootstrap import services
-        deadline = time.monotonic() + 60
-        while any(services().node_store.get(n) is None for n in agents.nodes):
-            if halt.wait(0.1) or time.monotonic() > deadline:
-                if halt.requested():
-                    return 0
-                print("gpujobs: the simulated agents did not register", file=sys.stderr,
-                      flush=True)
-                return 1
+        if adopted:
+            print(f"gpujobs: the agents adopted the ranks the last stack left running: "
+                  f"{describe(adopted)}", flush=True)
         # the services are built now, with their own log handlers: quiet those too
         quieted = quiet_repeats("", "gpujobs", "chalicelib", "devstack")
         print(f"gpujobs ready: API http://127.0.0.1:{port} | AWS (moto) {moto.endpoint_url} | "
@@ -362,12 +375,16 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
         faulthandler.dump_traceback_later(45, exit=False)
         for f in quieted:
             f.flush()  # the repeats not yet said
-        agents.stop()
+        agents.stop(keep_ranks=keep_ranks)
+        left = agents.running() if keep_ranks else {}
+        if left:
+            print(f"gpujobs: stopping; these ranks run on, and the next `make up` adopts "
+                  f"them: {describe(left)}", flush=True)
         server.shutdown()
         server.server.server_close()
         return 0
     finally:
-        agents.stop()
+        agents.stop(keep_ranks=keep_ranks)
         if snapshots is not None:
             snapshots.stop()
         moto.stop()

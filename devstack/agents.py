@@ -1,6 +1,8 @@
 """Simulated host agents for the local stack: real agent processes
 (``python -m agent``), each with its own node id, token, state directory and
-GPU slots, stopped by their own pids when the stack stops."""
+GPU slots, stopped by their own pids when the stack stops. The ranks they
+run outlive them, as on a real host, when the stack keeps its state: the
+next stack's agents adopt them."""
 from __future__ import annotations
 
 import ctypes
@@ -70,9 +72,10 @@ class Agents:
                  "--log-level", os.environ.get("GPUJOBS_AGENT_LOG_LEVEL", "WARNING")],
                 cwd=ROOT, env=env, preexec_fn=_die_with_parent))
 
-    def stop(self, timeout: float = 10) -> None:
-        """Stop the agents, then the ranks they leave running: a real host keeps
-        them for the next agent to adopt; a throwaway local stack must not."""
+    def stop(self, timeout: float = 10, *, keep_ranks: bool = False) -> None:
+        """Stop the agents. Their ranks keep running, as on a real host, for
+        the next stack's agents to adopt (``keep_ranks``, a stack that keeps
+        its state); a throwaway stack kills them."""
         from agent.runner import kill_recorded_ranks
 
         for p in self._procs:
@@ -84,8 +87,44 @@ class Agents:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        self._procs.clear()
+        if keep_ranks:
+            return
         for node in self.nodes:
             state = self._workdir / node / "state"
             if (state / "state.json").exists():
                 kill_recorded_ranks(state)
-        self._procs.clear()
+
+    def running(self) -> dict[str, dict[str, list[int]]]:
+        """The ranks running now that the agents' state files record, by node,
+        then by attempt key (``<job>/<attempt>``)."""
+        return running_in(self._workdir, self.nodes)
+
+
+def running_in(workdir: pathlib.Path, nodes: list[str]) -> dict[str, dict[str, list[int]]]:
+    from agent.runner import running_recorded_ranks
+
+    out = {}
+    for node in nodes:
+        state = workdir / node / "state"
+        if (state / "state.json").exists():
+            ranks = running_recorded_ranks(state)
+            if ranks:
+                out[node] = ranks
+    return out
+
+
+def describe(running: dict[str, dict[str, list[int]]]) -> str:
+    """``job_x (attempt 1): ranks 0-1 on local-1; ...`` for a person."""
+    from chalicelib.domain.verdict import span
+
+    by_attempt: dict[str, list[str]] = {}
+    for node, attempts in running.items():
+        for key, ranks in attempts.items():
+            word = "ranks" if len(ranks) > 1 else "rank"
+            by_attempt.setdefault(key, []).append(f"{word} {span(ranks)} on {node}")
+    parts = []
+    for key, where in sorted(by_attempt.items()):
+        job, _, attempt = key.rpartition("/")
+        parts.append(f"{job} (attempt {attempt}): {', '.join(where)}")
+    return "; ".join(parts)

@@ -1,7 +1,8 @@
 """The local stack loses nothing on restart: jobs, nodes and generated tokens
 come back after SIGTERM and after kill -9 (snapshots at most a second old);
-its agents die with it; a throwaway stack leaves nothing behind, and nothing
-is written to the system's temporary folder."""
+its agents die with it, its running ranks run on and the next stack adopts
+them; a throwaway stack leaves nothing behind, and nothing is written to the
+system's temporary folder."""
 import json
 import os
 import pathlib
@@ -135,3 +136,91 @@ def test_the_halt_handler_takes_no_lock_and_wakes_the_main_wait():
     started = time.monotonic()
     assert halt.wait(5) and halt.event.is_set(), "the main thread's wait sets the Event"
     assert time.monotonic() - started < 0.5
+
+
+BEAT_UNTIL = """\
+import os, sys, time
+from gpujobs_heartbeat import beat
+step = 0
+while not os.path.exists(sys.argv[1]):
+    beat(step)
+    step += 1
+    time.sleep(0.2)
+"""
+
+
+def test_running_jobs_run_on_through_a_restart_and_the_next_stack_adopts_them(tmp_path):
+    """Invariant (issue 29): restarting a stack that keeps its state breaks no
+    running job. Its ranks run on while it is down (as on a real host), the
+    stack says so when it stops, the next stack's agents adopt them, and the
+    silence of the restart convicts nobody: a job that ends while the stack
+    is down and one that ends after the restart both SUCCEED in attempt 1,
+    with no stall."""
+    from devstack.agents import sweep
+
+    state = tmp_path / "state"
+    script = tmp_path / "beat_until.py"
+    script.write_text(BEAT_UNTIL)
+    env = {"GPUJOBS_STATE_DIR": str(state), "GPUJOBS_EPHEMERAL": "0", "GPUJOBS_AGENTS": "1",
+           "GPUJOBS_SCAN_PERIOD_S": "1"}
+    tokens = [{"token": "tk", "tenant": "acme"}]
+    auth = {"Authorization": "Bearer tk"}
+
+    def submit(api: str, name: str) -> str:
+        body = {"name": name, "ranks": 2, "gpus_per_rank": 1,
+                "command": ["python3", str(script), str(tmp_path / f"{name}.done")],
+                "heartbeat": {"interval_s": 1, "startup_grace_s": 5}}
+        r = requests.post(api + "/v1/jobs", headers=auth, json=body, timeout=30)
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+    def job(api: str, job_id: str) -> dict:
+        return requests.get(f"{api}/v1/jobs/{job_id}", headers=auth, timeout=30).json()
+
+    def beating(api: str, job_id: str) -> bool:
+        ranks = requests.get(f"{api}/v1/jobs/{job_id}/ranks", headers=auth, timeout=30).json()
+        return all(r.get("status") == "live" for r in ranks.get("ranks", [])) \
+            and len(ranks.get("ranks", [])) == 2
+
+    try:
+        first = start_stack(tmp_path, tokens, **env)
+        try:
+            early, late = submit(first.api, "early"), submit(first.api, "late")
+            for j in (early, late):
+                poll(lambda j=j: job(first.api, j)["state"] == "RUNNING", 60, f"{j} RUNNING")
+                poll(lambda j=j: beating(first.api, j), 60, f"{j}'s ranks beating")
+            snapshot = state / "moto-state.pickle"
+            written = time.time()
+            poll(lambda: snapshot.stat().st_mtime > written, 10, "a snapshot of them running")
+        finally:
+            assert first.stop(signal.SIGINT, timeout=60) == 0
+        said = []
+        while not first.lines.empty():
+            said.append(first.lines.get_nowait())
+        stop_line = next((line for line in said if "run on" in line), "")
+        for j in (early, late):
+            assert f"{j} (attempt 1): ranks 0-1 on local-1" in stop_line, said
+
+        # the early job ends while no stack runs; the late one runs on
+        (tmp_path / "early.done").touch()
+        second = start_stack(tmp_path, tokens, **env)
+        try:
+            poll(lambda: job(second.api, early)["state"] == "SUCCEEDED", 60, "early SUCCEEDED")
+            poll(lambda: beating(second.api, late), 60, "the adopted late ranks beating again")
+            # several scans over the adopted job: the restart's silence convicts nobody
+            scans = time.monotonic()
+            poll(lambda: time.monotonic() - scans > 6 and job(second.api, late)["state"]
+                 == "RUNNING", 30, "six seconds of scans")
+            (tmp_path / "late.done").touch()
+            poll(lambda: job(second.api, late)["state"] == "SUCCEEDED", 60, "late SUCCEEDED")
+            for j in (early, late):
+                got = job(second.api, j)
+                assert got["attempt"] == 1 and got["exit"]["exit_code"] == 0, got
+                assert got["health"]["status"] != "STALLED", got["health"]
+                events = requests.get(f"{second.api}/v1/jobs/{j}/events", headers=auth,
+                                      timeout=30).json()["events"]
+                assert not [e for e in events if e["type"] == "stalled"], events
+        finally:
+            assert second.stop(signal.SIGTERM, timeout=60) == 0
+    finally:
+        sweep(state / "agents")  # whatever a failure left running

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import pathlib
 
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 
 from devstack.browser import find, present, sign_in, wait
 
-__all__ = ["console_errors", "find", "present", "screenshot", "sign_in", "text_in",
-           "wait"]
+__all__ = ["console_errors", "fetched", "find", "never", "present", "screenshot", "sign_in",
+           "text_in", "wait", "watch_fetches"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: where screenshots go: build/ by default, so a test run leaves the tree clean;
@@ -34,3 +35,28 @@ def screenshot(driver, name: str) -> pathlib.Path:
 
 def console_errors(driver) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def watch_fetches(driver) -> None:
+    """Record the URL of every fetch the open document makes from now on."""
+    driver.execute_script("""
+        if (!window.__fetched) {
+          window.__fetched = [];
+          const real = window.fetch;
+          window.fetch = (url, opts) => { window.__fetched.push(String(url)); return real(url, opts); };
+        }""")
+
+
+def fetched(driver, part: str = "") -> list[str]:
+    """The URLs fetched since watch_fetches() that contain ``part``."""
+    return [u for u in driver.execute_script("return window.__fetched || []") if part in u]
+
+
+def never(driver, condition, seconds: float, what: str = "") -> None:
+    """Fail if ``condition(driver)`` comes true within ``seconds`` (polled): for
+    what must not happen."""
+    try:
+        wait(driver, seconds).until(condition)
+    except TimeoutException:
+        return
+    raise AssertionError(f"it happened: {what or condition}")

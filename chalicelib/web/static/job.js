@@ -4,6 +4,7 @@ import { api } from './api.js';
 import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictLines, stackLine } from './verdict.js';
 import { exitText, eventLabels } from './story.js';
+import { shellLine, specPairs } from './spec.js';
 
 const REFRESH_MS = 1500;
 
@@ -83,7 +84,7 @@ export function mount(main, [jobId]) {
   const cancelStatus = h('p', { id: 'cancel-status', role: 'status', class: 'notice', hidden: true });
   const headline = h('div', { id: 'job-verdict', class: 'summary', role: 'status', hidden: true });
   const facts = h('section', { id: 'facts' });
-  const spec = h('pre', { id: 'spec', class: 'spec', tabindex: 0 });
+  const spec = h('section', { id: 'spec' });
   const attempts = h('section', { id: 'attempts' });
   const events = h('section', { id: 'events' });
   const logs = h('section', { id: 'logs' });
@@ -157,7 +158,7 @@ export function mount(main, [jobId]) {
         ['ID', h('code', { text: j.id })], ['State', j.state],
         ['Why pending', j.state === 'PENDING' ? j.pending_reason : null],
         ['Attempt', j.attempt], ['Ranks', `${count(j.spec.ranks, 'rank')} × ${count(j.spec.gpus_per_rank ?? 1, 'GPU')} (${j.spec.gpu_type || 'any type'})`],
-        ['Command', h('code', { text: (j.spec.command || []).join(' ') })],
+        ['Command', h('code', { text: shellLine(j.spec.command) })],
         ['Working dir', j.spec.working_dir && h('code', { text: j.spec.working_dir })],
         ['Labels', Object.entries(j.spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ')],
         ['Created', time(j.created_at)], ['Started', j.started_at && time(j.started_at)],
@@ -166,7 +167,9 @@ export function mount(main, [jobId]) {
         ['Exit', exitText(j.exit)],
         ...healthFacts(j.health),
       ]));
-      setText(spec, JSON.stringify(j.spec, null, 2));
+      spec.replaceChildren(
+        h('p', { class: 'muted small', text: 'Command, ranks, GPUs, working dir and labels: above.' }),
+        dl(specPairs(j.spec)));
     }
   }
 

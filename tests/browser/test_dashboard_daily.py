@@ -1,11 +1,14 @@
 """The dashboard's daily-use features of issue 29, item 6, as a person sees
-them in headless Chromium against the local stack with real agents: a job's
-spec said in words, and a ranks page that stops asking once the job is not
-there."""
+them in headless Chromium against the local stack with real agents: Resubmit
+on the job page, a job's spec said in words, and a ranks page that stops
+asking once the job is not there."""
 from __future__ import annotations
 
+import json
+import re
 import uuid
 
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 
 from tests.browser import ui
@@ -17,6 +20,132 @@ ENDED = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 def _cancel(api, job_id: str) -> None:
     api.post(f"/v1/jobs/{job_id}/cancel")
+
+
+def _named(api, name: str) -> list[dict]:
+    """The tenant's jobs called ``name``, newest first (the newest 100 jobs)."""
+    jobs = api.get("/v1/jobs", params={"page_size": 100}).json()["jobs"]
+    return [j for j in jobs if j["name"] == name]
+
+
+def _page_job(driver) -> str | None:
+    """The job id of the job page open now, if one is."""
+    m = re.search(r"#/jobs/([^/?]+)$", driver.current_url)
+    return m.group(1) if m else None
+
+
+def _search(page, base: str, words: str) -> None:
+    """The jobs list, searched for ``words``."""
+    page.get(base + "/#/jobs")
+    ui.present(page, "#jobs-body")
+    page.find_element(By.ID, "search").send_keys(words)
+
+
+def _listed(page) -> set[str]:
+    """The ids of the jobs the jobs list shows."""
+    return {tr.get_attribute("data-id") for tr in page.find_elements(By.CSS_SELECTOR, "#jobs-body tr")}
+
+
+def _finished(tenant, name: str, **spec) -> dict:
+    job = submit(tenant, name=name, command=["echo", "daily bread"], **spec)
+    assert wait_state(tenant, job["id"], ENDED)["state"] == "SUCCEEDED"
+    return job
+
+
+def test_resubmit_makes_one_new_job_like_this_one_even_on_a_double_click(page, tenant, browser_stack):
+    """Invariant: Resubmit on a finished job's page creates exactly one new job
+    (a double click included) whose spec is the old one's, and the browser
+    lands on that job's page; the jobs list then shows both."""
+    base, name = browser_stack.api, unique("again")
+    first = _finished(tenant, name, env={"DAILY": "1"}, labels={"team": "bread"})
+    made: list[str] = []
+    try:
+        page.get(base + f"/#/jobs/{first['id']}")
+        ui.text_in(page, "#job-state", "SUCCEEDED")
+        # the key's source is there: the page (http://127.0.0.1) is a secure context
+        assert page.execute_script(
+            "return window.isSecureContext && typeof crypto.randomUUID === 'function'") is True
+        button = ui.find(page, "#resubmit")
+        ui.wait(page).until(lambda d: button.is_enabled())
+        assert button.text == "Resubmit"
+        ActionChains(page).double_click(button).perform()
+        ui.wait(page).until(lambda d: _page_job(d) not in (None, first["id"]))
+        new_id = _page_job(page)
+        made.append(new_id)
+        assert ui.text_in(page, "#job-title", name) == name
+        facts = ui.text_in(page, "#facts", new_id)
+        assert "Command\necho 'daily bread'" in facts and "Labels\nteam=bread" in facts, facts
+        ui.text_in(page, "#job-state", "SUCCEEDED", timeout=60)
+        # the spec as the API returned it, defaults filled, was taken back as it is
+        assert tenant.get(f"/v1/jobs/{new_id}").json()["spec"] == first["spec"]
+        assert {j["id"] for j in _named(tenant, name)} == {first["id"], new_id}, "not one new job"
+        _search(page, base, name)
+        ui.wait(page).until(lambda d: _listed(d) == {first["id"], new_id})
+        assert ui.text_in(page, f'tr[data-id="{new_id}"] a.job-link', name) == name
+    finally:
+        for job_id in [first["id"], *made]:
+            _cancel(tenant, job_id)
+
+
+PROBLEM = {"type": "urn:gpujobs:problem:quota_exceeded", "title": "Quota exceeded", "status": 429,
+           "detail": "tenant e2e holds its limit of 100 PENDING jobs", "code": "quota_exceeded"}
+#: POST /v1/jobs as the page sends it, its Idempotency-Keys kept in window.__keys;
+#: window.__mode 'refuse' answers PROBLEM, 'lose' lets the create through and
+#: then loses its answer to the network (once)
+FLAKY_CREATE = """
+    window.__keys = []; window.__mode = null;
+    const PROBLEM = %s, real = window.fetch;
+    window.fetch = async (url, opts) => {
+      const path = new URL(String(url), location.href).pathname;
+      if (!(opts && opts.method === 'POST' && path.endsWith('/v1/jobs'))) return real(url, opts);
+      window.__keys.push(opts.headers['Idempotency-Key']);
+      if (window.__mode === 'refuse') return new Response(JSON.stringify(PROBLEM),
+        {status: 429, headers: {'Content-Type': 'application/problem+json', 'Retry-After': '30'}});
+      if (window.__mode === 'lose') {
+        window.__mode = null;
+        await real(url, opts);
+        throw new TypeError('Failed to fetch');
+      }
+      return real(url, opts);
+    };""" % json.dumps(PROBLEM)
+
+
+def test_resubmit_says_a_refusal_and_asks_a_lost_answer_again_with_the_same_key(
+        page, tenant, browser_stack):
+    """Invariant: a refused create shows the problem's detail as text by the
+    button, makes no job and leaves the button usable; every click has a fresh
+    Idempotency-Key, and a click whose answer was lost is asked again with its
+    own key, so it still makes one job, not two."""
+    base, name = browser_stack.api, unique("again-flaky")
+    first = _finished(tenant, name)
+    made: list[str] = []
+    try:
+        with ui.on_every_document(page, FLAKY_CREATE):
+            page.get(base + f"/#/jobs/{first['id']}")
+            page.refresh()
+            ui.text_in(page, "#job-state", "SUCCEEDED")
+            button = ui.find(page, "#resubmit")
+            ui.wait(page).until(lambda d: button.is_enabled())
+            page.execute_script("window.__mode = 'refuse'")
+            button.click()
+            said = ui.text_in(page, "#resubmit-status", PROBLEM["detail"])
+            assert said == f"Resubmit refused: 429 Quota exceeded: {PROBLEM['detail']}", said
+            assert _page_job(page) == first["id"]
+            ui.wait(page).until(lambda d: button.is_enabled() and button.text == "Resubmit")
+            assert len(_named(tenant, name)) == 1
+            page.execute_script("window.__mode = 'lose'")
+            button.click()
+            ui.wait(page).until(lambda d: _page_job(d) not in (None, first["id"]))
+            made.append(_page_job(page))
+            assert ui.text_in(page, "#job-title", name) == name
+            keys = page.execute_script("return window.__keys")
+        assert len(keys) == 3 and keys[1] == keys[2] and keys[0] != keys[1], keys
+        assert all(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", k)
+                   for k in keys), keys
+        assert {j["id"] for j in _named(tenant, name)} == {first["id"], made[0]}
+    finally:
+        for job_id in [first["id"], *made]:
+            _cancel(tenant, job_id)
 
 
 def test_the_job_page_says_the_spec_in_words_and_no_env_value(page, tenant, browser_stack):

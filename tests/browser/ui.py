@@ -2,6 +2,7 @@
 shares live in devstack/browser.py)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 
@@ -11,8 +12,8 @@ from selenium.webdriver.support import expected_conditions as EC
 
 from devstack.browser import find, present, sign_in, wait
 
-__all__ = ["console_errors", "fetched", "find", "never", "present", "screenshot", "sign_in",
-           "text_in", "wait", "watch_fetches"]
+__all__ = ["console_errors", "fetched", "find", "never", "on_every_document", "present",
+           "screenshot", "sign_in", "text_in", "wait", "watch_fetches"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: where screenshots go: build/ by default, so a test run leaves the tree clean;
@@ -35,6 +36,18 @@ def screenshot(driver, name: str) -> pathlib.Path:
 
 def console_errors(driver) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@contextlib.contextmanager
+def on_every_document(driver, source: str):
+    """Run ``source`` first in every document the driver opens from now on
+    (not in the one open now: open or refresh a page after entering)."""
+    script = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": source})
+    try:
+        yield
+    finally:
+        driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
+                               {"identifier": script["identifier"]})
 
 
 def watch_fetches(driver) -> None:

@@ -1,5 +1,25 @@
-// A job's spec, said in words (no JSON).
+// A job's spec, said in words (no JSON), and the body that submits it again.
 import { h, count } from './dom.js';
+
+/** What POST /v1/jobs accepts (chalicelib/api/schemas.py JOB_CREATE, JobCreate in
+ * docs/openapi.yaml). A job's spec is its create body with the defaults filled
+ * (JobSpec), so these of its members make a body the server takes back as it is. */
+export const CREATE_FIELDS = ['name', 'command', 'working_dir', 'env', 'ranks', 'gpus_per_rank',
+  'gpu_type', 'priority', 'max_attempts', 'heartbeat', 'on_stall', 'labels'];
+
+/** The create body of a job like this one: its spec's create members, nothing else. */
+export function createBody(spec) {
+  return Object.fromEntries(CREATE_FIELDS.filter((k) => spec[k] !== undefined).map((k) => [k, spec[k]]));
+}
+
+/** A fresh Idempotency-Key (crypto.randomUUID in a secure context, else the same from getRandomValues). */
+export function newKey() {
+  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40; b[8] = (b[8] & 0x3f) | 0x80;
+  const x = [...b].map((v) => v.toString(16).padStart(2, '0')).join('');
+  return `${x.slice(0, 8)}-${x.slice(8, 12)}-${x.slice(12, 16)}-${x.slice(16, 20)}-${x.slice(20)}`;
+}
 
 /** One word of a POSIX shell command line: as it is when nothing in it is special, else quoted. */
 export function shellWord(s) {

@@ -1,7 +1,7 @@
 """The dashboard's daily-use features of issue 29, item 6, as a person sees
 them in headless Chromium against the local stack with real agents: Resubmit
-on the job page, a job's spec said in words, and a ranks page that stops
-asking once the job is not there."""
+on the job page, the nodes page's GPUs by job, a job's spec said in words,
+and a ranks page that stops asking once the job is not there."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,9 @@ from selenium.webdriver.common.by import By
 from tests.browser import ui
 from tests.browser.conftest import submit, unique, wait_state
 from tests.browser.test_dashboard_glitches import answered
+from tests.stacks import Api
 
+OTHER_TOKEN = "e2e-other"  # a second tenant of tests/stacks.TOKENS
 ENDED = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
@@ -146,6 +148,71 @@ def test_resubmit_says_a_refusal_and_asks_a_lost_answer_again_with_the_same_key(
     finally:
         for job_id in [first["id"], *made]:
             _cancel(tenant, job_id)
+
+
+def _per_node(api, job_id: str, gpus_per_rank: int) -> dict[str, int]:
+    """node id -> GPUs the job's current attempt holds there, from the API."""
+    job = api.get(f"/v1/jobs/{job_id}").json()
+    attempts = api.get(f"/v1/jobs/{job_id}/attempts").json()["attempts"]
+    current = next(a for a in attempts if a["attempt"] == job["attempt"])
+    out: dict[str, int] = {}
+    for p in current["placement"]:
+        out[p["node_id"]] = out.get(p["node_id"], 0) + gpus_per_rank
+    return out
+
+
+def _users(page, node: str) -> list[str]:
+    return [li.text for li in page.find_elements(
+        By.CSS_SELECTOR, f'#nodes-body tr[data-node="{node}"] td.users li')]
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def test_the_nodes_page_says_which_of_your_jobs_hold_each_nodes_gpus(page, tenant, browser_stack):
+    """Invariant: under each node, each of the caller's running jobs placed
+    there is named (a link to its page) with the GPUs it holds there, ranks
+    there × gpus_per_rank; another tenant's GPUs are said only as a number,
+    never by its job's name or id."""
+    other = Api(browser_stack.api, OTHER_TOKEN)
+    name, theirs_name = unique("held"), unique("theirs")
+    mine = submit(tenant, name=name, ranks=2, gpus_per_rank=2)
+    theirs = submit(other, name=theirs_name, ranks=1, gpus_per_rank=2)
+    try:
+        assert wait_state(tenant, mine["id"], {"RUNNING"})["state"] == "RUNNING"
+        assert wait_state(other, theirs["id"], {"RUNNING"})["state"] == "RUNNING"
+        held = _per_node(tenant, mine["id"], 2)
+        held_by_them = _per_node(other, theirs["id"], 2)
+        assert sum(held.values()) == 4
+        page.get(browser_stack.api + "/#/nodes")
+        ui.text_in(page, "#nodes-body", "local-2")
+        line = re.compile(rf"{re.escape(name)} \(job_\w+…{mine['id'][-5:]}\): (\d+) GPUs?")
+        seen: dict = {}
+
+        def shown(d) -> bool:
+            for node in ("local-1", "local-2"):
+                lines = seen[node] = _users(page, node)
+                ours = [m for m in map(line.fullmatch, lines) if m]
+                if [int(m.group(1)) for m in ours] != ([held[node]] if node in held else []):
+                    return False
+                # GPUs a job of this tenant that a test before cancelled may
+                # hold a moment longer are not theirs: wait for them to go
+                if node in held_by_them and f"other tenants: {_gpus(held_by_them[node])}" not in lines:
+                    return False
+            return True
+        ui.wait(page, 60).until(shown, message=f"not shown: {seen}")
+        text = page.find_element(By.TAG_NAME, "main").text
+        assert theirs_name not in text and theirs["id"] not in text
+        node = next(iter(held))
+        link = page.find_element(By.CSS_SELECTOR, f'#nodes-body tr[data-node="{node}"] td.users a')
+        assert link.text == name
+        link.click()
+        assert ui.text_in(page, "#job-title", name) == name
+        assert _page_job(page) == mine["id"]
+    finally:
+        _cancel(tenant, mine["id"])
+        _cancel(other, theirs["id"])
 
 
 def test_the_job_page_says_the_spec_in_words_and_no_env_value(page, tenant, browser_stack):

@@ -128,7 +128,7 @@ export function mount(main, [jobId]) {
     h('p', { class: 'crumbs' }, h('a', { href: '#/jobs', text: '← Jobs' })),
     h('div', { class: 'title-row' }, title, badge),
     h('div', { class: 'toolbar' }, h('a', { id: 'ranks-link', class: 'button', href: `#/jobs/${encodeURIComponent(jobId)}/ranks`, text: 'Rank heatmap' }), resubmitBtn, cancelBtn),
-    resubmitStatus, cancelStatus, error, headline, facts,
+    error, resubmitStatus, cancelStatus, headline, facts,
     h('h2', { text: 'Attempts' }), attempts,
     h('h2', { text: 'Events' }), events,
     h('h2', { text: 'Logs' }), logs,

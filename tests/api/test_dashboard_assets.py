@@ -11,6 +11,7 @@ from chalice.app import _matches_content_type
 
 import app
 from chalicelib import web
+from chalicelib.api import schemas
 
 CSP = web.CSP
 
@@ -120,6 +121,16 @@ def test_nothing_is_loaded_from_another_origin_and_nothing_is_inline():
     html = (web.STATIC_DIR / web.INDEX).read_text(encoding="utf-8")
     assert not re.search(r"<script(?![^>]*\bsrc=)", html), "inline script"
     assert "<style" not in html and " style=" not in html and " on" + "click=" not in html
+
+
+def test_resubmit_sends_back_exactly_the_members_a_create_accepts():
+    """spec.js CREATE_FIELDS, the members of a job's spec the job page's
+    Resubmit sends back to POST /v1/jobs, are JOB_CREATE's properties: a
+    member added to the create body is resubmitted too, and nothing else is."""
+    text = (web.STATIC_DIR / "spec.js").read_text(encoding="utf-8")
+    listed = re.search(r"CREATE_FIELDS = \[([^\]]*)\]", text)
+    assert listed, "spec.js has no CREATE_FIELDS"
+    assert sorted(re.findall(r"'([a-z_]+)'", listed.group(1))) == sorted(schemas.JOB_CREATE["properties"])
 
 
 @pytest.mark.parametrize("path", ["/", "/static/app.js", "/static/style.css"])

@@ -170,7 +170,8 @@ def test_open_a_job_and_cancel_it_shows_202_then_cancelled(page, tenant, browser
         ui.text_in(page, "#job-state", "RUNNING")
         attempts = ui.text_in(page, "#attempts", "ranks")
         assert "local-" in attempts and "→ rank" in attempts
-        assert '"ranks": 2' in page.find_element(By.ID, "spec").text
+        assert "2 ranks × 1 GPU (h100)" in page.find_element(By.ID, "facts").text
+        assert "Max attempts\n1" in page.find_element(By.ID, "spec").text
         ui.screenshot(page, "job")
         page.find_element(By.ID, "cancel").click()
         dialog = ui.find(page, "#cancel-dialog")

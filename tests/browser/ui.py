@@ -2,16 +2,18 @@
 shares live in devstack/browser.py)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 
 from devstack.browser import find, present, sign_in, wait
 
-__all__ = ["console_errors", "find", "present", "screenshot", "sign_in", "text_in",
-           "wait"]
+__all__ = ["console_errors", "fetched", "find", "never", "on_every_document", "present",
+           "screenshot", "sign_in", "text_in", "wait", "watch_fetches"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: where screenshots go: build/ by default, so a test run leaves the tree clean;
@@ -34,3 +36,40 @@ def screenshot(driver, name: str) -> pathlib.Path:
 
 def console_errors(driver) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@contextlib.contextmanager
+def on_every_document(driver, source: str):
+    """Run ``source`` first in every document the driver opens from now on
+    (not in the one open now: open or refresh a page after entering)."""
+    script = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": source})
+    try:
+        yield
+    finally:
+        driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument",
+                               {"identifier": script["identifier"]})
+
+
+def watch_fetches(driver) -> None:
+    """Record the URL of every fetch the open document makes from now on."""
+    driver.execute_script("""
+        if (!window.__fetched) {
+          window.__fetched = [];
+          const real = window.fetch;
+          window.fetch = (url, opts) => { window.__fetched.push(String(url)); return real(url, opts); };
+        }""")
+
+
+def fetched(driver, part: str = "") -> list[str]:
+    """The URLs fetched since watch_fetches() that contain ``part``."""
+    return [u for u in driver.execute_script("return window.__fetched || []") if part in u]
+
+
+def never(driver, condition, seconds: float, what: str = "") -> None:
+    """Fail if ``condition(driver)`` comes true within ``seconds`` (polled): for
+    what must not happen."""
+    try:
+        wait(driver, seconds).until(condition)
+    except TimeoutException:
+        return
+    raise AssertionError(f"it happened: {what or condition}")

@@ -17,18 +17,19 @@ export class ApiError extends Error {
     this.status = status;
     this.problem = problem;
     this.code = problem && problem.code;
+    this.retryAfter = null; // seconds, from a Retry-After header (409 request_in_progress, 429)
   }
 }
 
 let onUnauthenticated = () => {};
 export function whenUnauthenticated(fn) { onUnauthenticated = fn; }
 
-export async function call(method, path, { query, body, signal } = {}) {
+export async function call(method, path, { query, body, signal, headers: extra } = {}) {
   const url = new URL(path, ROOT);
   for (const [k, v] of Object.entries(query || {})) {
     if (v != null && v !== '') url.searchParams.set(k, v);
   }
-  const headers = { Authorization: `Bearer ${token.get() || ''}`, Accept: 'application/json' };
+  const headers = { ...extra, Authorization: `Bearer ${token.get() || ''}`, Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const res = await fetch(url, {
     method, headers, signal, cache: 'no-store', credentials: 'omit',
@@ -39,7 +40,10 @@ export async function call(method, path, { query, body, signal } = {}) {
   try { data = text ? JSON.parse(text) : null; } catch { data = null; }
   if (!res.ok) {
     if (res.status === 401) onUnauthenticated();
-    throw new ApiError(res.status, data);
+    const err = new ApiError(res.status, data);
+    const after = res.headers.get('Retry-After');
+    if (after && Number.isFinite(Number(after))) err.retryAfter = Number(after);
+    throw err;
   }
   return { status: res.status, data };
 }
@@ -62,6 +66,9 @@ export const api = {
   attempts: (jobId) => get(`v1/jobs/${id(jobId)}/attempts`),
   ranks: (jobId) => get(`v1/jobs/${id(jobId)}/ranks`),
   nodes: () => get('v1/nodes'),
+  /** POST /v1/jobs under an Idempotency-Key: the same key and body answer the same job. */
+  submit: (body, idempotencyKey) =>
+    call('POST', 'v1/jobs', { body, headers: { 'Idempotency-Key': idempotencyKey } }),
   cancel: (jobId, reason) =>
     call('POST', `v1/jobs/${id(jobId)}/cancel`, { body: reason ? { reason } : {} }),
   // The job's story and its output come from endpoints that may not exist on

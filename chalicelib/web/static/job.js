@@ -1,11 +1,14 @@
 // Job: spec, state, pending_reason, health, attempts with their node -> ranks
-// map, the event timeline and logs (where the server has them), and Cancel.
-import { api } from './api.js';
+// map, the event timeline and logs (where the server has them), Resubmit and
+// Cancel.
+import { api, ApiError } from './api.js';
 import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictLines, stackLine } from './verdict.js';
 import { exitText, eventLabels } from './story.js';
+import { createBody, newKey, shellLine, specPairs } from './spec.js';
 
 const REFRESH_MS = 1500;
+const SUBMIT_TRIES = 3;
 
 function dl(pairs) {
   return h('dl', { class: 'facts' }, pairs.filter(([, v]) => v != null && v !== '')
@@ -55,6 +58,22 @@ function attemptsTable(attempts) {
       h('td', { text: exitText(a.exit) })))));
 }
 
+const pause = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+
+/** One click's create under one fresh key: an answer lost to the network, a
+ * 5xx or 409 request_in_progress is asked again with the same key, which can
+ * only answer the job that key made, never a second one. */
+async function submitCopy(body) {
+  const key = newKey();
+  for (let i = 1; ; i++) {
+    try { return await api.submit(body, key); } catch (e) {
+      const again = !(e instanceof ApiError) || e.code === 'request_in_progress' || e.status >= 500;
+      if (!again || i >= SUBMIT_TRIES) throw e;
+      await pause(1000 * Math.min(5, e.retryAfter ?? 1));
+    }
+  }
+}
+
 function eventsList(events) {
   if (events == null) return h('p', { class: 'muted', text: 'This server has no event timeline (GET /v1/jobs/{id}/events).' });
   if (!events.length) return h('p', { class: 'muted', text: 'No events yet.' });
@@ -81,9 +100,12 @@ export function mount(main, [jobId]) {
   // disabled until the job is loaded; hidden for good when there is no such job
   const cancelBtn = h('button', { type: 'button', id: 'cancel', class: 'danger', text: 'Cancel job…', disabled: true });
   const cancelStatus = h('p', { id: 'cancel-status', role: 'status', class: 'notice', hidden: true });
+  const resubmitBtn = h('button', { type: 'button', id: 'resubmit', text: 'Resubmit', disabled: true,
+    title: 'Submit this job’s spec again, as a new job' });
+  const resubmitStatus = h('p', { id: 'resubmit-status', class: 'error', role: 'alert' });
   const headline = h('div', { id: 'job-verdict', class: 'summary', role: 'status', hidden: true });
   const facts = h('section', { id: 'facts' });
-  const spec = h('pre', { id: 'spec', class: 'spec', tabindex: 0 });
+  const spec = h('section', { id: 'spec' });
   const attempts = h('section', { id: 'attempts' });
   const events = h('section', { id: 'events' });
   const logs = h('section', { id: 'logs' });
@@ -98,18 +120,37 @@ export function mount(main, [jobId]) {
         h('button', { value: 'keep', text: 'Keep it running' }),
         h('button', { value: 'cancel', id: 'confirm-cancel', class: 'danger', text: 'Cancel job' }))));
   let job = null;
+  let submitting = false; // a Resubmit in flight: the button stays disabled
+  let mounted = true; // a Resubmit answered after the page was left does not navigate
   const seen = {};
 
   main.append(
     h('p', { class: 'crumbs' }, h('a', { href: '#/jobs', text: '← Jobs' })),
     h('div', { class: 'title-row' }, title, badge),
-    h('div', { class: 'toolbar' }, h('a', { id: 'ranks-link', class: 'button', href: `#/jobs/${encodeURIComponent(jobId)}/ranks`, text: 'Rank heatmap' }), cancelBtn),
-    cancelStatus, error, headline, facts,
+    h('div', { class: 'toolbar' }, h('a', { id: 'ranks-link', class: 'button', href: `#/jobs/${encodeURIComponent(jobId)}/ranks`, text: 'Rank heatmap' }), resubmitBtn, cancelBtn),
+    error, resubmitStatus, cancelStatus, headline, facts,
     h('h2', { text: 'Attempts' }), attempts,
     h('h2', { text: 'Events' }), events,
     h('h2', { text: 'Logs' }), logs,
     h('h2', { text: 'Spec' }), spec, dialog);
   title.focus();
+
+  resubmitBtn.addEventListener('click', async () => {
+    if (submitting || !job) return;
+    submitting = true; // before any await: a second click finds the button disabled
+    resubmitBtn.disabled = true;
+    setText(resubmitBtn, 'Resubmitting…');
+    resubmitStatus.textContent = '';
+    try {
+      const res = await submitCopy(createBody(job.spec));
+      if (mounted) location.hash = `#/jobs/${encodeURIComponent(res.data.id)}`;
+    } catch (e) {
+      setText(resubmitStatus, `Resubmit refused: ${problemText(e)}`);
+      setText(resubmitBtn, 'Resubmit');
+      submitting = false;
+      resubmitBtn.disabled = false;
+    }
+  });
 
   cancelBtn.addEventListener('click', () => {
     setText(dialog.querySelector('#cancel-dialog-text'),
@@ -147,6 +188,7 @@ export function mount(main, [jobId]) {
     setText(title, j.name || j.id);
     if (changed('state', j.state)) badge.replaceChildren(stateBadge(j.state));
     cancelBtn.disabled = TERMINAL.has(j.state) || !!j.cancel_requested_at;
+    resubmitBtn.disabled = submitting;
     if (!cancelStatus.hidden && TERMINAL.has(j.state)) setText(cancelStatus, `Cancel requested at ${time(j.cancel_requested_at)}; the job is now ${j.state}.`);
     if (changed('verdict', (j.health || {}).verdict)) {
       headline.replaceChildren(...verdictView(j.health));
@@ -157,7 +199,7 @@ export function mount(main, [jobId]) {
         ['ID', h('code', { text: j.id })], ['State', j.state],
         ['Why pending', j.state === 'PENDING' ? j.pending_reason : null],
         ['Attempt', j.attempt], ['Ranks', `${count(j.spec.ranks, 'rank')} × ${count(j.spec.gpus_per_rank ?? 1, 'GPU')} (${j.spec.gpu_type || 'any type'})`],
-        ['Command', h('code', { text: (j.spec.command || []).join(' ') })],
+        ['Command', h('code', { text: shellLine(j.spec.command) })],
         ['Working dir', j.spec.working_dir && h('code', { text: j.spec.working_dir })],
         ['Labels', Object.entries(j.spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ')],
         ['Created', time(j.created_at)], ['Started', j.started_at && time(j.started_at)],
@@ -166,7 +208,9 @@ export function mount(main, [jobId]) {
         ['Exit', exitText(j.exit)],
         ...healthFacts(j.health),
       ]));
-      setText(spec, JSON.stringify(j.spec, null, 2));
+      spec.replaceChildren(
+        h('p', { class: 'muted small', text: 'Command, ranks, GPUs, working dir and labels: above. Resubmit sends all of it again.' }),
+        dl(specPairs(j.spec)));
     }
   }
 
@@ -186,11 +230,13 @@ export function mount(main, [jobId]) {
         // nothing to cancel, nor to poll for: a job id is never reused
         cancelBtn.disabled = true;
         cancelBtn.hidden = true;
+        resubmitBtn.disabled = true;
+        resubmitBtn.hidden = true;
         poller.stop();
       }
       setText(error, e.status === 404 ? `No job ${jobId} (or it belongs to another tenant).` : `Could not load the job: ${problemText(e)}`);
     }
   }
   const poller = poll(refresh, REFRESH_MS);
-  return () => poller.stop();
+  return () => { mounted = false; poller.stop(); };
 }

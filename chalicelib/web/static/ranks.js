@@ -9,6 +9,8 @@ import { verdictOf, verdictLines, markOf } from './verdict.js';
 const REFRESH_MS = 2000;
 const TABLE_CHUNK = 500;
 const STATUS_KEYS = ['exited', 'stopped', 'paused', 'busy', 'not_instrumented'];
+/** Answers that polling again cannot change: the refresh stops on them. */
+const GONE = new Set([401, 403, 404]);
 
 function css(name) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
@@ -316,6 +318,9 @@ export function mount(main, [jobId]) {
       else if (!info.textContent) setText(info, rankText(null));
       if (TERMINAL.has(j.state)) poller.stop();
     } catch (e) {
+      // a job id is never reused, and a refused token stays refused: a page
+      // that is gone stays still (the sign-in form takes over on a 401)
+      if (GONE.has(e.status)) poller.stop();
       setText(error, e.status === 404 ? `No job ${jobId} (or it belongs to another tenant).` : `Could not load the ranks: ${problemText(e)}`);
     }
   }

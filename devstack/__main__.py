@@ -133,14 +133,25 @@ def _lock(state: pathlib.Path):
     return f
 
 
-def _tenant_token(path: str) -> str:
-    """The first tenant token of the file, for the ready line to offer."""
+def _tenant_token(path: str) -> str | None:
+    """The first tenant token of the file, for the CLI and the ready line."""
     try:
         with open(path, encoding="utf-8") as f:
             tokens = json.load(f)
         return next(t["token"] for t in tokens if isinstance(t, dict) and t.get("tenant"))
     except (OSError, ValueError, KeyError, StopIteration, TypeError):
-        return "<a tenant token of the tokens file>"
+        return None
+
+
+def _write_cli_file(state: pathlib.Path, api_url: str, token: str | None) -> pathlib.Path:
+    """Where ``gpujobs`` (and ``Client.from_config()``) find this stack by
+    themselves, whatever its PORT: ``cli.toml`` in the state folder
+    (gpujobs_client/config.py looks there), removed when the stack stops."""
+    from gpujobs_client.config import LOCAL_STACK_FILE, save_file
+
+    path = state / LOCAL_STACK_FILE
+    save_file(path, {"api_url": api_url, **({"token": token} if token else {})})
+    return path
 
 
 def _with_agent_tokens(path: str, entries: list[dict], workdir: str) -> str:
@@ -359,13 +370,15 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
                   f"{describe(adopted)}", flush=True)
         # the services are built now, with their own log handlers: quiet those too
         quieted = quiet_repeats("", "gpujobs", "chalicelib", "devstack")
+        token = _tenant_token(tokens_file)
+        cli_file = _write_cli_file(state, f"http://127.0.0.1:{port}", token)
         print(f"gpujobs ready: API http://127.0.0.1:{port} | AWS (moto) {moto.endpoint_url} | "
               f"tokens {tokens_file} | agents {agents_count} x {gpus_per_agent} GPUs "
               f"({', '.join(agents.nodes) or 'none'}; logs under {workdir}) | "
               f"scan every {scan_period_s:g}s | state {state} "
-              f"({'restored' if restored else 'new'}) | to use it: "
-              f"export GPUJOBS_API_URL=http://127.0.0.1:{port} "
-              f"GPUJOBS_TOKEN={_tenant_token(tokens_file)}", flush=True)
+              f"({'restored' if restored else 'new'}) | gpujobs finds it through "
+              f"{cli_file}; other tools: export GPUJOBS_API_URL=http://127.0.0.1:{port} "
+              f"GPUJOBS_TOKEN={token or '<a tenant token of the tokens file>'}", flush=True)
         # never a wait without a timeout, and none on a lock the handler takes:
         # the kernel hands SIGTERM to any of the stack's threads, and only a
         # main thread that wakes up runs Python's handler (see Halt)
@@ -380,6 +393,7 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
         if left:
             print(f"gpujobs: stopping; these ranks run on, and the next `make up` adopts "
                   f"them: {describe(left)}", flush=True)
+        cli_file.unlink(missing_ok=True)  # the CLI must not find a stack that is gone
         server.shutdown()
         server.server.server_close()
         return 0

@@ -44,7 +44,8 @@ EXIT_BUG = 70             # an unexpected error in the CLI itself (a bug; GPUJOB
 EPILOG = """\b
 Configuration (highest first): --api-url/--token, GPUJOBS_API_URL/GPUJOBS_TOKEN,
 the config file ($XDG_CONFIG_HOME/gpujobs/config.toml, see `gpujobs config`),
-then http://127.0.0.1:8000.
+the file a running `make up` writes (.gpujobs-local/cli.toml, found from
+anywhere in the checkout), then http://127.0.0.1:8000.
 
 \b
 Exit codes:
@@ -1075,13 +1076,32 @@ def config_show(show_token: bool) -> None:
     cfg = resolve(_setting("api_url"), _setting("token"))
     token = cfg.token if show_token else _mask(cfg.token)
     data = {"api_url": cfg.api_url, "token": token, "sources": cfg.sources,
-            "config_file": str(cfg.path)}
+            "config_file": str(cfg.path),
+            "local_stack_file": None if cfg.local_path is None else str(cfg.local_path)}
     if json_mode():
         out_json(data)
         return
     click.echo(f"api_url  {cfg.api_url}  ({cfg.sources['api_url']})")
     click.echo(f"token    {token or '(none)'}  ({cfg.sources['token']})")
     click.echo(f"file     {cfg.path}")
+    if cfg.local_path is not None:
+        click.echo(f"local    {cfg.local_path}  (written by the running make up)")
+
+
+@config.command(name="get")
+@common_options
+@click.argument("key", type=click.Choice(KEYS))
+def config_get(key: str) -> None:
+    """Print one setting in effect, as it is (for scripts:
+    curl "$(gpujobs config get api_url)/v1/health")."""
+    cfg = resolve(_setting("api_url"), _setting("token"))
+    value = cfg.api_url if key == "api_url" else cfg.token
+    if json_mode():
+        out_json({"key": key, "value": value, "source": cfg.sources[key]})
+        return
+    if value is None:
+        raise click.UsageError(f"no {key} is set (see gpujobs config show)")
+    click.echo(value)
 
 
 @config.command(name="path")

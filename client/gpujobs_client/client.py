@@ -89,7 +89,8 @@ class Client:
     @classmethod
     def from_config(cls, **kw: Any) -> "Client":
         """``api_url`` and ``token`` as the CLI resolves them: environment,
-        then the config file, then the default."""
+        then the config file, then a running local stack's file, then the
+        default."""
         from .config import resolve
         cfg = resolve()
         return cls(cfg.api_url, cfg.token, **kw)

@@ -3,15 +3,23 @@
 Precedence, highest first: command-line flags (``--api-url``, ``--token``),
 the environment (``GPUJOBS_API_URL``, ``GPUJOBS_TOKEN``), the config file
 ``$XDG_CONFIG_HOME/gpujobs/config.toml`` (``~/.config/gpujobs/config.toml``
-when ``XDG_CONFIG_HOME`` is unset or not absolute), then the default
-``http://127.0.0.1:8000`` (and no token). An empty value counts as unset.
+when ``XDG_CONFIG_HOME`` is unset or not absolute), the local stack's file,
+then the default ``http://127.0.0.1:8000`` (and no token). An empty value
+counts as unset.
 
-The file is TOML with two string keys::
+The local stack's file is the one a running ``make up`` writes, ``cli.toml``
+in its state folder: ``$GPUJOBS_STATE_DIR`` when set, else the nearest
+``.gpujobs-local/`` from the working directory up (anywhere in the
+checkout). It holds the stack's address, whatever its ``PORT``, and a tenant
+token of its tokens file, and is removed when the stack stops.
 
-    api_url = "http://127.0.0.1:8000"
+Both files are TOML with two string keys::
+
+    api_url = "http://127.0.0.1:41234"
     token = "t1"
 
-``gpujobs config set`` writes it with mode 0600, since it holds a token.
+``gpujobs config set`` writes the config file with mode 0600, since it holds
+a token; so does the stack its own.
 """
 from __future__ import annotations
 
@@ -26,6 +34,8 @@ from .errors import GpujobsError
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 KEYS = ("api_url", "token")
+LOCAL_STATE_DIR = ".gpujobs-local"
+LOCAL_STACK_FILE = "cli.toml"
 ENV_VARS = {"api_url": "GPUJOBS_API_URL", "token": "GPUJOBS_TOKEN"}
 
 
@@ -42,6 +52,19 @@ def config_dir(env: Mapping[str, str] | None = None) -> pathlib.Path:
 
 def config_path(env: Mapping[str, str] | None = None) -> pathlib.Path:
     return config_dir(env) / "config.toml"
+
+
+def local_stack_path(env: Mapping[str, str] | None = None,
+                     cwd: str | os.PathLike | None = None) -> pathlib.Path | None:
+    """The file a running local stack wrote for the CLI, or None."""
+    env = os.environ if env is None else env
+    state = env.get("GPUJOBS_STATE_DIR", "")
+    if state:
+        candidates = [pathlib.Path(state) / LOCAL_STACK_FILE]
+    else:
+        here = pathlib.Path(cwd or os.getcwd()).resolve()
+        candidates = [d / LOCAL_STATE_DIR / LOCAL_STACK_FILE for d in (here, *here.parents)]
+    return next((p for p in candidates if p.is_file()), None)
 
 
 def load_file(path: pathlib.Path) -> dict[str, str]:
@@ -96,15 +119,18 @@ class Resolved:
     token: str | None
     path: pathlib.Path
     sources: dict[str, str] = field(default_factory=dict)
-    """For each key: ``flag``, ``env``, ``file`` or ``default``."""
+    """For each key: ``flag``, ``env``, ``file``, ``local stack`` or ``default``."""
+    local_path: pathlib.Path | None = None
+    """The local stack's file, when one was found."""
 
 
 def resolve(api_url: str | None = None, token: str | None = None,
             env: Mapping[str, str] | None = None) -> Resolved:
     env = os.environ if env is None else env
     path = config_path(env)
+    local = local_stack_path(env)
     flags = {"api_url": api_url, "token": token}
-    file_values: dict[str, str] | None = None
+    files: list[tuple[str, dict[str, str]]] | None = None  # read only when needed
     values: dict[str, str | None] = {}
     sources: dict[str, str] = {}
     for key in KEYS:
@@ -114,12 +140,15 @@ def resolve(api_url: str | None = None, token: str | None = None,
         if env.get(ENV_VARS[key]):
             values[key], sources[key] = env[ENV_VARS[key]], "env"
             continue
-        if file_values is None:
-            file_values = load_file(path)
-        if file_values.get(key):
-            values[key], sources[key] = file_values[key], "file"
+        if files is None:
+            files = [("file", load_file(path))]
+            if local is not None:
+                files.append(("local stack", load_file(local)))
+        found = next(((where, vals[key]) for where, vals in files if vals.get(key)), None)
+        if found:
+            sources[key], values[key] = found
             continue
         values[key] = DEFAULT_API_URL if key == "api_url" else None
         sources[key] = "default"
     return Resolved(api_url=str(values["api_url"]).rstrip("/"), token=values["token"],
-                    path=path, sources=sources)
+                    path=path, sources=sources, local_path=local)

@@ -44,6 +44,8 @@ class Run:
         base = {"GPUJOBS_API_URL": self.fake.url if url else None,
                 "GPUJOBS_TOKEN": "t1" if token else None, "XDG_CONFIG_HOME": str(self.xdg),
                 "GPUJOBS_RETRIES": None, "GPUJOBS_DEBUG": None, "COLUMNS": "200",
+                # no local stack's cli.toml, even with a `make up` running here
+                "GPUJOBS_STATE_DIR": str(self.xdg.parent / "no-local-stack"),
                 "NO_COLOR": "1", **(env or {})}
         from click.testing import CliRunner
 

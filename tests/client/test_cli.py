@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import socket
 import stat
 
@@ -561,6 +562,62 @@ def test_default_api_url_when_nothing_is_set(run, tmp_path):
     show = json_out(run("config", "show", "-o", "json", url=False, token=False))
     assert show["api_url"] == "http://127.0.0.1:8000"
     assert show["sources"] == {"api_url": "default", "token": "default"}
+
+
+def local_stack_file(folder: pathlib.Path, api_url: str, token: str | None = "t1") -> None:
+    """What a running `make up` writes: cli.toml in its state folder."""
+    from gpujobs_client.config import save_file
+    save_file(folder / "cli.toml", {"api_url": api_url, **({"token": token} if token else {})})
+
+
+def test_a_running_local_stack_is_found_from_anywhere_in_its_checkout(run, fake, tmp_path,
+                                                                      monkeypatch):
+    """Invariant (issue 29, no port to type): with no flag, variable or config
+    file, the CLI uses the address and token the running local stack wrote
+    to .gpujobs-local/cli.toml, found from any folder below the checkout's
+    root, and says where they came from."""
+    checkout = tmp_path / "checkout"
+    local_stack_file(checkout / ".gpujobs-local", fake.url)
+    deep = checkout / "examples" / "deeper"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    no_state = {"GPUJOBS_STATE_DIR": None}
+    assert run("list", url=False, token=False, env=no_state).exit_code == 0
+    assert len(fake.sent("GET", "/v1/jobs")) == 1
+    got = run("config", "get", "api_url", url=False, token=False, env=no_state)
+    assert got.exit_code == 0 and got.stdout == fake.url + "\n"
+    show = run("config", "show", url=False, token=False, env=no_state).stdout
+    assert f"api_url  {fake.url}  (local stack)" in show
+    assert f"local    {checkout / '.gpujobs-local' / 'cli.toml'}" in show
+    monkeypatch.chdir(tmp_path)  # outside the checkout: nothing found
+    show = json_out(run("config", "show", "-o", "json", url=False, token=False, env=no_state))
+    assert show["sources"] == {"api_url": "default", "token": "default"}
+    assert show["local_stack_file"] is None
+
+
+def test_the_user_config_and_the_environment_outrank_the_local_stack(run, fake, second,
+                                                                     tmp_path):
+    """What a person set on purpose wins over what the stack wrote: the
+    config file, then the environment, over GPUJOBS_STATE_DIR's cli.toml."""
+    state = tmp_path / "state"
+    local_stack_file(state, second.url, token="t1")
+    env = {"GPUJOBS_STATE_DIR": str(state)}
+    assert run("list", url=False, token=False, env=env).exit_code == 0
+    assert len(second.sent("GET", "/v1/jobs")) == 1
+    assert run("config", "get", "token", url=False, token=False, env=env).stdout == "t1\n"
+    assert run("config", "set", "api_url", fake.url, url=False, token=False,
+               env=env).exit_code == 0
+    show = json_out(run("config", "show", "-o", "json", url=False, token=False, env=env))
+    assert show["sources"] == {"api_url": "file", "token": "local stack"}
+    assert show["api_url"] == fake.url
+    show = json_out(run("config", "show", "-o", "json", url=False, token=False,
+                        env={**env, "GPUJOBS_API_URL": second.url}))
+    assert show["sources"]["api_url"] == "env"
+
+
+def test_config_get_of_an_unset_token_is_a_usage_error(run):
+    r = run("config", "get", "token", url=False, token=False)
+    assert r.exit_code == 2 and "no token is set" in r.stderr
 
 
 def test_config_file_is_toml_under_xdg_config_home_and_private(run, xdg):

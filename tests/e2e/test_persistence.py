@@ -155,7 +155,8 @@ def test_running_jobs_run_on_through_a_restart_and_the_next_stack_adopts_them(tm
     stack says so when it stops, the next stack's agents adopt them, and the
     silence of the restart convicts nobody: a job that ends while the stack
     is down and one that ends after the restart both SUCCEED in attempt 1,
-    with no stall."""
+    with no stall. While it runs, its cli.toml tells the CLI where it is;
+    once it stopped, nothing does."""
     from devstack.agents import sweep
 
     state = tmp_path / "state"
@@ -185,6 +186,11 @@ def test_running_jobs_run_on_through_a_restart_and_the_next_stack_adopts_them(tm
     try:
         first = start_stack(tmp_path, tokens, **env)
         try:
+            # the CLI's way to this stack, whatever its port, readable by its owner only
+            import tomllib
+            cli_file = state / "cli.toml"
+            assert tomllib.loads(cli_file.read_text()) == {"api_url": first.api, "token": "tk"}
+            assert cli_file.stat().st_mode & 0o077 == 0
             early, late = submit(first.api, "early"), submit(first.api, "late")
             for j in (early, late):
                 poll(lambda j=j: job(first.api, j)["state"] == "RUNNING", 60, f"{j} RUNNING")
@@ -194,6 +200,7 @@ def test_running_jobs_run_on_through_a_restart_and_the_next_stack_adopts_them(tm
             poll(lambda: snapshot.stat().st_mtime > written, 10, "a snapshot of them running")
         finally:
             assert first.stop(signal.SIGINT, timeout=60) == 0
+        assert not cli_file.exists(), "a stopped stack leaves the CLI no address"
         said = []
         while not first.lines.empty():
             said.append(first.lines.get_nowait())

@@ -1,7 +1,10 @@
-"""The quickstarts run as written: every shell block (and every Python block)
-of README.md, client/README.md and agent/README.md is run against the local
-stack and each command is checked to do what the text says it does, so the
-documentation cannot rot.
+"""The quickstarts run as written, and again: every shell block (and every
+Python block) of README.md, client/README.md and agent/README.md is run
+against the local stack, twice, and each command is checked to do what the
+text says it does, both times, so the documentation cannot rot and a reader
+can come back to it (issue 29: a fixed idempotency key or "the newest job"
+broke the second run). No command names the stack's port: the CLI finds the
+stack by itself.
 
 How a README is run (these are the only liberties taken, all mechanical):
 
@@ -12,10 +15,14 @@ How a README is run (these are the only liberties taken, all mechanical):
   inherited.
 - A line ``[VAR=value ...] make up`` is "the first terminal": instead of
   running make (which would install), the test starts the stack as `make up`
-  does, ``python -m devstack`` with those variables, and PORT=0. Identical
-  lines share one stack.
-- ``http://127.0.0.1:8000`` (the stack's default address) becomes that
-  stack's address, and ``/tmp/`` a directory of the test's own.
+  does, ``python -m devstack`` with those variables, PORT=0 (any port: no
+  command may depend on it) and a state folder of its own, which the
+  terminal gets as GPUJOBS_STATE_DIR (for a reader it is the checkout's
+  ``.gpujobs-local``). Identical lines share one stack.
+- ``/tmp/`` becomes a directory of the test's own.
+- The second run is a reader coming back: a new terminal, and each stack
+  restarted (Ctrl-C, then its `make up` line again: same state, another
+  port) when its `make up` line comes.
 - A command whose comment says ``until Ctrl-C`` runs as a process of its own
   (a third terminal) and must print a line with ``ready``; it gets SIGINT when
   its README is done and must exit 0.
@@ -49,9 +56,10 @@ from tests.stacks import ROOT, Stack, launch
 pytestmark = pytest.mark.e2e
 
 READMES = ["README.md", "client/README.md", "agent/README.md"]
-DEFAULT_API = "http://127.0.0.1:8000"
+DEFAULT_PORT = ":8000"
 MAKE_UP = re.compile(r"^((?:[A-Z_][A-Z0-9_]*=\S+\s+)*)make up\b")
 EXPORT = re.compile(r"export GPUJOBS_API_URL=(\S+) GPUJOBS_TOKEN=(\S+)")
+ROUNDS = 2
 
 
 @dataclass
@@ -68,7 +76,8 @@ EXPECT: dict[str, Expect] = {
     # -- README.md -------------------------------------------------------------
     "echo '[{\"token\": \"t1\"": Expect(),
     ". .venv/bin/activate": Expect(probe="command -v gpujobs", probe_shows=r"/\.venv/bin/gpujobs"),
-    "export GPUJOBS_API_URL=": Expect(),    # and it is what the ready line offers (below)
+    "gpujobs config show": Expect(shows=(r"^api_url +http://127\.0\.0\.1:\d+ +\(local stack\)",
+                                         r"^token +\S+ +\(local stack\)")),
     "JOB=$(gpujobs submit -q --ranks 2 --gpu-type h100 --name demo":
         Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
     "gpujobs watch $JOB": Expect(shows=(r"SUCCEEDED",)),
@@ -81,18 +90,24 @@ EXPECT: dict[str, Expect] = {
     # cancel --wait: CANCELLED is what was asked, so exit 0 (watch would say 9)
     "gpujobs cancel $LONG --wait": Expect(rc=0, shows=(r"CANCELLED",)),
     "gpujobs nodes": Expect(shows=(r"local-1", r"local-2", r"h100")),
-    "curl -si -X POST $GPUJOBS_API_URL/v1/jobs \\":
-        Expect(shows=(r"^HTTP/1\.1 201", r"(?i)location: /v1/jobs/job_", r'"name": ?"llama-ft"')),
-    "curl -s \"$GPUJOBS_API_URL/v1/jobs?page_size=20\"": Expect(shows=(r'"jobs": ?\[', r"llama-ft")),
-    "JOB=$(curl -s \"$GPUJOBS_API_URL/v1/jobs?page_size=1\"":
-        Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
-    "until curl -s $GPUJOBS_API_URL/v1/jobs/$JOB ": Expect(),
-    "curl -s \"$GPUJOBS_API_URL/v1/jobs?state=RUNNING\"":
+    "API=$(gpujobs config get api_url) TOKEN=$(gpujobs config get token)":
+        Expect(probe="echo $API $TOKEN", probe_shows=r"^http://127\.0\.0\.1:\d+ t1$"),
+    "KEY=$(python3 -c": Expect(probe="echo $KEY", probe_shows=r"^[0-9a-f-]{36}$"),
+    "SPEC='{\"name\": \"llama-ft\"": Expect(),
+    "JOB=$(curl -s -X POST $API/v1/jobs": Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
+    # the retry replays the job just made, whatever the runs before made
+    "curl -si -X POST $API/v1/jobs -H": Expect(
+        shows=(r"^HTTP/1\.1 201", r"(?i)^idempotent-replayed: true", r'"name": ?"llama-ft"'),
+        probe='curl -s $API/v1/jobs/$JOB -H "Authorization: Bearer $TOKEN" | jq -r .name',
+        probe_shows=r"^llama-ft$"),
+    "curl -s \"$API/v1/jobs?page_size=20\"": Expect(shows=(r'"jobs": ?\[', r"llama-ft")),
+    "until curl -s $API/v1/jobs/$JOB ": Expect(),
+    "curl -s \"$API/v1/jobs?state=RUNNING\"":
         Expect(shows=(r'"state": ?"RUNNING"', r"llama-ft")),
-    "curl -s $GPUJOBS_API_URL/v1/jobs/$JOB/logs": Expect(shows=(r'"lines": ?\[',)),
-    "curl -s $GPUJOBS_API_URL/v1/jobs/$JOB/events":
+    "curl -s $API/v1/jobs/$JOB/logs": Expect(shows=(r'"lines": ?\[',)),
+    "curl -s $API/v1/jobs/$JOB/events":
         Expect(shows=(r'"type": ?"created"', r'"type": ?"placed"', r'"type": ?"started"')),
-    "curl -si -X POST $GPUJOBS_API_URL/v1/jobs/$JOB/cancel":
+    "curl -si -X POST $API/v1/jobs/$JOB/cancel":
         Expect(shows=(r"^HTTP/1\.1 202", r'"cancel_requested_at": ?"')),
     "JOB=$(gpujobs submit -q --file - <<'SPEC'": Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
     "gpujobs watch $JOB --timeout 20": Expect(rc=7, shows=(r"Verdict: rank 3 on local-\d", r"STALLED")),
@@ -100,8 +115,6 @@ EXPECT: dict[str, Expect] = {
                                                   r"silent longest: rank 3\b")),
     "gpujobs cancel $JOB --wait": Expect(shows=(r"CANCELLED",)),
     # -- client/README.md --------------------------------------------------------
-    "gpujobs config set api_url": Expect(),
-    "gpujobs config set token t1": Expect(),
     "gpujobs submit --ranks 2 --gpu-type h100 --name demo":
         Expect(shows=(rf"Submitted: {J} PENDING", r"idempotency key: ")),
     "JOB=$(gpujobs submit -q --ranks 2 --name slow":
@@ -239,16 +252,27 @@ def _drained(q: "queue.Queue[str]") -> list[str]:
 
 
 class Stacks:
-    """Stacks by their `make up` line, each started once; and the directory
-    that stands for /tmp/ in every README."""
+    """Stacks by their `make up` line, each with a folder of its own; and the
+    directory that stands for /tmp/ in every README."""
 
     def __init__(self, tmp: pathlib.Path) -> None:
-        self.tmp, self.started = tmp, {}
+        self.tmp = tmp
+        self.started: dict[str, Stack] = {}
+        self.folders: dict[str, pathlib.Path] = {}
 
-    def get(self, key: str, env: dict) -> Stack:
+    def get(self, key: str, env: dict, *, restart: bool = False) -> Stack:
+        """The stack of this line; ``restart``: Ctrl-C it first (it must exit
+        0) and run its line again, on the same state."""
+        if key in self.started and restart:
+            code = self.started.pop(key).stop(signal.SIGINT, timeout=60)
+            assert code == 0, f"make up exited {code} on Ctrl-C"
         if key not in self.started:
-            self.started[key] = _start(self.tmp / f"stack-{len(self.started)}", env)
+            folder = self.folders.setdefault(key, self.tmp / f"stack-{len(self.folders)}")
+            self.started[key] = _start(folder, env)
         return self.started[key]
+
+    def state_dir(self, key: str) -> pathlib.Path:
+        return self.folders[key] / "state"
 
 
 @pytest.fixture(scope="module")
@@ -271,8 +295,7 @@ class Session:
 
 
 def _substitute(text: str, s: Session) -> str:
-    text = text.replace("/tmp/", f"{s.shared_tmp}/")
-    return text.replace(DEFAULT_API, s.stack.api) if s.stack else text
+    return text.replace("/tmp/", f"{s.shared_tmp}/")
 
 
 def _run_background(cmd: str, s: Session) -> None:
@@ -306,13 +329,21 @@ def _stop_background(s: Session, check: bool) -> None:
 
 
 @pytest.mark.parametrize("readme", READMES)
-def test_every_command_of_the_readme_runs_as_written(readme, stacks, tmp_path):
-    home = tmp_path / "home"
+def test_every_command_of_the_readme_runs_as_written_twice(readme, stacks, tmp_path):
+    for round_ in range(1, ROUNDS + 1):
+        ran = _run_readme(readme, stacks, tmp_path / f"run-{round_}", round_)
+        assert ran >= 5, f"{readme}: only {ran} commands found; are the blocks still ```sh?"
+
+
+def _run_readme(readme: str, stacks: Stacks, tmp: pathlib.Path, round_: int) -> int:
+    """Every command of ``readme`` in a new terminal; the commands run."""
+    home = tmp / "home"
     (home / "xdg").mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUJOBS_", "AWS_"))}
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / "xdg"), TERM="dumb",
                COLUMNS="200", NO_COLOR="1")
-    s = Session(tmp_path, stacks.tmp, Terminal(env))
+    s = Session(tmp, stacks.tmp, Terminal(env))
+    restarted: set[str] = set()
     ran = 0
     ok = False
     try:
@@ -327,9 +358,12 @@ def test_every_command_of_the_readme_runs_as_written(readme, stacks, tmp_path):
                 first = cmd.splitlines()[0].split("#")[0].strip()
                 if first == "make test":
                     continue
+                assert DEFAULT_PORT not in cmd, \
+                    f"{readme}: a command names the port; the CLI finds the stack:\n{cmd}"
+                where = f"{readme} (run {round_}): {cmd}"
                 up = MAKE_UP.match(first)
                 if up:
-                    s.stack = _make_up(up.group(1), s, stacks)
+                    s.stack = _make_up(up.group(1), s, stacks, round_ > 1, restarted)
                     ran += 1
                     continue
                 exp = expectation(cmd)
@@ -339,17 +373,13 @@ def test_every_command_of_the_readme_runs_as_written(readme, stacks, tmp_path):
                     ran += 1
                     continue
                 rc, out = s.terminal.run(real, exp.timeout)
-                where = f"{readme}: {cmd}\n--- exit {rc}, output:\n{out}"
+                where += f"\n--- exit {rc}, output:\n{out}"
                 assert rc == exp.rc, where
                 for pattern in exp.shows:
                     assert re.search(pattern, out, re.M), f"no /{pattern}/ in\n{where}"
                 if exp.probe:
                     _, probed = s.terminal.run(exp.probe, 10)
                     assert re.search(exp.probe_shows, probed, re.M), f"{exp.probe}: {probed}\n{where}"
-                if cmd.startswith("export GPUJOBS_API_URL="):
-                    offered = EXPORT.search(s.stack.ready_line)
-                    assert offered and offered.group(0) in real, \
-                        f"the README's export is not the ready line's:\n{s.stack.ready_line}"
                 ran += 1
         for st in {id(x): x for x in [s.stack] if x}.values():
             printed = _drained(st.lines)
@@ -358,14 +388,19 @@ def test_every_command_of_the_readme_runs_as_written(readme, stacks, tmp_path):
     finally:
         s.terminal.close()
         _stop_background(s, check=ok)
-    assert ran >= 5, f"{readme}: only {ran} commands found; are the blocks still ```sh?"
+    return ran
 
 
-def _make_up(assignments: str, s: Session, stacks) -> Stack:
+def _make_up(assignments: str, s: Session, stacks: Stacks, again: bool,
+             restarted: set[str]) -> Stack:
+    """The line's stack (restarted once in a second run); the terminal gets its
+    state folder, where the CLI finds it, as a reader's CLI finds the
+    checkout's .gpujobs-local."""
     env = dict(a.split("=", 1) for a in assignments.split())
     env = {k: _substitute(v, s) for k, v in env.items()}
     key = json.dumps(sorted(env.items()))
-    stack = stacks.get(key, env)
+    stack = stacks.get(key, env, restart=again and key not in restarted)
+    restarted.add(key)
     offered = EXPORT.search(stack.ready_line)
     assert offered, f"the ready line offers no export of the API URL and a token:\n" \
                     f"{stack.ready_line}"
@@ -373,4 +408,8 @@ def _make_up(assignments: str, s: Session, stacks) -> Stack:
     r = requests.get(stack.api + "/v1/jobs", timeout=30,
                      headers={"Authorization": f"Bearer {offered.group(2)}"})
     assert r.status_code == 200, f"the ready line's token is refused: {r.text}"
+    state = stacks.state_dir(key)
+    assert (state / "cli.toml").is_file(), "make up wrote no cli.toml for the CLI"
+    rc, out = s.terminal.run(f"export GPUJOBS_STATE_DIR={state}", 10)
+    assert rc == 0, out
     return stack

@@ -104,10 +104,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+#: the state folders: their owner's alone, except that a rank user may pass
+#: through to the heartbeat folder its agent made for it (agent/isolation.py)
+STATE_DIR_MODE = 0o711
+
+
 def _state_dir() -> tuple[pathlib.Path, bool]:
     """(the folder this stack keeps its state in, whether to remove it at the end)."""
     root = pathlib.Path(os.environ.get("GPUJOBS_STATE_DIR") or ROOT / ".gpujobs-local")
     root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, STATE_DIR_MODE)
     from devstack.agents import sweep
 
     # throwaway stacks that were killed: stop what they left, remove them
@@ -119,6 +125,7 @@ def _state_dir() -> tuple[pathlib.Path, bool]:
     if os.environ.get("GPUJOBS_EPHEMERAL", "") not in ("", "0"):
         state = root / f"ephemeral-{os.getpid()}"
         state.mkdir()
+        os.chmod(state, STATE_DIR_MODE)
         return state, True
     return root, False
 
@@ -297,6 +304,7 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
 
     workdir = state / "agents"
     workdir.mkdir(exist_ok=True)
+    os.chmod(workdir, STATE_DIR_MODE)
     agent_tokens = state / "agent-tokens.json"
     agents = Agents(agents_count, gpus_per_agent, workdir,
                     json.loads(agent_tokens.read_text()) if agent_tokens.exists() else None)

@@ -31,6 +31,7 @@ READS = frozenset({
     "ReceiveMessage", "GetQueueAttributes", "GetQueueUrl", "ListQueues",
     "ListQueueTags", "DescribeStacks", "DescribeStackEvents", "DescribeStackResources",
     "GetParameter", "GetParameters",
+    "GetLogEvents", "FilterLogEvents", "DescribeLogStreams", "DescribeLogGroups",
 })
 
 

@@ -1,6 +1,8 @@
-"""The local stack's state on disk: moto's DynamoDB and SQS backends, pickled
-whole into the state folder at most once a second after anything changed,
-and on a clean stop; restored over the freshly deployed stack on start.
+"""The local stack's state on disk: moto's DynamoDB, SQS and CloudWatch Logs
+backends (jobs, queues, the ranks' log lines), pickled whole into the state
+folder at most once a second after anything changed, and on a clean stop;
+restored over the freshly deployed stack on start. The snapshot holds every
+job's ``env`` and every log line: it is written readable by its owner only.
 
 A snapshot is taken with DynamoDB writes held back (the emulator's write
 lock), so it never holds half a transaction; it is written to a temporary
@@ -17,7 +19,7 @@ import pickle
 import threading
 
 log = logging.getLogger("devstack")
-SERVICES = ("dynamodb", "sqs")  # the backends _backends() snapshots
+SERVICES = ("dynamodb", "sqs", "logs")  # the backends snapshotted
 FILE = "moto-state.pickle"
 
 
@@ -34,7 +36,7 @@ copyreg.pickle(type(threading.RLock()), lambda lock: (new_lock, (True,)))
 def _backends():
     from moto.backends import get_backend
 
-    return {"dynamodb": get_backend("dynamodb"), "sqs": get_backend("sqs")}
+    return {name: get_backend(name) for name in SERVICES}
 
 
 class Snapshots(threading.Thread):
@@ -79,7 +81,8 @@ class Snapshots(threading.Thread):
         finally:
             self._lock.release_write()
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            os.fchmod(f.fileno(), 0o600)  # also a temporary file an older stack left
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

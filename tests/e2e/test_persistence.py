@@ -1,5 +1,6 @@
-"""The local stack loses nothing on restart: jobs, nodes and generated tokens
-come back after SIGTERM and after kill -9 (snapshots at most a second old);
+"""The local stack loses nothing on restart: jobs, nodes, generated tokens and
+the ranks' log lines come back after SIGTERM and after kill -9 (snapshots at
+most a second old), in files and folders of their owner's only;
 its agents die with it, its running ranks run on and the next stack adopts
 them; a throwaway stack leaves nothing behind, and nothing is written to the
 system's temporary folder."""
@@ -7,7 +8,7 @@ import json
 import os
 import pathlib
 import signal
-import tempfile
+import stat
 import time
 
 import requests
@@ -42,16 +43,20 @@ def poll(cond, timeout=30, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def gpujobs_temp_entries() -> set[str]:
-    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("gpujobs")}
+def log_lines(api: str, job_id: str, auth: dict) -> list[str]:
+    r = requests.get(f"{api}/v1/jobs/{job_id}/logs", headers=auth, timeout=30)
+    return [line["line"] for line in r.json().get("lines", [])] if r.status_code == 200 else []
 
 
 def test_kill_9_and_sigterm_restarts_keep_every_job_node_and_token(tmp_path):
-    temp_before = gpujobs_temp_entries()
+    # the stacks' own temporary folder: what they write there is theirs alone
+    # (other tests write into the machine's meanwhile)
+    systemp = tmp_path / "systemp"
+    systemp.mkdir()
     state = tmp_path / "state"
     # no tokens file: the stack makes its own and must keep them
     env = {"GPUJOBS_STATE_DIR": str(state), "GPUJOBS_EPHEMERAL": "0", "GPUJOBS_AGENTS": "1",
-           "GPUJOBS_TOKENS_FILE": ""}
+           "GPUJOBS_TOKENS_FILE": "", "TMPDIR": str(systemp)}
     first = start_stack(tmp_path, [], **env)
     try:
         tokens = json.loads((state / "tokens.json").read_text())
@@ -80,18 +85,30 @@ def test_kill_9_and_sigterm_restarts_keep_every_job_node_and_token(tmp_path):
         nodes = requests.get(second.api + "/v1/nodes", headers=auth, timeout=30).json()
         assert "local-1" in {n["node_id"] for n in nodes["nodes"]}
         more = requests.post(second.api + "/v1/jobs", headers=auth, timeout=30,
-                             json={"command": ["true"], "ranks": 1}).json()["id"]
+                             json={"command": ["echo", "kept across restarts"],
+                                   "ranks": 1}).json()["id"]
+        poll(lambda: log_lines(second.api, more, auth) == ["kept across restarts"], 60,
+             "the job's line shipped")
     finally:
         assert second.stop(signal.SIGTERM, timeout=120) == 0
+    # what the stack keeps is its owner's: the snapshot holds every job's env
+    # and log line; the folders only let a rank user pass through to its own
+    assert stat.S_IMODE(os.stat(snapshot).st_mode) == 0o600
+    for secret in ("tokens.json", "agent-tokens.json", "page-token-key"):
+        assert stat.S_IMODE(os.stat(state / secret).st_mode) == 0o600, secret
+    for folder in (state, state / "agents"):
+        assert stat.S_IMODE(os.stat(folder).st_mode) & 0o066 == 0, folder
 
     third = start_stack(tmp_path, [], **env)
     try:
         listed = requests.get(third.api + "/v1/jobs?page_size=100", headers=auth,
                               timeout=30).json()["jobs"]
         assert set(jobs) | {more} <= {j["id"] for j in listed}
+        assert log_lines(third.api, more, auth) == ["kept across restarts"], \
+            "the ranks' log lines persist with the jobs"
     finally:
         third.stop()
-    assert gpujobs_temp_entries() <= temp_before, "nothing left in the temporary folder"
+    assert not list(systemp.iterdir()), "nothing left in the temporary folder"
 
 
 def test_a_throwaway_stack_removes_its_state_when_it_stops(tmp_path):

@@ -19,7 +19,7 @@ import pickle
 import threading
 
 log = logging.getLogger("devstack")
-SERVICES = ("dynamodb", "sqs", "logs")  # the backends snapshotted
+SERVICES = ("dynamodb", "sqs", "logs")  # the backends _backends() snapshots
 FILE = "moto-state.pickle"
 
 
@@ -36,7 +36,8 @@ copyreg.pickle(type(threading.RLock()), lambda lock: (new_lock, (True,)))
 def _backends():
     from moto.backends import get_backend
 
-    return {name: get_backend(name) for name in SERVICES}
+    return {"dynamodb": get_backend("dynamodb"), "sqs": get_backend("sqs"),
+            "logs": get_backend("logs")}
 
 
 class Snapshots(threading.Thread):

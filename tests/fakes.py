@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -41,6 +42,7 @@ from chalicelib.adapters.dynamo import ConditionFailed
 from chalicelib.domain import events as ev, idempotency, quotas
 from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
+from chalicelib.domain.errors import RecordTooLarge
 from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parked_partition
 from chalicelib.domain.health import clear_incident, frozen_health, incident
 from chalicelib.domain.intents import Intent
@@ -62,6 +64,8 @@ from chalicelib.service.ports import (
 
 #: nodes a ready_pages page holds (adapters/node_store.CANDIDATE_PAGE)
 CANDIDATE_PAGE = 50
+#: DynamoDB's item limit, which a health record over it would break
+ITEM_LIMIT_BYTES = 400 * 1024
 
 
 def ms(t: datetime) -> datetime:
@@ -480,6 +484,8 @@ class FakeJobStore:
             if current is None or current.state is not JobState.RUNNING \
                     or current.attempt != job.attempt:
                 return False
+            if len(json.dumps(health)) > ITEM_LIMIT_BYTES:  # DynamoDB's item limit
+                raise RecordTooLarge(f"{job.job_id}: the health record is over 400 KB")
             if incident_key is not None:
                 if current.incident_key != job.incident_key:
                     return False

@@ -50,6 +50,14 @@ class ConditionFailed(Exception):
         self.item = item
 
 
+class ItemTooLarge(Exception):
+    """The write would make an item bigger than DynamoDB's 400 KB; nothing
+    was written (a ValidationException, whose message says so)."""
+
+    def __init__(self, operation: str, message: str) -> None:
+        super().__init__(f"{operation}: {message}")
+
+
 class EmptyAnswer(Exception):
     """DynamoDB (or what stands between) answered a request with nothing,
     not even ``{}``: the answer is lost, so the request's outcome is unknown.
@@ -228,8 +236,12 @@ class Dynamo:
                 operation, {**request, "ReturnConsumedCapacity": _NO_CAPACITY})
         except ClientError as e:
             response = e.response if isinstance(e.response, dict) else {}
-            if (response.get("Error") or {}).get("Code") == _CONDITION_FAILED:
+            error = response.get("Error") or {}
+            if error.get("Code") == _CONDITION_FAILED:
                 raise ConditionFailed(response.get("Item")) from None
+            if error.get("Code") == "ValidationException" and \
+                    "exceeded the maximum allowed size" in str(error.get("Message")):
+                raise ItemTooLarge(operation, str(error.get("Message"))) from None
             raise
         if not isinstance(answer, dict):
             raise EmptyAnswer(operation)

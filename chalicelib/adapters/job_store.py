@@ -19,6 +19,7 @@ from pynamodb.exceptions import TransactWriteError
 
 from ..domain import events as ev
 from ..domain.clock import iso, parse_iso
+from ..domain.errors import RecordTooLarge
 from ..domain.fleet import Fleet, parked_partition
 from ..domain.health import incident
 from ..domain.jobs import Job, JobView
@@ -32,7 +33,7 @@ from ..service.ports import (
     StateChanged,
 )
 from .attempt_store import ATTEMPTS
-from .dynamo import Changes, ConditionFailed
+from .dynamo import Changes, ConditionFailed, ItemTooLarge
 from .dynamo_errors import response_code, tx_lost
 from .fleet import FLEET
 from .jobs_table import (
@@ -334,6 +335,8 @@ class DynamoJobs(OnDynamo):
                                                values=values))
         except ConditionFailed:
             return False
+        except ItemTooLarge as e:
+            raise RecordTooLarge(str(e)) from None
         return True
 
     # -- the story, and readiness ----------------------------------------------

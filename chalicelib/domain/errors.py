@@ -70,3 +70,10 @@ class RequestInProgress(ApiError):
     def __init__(self, detail: str, *, retry_after_s: int | None = None) -> None:
         super().__init__(detail)
         self.retry_after_s = retry_after_s
+
+
+class RecordTooLarge(Exception):
+    """A write would make a stored record bigger than its store holds
+    (DynamoDB: 400 KB an item); nothing was written. Not the caller's fault
+    and no outage: the writer must store less (the stall scan records a
+    compact health, domain/health.py ``compacted``)."""

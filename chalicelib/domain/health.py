@@ -14,7 +14,10 @@ from typing import Any, TypedDict
 from .clock import iso
 from .stall import Verdict
 from .threshold import threshold_s
-from .verdict import by_exit
+from .verdict import MAX_LISTED, by_exit
+
+#: the most co_first entries a record keeps (``co_first_count`` says how many)
+MAX_CO_FIRST = 8
 
 
 class Health(TypedDict):
@@ -30,18 +33,23 @@ class Health(TypedDict):
     detected_at: str | None
     detection_s: float | None
     #: ranks the first cannot be told apart from by silence ({rank,
-    #: last_heard_at, step, beat_at}), and a node all of whose ranks went
-    #: quiet together (only when nothing but silence names a rank)
+    #: last_heard_at, step, beat_at}; the first MAX_CO_FIRST of
+    #: ``co_first_count``), and a node all of whose ranks went quiet together
+    #: (only when nothing but silence names a rank)
     co_first: list[dict]
+    co_first_count: int
     suspect_node: str | None
     #: the one answer to "which rank stopped", what every surface shows
     #: first (domain/verdict.py): the rank or a tie, its node, by what
     #: evidence, how sure, and the sentence people read; kept once the job ends
     verdict: dict | None
-    #: as of the last scan: its stalled ranks, every rank not live by status,
-    #: whether mode auto has heard any beat, why it convicted nobody
+    #: as of the last scan: its stalled ranks, every rank not live by status
+    #: (each list the first MAX_LISTED ranks, the counts whole), whether mode
+    #: auto has heard any beat, why it convicted nobody
     stalled_ranks: list[int]
+    stalled_count: int
     ranks_by_status: dict[str, list[int]]
+    status_counts: dict[str, int]
     instrumented: bool | None
     suppressed: str | None
     #: incidents whose culprit beat again
@@ -56,8 +64,9 @@ FIELDS = tuple(Health.__annotations__)
 #: an incident's members and what they are when none is open
 _NO_INCIDENT: dict[str, Any] = {
     "first_stalled_rank": None, "last_heard_at": None, "detected_at": None,
-    "stalled_ranks": [], "co_first": [], "suspect_node": None, "detection_s": None,
-    "verdict": None, "ranks_by_status": {}, "instrumented": None}
+    "stalled_ranks": [], "stalled_count": 0, "co_first": [], "co_first_count": 0,
+    "suspect_node": None, "detection_s": None, "verdict": None, "ranks_by_status": {},
+    "status_counts": {}, "instrumented": None}
 
 
 def initial_health(spec: dict, scans_per_hour: float) -> dict:
@@ -70,8 +79,9 @@ def initial_health(spec: dict, scans_per_hour: float) -> dict:
                                       hb["miss_probability"],
                                       hb["false_positive_budget_per_hour"])),
         first_stalled_rank=None, last_heard_at=None, detected_at=None, stalled_ranks=[],
-        co_first=[], suspect_node=None, detection_s=None, false_alarms=0, suppressed=None,
-        verdict=None, ranks_by_status={}, instrumented=None, frozen_at=None))
+        stalled_count=0, co_first=[], co_first_count=0, suspect_node=None, detection_s=None,
+        false_alarms=0, suppressed=None, verdict=None, ranks_by_status={}, status_counts={},
+        instrumented=None, frozen_at=None))
 
 
 def clear_incident(health: dict) -> dict:
@@ -105,9 +115,13 @@ def frozen_health(health: dict, at: str, to_terminal: bool, exit_: dict | None,
 def judged(health: dict, verdict: Verdict, suppressed: str | None) -> dict:
     """``health`` with this scan's view of the ranks (its status not decided
     yet: :func:`watched`, :func:`convicted` or :func:`followed`)."""
+    by_status = verdict.by_status()
+    stalled = [r.rank for r in verdict.stalled]
     return {**health, "suppressed": suppressed,
-            "stalled_ranks": [r.rank for r in verdict.stalled],
-            "ranks_by_status": verdict.by_status(), "instrumented": verdict.instrumented}
+            "stalled_ranks": stalled[:MAX_LISTED], "stalled_count": len(stalled),
+            "ranks_by_status": {s: ranks[:MAX_LISTED] for s, ranks in by_status.items()},
+            "status_counts": {s: len(ranks) for s, ranks in by_status.items()},
+            "instrumented": verdict.instrumented}
 
 
 def watched(health: dict, verdict: Verdict) -> dict:
@@ -129,7 +143,8 @@ def convicted(health: dict, verdict: Verdict, now: datetime) -> dict:
         "detection_s": None if since is None else round((now - since).total_seconds(), 3),
         "co_first": [{"rank": r.rank, "last_heard_at": r.last_heard_at and iso(r.last_heard_at),
                       "step": r.step, "beat_at": r.beat_at and iso(r.beat_at)}
-                     for r in verdict.co_first],
+                     for r in verdict.co_first[:MAX_CO_FIRST]],
+        "co_first_count": len(verdict.co_first),
         "suspect_node": verdict.suspect_node,
         "verdict": verdict.culprit,
     }
@@ -155,6 +170,21 @@ def followed(health: dict, verdict: Verdict) -> dict:
     if verdict.culprit is not None:
         return {**health, "verdict": verdict.culprit}
     return health
+
+
+def compacted(health: dict) -> dict:
+    """``health`` cut to what must survive when the whole record does not fit
+    its store: the status, the incident's rank and times, the counts, and the
+    verdict's rank, node, kind of evidence and sentence; no rank lists, no
+    stacks (GET /ranks still shows every rank)."""
+    named = health.get("verdict")
+    slim = None if not named else {
+        **{k: named.get(k) for k in ("rank", "ranks_count", "node_id", "by", "confidence",
+                                     "text")},
+        "ranks": [] if named.get("rank") is None else [named["rank"]],
+        "stack": None, "stacks": [], "evidence": {}}
+    return {**health, "stalled_ranks": [], "ranks_by_status": {}, "co_first": [],
+            "verdict": slim}
 
 
 def incident(health: dict) -> dict:

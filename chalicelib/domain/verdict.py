@@ -37,22 +37,26 @@ OUT = ("exited", "stopped", "paused")
 #: how sure each kind of evidence is
 CONFIDENCE = ("certain", "high", "medium", "low")
 _NEVER = datetime.min.replace(tzinfo=timezone.utc)
+#: the most ranks a verdict or a health record lists by number (its counts
+#: say how many there are; GET /ranks lists every one): a record stays a few
+#: KB at 65,536 ranks, far under DynamoDB's 400 KB item
+MAX_LISTED = 64
+#: the most runs a sentence names before it counts the rest
+MAX_RUNS = 8
 
 
-def span(ranks: list[int]) -> str:
-    """``0-3,7`` for [0, 1, 2, 3, 7]."""
-    parts: list[str] = []
-    run: list[int] = []
+def span(ranks: list[int], max_runs: int = MAX_RUNS) -> str:
+    """``0-3,7`` for [0, 1, 2, 3, 7]; past ``max_runs`` runs, the rest counted:
+    ``0,2,4,6,8,10,12,14 and 32,760 more``."""
+    runs: list[list[int]] = []
     for r in sorted(ranks):
-        if run and r == run[-1] + 1:
-            run.append(r)
-            continue
-        if run:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [r]
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(parts)
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    shown = ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs[:max_runs])
+    rest = sum(b - a + 1 for a, b in runs[max_runs:])
+    return f"{shown} and {rest:,} more" if rest else shown
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -60,7 +64,7 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def _made(c: RankView, by: str, confidence: str, text: str, **evidence: Any) -> dict:
-    return {"rank": c.rank, "ranks": [c.rank], "node_id": c.node_id, "by": by,
+    return {"rank": c.rank, "ranks": [c.rank], "ranks_count": 1, "node_id": c.node_id, "by": by,
             "confidence": confidence, "text": text, "stack": stacks.where(_stack(c)),
             "evidence": {**evidence, "beat_at": c.beat_at and iso(c.beat_at),
                          "receive_time": c.last_heard_at and iso(c.last_heard_at)}}
@@ -69,7 +73,7 @@ def _made(c: RankView, by: str, confidence: str, text: str, **evidence: Any) -> 
 def by_exit(rank: int, exit_code: int | None, node_id: str | None) -> dict:
     """The verdict of an attempt a rank's failure ended."""
     on = f" on {node_id}" if node_id else ""
-    return {"rank": rank, "ranks": [rank], "node_id": node_id, "by": "exit",
+    return {"rank": rank, "ranks": [rank], "ranks_count": 1, "node_id": node_id, "by": "exit",
             "confidence": "certain", "text": f"rank {rank}{on} exited with code {exit_code}",
             "stack": None, "stacks": [], "evidence": {"exit_code": exit_code}}
 
@@ -184,7 +188,8 @@ def _decide(ranks: list[RankView], first: RankView, co_first: list[RankView], *,
     if len(tied) > 1:
         ranks_ = sorted(r.rank for r in tied)
         within = f" (within {band_s:.1f} s)" if c.last_heard_at is not None else ""
-        return {"rank": None, "ranks": ranks_, "node_id": None, "by": "silence",
+        return {"rank": None, "ranks": ranks_[:MAX_LISTED], "ranks_count": len(ranks_),
+                "node_id": None, "by": "silence",
                 "confidence": "low",
                 "text": (f"ranks {span(ranks_)} went quiet together{within}: "
                          "nothing tells which stopped first"),

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from ..domain import health
 from ..domain.clock import Clock, iso, plus, utcnow
+from ..domain.errors import RecordTooLarge
 from ..domain.jobs import Job
 from ..domain.stall import Verdict, suppression
 from ..domain.states import JobState
@@ -89,7 +90,7 @@ class Scanner:
             return 0
         key = job.incident_key
         n = int(key.split("#")[1]) + 1 if key is not None and self._current(job) else 1
-        if not self.store.record_health(job, convicted, incident_key=f"{job.attempt}#{n}"):
+        if not self._record(job, convicted, incident_key=f"{job.attempt}#{n}"):
             return 0  # another scan recorded it, or the job moved on
         self.telemetry.count("StallsDetected")
         log.warning("job %s attempt %d: %s", job.job_id, job.attempt,
@@ -113,4 +114,22 @@ class Scanner:
 
     def _save(self, job: Job, new: dict) -> None:
         if new != job.health:
-            self.store.record_health(job, new)
+            self._record(job, new)
+
+    def _record(self, job: Job, new: dict, incident_key: str | None = None) -> bool:
+        """Store ``new``; a record too big for the store is never a silent
+        failure: it is said, and the health kept compact (its verdict's
+        sentence, counts), still recording the incident."""
+        try:
+            return self.store.record_health(job, new, incident_key=incident_key)
+        except RecordTooLarge as e:
+            log.error("job %s: its health does not fit its record (%s): recording it "
+                      "without rank lists and stacks", job.job_id, e)
+            self.telemetry.count("HealthCompacted")
+        try:
+            return self.store.record_health(job, health.compacted(new),
+                                            incident_key=incident_key)
+        except RecordTooLarge as e:
+            log.error("job %s: not even its compact health fits its record (%s)",
+                      job.job_id, e)
+            return False

@@ -11,6 +11,7 @@ from pynamodb.exceptions import TransactWriteError
 from chalicelib.adapters.dynamo import ConditionFailed
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import utcnow
+from chalicelib.domain.errors import RecordTooLarge
 from chalicelib.domain.intents import cancel_intent
 from chalicelib.domain.jobs import view_of
 from chalicelib.domain.states import JobState
@@ -335,6 +336,19 @@ def test_an_incident_is_recorded_once_however_many_scans_see_it(ports):
     assert (got.incident_key, got.health["status"]) == ("1#1", "STALLED")
     assert ports.store.record_health(got, {**health, "status": "OK"}) is True
     assert [e["type"] for e in ports.store.events(job.job_id)].count("stalled") == 1
+
+
+def test_a_health_record_over_the_item_limit_is_refused_whole(ports):
+    """Invariant (issue 30): a health that would make the job's item bigger
+    than DynamoDB's 400 KB is RecordTooLarge, and nothing of it is written
+    (neither the health nor the incident's event), on the fake as on moto."""
+    job, _ = ports.running()
+    huge = {**job.health, "status": "STALLED", "stalled_ranks": list(range(100_000, 200_000))}
+    with pytest.raises(RecordTooLarge):
+        ports.store.record_health(job, huge, incident_key="1#1")
+    got = ports.store.get(job.job_id)
+    assert got.health == job.health and got.incident_key is None
+    assert "stalled" not in [e["type"] for e in ports.store.events(job.job_id)]
 
 
 def test_health_is_not_recorded_on_a_job_no_longer_running(ports):

@@ -87,3 +87,41 @@ def test_a_stall_with_on_stall_restart_requeues_the_job(svc, world, clock):
     assert (job.state, job.attempt) == (JobState.PENDING, 1)
     [stop] = world.inbox.drain(world.inbox.ensure("n1"))
     assert (stop["type"], stop["reason"]) == ("CANCEL", "the attempt stalled")
+
+
+def test_a_health_too_big_for_its_record_is_said_and_kept_compact(svc, world, clock,
+                                                                  monkeypatch, caplog):
+    """Invariant (issue 30): a write that cannot fit is never a silent
+    failure. The store refuses the full record (RecordTooLarge, injected:
+    the job's item is full); the scan says so and still records the
+    incident, with the verdict's sentence and counts, once."""
+    from chalicelib.domain.errors import RecordTooLarge
+
+    job = _running(svc, world, clock)
+    _beat(svc, job, [0, 1, 2, 3])
+    clock.advance(2)
+    _beat(svc, job, [0, 1, 3], step=2)  # rank 2 falls silent first
+    clock.advance(job.health["threshold_s"])
+    _beat(svc, job, [0, 1, 3], step=3)
+    store = svc.scanner.store
+    real = store.record_health
+    refused = []
+
+    def full_item(j, h, **kw):
+        if h.get("stalled_ranks"):  # any record with a rank list is too big
+            refused.append(h)
+            raise RecordTooLarge(f"{j.job_id}: item over 400 KB")
+        return real(j, h, **kw)
+
+    monkeypatch.setattr(store, "record_health", full_item)
+    caplog.set_level("ERROR", logger="chalicelib")
+    assert svc.scanner.run()["incidents"] == 1
+    assert refused, "the full record was tried first"
+    health = world.store.get(job.job_id).health
+    assert (health["status"], health["first_stalled_rank"], health["stalled_count"]) == (
+        "STALLED", 2, 1)
+    assert health["verdict"]["text"] == "rank 2 on n2 went quiet first"
+    assert "does not fit its record" in caplog.text
+    events = world.store.events(job.job_id)
+    assert [e["reason"] for e in events if e["type"] == "stalled"] == [
+        "rank 2 on n2 went quiet first"]

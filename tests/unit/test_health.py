@@ -81,3 +81,57 @@ def test_a_watched_job_is_ok_only_once_heard_and_instrumented():
     h = health.initial_health(SPEC, 60.0)
     assert health.watched(h, verdict({}, now=10))["status"] == "UNKNOWN"
     assert health.watched(h, verdict({0: 95, 1: 95, 2: 95, 3: 95}))["status"] == "OK"
+
+
+def test_a_whole_job_hang_of_65536_ranks_keeps_the_record_a_few_kb():
+    """Invariant (issue 30): the health record stays small whatever the
+    world size. 65,536 ranks on 8,192 nodes go quiet within one band (every
+    second rank 10 ms later): the record lists at most MAX_LISTED ranks
+    per list and MAX_CO_FIRST rivals, counts the rest, and its sentences
+    name runs, then count them."""
+    import json
+
+    from chalicelib.domain.verdict import MAX_LISTED
+    world = 65_536
+    beats = [Beat(r, f"n{r // 8}", heard_at=at(60 + (r % 2) * 0.01)) for r in range(world)]
+    v = judge(beats, now=at(100), started_at=at(0), threshold_s=30.0, startup_grace_s=60.0,
+              interval_s=10.0)
+    spec = with_defaults({"command": ["x"], "ranks": world})
+    judged = health.judged(health.initial_health(spec, 60.0), v, None)
+    h = health.convicted(judged, v, at(100))
+    size = len(json.dumps(h))
+    assert size < 8_000, f"a {size}-byte record for {world} ranks"
+    assert (h["stalled_count"], len(h["stalled_ranks"])) == (world, MAX_LISTED)
+    assert h["status_counts"] == {"stalled": world}
+    assert len(h["ranks_by_status"]["stalled"]) == MAX_LISTED
+    assert h["co_first_count"] > health.MAX_CO_FIRST == len(h["co_first"])
+    named = h["verdict"]
+    # the even ranks, the earliest, are the tie: too many runs to write out
+    assert named["rank"] is None and named["ranks_count"] == world // 2
+    assert len(named["ranks"]) == MAX_LISTED
+    assert named["text"].startswith(
+        "ranks 0,2,4,6,8,10,12,14 and 32,760 more went quiet together"), named["text"]
+    event = health.incident(h)
+    assert len(json.dumps(event)) < 4_000
+
+
+def test_a_sentence_names_runs_then_counts_the_rest():
+    from chalicelib.domain.verdict import span
+    assert span([0, 1, 2, 3, 7]) == "0-3,7"
+    assert span(list(range(0, 40, 2))) == "0,2,4,6,8,10,12,14 and 12 more"
+    assert span(list(range(65_536))) == "0-65535"
+
+
+def test_a_health_too_big_for_its_record_keeps_the_verdicts_words_and_counts():
+    """What the scan records when even a bounded health does not fit (the
+    job's item is full of other things): the incident and the sentence
+    stay, the lists and stacks go."""
+    v = verdict({0: 95, 1: 60, 2: 95, 3: 95})
+    h = health.convicted(health.judged(health.initial_health(SPEC, 60.0), v, None), v, at(100))
+    small = health.compacted(h)
+    assert (small["status"], small["first_stalled_rank"], small["stalled_count"]) == (
+        "STALLED", 1, 1)
+    assert small["stalled_ranks"] == [] and small["co_first"] == []
+    assert small["verdict"]["text"] == "rank 1 on n1 went quiet first"
+    assert small["verdict"]["stacks"] == [] and small["verdict"]["ranks"] == [1]
+    assert tuple(sorted(small)) == tuple(sorted(health.FIELDS))

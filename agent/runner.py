@@ -101,7 +101,8 @@ def run(settings: Settings, stop: threading.Event, *,
         rng = random.Random()
         shipper = None
         # the ranks' Python stacks (py-spy), for silent ranks and before a kill
-        stacks = StackSampler()
+        rank_uid = identity.uid if identity is not None else None
+        stacks = StackSampler(rank_uid=rank_uid)
         agent = Agent(node_id=settings.node_id, gpus=settings.gpus, api=api, inbox=None,
                       paths=paths, grace_s=settings.grace_s, rng=rng,
                       launcher=Launcher(identity=identity), stacks=stacks)
@@ -139,7 +140,8 @@ def run(settings: Settings, stop: threading.Event, *,
             poller.start()
             if on_ready is not None:
                 on_ready(node)
-            beats = BeatPoster(api, on_gone=agent.attempt_gone, stacks=stacks)
+            beats = BeatPoster(api, on_gone=agent.attempt_gone, stacks=stacks,
+                               rank_uid=rank_uid)
             _loop(agent, poller, stop, settings, lambda: _beat(register, inbox_url),
                   lambda: beats.tick(agent.state.attempts.values()))
         finally:

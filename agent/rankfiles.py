@@ -39,6 +39,8 @@ FLAGS = (os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 _refused: dict[str, str] = {}
 _lock = threading.Lock()  # the agent's loop, the log shipper and py-spy's pool read
 MAX_REMEMBERED = 4096
+#: thread id -> the path it is reading (for watchdog.py)
+_opening: dict[int, str] = {}
 
 
 def read_rank_file(path: str | os.PathLike, max_bytes: int, *, offset: int = 0,
@@ -49,7 +51,18 @@ def read_rank_file(path: str | os.PathLike, max_bytes: int, *, offset: int = 0,
     refused (module docstring). ``uid``: the owner it must have (a rank's own
     file), else it is refused, unless ``world_readable_ok`` and every user may
     read it. ``whole``: refuse a file larger than ``max_bytes`` (a record)."""
-    return _read(os.fspath(path), max_bytes, offset, uid, world_readable_ok, whole)
+    path = os.fspath(path)
+    me = threading.get_ident()
+    _opening[me] = path
+    try:
+        return _read(path, max_bytes, offset, uid, world_readable_ok, whole)
+    finally:
+        _opening.pop(me, None)
+
+
+def opening(thread_id: int) -> str | None:
+    """The rank file thread ``thread_id`` is reading now, if any (watchdog.py)."""
+    return _opening.get(thread_id)
 
 
 def _read(path: str, max_bytes: int, offset: int, uid: int | None, world_readable_ok: bool,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import sys
@@ -36,6 +37,7 @@ from .isolation import (
 )
 from .runner import Settings, StateDirBusy, run
 from .state import StateError
+from .watchdog import STALL_S
 
 ENV_PREFIX = "GPUJOBS_AGENT_"
 
@@ -54,6 +56,13 @@ def _positive(kind):
             raise argparse.ArgumentTypeError(f"must be positive, got {text}")
         return value
     return parse
+
+
+def _watchdog(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"0 (no watchdog) or more seconds, got {text}")
+    return value
 
 
 def _poll_wait(text: str) -> int:
@@ -108,6 +117,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         type=_positive(float), default=10.0)
     opt("address", "where other nodes reach this one (MASTER_ADDR when it holds rank 0); "
         "default: the node id as a host name")
+    opt("watchdog-s", "warn when a pass of the agent's main loop takes longer than this "
+        "(0: no watchdog)", type=_watchdog, default=STALL_S)
     opt("log-level", "DEBUG, INFO, WARNING or ERROR", type=_level, default="INFO")
     env_labels = environ.get(ENV_PREFIX + "LABELS")
     try:
@@ -142,7 +153,8 @@ def parse_settings(argv: list[str] | None = None,
                         api=args.api, token=token, state_dir=args.state_dir,
                         log_dir=args.log_dir, labels=dict(args.labels or []),
                         grace_s=args.grace_s, poll_wait_s=args.poll_wait_s,
-                        node_heartbeat_s=args.node_heartbeat_s, address=args.address)
+                        node_heartbeat_s=args.node_heartbeat_s, address=args.address,
+                        watchdog_s=args.watchdog_s)
     settings.rank_user = args.rank_user
     return settings, args.log_level
 

@@ -19,12 +19,18 @@ process samples as ``proc.stack`` (``{"frames", "code", "age_s"}``) until the
 rank beats again, which drops it. A healthy instrumented rank costs nothing.
 ``sent_at`` (this host's wall clock) is sent for diagnosis only.
 
+A rank's record is read through rankfiles.py: the rank owns the file and may
+put a FIFO, a symbolic link or a huge file in its place, which is then no record
+(logged once), never a read that blocks the agent or fills its memory. With a
+rank user (``rank_uid``) a record must also be a file of that user.
+
 A failed post is retried at the next visit (beats are idempotent: the newest
 overwrites); 409 stale_attempt / already_finished ends posting for the attempt
 and tells ``on_gone`` (the agent stops its ranks: nobody waits for them).
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -35,6 +41,7 @@ from typing import Callable, Iterable
 
 from .api import ApiError, AttemptGone
 from .procs import ProcSampler
+from .rankfiles import open_rank_file
 from .stacks import StackSampler
 from .state import RUNNING, AttemptRecord
 
@@ -58,8 +65,12 @@ class BeatPoster:
                  wall: Callable[[], str] = _now_iso,
                  sampler: ProcSampler | None = None,
                  stacks: StackSampler | None = None,
-                 on_gone: Callable[[str, int], None] = lambda job_id, attempt: None) -> None:
+                 on_gone: Callable[[str, int], None] = lambda job_id, attempt: None,
+                 rank_uid: int | None = None) -> None:
         self._api, self._mono, self._wall = api, monotonic_ns, wall
+        #: how a record is read: never blocking, bounded, a regular file of the
+        #: rank's user (``rank_uid``; None: ranks run as the agent)
+        self._read_bytes = functools.partial(open_rank_file, uid=rank_uid)
         self._sampler = sampler if sampler is not None else ProcSampler()
         self._stacks = stacks  # None: no stacks
         self._on_gone = on_gone
@@ -106,7 +117,8 @@ class BeatPoster:
             if p.ended:
                 continue
             proc = samples.get((rec.key, r))
-            record = gpujobs_heartbeat.read(p.heartbeat_file) if p.heartbeat_file else None
+            record = (gpujobs_heartbeat.read(p.heartbeat_file, self._read_bytes)
+                      if p.heartbeat_file else None)
             proc = self._with_stack(rec, r, record, proc, now)
             if record is None:
                 if proc is not None:  # never beat: the host's evidence only

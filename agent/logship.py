@@ -25,7 +25,8 @@ bytes, counting 26 bytes an event, and 10,000 events); a line longer than
 ``MAX_LINE_BYTES`` is cut into several events. A partial last line waits for its
 newline until the file has been quiet for ``PARTIAL_AFTER_S``. A failed call is
 retried with capped, jittered backoff per stream; the data stays in the file
-meanwhile, so memory does not grow with an outage.
+meanwhile, so memory does not grow with an outage. Files are read through
+rankfiles.py: what is not a regular file (a FIFO, a link) is skipped, logged once.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .backoff import retry_delay
+from .rankfiles import read_rank_file
 
 log = logging.getLogger("gpujobs.agent.logs")
 
@@ -182,17 +184,17 @@ class Shipper:
             time.sleep(0.05)
 
     def _files(self):
-        if not self._dir.is_dir():
-            return
-        for job in self._dir.iterdir():
-            if not job.is_dir():
-                continue
-            for attempt in job.iterdir():
-                if not attempt.is_dir():
+        """``<job>/<attempt>/rank-<r>.(log|err)`` under the log directory; a
+        directory that is a symbolic link is not followed."""
+        for job in _subdirs(self._dir):
+            for attempt in _subdirs(job):
+                try:
+                    names = [e.name for e in os.scandir(attempt)]
+                except OSError:
                     continue
-                for f in attempt.iterdir():
-                    if _FILE_RE.match(f.name):
-                        yield f
+                for name in names:
+                    if _FILE_RE.match(name):
+                        yield attempt / name
 
     @staticmethod
     def _stream_of(key: str) -> str:
@@ -204,14 +206,13 @@ class Shipper:
 
     def _read(self, path: Path, key: str) -> _Batch | None:
         start = self.offset(key)
-        try:
-            st = path.stat()
-            if st.st_size <= start:
-                return None
-            with open(path, "rb") as f:
-                f.seek(start)
-                data = f.read(min(st.st_size - start, MAX_BATCH_BYTES))
-        except OSError:
+        # never blocking, never through a link, bounded (rankfiles.py): a rank
+        # run without rank isolation may put anything at its log's path
+        got = read_rank_file(path, MAX_BATCH_BYTES, offset=start, whole=False)
+        if got is None:
+            return None
+        data, st = got
+        if st.st_size <= start:
             return None
         quiet = self._clock() - st.st_mtime >= PARTIAL_AFTER_S
         cut = data.rfind(b"\n") + 1
@@ -311,6 +312,14 @@ class Shipper:
         delay = retry_delay(n, self._base, self._cap, self._rng)
         self._not_before[stream] = self._clock() + delay
         log.warning("shipping %s failed (%s); retry %d in %.1fs", stream, e, n, delay)
+
+
+def _subdirs(directory: Path) -> list[Path]:
+    """The directories in ``directory``, not following symbolic links."""
+    try:
+        return [Path(e.path) for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
 
 
 def _code(e: Exception) -> str | None:

@@ -13,6 +13,9 @@ of our group lives, no other process can get that number. A leader pid in use
 by a process that started at another time therefore means our group is empty
 and the number went to someone else: it is left alone.
 
+Exit files are read through rankfiles.py (never blocking, a regular file, a
+few KiB at most): a rank run without rank isolation can reach them.
+
 Liveness is read from ``/proc`` and zombies count as dead: a rank's processes
 are reparented to init when the shim dies, and init may reap late.
 This module is Linux-specific where it reads ``/proc``; elsewhere it falls back
@@ -28,6 +31,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .rankfiles import open_rank_file
 from .shim import CANNOT_START, read_exit_file, status_to_exit_code, write_exit_file
 
 log = logging.getLogger("gpujobs.agent.ranks")
@@ -161,10 +165,11 @@ class Rank:
 
     def exit_code(self) -> int | None:
         """The rank's exit code once it exited, else None."""
-        code = read_exit_file(self.exit_file)
+        code = read_exit_file(self.exit_file, open_rank_file)
         if code is not None or self.shim_alive():
             return code
-        code = read_exit_file(self.exit_file)  # written just before the shim exited
+        # written just before the shim exited
+        code = read_exit_file(self.exit_file, open_rank_file)
         if code is not None:
             return code
         if self.pid is None:

@@ -4,7 +4,8 @@ Two threads: the inbox poller (inbox.Poller), which only receives, and this
 loop, which alone acts: it hands each received message to ``Agent.handle``,
 calls ``Agent.tick`` about four times a second (rank exits, grace deadlines,
 pending reports) and repeats ``PUT /v1/nodes/{id}`` every ``node_heartbeat_s``
-as the node's heartbeat.
+as the node's heartbeat. A third, the watchdog (watchdog.py), warns when a
+pass of this loop takes longer than ``--watchdog-s``.
 
 One agent per state directory: a second one would launch the same messages
 twice, so an exclusive ``flock`` on ``<state-dir>/agent.lock`` is held for the
@@ -33,6 +34,7 @@ from .logship import Shipper, emulator_endpoint, logs_client
 from .ranks import Launcher, Rank
 from .stacks import StackSampler
 from .state import StateFile
+from .watchdog import STALL_S, Watchdog
 
 log = logging.getLogger("gpujobs.agent")
 
@@ -55,6 +57,8 @@ class Settings:
     #: isolation.RankIdentity ranks run as; None: as the agent (isolation "none")
     rank_identity: RankIdentity | None = None
     rank_user: str | None = None
+    #: seconds a pass of the main loop may take before the watchdog warns; 0: none
+    watchdog_s: float = STALL_S
 
 
 class StateDirBusy(RuntimeError):
@@ -101,10 +105,12 @@ def run(settings: Settings, stop: threading.Event, *,
         rng = random.Random()
         shipper = None
         # the ranks' Python stacks (py-spy), for silent ranks and before a kill
-        stacks = StackSampler()
+        rank_uid = identity.uid if identity is not None else None
+        stacks = StackSampler(rank_uid=rank_uid)
         agent = Agent(node_id=settings.node_id, gpus=settings.gpus, api=api, inbox=None,
                       paths=paths, grace_s=settings.grace_s, rng=rng,
                       launcher=Launcher(identity=identity), stacks=stacks)
+        watchdog = Watchdog(settings.watchdog_s).start() if settings.watchdog_s > 0 else None
         try:
             # adopted ranks are watched from the start, also while the API is away
             agent.recover()
@@ -123,7 +129,7 @@ def run(settings: Settings, stop: threading.Event, *,
                                   "one tries again")
                 return node
 
-            node = _register(register, agent, stop, settings.tick_s, rng)
+            node = _register(register, agent, stop, settings.tick_s, rng, watchdog=watchdog)
             if node is None:
                 return 0  # stopped before the API ever answered
             inbox_url = node.get("inbox_queue_url")
@@ -139,10 +145,13 @@ def run(settings: Settings, stop: threading.Event, *,
             poller.start()
             if on_ready is not None:
                 on_ready(node)
-            beats = BeatPoster(api, on_gone=agent.attempt_gone, stacks=stacks)
+            beats = BeatPoster(api, on_gone=agent.attempt_gone, stacks=stacks,
+                               rank_uid=rank_uid)
             _loop(agent, poller, stop, settings, lambda: _beat(register, inbox_url),
-                  lambda: beats.tick(agent.state.attempts.values()))
+                  lambda: beats.tick(agent.state.attempts.values()), watchdog=watchdog)
         finally:
+            if watchdog is not None:
+                watchdog.stop()
             if shipper is not None:
                 shipper.stop()
             stacks.close()
@@ -189,15 +198,17 @@ def kill_recorded_ranks(state_dir: str | os.PathLike) -> int:
 
 def _register(register: Callable[[], dict], agent: Agent, stop: threading.Event,
               tick_s: float, rng: random.Random, *, base: float = 0.5,
-              cap: float = 30.0) -> dict | None:
+              cap: float = 30.0, watchdog: Watchdog | None = None) -> dict | None:
     """The node, once ``PUT /v1/nodes/{id}`` answers; None if stopped first.
 
     Retryable failures are retried with capped, jittered backoff (Retry-After
     as a floor) while the agent keeps ticking: exits are recorded and grace
     periods enforced for adopted ranks even when the API is down."""
     failures, next_try = 0, 0.0
+    step = watchdog.step if watchdog is not None else lambda what: None
     while not stop.is_set():
         if time.monotonic() >= next_try:
+            step("registering the node (PUT /v1/nodes)")
             try:
                 return register()
             except ApiError as e:
@@ -208,26 +219,38 @@ def _register(register: Callable[[], dict], agent: Agent, stop: threading.Event,
                 next_try = time.monotonic() + delay
                 log.warning("registering the node failed (%s); retry %s in %.1fs",
                             e, failures, delay)
+        step("tick (rank exits, grace periods, reports)")
         _step(agent.tick, stop)
+        if watchdog is not None:
+            watchdog.passed()
         stop.wait(tick_s)
     return None
 
 
 def _loop(agent: Agent, poller: Poller, stop: threading.Event, settings: Settings,
-          beat: Callable[[], None], post_beats: Callable[[], object] = lambda: None) -> None:
+          beat: Callable[[], None], post_beats: Callable[[], object] = lambda: None,
+          watchdog: Watchdog | None = None) -> None:
     next_beat = time.monotonic() + settings.node_heartbeat_s
+    step = watchdog.step if watchdog is not None else lambda what: None
     while not stop.is_set():
+        step("waiting for the inbox")
         message = poller.get(timeout=settings.tick_s)
         if message is not None:
+            step(f"handling inbox message {message.message_id}")
             try:
                 _step(functools.partial(agent.handle, message), stop)
             finally:
                 poller.done()
+        step("tick (rank exits, grace periods, reports)")
         _step(agent.tick, stop)
+        step("posting the ranks' beats")
         _step(post_beats, stop)
         if time.monotonic() >= next_beat:
             next_beat = time.monotonic() + settings.node_heartbeat_s
+            step("calling in (PUT /v1/nodes)")
             beat()
+        if watchdog is not None:
+            watchdog.passed()
 
 
 def _step(fn: Callable[[], object], stop: threading.Event) -> None:

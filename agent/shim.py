@@ -32,7 +32,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any
+from typing import Any, Callable
 
 CANNOT_START = 127
 
@@ -58,11 +58,25 @@ def write_exit_file(path: str, exit_code: int) -> None:
         os.close(fd)
 
 
-def read_exit_file(path: str) -> int | None:
-    """The exit code recorded at ``path``, or None when nothing is recorded (yet)."""
+#: an exit file is ``{"exit_code": N}``: anything longer is not one
+MAX_EXIT_FILE_BYTES = 4096
+
+
+def read_exit_file(path: str, read_bytes: Callable[[str, int], bytes | None] | None = None
+                   ) -> int | None:
+    """The exit code recorded at ``path``, or None when nothing is recorded (yet).
+    ``read_bytes(path, max_bytes)``: how the file is read, the whole file or
+    None; the agent passes agent/rankfiles.py's, as a rank run without rank
+    isolation could put anything there. Default: a plain read."""
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f).get("exit_code")
+        if read_bytes is None:
+            with open(path, "rb") as f:
+                raw: bytes | None = f.read(MAX_EXIT_FILE_BYTES + 1)
+        else:
+            raw = read_bytes(path, MAX_EXIT_FILE_BYTES)
+        if raw is None or len(raw) > MAX_EXIT_FILE_BYTES:
+            return None
+        value = json.loads(raw).get("exit_code")
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -37,11 +37,12 @@ import threading
 import time
 import tokenize
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Hashable, Mapping, TypeVar
 
 from chalicelib.domain.stacks import focus, where
+
+from .rankfiles import open_rank_file
 
 #: the key a caller names its stacks by (a rank, or (attempt, rank))
 K = TypeVar("K", bound=Hashable)
@@ -103,16 +104,30 @@ def _main_thread(threads: list, pid: int | None) -> dict | None:
     return threads[0] if threads else None
 
 
-def source_line(filename: str | None, line: int | None) -> str | None:
-    """Line ``line`` of ``filename``, stripped and cut, or None (never raises)."""
+#: how much of a source file is read for its line (a stack names any file)
+MAX_SOURCE_BYTES = 1 << 20
+
+
+def source_line(filename: str | None, line: int | None, uid: int | None = None) -> str | None:
+    """Line ``line`` of ``filename``, stripped and cut, or None (never raises).
+
+    The rank names the file (its code objects' ``co_filename``), so it is read
+    as a rank's file (rankfiles.py): never blocking (a FIFO), never through a
+    symbolic link, at most :data:`MAX_SOURCE_BYTES`; and with ranks run as
+    ``uid`` only a file of that user or one every user may read, so the
+    agent (root) never quotes a line of a file the rank could not read
+    itself (``/etc/shadow``) into its stack."""
     if not filename or not isinstance(line, int) or line < 1:
         return None
-    try:
-        with open(filename, encoding="utf-8", errors="replace") as f:
-            text = next(islice(f, line - 1, None), None)
-    except (OSError, ValueError):
+    raw = open_rank_file(filename, MAX_SOURCE_BYTES, whole=False, uid=uid,
+                         world_readable_ok=True)
+    if raw is None:
         return None
-    text = _code_only(text or "")
+    lines = raw.split(b"\n", line)
+    if len(lines) < line:
+        return None
+    # a line far longer than any shown (a file of NULs) is not tokenised whole
+    text = _code_only(lines[line - 1][:4 * MAX_CHARS].decode("utf-8", "replace"))
     return _cut(text) if text else None
 
 
@@ -140,9 +155,10 @@ def _file(frame: dict) -> str:
     return frame.get("short_filename") or full or "?"
 
 
-def parse_dump(text: str, pid: int | None = None) -> dict | None:
+def parse_dump(text: str, pid: int | None = None, uid: int | None = None) -> dict | None:
     """``{"frames": [...], "code": str?}`` of the main thread of a
-    ``py-spy dump --json`` output, or None when it holds no stack."""
+    ``py-spy dump --json`` output, or None when it holds no stack. ``uid``:
+    the user ranks run as, for :func:`source_line`."""
     try:
         threads = json.loads(text)
     except ValueError:
@@ -157,7 +173,7 @@ def parse_dump(text: str, pid: int | None = None) -> dict | None:
     out: dict = {"frames": frames}
     i = focus(frames)
     if i is not None:
-        code = source_line(raw[i].get("filename"), raw[i].get("line"))
+        code = source_line(raw[i].get("filename"), raw[i].get("line"), uid)
         if code:
             out["code"] = code
     return out
@@ -168,9 +184,10 @@ class PySpy:
     py-spy is absent, fails or takes longer than ``timeout_s``."""
 
     def __init__(self, path: str | None = None, *, timeout_s: float = TIMEOUT_S,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, rank_uid: int | None = None) -> None:
         self.path = path if path is not None else find_py_spy(env)
         self.timeout_s = timeout_s
+        self.rank_uid = rank_uid  # whose source files a stack may quote
         self._warned = False
 
     @property
@@ -202,7 +219,7 @@ class PySpy:
             log.info("py-spy dump of pid %s failed (%s): %s", pid, done.returncode,
                      done.stderr.strip()[-300:])
             return None
-        return parse_dump(done.stdout, pid)
+        return parse_dump(done.stdout, pid, self.rank_uid)
 
 
 def read_wchan(pid: int, proc: Path = Path("/proc")) -> str | None:
@@ -223,8 +240,9 @@ class StackSampler:
 
     def __init__(self, dump: Dump | None = None, *, every_s_: float | None = None,
                  timeout_s: float = TIMEOUT_S, workers: int = WORKERS,
-                 monotonic_ns: Callable[[], int] = time.monotonic_ns) -> None:
-        self._dump = dump if dump is not None else PySpy(timeout_s=timeout_s)
+                 monotonic_ns: Callable[[], int] = time.monotonic_ns,
+                 rank_uid: int | None = None) -> None:
+        self._dump = dump if dump is not None else PySpy(timeout_s=timeout_s, rank_uid=rank_uid)
         self.every_ns = int((every_s() if every_s_ is None else every_s_) * 1e9)
         self.timeout_s = timeout_s
         self._mono = monotonic_ns

@@ -59,7 +59,7 @@ import os
 import struct
 import threading
 import time
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 # seq, step, beat_ns, pause_deadline_ns, reason, collective seq + 1 (0: none),
 # collective name, seq
@@ -413,27 +413,44 @@ def hf_callback(*, max_checkpoint_s: float = 1800.0, max_eval_s: float = 3600.0,
     return GpujobsHeartbeat()
 
 
-def read(path: str) -> Record | None:
-    """The agent's side: the rank's latest record, or None if it never beat."""
+def _read_plain(path: str, max_bytes: int) -> bytes | None:
+    """The whole file at ``path`` if it holds at most ``max_bytes``, else None
+    (also when it is missing). A plain read that trusts the file: the agent
+    reads a rank's record through its own reader, which refuses whatever a
+    hostile rank may put there (agent/rankfiles.py)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:
-        for _ in range(100):
-            raw = os.pread(fd, RECORD_SIZE, 0)
-            if len(raw) == _FORMAT_V1.size:
-                seq, step, beat_ns, deadline, reason, seq_end = _FORMAT_V1.unpack(raw)
-                coll, name = 0, b""
-            elif len(raw) < RECORD_SIZE:
-                return None
-            else:
-                seq, step, beat_ns, deadline, reason, coll, name, seq_end = _FORMAT.unpack(raw)
-            if seq == seq_end:
-                return Record(seq, step, beat_ns, deadline,
-                              reason.rstrip(b"\0").decode("utf-8", "replace"),
-                              coll - 1 if coll else None,
-                              name.rstrip(b"\0").decode("utf-8", "replace"))
-        return None
+        raw = os.pread(fd, max_bytes + 1, 0)
     finally:
         os.close(fd)
+    return raw if len(raw) <= max_bytes else None
+
+
+def read(path: str,
+         read_bytes: Callable[[str, int], bytes | None] | None = None) -> Record | None:
+    """The agent's side: the rank's latest record, or None if it never beat
+    (or the file holds no record: a record is exactly one of the two sizes
+    a helper writes). ``read_bytes(path, max_bytes)``: how the file is read,
+    the whole file or None (missing, larger, or refused); default a plain
+    read. The seqlock is read again while a write was caught half-way."""
+    get = read_bytes if read_bytes is not None else _read_plain
+    for _ in range(100):
+        raw = get(path, RECORD_SIZE)
+        if raw is None:
+            return None
+        if len(raw) == _FORMAT_V1.size:
+            seq, step, beat_ns, deadline, reason, seq_end = _FORMAT_V1.unpack(raw)
+            coll, name = 0, b""
+        elif len(raw) != RECORD_SIZE:
+            return None
+        else:
+            seq, step, beat_ns, deadline, reason, coll, name, seq_end = _FORMAT.unpack(raw)
+        if seq == seq_end:
+            return Record(seq, step, beat_ns, deadline,
+                          reason.rstrip(b"\0").decode("utf-8", "replace"),
+                          coll - 1 if coll else None,
+                          name.rstrip(b"\0").decode("utf-8", "replace"))
+    return None

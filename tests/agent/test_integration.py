@@ -20,16 +20,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOKEN = "agent-token-1"
 NODE_PATH = re.compile(r"^/v1/nodes/(?P<node>[^/]+)$")
 EVENT_PATH = re.compile(r"^/v1/jobs/(?P<job>[^/]+)/attempts/(?P<attempt>\d+)/events$")
+BEATS_PATH = re.compile(r"^/v1/jobs/(?P<job>[^/]+)/heartbeats$")
 
 
 class FakeControlPlane:
-    """PUT /v1/nodes/{id} and POST .../events, the first ``flaky`` of each answered 503."""
+    """PUT /v1/nodes/{id}, POST .../events and POST .../heartbeats, the first
+    ``flaky`` PUTs and POSTs answered 503."""
 
     def __init__(self, queue_url: str, flaky: int = 2) -> None:
         self.queue_url = queue_url
         self.lock = threading.Lock()
         self.puts: list[dict] = []
         self.events: list[tuple[str, int, dict]] = []
+        self.beats: list[tuple[str, dict]] = []  # (job, body) of each heartbeats post
         self.failures = {"PUT": flaky, "POST": flaky}
         self.unavailable = 0
         plane = self
@@ -55,6 +58,7 @@ class FakeControlPlane:
                         return self._send(503, {"status": 503, "code": "unavailable"},
                                           **{"Retry-After": "0"})
                     node, event = NODE_PATH.match(self.path), EVENT_PATH.match(self.path)
+                    beats = BEATS_PATH.match(self.path)
                     if self.command == "PUT" and node:
                         plane.puts.append(body)
                         return self._send(200, {
@@ -64,6 +68,9 @@ class FakeControlPlane:
                     if self.command == "POST" and event:
                         plane.events.append((event["job"], int(event["attempt"]), body))
                         return self._send(200, {"id": event["job"]})
+                    if self.command == "POST" and beats:
+                        plane.beats.append((beats["job"], body))
+                        return self._send(202, {"received_at": "now"})
                 return self._send(404, {"status": 404, "code": "not_found"})
 
             do_PUT = do_POST = _handle
@@ -74,6 +81,11 @@ class FakeControlPlane:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def rank_beats(self, job_id: str) -> list[dict]:
+        """Every rank entry posted for ``job_id``, in order."""
+        with self.lock:
+            return [r for j, body in self.beats if j == job_id for r in body["ranks"]]
 
     def of(self, kind: str, job_id: str) -> list[dict]:
         with self.lock:

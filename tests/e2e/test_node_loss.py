@@ -1,6 +1,10 @@
 """Ranks never outlive their attempt, with real processes: an agent paused
 (SIGSTOP) past DOWN, then resumed (SIGCONT), stops every rank of the attempt the
-server failed meanwhile, and its node takes the next job.
+server failed meanwhile, and its node takes the next job. And no rank can make
+its node go DOWN: a rank that replaces its heartbeat file with a FIFO (which
+once blocked the agent's loop for ever, the node DOWN, the job FAILED
+node_lost and its rank left running with no attempt), a link to /dev/zero or
+a 10 GiB sparse file leaves the node READY and its neighbour's job beating.
 
 One stack for the module, with a short GPUJOBS_NODE_DOWN_AFTER_S; the agent is
 started by the test (the stack starts none) so the test can pause it by its pid.
@@ -11,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,13 +57,14 @@ def loss_stack(tmp_path_factory):
 
 
 @pytest.fixture
-def agent_proc(loss_stack, tmp_path):
-    """A real agent for NODE (2 GPUs), stopped by its own pid, and every rank its
-    state file records killed, also when the test fails."""
+def agent_proc(loss_stack, tmp_path, request):
+    """A real agent for NODE (2 GPUs, or the parameter's), stopped by its own pid,
+    and every rank its state file records killed, also when the test fails."""
     state_dir = tmp_path / "agent"
     log = open(tmp_path / "agent.log", "w")
+    gpus = str(getattr(request, "param", 2))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent", "--node-id", NODE, "--gpus", "2",
+        [sys.executable, "-m", "agent", "--node-id", NODE, "--gpus", gpus,
          "--gpu-type", GPU_TYPE, "--api", loss_stack.api, "--state-dir", str(state_dir),
          "--grace-s", "1", "--poll-wait-s", "1", "--node-heartbeat-s", "0.5",
          "--log-level", "INFO", "--rank-user", ""],  # ranks as the test's user
@@ -142,3 +148,89 @@ def test_an_agent_paused_past_down_stops_the_failed_attempts_ranks_when_resumed(
                          else None)(node(tenant)))
     assert back["gpus"] == 2
     assert agent_proc.poll() is None, "the agent runs on"
+
+
+#: beats every 0.1 s for ever
+STEADY = ("import time\nfrom gpujobs_heartbeat import beat\nstep = 0\n"
+          "while True:\n    beat(step)\n    step += 1\n    time.sleep(0.1)\n")
+#: beats, then puts argv[1]'s kind of file where its record was, says so, sleeps
+HOSTILE = r"""
+import os, sys, time
+from gpujobs_heartbeat import beat
+for step in range(5):
+    beat(step)
+    time.sleep(0.1)
+time.sleep(1.5)
+path = os.environ["GPUJOBS_HEARTBEAT_FILE"]
+os.unlink(path)
+kind = sys.argv[1]
+if kind == "fifo":
+    os.mkfifo(path)
+elif kind == "devzero":
+    os.symlink("/dev/zero", path)
+else:
+    open(path, "wb").close()
+    os.truncate(path, 10 << 30)
+print("REPLACED", flush=True)
+time.sleep(3600)
+"""
+KINDS = ("fifo", "devzero", "sparse")
+
+
+def submit_one(tenant: Api, command: list[str]) -> str:
+    r = tenant.post("/v1/jobs", json={"command": command, "ranks": 1, "gpu_type": GPU_TYPE,
+                                      "max_attempts": 1, "heartbeat": {"interval_s": 0.5}})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def rank0(tenant: Api, job_id: str) -> dict:
+    return tenant.get(f"/v1/jobs/{job_id}/ranks").json()["ranks"][0]
+
+
+@pytest.mark.parametrize("agent_proc", [4], indirect=True)
+def test_ranks_that_replace_their_heartbeat_files_never_take_their_node_down(
+        loss_stack, agent_proc, tmp_path):
+    """Invariant: whatever a rank puts where its heartbeat file was (a FIFO, a
+    link to /dev/zero, a 10 GiB sparse file), its agent keeps calling in: the
+    node stays READY for several times GPUJOBS_NODE_DOWN_AFTER_S, no job fails
+    node_lost, the neighbour job's beats keep advancing, and only the hostile
+    ranks go silent (each refusal logged once)."""
+    tenant = Api(loss_stack.api, "e2e-tenant")
+    poll("the agent's registration", lambda: (node(tenant) or {}).get("state") == "READY"
+         and node(tenant)["gpus"] == 4)
+    steady = submit_one(tenant, [sys.executable, "-c", STEADY])
+    hostile = {kind: submit_one(tenant, [sys.executable, "-c", HOSTILE, kind])
+               for kind in KINDS}
+    every = [steady, *hostile.values()]
+    try:
+        poll("every job RUNNING",
+             lambda: all(state(tenant, j)["state"] == "RUNNING" for j in every), timeout=120)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {[state(tenant, j) for j in every]} {node(tenant)}") from None
+    logs = {kind: tmp_path / "agent" / "logs" / j / "1" / "rank-0.log"
+            for kind, j in hostile.items()}
+    poll("every hostile rank replaced its file",
+         lambda: all(p.exists() and "REPLACED" in p.read_text() for p in logs.values()))
+    first = rank0(tenant, steady)["step"] or 0
+
+    seen, until = set(), time.monotonic() + 4 * DOWN_AFTER_S
+    while time.monotonic() < until:  # every look: READY, nothing failed
+        n = node(tenant)
+        seen.add(n["state"])
+        assert n["state"] == "READY", n
+        for j in every:
+            assert state(tenant, j)["state"] == "RUNNING", state(tenant, j)
+        time.sleep(0.3)
+    assert seen == {"READY"}
+    assert poll("the steady job's beats advancing",
+                lambda: (rank0(tenant, steady)["step"] or 0) >= first + 20)
+    for kind, j in hostile.items():
+        r = rank0(tenant, j)
+        assert (r["step"] or 0) <= 4 and r["silence_s"] >= 2 * DOWN_AFTER_S, (kind, r)
+    assert agent_proc.poll() is None, "the agent runs on"
+    log = (tmp_path / "agent.log").read_text()
+    refused = [line for line in log.splitlines() if "not reading" in line]
+    assert len(refused) == len(KINDS), refused
+    for reason in ("a FIFO", "a symbolic link", "10737418240 bytes"):
+        assert sum(reason in line for line in refused) == 1, (reason, refused)

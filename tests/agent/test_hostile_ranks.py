@@ -1,0 +1,153 @@
+"""Issue 24, item 4 with real processes: no rank can stall the agent.
+
+A real agent (``python -m agent``; as root, when the tests run as root, with
+ranks run as an unprivileged rank user, as on a host) runs two jobs from a
+real SQS inbox (moto) for a fake control plane. One rank is hostile: it beats,
+then replaces its own heartbeat file with a FIFO (the incident: the agent
+blocked for ever in ``open``, the node went DOWN), a symbolic link to
+/dev/zero, or a 10 GiB sparse file. The other job's rank beats on.
+
+For each: the agent's loop keeps going (it keeps calling in and posting the
+other job's beats, advancing), the hostile rank's record is no record (no
+beat posted for it any more; its process samples still are, so its job alone
+goes silent), one WARNING names the file (not one a tick), and the agent's
+peak memory does not grow.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from .conftest import PY, kill_ranks_in_state, stop_process, wait_until
+from .test_integration import AgentProcess, FakeControlPlane, send
+
+RANK_USER = "gpujobs-test-rank"  # as tests/e2e/test_isolation.py
+
+#: beats every 50 ms for ever
+STEADY = "import time\nfrom gpujobs_heartbeat import beat\nstep = 0\n" \
+         "while True:\n    beat(step)\n    step += 1\n    time.sleep(0.05)\n"
+
+#: beats five times, then puts argv[1]'s kind of file where its record was
+HOSTILE = r"""
+import os, sys, time
+from gpujobs_heartbeat import beat
+for step in range(5):
+    beat(step)
+    time.sleep(0.05)
+time.sleep(1)  # the agent has read (and posted) a record by now
+path = os.environ["GPUJOBS_HEARTBEAT_FILE"]
+os.unlink(path)
+kind = sys.argv[1]
+if kind == "fifo":
+    os.mkfifo(path)
+elif kind == "devzero":
+    os.symlink("/dev/zero", path)
+else:
+    with open(path, "wb"):
+        pass
+    os.truncate(path, 10 << 30)
+print("REPLACED", kind, flush=True)
+time.sleep(3600)
+"""
+
+
+def rank_user() -> str | None:
+    """The unprivileged user ranks run as when the tests run as root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(RANK_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                        "/usr/sbin/nologin", RANK_USER], check=True)
+    return RANK_USER
+
+
+@pytest.fixture
+def node(sqs):
+    """A fake control plane and a real agent on ``sqs``; as root, ranks run as
+    RANK_USER under a state directory it can reach (pytest's is 0700). The
+    agent is stopped by its own pid and every rank it records is killed, also
+    when the test fails."""
+    user = rank_user()
+    home = pathlib.Path(tempfile.mkdtemp(prefix="gpujobs-hostile-"))
+    os.chmod(home, 0o711)
+    # the rank user cannot reach the test's own interpreter (under /root)
+    python = (shutil.which("python3", path="/usr/bin:/bin") if user else None) or PY
+    with FakeControlPlane(sqs[1], flaky=0) as plane:
+        agent = AgentProcess(plane.url, home / "state", "--rank-user", user or "",
+                             "--watchdog-s", "5")
+        try:
+            agent.wait_ready()
+            yield plane, agent, home / "state", python, user
+        finally:
+            stop_process(agent.proc)
+            print("--- agent output ---\n" + "".join(agent.output))  # shown on failure
+            kill_ranks_in_state(home / "state")
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def peak_rss_kib(pid: int) -> int:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def steps(plane: FakeControlPlane, job_id: str) -> list[int]:
+    return [r["step"] for r in plane.rank_beats(job_id) if "step" in r]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devzero", "sparse"])
+def test_a_rank_that_replaces_its_heartbeat_file_stalls_nothing_but_its_own_job(
+        sqs, node, kind):
+    """Invariant: whatever a rank puts at its heartbeat file's path, the
+    agent's loop keeps ticking (the node keeps calling in, other jobs' beats
+    keep being posted), only that rank's own record is lost, the refusal is
+    logged once, and the agent's memory stays bounded."""
+    plane, agent, state_dir, python, user = node
+    for job, argv in (("job_steady", [python, "-c", STEADY]),
+                      ("job_hostile", [python, "-c", HOSTILE, kind])):
+        send(sqs, {"type": "LAUNCH", "job_id": job, "attempt": 1, "ranks": [0],
+                   "world_size": 1, "command": argv, "env": {},
+                   "heartbeat_interval_s": 0.2})
+    log = state_dir / "logs" / "job_hostile" / "1" / "rank-0.log"
+    wait_until(lambda: log.exists() and "REPLACED" in log.read_text(), timeout=60,
+               what="the hostile rank to replace its heartbeat file")
+    assert steps(plane, "job_hostile"), "it beat before: its record was read"
+    if user:
+        hb = state_dir / "heartbeats" / "job_hostile" / "1"
+        assert hb.stat().st_uid == pwd.getpwnam(user).pw_uid, "ranks ran as the rank user"
+    peak_before = peak_rss_kib(agent.proc.pid)
+    time.sleep(0.5)  # a post of the last record may still be on its way
+    hostile_steps = len(steps(plane, "job_hostile"))
+    puts, steady = len(plane.puts), max(steps(plane, "job_steady"), default=-1)
+
+    # the loop goes on: it calls in, and posts the other job's new beats
+    wait_until(lambda: len(plane.puts) >= puts + 6
+               and max(steps(plane, "job_steady"), default=-1) >= steady + 20, timeout=60,
+               what="more node heartbeats and new beats of the steady job")
+    assert agent.proc.poll() is None, "the agent runs on"
+    # the hostile rank's job alone lost its record; its process is still watched
+    assert len(steps(plane, "job_hostile")) == hostile_steps, "no beat from what it put there"
+    beats = [r for r in plane.rank_beats("job_hostile") if "step" in r]
+    assert [r["step"] for r in beats] == sorted(r["step"] for r in beats) \
+        and all("age_s" in r for r in beats), f"a beat read from what it put there: {beats}"
+    wait_until(lambda: any("proc" in r and "step" not in r
+                           for r in plane.rank_beats("job_hostile")), timeout=30,
+               what="process samples of the hostile rank")
+    # one warning for the file, not one a tick
+    path = str(state_dir / "heartbeats" / "job_hostile" / "1" / "rank-0")
+    refused = [line for line in agent.output if "not reading" in line and path in line]
+    why = {"fifo": "a FIFO", "devzero": "a symbolic link", "sparse": "10737418240 bytes"}[kind]
+    assert len(refused) == 1 and why in refused[0], refused
+    assert not [line for line in agent.output if "not reading" in line and path not in line]
+    grown = peak_rss_kib(agent.proc.pid) - peak_before
+    assert grown < 32 * 1024, f"the agent's peak memory grew by {grown} KiB"

@@ -21,7 +21,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from ..domain import cursor
-from ..domain.clock import Clock, iso, parse_iso, utcnow
+from ..domain.clock import Clock, iso, utcnow
 from ..domain.errors import InvalidArgument, InvalidPageToken, ServiceUnavailable
 from .jobs import JobsService
 from .ports import LogReader
@@ -32,25 +32,70 @@ DEFAULT_PAGE_SIZE = 1_000
 #: store that ignores the stream filter returns any); each reads up to 10,000
 MAX_READS = 100
 
-_AGO_RE = re.compile(r"^(\d{1,9})([smhd])$")
+# -- since: the documented forms only ---------------------------------------------------
+#: ``since`` may name no time before this (CloudWatch's times count from it) ...
+SINCE_EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: ... nor one more than this after the server's clock (no line can be there)
+SINCE_AHEAD = timedelta(days=1)
+_AGO_RE = re.compile(r"([0-9]{1,9})([smhd])", re.ASCII)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_RFC3339_RE = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})"
+    r"(?:\.([0-9]{1,9}))?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))", re.ASCII)
+_SINCE_FORMS = ("since must be a duration ago (1 to 9 ASCII digits and s, m, h or d: "
+                "30s, 10m, 2h, 3d) or an RFC 3339 time with its offset "
+                "(2025-01-31T12:00:00Z, 2025-01-31T13:00:00.5+01:00)")
+
+
+def _rfc3339(value: str) -> datetime | None:
+    """``value`` as RFC 3339's date-time (seconds 00 to 59: no leap second),
+    fractions past the microsecond dropped; None when it is not one."""
+    m = _RFC3339_RE.fullmatch(value)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    frac, zulu, sign, off_h, off_m = m.groups()[6:]
+    try:
+        offset = timedelta(0) if zulu else timedelta(hours=int(off_h), minutes=int(off_m))
+        if not zulu and (int(off_h) > 23 or int(off_m) > 59):
+            return None
+        tz = timezone(-offset if sign == "-" else offset)
+        micro = int((frac or "").ljust(6, "0")[:6])
+        return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz)
+    except ValueError:  # month 13, February 30th, hour 24, ...
+        return None
 
 
 def parse_since(value: str | None, now: datetime) -> datetime | None:
-    """An RFC 3339 time, or a duration before now: ``90s``, ``10m``, ``2h``, ``1d``."""
+    """The time ``since`` names: a duration before ``now`` (``30s``, ``10m``,
+    ``2h``, ``3d``: ASCII digits, one unit) or an RFC 3339 time with its
+    offset, from 1970-01-01T00:00:00Z to a day after ``now``; anything else
+    is ``400 invalid_argument`` naming ``since`` (never an overflow)."""
     if value is None:
         return None
-    m = _AGO_RE.match(value)
+    m = _AGO_RE.fullmatch(value)
     if m:
-        return now - timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
-    try:
-        t = parse_iso(value)
-    except (ValueError, TypeError):
-        t = None
+        back = int(m.group(1)) * _UNITS[m.group(2)]  # whole seconds: no timedelta overflow
+        if back > (now - SINCE_EARLIEST).total_seconds():
+            raise InvalidArgument(f"since {value} ago is before 1970-01-01T00:00:00Z",
+                                  field="since")
+        return now - timedelta(seconds=back)
+    t = _rfc3339(value)
     if t is None:
-        raise InvalidArgument("since must be an RFC 3339 time or a duration such as 10m",
-                              field="since")
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+        raise InvalidArgument(_SINCE_FORMS, field="since")
+    if t < SINCE_EARLIEST:
+        raise InvalidArgument("since must not be before 1970-01-01T00:00:00Z", field="since")
+    if t > now + SINCE_AHEAD:
+        raise InvalidArgument("since must not be more than a day ahead of the server's "
+                              f"clock ({iso(now)})", field="since")
+    return t.astimezone(timezone.utc)
+
+
+def epoch_ms(t: datetime) -> int:
+    """``t`` in whole milliseconds since the epoch, rounded up (so ``since``
+    keeps no line before it), in integers (no float rounding)."""
+    us = (t - SINCE_EARLIEST) // timedelta(microseconds=1)
+    return -(-us // 1000)
 
 
 # -- streams: the one check --------------------------------------------------------------
@@ -118,7 +163,7 @@ class LogsService:
             raise InvalidArgument(f"rank must be from 0 to {ranks - 1}", field="rank")
         filter_key = f"logs:{job_id}:{attempt}:{'' if rank is None else rank}:{since or ''}"
         start = parse_since(since, self._clock())
-        start_ms = None if start is None else int(start.timestamp() * 1000)
+        start_ms = None if start is None else epoch_ms(start)
         scope = LogScope(job_id, attempt, ranks, rank)
         token = None
         if page_token is not None:

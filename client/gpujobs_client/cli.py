@@ -886,8 +886,9 @@ def _log_out(line: "LogLine", prefix: bool) -> None:
               "and prefixed by their rank (the default).")
 @click.option("--attempt", type=click.IntRange(min=1), help="This attempt (default: the newest).")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
-@click.option("--since", metavar="WHEN", help="Only lines since a time (RFC 3339) or a "
-              "duration ago: 30s, 10m, 2h, 1d.")
+@click.option("--since", metavar="WHEN", help="Only lines since an RFC 3339 time with its "
+              "offset (2025-01-31T12:00:00Z) or a duration ago: 30s, 10m, 2h, 3d. The server "
+              "checks it: any other form is its 400 (exit 1).")
 @click.option("--tail", type=click.IntRange(min=0), metavar="N",
               help="Only the last N lines (then new ones with -f).")
 @click.option("--interval", type=click.FloatRange(min=0), default=1.0, show_default=True,

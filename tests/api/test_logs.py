@@ -138,3 +138,25 @@ def test_a_job_of_4096_ranks_reads_no_other_tenants_lines_from_moto(iso, iso_cli
             assert other not in carried and "/2/" not in carried, carried
         assert sorted((x["rank"], x["line"]) for x in lines) == \
             [(0, "ours 0"), (4095, "ours 4095"), (4095, "ours err")], page_size
+
+
+BAD_SINCE = ["739000d", "0001-01-01T00:00:00Z", "800000d", "\uff11\uff10m", "\u0663m", "",
+             " ", "-5m", "1e3m", " 10m", "10m ", "10 m", "10m\n", "10M", "1h30m", "10",
+             "9999-12-31T23:59:59Z", "1969-12-31T23:59:59Z", "2025-01-31T12:00:00",
+             "2025-02-30T00:00:00Z", "2025-01-31T12:00:00+0100", "yesterday"]
+
+
+def test_a_since_outside_its_documented_forms_is_a_400_naming_since(iso, iso_client, tenants,
+                                                                     cluster):
+    """Invariant: no ``since``, however malformed or far off, is a 5xx: each
+    is 400 invalid_argument problem JSON naming ``since`` (739000d was an
+    OverflowError, 0001-01-01T00:00:00Z a negative startTime: both 500)."""
+    job_id, _ = placed(iso, iso_client, tenants)
+    for value in BAD_SINCE:
+        r = get(iso_client, tenants, job_id, since=value)
+        assert r.status_code == 400, (value, r.status_code, r.body)
+        assert r.headers["Content-Type"] == "application/problem+json", value
+        assert (r.json_body["code"], r.json_body["field"]) == ("invalid_argument", "since"), value
+    in_a_minute = time.strftime("%Y-%m-%dT%H:%M:%S.000+00:00", time.gmtime(time.time() + 60))
+    for value in ("10m", "3d", "0s", "1970-01-01T00:00:00Z", in_a_minute):
+        assert get(iso_client, tenants, job_id, since=value).status_code == 200, value

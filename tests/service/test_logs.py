@@ -1,17 +1,19 @@
 """Reading rank logs on fakes (LogsService over FakeLogReader): whatever the
 store returns, a read shows only the streams of the job, attempt and rank it
-reads, and hands out no page token positioned among anyone else's lines."""
+reads, and hands out no page token positioned among anyone else's lines;
+``since`` takes only its documented forms, in a range that makes sense."""
 from __future__ import annotations
 
 import base64
 import json
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from chalicelib.domain import cursor
-from chalicelib.domain.errors import InvalidPageToken, ServiceUnavailable
+from chalicelib.domain.errors import InvalidArgument, InvalidPageToken, ServiceUnavailable
 from chalicelib.service import logs as logs_module
-from chalicelib.service.logs import LogScope, LogsService
+from chalicelib.service.logs import LogScope, LogsService, parse_since
 from tests.fakes import FakeLogReader
 
 from .conftest import register, submit
@@ -172,3 +174,70 @@ def test_the_scope_accepts_exactly_the_names_the_agent_writes():
                  "job_AB/2/rank-1", "job/2/rank-1", "job_A/2/rank-1/x", "", None, 5):
         assert not every.owns(name), name
     assert one.owns("job_A/2/rank-12") and not one.owns("job_A/2/rank-13")
+
+
+# -- since ----------------------------------------------------------------------------------
+NOW = datetime(2025, 1, 31, 12, 0, 0, tzinfo=timezone.utc)
+
+BAD_SINCE = [
+    "739000d",                       # OverflowError before
+    "0001-01-01T00:00:00Z",          # a negative startTime before
+    "800000d", "20120d", "482869h",  # before 1970
+    "1969-12-31T23:59:59.999Z",
+    "\uff11\uff10m",                 # fullwidth digits
+    "\u0663m", "1\u0660s",           # Arabic-Indic digits
+    "", " ", "-5m", "+5m", "1e3m", "1.5h", "10", "m", "10M", "10 m", " 10m", "10m ", "10m\n",
+    "1h30m", "1234567890s", "10w", "10y",
+    "9999-12-31T23:59:59Z",          # far future
+    "2025-02-01T12:00:00.001Z",      # just over a day ahead
+    "2025-01-31T12:00:00",           # no offset
+    "2025-01-31 12:00:00Z",          # a space for the T
+    "2025-01-31T12:00Z", "2025-01-31", "20250131T120000Z", "2025-1-31T12:00:00Z",
+    "2025-02-30T00:00:00Z", "2025-13-01T00:00:00Z", "2025-01-31T24:00:00Z",
+    "2025-01-31T12:60:00Z", "2025-01-31T12:00:60Z", "2025-01-31T12:00:00+24:00",
+    "2025-01-31T12:00:00+01:60", "2025-01-31T12:00:00.Z", "2025-01-31T12:00:00.1234567890Z",
+    "2025-01-31T12:00:00Z\n", "\uff12025-01-31T12:00:00Z", "2025-01-31T12:00:00+0100",
+    "yesterday", "now",
+]
+
+
+@pytest.mark.parametrize("value", BAD_SINCE)
+def test_since_outside_its_documented_forms_is_invalid_argument_naming_since(value):
+    """Invariant: any ``since`` that is not a duration ago of ASCII digits and
+    s/m/h/d, or an RFC 3339 time with its offset from 1970 to a day ahead, is
+    400 invalid_argument naming ``since`` (never an overflow, never a 500)."""
+    with pytest.raises(InvalidArgument) as refused:
+        parse_since(value, NOW)
+    assert refused.value.field == "since"
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("30s", NOW - timedelta(seconds=30)), ("10m", NOW - timedelta(minutes=10)),
+    ("2h", NOW - timedelta(hours=2)), ("3d", NOW - timedelta(days=3)), ("0s", NOW),
+    ("010m", NOW - timedelta(minutes=10)),
+    ("20119d", datetime(1970, 1, 1, 12, tzinfo=timezone.utc)),
+    ("482868h", datetime(1970, 1, 1, tzinfo=timezone.utc)),  # the epoch itself
+    ("2025-01-31T11:00:00Z", datetime(2025, 1, 31, 11, tzinfo=timezone.utc)),
+    ("2025-01-31t11:00:00.120z", datetime(2025, 1, 31, 11, 0, 0, 120000, tzinfo=timezone.utc)),
+    ("2025-01-31T13:00:00.5+01:00", datetime(2025, 1, 31, 12, 0, 0, 500000,
+                                            tzinfo=timezone.utc)),
+    ("2025-01-31T06:30:00-05:30", datetime(2025, 1, 31, 12, tzinfo=timezone.utc)),
+    ("2025-01-31T12:00:00.123456789Z", datetime(2025, 1, 31, 12, 0, 0, 123456,
+                                               tzinfo=timezone.utc)),
+    ("1970-01-01T00:00:00Z", datetime(1970, 1, 1, tzinfo=timezone.utc)),
+    ("2025-02-01T12:00:00Z", NOW + timedelta(days=1)),
+])
+def test_since_in_its_documented_forms_names_that_time(value, expected):
+    """Invariant: each documented form of ``since`` names the time it says,
+    in UTC, the bounds themselves included."""
+    assert parse_since(value, NOW) == expected
+
+
+def test_since_becomes_a_start_in_whole_milliseconds_rounded_up():
+    """Invariant: the store's start time keeps no line before ``since``: whole
+    milliseconds, rounded up, computed without float error."""
+    assert logs_module.epoch_ms(datetime(2025, 1, 31, 12, 0, 3, 120000,
+                                         tzinfo=timezone.utc)) == 1738324803120
+    assert logs_module.epoch_ms(datetime(2025, 1, 31, 12, 0, 3, 120001,
+                                         tzinfo=timezone.utc)) == 1738324803121
+    assert logs_module.epoch_ms(datetime(1970, 1, 1, tzinfo=timezone.utc)) == 0

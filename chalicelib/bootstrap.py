@@ -126,7 +126,7 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
         heartbeats=heartbeats, scanner=scanner, scan_fanout=fanout, auth=Authenticator(tokens),
         telemetry=telemetry, clock=clock,
         logs=LogsService(jobs, log_reader or CloudWatchLogReader(config),
-                         page_token_key=config.page_token_key))
+                         page_token_key=config.page_token_key, clock=clock))
 
 
 def with_page_token_key(config: Config, parameters: SsmParameters) -> Config:

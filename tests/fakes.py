@@ -39,6 +39,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from pynamodb.exceptions import TransactWriteError
 
 from chalicelib.adapters.dynamo import ConditionFailed
+from chalicelib.adapters.log_reader import MAX_STREAM_NAMES
 from chalicelib.domain import events as ev, idempotency, quotas
 from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
@@ -871,19 +872,36 @@ class RecordingTelemetry(NullTelemetry):
 
 
 class FakeLogReader:
-    """chalicelib.service.ports.LogReader over given events
-    (stream, time ms, message, id), a page of ``limit`` at a time."""
+    """chalicelib.service.ports.LogReader over given events (stream, time ms,
+    message, id), a page of ``limit`` at a time, oldest first, its token the
+    position after the page's last event.
 
-    def __init__(self, events: list[tuple] | None = None) -> None:
+    As the adapter on the embedded moto does, it answers a read of more than
+    100 streams (CloudWatch's by-prefix read) with every stream of the log
+    group: moto ignores ``logStreamNamePrefix``. ``ignores_filter=True`` makes
+    it ignore the stream names as well: a store that returns anything."""
+
+    def __init__(self, events: list[tuple] | None = None, *,
+                 ignores_filter: bool = False) -> None:
         self.events = list(events or [])
+        self.ignores_filter = ignores_filter
+        self.reads = 0
+
+    def put(self, stream: str, time_ms: int, message: str) -> None:
+        self.events.append((stream, time_ms, message, f"{len(self.events):056d}"))
 
     def read(self, streams: list[str], prefix: str, *, start_ms: int | None,
              token: str | None, limit: int) -> LogPage:
-        chosen = sorted((e for e in self.events if e[0] in streams
+        self.reads += 1
+        every = self.ignores_filter or len(streams) > MAX_STREAM_NAMES
+        chosen = sorted((e for e in self.events if (every or e[0] in streams)
                          and (start_ms is None or e[1] >= start_ms)), key=lambda e: e[1])
-        at = int(token) if token else 0
+        try:
+            at = int(token) if token else 0
+        except ValueError:
+            return LogPage([], None)  # as CloudWatch (and moto) answer a token not theirs
         rest = chosen[at:at + limit]
-        return LogPage(rest, str(at + limit) if at + limit < len(chosen) else None)
+        return LogPage(rest, str(at + limit) if rest and at + limit < len(chosen) else None)
 
 
 @dataclass

@@ -1,4 +1,9 @@
-"""The LogReader port on CloudWatch Logs: one FilterLogEvents call a page."""
+"""The LogReader port on CloudWatch Logs: one FilterLogEvents call a page.
+
+More than ``MAX_STREAM_NAMES`` streams are asked for by name prefix, which the
+embedded moto ignores: it answers with every stream of the log group. What it
+returns is passed on as it is; chalicelib/service/logs.py checks every stream
+(``LogScope``)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -31,7 +36,10 @@ class CloudWatchLogReader:
              token: str | None, limit: int) -> LogPage:
         if self._config.log_group is None:
             return LogPage([], None)
-        args: dict = {"logGroupName": self._config.log_group, "limit": limit}
+        # interleaved: what CloudWatch always does (it ignores the flag), and moto
+        # only when asked; without it moto answers stream after stream
+        args: dict = {"logGroupName": self._config.log_group, "limit": limit,
+                      "interleaved": True}
         if len(streams) <= MAX_STREAM_NAMES:
             args["logStreamNames"] = streams
         else:

@@ -17,6 +17,7 @@ import click
 from . import __version__
 from .config import KEYS, ConfigError, config_path, load_file, resolve, save_file
 from .errors import ApiError, GpujobsError, TransportError
+from .term import clean, dumps, wants_colour
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console, RenderableType
@@ -154,7 +155,7 @@ def make_client(need_token: bool = True) -> "Client":
 
 # -- output ---------------------------------------------------------------------------
 def out_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    click.echo(dumps(value, indent=2))
 
 
 def console(stderr: bool = False) -> "Console":
@@ -205,8 +206,11 @@ def ranges(numbers: Iterable[int]) -> str:
 
 
 def escape(text: Any) -> str:
+    """Text from the server (names, reasons, stacks, details), as rich markup
+    that prints it literally and obeys none of its control sequences
+    (gpujobs_client/term.py)."""
     from rich.markup import escape as rich_escape
-    return rich_escape("" if text is None else str(text))
+    return rich_escape(clean("" if text is None else str(text), newlines=True))
 
 
 def shorten(text: str, width: int) -> str:
@@ -292,7 +296,7 @@ def report(e: GpujobsError) -> int:
             err = {"code": "invalid_response", "title": "Invalid response", "detail": str(e)}
         if hint:
             err["hint"] = hint
-        click.echo(json.dumps({"error": err, "exit_code": code}, ensure_ascii=False), err=True)
+        click.echo(dumps({"error": err, "exit_code": code}), err=True)
         return code
     if isinstance(e, JobEnded):
         return code  # the command printed the job's final state already
@@ -311,9 +315,9 @@ def report(e: GpujobsError) -> int:
             line += f" (after {e.attempts} attempts)"
     else:
         line = f"Error: {e}"
-    click.echo(line, err=True)
+    click.echo(clean(line, newlines=True), err=True)
     if hint:
-        click.echo(f"Hint: {hint}", err=True)
+        click.echo(clean(f"Hint: {hint}", newlines=True), err=True)
     return code
 
 
@@ -725,7 +729,7 @@ def ranks_table(ranks: "Ranks", max_rows: int | None = None,
     rows = ranks.ranks if max_rows is None else (
         ranks.ranks[:max_rows] + [r for r in ranks.ranks[max_rows:] if r.rank in named])
     for r in rows:
-        status = rank_status(r)
+        status = escape(rank_status(r))
         t.add_row(str(r.rank), escape(r.node_id or "-"), "-" if r.step is None else str(r.step),
                   fmt_silence(r.silence_s), short_time(r.last_heard_at), status,
                   mark if r.rank in named else "",
@@ -795,7 +799,7 @@ def watch_view(job: "Job", rk: "Ranks | None", note: str | None, interval: float
     if rk is not None and rk.ranks:
         parts.append(ranks_table(rk, max_rows, verdict_of(job, rk)))
     elif note:
-        parts.append(Text(note, style="dim"))
+        parts.append(Text(clean(note), style="dim"))
     if job.is_terminal:
         parts.append(Text.from_markup(
             f"Job finished: {styled_state(job.state)}{escape(exit_note(job))}"))
@@ -842,8 +846,7 @@ def watch(job_id: str, interval: float, wait_timeout: float | None, max_ranks: i
     if json_mode():
         while True:
             job, rk, _ = snapshot(client, job_id)
-            click.echo(json.dumps({"job": job.raw, "ranks": rk.raw if rk else None},
-                                  ensure_ascii=False))
+            click.echo(dumps({"job": job.raw, "ranks": rk.raw if rk else None}))
             if job.is_terminal:
                 check_outcome(job)
                 return
@@ -870,12 +873,19 @@ def watch(job_id: str, interval: float, wait_timeout: float | None, max_ranks: i
 
 
 # -- logs ---------------------------------------------------------------------------------
-def _log_out(line: "LogLine", prefix: bool) -> None:
+def _log_out(line: "LogLine", prefix: bool, raw: bool = False, color: str = "auto") -> None:
+    """One line on stdout (stderr for the rank's stderr): escape sequences
+    other than colour shown, not obeyed, and colour only on a terminal
+    (``color``) unless ``raw`` asks for the line exactly as the rank wrote it."""
     if json_mode():
-        click.echo(json.dumps({**line.raw, "attempt": line.attempt}, ensure_ascii=False))
+        click.echo(dumps({**line.raw, "attempt": line.attempt}))
         return
+    err = line.stream == "stderr"
+    text = line.line if raw else clean(
+        line.line, colour=wants_colour(sys.stderr if err else sys.stdout, color))
     head = f"[rank {line.rank}] " if prefix else ""
-    click.echo(head + line.line, err=line.stream == "stderr")
+    # color=True: what is left is what was decided here (click would strip only CSI)
+    click.echo(head + text, err=err, color=True)
 
 
 @cli.command()
@@ -886,19 +896,32 @@ def _log_out(line: "LogLine", prefix: bool) -> None:
               "and prefixed by their rank (the default).")
 @click.option("--attempt", type=click.IntRange(min=1), help="This attempt (default: the newest).")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the job ends.")
-@click.option("--since", metavar="WHEN", help="Only lines since a time (RFC 3339) or a "
-              "duration ago: 30s, 10m, 2h, 1d.")
+@click.option("--since", metavar="WHEN", help="Only lines since an RFC 3339 time with its "
+              "offset (2025-01-31T12:00:00Z) or a duration ago: 30s, 10m, 2h, 3d. The server "
+              "checks it: any other form is its 400 (exit 1).")
 @click.option("--tail", type=click.IntRange(min=0), metavar="N",
               help="Only the last N lines (then new ones with -f).")
 @click.option("--interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Seconds between polls with -f.")
+@click.option("--color", "--colour", "color", type=click.Choice(["auto", "always", "never"]),
+              default="auto", show_default=True,
+              help="Keep the ranks' colour (SGR) sequences: auto keeps them on a terminal "
+                   "unless NO_COLOR is set.")
+@click.option("--raw", is_flag=True,
+              help="Print the lines exactly as the ranks wrote them, escape sequences and "
+                   "all: a rank's output can then set your terminal's title, write your "
+                   "clipboard (OSC 52) or move the cursor.")
 def logs(job_id: str, rank: int | None, all_ranks: bool, attempt: int | None, follow: bool,
-         since: str | None, tail: int | None, interval: float) -> None:
+         since: str | None, tail: int | None, interval: float, color: str, raw: bool) -> None:
     """Print what the job's ranks wrote (stdout to stdout, stderr to stderr).
 
     Lines come from CloudWatch Logs, where the agents ship them; with several
     ranks each line starts with [rank N]. With -o json, one JSON object per line:
     {"rank", "stream", "time", "line", "id", "attempt"}.
+
+    Control characters are shown, not obeyed (ESC as ^[, BEL as ^G, as cat -v
+    shows them), but for colour, kept on a terminal (--color); --raw prints
+    the lines untouched.
     """
     if rank is not None and all_ranks:
         raise click.UsageError("--rank and --all-ranks exclude each other")
@@ -909,7 +932,7 @@ def logs(job_id: str, rank: int | None, all_ranks: bool, attempt: int | None, fo
         last: "deque[LogLine]" = deque(maxlen=tail)
         last.extend(client.iter_logs(job_id, attempt=attempt, rank=rank, since=since))
         for line in last:
-            _log_out(line, prefix)
+            _log_out(line, prefix, raw, color)
         if not follow:
             return
         if last:
@@ -922,7 +945,7 @@ def logs(job_id: str, rank: int | None, all_ranks: bool, attempt: int | None, fo
                                  follow=follow, interval_s=interval):
         if line.id in shown:
             continue
-        _log_out(line, prefix)
+        _log_out(line, prefix, raw, color)
 
 
 # -- describe -----------------------------------------------------------------------------
@@ -1006,7 +1029,7 @@ def health() -> None:
     if json_mode():
         out_json(data)
     else:
-        click.echo(f"{client.api_url}: {data.get('status', data)}")
+        click.echo(clean(f"{client.api_url}: {data.get('status', data)}"))
 
 
 # -- config -------------------------------------------------------------------------------

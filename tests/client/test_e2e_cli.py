@@ -132,3 +132,17 @@ def test_the_config_file_is_used_when_nothing_else_is_set(gpujobs, stack):
     assert gpujobs("config", "set", "token", "e2e-tenant").returncode == 0
     r = gpujobs("list", "--limit", "1", "-o", "json", GPUJOBS_API_URL="", GPUJOBS_TOKEN="")
     assert r.returncode == 0, r.stderr
+
+
+def test_logs_with_a_since_the_server_refuses_exits_1_naming_since(gpujobs):
+    """Invariant: a ``since`` outside its documented forms or bounds is the
+    server's 400 naming ``since``, which the CLI shows and exits 1 for (it
+    was exit 5: the server answered 500 to ``800000d``)."""
+    job = submit_json(gpujobs, "--ranks", "1", "--", "true")
+    for value in ("800000d", "0001-01-01T00:00:00Z", "\uff11\uff10m", "1e3m", "-5m"):
+        r = gpujobs("logs", job["id"], "--since", value)
+        assert r.returncode == 1, (value, r.returncode, r.stderr)
+        assert "invalid_argument" in r.stderr and "[field: since]" in r.stderr, r.stderr
+    r = gpujobs("-o", "json", "logs", job["id"], "--since", "800000d")
+    assert r.returncode == 1 and json.loads(r.stderr)["error"]["field"] == "since"
+    assert gpujobs("logs", job["id"], "--since", "10m").returncode == 0

@@ -1,0 +1,243 @@
+"""Reading rank logs on fakes (LogsService over FakeLogReader): whatever the
+store returns, a read shows only the streams of the job, attempt and rank it
+reads, and hands out no page token positioned among anyone else's lines;
+``since`` takes only its documented forms, in a range that makes sense."""
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from chalicelib.domain import cursor
+from chalicelib.domain.errors import InvalidArgument, InvalidPageToken, ServiceUnavailable
+from chalicelib.service import logs as logs_module
+from chalicelib.service.logs import LogScope, LogsService, parse_since
+from tests.fakes import FakeLogReader
+
+from .conftest import register, submit
+
+KEY = b"fake-page-key"
+
+
+def placed_job(svc, tenant: str, ranks: int):
+    """A job of ``ranks`` ranks placed on nodes of its own GPU type (attempt 1)."""
+    gpu = f"gpu-{tenant}"
+    for n in range(-(-ranks // 1024)):
+        register(svc, f"{tenant}-n{n}", gpus=1024, gpu_type=gpu)
+    job = submit(svc, tenant=tenant, ranks=ranks, gpu_type=gpu)
+    assert job.job_id in svc.placer.run().placed
+    return svc.store.get(job.job_id)
+
+
+def message(text: str, stream: str = "stdout") -> str:
+    return json.dumps({"stream": stream, "line": text})
+
+
+def payload(token: str) -> str:
+    """What a page token carries, as anyone holding it can read it."""
+    body = token.split(".")[0]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
+
+
+def every_page(service, tenant, job_id, **q):
+    """Every page of a read, followed to the end: (lines, tokens handed out)."""
+    lines, tokens, token = [], [], None
+    for _ in range(10_000):
+        page = service.read(tenant, job_id, page_token=token, **q)
+        lines += page["lines"]
+        token = page["next_page_token"]
+        if token is None:
+            return lines, tokens
+        tokens.append(token)
+    raise AssertionError("the pages never ended")
+
+
+@pytest.fixture
+def world_of_streams(svc, clock):
+    """A globex job of 4,096 ranks beside an acme job, in one log group whose
+    store ignores every stream filter, with streams that look like the big
+    job's but are not: its attempt 2 and 10, rank 4096 (out of range), rank
+    ``01`` (not how a rank is written), a job id it is a prefix of."""
+    big = placed_job(svc, "globex", 4096)
+    other = placed_job(svc, "acme", 2)
+    reader = FakeLogReader(ignores_filter=True)
+    t0 = 1_800_000_000_000
+    ours, foreign = [], []
+    b, o = big.job_id, other.job_id
+    streams = [(f"{b}/1/rank-0", True), (f"{o}/1/rank-0", False), (f"{b}/1/rank-4095", True),
+               (f"{o}/1/rank-1", False), (f"{b}/2/rank-0", False), (f"{b}/10/rank-3", False),
+               (f"{b}/1/rank-4096", False), (f"{b}/1/rank-01", False), (f"{b}x/1/rank-0", False),
+               (f"{b}/1/rank-7", True), (f"{b}/1/rank-7\n", False), ("unrelated", False)]
+    for i in range(60):  # interleaved in time, runs of foreign lines between ours
+        stream, mine = streams[(i * 7) % len(streams)]
+        reader.put(stream, t0 + i, message(f"{'ours' if mine else 'secret'} {i}"))
+        (ours if mine else foreign).append((stream, f"{'ours' if mine else 'secret'} {i}"))
+    for i in range(25_000):  # another job's long run of output, after all of ours
+        reader.put(f"{o}/1/rank-0", t0 + 1000 + i, message(f"secret tail {i}"))
+    service = LogsService(svc.jobs, reader, page_token_key=KEY, clock=clock)
+    return service, reader, big, other, ours
+
+
+@pytest.mark.parametrize("page_size", [1, 3, 1000, 10_000])
+def test_a_store_that_ignores_the_filter_shows_nothing_of_other_jobs(world_of_streams,
+                                                                     page_size):
+    """Invariant: every line of a read is of the job, attempt and rank range
+    read, whatever streams the store answers with; followed page to page,
+    the job's own lines come each once, in order, and no page token carries
+    anything of another stream (its position always follows one of ours)."""
+    service, reader, big, other, ours = world_of_streams
+    lines, tokens = every_page(service, "globex", big.job_id, page_size=page_size)
+    assert [x["line"] for x in lines] == [text for _, text in ours]
+    assert {x["rank"] for x in lines} == {0, 4095, 7}
+    assert not any("secret" in x["line"] for x in lines)
+    for token in tokens:
+        carried = payload(token)
+        assert other.job_id not in carried and "unrelated" not in carried, carried
+        assert json.loads(json.loads(carried)["k"])["a"].startswith(f"{big.job_id}/1/rank-")
+
+
+def test_one_rank_read_shows_that_rank_only(world_of_streams):
+    """Invariant: a read of one rank shows that rank's stream only, even from
+    a store that answers with every stream."""
+    service, _, big, _, ours = world_of_streams
+    lines, _ = every_page(service, "globex", big.job_id, rank=7, page_size=2)
+    assert [x["line"] for x in lines] == [t for s, t in ours if s.endswith("/rank-7")]
+    assert {x["rank"] for x in lines} == {7}
+
+
+def test_a_token_naming_another_stream_is_an_invalid_page_token(world_of_streams):
+    """Invariant: a page token whose position follows a stream not of the job,
+    attempt and rank read is 400 invalid_page_token, even when signed with
+    the right key for the right filter; one of ours resumes."""
+    service, _, big, other, _ = world_of_streams
+    b = big.job_id
+
+    def token_after(stream, rank=None):
+        filter_key = f"logs:{b}:1:{'' if rank is None else rank}:"
+        return cursor.encode(json.dumps({"t": "3", "s": None, "a": stream}), tenant="globex",
+                             filter_key=filter_key, secret=KEY)
+
+    for stream, rank in ((f"{other.job_id}/1/rank-0", None), (f"{b}/2/rank-0", None),
+                         (f"{b}/1/rank-4096", None), (f"{b}/1/rank-01", None),
+                         (f"{b}/1/rank-0", 7), ("unrelated", None)):
+        with pytest.raises(InvalidPageToken) as refused:
+            service.read("globex", b, rank=rank, page_token=token_after(stream, rank))
+        assert refused.value.field == "page_token", stream
+    assert service.read("globex", b, page_token=token_after(f"{b}/1/rank-7"))["job_id"] == b
+    legacy = cursor.encode(json.dumps({"t": "3", "s": None}), tenant="globex",
+                           filter_key=f"logs:{b}:1::", secret=KEY)
+    with pytest.raises(InvalidPageToken):
+        service.read("globex", b, page_token=legacy)  # names no stream: cannot be checked
+
+
+def test_a_store_that_honours_the_filter_is_read_once_a_page(svc, clock):
+    """Invariant: the stream check costs a store that filters (CloudWatch)
+    nothing: one read a page, the store's token handed on."""
+    job = placed_job(svc, "globex", 3)
+    reader = FakeLogReader()
+    for i in range(7):
+        reader.put(f"{job.job_id}/1/rank-{i % 3}", 1_800_000_000_000 + i, message(f"l{i}"))
+    service = LogsService(svc.jobs, reader, page_token_key=KEY, clock=clock)
+    lines, tokens = every_page(service, "globex", job.job_id, page_size=3)
+    assert [x["line"] for x in lines] == [f"l{i}" for i in range(7)]
+    assert (reader.reads, len(tokens)) == (3, 2)
+
+
+def test_a_store_answering_only_other_streams_ends_in_503_not_a_leak(svc, clock, monkeypatch):
+    """Invariant: when the store keeps answering with other streams' lines past
+    the read budget, the answer is 503 unavailable (retry), never a token
+    positioned among them nor a silently cut listing."""
+    monkeypatch.setattr(logs_module, "MAX_READS", 2)
+    job = placed_job(svc, "globex", 200)
+    reader = FakeLogReader(ignores_filter=True)
+    for i in range(40_000):
+        reader.put(f"job_other/1/rank-{i % 3}", 1_800_000_000_000 + i, message("secret"))
+    reader.put(f"{job.job_id}/1/rank-5", 1_800_000_100_000, message("ours"))
+    service = LogsService(svc.jobs, reader, page_token_key=KEY, clock=clock)
+    with pytest.raises(ServiceUnavailable):
+        service.read("globex", job.job_id)
+    monkeypatch.setattr(logs_module, "MAX_READS", 100)
+    page = service.read("globex", job.job_id)
+    assert ([x["line"] for x in page["lines"]], page["next_page_token"]) == (["ours"], None)
+
+
+def test_the_scope_accepts_exactly_the_names_the_agent_writes():
+    """Invariant: one rule decides which stream names a read may show: the
+    agent's ``<job>/<attempt>/rank-<r>``, ASCII digits without a leading
+    zero, ``r`` in range (and the rank asked for, if one was)."""
+    every, one = LogScope("job_A", 2, 300, None), LogScope("job_A", 2, 300, 12)
+    assert all(every.owns(f"job_A/2/rank-{r}") for r in (0, 12, 299))
+    for name in ("job_A/2/rank-300", "job_A/2/rank-012", "job_A/2/rank--1", "job_A/2/rank-",
+                 "job_A/2/rank-1\n", "job_A/2/rank-\uff11", "job_A/02/rank-1", "job_A/3/rank-1",
+                 "job_AB/2/rank-1", "job/2/rank-1", "job_A/2/rank-1/x", "", None, 5):
+        assert not every.owns(name), name
+    assert one.owns("job_A/2/rank-12") and not one.owns("job_A/2/rank-13")
+
+
+# -- since ----------------------------------------------------------------------------------
+NOW = datetime(2025, 1, 31, 12, 0, 0, tzinfo=timezone.utc)
+
+BAD_SINCE = [
+    "739000d",                       # OverflowError before
+    "0001-01-01T00:00:00Z",          # a negative startTime before
+    "800000d", "20120d", "482869h",  # before 1970
+    "1969-12-31T23:59:59.999Z",
+    "\uff11\uff10m",                 # fullwidth digits
+    "\u0663m", "1\u0660s",           # Arabic-Indic digits
+    "", " ", "-5m", "+5m", "1e3m", "1.5h", "10", "m", "10M", "10 m", " 10m", "10m ", "10m\n",
+    "1h30m", "1234567890s", "10w", "10y",
+    "9999-12-31T23:59:59Z",          # far future
+    "2025-02-01T12:00:00.001Z",      # just over a day ahead
+    "2025-01-31T12:00:00",           # no offset
+    "2025-01-31 12:00:00Z",          # a space for the T
+    "2025-01-31T12:00Z", "2025-01-31", "20250131T120000Z", "2025-1-31T12:00:00Z",
+    "2025-02-30T00:00:00Z", "2025-13-01T00:00:00Z", "2025-01-31T24:00:00Z",
+    "2025-01-31T12:60:00Z", "2025-01-31T12:00:60Z", "2025-01-31T12:00:00+24:00",
+    "2025-01-31T12:00:00+01:60", "2025-01-31T12:00:00.Z", "2025-01-31T12:00:00.1234567890Z",
+    "2025-01-31T12:00:00Z\n", "\uff12025-01-31T12:00:00Z", "2025-01-31T12:00:00+0100",
+    "yesterday", "now",
+]
+
+
+@pytest.mark.parametrize("value", BAD_SINCE)
+def test_since_outside_its_documented_forms_is_invalid_argument_naming_since(value):
+    """Invariant: any ``since`` that is not a duration ago of ASCII digits and
+    s/m/h/d, or an RFC 3339 time with its offset from 1970 to a day ahead, is
+    400 invalid_argument naming ``since`` (never an overflow, never a 500)."""
+    with pytest.raises(InvalidArgument) as refused:
+        parse_since(value, NOW)
+    assert refused.value.field == "since"
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("30s", NOW - timedelta(seconds=30)), ("10m", NOW - timedelta(minutes=10)),
+    ("2h", NOW - timedelta(hours=2)), ("3d", NOW - timedelta(days=3)), ("0s", NOW),
+    ("010m", NOW - timedelta(minutes=10)),
+    ("20119d", datetime(1970, 1, 1, 12, tzinfo=timezone.utc)),
+    ("482868h", datetime(1970, 1, 1, tzinfo=timezone.utc)),  # the epoch itself
+    ("2025-01-31T11:00:00Z", datetime(2025, 1, 31, 11, tzinfo=timezone.utc)),
+    ("2025-01-31t11:00:00.120z", datetime(2025, 1, 31, 11, 0, 0, 120000, tzinfo=timezone.utc)),
+    ("2025-01-31T13:00:00.5+01:00", datetime(2025, 1, 31, 12, 0, 0, 500000,
+                                            tzinfo=timezone.utc)),
+    ("2025-01-31T06:30:00-05:30", datetime(2025, 1, 31, 12, tzinfo=timezone.utc)),
+    ("2025-01-31T12:00:00.123456789Z", datetime(2025, 1, 31, 12, 0, 0, 123456,
+                                               tzinfo=timezone.utc)),
+    ("1970-01-01T00:00:00Z", datetime(1970, 1, 1, tzinfo=timezone.utc)),
+    ("2025-02-01T12:00:00Z", NOW + timedelta(days=1)),
+])
+def test_since_in_its_documented_forms_names_that_time(value, expected):
+    """Invariant: each documented form of ``since`` names the time it says,
+    in UTC, the bounds themselves included."""
+    assert parse_since(value, NOW) == expected
+
+
+def test_since_becomes_a_start_in_whole_milliseconds_rounded_up():
+    """Invariant: the store's start time keeps no line before ``since``: whole
+    milliseconds, rounded up, computed without float error."""
+    assert logs_module.epoch_ms(datetime(2025, 1, 31, 12, 0, 3, 120000,
+                                         tzinfo=timezone.utc)) == 1738324803120
+    assert logs_module.epoch_ms(datetime(2025, 1, 31, 12, 0, 3, 120001,
+                                         tzinfo=timezone.utc)) == 1738324803121
+    assert logs_module.epoch_ms(datetime(1970, 1, 1, tzinfo=timezone.utc)) == 0

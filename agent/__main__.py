@@ -4,10 +4,13 @@ Every option can also be given as an environment variable GPUJOBS_AGENT_<NAME>
 (``--node-id`` is GPUJOBS_AGENT_NODE_ID; ``--label`` is GPUJOBS_AGENT_LABELS,
 comma-separated ``k=v``). The command line wins.
 
-The agent token comes from ``--token-file`` (mode 0600, or ``-`` for stdin) or
-from GPUJOBS_AGENT_TOKEN, which is removed from the environment before anything
-else runs; ``--token`` on the command line is refused (every user reads argv in
-``ps``). See agent/isolation.py and docs/security.md.
+The agent token comes from ``--token-file`` (a file of mode 0600: one that the
+group or others may read is refused, exit 2; or ``-`` for stdin), or, for
+compatibility, from GPUJOBS_AGENT_TOKEN, which is removed from the environment
+before anything else runs, so no child inherits it, but which stays in the
+kernel's copy of the agent's starting environment, ``/proc/<pid>/environ``,
+for root to read: use the file. ``--token`` on the command line is refused
+(every user reads argv in ``ps``). See agent/isolation.py and docs/security.md.
 
 Exit status: 0 after SIGTERM or SIGINT; 2 for bad arguments, no AWS credentials, a state directory
 in use by another agent or unreadable, or a registration the API refuses
@@ -101,8 +104,10 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     opt("gpu-type", "GPU type, e.g. h100 (jobs asking for a type are placed only on it)",
         required=True)
     opt("api", "base URL of the gpujobs API, e.g. http://127.0.0.1:8000", required=True)
-    opt("token-file", "file holding the agent bearer token, mode 0600 ('-': stdin); "
-        f"or set {TOKEN_ENV}")
+    opt("token-file", "file holding the agent bearer token, readable by its owner alone "
+        "(mode 0600: a file the group or others may read is refused) ('-': the first "
+        "line of stdin). "
+        f"{TOKEN_ENV} also works, but stays readable in /proc/<pid>/environ to root")
     opt("rank-user", "unprivileged user ranks run as when the agent runs as root "
         "('' runs them as the agent: isolation none, for throwaway test stacks only)",
         default=DEFAULT_RANK_USER)

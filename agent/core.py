@@ -93,10 +93,13 @@ log = logging.getLogger("gpujobs.agent")
 #: the rank-side helper's directory (gpujobs_heartbeat), put on ranks' PYTHONPATH
 RANKSIDE = str(Path(__file__).resolve().parent / "rankside")
 
-# never handed on to ranks: the agent's own settings (its token) and AWS keys
-PRIVATE_ENV_PREFIXES = ("GPUJOBS_AGENT_",)
-PRIVATE_ENV = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-               "AWS_SECURITY_TOKEN", "GPUJOBS_TOKENS_FILE", "GPUJOBS_PAGE_TOKEN_KEY"}
+#: all a rank keeps of the agent's own environment: the host's basics. Nothing
+#: else of it reaches a rank (an allow-list, issue 24): not the agent's AWS
+#: credentials, profile or endpoints, not its GPUJOBS_* settings (the API's
+#: tables, the moto endpoint of the local stack, the token), not its PYTHONPATH
+RANK_HOST_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR",
+                           "LANG", "LANGUAGE", "TZ"})
+RANK_HOST_ENV_PREFIXES = ("LC_",)  # the locale's categories
 
 
 class Outcome(Enum):
@@ -154,12 +157,13 @@ def visible_devices(gpus_per_rank: int, local_rank: int, slots: list[int],
 def rank_env(base: Mapping[str, str], launch: Launch, rank: int, local_rank: int,
              slots: list[int], heartbeat_file: str, node_id: str,
              identity=None, node_slots: list[int] | None = None) -> dict[str, str]:
-    """The rank's environment: the agent's (less its secrets), the job's, then
+    """The rank's environment: the host's basics from ``base``, the agent's
+    environment (:data:`RANK_HOST_ENV`, nothing else of it), the job's, then
     ours: torchrun's variables (agent/README.md, "What a rank gets", says what
     reads each), the rendezvous and our own. ``node_slots``: every slot of the
     attempt on this node in local-rank order (default: the rank's own)."""
     env = {k: v for k, v in base.items()
-           if k not in PRIVATE_ENV and not k.startswith(PRIVATE_ENV_PREFIXES)}
+           if k in RANK_HOST_ENV or k.startswith(RANK_HOST_ENV_PREFIXES)}
     env.update(launch.env)
     if identity is not None:  # the rank user's own, not the agent's
         env.update({"HOME": identity.home, "USER": identity.name, "LOGNAME": identity.name})

@@ -1,8 +1,10 @@
 """Keeping ranks from becoming the agent (docs/security.md).
 
 - The agent's token comes from a file of mode 0600 (or stdin), or from
-  GPUJOBS_AGENT_TOKEN, which is removed from the environment at once; never from
-  argv, which every local user reads in ``/proc/<pid>/cmdline``.
+  GPUJOBS_AGENT_TOKEN, which is removed from the environment at once (no child
+  inherits it) but stays in ``/proc/<pid>/environ``, the kernel's copy of the
+  starting environment, which root can read whatever the process does; never
+  from argv, which every local user reads in ``/proc/<pid>/cmdline``.
 - The agent marks itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): its
   ``/proc/<pid>/environ``, ``mem`` and ptrace are then closed to every
   unprivileged process, also to one of its own uid.

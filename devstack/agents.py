@@ -2,7 +2,15 @@
 (``python -m agent``), each with its own node id, token, state directory and
 GPU slots, stopped by their own pids when the stack stops. The ranks they
 run outlive them, as on a real host, when the stack keeps its state: the
-next stack's agents adopt them."""
+next stack's agents adopt them.
+
+Each agent reads its token from ``<workdir>/<node>/token`` (mode 0600, in
+its own folder of mode 0700) through ``--token-file``, never from its
+environment: a process's starting environment stays readable in
+``/proc/<pid>/environ`` for its whole life, whatever it removes from
+``os.environ`` (a rank running as root read it there, issue 24). Nor does the
+agent's environment carry the API's own secrets (the tokens file, the
+page-token key), which an agent has no use for."""
 from __future__ import annotations
 
 import ctypes
@@ -15,6 +23,10 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _PR_SET_PDEATHSIG = 1
+TOKEN_FILE = "token"
+#: the API's settings an agent must not hold: the stack's own secrets, and
+#: the token variable (each agent has its file)
+NOT_FOR_AGENTS = ("GPUJOBS_TOKENS_FILE", "GPUJOBS_PAGE_TOKEN_KEY", "GPUJOBS_AGENT_TOKEN")
 
 
 def _die_with_parent() -> None:
@@ -39,6 +51,32 @@ def sweep(workdir: pathlib.Path) -> int:
     return swept
 
 
+def agent_environment(environ: dict[str, str]) -> dict[str, str]:
+    """What an agent process starts with: the stack's environment, less what
+    is not for agents (:data:`NOT_FOR_AGENTS`); ranks run as the agent
+    (isolation "none") unless a rank user is named (docs/security.md)."""
+    env = {k: v for k, v in environ.items() if k not in NOT_FOR_AGENTS}
+    env.setdefault("GPUJOBS_AGENT_RANK_USER", "")
+    return env
+
+
+def write_token_file(home: pathlib.Path, token: str, *, traversable: bool) -> pathlib.Path:
+    """The agent's token at ``home/token``, mode 0600, written whole (a new
+    file renamed over the old). ``home`` is made 0700, or 0711 when
+    ``traversable``: ranks that run as a rank user of their own must pass
+    through it to their heartbeat directory (``home/state/heartbeats/...``),
+    and still cannot list it, nor read the token."""
+    home.mkdir(parents=True, exist_ok=True)
+    os.chmod(home, 0o711 if traversable else 0o700)
+    path = home / TOKEN_FILE
+    tmp = home / f".{TOKEN_FILE}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(token + "\n")
+    os.replace(tmp, path)
+    return path
+
+
 class Agents:
     def __init__(self, count: int, gpus: int, workdir: pathlib.Path,
                  tokens: dict[str, str] | None = None) -> None:
@@ -54,15 +92,14 @@ class Agents:
         return [{"token": t, "agent": n} for n, t in self.tokens.items()]
 
     def start(self, api_url: str) -> None:
+        env = agent_environment(dict(os.environ))
+        rank_user = env["GPUJOBS_AGENT_RANK_USER"] and os.geteuid() == 0
         for node in self.nodes:
             home = self._workdir / node
-            home.mkdir(parents=True, exist_ok=True)
-            env = {**os.environ, "GPUJOBS_AGENT_TOKEN": self.tokens[node]}
-            # a throwaway stack in private temporary directories: ranks run as the
-            # agent (isolation "none") unless a rank user is named (docs/security.md)
-            env.setdefault("GPUJOBS_AGENT_RANK_USER", "")
+            token_file = write_token_file(home, self.tokens[node], traversable=bool(rank_user))
             self._procs.append(subprocess.Popen(
                 [sys.executable, "-m", "agent", "--node-id", node, "--gpus", str(self._gpus),
+                 "--token-file", str(token_file),
                  "--gpu-type", os.environ.get("GPUJOBS_AGENT_GPU_TYPE", "h100"),
                  "--api", api_url, "--state-dir", str(home / "state"),
                  "--log-dir", str(home / "logs"), "--poll-wait-s", "1",

@@ -8,7 +8,9 @@ answering at the edges as API Gateway does, in the problem shape:
 - a method no route serves (``TRACE``, ``CONNECT``, lowercase ``get``) is 405
   with ``Allow``, a path longer than ``MAX_PATH_BYTES`` 414, headers larger than
   ``MAX_HEADER_BYTES`` 431; HEAD answers the headers and no body;
-- a path no route serves is 404.
+- a path no route serves is 404;
+- every answer it makes itself carries the security headers every answer of
+  the app carries (chalicelib/api/headers.py).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from chalice.local import (
     ThreadedHTTPServer,
 )
 
+from chalicelib.api.headers import secured
 from chalicelib.api.problems import answer
 from chalicelib.api.validation import MAX_ANY_BODY_BYTES
 from chalicelib.domain.errors import (
@@ -54,11 +57,15 @@ METHODS = ("GET", "PUT", "POST", "HEAD", "DELETE", "PATCH", "OPTIONS")
 class ProblemRequestHandler(ChaliceRequestHandler):
     #: an idle keep-alive connection is closed after this long
     timeout = 60
+    #: no HTTP/0.9: an answer to a request line without a version (``GET /``,
+    #: or garbage) still has a status line and headers
+    default_request_version = "HTTP/1.1"
 
     def _send_problem(self, err: ApiError, *, close: bool = True) -> None:
         if close:
             self.close_connection = True
         status, headers, body = answer(err)
+        secured(headers)
         if close:
             headers["Connection"] = "close"
         self._send_http_response(status, headers, body.encode())

@@ -320,6 +320,27 @@ def test_retryable_responses_declare_retry_after(doc):
     assert {"Location", "Idempotent-Replayed"} <= set(created)
 
 
+def test_the_documented_headers_of_every_answer_are_the_ones_it_carries(doc):
+    """``x-response-headers`` (and the dashboard files' own responses) state
+    exactly the security headers the edge gives every answer
+    (chalicelib/api/headers.py) and the dashboard's files (chalicelib/web)."""
+    from chalicelib import web
+    from chalicelib.api.headers import SECURITY_HEADERS
+
+    documented = doc["x-response-headers"]
+
+    def consts(kind: str) -> dict[str, str]:
+        return {name: _resolve(doc, ref)["schema"]["const"]
+                for name, ref in documented[kind].items()}
+
+    every, page, data = consts("every-answer"), consts("page"), consts("data")
+    assert {**every, **data} == SECURITY_HEADERS
+    assert {**every, **page} == {**SECURITY_HEADERS, **web.PAGE_HEADERS}
+    for path in ("/", "/static/{name}"):
+        served = doc["paths"][path]["get"]["responses"]["200"]["headers"]
+        assert {n: _resolve(doc, served[n])["schema"]["const"] for n in page} == page, path
+
+
 # -- parameters agree with the code that parses them --------------------------
 def test_parameters_match_server_limits(doc):
     params = doc["components"]["parameters"]

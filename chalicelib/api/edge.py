@@ -11,7 +11,8 @@ Every request and every scheduled or queued invocation enters through here:
   retries it), told apart from a bug, which keeps its trace;
 - Chalice's own 405, 415 and 5xx answers get the problem shape too, in the
   one middleware (:func:`observed`), which also names every log line after
-  its invocation and flushes its metrics.
+  its invocation, flushes its metrics and gives every HTTP answer the
+  security headers (chalicelib/api/headers.py).
 
 Which exceptions are a failing dependency is the adapters' knowledge; the
 composition root (chalicelib/bootstrap.py) answers it, so this module
@@ -39,6 +40,7 @@ from ..domain.errors import (
     UnsupportedMediaType,
 )
 from . import validation
+from .headers import secured
 from .problems import PROBLEM_JSON, problem
 
 log = logging.getLogger("gpujobs")
@@ -100,13 +102,18 @@ def _lambda_context(event: Any) -> Any:
 
 def observed(event: Any, get_response: Callable[[Any], Any]) -> Any:
     """Every log line names the invocation; its metrics leave as one EMF record;
-    an HTTP answer Chalice made itself gets the problem shape. One middleware,
-    not two: each layer costs every request (docs/benchmarks.md)."""
+    an HTTP answer Chalice made itself gets the problem shape, and every HTTP
+    answer the security headers. One middleware, not two: each layer costs
+    every request (docs/benchmarks.md)."""
     telemetry = services().telemetry
     telemetry.begin(getattr(_lambda_context(event), "aws_request_id", None))
     try:
         response = get_response(event)
-        return framework_problem(response) if isinstance(event, Request) else response
+        if not isinstance(event, Request):
+            return response
+        response = framework_problem(response)
+        secured(response.headers)
+        return response
     finally:
         telemetry.flush()
 

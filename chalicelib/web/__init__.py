@@ -28,11 +28,10 @@ CONTENT_TYPES = {
 # talks only to the API it was served by.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-SECURITY_HEADERS = {
+#: what a page's answer says in its own way; the headers every answer carries
+#: (nosniff, no framing, no referrer) the edge adds (chalicelib/api/headers.py)
+PAGE_HEADERS = {
     "Content-Security-Policy": CSP,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
     # revalidate every time (cheap: a 304 on a matching ETag), so a new
     # deployment is picked up at once and modules never mix versions
     "Cache-Control": "no-cache",
@@ -47,7 +46,7 @@ class Asset:
     etag: str
 
     def headers(self) -> dict[str, str | list[str]]:  # the type chalice.Response takes
-        return {"Content-Type": self.content_type, "ETag": self.etag, **SECURITY_HEADERS}
+        return {"Content-Type": self.content_type, "ETag": self.etag, **PAGE_HEADERS}
 
     def fresh_for(self, if_none_match: str | None) -> bool:
         """True when the client's cached copy (its ``If-None-Match``) is this one."""

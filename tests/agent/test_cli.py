@@ -118,3 +118,38 @@ def test_no_aws_credentials_exit_2_at_once_saying_what_to_give(tmp_path):
     assert r.returncode == 2
     assert "no AWS credentials" in r.stderr and "AWS_ACCESS_KEY_ID=local" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644])
+def test_a_token_file_others_may_read_stops_the_agent_with_exit_2_naming_it(tmp_path, mode):
+    """Issue 24: ``python -m agent --token-file F`` with F readable by the group
+    or by others exits 2 at once, saying which file and how to fix it, with no
+    traceback, and never starts (no state directory is made)."""
+    import os
+    import subprocess
+    import sys
+
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    token.chmod(mode)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOBS_AGENT_")}
+    state = tmp_path / "s"
+    argv = [a if a != "/tmp/s" else str(state) for a in REQUIRED]
+    r = subprocess.run([sys.executable, "-m", "agent", *argv, "--token-file", str(token)],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert str(token) in r.stderr and f"{mode:04o}" in r.stderr and "chmod 600" in r.stderr
+    assert "Traceback" not in r.stderr and "secret-token" not in r.stderr + r.stdout
+    assert not state.exists()
+
+
+def test_the_help_says_the_token_file_must_be_private():
+    """``python -m agent --help`` documents --token-file and its mode."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "agent", "--help"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    assert "--token-file" in text and "mode 0600" in text and "refused" in text

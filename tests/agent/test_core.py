@@ -148,7 +148,8 @@ def test_rank_environment_and_gpu_slots(world, tmp_path):
         assert e["GPUJOBS_HEARTBEAT_FILE"] == str(world.paths.heartbeat_file("job_env", 3, r))
         assert e["GPUJOBS_HEARTBEAT_FILE"].startswith(str(world.paths.state_dir))
         assert os.path.isdir(os.path.dirname(e["GPUJOBS_HEARTBEAT_FILE"]))
-        assert (e["KEEP"], e["OVERRIDE"], e["NCCL_DEBUG"]) == ("base", "job", "INFO")
+        assert (e["OVERRIDE"], e["NCCL_DEBUG"]) == ("job", "INFO")
+        assert "KEEP" not in e, "the agent's own variables are not the rank's"
         assert "GPUJOBS_AGENT_TOKEN" not in e and "AWS_SECRET_ACCESS_KEY" not in e
     assert envs[4]["GPUJOBS_HEARTBEAT_FILE"] != envs[5]["GPUJOBS_HEARTBEAT_FILE"]
     # once job_env's ranks are gone their slots are free again, the busy ones are not
@@ -156,6 +157,61 @@ def test_rank_environment_and_gpu_slots(world, tmp_path):
     agent.handle(message(launch("job_next", ranks=[0], gpus_per_rank=3,
                                 command=[PY, "-c", DUMP_ENV, str(out)]), 3))
     assert read_envs(out, [0])[0]["CUDA_VISIBLE_DEVICES"] == "2,3,4"
+
+
+#: what an agent's environment holds on a host and in the local stack (its
+#: tables, its endpoints, its credentials, its token); none of it is a rank's
+AGENT_CONFIG = {
+    "GPUJOBS_AWS_ENDPOINT_URL": "http://127.0.0.1:41234", "GPUJOBS_JOBS_TABLE": "gpujobs-x-jobs",
+    "GPUJOBS_NODES_TABLE": "gpujobs-x-nodes", "GPUJOBS_PENDING_QUEUE_URL": "http://q/pending",
+    "GPUJOBS_TOKENS_FILE": "/s/tokens.json", "GPUJOBS_PAGE_TOKEN_KEY": "page-key-0123456789",
+    "GPUJOBS_AGENT_TOKEN": "agent-token-0123456789", "GPUJOBS_AGENT_GRACE_S": "3",
+    "GPUJOBS_TENANT_MAX_PENDING_JOBS": "1000", "GPUJOBS_PY_SPY": "/usr/bin/py-spy",
+    "AWS_ACCESS_KEY_ID": "AKIAAGENT0123", "AWS_SECRET_ACCESS_KEY": "agent-secret-key",
+    "AWS_SESSION_TOKEN": "agent-session", "AWS_PROFILE": "agent-profile",
+    "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": "http://127.0.0.1:41234",
+    "PYTHONPATH": "/agent/site", "VIRTUAL_ENV": "/agent/venv", "IAM_RECORD_DIR": "/agent/rec",
+    "LD_PRELOAD": "/agent/hook.so",
+}
+#: the host's basics a rank keeps (agent/README.md, "What a rank gets")
+HOST_BASICS = {"PATH": os.environ["PATH"], "HOME": "/home/agent", "USER": "agent",
+               "LOGNAME": "agent", "SHELL": "/bin/sh", "TERM": "dumb", "TMPDIR": "/tmp",
+               "LANG": "C.UTF-8", "LANGUAGE": "en", "TZ": "UTC", "LC_ALL": "C.UTF-8",
+               "LC_TIME": "C"}
+#: what the agent sets for every rank (agent/README.md, "What a rank gets")
+SET_FOR_RANKS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                 "NODE_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                 "TORCHELASTIC_RESTART_COUNT", "OMP_NUM_THREADS",
+                 "TORCH_NCCL_ASYNC_ERROR_HANDLING", "CUDA_VISIBLE_DEVICES", "GPUJOBS_JOB_ID",
+                 "GPUJOBS_ATTEMPT", "GPUJOBS_NODE_ID", "GPUJOBS_HEARTBEAT_FILE", "PYTHONPATH"}
+
+
+def test_a_rank_gets_the_hosts_basics_its_jobs_env_and_ours_and_nothing_else(world, tmp_path):
+    """Issue 24, item 1: a real rank's environment is built from an allow-list,
+    not from the agent's environment less some secrets. It holds the host's
+    basics, the job's own ``env``, and what the agent sets for ranks; none of
+    the agent's GPUJOBS_* or AWS_* configuration (endpoints, table names,
+    credentials, the token) nor anything else of the agent's (its PYTHONPATH,
+    LD_PRELOAD), names or values. The job's PYTHONPATH follows the helper's."""
+    out = tmp_path / "env"
+    out.mkdir()
+    agent = world.agent(base_env={**AGENT_CONFIG, **HOST_BASICS})
+    job_env = {"MY_SETTING": "mine", "PYTHONPATH": "/job/lib", "AWS_REGION": "eu-west-1"}
+    agent.handle(message(launch("job_walls", command=[PY, "-c", DUMP_ENV, str(out)],
+                                env=job_env), 1))
+    e = read_envs(out, [0])[0]
+    # PEP 538: the shim's Python may set LC_CTYPE for its child under a C locale
+    python_own = {"LC_CTYPE"} - set(HOST_BASICS)
+    assert set(e) - python_own == set(HOST_BASICS) | set(job_env) | SET_FOR_RANKS, \
+        sorted(set(e) ^ (set(HOST_BASICS) | set(job_env) | SET_FOR_RANKS))
+    assert {k: e[k] for k in HOST_BASICS} == HOST_BASICS
+    assert (e["MY_SETTING"], e["AWS_REGION"]) == ("mine", "eu-west-1"), "the job's own env"
+    from agent.core import RANKSIDE
+    assert e["PYTHONPATH"] == os.pathsep.join([RANKSIDE, "/job/lib"])
+    leaked = {k: v for k, v in AGENT_CONFIG.items()  # (short values match by chance)
+              if len(v) >= 6 and any(v in value for value in e.values())}
+    assert not leaked, f"the agent's values reached the rank: {leaked}"
 
 
 def test_one_gpu_ranks_see_the_nodes_slots_of_their_attempt_as_under_torchrun(world, tmp_path):

@@ -129,7 +129,8 @@ EXPECT: dict[str, Expect] = {
     "python - <<'EOF'": Expect(shows=(r"hello", r"SUCCEEDED", r"404 not_found")),
     # -- agent/README.md ---------------------------------------------------------
     "export AWS_ACCESS_KEY_ID=local": Expect(),
-    "GPUJOBS_AGENT_TOKEN=a1 .venv/bin/python -m agent": Expect(),  # until Ctrl-C: see below
+    "(umask 077; echo a1 > /tmp/gpujobs-agent-node-1.token)": Expect(),
+    ".venv/bin/python -m agent --token-file": Expect(),  # until Ctrl-C: see below
     "JOB=$(gpujobs submit -q --ranks 1 --gpu-type a100":
         Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
     "gpujobs attempts $JOB # rank 0 on node-1": Expect(shows=(r"SUCCEEDED +node-1: 0",)),

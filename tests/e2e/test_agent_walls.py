@@ -1,0 +1,160 @@
+"""Issue 24, item 1, with the local stack's real agents (the session's
+``agent_stack``, two agents): what a rank can read of its agent.
+
+- The agents hold their token in a private file, never in their environment:
+  a process's starting environment stays in ``/proc/<pid>/environ`` for its
+  whole life (removing it from ``os.environ`` changes nothing there), and a
+  rank running as root read it there and forged reports.
+- A rank's environment holds none of its agent's configuration: no AWS
+  endpoint, credential or table name, no GPUJOBS_* setting but the ones the
+  agent sets for it, and never the token.
+
+Reading another process's environ takes root (the agents are non-dumpable),
+as CI runs; elsewhere these tests skip.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import time
+
+import pytest
+
+from tests.stacks import Api
+
+pytestmark = pytest.mark.e2e
+
+#: the only GPUJOBS_* variables a rank has: the agent sets them for it
+RANK_GPUJOBS = {"GPUJOBS_JOB_ID", "GPUJOBS_ATTEMPT", "GPUJOBS_NODE_ID", "GPUJOBS_HEARTBEAT_FILE"}
+
+DUMP = ("import json, os, sys\n"
+        "import gpujobs_heartbeat  # on every rank's PYTHONPATH\n"
+        "tmp = sys.argv[1] + '.tmp'\n"
+        "with open(tmp, 'w') as f:\n"
+        "    json.dump(dict(os.environ), f)\n"
+        "os.replace(tmp, sys.argv[1])\n")
+
+
+def argv_of(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return [a.decode() for a in f.read().split(b"\0") if a]
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def agents_of(stack) -> dict[str, int]:
+    """The stack's agent processes: node id -> pid (its children running ``-m agent``)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            pid = int(entry)
+            if parent_of(pid) != stack.proc.pid:
+                continue
+            argv = argv_of(pid)
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if argv[1:3] == ["-m", "agent"]:
+            found[argv[argv.index("--node-id") + 1]] = pid
+    return found
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    """The process's starting environment, as ``/proc/<pid>/environ`` keeps it."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except PermissionError:
+        pytest.skip("reading a non-dumpable agent's /proc/<pid>/environ takes root")
+    pairs = (item.decode("utf-8", "replace").partition("=") for item in raw.split(b"\0") if item)
+    return {k: v for k, _, v in pairs}
+
+
+def token_file_of(pid: int) -> str:
+    argv = argv_of(pid)
+    assert "--token-file" in argv, f"agent {pid} was not given its token in a file: {argv}"
+    return argv[argv.index("--token-file") + 1]
+
+
+@pytest.fixture
+def agents(agent_stack) -> dict[str, int]:
+    found = agents_of(agent_stack)
+    assert sorted(found) == ["local-1", "local-2"], found
+    return found
+
+
+def test_the_agents_hold_their_token_in_a_0600_file_and_not_in_their_environment(
+        agent_stack, agents):
+    """Each agent was started with ``--token-file``: a file of mode 0600 in
+    its own folder of mode 0700, holding the token the agent registered with;
+    its /proc/<pid>/environ holds neither the token nor GPUJOBS_AGENT_TOKEN,
+    nor the API's own secrets (tokens file, page-token key), and its
+    command line names only the file."""
+    tenant = Api(agent_stack.api, "e2e-tenant")
+    for node, pid in agents.items():
+        path = token_file_of(pid)
+        st, folder = os.stat(path), os.stat(os.path.dirname(path))
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600, oct(st.st_mode)
+        assert st.st_uid == os.geteuid()
+        assert stat.S_IMODE(folder.st_mode) == 0o700, oct(folder.st_mode)
+        with open(path) as f:
+            token = f.read().strip()
+        assert token
+        env = environ_of(pid)
+        assert not [k for k, v in env.items() if token in v], f"{node}'s token in its environ"
+        assert not {"GPUJOBS_AGENT_TOKEN", "GPUJOBS_TOKENS_FILE", "GPUJOBS_PAGE_TOKEN_KEY"} & set(env)
+        assert not any(token in a for a in argv_of(pid))
+        # the token it read from the file is the one it registered with
+        assert tenant.get(f"/v1/nodes/{node}").json()["state"] == "READY"
+
+
+def test_a_rank_gets_no_endpoint_table_credential_or_token_of_its_agent(
+        agent_stack, agents, tmp_path):
+    """A real rank that dumps its environment: no AWS_* variable, no GPUJOBS_*
+    but the four the agent sets for ranks, no value of its agent's GPUJOBS_*
+    and AWS_* settings (the moto endpoint, table and queue names, keys), no
+    token; and what agent/README.md, "What a rank gets", lists is there (the
+    torch variables, the heartbeat file, PATH and HOME, the job's own env,
+    gpujobs_heartbeat importable)."""
+    tenant = Api(agent_stack.api, "e2e-tenant")
+    out = tmp_path / "env.json"
+    job = tenant.post("/v1/jobs", json={"command": [sys.executable, "-c", DUMP, str(out)],
+                                        "ranks": 1, "name": "walls-env",
+                                        "env": {"JOB_OWN": "mine"}}).json()
+    deadline = time.monotonic() + 60
+    while (state := tenant.get(f"/v1/jobs/{job['id']}").json()["state"]) not in (
+            "SUCCEEDED", "FAILED", "CANCELLED") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert state == "SUCCEEDED", tenant.get(f"/v1/jobs/{job['id']}/logs").text
+    rank = json.loads(out.read_text())
+    [attempt] = tenant.get(f"/v1/jobs/{job['id']}/attempts").json()["attempts"]
+    node = attempt["placement"][0]["node_id"]
+    agent_env = environ_of(agents[node])
+    with open(token_file_of(agents[node])) as f:
+        token = f.read().strip()
+    config = {k: v for k, v in agent_env.items() if k.startswith(("GPUJOBS_", "AWS_"))}
+    # the agent really has what must not pass: the test would see it leak
+    assert "AWS_ACCESS_KEY_ID" in config and any(k.endswith("_TABLE") for k in config), config
+    assert any(agent_stack.aws in v for v in config.values()), "the moto endpoint"
+
+    assert not [k for k in rank if k.startswith("AWS_")]
+    assert {k for k in rank if k.startswith("GPUJOBS_")} == RANK_GPUJOBS
+    values = {k: v for k, v in rank.items() if k not in ("GPUJOBS_HEARTBEAT_FILE", "PATH")}
+    leaked = {k: v for k, v in config.items()
+              if len(v) >= 6 and any(v in value for value in values.values())}
+    assert not leaked, leaked
+    assert not [k for k, v in rank.items() if agent_stack.aws in v or token in v]
+
+    assert (rank["RANK"], rank["LOCAL_RANK"], rank["WORLD_SIZE"]) == ("0", "0", "1")
+    assert rank["MASTER_ADDR"] and rank["MASTER_PORT"].isdigit()
+    assert "CUDA_VISIBLE_DEVICES" in rank and rank["GPUJOBS_JOB_ID"] == job["id"]
+    assert rank["GPUJOBS_NODE_ID"] == node and rank["GPUJOBS_ATTEMPT"] == "1"
+    assert rank["PATH"] == agent_env["PATH"] and rank["HOME"] == agent_env["HOME"]
+    assert rank["JOB_OWN"] == "mine"
+    assert rank["PYTHONPATH"].split(os.pathsep)[0].endswith(os.path.join("agent", "rankside"))

@@ -96,6 +96,18 @@ class _Batch:
     events: list[dict]
 
 
+def _char_boundary(data: bytes, at: int, floor: int = 0) -> int:
+    """``at`` (at most ``len(data)``), moved back to the start of the UTF-8
+    character it falls in; never to ``floor`` or before (a run of bytes that
+    is no UTF-8 is cut where it is)."""
+    if at >= len(data):
+        return len(data)
+    back = at
+    while back > floor + 1 and at - back < 3 and data[back] & 0xC0 == 0x80:
+        back -= 1
+    return back if data[back] & 0xC0 != 0x80 else at
+
+
 class Shipper:
     """Call ``tick()`` every second or so (its own thread: ``start``/``stop``)."""
 
@@ -204,6 +216,18 @@ class Shipper:
             raise ValueError(f"not a rank's log file: {key}")
         return stream_name(job, attempt, m.group(1))
 
+    @staticmethod
+    def _pieces(line: bytes):
+        """``line`` in pieces of at most MAX_LINE_BYTES, each cut on a UTF-8
+        character boundary (a character is never split into two U+FFFD)."""
+        start = 0
+        while True:
+            end = _char_boundary(line, start + MAX_LINE_BYTES, floor=start)
+            yield line[start:end]
+            if end >= len(line):
+                return
+            start = end
+
     def _read(self, path: Path, key: str) -> _Batch | None:
         start = self.offset(key)
         # never blocking, never through a link, bounded (rankfiles.py): a rank
@@ -219,7 +243,7 @@ class Shipper:
         if cut == 0:
             if len(data) < MAX_LINE_BYTES and not quiet:
                 return None  # a partial line: wait for its end
-            cut = min(len(data), MAX_LINE_BYTES)
+            cut = _char_boundary(data, MAX_LINE_BYTES)
         elif cut < len(data) and quiet and start + len(data) == st.st_size:
             cut = len(data)  # the tail has been quiet: ship it without its newline
         data = data[:cut]
@@ -228,8 +252,7 @@ class Shipper:
         events: list[dict] = []
         size = pos = 0
         for raw in data.splitlines(keepends=True):
-            for piece_start in range(0, max(len(raw), 1), MAX_LINE_BYTES):
-                piece = raw[piece_start:piece_start + MAX_LINE_BYTES]
+            for piece in self._pieces(raw):
                 msg = encode(stream, piece.rstrip(b"\n").decode("utf-8", "replace"))
                 cost = len(msg.encode()) + EVENT_OVERHEAD
                 if events and (size + cost > MAX_BATCH_BYTES or len(events) >= MAX_BATCH_EVENTS):

@@ -145,6 +145,27 @@ def test_batches_stay_within_put_log_events_limits(tmp_path, group, logs, job, m
     assert all(len(g.encode()) <= logship.MAX_LINE_BYTES for g in got)
 
 
+@pytest.mark.parametrize("newline", ["\n", ""])
+def test_a_long_line_is_cut_between_characters_never_inside_one(tmp_path, group, logs, job,
+                                                                newline):
+    """Invariant (issue 25): the cut of a line over the event limit falls on
+    a UTF-8 character boundary, so the pieces joined are the line, with no
+    U+FFFD; also for a line with no newline yet (cut at the limit)."""
+    long_line = "a" + "é" * logship.MAX_LINE_BYTES  # the limit falls inside an é
+    assert long_line.encode()[logship.MAX_LINE_BYTES] & 0xC0 == 0x80
+    write(tmp_path, job, 0, long_line + newline)
+    s = shipper(tmp_path, group, logs)
+    while s.tick():
+        pass
+    got = [e["line"] for e in lines(logs, group, f"{job}/1/rank-0")]
+    assert len(got) >= 2 and "\ufffd" not in "".join(got)
+    if newline:
+        assert "".join(got) == long_line
+    else:  # the tail waits for its newline, or for the file to be quiet
+        assert long_line.startswith("".join(got))
+    assert all(len(g.encode()) <= logship.MAX_LINE_BYTES for g in got)
+
+
 def test_a_failing_service_is_retried_and_nothing_is_lost(tmp_path, group, logs, job):
     class Flaky(CrashAfterPut):
         fails = 3

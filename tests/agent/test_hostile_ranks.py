@@ -19,56 +19,17 @@ import os
 import pathlib
 import pwd
 import shutil
-import subprocess
 import tempfile
 import time
 
 import pytest
 
+from tests.hostile_ranks import HOSTILE, ensure_rank_user, steady
+
 from .conftest import PY, kill_ranks_in_state, stop_process, wait_until
 from .test_integration import AgentProcess, FakeControlPlane, send
 
-RANK_USER = "gpujobs-test-rank"  # as tests/e2e/test_isolation.py
-
-#: beats every 50 ms for ever
-STEADY = "import time\nfrom gpujobs_heartbeat import beat\nstep = 0\n" \
-         "while True:\n    beat(step)\n    step += 1\n    time.sleep(0.05)\n"
-
-#: beats five times, then puts argv[1]'s kind of file where its record was
-HOSTILE = r"""
-import os, sys, time
-from gpujobs_heartbeat import beat
-for step in range(5):
-    beat(step)
-    time.sleep(0.05)
-time.sleep(1)  # the agent has read (and posted) a record by now
-path = os.environ["GPUJOBS_HEARTBEAT_FILE"]
-os.unlink(path)
-kind = sys.argv[1]
-if kind == "fifo":
-    os.mkfifo(path)
-elif kind == "devzero":
-    os.symlink("/dev/zero", path)
-else:
-    with open(path, "wb"):
-        pass
-    os.truncate(path, 10 << 30)
-print("REPLACED", kind, flush=True)
-time.sleep(3600)
-"""
-
-
-def rank_user() -> str | None:
-    """The unprivileged user ranks run as when the tests run as root."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        pwd.getpwnam(RANK_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                        "/usr/sbin/nologin", RANK_USER], check=True)
-    return RANK_USER
-
+STEADY = steady(0.05)
 
 @pytest.fixture
 def node(sqs):
@@ -76,7 +37,7 @@ def node(sqs):
     RANK_USER under a state directory it can reach (pytest's is 0700). The
     agent is stopped by its own pid and every rank it records is killed, also
     when the test fails."""
-    user = rank_user()
+    user = ensure_rank_user()
     home = pathlib.Path(tempfile.mkdtemp(prefix="gpujobs-hostile-"))
     os.chmod(home, 0o711)
     # the rank user cannot reach the test's own interpreter (under /root)

@@ -22,11 +22,11 @@ import time
 
 import pytest
 
+from tests.hostile_ranks import ensure_rank_user
 from tests.stacks import ROOT, Api, start_stack
 
 pytestmark = pytest.mark.e2e
 
-RANK_USER = "gpujobs-test-rank"
 AGENT_TOKEN = "agent-" + secrets.token_urlsafe(24)
 NODE = "iso-node"
 TOKENS = [{"token": "iso-a", "tenant": "iso-a"}, {"token": "iso-b", "tenant": "iso-b"},
@@ -87,17 +87,6 @@ print("REPORT " + json.dumps({"uid": os.getuid(), "read": read, "found": sorted(
                               "state_listable": listable, "statuses": sorted(statuses)}),
       flush=True)
 '''
-
-
-def ensure_rank_user() -> str | None:
-    if os.geteuid() != 0:
-        return None
-    try:
-        pwd.getpwnam(RANK_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                        "/usr/sbin/nologin", RANK_USER], check=True)
-    return RANK_USER
 
 
 @pytest.fixture(scope="module")

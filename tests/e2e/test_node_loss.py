@@ -22,6 +22,7 @@ import pytest
 
 from agent.runner import kill_recorded_ranks
 from tests.agent.conftest import alive, wait_until
+from tests.hostile_ranks import HOSTILE, KINDS, steady
 from tests.stacks import ROOT, TOKENS, Api, start_stack
 
 pytestmark = pytest.mark.e2e
@@ -152,31 +153,7 @@ def test_an_agent_paused_past_down_stops_the_failed_attempts_ranks_when_resumed(
     assert agent_proc.poll() is None, "the agent runs on"
 
 
-#: beats every 0.1 s for ever
-STEADY = ("import time\nfrom gpujobs_heartbeat import beat\nstep = 0\n"
-          "while True:\n    beat(step)\n    step += 1\n    time.sleep(0.1)\n")
-#: beats, then puts argv[1]'s kind of file where its record was, says so, sleeps
-HOSTILE = r"""
-import os, sys, time
-from gpujobs_heartbeat import beat
-for step in range(5):
-    beat(step)
-    time.sleep(0.1)
-time.sleep(1.5)
-path = os.environ["GPUJOBS_HEARTBEAT_FILE"]
-os.unlink(path)
-kind = sys.argv[1]
-if kind == "fifo":
-    os.mkfifo(path)
-elif kind == "devzero":
-    os.symlink("/dev/zero", path)
-else:
-    open(path, "wb").close()
-    os.truncate(path, 10 << 30)
-print("REPLACED", flush=True)
-time.sleep(3600)
-"""
-KINDS = ("fifo", "devzero", "sparse")
+STEADY = steady(0.1)
 
 
 def submit_one(tenant: Api, command: list[str]) -> str:

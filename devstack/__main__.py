@@ -298,7 +298,7 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     from devstack import resources
-    from devstack.agents import Agents, describe
+    from devstack.agents import Agents, describe, sweep
     from devstack.motoserver import MotoServer
     from devstack.persist import Snapshots
 
@@ -312,6 +312,7 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
     # ranks the last stack left running (it stopped, or was killed): as on a
     # real host, they ran on meanwhile, and its agents' successors adopt them
     adopted = agents.running()
+    sweep(workdir, keep=tuple(agents.nodes))  # a node no agent runs now adopts nothing
     keep_ranks = not ephemeral
     snapshots = None
     moto = MotoServer(on_change=lambda: snapshots and snapshots.changed()).start()

@@ -38,14 +38,15 @@ def _die_with_parent() -> None:
         pass  # not Linux: the sweep at the next start stops what is left
 
 
-def sweep(workdir: pathlib.Path) -> int:
-    """Stop the ranks that agents of an earlier stack left behind (a crash
-    gives them no chance to be stopped); the number of agent folders swept."""
+def sweep(workdir: pathlib.Path, keep: tuple[str, ...] = ()) -> int:
+    """Stop the ranks that agents of an earlier stack left behind, but those
+    of the nodes in ``keep`` (their agents adopt them); the number of agent
+    folders swept."""
     from agent.runner import kill_recorded_ranks
 
     swept = 0
     for state in sorted(workdir.glob("*/state")):
-        if (state / "state.json").exists():
+        if state.parent.name not in keep and (state / "state.json").exists():
             kill_recorded_ranks(state)
             swept += 1
     return swept

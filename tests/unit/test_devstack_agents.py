@@ -46,3 +46,44 @@ def test_an_agent_starts_without_the_apis_secrets_or_a_token_variable():
     assert env["GPUJOBS_AGENT_RANK_USER"] == ""
     assert agent_environment({"GPUJOBS_AGENT_RANK_USER": "gpujobs-rank"})[
         "GPUJOBS_AGENT_RANK_USER"] == "gpujobs-rank"
+
+
+def _recorded_sleeper(workdir, node: str):
+    """A real process group recorded as rank 0 of job_x/1 in ``node``'s agent
+    state, as an agent leaves it when it stops; the process."""
+    import subprocess
+
+    from agent.ranks import read_stat
+    from agent.state import AgentState, AttemptRecord, RankRecord, StateFile
+
+    proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    stat = read_stat(proc.pid)
+    rank = RankRecord(rank=0, local_rank=0, slots=[0], exit_file=str(workdir / f"{node}.exit"),
+                      log_file="", heartbeat_file="", pid=proc.pid, pgid=proc.pid,
+                      start_time=stat.start_time if stat else None)
+    record = AttemptRecord(job_id="job_x", attempt=1, phase="RUNNING", ranks=[0],
+                           procs={0: rank})
+    StateFile(workdir / node / "state" / "state.json").save(
+        AgentState(attempts={"job_x/1": record}))
+    return proc
+
+
+def test_a_restart_keeps_its_agents_ranks_for_adoption_and_stops_the_rest(tmp_path):
+    """Invariant (issue 29): ranks a stack left running are its successor's
+    to adopt when it runs an agent for their node; those of a node it no
+    longer runs (fewer GPUJOBS_AGENTS) are stopped, never left orphaned."""
+    from devstack.agents import Agents, describe, sweep
+
+    kept, orphan = (_recorded_sleeper(tmp_path, n) for n in ("local-1", "local-2"))
+    try:
+        agents = Agents(1, 8, tmp_path)
+        running = agents.running()
+        assert describe(running) == "job_x (attempt 1): rank 0 on local-1"
+        assert sweep(tmp_path, keep=tuple(agents.nodes)) == 1
+        assert orphan.wait(10) == -9, "the ranks of a node no agent runs are stopped"
+        assert kept.poll() is None, "the ranks an agent adopts run on"
+    finally:
+        for p in (kept, orphan):
+            if p.poll() is None:
+                p.kill()
+            p.wait()

@@ -344,6 +344,26 @@ class FakeJobStore:
             self._expire_key(job, now)
             return copy.deepcopy(current)
 
+    def expire_pending(self, job: Job, now: datetime, exit_: dict) -> Job:
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if not _state_in(current, Event.PENDING_TIMEOUT) or not self._expire_key_ok(job):
+                if current is not None and current.state is JobState.FAILED \
+                        and current.finished_at == ms(now):
+                    return copy.deepcopy(current)  # our own end, retried
+                raise StateChanged(job.job_id)
+            assert current is not None
+            now = ms(now)
+            current.state, current.updated_at, current.finished_at = JobState.FAILED, now, now
+            current.exit = copy.deepcopy(exit_)
+            self.t.parked.pop(job.job_id, None)
+            self.t.count_pending(job.tenant, -1)
+            self._event(job.job_id, "finished", ev.event(
+                "finished", now, attempt=job.attempt or None, state="FAILED",
+                reason=exit_["reason"], decision=exit_.get("decision")))
+            self._expire_key(job, now)
+            return copy.deepcopy(current)
+
     def _save_intent(self, intent: Intent, due_at: datetime) -> None:
         self.t.outbox[(intent.job_id, intent.intent_id)] = _Outbox(
             copy.deepcopy(intent), set(intent.targets), ms(due_at),
@@ -397,7 +417,7 @@ class FakeJobStore:
             now = ms(now)
             current.state, current.attempt, current.inboxes = (
                 JobState.SCHEDULED, attempt, dict(intent.targets))
-            current.pending_reason = current.waiting_on = None
+            current.pending_reason = current.waiting_on = current.pending_since = None
             current.health, current.updated_at = clear_incident(job.health), now
             self.t.parked.pop(job.job_id, None)
             self.t.count_pending(job.tenant, -1)
@@ -418,7 +438,8 @@ class FakeJobStore:
                 node.gpus_free -= g
                 node.attempts = node.attempts | {key}
             return replace(job, state=JobState.SCHEDULED, attempt=attempt,
-                           inboxes=dict(intent.targets), pending_reason=None, updated_at=now)
+                           inboxes=dict(intent.targets), pending_reason=None, pending_since=None,
+                           updated_at=now)
 
     def start(self, job: Job, now: datetime) -> Job:
         """SCHEDULED -> RUNNING when the first ranks of the attempt started."""
@@ -437,7 +458,8 @@ class FakeJobStore:
             return copy.deepcopy(current)
 
     def end_attempt(self, job: Job, attempt: Attempt, to: JobState, exit_: dict,
-                    now: datetime, stop: Intent | None = None) -> Job:
+                    now: datetime, stop: Intent | None = None, *,
+                    uncounted: bool = False) -> Job:
         with self.t.lock:
             current = self._job(job.job_id)
             lost = (not _state_in(current, *ENDS_ATTEMPT) or current is None
@@ -454,22 +476,18 @@ class FakeJobStore:
                 raise StateChanged(job.job_id)
             assert current is not None
             now = ms(now)
-            why = (exit_ or {}).get("reason")
             current.state, current.updated_at = to, now
             current.health = frozen_health(job.health, iso(now), to.terminal, exit_)
+            self._event(job.job_id, *ev.attempt_end(now, attempt.attempt, to.value, exit_))
             if to.terminal:
                 current.exit, current.finished_at = copy.deepcopy(exit_), now
-                self._event(job.job_id, "finished", ev.event(
-                    "finished", now, attempt=attempt.attempt, state=to.value, reason=why,
-                    exit_code=(exit_ or {}).get("exit_code"), rank=(exit_ or {}).get("rank")))
                 self._expire_key(job, now)
             else:
                 current.inboxes = {}
                 if to is JobState.PENDING:
                     self.t.count_pending(job.tenant, +1)  # a retry is counted, never refused
-                self._event(job.job_id, f"retried#{attempt.attempt}", ev.event(
-                    "retried", now, attempt=attempt.attempt, reason=why,
-                    next_attempt=attempt.attempt + 1, rank=(exit_ or {}).get("rank")))
+                    current.pending_since = now
+                    current.uncounted_retries += int(uncounted)
             stored = self.t.attempts[(job.job_id, attempt.attempt)]
             stored.state = to.value if to.terminal else JobState.FAILED.value
             stored.finished_at, stored.exit = now, copy.deepcopy(exit_)

@@ -23,7 +23,7 @@ from ..domain.errors import RecordTooLarge
 from ..domain.fleet import Fleet, parked_partition
 from ..domain.health import incident
 from ..domain.jobs import Job, JobView
-from ..domain.states import Event, JobState
+from ..domain.states import Event, JobState, next_state
 from ..service.ports import (
     Contended,
     IdemClaim,
@@ -100,31 +100,45 @@ def page_request(tenant: str, state: str | None, page_size: int, after: str | No
                       limit=page_size + 1, forward=False, start=start)
 
 
-def cancel_unplaced_writes(job: Job, now: datetime, reason: str | None) -> list[dict]:
-    """The transaction of ``cancel_unplaced``: the job (conditioned on the
-    states CANCEL_UNPLACED leaves), the tenant's PENDING count, [the expiry
-    of its idempotency key]."""
-    state = JobState.CANCELLED
-    condition, values = leaving(Event.CANCEL_UNPLACED)
-    changes = Changes(JOBS).set("state", state.value) \
-        .set("tenant_state", tenant_state(job.tenant, state)) \
-        .set("cancel_requested_at", iso(now)).set("updated_at", iso(now)) \
-        .set("exit", CANCELLED_EXIT).set("finished_at", iso(now)) \
-        .event("cancel_requested", ev.event(
-            "cancel_requested", now, attempt=job.attempt or None, reason=reason,
-            by=job.tenant)) \
-        .event("finished", ev.event(
-            "finished", now, attempt=job.attempt or None, state=state.value,
-            reason="cancelled before it was placed"))
-    if reason is not None:
-        changes.set("cancel_reason", reason)
-    changes.remove("pending_reason", "active_state")
+def _unplaced_end(job: Job, changes: Changes, event: Event, now: datetime) -> list[dict]:
+    """The transaction ending a job never placed (or waiting for its next
+    attempt), ``changes`` made: the job, conditioned on the states ``event``
+    leaves, the tenant's PENDING count, [the expiry of its idempotency key]."""
+    state = next_state(JobState.PENDING, event)
+    condition, values = leaving(event)
+    changes.set("state", state.value).set("tenant_state", tenant_state(job.tenant, state)) \
+        .set("updated_at", iso(now)).set("finished_at", iso(now)).remove("active_state")
     items = [{"Update": changes.update(JOBS.key(job.job_id), condition=condition,
                                        values=values)},
              {"Update": count_pending(job.tenant, -1)}]
     if job.idem_id is not None:
         items.append({"Update": expire_key(job, now)})
     return items
+
+
+def expire_pending_writes(job: Job, now: datetime, exit_: dict) -> list[dict]:
+    """The transaction of ``expire_pending``: FAILED, its last pending reason kept."""
+    changes = Changes(JOBS).set("exit", exit_).event("finished", ev.event(
+        "finished", now, attempt=job.attempt or None, state=JobState.FAILED.value,
+        reason=exit_["reason"], decision=exit_.get("decision")))
+    return _unplaced_end(job, changes, Event.PENDING_TIMEOUT, now)
+
+
+def cancel_unplaced_writes(job: Job, now: datetime, reason: str | None) -> list[dict]:
+    """The transaction of ``cancel_unplaced``: the job (conditioned on the
+    states CANCEL_UNPLACED leaves), the tenant's PENDING count, [the expiry
+    of its idempotency key]."""
+    changes = Changes(JOBS).set("cancel_requested_at", iso(now)).set("exit", CANCELLED_EXIT) \
+        .event("cancel_requested", ev.event(
+            "cancel_requested", now, attempt=job.attempt or None, reason=reason,
+            by=job.tenant)) \
+        .event("finished", ev.event(
+            "finished", now, attempt=job.attempt or None, state=JobState.CANCELLED.value,
+            reason="cancelled before it was placed"))
+    if reason is not None:
+        changes.set("cancel_reason", reason)
+    changes.remove("pending_reason")
+    return _unplaced_end(job, changes, Event.CANCEL_UNPLACED, now)
 
 
 class DynamoJobs(OnDynamo):
@@ -293,6 +307,24 @@ class DynamoJobs(OnDynamo):
         return dataclasses.replace(job, state=JobState.CANCELLED, cancel_requested_at=now,
                                    cancel_reason=reason, updated_at=now, finished_at=now,
                                    exit=dict(CANCELLED_EXIT))
+
+    def expire_pending(self, job: Job, now: datetime, exit_: dict) -> Job:
+        """End a job that waited past its max_pending_s: FAILED and finished at
+        once, out of the PENDING count and the active index, its key set to
+        expire, its last pending_reason kept."""
+        try:
+            with self._dynamo.transaction() as tx:
+                tx.add(expire_pending_writes(job, now, exit_))
+        except TransactWriteError as e:
+            if tx_lost(e):
+                mine = self._mine(job.job_id, lambda j: j.state is JobState.FAILED
+                                  and j.finished_at == parse_iso(iso(now)))
+                if mine is not None:
+                    return mine
+                raise StateChanged(job.job_id) from None
+            raise
+        return dataclasses.replace(job, state=JobState.FAILED, updated_at=now,
+                                   finished_at=now, exit=dict(exit_))
 
     def start(self, job: Job, now: datetime) -> Job:
         """SCHEDULED -> RUNNING when the first ranks of the attempt started."""

@@ -86,6 +86,10 @@ class JobModel(Model):
     #: priority then age, the order in which PENDING jobs are placed
     queue_key = UnicodeAttribute()
     pending_reason = UnicodeAttribute(null=True)
+    #: when the job last became PENDING (created, or retried); None once placed
+    pending_since = UnicodeAttribute(null=True)
+    #: how many of its retries did not count against max_attempts (domain/retry.py)
+    uncounted_retries = NumberAttribute(null=True)
     name = UnicodeAttribute(null=True)
     spec = FastJSONAttribute()
     attempt = NumberAttribute(default=0)

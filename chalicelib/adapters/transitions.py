@@ -52,7 +52,7 @@ def place_writes(job: Job, plan: Plan, intent: Intent, now: datetime,
     scheduled = JobState.SCHEDULED
     changes = _to_state(Changes(JOBS), job, scheduled) \
         .set("active_state", scheduled.value).set("attempt", attempt) \
-        .set("inboxes", intent.targets).remove("pending_reason", "waiting_on") \
+        .set("inboxes", intent.targets).remove("pending_reason", "waiting_on", "pending_since") \
         .set("health", clear_incident(job.health)).set("updated_at", iso(now)) \
         .event(f"placed#{attempt}", ev.event(
             "placed", now, attempt=attempt,
@@ -133,7 +133,8 @@ class DynamoTransitions(OnDynamo):
                 raise Contended(job.tenant) from None
             raise CapacityChanged(full or nodes) from None
         return dataclasses.replace(job, state=JobState.SCHEDULED, attempt=attempt,
-                                   inboxes=intent.targets, pending_reason=None, updated_at=now)
+                                   inboxes=intent.targets, pending_reason=None, pending_since=None,
+                                   updated_at=now)
 
     def request_cancel(self, job: Job, now: datetime, reason: str | None,
                        intent: Intent, due_at: datetime) -> Job:
@@ -156,27 +157,25 @@ class DynamoTransitions(OnDynamo):
                                    updated_at=now)
 
     def end_attempt(self, job: Job, attempt: Attempt, to: JobState, exit_: dict,
-                    now: datetime, stop: Intent | None = None) -> Job:
+                    now: datetime, stop: Intent | None = None, *,
+                    uncounted: bool = False) -> Job:
         """End the current attempt: the job becomes ``to`` (terminal, or PENDING
-        for a new attempt), conditioned on the placed state and attempt it
-        leaves; the attempt records its end; ``stop`` (CANCEL to the nodes still
-        running ranks) is recorded in the same transaction."""
+        for a new attempt, ``uncounted`` when its retry rules do not count
+        it), conditioned on the placed state and attempt it leaves; the
+        attempt records its end; ``stop`` (CANCEL to the nodes still running
+        ranks) is recorded in the same transaction."""
         changes = _to_state(Changes(JOBS), job, to).set("updated_at", iso(now)) \
             .set("health", frozen_health(job.health, iso(now), to.terminal, exit_,
                                          _node_of(attempt, (exit_ or {}).get("rank"))))
         # (nothing is judged once the attempt ended: no stale health)
-        why = (exit_ or {}).get("reason")
+        changes.event(*ev.attempt_end(now, attempt.attempt, to.value, exit_))
         if to.terminal:
-            changes.set("exit", exit_).set("finished_at", iso(now)).remove("active_state") \
-                .event("finished", ev.event(
-                    "finished", now, attempt=attempt.attempt, state=to.value,
-                    reason=why, exit_code=(exit_ or {}).get("exit_code"),
-                    rank=(exit_ or {}).get("rank")))
+            changes.set("exit", exit_).set("finished_at", iso(now)).remove("active_state")
         else:
-            changes.set("active_state", to.value).remove("inboxes") \
-                .event(f"retried#{attempt.attempt}", ev.event(
-                    "retried", now, attempt=attempt.attempt, reason=why,
-                    next_attempt=attempt.attempt + 1, rank=(exit_ or {}).get("rank")))
+            changes.set("active_state", to.value).set("pending_since", iso(now)) \
+                .remove("inboxes")
+            if uncounted:
+                changes.add("uncounted_retries", 1)
         condition, values = leaving(*ENDS_ATTEMPT, attempt=attempt.attempt)
         if not to.terminal:
             # a cancel recorded meanwhile wins: no new attempt for a cancelled job

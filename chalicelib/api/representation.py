@@ -29,6 +29,8 @@ def job_view_json(v: JobView) -> dict:
         "health": v["health"] or {},
         "exit": v["exit"],
         "pending_reason": v["pending_reason"],
+        "pending_since": v["pending_since"],
+        "uncounted_retries": v["uncounted_retries"] or 0,
     }
 
 

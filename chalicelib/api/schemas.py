@@ -4,7 +4,43 @@
 """
 from __future__ import annotations
 
-from ..domain import threshold as _t, wire
+from ..domain import retry as _retry, threshold as _t, wire
+
+#: a year: the longest time limit a spec may set
+_YEAR_S = 365 * 86400
+
+RETRY_RULE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["action"],
+    "description": "Matches an attempt's failure when every criterion it gives matches "
+                   "(each list: any of); at least one of reasons, exit_codes, signals.",
+    "properties": {
+        "reasons": {"type": "array", "minItems": 1, "maxItems": len(_retry.REASONS),
+                    "uniqueItems": True, "items": {"enum": list(_retry.REASONS)}},
+        "exit_codes": {"type": "array", "minItems": 1, "maxItems": 255, "uniqueItems": True,
+                       "items": {"type": "integer", "minimum": 1, "maximum": 255}},
+        "signals": {"type": "array", "minItems": 1, "maxItems": len(_retry.SIGNALS),
+                    "uniqueItems": True, "items": {"enum": list(_retry.SIGNALS)}},
+        "action": {"enum": list(_retry.ACTIONS),
+                   "description": "retry (counted against max_attempts), retry_uncounted "
+                                  "(under retry.max_uncounted_retries), or fail now."},
+    },
+}
+
+RETRY = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": "What follows a failed attempt. The first matching rule decides; "
+                   "with none matching, node_lost, preempted and agent_lost are retried "
+                   "without counting, anything else is retried while max_attempts allows.",
+    "properties": {
+        "rules": {"type": "array", "maxItems": _retry.MAX_RULES, "items": RETRY_RULE},
+        "max_uncounted_retries": {"type": "integer", "minimum": 0, "maximum": 1000,
+                                  "description": "How many retries may go uncounted; "
+                                                 "past it they count. Default 10."},
+    },
+}
 
 # ranges that keep the stall threshold's arithmetic bounded (domain/threshold.py)
 HEARTBEAT = {
@@ -48,6 +84,28 @@ JOB_CREATE = {
         "gpu_type": {"type": "string", "minLength": 1, "maxLength": 64},
         "priority": {"type": "integer", "minimum": -1000000, "maximum": 1000000},
         "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+        "retry": RETRY,
+        "max_runtime_s": {"type": "integer", "minimum": 1, "maximum": _YEAR_S,
+                          "description": "The longest one attempt may run, from its "
+                                         "launch; then SIGTERM, the grace period, "
+                                         "SIGKILL, and the attempt ends as timeout. "
+                                         "Default: no limit."},
+        "warn_before_s": {"type": "integer", "minimum": 1, "maximum": _YEAR_S,
+                          "description": "Send warn_signal to every rank this long before "
+                                         "max_runtime_s (less than it), so it can "
+                                         "checkpoint. Default: no warning."},
+        "warn_signal": {"enum": list(wire.WARN_SIGNALS),
+                        "description": "The warning signal. Default SIGUSR1."},
+        "max_pending_s": {"type": "integer", "minimum": 1, "maximum": _YEAR_S,
+                          "description": "The longest the job may wait to be placed, each "
+                                         "time it waits; then it ends FAILED with reason "
+                                         "pending_timeout, its pending_reason kept. "
+                                         "Default: no limit."},
+        "checkpoint_dir": {"type": "string", "pattern": wire.WORKING_DIR_PATTERN,
+                           "description": "Shared storage every node mounts: each rank of "
+                                          "every attempt gets GPUJOBS_CHECKPOINT_DIR="
+                                          "<checkpoint_dir>/<job_id>, the same across "
+                                          "attempts, made by the agent if missing."},
         "heartbeat": HEARTBEAT,
         "on_stall": {"enum": ["report", "restart"]},
         "labels": {"type": "object", "maxProperties": 64,
@@ -101,7 +159,7 @@ ATTEMPT_EVENT = {
     "additionalProperties": False,
     "required": ["type"],
     "properties": {
-        "type": {"enum": ["STARTED", "EXITED", "STOPPED"]},
+        "type": {"enum": ["STARTED", "EXITED", "STOPPED", "TIMED_OUT"]},
         "ranks": {"type": "array", "maxItems": 65536,
                   "items": {"type": "integer", "minimum": 0, "maximum": 65535}},
         "exit_code": {"type": "integer", "minimum": -255, "maximum": 255},

@@ -9,6 +9,7 @@ from typing import Any, Callable
 import fastjsonschema
 
 from .. import fastjson
+from ..domain import retry
 from ..domain.errors import InvalidArgument, PayloadTooLarge, UnsupportedMediaType
 from . import schemas
 
@@ -82,8 +83,26 @@ def _program_named(spec: dict) -> None:
                               field="command")
 
 
+def _lifecycle(spec: dict) -> None:
+    """Rules that match on something, and a warning that comes before its limit."""
+    bad = retry.check_rules((spec.get("retry") or {}).get("rules") or [])
+    if bad is not None:
+        raise InvalidArgument(bad[1], field=bad[0])
+    warn, limit = spec.get("warn_before_s"), spec.get("max_runtime_s")
+    if warn is not None and (limit is None or warn >= limit):
+        raise InvalidArgument("warn_before_s must be less than max_runtime_s (and needs it)",
+                              field="warn_before_s")
+    if "warn_signal" in spec and warn is None:
+        raise InvalidArgument("warn_signal needs warn_before_s", field="warn_signal")
+
+
+def _job_create(spec: dict) -> None:
+    _program_named(spec)
+    _lifecycle(spec)
+
+
 #: what a body must also be, past its schema
-_CHECKS = {"JOB_CREATE": _program_named}
+_CHECKS = {"JOB_CREATE": _job_create}
 
 
 def validate(schema_name: str, value: Any) -> Any:

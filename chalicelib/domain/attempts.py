@@ -68,17 +68,19 @@ class Attempt:
         return failed[0] if failed else None
 
 
-def outcome(attempt: Attempt, *, cancel_requested: bool, attempts_left: bool) -> Event | None:
+def outcome(attempt: Attempt, *, cancel_requested: bool) -> Event | None:
     """What the reports so far mean for the job, or None while it runs on.
 
     A requested cancel wins over exit codes (a rank killed by the cancel may
     exit non-zero) and completes when every rank is accounted for. Otherwise
-    the first failure ends the attempt at once, and the rest are stopped.
+    the first failure ends the attempt at once, and the rest are stopped:
+    RANK_FAILED, which the job's retry rules (domain/retry.py) may turn into
+    a RETRY.
     """
     if cancel_requested:
         return Event.STOPPED if attempt.all_done else None
     if attempt.first_failure() is not None:
-        return Event.RETRY if attempts_left else Event.RANK_FAILED
+        return Event.RANK_FAILED
     if len(attempt.exited) >= attempt.world_size:
         return Event.ALL_EXITED_OK
     return None
@@ -90,6 +92,7 @@ def exit_info(attempt: Attempt, event: Event) -> dict:
     if event is Event.STOPPED:
         return {"reason": "cancelled", "exit_code": None}
     rank, code = attempt.first_failure() or (None, None)
+    node = attempt.rank_nodes().get(rank) if rank is not None else None
     if code == LOST:
-        return {"reason": "node_lost", "exit_code": None, "rank": rank}
-    return {"reason": "rank_failed", "exit_code": code, "rank": rank}
+        return {"reason": "node_lost", "exit_code": None, "rank": rank, "node_id": node}
+    return {"reason": "rank_failed", "exit_code": code, "rank": rank, "node_id": node}

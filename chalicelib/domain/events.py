@@ -42,6 +42,21 @@ def event(kind: str, at: datetime, *, attempt: int | None = None,
     return {k: v for k, v in out.items() if v is not None}
 
 
+def attempt_end(at: datetime, attempt: int, state: str, exit_: dict | None) -> tuple[str, dict]:
+    """(key, event) of an attempt's end: ``finished`` when the job ends with it
+    (``state`` terminal), else ``retried#<attempt>``; either carries the end's
+    reason, its first failed rank and node, and the retry rules' ``decision``
+    (domain/retry.py: why the next attempt is made, or why none is)."""
+    exit_ = exit_ or {}
+    details = {"reason": exit_.get("reason"), "rank": exit_.get("rank"),
+               "node_id": exit_.get("node_id"), "decision": exit_.get("decision")}
+    if state in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        return "finished", event("finished", at, attempt=attempt, state=state,
+                                 exit_code=exit_.get("exit_code"), **details)
+    return f"retried#{attempt}", event("retried", at, attempt=attempt,
+                                       next_attempt=attempt + 1, **details)
+
+
 def waiting_key(attempt: int, reason: str) -> str:
     return f"waiting#{attempt}#{_digest(reason)}"
 

@@ -7,6 +7,7 @@ from typing import Any, TypedDict
 
 from ..fastjson import RawJSON
 from .clock import iso, iso_or_none
+from .retry import DEFAULT_MAX_UNCOUNTED
 from .states import JobState
 
 HEARTBEAT_DEFAULTS = {
@@ -21,6 +22,8 @@ HEARTBEAT_DEFAULTS = {
     "max_busy_s": 900,
     "idle_s": 300,
 }
+#: no rules of its own: the defaults of domain/retry.py decide
+RETRY_DEFAULTS = {"rules": [], "max_uncounted_retries": DEFAULT_MAX_UNCOUNTED}
 SPEC_DEFAULTS = {"gpus_per_rank": 1, "priority": 0, "max_attempts": 1, "on_stall": "report"}
 
 
@@ -43,6 +46,9 @@ def with_defaults(body: dict) -> dict:
     spec.setdefault("env", {})
     spec.setdefault("labels", {})
     spec["heartbeat"] = {**HEARTBEAT_DEFAULTS, **spec.get("heartbeat", {})}
+    spec["retry"] = {**RETRY_DEFAULTS, **spec.get("retry", {})}
+    if "warn_before_s" in spec:
+        spec.setdefault("warn_signal", "SIGUSR1")
     return spec
 
 
@@ -73,6 +79,10 @@ class Job:
     #: the placer's note "<fleet room version>@<when>": the job did not fit
     #: then, and need not be tried again until room appears (see placement)
     waiting_on: str | None = None
+    #: when it last became PENDING (its max_pending_s counts from here)
+    pending_since: datetime | None = None
+    #: its retries that did not count against max_attempts (domain/retry.py)
+    uncounted_retries: int = 0
 
 
 #: a stored JSON value in a JobView: the JSON text the store holds, undecoded
@@ -111,6 +121,8 @@ class JobView(TypedDict):
     health: Stored | None
     exit: Stored | None
     pending_reason: str | None
+    pending_since: str | None
+    uncounted_retries: int | None
 
 
 #: the fields of a JobView, which are also the job's stored attribute names
@@ -131,4 +143,6 @@ def view_of(job: Job) -> JobView:
         "cancel_requested_at": iso_or_none(job.cancel_requested_at),
         "cancel_reason": job.cancel_reason, "health": _stored(job.health),
         "exit": _stored(job.exit), "pending_reason": job.pending_reason,
+        "pending_since": iso_or_none(job.pending_since),
+        "uncounted_retries": job.uncounted_retries,
     }

@@ -33,15 +33,17 @@ class Event(str, enum.Enum):
     PLACE = "PLACE"                  # placement wrote an attempt
     STARTED = "STARTED"              # agent started the ranks
     ALL_EXITED_OK = "ALL_EXITED_OK"  # every rank exited 0
-    RANK_FAILED = "RANK_FAILED"      # a rank failed or stalled, no attempts left
-    RETRY = "RETRY"                  # a rank failed or stalled, attempts remain
+    RANK_FAILED = "RANK_FAILED"      # the attempt failed, and no retry follows
+    RETRY = "RETRY"                  # the attempt failed, and its retry rules retry it
     CANCEL_UNPLACED = "CANCEL_UNPLACED"  # cancel of a job no agent holds
     STOPPED = "STOPPED"              # agents confirmed a cancel
+    PENDING_TIMEOUT = "PENDING_TIMEOUT"  # waited past its max_pending_s
 
 
 TRANSITIONS: dict[tuple[JobState, Event], JobState] = {
     (JobState.PENDING, Event.PLACE): JobState.SCHEDULED,
     (JobState.PENDING, Event.CANCEL_UNPLACED): JobState.CANCELLED,
+    (JobState.PENDING, Event.PENDING_TIMEOUT): JobState.FAILED,
     (JobState.SCHEDULED, Event.STARTED): JobState.RUNNING,
     # reports arrive at least once and in any order: a short job can finish
     # before its STARTED is seen

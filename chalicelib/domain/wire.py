@@ -45,6 +45,13 @@ WORKING_DIR_PATTERN = r"^/[^\x00]{0,4095}$"
 WORKING_DIR_RE = re.compile(WORKING_DIR_PATTERN)
 
 
+#: the LAUNCH's optional members: sent only when set, absent in older messages
+_OPTIONAL = ("working_dir", "max_runtime_s", "warn_before_s", "warn_signal", "checkpoint_dir")
+#: the signals a LAUNCH may name as its warning (the API's warn_signal)
+WARN_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGINT", "SIGHUP", "SIGALRM", "SIGTERM", "SIGWINCH",
+                "SIGURG")
+
+
 class MessageError(ValueError):
     """The message cannot be acted on as it is."""
 
@@ -72,6 +79,15 @@ class AttemptLaunch:
     heartbeat_interval_s: float
     #: the directory the ranks run in (the spec's working_dir); None: the agent's
     working_dir: str | None = field(default=None, kw_only=True)
+    #: the attempt's time limit, from its launch (the spec's max_runtime_s;
+    #: None: none), and the warning ``warn_signal`` every rank gets
+    #: ``warn_before_s`` ahead of it (None: no warning)
+    max_runtime_s: int | None = field(default=None, kw_only=True)
+    warn_before_s: int | None = field(default=None, kw_only=True)
+    warn_signal: str | None = field(default=None, kw_only=True)
+    #: the job's checkpoint directory, the same in every attempt
+    #: (``<spec's checkpoint_dir>/<job_id>``; None: the spec names none)
+    checkpoint_dir: str | None = field(default=None, kw_only=True)
 
     @classmethod
     def of_spec(cls, job_id: str, attempt: int, spec: dict, *, master_addr: str,
@@ -82,7 +98,11 @@ class AttemptLaunch:
                    command=tuple(spec["command"]), env=spec.get("env", {}),
                    gpus_per_rank=spec["gpus_per_rank"], master_addr=master_addr,
                    master_port=master_port, heartbeat_interval_s=spec["heartbeat"]["interval_s"],
-                   working_dir=spec.get("working_dir"))
+                   working_dir=spec.get("working_dir"), max_runtime_s=spec.get("max_runtime_s"),
+                   warn_before_s=spec.get("warn_before_s"),
+                   warn_signal=spec.get("warn_signal") if spec.get("warn_before_s") else None,
+                   checkpoint_dir=(f"{spec['checkpoint_dir'].rstrip('/')}/{job_id}"
+                                   if spec.get("checkpoint_dir") else None))
 
     def to_message(self) -> dict[str, Any]:
         """The message as the outbox keeps it (numbers as given: JSON ``10``
@@ -93,8 +113,9 @@ class AttemptLaunch:
                    "env": dict(self.env), "gpus_per_rank": self.gpus_per_rank,
                    "master_addr": self.master_addr, "master_port": self.master_port,
                    "heartbeat_interval_s": self.heartbeat_interval_s}
-        if self.working_dir is not None:
-            message["working_dir"] = self.working_dir
+        for name in _OPTIONAL:
+            if getattr(self, name) is not None:
+                message[name] = getattr(self, name)
         return message
 
 
@@ -181,15 +202,26 @@ def parse_launch(msg: dict) -> Launch:
     interval = msg.get("heartbeat_interval_s", DEFAULT_HEARTBEAT_INTERVAL_S)
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
         raise MessageError(f"heartbeat_interval_s must be a positive number, got {interval!r}")
-    working_dir = msg.get("working_dir")
-    if working_dir is not None and not (isinstance(working_dir, str)
-                                        and WORKING_DIR_RE.fullmatch(working_dir)):
-        raise MessageError(f"working_dir must be an absolute path, got {working_dir!r}")
+    working_dir, checkpoint_dir = msg.get("working_dir"), msg.get("checkpoint_dir")
+    for name, path in (("working_dir", working_dir), ("checkpoint_dir", checkpoint_dir)):
+        if path is not None and not (isinstance(path, str) and WORKING_DIR_RE.fullmatch(path)):
+            raise MessageError(f"{name} must be an absolute path, got {path!r}")
+    limit = msg.get("max_runtime_s")
+    if limit is not None:
+        limit = _int(msg, "max_runtime_s", 1)
+    warn = _int(msg, "warn_before_s", 1) if msg.get("warn_before_s") is not None else None
+    warn_signal = msg.get("warn_signal")
+    if warn_signal is not None and warn_signal not in WARN_SIGNALS:
+        raise MessageError(f"warn_signal must be one of {', '.join(WARN_SIGNALS)}, "
+                           f"got {warn_signal!r}")
     return Launch(job_id=job_id, attempt=attempt, ranks=tuple(sorted(ranks)),
                   world_size=world_size, command=tuple(command), env=_env(msg.get("env")),
                   gpus_per_rank=_int(msg, "gpus_per_rank", 0, default=DEFAULT_GPUS_PER_RANK),
                   master_addr=master_addr, master_port=port,
-                  heartbeat_interval_s=float(interval), working_dir=working_dir)
+                  heartbeat_interval_s=float(interval), working_dir=working_dir,
+                  max_runtime_s=limit, warn_before_s=warn,
+                  warn_signal=(warn_signal or "SIGUSR1") if warn is not None else None,
+                  checkpoint_dir=checkpoint_dir)
 
 
 def parse_cancel(msg: dict) -> Cancel:

@@ -8,9 +8,10 @@ the loser of a conditional write re-reads and finds the work done.
 """
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
-from ..domain import intents
+from ..domain import deadlines, intents, retry
 from ..domain.attempts import LOST, Attempt, exit_info, outcome
 from ..domain.clock import Clock, utcnow
 from ..domain.errors import Forbidden, InvalidArgument, StaleAttempt
@@ -23,6 +24,11 @@ from .heartbeats import not_placed_here
 from .ports import Attempts, Jobs, Nudge, Outbox, StateChanged, Transitions
 
 _RACE_RETRIES = 3
+#: the CANCEL's reason, as the agents log it, by the attempt's end reason
+_STOP_REASONS = {"stalled": "the attempt stalled", "timeout": "the attempt timed out"}
+#: an agent's report that the attempt passed its max_runtime_s there
+TIMED_OUT = "TIMED_OUT"
+log = logging.getLogger(__name__)
 
 
 class AttemptsServicePorts(Jobs, Attempts, Outbox, Transitions, Protocol):
@@ -41,14 +47,9 @@ class AttemptsService:
             raise InvalidArgument("EXITED needs exit_code", field="exit_code")
         if principal.kind != "agent":
             raise Forbidden("attempt events take an agent token", field="Authorization")
-        job = self.store.get(job_id) if is_job_id(job_id) else None
-        attempt = self.store.attempt(job_id, attempt_no) if job is not None else None
-        if job is None or (attempt is None and principal.name != "*"):
-            # one answer whether or not the job exists (docs/security.md)
-            raise not_placed_here(principal, job_id, attempt_no)
-        if attempt is None:
-            raise StaleAttempt(f"job {job_id} has no attempt {attempt_no}; its current "
-                               f"attempt is {job.attempt}", field="attempt")
+        if kind == TIMED_OUT:
+            return self._timed_out_report(principal, job_id, attempt_no, body)
+        job, attempt = self._placed_here(principal, job_id, attempt_no)
         node_id = self._node(principal, body.get("node_id"), attempt)
         ranks = sorted(set(body.get("ranks", [])))
         held = attempt.ranks_on(node_id)
@@ -70,6 +71,35 @@ class AttemptsService:
             raise StaleAttempt(f"attempt {attempt_no} of job {job_id} is no longer "
                                f"current (current: {job.attempt})", field="attempt")
         return self.advance(job, attempt, started=kind == "STARTED")
+
+    def _timed_out_report(self, principal: Principal, job_id: str, attempt_no: int,
+                          body: dict) -> Job:
+        """An agent saw the attempt pass its max_runtime_s and is stopping its
+        ranks there (STOPPED follows): the attempt ends now, as ``timeout``,
+        and the other nodes' ranks get a CANCEL."""
+        job, attempt = self._placed_here(principal, job_id, attempt_no)
+        node_id = self._node(principal, body.get("node_id"), attempt)
+        if not attempt.ranks_on(node_id):
+            raise not_placed_here(principal, job_id, attempt_no)
+        self.store.ack_intent(job_id, intents.intent_id(intents.LAUNCH, attempt_no), node_id)
+        if attempt_no != job.attempt:
+            raise StaleAttempt(f"attempt {attempt_no} of job {job_id} is no longer "
+                               f"current (current: {job.attempt})", field="attempt")
+        log.info("job %s attempt %d: node %s reports it over its max_runtime_s", job_id,
+                 attempt_no, node_id)
+        return self.time_out(job, attempt)
+
+    def _placed_here(self, principal: Principal, job_id: str,
+                     attempt_no: int) -> tuple[Job, Attempt]:
+        job = self.store.get(job_id) if is_job_id(job_id) else None
+        attempt = self.store.attempt(job_id, attempt_no) if job is not None else None
+        if job is None or (attempt is None and principal.name != "*"):
+            # one answer whether or not the job exists (docs/security.md)
+            raise not_placed_here(principal, job_id, attempt_no)
+        if attempt is None:
+            raise StaleAttempt(f"job {job_id} has no attempt {attempt_no}; its current "
+                               f"attempt is {job.attempt}", field="attempt")
+        return job, attempt
 
     def _node(self, principal: Principal, claimed: str | None, attempt: Attempt) -> str:
         if principal.kind != "agent":
@@ -136,8 +166,7 @@ class AttemptsService:
             try:
                 if started and job.state is JobState.SCHEDULED:
                     job = self.store.start(job, self._clock())
-                event = outcome(attempt, cancel_requested=job.cancel_requested_at is not None,
-                                attempts_left=job.attempt < job.spec["max_attempts"])
+                event = outcome(attempt, cancel_requested=job.cancel_requested_at is not None)
                 if event is None:
                     return job
                 return self._end(job, attempt, event)
@@ -149,30 +178,42 @@ class AttemptsService:
                 job, attempt = fresh, again
         return job
 
-    def abandon(self, job: Job, exit_: dict) -> Job:
+    def abandon(self, job: Job, exit_: dict, attempt: Attempt | None = None) -> Job:
         """End the current attempt although no rank failed (a stall, with
-        ``on_stall: restart``): stop its ranks through the normal CANCEL intent
-        path, and run a new attempt while attempts remain."""
-        attempt = self.store.attempt(job.job_id, job.attempt)
-        if attempt is None or job.state not in PLACED:
+        ``on_stall: restart``; a time-out): stop its ranks through the normal
+        CANCEL intent path; the retry rules decide what follows."""
+        attempt = attempt or self.store.attempt(job.job_id, job.attempt)
+        if attempt is None or job.state not in PLACED or attempt.attempt != job.attempt \
+                or job.cancel_requested_at is not None:
             return job
-        event = Event.RETRY if job.attempt < job.spec["max_attempts"] else Event.RANK_FAILED
         try:
-            return self._end(job, attempt, event, exit_)
+            return self._end(job, attempt, Event.RANK_FAILED, exit_)
         except StateChanged:
             return self.store.get(job.job_id) or job
 
+    def time_out(self, job: Job, attempt: Attempt | None = None) -> Job:
+        """The attempt ran past its max_runtime_s: it ends as ``timeout``."""
+        return self.abandon(job, dict(deadlines.TIMEOUT_EXIT), attempt)
+
     def _end(self, job: Job, attempt: Attempt, event: Event, exit_: dict | None = None) -> Job:
+        exit_ = exit_ or exit_info(attempt, event)
+        uncounted = False
+        if event is Event.RANK_FAILED:  # the retry rules decide what follows
+            decision = retry.decide(job.spec, exit_, attempt=attempt.attempt,
+                                    uncounted=job.uncounted_retries)
+            exit_ = {**exit_, "decision": decision.text}
+            event = Event.RETRY if decision.retry else Event.RANK_FAILED
+            uncounted = decision.action == "retry_uncounted"
         to = next_state(job.state, event)
         still_running = {n for n in attempt.node_ranks if not attempt.node_done(n)}
         stop = None
         if event in (Event.RANK_FAILED, Event.RETRY) and still_running:
-            reason = ("the attempt stalled" if exit_ and exit_.get("reason") == "stalled"
-                      else "another rank of the attempt failed")
+            reason = _STOP_REASONS.get(exit_.get("reason") or "",
+                                       "another rank of the attempt failed")
             stop = intents.cancel(job.job_id, attempt.attempt, reason,
                                   {n: u for n, u in job.inboxes.items() if n in still_running})
-        job = self.store.end_attempt(job, attempt, to, exit_ or exit_info(attempt, event),
-                                     self._clock(), stop)
+        job = self.store.end_attempt(job, attempt, to, exit_, self._clock(), stop,
+                                     uncounted=uncounted)
         if stop is not None:
             self.dispatcher.send(stop)
         if to is JobState.PENDING:

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
-from ..domain import placement, quotas
+from ..domain import deadlines, placement, quotas
 from ..domain.clock import Clock, plus, utcnow
 from ..domain.fleet import ALL_TYPES, SETTLE_S, Fleet
 from ..domain.intents import launch_intent
@@ -35,6 +35,8 @@ class PlacementReport:
     never: list[str] = field(default_factory=list)
     #: skipped: their tenant is at its max_running_gpus (no placement try used)
     limited: list[str] = field(default_factory=list)
+    #: ended: they waited past their max_pending_s
+    expired: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """What the scheduled run returns (its Lambda's result)."""
@@ -210,6 +212,9 @@ class Placer:
                 except StateChanged:
                     pass
                 continue
+            if self._expired(job):
+                report.expired.append(job.job_id)
+                continue
             spec = job.spec
             gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
             if gpu_type not in fleets:
@@ -217,9 +222,12 @@ class Placer:
             fleet, now = fleets[gpu_type], self._clock()
             impossible = placement.never_fits(ranks, g, fleet.gpus, fleet.largest_node, gpu_type)
             if impossible:
+                report.never.append(job.job_id)
+                if "max_pending_s" in spec:  # not parked: its wait is timed
+                    self._note(job, f"can never fit: {impossible}")
+                    continue
                 # parked until the fleet changes: later runs do not read it again
                 self.store.park(job, f"can never fit: {impossible}", fleet)
-                report.never.append(job.job_id)
                 continue
             if placement.still_waiting(job.waiting_on, fleet.room_version, now):
                 report.waiting.append(job.job_id)  # no room since it last did not fit
@@ -227,6 +235,20 @@ class Placer:
             marks[job.job_id] = placement.waiting_mark(fleet.room_version, fleet.room_at, now)
             queues.setdefault(job.tenant, []).append(job)
         return queues
+
+    def _expired(self, job: Job) -> bool:
+        """Has the job waited past its max_pending_s? Then it ends here
+        (domain/deadlines.py): never placed late, however late this runs."""
+        now = self._clock()
+        if not deadlines.pending_expired(job.spec, job.pending_since, now):
+            return False
+        try:
+            self.store.expire_pending(job, now, deadlines.pending_exit(job.spec,
+                                                                       job.pending_reason))
+            log.info("job %s waited past its max_pending_s: FAILED", job.job_id)
+        except StateChanged:
+            pass  # placed or cancelled meanwhile: that stands
+        return True
 
     def _usage(self, limit: int = 10000) -> dict[str, int]:
         """GPUs each tenant's placed jobs hold now (SCHEDULED and RUNNING)."""
@@ -237,6 +259,8 @@ class Placer:
         return used
 
     def _place(self, job: Job, pool: _Pool, mark: str | None = None) -> bool:
+        if self._expired(job):
+            return False
         spec = job.spec
         gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
         for _ in range(_RESERVE_RETRIES):

@@ -12,7 +12,7 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
-from ..domain import health
+from ..domain import deadlines, health
 from ..domain.clock import Clock, iso, plus, utcnow
 from ..domain.errors import RecordTooLarge
 from ..domain.jobs import Job
@@ -70,6 +70,12 @@ class Scanner:
 
     def scan_job(self, job: Job, now: datetime, why: str | None = None) -> int:
         """Judge one RUNNING job (callable on its own: a per-job fan-out)."""
+        if deadlines.past_runtime_backstop(job.spec, job.started_at, now):
+            # its agents did not end it (cut off, or not enforcing the limit)
+            log.warning("job %s attempt %d: past its max_runtime_s by more than %ss: "
+                        "ending it here", job.job_id, job.attempt, deadlines.BACKSTOP_S)
+            self.attempts.time_out(job)
+            return 0
         verdict = self.heartbeats.verdict(job, now)
         if verdict is None:
             return 0

@@ -47,7 +47,12 @@ def expected_launch(job: Job, attempt: int, ranks: list[int], addr: str, port: i
                   command=tuple(spec["command"]), env=spec["env"],
                   gpus_per_rank=spec["gpus_per_rank"], master_addr=addr, master_port=port,
                   heartbeat_interval_s=float(spec["heartbeat"]["interval_s"]),
-                  working_dir=spec.get("working_dir"), ranks=tuple(sorted(ranks)))
+                  working_dir=spec.get("working_dir"), max_runtime_s=spec.get("max_runtime_s"),
+                  warn_before_s=spec.get("warn_before_s"),
+                  warn_signal=spec.get("warn_signal") if spec.get("warn_before_s") else None,
+                  checkpoint_dir=(f"{spec['checkpoint_dir']}/{job.job_id}"
+                                  if spec.get("checkpoint_dir") else None),
+                  ranks=tuple(sorted(ranks)))
 
 
 def test_importing_the_agent_s_parser_pulls_in_no_aws_library():
@@ -62,7 +67,9 @@ def test_importing_the_agent_s_parser_pulls_in_no_aws_library():
 def test_every_node_parses_the_launch_with_its_own_ranks():
     job = job_of({"command": ["python", "train.py", "--lr", "3e-4"], "ranks": 5,
                   "gpus_per_rank": 2, "env": {"A": "1", "NCCL_DEBUG": "INFO"},
-                  "heartbeat": {"interval_s": 2.5}, "working_dir": "/data/runs/7"})
+                  "heartbeat": {"interval_s": 2.5}, "working_dir": "/data/runs/7",
+                  "max_runtime_s": 3600, "warn_before_s": 120, "warn_signal": "SIGUSR2",
+                  "checkpoint_dir": "/shared/ckpt"})
     by_node = {"node-1": [0, 1, 2], "node-2": [3, 4]}
     intent = launch_intent(job, 3, by_node, {"node-1": "q/1", "node-2": "q/2"},
                            master_addr="10.0.0.7", master_port=29511)

@@ -14,27 +14,27 @@ def attempt(**kw):
 
 def test_all_exited_zero_succeeds():
     a = attempt(exited={0, 1, 2, 3}, exit_codes={0: 0, 1: 0, 2: 0, 3: 0})
-    assert outcome(a, cancel_requested=False, attempts_left=False) is Event.ALL_EXITED_OK
+    assert outcome(a, cancel_requested=False) is Event.ALL_EXITED_OK
 
 
 def test_some_exited_zero_runs_on():
     a = attempt(exited={0, 1}, exit_codes={0: 0, 1: 0})
-    assert outcome(a, cancel_requested=False, attempts_left=False) is None
+    assert outcome(a, cancel_requested=False) is None
 
 
 def test_the_first_failure_ends_the_attempt_at_once():
     a = attempt(exited={2}, exit_codes={2: 1})
-    assert outcome(a, cancel_requested=False, attempts_left=False) is Event.RANK_FAILED
-    assert outcome(a, cancel_requested=False, attempts_left=True) is Event.RETRY
+    # a failure, whatever attempts are left: the retry rules decide the rest
+    assert outcome(a, cancel_requested=False) is Event.RANK_FAILED
     assert exit_info(a, Event.RANK_FAILED) == {"reason": "rank_failed", "exit_code": 1,
-                                               "rank": 2}
+                                               "rank": 2, "node_id": "b"}
 
 
 def test_a_requested_cancel_wins_over_exit_codes_and_waits_for_every_rank():
     a = attempt(exited={0}, exit_codes={0: 143}, stopped={2, 3})
-    assert outcome(a, cancel_requested=True, attempts_left=True) is None
+    assert outcome(a, cancel_requested=True) is None
     a.stopped.add(1)
-    assert outcome(a, cancel_requested=True, attempts_left=True) is Event.STOPPED
+    assert outcome(a, cancel_requested=True) is Event.STOPPED
 
 
 def test_a_lost_node_reads_as_node_lost():

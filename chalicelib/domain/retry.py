@@ -1,0 +1,141 @@
+"""What follows an attempt's failure: the spec's retry rules, decided once.
+
+An attempt that fails ends with a *reason* (:data:`REASONS`) and, when a rank
+exited, an exit code (a rank killed by signal N exits ``128 + N``, as the shim
+records it). The spec's ``retry.rules`` are tried in order; the first rule
+that matches names the action:
+
+- ``retry``: a new attempt, counted against ``max_attempts``;
+- ``retry_uncounted``: a new attempt that does not count, under the separate
+  cap ``retry.max_uncounted_retries`` (past it, the retry counts, so nothing
+  loops forever);
+- ``fail``: no new attempt, whatever is left.
+
+No rule matching, the defaults a platform team wants apply: an
+infrastructure cause (:data:`INFRA`: the node lost, a preemption, the agent
+lost) is ``retry_uncounted``; anything else (a rank that failed, a stall
+restart, a time-out) is ``retry``. Either way a counted retry is made only
+while counted attempts remain.
+
+A rule matches when every criterion it gives matches: ``reasons`` (any of),
+``exit_codes`` (any of), ``signals`` (any of, by name: ``SIGKILL`` is exit
+code 137). Exit codes and signals match only an attempt a rank's own exit
+ended (``rank_failed``, ``timeout`` when a rank exited before the stop).
+
+Pure Python: the attempts service decides with :func:`decide` and records the
+decision's :attr:`Decision.text` in the attempt's end event and its exit.
+"""
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass
+
+#: every reason an attempt ends with a failure: a rank's exit, its node's loss,
+#: a stall restart (``on_stall: restart``), the attempt's time limit, and the
+#: causes the scheduler itself makes (a preemption; an agent that lost its
+#: ranks), which rules may name before anything ends an attempt with them
+REASONS = ("rank_failed", "node_lost", "stalled", "timeout", "preempted", "agent_lost")
+#: causes outside the job: retried without counting by default
+INFRA = frozenset({"node_lost", "preempted", "agent_lost"})
+ACTIONS = ("retry", "retry_uncounted", "fail")
+DEFAULT_MAX_UNCOUNTED = 10
+MAX_RULES = 16
+#: the signals a rule may name (Linux numbering): what a rank can die of
+SIGNALS = tuple(s.name for s in sorted(_signal.Signals, key=lambda s: s.value)
+                if s.name.startswith("SIG") and not s.name.startswith("SIG_")
+                and 1 <= s.value <= 31)
+#: the exit code of a rank killed by a signal (the shim's ``128 + N``)
+SIGNAL_EXIT_BASE = 128
+
+
+def signal_exit_code(name: str) -> int:
+    return SIGNAL_EXIT_BASE + _signal.Signals[name].value
+
+
+def signal_of(exit_code: int | None) -> str | None:
+    """The signal an exit code says the rank died of, or None."""
+    if exit_code is None or not SIGNAL_EXIT_BASE < exit_code <= SIGNAL_EXIT_BASE + 31:
+        return None
+    try:
+        return _signal.Signals(exit_code - SIGNAL_EXIT_BASE).name
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Decision:
+    #: "retry", "retry_uncounted" or "fail"; a retry refused (no counted
+    #: attempt left) is "fail"
+    action: str
+    #: what a person reads: "node_lost: retried, not counted (uncounted retry 2 of 10)"
+    text: str
+
+    @property
+    def retry(self) -> bool:
+        return self.action != "fail"
+
+    @property
+    def counted(self) -> bool:
+        return self.action == "retry"
+
+
+def _matches(rule: dict, reason: str, exit_code: int | None) -> bool:
+    if "reasons" in rule and reason not in rule["reasons"]:
+        return False
+    if "exit_codes" in rule and exit_code not in rule["exit_codes"]:
+        return False
+    if "signals" in rule and signal_of(exit_code) not in rule["signals"]:
+        return False
+    return True
+
+
+def _cause(reason: str, exit_code: int | None, rank: int | None) -> str:
+    """'rank_failed (rank 3, exit code 137, SIGKILL)': the end in a few words."""
+    bits = [f"rank {rank}"] if rank is not None else []
+    if exit_code is not None:
+        sig = signal_of(exit_code)
+        bits.append(f"exit code {exit_code}" + (f", {sig}" if sig else ""))
+    return f"{reason} ({', '.join(bits)})" if bits else reason
+
+
+def decide(spec: dict, exit_: dict, *, attempt: int, uncounted: int) -> Decision:
+    """What follows attempt number ``attempt`` of a job with spec ``spec``
+    (defaults filled), ended as ``exit_`` says (``reason``, ``exit_code``,
+    ``rank``), when ``uncounted`` of its earlier retries did not count."""
+    policy = spec.get("retry") or {}
+    cap = policy.get("max_uncounted_retries", DEFAULT_MAX_UNCOUNTED)
+    max_attempts = spec.get("max_attempts", 1)
+    reason, code = exit_.get("reason") or "rank_failed", exit_.get("exit_code")
+    cause = _cause(reason, code, exit_.get("rank"))
+    action, by = ("retry_uncounted" if reason in INFRA else "retry"), "default"
+    for i, rule in enumerate(policy.get("rules") or [], 1):
+        if _matches(rule, reason, code):
+            action, by = rule["action"], f"rule {i}"
+            break
+    if action == "fail":
+        return Decision("fail", f"{cause}: not retried ({by} says fail)")
+    if action == "retry_uncounted":
+        if uncounted < cap:
+            return Decision("retry_uncounted", f"{cause}: retried, not counted "
+                                               f"(uncounted retry {uncounted + 1} of {cap})")
+        note = f"all {cap} uncounted retries used, so it counts; "
+    else:
+        note = "" if by == "default" else f"{by}; "
+    counted = attempt - uncounted  # this attempt included
+    if counted < max_attempts:
+        return Decision("retry", f"{cause}: retried ({note}counted attempt {counted} "
+                                 f"of {max_attempts})")
+    return Decision("fail", f"{cause}: not retried ({note}counted attempt {counted} of "
+                            f"{max_attempts}, none left)")
+
+
+def check_rules(rules: list[dict]) -> tuple[str, str] | None:
+    """(field, message) of the first rule JSON Schema cannot judge: one with
+    nothing to match on (it would match every failure: say so with
+    ``reasons``)."""
+    for i, rule in enumerate(rules):
+        if not any(k in rule for k in ("reasons", "exit_codes", "signals")):
+            return (f"retry.rules.{i}",
+                    f"retry.rules.{i} must match on at least one of reasons, exit_codes, "
+                    "signals")
+    return None

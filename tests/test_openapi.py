@@ -26,7 +26,7 @@ from chalicelib.api import schemas  # noqa: E402
 from chalicelib.api.problems import body as problem_body, status_of  # noqa: E402
 from chalicelib.api.representation import attempt_json, job_json, node_json, node_registration_json  # noqa: E402
 from chalicelib.api.validation import MAX_BODY_BYTES  # noqa: E402
-from chalicelib.domain import idempotency, wire  # noqa: E402
+from chalicelib.domain import deadlines, idempotency, retry, wire  # noqa: E402
 from chalicelib.domain.attempts import LOST, Attempt, exit_info  # noqa: E402
 from chalicelib.domain.clock import iso  # noqa: E402
 from chalicelib.domain.errors import ApiError  # noqa: E402
@@ -430,14 +430,23 @@ def _attempt(**changes) -> Attempt:
 def _exits() -> dict[str, dict]:
     """Every shape of ``exit`` the domain produces, by reason."""
     everyone = {0, 1, 2}
+    spec = with_defaults({"command": ["x"], "ranks": 3, "max_pending_s": 60})
+
+    def decided(exit_: dict, attempt: int = 1) -> dict:
+        return {**exit_, "decision": retry.decide(spec, exit_, attempt=attempt,
+                                                  uncounted=0).text}
+    failed = exit_info(_attempt(exited={1, 2}, exit_codes={1: 0, 2: 7}), Event.RANK_FAILED)
     return {
         "succeeded": exit_info(_attempt(exited=everyone, exit_codes={0: 0, 1: 0, 2: 0}),
                                Event.ALL_EXITED_OK),
-        "rank_failed": exit_info(_attempt(exited={1, 2}, exit_codes={1: 0, 2: 7}),
-                                 Event.RANK_FAILED),
+        "rank_failed": failed,
+        "decided": decided(failed),
         "retry": exit_info(_attempt(exited={2}, exit_codes={2: -255}), Event.RETRY),
-        "node_lost": exit_info(_attempt(exited={2}, exit_codes={2: LOST}), Event.RANK_FAILED),
+        "node_lost": decided(exit_info(_attempt(exited={2}, exit_codes={2: LOST}),
+                                       Event.RANK_FAILED)),
         "cancelled": exit_info(_attempt(stopped=everyone), Event.STOPPED),
+        "timeout": decided(dict(deadlines.TIMEOUT_EXIT)),
+        "pending_timeout": deadlines.pending_exit(spec, "waiting for 3 x 1 free GPUs"),
     }
 
 
@@ -448,8 +457,11 @@ def test_exit_schema_accepts_every_exit_the_domain_produces(doc):
     for name, value in exits.items():
         _assert_valid(doc, "Exit", value)
         assert ("rank" in value) == (value["reason"] in ("rank_failed", "node_lost")), name
-    assert exits["rank_failed"] == {"reason": "rank_failed", "exit_code": 7, "rank": 2}
-    assert exits["node_lost"] == {"reason": "node_lost", "exit_code": None, "rank": 2}
+    assert exits["rank_failed"] == {"reason": "rank_failed", "exit_code": 7, "rank": 2,
+                                    "node_id": "node-2"}
+    assert exits["node_lost"] == {
+        "reason": "node_lost", "exit_code": None, "rank": 2, "node_id": "node-2",
+        "decision": "node_lost (rank 2): retried, not counted (uncounted retry 1 of 10)"}
     _assert_valid(doc, "Exit", None)
     assert not _schema_validator(doc, "Exit").is_valid({"reason": "exploded", "exit_code": 1})
 
@@ -551,7 +563,8 @@ def test_launch_messages_conform_to_launch_message_schema(doc):
     """Every member a LAUNCH can carry is documented, the optional ones too."""
     job = _job(spec=with_defaults({"command": ["python", "train.py"], "ranks": 3,
                                    "gpus_per_rank": 2, "env": {"A": "1"},
-                                   "working_dir": "/data/run"}))
+                                   "working_dir": "/data/run", "max_runtime_s": 3600,
+                                   "warn_before_s": 300, "checkpoint_dir": "/shared/ckpt"}))
     intent = launch_intent(job, 1, {"node-1": [0, 1], "node-2": [2]},
                            {"node-1": "http://q/1", "node-2": "http://q/2"},
                            master_addr="10.0.0.7", master_port=master_port(job.job_id, 1))
@@ -563,7 +576,9 @@ def test_launch_messages_conform_to_launch_message_schema(doc):
         assert message["ranks"] == ranks
         _assert_valid(doc, "LaunchMessage", message)
         optional = {k: v for k, v in message.items() if k not in launch_schema["required"]}
-        assert optional == {"working_dir": "/data/run"}
+        assert optional == {"working_dir": "/data/run", "max_runtime_s": 3600,
+                            "warn_before_s": 300, "warn_signal": "SIGUSR1",
+                            "checkpoint_dir": f"/shared/ckpt/{job.job_id}"}
         _assert_valid(doc, "LaunchMessage", {k: v for k, v in message.items()
                                              if k not in optional})
     assert properties["working_dir"]["pattern"] == wire.WORKING_DIR_PATTERN
@@ -753,8 +768,9 @@ def test_scan_health_exit_and_cancel_conform_to_their_schemas(doc):
     # rank 2 is silent longest by receive time, but rank 3 went quiet in the
     # same moment a step behind it: the verdict, and so the exit, name rank 3
     assert health["verdict"]["text"] == "rank 3 on node-2 went quiet a step behind rank 2"
-    assert to is JobState.FAILED and exit_ == {"reason": "stalled", "exit_code": None,
-                                               "rank": 3}
+    assert to is JobState.FAILED and exit_ == {
+        "reason": "stalled", "exit_code": None, "rank": 3, "node_id": "node-2",
+        "decision": "stalled (rank 3): not retried (counted attempt 1 of 1, none left)"}
     _assert_valid(doc, "Exit", exit_)
     _assert_valid(doc, "Job", shown_job(ended))
     _assert_valid(doc, "AttemptList", {"attempts": [

@@ -88,7 +88,7 @@ def job_values(j: Job) -> dict:
         "cancel_requested_at": iso_or_none(j.cancel_requested_at),
         "cancel_reason": j.cancel_reason, "health": j.health, "exit": j.exit,
         "pending_reason": j.pending_reason, "pending_since": iso_or_none(j.pending_since),
-        "uncounted_retries": j.uncounted_retries or None, "tenant_state": tenant_state(j.tenant, j.state),
+        "uncounted_retries": j.uncounted_retries, "tenant_state": tenant_state(j.tenant, j.state),
         "active_state": None if j.state.terminal else j.state.value,
         "idem_id": j.idem_id, "inboxes": j.inboxes or None,
         "queue_key": queue_key(j.spec.get("priority", 0), j.job_id),

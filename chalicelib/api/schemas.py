@@ -159,7 +159,12 @@ ATTEMPT_EVENT = {
     "additionalProperties": False,
     "required": ["type"],
     "properties": {
-        "type": {"enum": ["STARTED", "EXITED", "STOPPED", "TIMED_OUT"]},
+        "type": {"enum": ["STARTED", "EXITED", "STOPPED", "TIMED_OUT"],
+                 "description": "TIMED_OUT (an extension of the contract): the attempt "
+                                "passed its max_runtime_s on this node, whose agent is "
+                                "stopping its ranks there (STOPPED follows); the attempt "
+                                "ends at once as `timeout`, and the other nodes get a "
+                                "CANCEL."},
         "ranks": {"type": "array", "maxItems": 65536,
                   "items": {"type": "integer", "minimum": 0, "maximum": 65535}},
         "exit_code": {"type": "integer", "minimum": -255, "maximum": 255},

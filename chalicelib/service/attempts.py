@@ -197,6 +197,8 @@ class AttemptsService:
 
     def _end(self, job: Job, attempt: Attempt, event: Event, exit_: dict | None = None) -> Job:
         exit_ = exit_ or exit_info(attempt, event)
+        if exit_.get("rank") is not None and "node_id" not in exit_:  # a stall's rank
+            exit_ = {**exit_, "node_id": attempt.rank_nodes().get(exit_["rank"])}
         uncounted = False
         if event is Event.RANK_FAILED:  # the retry rules decide what follows
             decision = retry.decide(job.spec, exit_, attempt=attempt.attempt,

@@ -82,7 +82,11 @@ def test_a_failed_rank_fails_the_job_and_stops_the_rest_of_the_gang(iso, iso_cli
               {"type": "EXITED", "ranks": [by_node["n1"][0]], "exit_code": 3, "node_id": "n1"})
     job = r.json_body
     assert job["state"] == "FAILED"
-    assert job["exit"] == {"reason": "rank_failed", "exit_code": 3, "rank": by_node["n1"][0]}
+    rank = by_node["n1"][0]
+    assert job["exit"] == {
+        "reason": "rank_failed", "exit_code": 3, "rank": rank, "node_id": "n1",
+        "decision": f"rank_failed (rank {rank}, exit code 3): not retried "
+                    "(counted attempt 1 of 1, none left)"}
     assert [m["type"] for m in drain(sqs, cluster["n2"], job_id)] == ["CANCEL"]
     assert [m["type"] for m in drain(sqs, cluster["n1"], job_id)] == ["CANCEL"]
     # the rest stop; their GPUs come back once each node is done

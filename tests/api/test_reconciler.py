@@ -16,6 +16,8 @@ from .helpers import drain
 from .test_events import event, free, placed
 
 AGENT = Principal("agent", "*")
+#: a node's loss counted like any failure: with one attempt, the job fails
+COUNTED = {"rules": [{"reasons": ["node_lost"], "action": "retry"}]}
 
 
 def test_a_placer_that_dies_before_launch_is_covered_by_a_resend(clock, make_services, fresh_env,
@@ -65,7 +67,7 @@ def test_a_silent_node_goes_down_and_its_job_is_requeued(clock, iso, iso_client,
 
 def test_a_silent_node_fails_a_job_with_no_attempts_left(clock, iso, iso_client, tenants):
     iso.nodes.register(AGENT, "n1", {"gpus": 4})
-    job_id, _ = placed(iso, iso_client, tenants, ranks=2)
+    job_id, _ = placed(iso, iso_client, tenants, ranks=2, retry=COUNTED)
     clock.advance(iso.config.node_down_after_s + 1)
     assert iso.reconciler.mark_silent_nodes_down() == ["n1"]
     job = iso_client.http.get(f"/v1/jobs/{job_id}", headers=tenants.headers()).json_body
@@ -107,9 +109,10 @@ def put_node(client, tenants, node_id, **body):
 
 
 def lost_job(clock, iso, client, tenants, sqs):
-    """A two-rank job running on n1 (4 GPUs), which then goes DOWN."""
+    """A two-rank job running on n1 (4 GPUs), which then goes DOWN (and
+    fails: its loss counts)."""
     url = iso.nodes.register(AGENT, "n1", {"gpus": 4}).inbox_queue_url
-    job_id, _ = placed(iso, client, tenants, ranks=2)
+    job_id, _ = placed(iso, client, tenants, ranks=2, retry=COUNTED)
     event(client, tenants, job_id, 1, {"type": "STARTED", "ranks": [0, 1], "node_id": "n1"})
     drain(sqs, url, job_id)
     clock.advance(iso.config.node_down_after_s + 1)
@@ -181,7 +184,7 @@ def test_a_lost_node_whose_agent_does_not_say_what_runs_keeps_its_gpus(clock, is
 def test_a_throttled_store_in_the_middle_of_down_handling_is_finished_by_the_next_run(
         clock, iso, iso_client, tenants, sqs):
     url = iso.nodes.register(AGENT, "n1", {"gpus": 4}).inbox_queue_url
-    job_id, _ = placed(iso, iso_client, tenants, ranks=2)
+    job_id, _ = placed(iso, iso_client, tenants, ranks=2, retry=COUNTED)
     drain(sqs, url, job_id)
     clock.advance(iso.config.node_down_after_s + 1)
     # the last step for the attempt (marking it lost on the node) is throttled

@@ -77,7 +77,7 @@ def test_a_send_that_failed_is_resent_by_the_reconciler(svc, world, clock):
 
 
 def test_a_silent_node_goes_down_and_its_attempt_fails_with_it(svc, world, clock):
-    job = _placed(svc, world)
+    job = _placed(svc, world, retry={"rules": [{"reasons": ["node_lost"], "action": "retry"}]})
     clock.advance(61)
     register(svc, "n1", gpus=2)  # n1 still calls in; n2 went silent
     assert svc.reconciler.mark_silent_nodes_down() == ["n2"]

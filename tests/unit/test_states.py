@@ -72,6 +72,8 @@ def test_placing_and_starting_leave_one_state_each():
 
 def test_every_row_of_the_table_is_used_by_the_store_or_the_service():
     """No row only tests read: each event is a conditional write's source
-    (place, start, cancel_unplaced) or an attempt's end (end_attempt)."""
-    used = {Event.PLACE, Event.STARTED, Event.CANCEL_UNPLACED} | ENDS_ATTEMPT
+    (place, start, cancel_unplaced, expire_pending) or an attempt's end
+    (end_attempt)."""
+    used = {Event.PLACE, Event.STARTED, Event.CANCEL_UNPLACED, Event.PENDING_TIMEOUT} \
+        | ENDS_ATTEMPT
     assert {e for (_, e) in TRANSITIONS} == used == set(Event)

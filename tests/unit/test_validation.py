@@ -127,3 +127,45 @@ def test_a_working_dir_must_be_an_absolute_path_the_hosts_can_enter(where):
 def test_an_absolute_working_dir_is_kept_in_the_spec():
     assert with_defaults(check({**GOOD, "working_dir": "/data/run 1"}))["working_dir"] == \
         "/data/run 1"
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"retry": {"rules": [{"reasons": ["node_lost"]}]}}, "retry.rules.0.action"),
+    ({"retry": {"rules": [{"reasons": ["exploded"], "action": "retry"}]}},
+     "retry.rules.0.reasons.0"),
+    ({"retry": {"rules": [{"action": "retry"}]}}, "retry.rules.0"),
+    ({"retry": {"rules": [{"exit_codes": [0], "action": "fail"}]}},
+     "retry.rules.0.exit_codes.0"),
+    ({"retry": {"rules": [{"signals": ["SIGNOPE"], "action": "fail"}]}},
+     "retry.rules.0.signals.0"),
+    ({"retry": {"rules": [{"reasons": ["stalled"], "action": "sometimes"}]}},
+     "retry.rules.0.action"),
+    ({"retry": {"rules": [{"reasons": ["stalled"], "action": "fail", "when": 1}]}},
+     "retry.rules.0.when"),
+    ({"retry": {"max_uncounted_retries": -1}}, "retry.max_uncounted_retries"),
+    ({"retry": {"rules": [{"reasons": ["stalled"], "action": "fail"}] * 17}}, "retry.rules"),
+    ({"max_runtime_s": 0}, "max_runtime_s"),
+    ({"max_runtime_s": 1.5}, "max_runtime_s"),
+    ({"max_pending_s": 0}, "max_pending_s"),
+    ({"warn_before_s": 60}, "warn_before_s"),
+    ({"max_runtime_s": 60, "warn_before_s": 60}, "warn_before_s"),
+    ({"max_runtime_s": 60, "warn_before_s": 30, "warn_signal": "SIGKILL"}, "warn_signal"),
+    ({"max_runtime_s": 60, "warn_signal": "SIGUSR2"}, "warn_signal"),
+    ({"checkpoint_dir": "relative"}, "checkpoint_dir"),
+])
+def test_a_malformed_retry_rule_or_time_limit_is_a_400_naming_its_field(body, field):
+    with pytest.raises(InvalidArgument) as caught:
+        check({**GOOD, **body})
+    assert caught.value.field == field, caught.value
+
+
+def test_the_lifecycle_members_are_kept_with_their_defaults_filled():
+    spec = with_defaults(check({**GOOD, "max_runtime_s": 3600, "warn_before_s": 300,
+                                "max_pending_s": 600, "checkpoint_dir": "/shared/ckpt",
+                                "retry": {"rules": [{"exit_codes": [42], "action": "fail"}]}}))
+    assert spec["retry"] == {"rules": [{"exit_codes": [42], "action": "fail"}],
+                             "max_uncounted_retries": 10}
+    assert (spec["max_runtime_s"], spec["warn_before_s"], spec["warn_signal"]) == (
+        3600, 300, "SIGUSR1")
+    assert with_defaults(check(GOOD))["retry"] == {"rules": [], "max_uncounted_retries": 10}
+    assert "warn_signal" not in with_defaults(check({**GOOD, "max_runtime_s": 60}))

@@ -42,6 +42,8 @@ Message rules:
   with all the node's ranks of it, then its ranks are stopped as a CANCEL
   stops them (stacks, SIGTERM, grace period, SIGKILL; no EXITED; STOPPED once
   they are gone). The server's CANCEL that follows starts no second stop.
+- A LAUNCH's ``checkpoint_dir`` is created before its ranks start (given to
+  the rank user, if any) and is each rank's ``GPUJOBS_CHECKPOINT_DIR``.
 - A LAUNCH that needs more GPU slots than are free is put back on the queue for
   a few seconds (slots held by ranks still being stopped free up soon); if it
   can never fit, it ends in the dead-letter queue with an error in the log.
@@ -77,7 +79,7 @@ from typing import Any, Callable, Mapping
 from .api import ApiError, AttemptGone
 from .backoff import retry_delay
 from .inbox import InboxMessage
-from .isolation import give_rank_dir
+from .isolation import give_checkpoint_dir, give_rank_dir
 from .messages import Cancel, Launch, MessageError, parse, parse_launch
 from .procs import own_processes
 from .ranks import Launcher, ProcTable, Rank, err_file, read_stat
@@ -207,6 +209,8 @@ def rank_env(base: Mapping[str, str], launch: Launch, rank: int, local_rank: int
         # `from gpujobs_heartbeat import beat` works in every rank
         "PYTHONPATH": os.pathsep.join(p for p in (RANKSIDE, env.get("PYTHONPATH")) if p),
     })
+    if launch.checkpoint_dir is not None:  # the job's, the same in every attempt
+        env["GPUJOBS_CHECKPOINT_DIR"] = launch.checkpoint_dir
     # never the agent store: no torchrun agent runs a store for these ranks
     env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     return env
@@ -365,6 +369,7 @@ class Agent:
                 return
             if m.env.get(HOLD_PORT_ENV) == "0":  # checked, but not held (rendezvous.py)
                 self._ports.release(rec.key)
+        checkpoints_ready = False
         for r, p in rec.procs.items():
             if p.pid is not None or p.ended:
                 continue
@@ -375,6 +380,9 @@ class Agent:
                     continue
             if os.path.exists(p.exit_file):  # it even ran to its end already
                 continue
+            if not checkpoints_ready:  # once, before the first rank that starts
+                checkpoints_ready = True
+                self._make_checkpoint_dir(rec, m)
             try:
                 give_rank_dir(Path(p.heartbeat_file).parent, self._paths.state_dir,
                               getattr(self._launcher, "identity", None))
@@ -387,6 +395,19 @@ class Agent:
                                          cwd=m.working_dir)
             p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time
             self._ranks[(rec.key, r)] = rank
+
+    def _make_checkpoint_dir(self, rec: AttemptRecord, m: Launch) -> None:
+        """The job's checkpoint directory, made (and given to the rank user) if
+        the LAUNCH names one; a failure is logged and the ranks start anyway:
+        it may be on shared storage already, or the job may not need it."""
+        if m.checkpoint_dir is None:
+            return
+        try:
+            give_checkpoint_dir(m.checkpoint_dir, m.job_id,
+                                getattr(self._launcher, "identity", None))
+        except OSError as e:
+            log.warning("%s: cannot prepare the checkpoint directory %s (%s); the ranks "
+                        "start anyway", rec.key, m.checkpoint_dir, e)
 
     def _not_started(self, rec: AttemptRecord, why: str) -> None:
         """Record every rank of ``rec`` here as exited with PORT_IN_USE without

@@ -1,18 +1,27 @@
 """Issue 26 on the agent's side, with real rank processes and a clock moved by
 hand: a LAUNCH's max_runtime_s (the warning warn_before_s ahead of it, then
-TIMED_OUT and the stop at it, surviving a restart)."""
+TIMED_OUT and the stop at it, surviving a restart) and its checkpoint_dir."""
 from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+from agent.isolation import RankIdentity, give_checkpoint_dir
 from agent.shim import read_exit_file
+from tests.hostile_ranks import ensure_rank_user
 
 from .conftest import (
     PY,
+    RecordingLauncher,
+    World,
     alive,
     cancel,
     group_commands,
@@ -21,6 +30,7 @@ from .conftest import (
     run_until,
     wait_until,
 )
+from .test_core import DUMP_ENV, read_envs
 
 NODE = {"node_id": "node-1"}
 T0 = 1000.0  # the agent's clock at the launch
@@ -253,3 +263,97 @@ def test_a_record_without_time_limits_from_an_older_agent_runs_without_any(world
     b.tick()
     assert notes(out, (0,), "warned") == [""] and record(world)["phase"] == "RUNNING"
     assert record(world)["runtime_deadline"] is None
+
+
+# -- the checkpoint directory ------------------------------------------------------
+def test_a_rank_gets_its_jobs_checkpoint_dir_created(world, tmp_path):
+    out = tmp_path / "env"
+    out.mkdir()
+    ckpt = tmp_path / "shared" / "ckpt" / "job_ck"
+    agent = world.agent()
+    agent.handle(message(launch("job_ck", attempt=2, command=[PY, "-c", DUMP_ENV, str(out)],
+                                checkpoint_dir=str(ckpt)), 1))
+    e = read_envs(out, [0])[0]
+    assert e["GPUJOBS_CHECKPOINT_DIR"] == str(ckpt) and ckpt.is_dir()
+    assert (e["GPUJOBS_ATTEMPT"], e["TORCHELASTIC_RESTART_COUNT"]) == ("2", "1")
+    (ckpt / "step-10.pt").write_text("weights")
+    # the next attempt finds it as the last one left it
+    run_until(agent, lambda: record(world, "job_ck/2")["phase"] == "DONE", what="attempt 2 done")
+    (out / "0.json").unlink()
+    agent.handle(message(launch("job_ck", attempt=3, command=[PY, "-c", DUMP_ENV, str(out)],
+                                checkpoint_dir=str(ckpt)), 2))
+    assert read_envs(out, [0])[0]["GPUJOBS_CHECKPOINT_DIR"] == str(ckpt)
+    assert (ckpt / "step-10.pt").read_text() == "weights"
+
+
+def test_a_checkpoint_dir_that_cannot_be_made_is_logged_and_the_rank_starts(world, tmp_path,
+                                                                          caplog):
+    out = tmp_path / "env"
+    out.mkdir()
+    (tmp_path / "not-a-dir").write_text("")
+    ckpt = tmp_path / "not-a-dir" / "job_ck"
+    agent = world.agent()
+    agent.handle(message(launch("job_ck", command=[PY, "-c", DUMP_ENV, str(out)],
+                                checkpoint_dir=str(ckpt)), 1))
+    assert read_envs(out, [0])[0]["GPUJOBS_CHECKPOINT_DIR"] == str(ckpt)
+    assert f"cannot prepare the checkpoint directory {ckpt}" in caplog.text
+
+
+def rank_identity() -> RankIdentity:
+    import pwd
+    user = ensure_rank_user()
+    if user is None:
+        pytest.skip("giving a directory to the rank user takes root")
+    pw = pwd.getpwnam(user)
+    return RankIdentity(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
+
+
+def test_the_checkpoint_dir_is_given_to_the_rank_user_never_through_a_link(tmp_path):
+    identity = rank_identity()
+    ckpt = tmp_path / "shared" / "job_ck"
+    give_checkpoint_dir(str(ckpt), "job_ck", identity)
+    st = ckpt.stat()
+    assert (st.st_uid, st.st_gid) == (identity.uid, identity.gid) and st.st_mode & 0o700 == 0o700
+    assert (tmp_path / "shared").stat().st_uid == 0, "only the job's own directory is given"
+    give_checkpoint_dir(str(ckpt), "job_ck", identity)  # there already: fine
+
+    # a rank put a link where the job's directory goes: nothing is changed through it
+    target = tmp_path / "etc"
+    target.mkdir()
+    (tmp_path / "shared" / "job_ln").symlink_to(target)
+    with pytest.raises(OSError):
+        give_checkpoint_dir(str(tmp_path / "shared" / "job_ln"), "job_ln", identity)
+    assert target.stat().st_uid == 0
+    # nor a directory that is not the job's own (its last component is the job id)
+    with pytest.raises(OSError):
+        give_checkpoint_dir(str(tmp_path / "shared" / "job_ck" / ".."), "job_ck", identity)
+    assert (tmp_path / "shared").stat().st_uid == 0
+
+
+def test_a_rank_run_as_the_rank_user_writes_in_its_checkpoint_dir(tmp_path):
+    identity = rank_identity()
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no python3 the rank user can run")
+    # pytest's own directories are 0700: the rank user could not reach its heartbeat
+    home = Path(tempfile.mkdtemp(prefix="gpujobs-ckpt-"))
+    os.chmod(home, 0o711)
+    world = World(home)
+    try:
+        launcher = RecordingLauncher()
+        launcher.identity = identity
+        agent = world.agent(launcher=launcher, base_env={"PATH": os.environ["PATH"]})
+        ckpt = home / "shared" / "job_ck"
+        write = ("import os; open(os.path.join(os.environ['GPUJOBS_CHECKPOINT_DIR'], "
+                 "'step-1.pt'), 'w').write(str(os.getuid()))")
+        agent.handle(message(launch("job_ck", command=[python, "-c", write],
+                                    checkpoint_dir=str(ckpt)), 1))
+        run_until(agent, lambda: world.api.of("EXITED"), what="EXITED")
+        assert world.api.of("EXITED") == [{"type": "EXITED", "ranks": [0], "exit_code": 0,
+                                           **NODE}]
+        assert (ckpt / "step-1.pt").read_text() == str(identity.uid)
+        assert (ckpt / "step-1.pt").stat().st_uid == identity.uid
+    finally:
+        world.cleanup()
+        shutil.rmtree(home, ignore_errors=True)
+

@@ -1,4 +1,5 @@
-"""The agent's side of the gpujobs HTTP API: register the node, report attempt events.
+"""The agent's side of the gpujobs HTTP API: register the node, report attempt events
+(STARTED, EXITED, STOPPED, TIMED_OUT), post the ranks' beats.
 
 Each call is one HTTP request; failures are classified here, once, so that the
 callers only decide *when* to try again (backoff.py), never *whether*:
@@ -75,7 +76,9 @@ class ApiClient:
         return self._request("PUT", f"/v1/nodes/{_seg(node_id)}", body)
 
     def post_event(self, job_id: str, attempt: int, event: dict[str, Any]) -> dict[str, Any]:
-        """Report STARTED / EXITED / STOPPED for ranks of an attempt; returns the job."""
+        """Report STARTED / EXITED / STOPPED / TIMED_OUT for ranks of an attempt;
+        returns the job. A TIMED_OUT the server no longer wants (the attempt
+        ended meanwhile) is AttemptGone, as any other report's."""
         return self._request("POST", f"/v1/jobs/{_seg(job_id)}/attempts/{int(attempt)}/events",
                              event)
 

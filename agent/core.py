@@ -34,6 +34,16 @@ Message rules:
   are not reported as EXITED: they are the cancel's doing.
 - A CANCEL of an attempt that already ended here answers STOPPED again (the
   server's reconciler resends intents it has not seen acknowledged).
+- Time limits (a LAUNCH's ``max_runtime_s``, ``warn_before_s``, ``warn_signal``)
+  are copied into the attempt's record at its launch, as deadlines on this
+  agent's clock, so a restarted agent enforces the same ones. At the limit less
+  ``warn_before_s`` every live rank's group gets ``warn_signal`` once (recorded
+  before it is sent). At the limit, an attempt still running reports TIMED_OUT
+  with all the node's ranks of it, then its ranks are stopped as a CANCEL
+  stops them (stacks, SIGTERM, grace period, SIGKILL; no EXITED; STOPPED once
+  they are gone). The server's CANCEL that follows starts no second stop.
+- A LAUNCH's ``checkpoint_dir`` is created before its ranks start (given to
+  the rank user, if any) and is each rank's ``GPUJOBS_CHECKPOINT_DIR``.
 - A LAUNCH that needs more GPU slots than are free is put back on the queue for
   a few seconds (slots held by ranks still being stopped free up soon); if it
   can never fit, it ends in the dead-letter queue with an error in the log.
@@ -58,6 +68,7 @@ import logging
 import os
 import random
 import shutil
+import signal
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -68,7 +79,7 @@ from typing import Any, Callable, Mapping
 from .api import ApiError, AttemptGone
 from .backoff import retry_delay
 from .inbox import InboxMessage
-from .isolation import give_rank_dir
+from .isolation import give_checkpoint_dir, give_rank_dir
 from .messages import Cancel, Launch, MessageError, parse, parse_launch
 from .procs import own_processes
 from .ranks import Launcher, ProcTable, Rank, err_file, read_stat
@@ -100,6 +111,8 @@ RANKSIDE = str(Path(__file__).resolve().parent / "rankside")
 RANK_HOST_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR",
                            "LANG", "LANGUAGE", "TZ"})
 RANK_HOST_ENV_PREFIXES = ("LC_",)  # the locale's categories
+#: the cancel_reason of an attempt stopped here at its max_runtime_s
+TIMEOUT = "timeout"
 
 
 class Outcome(Enum):
@@ -196,6 +209,8 @@ def rank_env(base: Mapping[str, str], launch: Launch, rank: int, local_rank: int
         # `from gpujobs_heartbeat import beat` works in every rank
         "PYTHONPATH": os.pathsep.join(p for p in (RANKSIDE, env.get("PYTHONPATH")) if p),
     })
+    if launch.checkpoint_dir is not None:  # the job's, the same in every attempt
+        env["GPUJOBS_CHECKPOINT_DIR"] = launch.checkpoint_dir
     # never the agent store: no torchrun agent runs a store for these ranks
     env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     return env
@@ -321,7 +336,8 @@ class Agent:
             return Outcome.DEFER
         rec = AttemptRecord(job_id=m.job_id, attempt=m.attempt, phase=LAUNCHING,
                             ranks=list(m.ranks), launch=m.to_message(), created_at=now,
-                            heartbeat_interval_s=m.heartbeat_interval_s)
+                            heartbeat_interval_s=m.heartbeat_interval_s,
+                            **time_limits(m, now))
         for local_rank, r in enumerate(m.ranks):
             slots = free[local_rank * m.gpus_per_rank:(local_rank + 1) * m.gpus_per_rank]
             rec.procs[r] = RankRecord(
@@ -353,6 +369,7 @@ class Agent:
                 return
             if m.env.get(HOLD_PORT_ENV) == "0":  # checked, but not held (rendezvous.py)
                 self._ports.release(rec.key)
+        checkpoints_ready = False
         for r, p in rec.procs.items():
             if p.pid is not None or p.ended:
                 continue
@@ -363,6 +380,9 @@ class Agent:
                     continue
             if os.path.exists(p.exit_file):  # it even ran to its end already
                 continue
+            if not checkpoints_ready:  # once, before the first rank that starts
+                checkpoints_ready = True
+                self._make_checkpoint_dir(rec, m)
             try:
                 give_rank_dir(Path(p.heartbeat_file).parent, self._paths.state_dir,
                               getattr(self._launcher, "identity", None))
@@ -375,6 +395,19 @@ class Agent:
                                          cwd=m.working_dir)
             p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time
             self._ranks[(rec.key, r)] = rank
+
+    def _make_checkpoint_dir(self, rec: AttemptRecord, m: Launch) -> None:
+        """The job's checkpoint directory, made (and given to the rank user) if
+        the LAUNCH names one; a failure is logged and the ranks start anyway:
+        it may be on shared storage already, or the job may not need it."""
+        if m.checkpoint_dir is None:
+            return
+        try:
+            give_checkpoint_dir(m.checkpoint_dir, m.job_id,
+                                getattr(self._launcher, "identity", None))
+        except OSError as e:
+            log.warning("%s: cannot prepare the checkpoint directory %s (%s); the ranks "
+                        "start anyway", rec.key, m.checkpoint_dir, e)
 
     def _not_started(self, rec: AttemptRecord, why: str) -> None:
         """Record every rank of ``rec`` here as exited with PORT_IN_USE without
@@ -413,13 +446,7 @@ class Agent:
         rec.cancelled, rec.quiet = True, False  # the server asks: it wants the answer
         rec.cancel_reason = rec.cancel_reason or m.reason
         if rec.phase == RUNNING:
-            rec.phase, rec.stop_deadline = STOPPING, now + self._grace_s
-            self._save()            # the cancel is recorded before anything is signalled
-            rec.stop_stacks = self._stacks_before_kill(rec)
-            rec.stop_deadline = self._clock() + self._grace_s
-            self._terminate(rec)
-            log.info("%s: CANCEL (%s): SIGTERM sent, SIGKILL in %ss", key, m.reason,
-                     self._grace_s)
+            self._stop_ranks(rec, f"CANCEL ({m.reason})")
         elif rec.phase == DONE and not self._has_pending(rec, "STOPPED"):
             self._report(rec, "STOPPED", rec.ranks, stacks=rec.stop_stacks)
             log.info("%s: CANCEL of an attempt that ended here: reported STOPPED %s",
@@ -429,6 +456,18 @@ class Agent:
                      key, rec.phase.lower())
         self._save()
         return Outcome.DONE
+
+    def _stop_ranks(self, rec: AttemptRecord, why: str) -> None:
+        """Stop a RUNNING attempt's ranks as a CANCEL does (the caller has set
+        ``cancelled``, so their exits are not reported and STOPPED follows once
+        every rank is gone): the stop is recorded, then every live rank's stack
+        is taken, then SIGTERM; the tick sends SIGKILL after the grace period."""
+        rec.phase, rec.stop_deadline = STOPPING, self._clock() + self._grace_s
+        self._save()            # the stop is recorded before anything is signalled
+        rec.stop_stacks = self._stacks_before_kill(rec)
+        rec.stop_deadline = self._clock() + self._grace_s
+        self._terminate(rec)
+        log.info("%s: %s: SIGTERM sent, SIGKILL in %ss", rec.key, why, self._grace_s)
 
     # ---------------------------------------------------------------- the tick
 
@@ -475,12 +514,59 @@ class Agent:
                 for p in rec.procs.values():
                     if not p.ended:
                         self._rank(rec, p).kill()
+            elif rec.phase == RUNNING:
+                changed |= self._enforce_time_limit(rec, now)
         if now >= self._next_prune:
             changed |= self._prune(now)
             self._next_prune = now + 60
         if changed:
             self._save()
         self._flush_reports()
+
+    def _enforce_time_limit(self, rec: AttemptRecord, now: float) -> bool:
+        """The attempt's max_runtime_s, on this agent's clock from the launch:
+        its warning once it is due, then, at the limit, TIMED_OUT and the stop
+        of its ranks. Whether the record changed."""
+        if rec.runtime_deadline is not None and now >= rec.runtime_deadline:
+            self._time_out(rec)
+            return True
+        if rec.warn_at is not None and rec.warned_at is None and now >= rec.warn_at:
+            return self._warn(rec, now)
+        return False
+
+    def _warn(self, rec: AttemptRecord, now: float) -> bool:
+        """``warn_signal`` once to every live rank (checkpoint now: the limit is
+        near), recorded before it is sent, so a restart never sends it twice."""
+        try:
+            sig = signal.Signals[rec.warn_signal or ""]
+        except KeyError:
+            log.error("%s: warn_signal %r is no signal: no warning before the limit",
+                      rec.key, rec.warn_signal)
+            rec.warned_at = now
+            return True
+        live = [(p.rank, self._rank(rec, p)) for p in rec.procs.values() if not p.ended]
+        if not all(rank.ready_for(sig) for _, rank in live):
+            return False  # a shim still starting would die of it: the next tick
+        rec.warned_at = now
+        self._save()
+        for _, rank in live:
+            rank.signal(sig)
+        left = (rec.runtime_deadline or now) - now
+        log.info("%s: %s sent to ranks %s: %.0f s left of its max_runtime_s (%s s)",
+                 rec.key, sig.name, sorted(r for r, _ in live), left, rec.max_runtime_s)
+        return True
+
+    def _time_out(self, rec: AttemptRecord) -> None:
+        """The attempt reached its max_runtime_s here: TIMED_OUT with all the
+        node's ranks of it (the server ends the attempt, reason ``timeout``,
+        and stops its ranks on the other nodes), then its ranks are stopped as
+        a CANCEL's are, and STOPPED follows. An attempt already cancelled (a
+        CANCEL that came while it was launching) is only stopped: the server
+        has ended it."""
+        if not rec.cancelled:
+            rec.cancelled, rec.cancel_reason = True, TIMEOUT
+            self._report(rec, "TIMED_OUT", rec.ranks)
+        self._stop_ranks(rec, f"over its max_runtime_s ({rec.max_runtime_s} s)")
 
     def _finish(self, rec: AttemptRecord, now: float) -> None:
         if rec.phase == STOPPING and rec.cancelled:
@@ -662,6 +748,19 @@ class Agent:
         (their rank 0 holds its rendezvous port itself by then)."""
         self._save()
         self._ports.close()
+
+
+def time_limits(m: Launch, now: float) -> dict[str, Any]:
+    """The record's time limits for an attempt launched at ``now`` (state.py,
+    AttemptRecord): the limit's deadline and the warning's, each None without."""
+    if m.max_runtime_s is None:
+        return {}
+    limits: dict[str, Any] = {"max_runtime_s": m.max_runtime_s,
+                              "runtime_deadline": now + m.max_runtime_s}
+    if m.warn_before_s is not None:
+        limits["warn_at"] = now + m.max_runtime_s - m.warn_before_s
+        limits["warn_signal"] = m.warn_signal or "SIGUSR1"
+    return limits
 
 
 def _recorded_launch(launch: dict | None) -> Launch:

@@ -11,7 +11,8 @@
 - Running as root, it starts ranks as an unprivileged rank user (the shim stays
   root and drops privileges for the command alone), each in its own session and
   process group. The state directory is 0711 (traversable, not readable), every
-  file in it 0600; only a rank's own heartbeat directory belongs to the rank user.
+  file in it 0600; only a rank's own heartbeat directory belongs to the rank user
+  (and, outside it, the job's checkpoint directory: ``give_checkpoint_dir``).
 - Not running as root, it cannot drop privileges: it says so loudly at start and
   reports ``isolation: "none"`` to the API (``GET /v1/nodes/{id}`` shows it).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import pwd
 import stat
@@ -121,3 +123,41 @@ def give_rank_dir(directory: Path, state_dir: Path, identity: RankIdentity | Non
             os.chmod(state_dir / parent, 0o711)
     os.chown(directory, identity.uid, identity.gid)
     os.chmod(directory, 0o700)
+
+
+def give_checkpoint_dir(directory: str, job_id: str, identity: RankIdentity | None) -> None:
+    """Create the job's checkpoint directory (the LAUNCH's checkpoint_dir,
+    ``<shared storage>/<job_id>``), parents too, unless it is there already (an
+    earlier attempt's, maybe another node's); with a rank user, make it that
+    user's and writable by it. Raises OSError when it cannot.
+
+    The path comes from a job's spec and the directory's parent may be one a
+    rank can write in (shared storage), so its last component, the job's own
+    id, is never followed as a symbolic link: it is opened ``O_NOFOLLOW`` and
+    changed through that descriptor, so a rank that put a link there (to
+    ``/etc``) gets nothing changed but its job's own directory. Any real
+    directory of that name is the job's: job ids are unique. So a directory
+    whose last component is not ``job_id`` is not given to the rank user."""
+    path = Path(directory)
+    if identity is not None and path.name != job_id:
+        raise OSError(errno.EINVAL, f"not the job's own directory (<...>/{job_id}): not "
+                      "given to the rank user", directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            os.mkdir(path.name, 0o755, dir_fd=parent)
+        except FileExistsError:
+            pass
+        fd = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    finally:
+        os.close(parent)
+    try:
+        if identity is not None:
+            st = os.fstat(fd)
+            if (st.st_uid, st.st_gid) != (identity.uid, identity.gid):
+                os.fchown(fd, identity.uid, identity.gid)
+            if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o700)
+    finally:
+        os.close(fd)

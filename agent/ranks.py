@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .rankfiles import open_rank_file
-from .shim import CANNOT_START, read_exit_file, status_to_exit_code, write_exit_file
+from .shim import CANNOT_START, FORWARDED, read_exit_file, status_to_exit_code, write_exit_file
 
 log = logging.getLogger("gpujobs.agent.ranks")
 
@@ -99,6 +99,23 @@ class ProcTable:
                 pass
             return [pgid]
         return sorted(s.pid for s in self._stats.values() if s.pgrp == pgid and s.alive)
+
+
+def catches(pid: int, sig: int) -> bool | None:
+    """Whether process ``pid`` has a handler for ``sig`` (``SigCgt`` in
+    ``/proc/<pid>/status``); None when that cannot be read (no such process,
+    no /proc)."""
+    try:
+        lines = (PROC / str(pid) / "status").read_text().splitlines()
+    except (OSError, ValueError):
+        return None
+    for line in lines:
+        if line.startswith("SigCgt:"):
+            try:
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+            except (IndexError, ValueError):
+                return None
+    return None
 
 
 def group_is_ours(pgid: int, start_time: int | None) -> bool:
@@ -193,6 +210,23 @@ class Rank:
             _signal(lambda: os.kill(pid, signal.SIGTERM), self)
         else:
             self._signal_group(signal.SIGTERM)
+
+    def ready_for(self, sig: int) -> bool:
+        """Whether :meth:`signal` can send ``sig`` now: False only while the shim
+        runs but does not catch ``sig`` yet (it is still starting, and would die
+        of it, the command not even started); try again a moment later."""
+        return self.pid is None or not self.shim_alive() or catches(self.pid, sig) is not False
+
+    def signal(self, sig: int) -> None:
+        """``sig`` once to every process of the group, the shim surviving it (a
+        time limit's warning, shim.WARNINGS): SIGTERM and SIGINT through the
+        shim, which forwards them (as :meth:`terminate`), any other straight to
+        the group, after the same ownership check as :meth:`kill`."""
+        pid = self.pid
+        if sig in FORWARDED and pid is not None and self.shim_alive():
+            _signal(lambda: os.kill(pid, sig), self)
+        else:
+            self._signal_group(sig)
 
     def kill(self) -> None:
         """SIGKILL to the whole group, the shim included."""

@@ -16,7 +16,11 @@ Signals: SIGTERM (or SIGINT) to the shim is forwarded once to the whole group,
 the shim swallowing its own copy, and the shim goes on waiting, so the exit code of
 a gracefully stopped rank is still recorded. Every process of the group thus gets
 exactly one SIGTERM. A SIGKILL of the group kills the shim too; no exit file is
-written then, and the agent, which sent it, knows why.
+written then, and the agent, which sent it, knows why. The other signals a time
+limit's warning may be (:data:`WARNINGS`) the agent sends to the whole group
+itself; the shim catches them only to survive them, doing nothing (a handler,
+not SIG_IGN: exec resets a handled signal to its default, so the command gets
+the default disposition or installs its own).
 
 Exit codes written: the command's own; ``128 + N`` when it was killed by signal
 N (the shell's convention); 127 when it could not be started at all, with the
@@ -35,6 +39,12 @@ import sys
 from typing import Any, Callable
 
 CANNOT_START = 127
+#: what the shim forwards once to its whole group (a stop, or a warning named so)
+FORWARDED = (signal.SIGTERM, signal.SIGINT)
+#: the other signals a LAUNCH's warn_signal may name (chalicelib/domain/wire.py,
+#: WARN_SIGNALS): sent to the whole group by the agent, survived by the shim
+WARNINGS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGALRM, signal.SIGWINCH,
+            signal.SIGURG)
 
 
 def write_exit_file(path: str, exit_code: int) -> None:
@@ -118,23 +128,28 @@ def _parse(argv: list[str]) -> tuple[str, list[str], tuple[int, int] | None, str
 def main(argv: list[str] | None = None) -> int:
     exit_file, command, run_as, cwd = _parse(sys.argv[1:] if argv is None else argv)
     received: list[int] = []
-    own_copies = [0]  # our own copies of a forwarded signal, still to arrive
+    own_copies: dict[int, int] = {}  # by signal: our own forwarded copies still to arrive
 
     def forward(signum: int, _frame) -> None:
         # Send one copy to the whole group, so the command and whatever it spawned
         # get exactly one, and swallow the copy that comes back to us. (Not
         # SIG_IGN: a command started right after would inherit it through exec.)
-        if own_copies[0]:
-            own_copies[0] -= 1
+        if own_copies.get(signum):
+            own_copies[signum] -= 1
             return
         received.append(signum)
-        own_copies[0] += 1
+        own_copies[signum] = own_copies.get(signum, 0) + 1
         try:
             os.killpg(os.getpgrp(), signum)
         except OSError:
-            own_copies[0] -= 1
+            own_copies[signum] -= 1
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    def survive(_signum: int, _frame) -> None:
+        pass  # a warning meant for the command, which the agent sent it too
+
+    for sig in WARNINGS:
+        signal.signal(sig, survive)
+    for sig in FORWARDED:
         signal.signal(sig, forward)
 
     if received:  # stopped before the command even started: do not start it

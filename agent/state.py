@@ -72,6 +72,17 @@ class AttemptRecord:
     #: the ranks' stacks taken just before a CANCEL's SIGTERM, for its STOPPED
     #: report (stacks.report_stacks: [{"rank", "where", "frames"}])
     stop_stacks: list[dict[str, Any]] | None = None
+    #: the attempt's time limit (the LAUNCH's max_runtime_s; None: none) and
+    #: when it is reached, on this agent's clock from the launch; its warning
+    #: (the LAUNCH's warn_signal, due at ``warn_at``: the limit less
+    #: warn_before_s) and when it was sent. Kept here, as the LAUNCH is not,
+    #: so a restarted agent enforces the same deadlines; absent (None) in the
+    #: records of an agent that knew no time limits
+    max_runtime_s: int | None = None
+    runtime_deadline: float | None = None
+    warn_at: float | None = None
+    warn_signal: str | None = None
+    warned_at: float | None = None
 
     @property
     def key(self) -> str:

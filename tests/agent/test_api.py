@@ -109,3 +109,15 @@ def test_a_registration_says_which_attempts_run_here(server):
     assert api.put_node("n", 8, "h100", {}, running=running)["attempts"] == []
     assert handler.seen[0][3] == {"gpus": 8, "gpu_type": "h100", "labels": {},
                                   "running": running}
+
+
+def test_timed_out_is_posted_as_the_other_events_and_a_409_ends_its_reports(server):
+    httpd, handler = server
+    handler.answers = [(202, {}, {"id": "job_1", "state": "RUNNING"}),
+                       (409, {}, {"code": "already_finished", "status": 409})]
+    api = ApiClient(f"http://127.0.0.1:{httpd.server_address[1]}", "tok")
+    event = {"type": "TIMED_OUT", "ranks": [0, 1], "node_id": "n"}
+    assert api.post_event("job_1", 3, event) == {"id": "job_1", "state": "RUNNING"}
+    assert handler.seen[0] == ("POST", "/v1/jobs/job_1/attempts/3/events", "Bearer tok", event)
+    with pytest.raises(AttemptGone):
+        api.post_event("job_1", 3, event)

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from agent.ranks import LOST_EXIT_CODE, Launcher, ProcTable, Rank, read_stat
-from agent.shim import read_exit_file
+from agent.ranks import LOST_EXIT_CODE, Launcher, ProcTable, Rank, catches, read_stat
+from agent.shim import FORWARDED, WARNINGS, read_exit_file
+from chalicelib.domain.wire import WARN_SIGNALS
 
 from .conftest import PY, alive, wait_until
 
@@ -83,6 +84,66 @@ def test_sigterm_reaches_every_process_of_the_group_exactly_once(launched, tmp_p
     wait_until(lambda: rank.exit_code() is not None, what="exit after SIGTERM")
     assert counts.read_text() == "TERM\n"
     assert rank.exit_code() == 5  # the shim kept waiting and recorded the command's own code
+
+
+#: a parent and its child in the rank's group, each appending its role to
+#: argv[1] on signal argv[2]; each says it is ready once its handler is in place
+COUNT_SIGNAL = textwrap.dedent("""
+    import signal, subprocess, sys, time
+    path, name, role = sys.argv[1], sys.argv[2], sys.argv[3]
+    def on_signal(*_):
+        with open(path, "a") as f:
+            f.write(role + "\\n")
+    signal.signal(getattr(signal, name), on_signal)
+    if role == "parent":
+        subprocess.Popen([sys.executable, "-c", sys.argv[4], path, name, "child"])
+    open(path + "." + role, "w").close()
+    while True:
+        time.sleep(0.05)
+""")
+
+
+def test_the_shim_survives_every_signal_a_warning_may_be():
+    assert {signal.Signals[name] for name in WARN_SIGNALS} == set(WARNINGS) | set(FORWARDED)
+
+
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGHUP", "SIGINT"])
+def test_a_warning_reaches_every_process_of_the_group_once_and_the_shim_survives_it(
+        launched, tmp_path, name):
+    got = tmp_path / "got"
+    rank = start(launched, tmp_path, [PY, "-c", COUNT_SIGNAL, str(got), name, "parent",
+                                      COUNT_SIGNAL])
+    wait_until(lambda: all((tmp_path / f"got.{role}").exists() for role in ("parent", "child")),
+               what="handlers installed")
+    sig = signal.Signals[name]
+    assert rank.ready_for(sig)
+    rank.signal(sig)
+    wait_until(lambda: got.exists() and len(got.read_text().split()) == 2, what="both signalled")
+    time.sleep(0.3)  # a negative check: time for a second copy to arrive, if one were sent
+    assert sorted(got.read_text().split()) == ["child", "parent"]
+    assert rank.shim_alive() and rank.exit_code() is None, "the rank keeps running"
+    rank.terminate()
+    wait_until(lambda: rank.exit_code() is not None, what="exit after SIGTERM")
+    assert rank.exit_code() == 128 + signal.SIGTERM, "recorded by the shim, which survived"
+
+
+def test_a_shim_is_ready_for_a_warning_once_it_catches_it(launched, tmp_path):
+    previous = signal.signal(signal.SIGUSR2, lambda *_: None)
+    try:
+        assert catches(os.getpid(), signal.SIGUSR2) is True
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert catches(os.getpid(), signal.SIGUSR2) is False
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        assert catches(other.pid, signal.SIGUSR1) is False
+    finally:
+        other.kill()
+        other.wait()
+    assert catches(other.pid, signal.SIGUSR1) is None  # no such process
+    rank = start(launched, tmp_path, ["sleep", "30"])
+    wait_until(lambda: rank.ready_for(signal.SIGUSR1), what="the shim catches SIGUSR1")
+    assert catches(rank.pid, signal.SIGUSR1)
 
 
 def test_sigterm_stops_a_whole_process_tree(launched, tmp_path):

@@ -1,0 +1,248 @@
+"""The training lifecycle with real agents and real ranks on a local stack
+(issue 26), one test per kind of rule: a lost node retried without using up
+max_attempts, a time limit's warning then SIGTERM, a wait past max_pending_s,
+a crash loop stopped at its cap, an exit code that fails at once, and a
+retried job resuming from its checkpoint (examples/resume_training.py).
+
+One stack for the module, with a short GPUJOBS_NODE_DOWN_AFTER_S; its two
+agents (2 GPUs of a type no other test uses) are started here, by pid, so a
+test can pause one. Every assertion on an end reads the event text and
+`gpujobs describe` as a person would.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.runner import kill_recorded_ranks
+from tests.agent.conftest import wait_until
+from tests.client.conftest import cli_runner
+from tests.stacks import ROOT, TOKENS, Api, start_stack
+
+pytestmark = pytest.mark.e2e
+
+GPU_TYPE, NODES = "lifegpu", ("life-1", "life-2")
+DOWN_AFTER_S = 3
+EXAMPLE = str(ROOT / "examples" / "resume_training.py")
+
+
+def token(node: str) -> str:
+    return f"e2e-{node}-agent"
+
+
+@pytest.fixture(scope="module")
+def life_stack(tmp_path_factory):
+    s = start_stack(tmp_path_factory.mktemp("lifecycle"),
+                    TOKENS + [{"token": token(n), "agent": n} for n in NODES],
+                    GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S="0.5",
+                    GPUJOBS_NODE_DOWN_AFTER_S=str(DOWN_AFTER_S))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def agents(life_stack, tmp_path_factory):
+    """A real agent per node, stopped by its own pid, and every rank its state
+    file records killed, also when a test fails."""
+    procs, logs, dirs = {}, [], []
+    base = tmp_path_factory.mktemp("lifecycle-agents")
+    try:
+        for n in NODES:
+            state_dir = base / n
+            dirs.append(state_dir)
+            log = open(base / f"{n}.log", "w")
+            logs.append(log)
+            procs[n] = subprocess.Popen(
+                [sys.executable, "-m", "agent", "--node-id", n, "--gpus", "2",
+                 "--gpu-type", GPU_TYPE, "--api", life_stack.api, "--state-dir",
+                 str(state_dir), "--grace-s", "2", "--poll-wait-s", "1",
+                 "--node-heartbeat-s", "0.5", "--log-level", "INFO", "--rank-user", ""],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
+                env={**os.environ, "GPUJOBS_AGENT_TOKEN": token(n),
+                     "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
+                     "AWS_DEFAULT_REGION": "us-east-1"})
+        tenant = Api(life_stack.api, "e2e-tenant")
+        poll("both nodes READY", lambda: all(
+            (r := tenant.get(f"/v1/nodes/{n}")).status_code == 200
+            and r.json()["state"] == "READY" for n in NODES))
+        yield procs
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a paused agent would not act on SIGTERM
+                proc.terminate()
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        for d in dirs:
+            kill_recorded_ranks(d)
+        for log in logs:
+            log.close()
+
+
+@pytest.fixture
+def tenant(life_stack, agents):
+    return Api(life_stack.api, "e2e-tenant")
+
+
+def poll(what: str, fn, timeout: float = 60):
+    return wait_until(fn, timeout, 0.2, what)
+
+
+def submit(tenant: Api, command: list[str], **spec) -> str:
+    body = {"command": command, "ranks": 2, "gpu_type": GPU_TYPE, "max_attempts": 1,
+            "heartbeat": {"mode": "off"}, **spec}
+    r = tenant.post("/v1/jobs", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def job(tenant: Api, job_id: str) -> dict:
+    return tenant.get(f"/v1/jobs/{job_id}").json()
+
+
+def ended(tenant: Api, job_id: str, timeout: float = 90) -> dict:
+    return poll(f"{job_id} ends", lambda: (j := job(tenant, job_id))["state"] in (
+        "SUCCEEDED", "FAILED", "CANCELLED") and j, timeout)
+
+
+def events(tenant: Api, job_id: str, kind: str) -> list[dict]:
+    return [e for e in tenant.get(f"/v1/jobs/{job_id}/events").json()["events"]
+            if e["type"] == kind]
+
+
+def log_lines(tenant: Api, job_id: str, attempt: int) -> list[str]:
+    r = tenant.get(f"/v1/jobs/{job_id}/logs", params={"attempt": attempt})
+    assert r.status_code == 200, r.text
+    return [f"{line['rank']}: {line['line']}" for line in r.json()["lines"]]
+
+
+@pytest.fixture
+def gpujobs(life_stack, tmp_path):
+    return cli_runner(life_stack.api, tmp_path / "xdg")
+
+
+def describe(gpujobs, job_id: str) -> str:
+    """What `gpujobs describe` prints for the job."""
+    out = gpujobs("describe", job_id)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+#: attempt 1 runs until it is stopped; a later attempt ends at once, well
+RUNS_UNTIL_RETRIED = ("import os, time\n"
+                      "if os.environ['GPUJOBS_ATTEMPT'] == '1':\n"
+                      "    time.sleep(3600)\n"
+                      "print('attempt', os.environ['GPUJOBS_ATTEMPT'], 'done', flush=True)\n")
+
+
+def test_a_node_lost_mid_run_is_retried_without_using_up_max_attempts(
+        life_stack, agents, tenant, gpujobs):
+    job_id = submit(tenant, [sys.executable, "-c", RUNS_UNTIL_RETRIED], ranks=2)
+    first = poll("attempt 1 runs", lambda: (a := tenant.get(
+        f"/v1/jobs/{job_id}/attempts").json()["attempts"]) and job(
+            tenant, job_id)["state"] == "RUNNING" and a[0])
+    [lost] = {p["node_id"] for p in first["placement"]}
+    agents[lost].send_signal(signal.SIGSTOP)  # its node stops calling in
+    try:
+        done = ended(tenant, job_id)
+    finally:
+        agents[lost].send_signal(signal.SIGCONT)  # and stops the failed attempt's ranks
+    assert (done["state"], done["attempt"], done["uncounted_retries"]) == (
+        "SUCCEEDED", 2, 1), "max_attempts 1, yet a second attempt: the loss did not count"
+    [retried] = events(tenant, job_id, "retried")
+    assert retried["reason"] == "node_lost" and retried["node_id"] == lost
+    assert retried["decision"] == (
+        "node_lost (rank 0): retried, not counted (uncounted retry 1 of 10)")
+    shown = describe(gpujobs, job_id)
+    assert "1 not counted" in shown, shown
+
+
+#: prints when warned (SIGUSR1) and when told to stop (SIGTERM), then exits
+WARNED_THEN_STOPPED = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGUSR1, lambda s, f: print('warned: checkpointing', flush=True))\n"
+    "def term(s, f):\n"
+    "    print('got SIGTERM', flush=True)\n"
+    "    sys.exit(143)\n"
+    "signal.signal(signal.SIGTERM, term)\n"
+    "print('training', flush=True)\n"
+    "while True:\n"
+    "    time.sleep(0.05)\n")
+
+
+def test_an_attempt_over_max_runtime_s_is_warned_then_stopped_and_ends_timeout(
+        life_stack, tenant, gpujobs):
+    job_id = submit(tenant, [sys.executable, "-c", WARNED_THEN_STOPPED], ranks=1,
+                    max_runtime_s=6, warn_before_s=3)
+    done = ended(tenant, job_id)
+    assert done["state"] == "FAILED" and done["exit"]["reason"] == "timeout", done["exit"]
+    assert done["exit"]["decision"] == "timeout: not retried (counted attempt 1 of 1, none left)"
+    lines = poll("the rank's log", lambda: (got := log_lines(tenant, job_id, 1))
+                 and "0: got SIGTERM" in got and got)
+    assert lines.index("0: warned: checkpointing") < lines.index("0: got SIGTERM"), lines
+    [finished] = events(tenant, job_id, "finished")
+    assert finished["reason"] == "timeout"
+    assert "timeout: not retried" in describe(gpujobs, job_id)
+
+
+def test_a_pending_job_over_max_pending_s_ends_with_the_reason_it_waited(life_stack, tenant):
+    job_id = submit(tenant, ["true"], ranks=5, max_pending_s=2)  # 4 GPUs of the type
+    done = ended(tenant, job_id)
+    assert done["state"] == "FAILED" and done["exit"]["reason"] == "pending_timeout"
+    assert done["pending_reason"] == "can never fit: needs 5 lifegpu GPUs; the fleet has 4"
+    assert done["exit"]["decision"] == ("waited longer than max_pending_s (2 s): can never "
+                                        "fit: needs 5 lifegpu GPUs; the fleet has 4")
+    assert done["attempt"] == 0 and tenant.get(
+        f"/v1/jobs/{job_id}/attempts").json()["attempts"] == []
+
+
+def test_a_crash_looping_job_stops_at_its_cap(life_stack, tenant):
+    job_id = submit(tenant, [sys.executable, "-c", "import sys; sys.exit(3)"], ranks=1,
+                    max_attempts=3)
+    done = ended(tenant, job_id)
+    assert (done["state"], done["attempt"], done["uncounted_retries"]) == ("FAILED", 3, 0)
+    assert [e["decision"] for e in events(tenant, job_id, "retried")] == [
+        "rank_failed (rank 0, exit code 3): retried (counted attempt 1 of 3)",
+        "rank_failed (rank 0, exit code 3): retried (counted attempt 2 of 3)"]
+    assert done["exit"]["decision"] == ("rank_failed (rank 0, exit code 3): not retried "
+                                        "(counted attempt 3 of 3, none left)")
+
+
+def test_an_exit_code_listed_as_fail_now_fails_on_the_first_attempt(life_stack, tenant, gpujobs):
+    job_id = submit(tenant, [sys.executable, "-c", "import sys; sys.exit(42)"], ranks=1,
+                    max_attempts=5, retry={"rules": [{"exit_codes": [42], "action": "fail"}]})
+    done = ended(tenant, job_id)
+    assert (done["state"], done["attempt"]) == ("FAILED", 1)
+    assert done["exit"]["decision"] == ("rank_failed (rank 0, exit code 42): not retried "
+                                        "(rule 1 says fail)")
+    assert done["exit"]["node_id"] in NODES
+    shown = describe(gpujobs, job_id)
+    assert "rule 1 says fail" in shown, shown
+
+
+def test_a_retried_job_resumes_from_its_checkpoint(life_stack, tenant, tmp_path):
+    shared = tmp_path / "shared"
+    job_id = submit(tenant, [sys.executable, EXAMPLE, "--steps", "6", "--step-s", "0.1",
+                             "--save-every", "1", "--fail-first-attempt-at", "3"],
+                    ranks=2, max_attempts=2, checkpoint_dir=str(shared))
+    done = ended(tenant, job_id)
+    assert (done["state"], done["attempt"]) == ("SUCCEEDED", 2), done["exit"]
+    first = poll("attempt 1's log", lambda: (got := log_lines(tenant, job_id, 1))
+                 and "0: rank 0: crashing at step 3 (--fail-first-attempt-at)" in got and got)
+    assert "0: rank 0 attempt 1: starting from step 0" in first
+    second = poll("attempt 2's log", lambda: (got := log_lines(tenant, job_id, 2))
+                  and "0: rank 0: done at step 6" in got and got)
+    assert "0: rank 0 attempt 2: resuming from step 3" in second, second
+    saved = json.loads(Path(shared, job_id, "rank-0.json").read_text())
+    assert saved["step"] == 6

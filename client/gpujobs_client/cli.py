@@ -391,18 +391,22 @@ def _pairs(values: Iterable[str], what: str, *, from_env: bool = False) -> dict[
 
 
 class DurationType(click.ParamType):
-    """Whole seconds from 90, 90s, 15m, 4h, 2d or 1h30m (gpujobs_client.lifecycle)."""
+    """Whole seconds from 90, 90s, 15m, 4h, 2d or 1h30m (gpujobs_client.lifecycle),
+    at most a year (the API's limit)."""
     name = "duration"
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
-        from .lifecycle import LifecycleError, parse_duration
+        from .lifecycle import MAX_LIMIT_S, LifecycleError, parse_duration
         try:
-            return parse_duration(str(value))
+            seconds = parse_duration(str(value))
         except LifecycleError as e:
             self.fail(str(e), param, ctx)
+        if seconds > MAX_LIMIT_S:
+            self.fail(f"{value!r} is longer than a year (365d), the longest limit", param, ctx)
+        return seconds
 
 
 class RetryRuleType(click.ParamType):

@@ -35,6 +35,8 @@ SIGNALS = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBU
 #: the signals ``warn_signal`` may be
 WARN_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGINT", "SIGHUP", "SIGALRM", "SIGTERM", "SIGWINCH",
                 "SIGURG")
+#: the longest time limit a spec may set (max_runtime_s, warn_before_s, max_pending_s)
+MAX_LIMIT_S = 365 * 86400
 #: a rank killed by signal N exits 128 + N (as the agent's shim records it)
 SIGNAL_EXIT_BASE = 128
 

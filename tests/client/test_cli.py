@@ -821,6 +821,8 @@ def test_the_file_keeps_its_retry_members_that_flags_do_not_set(run, tmp_path):
                                    "duration"),
     (["--max-pending", "0"], "Invalid value for '--max-pending'"),
     (["--max-runtime", "1.5h"], "'1.5h' is not a duration"),
+    (["--max-pending", "366d"], "Invalid value for '--max-pending': '366d' is longer than a "
+                                "year"),
     (["--max-runtime", "1h", "--warn-before", "30m2"], "Invalid value for '--warn-before'"),
     (["--max-runtime", "5m", "--warn-before", "5m"], "--warn-before"),
     (["--warn-before", "5m"], "shorter than --max-runtime"),

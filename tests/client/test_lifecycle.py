@@ -113,6 +113,9 @@ def test_the_names_are_the_servers():
     assert lc.ACTIONS == retry.ACTIONS and lc.SIGNALS == retry.SIGNALS
     assert lc.WARN_SIGNALS == wire.WARN_SIGNALS
     assert lc.DEFAULT_MAX_UNCOUNTED == retry.DEFAULT_MAX_UNCOUNTED
+    schemas = pytest.importorskip("chalicelib.api.schemas")
+    for name in ("max_runtime_s", "warn_before_s", "max_pending_s"):
+        assert schemas.JOB_CREATE["properties"][name]["maximum"] == lc.MAX_LIMIT_S
     for code in (1, 129, 137, 139, 159, 160):
         assert lc.signal_of(code) == retry.signal_of(code)
 

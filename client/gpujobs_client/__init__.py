@@ -16,6 +16,8 @@ _EXPORTS = {
     "Client": "client", "DEFAULT_API_URL": "client", "InvalidResponse": "client",
     "WaitTimeout": "client", "new_idempotency_key": "client",
     "RetryPolicy": "retry",
+    "parse_duration": "lifecycle", "parse_retry_on": "lifecycle",
+    "LifecycleError": "lifecycle",
     "Job": "models", "JobPage": "models", "JobHealth": "models", "Exit": "models",
     "Attempt": "models", "Placement": "models", "Node": "models", "Ranks": "models",
     "RankStatus": "models", "HeartbeatAck": "models", "STATES": "models",
@@ -81,6 +83,11 @@ if TYPE_CHECKING:  # pragma: no cover
         Unprocessable as Unprocessable,
         UnsupportedMediaType as UnsupportedMediaType,
         error_class as error_class,
+    )
+    from .lifecycle import (
+        LifecycleError as LifecycleError,
+        parse_duration as parse_duration,
+        parse_retry_on as parse_retry_on,
     )
     from .models import (
         STATES as STATES,

@@ -20,6 +20,8 @@ from .errors import ApiError, GpujobsError, TransportError
 from .term import clean, dumps, wants_colour
 
 if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
     from rich.console import Console, RenderableType
 
     from .client import Client
@@ -95,6 +97,16 @@ def exit_note(job: "Job") -> str:
         return ""
     code = "" if job.exit.exit_code is None else f", exit code {job.exit.exit_code}"
     return f" ({job.exit.reason}{code})"
+
+
+def decision_note(job: "Job") -> str:
+    """' — not retried (rule 1 says fail)': the retry rules' decision on how a
+    finished job ended, or ''."""
+    if job.exit is None or not job.exit.decision:
+        return ""
+    from .lifecycle import decision_rest
+    rest = decision_rest(job.exit.raw)
+    return f" — {rest}" if rest else ""
 
 
 def check_outcome(job: "Job", *, asked_to_cancel: bool = False) -> None:
@@ -378,6 +390,89 @@ def _pairs(values: Iterable[str], what: str, *, from_env: bool = False) -> dict[
     return out
 
 
+class DurationType(click.ParamType):
+    """Whole seconds from 90, 90s, 15m, 4h, 2d or 1h30m (gpujobs_client.lifecycle),
+    at most a year (the API's limit)."""
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        from .lifecycle import MAX_LIMIT_S, LifecycleError, parse_duration
+        try:
+            seconds = parse_duration(str(value))
+        except LifecycleError as e:
+            self.fail(str(e), param, ctx)
+        if seconds > MAX_LIMIT_S:
+            self.fail(f"{value!r} is longer than a year (365d), the longest limit", param, ctx)
+        return seconds
+
+
+class RetryRuleType(click.ParamType):
+    """One retry rule from WHAT[=ACTION] (gpujobs_client.lifecycle.parse_retry_on)."""
+    name = "rule"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> dict[str, Any]:
+        if isinstance(value, dict):
+            return value
+        from .lifecycle import LifecycleError, parse_retry_on
+        try:
+            return parse_retry_on(str(value))
+        except LifecycleError as e:
+            self.fail(str(e), param, ctx)
+
+
+class WarnSignalType(click.ParamType):
+    """A warning signal: SIGUSR1, USR1 or usr1 (one of lifecycle.WARN_SIGNALS)."""
+    name = "signal"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        from .lifecycle import WARN_SIGNALS
+        name = str(value).strip().upper()
+        name = name if name.startswith("SIG") else "SIG" + name
+        if name not in WARN_SIGNALS:
+            self.fail(f"{value!r} is not one of {', '.join(WARN_SIGNALS)}", param, ctx)
+        return name
+
+
+def _absolute_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.startswith("/"):
+        raise click.BadParameter(f"{value!r} is not an absolute path", ctx, param)
+    return value
+
+
+def lifecycle_members(body: dict[str, Any], *, max_runtime: int | None,
+                      warn_before: int | None, warn_signal: str | None,
+                      max_pending: int | None, checkpoint_dir: str | None,
+                      retry_on: tuple[dict[str, Any], ...],
+                      max_uncounted_retries: int | None) -> None:
+    """The lifecycle flags of ``submit`` into ``body`` (the spec file's,
+    flags over it): time limits, the checkpoint directory, the retry rules
+    (``--retry-on`` replaces the file's ``retry.rules``, in the order given)."""
+    for key, value in (("max_runtime_s", max_runtime), ("warn_before_s", warn_before),
+                       ("warn_signal", warn_signal), ("max_pending_s", max_pending),
+                       ("checkpoint_dir", checkpoint_dir)):
+        if value is not None:
+            body[key] = value
+    if retry_on or max_uncounted_retries is not None:
+        existing = body.get("retry")
+        policy = dict(existing) if isinstance(existing, dict) else {}
+        if retry_on:
+            policy["rules"] = [dict(r) for r in retry_on]
+        if max_uncounted_retries is not None:
+            policy["max_uncounted_retries"] = max_uncounted_retries
+        body["retry"] = policy
+    runtime, warn = body.get("max_runtime_s"), body.get("warn_before_s")
+    if warn_before is not None and not (isinstance(runtime, int) and warn_before < runtime):
+        raise click.BadParameter("must be shorter than --max-runtime (which it needs)",
+                                 param_hint="--warn-before")
+    if warn_signal is not None and warn is None:
+        raise click.BadParameter("needs --warn-before", param_hint="--warn-signal")
+
+
 def load_spec_file(path: str) -> dict[str, Any]:
     """A job spec from JSON or YAML (``-`` reads stdin)."""
     try:
@@ -417,6 +512,32 @@ def load_spec_file(path: str) -> dict[str, Any]:
 @click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts in all (default 1).")
 @click.option("-C", "--working-dir", metavar="DIR",
               help="Absolute directory every rank runs in (default: the agent's own).")
+@click.option("--max-runtime", type=DurationType(), metavar="DURATION",
+              help="Longest one attempt may run (90, 90s, 15m, 4h, 2d, 1h30m); then SIGTERM, "
+                   "the grace period, SIGKILL, and the attempt ends as timeout (default: no "
+                   "limit).")
+@click.option("--warn-before", type=DurationType(), metavar="DURATION",
+              help="Send --warn-signal to every rank this long before --max-runtime, so it "
+                   "can checkpoint.")
+@click.option("--warn-signal", type=WarnSignalType(), metavar="SIGNAL",
+              help="The warning signal (default SIGUSR1): SIGUSR1, SIGUSR2, SIGINT, SIGHUP, "
+                   "SIGALRM, SIGTERM, SIGWINCH, SIGURG.")
+@click.option("--max-pending", type=DurationType(), metavar="DURATION",
+              help="Longest the job may wait to be placed, each time it waits; then it ends "
+                   "FAILED with reason pending_timeout (default: no limit).")
+@click.option("--checkpoint-dir", metavar="DIR", callback=_absolute_dir,
+              help="Absolute directory on shared storage: every attempt's ranks get "
+                   "GPUJOBS_CHECKPOINT_DIR=DIR/<job id>, the same across retries.")
+@click.option("--retry-on", "retry_on", type=RetryRuleType(), multiple=True,
+              metavar="WHAT[=ACTION]",
+              help="A retry rule; repeatable, the first matching rule decides. WHAT: a reason "
+                   "(rank_failed, node_lost, stalled, timeout, preempted, agent_lost; several "
+                   "with commas), exit:CODE[,CODE...] or signal:NAME[,NAME...]. ACTION: retry "
+                   "(default; counts against --max-attempts), uncounted (retried without "
+                   "counting) or fail (no retry). E.g. --retry-on exit:42=fail "
+                   "--retry-on signal:SIGKILL=uncounted. Replaces the file's retry.rules.")
+@click.option("--max-uncounted-retries", type=click.IntRange(0, 1000), metavar="N",
+              help="How many retries may go uncounted (default 10); past it they count.")
 @click.option("-e", "--env", "env", multiple=True, metavar="KEY=VALUE",
               help="Environment of every rank; repeatable. KEY alone passes the local value.")
 @click.option("-l", "--label", "labels", multiple=True, metavar="KEY=VALUE",
@@ -435,8 +556,10 @@ def load_spec_file(path: str) -> dict[str, Any]:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def submit(spec_file: str | None, name: str | None, ranks: int | None,
            gpus_per_rank: int | None, gpu_type: str | None, priority: int | None,
-           max_attempts: int | None, working_dir: str | None, env: tuple[str, ...],
-           labels: tuple[str, ...],
+           max_attempts: int | None, working_dir: str | None, max_runtime: int | None,
+           warn_before: int | None, warn_signal: str | None, max_pending: int | None,
+           checkpoint_dir: str | None, retry_on: tuple[dict[str, Any], ...],
+           max_uncounted_retries: int | None, env: tuple[str, ...], labels: tuple[str, ...],
            idempotency_key: str | None, dry_run: bool, quiet: bool, wait: bool,
            interval: float, wait_timeout: float | None,
            command: tuple[str, ...]) -> None:
@@ -447,6 +570,15 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     retry, and prints it; pass it back with --idempotency-key to repeat the
     submit from a script without making a second job. With --wait, follow
     the job to its end and exit by how it ended (0, 8 FAILED, 9 CANCELLED).
+
+    \b
+    Retries and time limits:
+      gpujobs submit --ranks 8 --max-attempts 3 --max-runtime 4h --warn-before 5m \\
+        --max-pending 30m --checkpoint-dir /shared/ckpt \\
+        --retry-on exit:42=fail --retry-on signal:SIGKILL=uncounted -- python train.py
+    No rule matching, node_lost, preempted and agent_lost are retried without
+    counting (up to --max-uncounted-retries), anything else is retried while
+    --max-attempts allows.
     """
     body: dict[str, Any] = load_spec_file(spec_file) if spec_file else {}
     for key, value in (("name", name), ("ranks", ranks), ("gpus_per_rank", gpus_per_rank),
@@ -454,6 +586,10 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
                        ("max_attempts", max_attempts), ("working_dir", working_dir)):
         if value is not None:
             body[key] = value
+    lifecycle_members(body, max_runtime=max_runtime, warn_before=warn_before,
+                      warn_signal=warn_signal, max_pending=max_pending,
+                      checkpoint_dir=checkpoint_dir, retry_on=retry_on,
+                      max_uncounted_retries=max_uncounted_retries)
     for key, values, from_env in (("env", env, True), ("labels", labels, False)):
         pairs = _pairs(values, "--env" if key == "env" else "--label", from_env=from_env)
         if pairs:
@@ -500,6 +636,12 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     c.print(f"  name: {escape(job.name or '-')}   ranks: {spec.get('ranks')} x "
             f"{spec.get('gpus_per_rank', 1)} GPU ({escape(spec.get('gpu_type') or 'any type')})   "
             f"stall threshold: {job.health.threshold_s}s")
+    from .lifecycle import limits_lines, retry_policy_text
+    if (spec.get("retry") or {}).get("rules"):
+        c.print(f"  retry: {escape(retry_policy_text(spec))}")
+    limits = limits_lines(spec)
+    if limits:
+        c.print(f"  limits: {escape('; '.join(limits))}")
     c.print(f"  idempotency key: {escape(key)}")
     if not wait:
         c.print(f"  next: gpujobs watch {job.id}", style="dim")
@@ -508,13 +650,22 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
         c.print("Waiting for the job to end (Ctrl-C stops waiting; the job goes on)...",
                 style="dim")
         job = wait_terminal(client, job.id, interval, wait_timeout)
-    c.print(f"Job finished: {styled_state(job.state)}{escape(exit_note(job))}")
+    c.print(f"Job finished: {styled_state(job.state)}"
+            f"{escape(exit_note(job) + decision_note(job))}")
     check_outcome(job)
 
 
 # -- get ------------------------------------------------------------------------------
+def _utcnow() -> "datetime":
+    """Now, for what is left of a job's limits (the tests set it)."""
+    from datetime import datetime, timezone
+    return datetime.now(timezone.utc)
+
+
 def job_panel(job: "Job") -> "RenderableType":
     from rich.table import Table
+
+    from . import lifecycle
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
@@ -523,15 +674,28 @@ def job_panel(job: "Job") -> "RenderableType":
     t.add_row("id", job.id)
     t.add_row("name", escape(job.name or "-"))
     t.add_row("state", styled_state(job.state))
-    if job.pending_reason and job.state == "PENDING":
+    waited_too_long = job.exit is not None and job.exit.reason == "pending_timeout"
+    if job.pending_reason and (job.state == "PENDING" or waited_too_long):
         t.add_row("pending reason", escape(job.pending_reason))
-    t.add_row("attempt", f"{job.attempt} of max {spec.get('max_attempts', 1)}")
+    t.add_row("attempt", lifecycle.attempt_text(job.attempt, int(spec.get("max_attempts", 1)),
+                                                job.uncounted_retries))
+    t.add_row("retry", escape(lifecycle.retry_policy_text(spec)))
+    limits = lifecycle.limits_lines(spec)
+    if limits:
+        t.add_row("limits", escape("\n".join(limits)))
+    left = lifecycle.time_left_text(job.state, spec, started_at=job.started_at,
+                                    pending_since=job.pending_since, now=_utcnow())
+    if left:
+        t.add_row("time left", escape(left))
     t.add_row("ranks", f"{spec.get('ranks')} x {spec.get('gpus_per_rank', 1)} GPU "
                        f"({escape(spec.get('gpu_type') or 'any type')})")
     t.add_row("priority", str(spec.get("priority", 0)))
     t.add_row("command", escape(" ".join(spec.get("command") or [])))
     if spec.get("working_dir"):
         t.add_row("working dir", escape(spec["working_dir"]))
+    if spec.get("checkpoint_dir"):
+        t.add_row("checkpoints", escape(f"{str(spec['checkpoint_dir']).rstrip('/')}/{job.id}"
+                                        " (GPUJOBS_CHECKPOINT_DIR)"))
     if spec.get("labels"):
         t.add_row("labels", escape(", ".join(f"{k}={v}" for k, v in spec["labels"].items())))
     t.add_row("created", short_time(job.created_at))
@@ -548,8 +712,7 @@ def job_panel(job: "Job") -> "RenderableType":
         lines.append(silence_note(h))
     t.add_row("health", "\n".join(lines))
     if job.exit is not None:
-        code = "" if job.exit.exit_code is None else f", exit code {job.exit.exit_code}"
-        t.add_row("exit", escape(job.exit.reason) + code)
+        t.add_row("exit", escape(lifecycle.exit_text(job.exit.raw)))
     return t
 
 
@@ -792,6 +955,11 @@ def watch_view(job: "Job", rk: "Ranks | None", note: str | None, interval: float
     h = job.health
     head = (f"[bold]{job.id}[/] {escape(job.name or '')}  {styled_state(job.state)}  attempt "
             f"{job.attempt}  health [{HEALTH_STYLE.get(h.status, '')}]{h.status}[/]")
+    from .lifecycle import time_left_text
+    left = time_left_text(job.state, job.spec, started_at=job.started_at,
+                          pending_since=job.pending_since, now=_utcnow())
+    if left:
+        head += f"  {escape(left)}"
     parts.append(Text.from_markup(head))
     callout = stall_callout(job, rk)
     if callout:
@@ -802,7 +970,8 @@ def watch_view(job: "Job", rk: "Ranks | None", note: str | None, interval: float
         parts.append(Text(clean(note), style="dim"))
     if job.is_terminal:
         parts.append(Text.from_markup(
-            f"Job finished: {styled_state(job.state)}{escape(exit_note(job))}"))
+            f"Job finished: {styled_state(job.state)}"
+            f"{escape(exit_note(job) + decision_note(job))}"))
     else:
         parts.append(Text(f"refreshing every {interval:g}s; Ctrl-C stops watching "
                           "(the job goes on)", style="dim"))
@@ -985,7 +1154,9 @@ def describe(job_id: str) -> None:
     for col in ("TIME", "ATTEMPT", "EVENT", "REASON"):
         t.add_column(col)
     for e in events:
-        reason = "\n".join([escape(e.reason or ""),
+        said = (e.reason or "") + (f" on {e.node_id}" if e.node_id else "")
+        reason = "\n".join([escape(said),
+                            *([f"  {escape(e.decision)}"] if e.decision else []),
                             *(f"  {escape(stack_line(s))}" for s in e.stacks)])
         t.add_row(short_time(e.time), "-" if e.attempt is None else str(e.attempt),
                   escape(e.type), reason)

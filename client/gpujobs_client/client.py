@@ -191,7 +191,12 @@ class Client:
     def create_job(self, spec: Mapping[str, Any] | None = None, /, *,
                    idempotency_key: str | None = None, **fields: Any) -> Job:
         """``POST /v1/jobs``. The body is ``spec`` updated with ``fields``
-        (``command`` and ``ranks`` are required by the server).
+        (``command`` and ``ranks`` are required by the server); every member
+        of the create body passes through as given, e.g. ``working_dir``, and
+        the lifecycle's ``retry={"rules": [...], "max_uncounted_retries": N}``,
+        ``max_runtime_s``, ``warn_before_s``, ``warn_signal``,
+        ``max_pending_s``, ``checkpoint_dir`` (docs/api.md; the helpers of
+        :mod:`gpujobs_client.lifecycle` read ``"4h"`` and ``"exit:42=fail"``).
 
         An ``Idempotency-Key`` is always sent: ``idempotency_key`` or a fresh
         uuid4, the same one on every retry of this call, so a retry after a

@@ -32,16 +32,29 @@ def _opt_float(value: Any) -> float | None:
 
 @dataclass(frozen=True)
 class Exit:
+    """How a job or an attempt ended: ``reason`` (``succeeded``,
+    ``rank_failed``, ``node_lost``, ``stalled``, ``timeout``,
+    ``pending_timeout``, ``cancelled``...), the first failed rank's exit code,
+    rank and node, and the retry rules' ``decision``."""
     reason: str
     exit_code: int | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+    rank: int | None = None
+    """The rank that failed first (None when no rank did)."""
+    node_id: str | None = None
+    """The node it ran on."""
+    decision: str | None = None
+    """Why the next attempt was made, or why none was: "node_lost (rank 3):
+    retried, not counted (uncounted retry 2 of 10)"; for ``pending_timeout``,
+    how long it waited and why."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "Exit | None":
         if d is None:
             return None
         return cls(reason=str(d.get("reason", "")), exit_code=_opt_int(d.get("exit_code")),
-                   raw=dict(d))
+                   raw=dict(d), rank=_opt_int(d.get("rank")), node_id=d.get("node_id"),
+                   decision=d.get("decision"))
 
 
 @dataclass(frozen=True)
@@ -118,7 +131,15 @@ class Job:
     idempotency_key: str | None = field(default=None, compare=False)
     """The key ``create_job`` sent (None on jobs from other calls)."""
     pending_reason: str | None = None
-    """Why a PENDING job waits ("can never fit: ..."), from the placer."""
+    """Why a PENDING job waits ("can never fit: ..."), from the placer; kept
+    on a job that waited past its ``max_pending_s``."""
+    pending_since: str | None = None
+    """When it last became PENDING (its ``max_pending_s`` counts from here);
+    None once placed."""
+    uncounted_retries: int = 0
+    """Its retries that did not count against ``max_attempts`` (the retry
+    rules' ``retry_uncounted``): ``attempt - uncounted_retries`` attempts
+    counted."""
 
     @property
     def is_terminal(self) -> bool:
@@ -127,6 +148,11 @@ class Job:
     @property
     def ranks(self) -> int | None:
         return _opt_int(self.spec.get("ranks"))
+
+    @property
+    def counted_attempts(self) -> int:
+        """The attempts so far that count against ``max_attempts``."""
+        return max(0, self.attempt - self.uncounted_retries)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], *, replayed: bool = False,
@@ -139,7 +165,9 @@ class Job:
                    cancel_reason=d.get("cancel_reason"),
                    health=JobHealth.from_json(d.get("health")),
                    exit=Exit.from_json(d.get("exit")), raw=dict(d), replayed=replayed,
-                   idempotency_key=idempotency_key, pending_reason=d.get("pending_reason"))
+                   idempotency_key=idempotency_key, pending_reason=d.get("pending_reason"),
+                   pending_since=d.get("pending_since"),
+                   uncounted_retries=int(d.get("uncounted_retries") or 0))
 
 
 @dataclass(frozen=True)
@@ -283,6 +311,11 @@ class JobEvent:
     attempt: int | None
     reason: str | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+    decision: str | None = None
+    """A ``retried`` or ``finished`` event's retry decision: why the next
+    attempt was made, or why none was."""
+    node_id: str | None = None
+    """The node the event names (a failed rank's, a stalled rank's)."""
 
     @property
     def stacks(self) -> list[dict[str, Any]]:
@@ -293,4 +326,5 @@ class JobEvent:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "JobEvent":
         return cls(type=str(d.get("type", "")), time=str(d.get("time", "")),
-                   attempt=_opt_int(d.get("attempt")), reason=d.get("reason"), raw=dict(d))
+                   attempt=_opt_int(d.get("attempt")), reason=d.get("reason"), raw=dict(d),
+                   decision=d.get("decision"), node_id=d.get("node_id"))

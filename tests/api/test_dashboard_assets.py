@@ -133,6 +133,60 @@ def test_resubmit_sends_back_exactly_the_members_a_create_accepts():
     assert sorted(re.findall(r"'([a-z_]+)'", listed.group(1))) == sorted(schemas.JOB_CREATE["properties"])
 
 
+LIFECYCLE_SCRIPT = """
+import { exitText, decisionText, attemptText, timeLeftText } from './story.js';
+import { createBody, retryPolicyText, limitsLines } from './spec.js';
+const spec = { command: ['x'], ranks: 4, max_attempts: 3, max_runtime_s: 14400,
+  warn_before_s: 300, warn_signal: 'SIGUSR1', max_pending_s: 1800, checkpoint_dir: '/c',
+  retry: { rules: [{ exit_codes: [42], action: 'fail' },
+                   { reasons: ['node_lost'], action: 'retry_uncounted' }],
+           max_uncounted_retries: 10 } };
+const exit = { reason: 'rank_failed', exit_code: 1, rank: 3, node_id: 'node-2',
+  decision: 'rank_failed (rank 3, exit code 1): not retried (rule 1 says fail)' };
+const now = Date.parse('2025-01-31T12:48:00Z');
+console.log(JSON.stringify({
+  policy: retryPolicyText(spec), defaults: retryPolicyText({}), limits: limitsLines(spec),
+  exit: exitText(exit), decision: decisionText(exit),
+  attempt: attemptText({ attempt: 3, uncounted_retries: 1, spec }),
+  running: timeLeftText({ state: 'RUNNING', spec, started_at: '2025-01-31T12:00:00Z' }, now),
+  pending: timeLeftText({ state: 'PENDING', spec, pending_since: '2025-01-31T12:36:00Z' }, now),
+  body: Object.keys(createBody({ ...spec, uncounted_retries: 1, id: 'job_x' })).sort(),
+}));
+"""
+
+
+def test_the_job_page_says_the_lifecycle_as_describe_does(tmp_path):
+    """story.js and spec.js (pure functions) run under node, when there is one:
+    the retry policy, the limits, what is left and the exit's decision in the
+    words `gpujobs describe` uses (gpujobs_client/lifecycle.py)."""
+    import shutil
+    import subprocess
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to run the dashboard's modules")
+    for p in web.STATIC_DIR.glob("*.js"):
+        shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "check.js").write_text(LIFECYCLE_SCRIPT)
+    done = subprocess.run([node, "check.js"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["policy"] == ("exit 42 → fail; node_lost → retry, not counted; then defaults "
+                              "(infra causes not counted, up to 10)")
+    assert said["defaults"] == "defaults (infra causes not counted, up to 10)"
+    assert said["limits"] == ["max runtime 4 h per attempt (warning SIGUSR1 5 min before)",
+                              "max pending 30 min"]
+    assert said["exit"] == "rank_failed: rank 3 on node-2 exited with code 1"
+    assert said["decision"] == "not retried (rule 1 says fail)"
+    assert said["attempt"] == "3 (2 counted of max 3, 1 not counted)"
+    assert said["running"] == "times out in 3 h 12 min"
+    assert said["pending"] == "gives up waiting in 18 min"
+    assert said["body"] == sorted(["command", "ranks", "max_attempts", "max_runtime_s",
+                                   "warn_before_s", "warn_signal", "max_pending_s",
+                                   "checkpoint_dir", "retry"])
+
+
 @pytest.mark.parametrize("path", ["/", "/static/app.js", "/static/style.css"])
 def test_head_answers_what_get_does_without_the_body(client, path):
     """HEAD / was 405 (issue 29): the pages answer HEAD like GET, no body."""

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import re
+import signal
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -157,7 +158,8 @@ class FakeApi:
                    "created_at": self.now(), "finished_at": None, "exit": None,
                    "_started": self.clock}
             self.attempts.setdefault(job_id, []).append(att)
-            self.update_job(job_id, attempt=n, state=state,
+            self.update_job(job_id, attempt=n, state=state, pending_reason=None,
+                            pending_since=None,
                             started_at=self.now() if state == "RUNNING" else None)
             return att
 
@@ -165,10 +167,15 @@ class FakeApi:
     def _create(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         self._seq += 1
         job_id = f"job_{self._seq:026d}"
+        # the defaults of chalicelib/domain/jobs.py with_defaults
         hb = {"interval_s": 10, "false_positive_budget_per_hour": 0.001,
-              "miss_probability": 0.01, "startup_grace_s": 120, **(body.get("heartbeat") or {})}
-        spec = {"gpus_per_rank": 1, "priority": 0, "max_attempts": 1, "env": {}, "labels": {},
-                **body, "heartbeat": hb}
+              "miss_probability": 0.01, "startup_grace_s": 120, "mode": "auto",
+              "max_busy_s": 900, "idle_s": 300, **(body.get("heartbeat") or {})}
+        retry = {"rules": [], "max_uncounted_retries": 10, **(body.get("retry") or {})}
+        spec = {"gpus_per_rank": 1, "priority": 0, "max_attempts": 1, "on_stall": "report",
+                "env": {}, "labels": {}, **body, "heartbeat": hb, "retry": retry}
+        if "warn_before_s" in spec:
+            spec.setdefault("warn_signal", "SIGUSR1")
         job = {"id": job_id, "name": body.get("name"), "state": "PENDING", "spec": spec,
                "attempt": 0, "created_at": self.now(), "updated_at": self.now(),
                "started_at": None, "finished_at": None, "cancel_requested_at": None,
@@ -176,7 +183,8 @@ class FakeApi:
                "health": {"status": "UNKNOWN", "threshold_s": 3.0 * hb["interval_s"],
                           "first_stalled_rank": None, "last_heard_at": None,
                           "detected_at": None, "stalled_ranks": [], "verdict": None},
-               "exit": None}
+               "exit": None, "pending_reason": None, "pending_since": self.now(),
+               "uncounted_retries": 0}
         self.jobs[job_id] = job
         self.tenant_of[job_id] = tenant
         return job
@@ -193,9 +201,10 @@ class FakeApi:
             raise Problem(404, "not_found", f"job {job_id} not found", "job_id")
         return job
 
-    def _finish(self, job: dict[str, Any], state: str, reason: str, code: int | None) -> None:
+    def _finish(self, job: dict[str, Any], state: str, reason: str, code: int | None,
+                **more: Any) -> None:
         job.update(state=state, finished_at=self.now(), updated_at=self.now(),
-                   exit={"reason": reason, "exit_code": code})
+                   exit={"reason": reason, "exit_code": code, **more})
         for att in self.attempts.get(job["id"], []):
             if att["attempt"] == job["attempt"] and att["finished_at"] is None:
                 att.update(state=state, finished_at=self.now(), exit=dict(job["exit"]))
@@ -365,8 +374,22 @@ class FakeApi:
                     job.update(state="RUNNING", started_at=self.now())
                 elif kind == "EXITED" and job["state"] not in TERMINAL:
                     code = b.get("exit_code")
-                    self._finish(job, "SUCCEEDED" if code == 0 else "FAILED",
-                                 "exited", code)
+                    if code == 0:
+                        self._finish(job, "SUCCEEDED", "succeeded", 0)
+                    else:  # as the real server ends it when no retry is left (no retries here)
+                        rank = min(b.get("ranks") or [0])
+                        node = next((p["node_id"] for a in self.attempts.get(job_id, [])
+                                     if a["attempt"] == job["attempt"] for p in a["placement"]
+                                     if p["rank"] == rank), None)
+                        counted = job["attempt"] - job["uncounted_retries"]
+                        sig = (f", {signal.Signals(code - 128).name}"
+                               if 128 < code <= 128 + 31 else "")
+                        decision = (f"rank_failed (rank {rank}, exit code {code}{sig}): "
+                                    "not retried "
+                                    f"(counted attempt {counted} of "
+                                    f"{job['spec']['max_attempts']}, none left)")
+                        self._finish(job, "FAILED", "rank_failed", code, rank=rank,
+                                     node_id=node, decision=decision)
                 elif kind == "STOPPED" and job["state"] not in TERMINAL:
                     self._finish(job, "CANCELLED", "cancelled", None)
                 return 200, job, {}

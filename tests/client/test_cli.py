@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import socket
 import stat
 
@@ -762,3 +763,232 @@ def test_every_commands_output_ends_with_a_newline(run, fake, command):
     r = run(*[job["id"] if a == "JOB" else a for a in command])
     assert r.exit_code == 0, r.output
     assert r.stdout.endswith("\n"), repr(r.stdout[-80:])
+
+
+# -- the lifecycle (issue 26): retry rules, time limits, what is left, the decision --------
+LIFECYCLE_FLAGS = ("--max-runtime", "4h", "--warn-before", "5m", "--warn-signal", "SIGUSR1",
+                   "--max-pending", "30m", "--checkpoint-dir", "/shared/ckpt",
+                   "--retry-on", "node_lost", "--retry-on", "exit:42=fail",
+                   "--retry-on", "signal:SIGKILL=uncounted", "--max-uncounted-retries", "5")
+
+
+def test_submit_sends_the_lifecycle_members(run, fake):
+    r = run("submit", "--ranks", "2", "--max-attempts", "3", *LIFECYCLE_FLAGS,
+            "--", "python", "train.py")
+    assert r.exit_code == 0, r.output
+    assert fake.sent("POST", "/v1/jobs")[0].json() == {
+        "ranks": 2, "max_attempts": 3, "max_runtime_s": 14400, "warn_before_s": 300,
+        "warn_signal": "SIGUSR1", "max_pending_s": 1800, "checkpoint_dir": "/shared/ckpt",
+        "retry": {"rules": [{"reasons": ["node_lost"], "action": "retry"},
+                            {"exit_codes": [42], "action": "fail"},
+                            {"signals": ["SIGKILL"], "action": "retry_uncounted"}],
+                  "max_uncounted_retries": 5},
+        "command": ["python", "train.py"]}
+    assert ("retry: node_lost → retry; exit 42 → fail; SIGKILL → retry, not counted; "
+            "then defaults (infra causes not counted, up to 5)") in r.stdout
+    assert ("limits: max runtime 4 h per attempt (warning SIGUSR1 5 min before); "
+            "max pending 30 min") in r.stdout
+
+
+@pytest.mark.parametrize("flag, value, seconds", [
+    ("--max-runtime", "90", 90), ("--max-runtime", "90s", 90), ("--max-pending", "15m", 900),
+    ("--max-runtime", "4h", 14400), ("--max-pending", "2d", 172800),
+    ("--max-runtime", "1h30m", 5400)])
+def test_durations_accept_seconds_and_units(run, flag, value, seconds):
+    r = run("submit", "--ranks", "1", flag, value, "--dry-run", "--", "x")
+    assert r.exit_code == 0, r.output
+    key = "max_runtime_s" if flag == "--max-runtime" else "max_pending_s"
+    assert json_out(r)[key] == seconds
+
+
+def test_the_file_keeps_its_retry_members_that_flags_do_not_set(run, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("ranks: 1\ncommand: [x]\nmax_runtime_s: 600\n"
+                    "retry: {rules: [{reasons: [stalled], action: fail}], "
+                    "max_uncounted_retries: 2}\n")
+    r = run("submit", "-f", str(spec), "--warn-before", "1m", "--dry-run")
+    assert json_out(r)["retry"] == {"rules": [{"reasons": ["stalled"], "action": "fail"}],
+                                    "max_uncounted_retries": 2}
+    assert json_out(r)["warn_before_s"] == 60
+    r = run("submit", "-f", str(spec), "--retry-on", "timeout=uncounted", "--dry-run")
+    assert json_out(r)["retry"] == {"rules": [{"reasons": ["timeout"],
+                                               "action": "retry_uncounted"}],
+                                    "max_uncounted_retries": 2}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-runtime", "4 hours"], "Invalid value for '--max-runtime': '4 hours' is not a "
+                                   "duration"),
+    (["--max-pending", "0"], "Invalid value for '--max-pending'"),
+    (["--max-runtime", "1.5h"], "'1.5h' is not a duration"),
+    (["--max-pending", "366d"], "Invalid value for '--max-pending': '366d' is longer than a "
+                                "year"),
+    (["--max-runtime", "1h", "--warn-before", "30m2"], "Invalid value for '--warn-before'"),
+    (["--max-runtime", "5m", "--warn-before", "5m"], "--warn-before"),
+    (["--warn-before", "5m"], "shorter than --max-runtime"),
+    (["--max-runtime", "1h", "--warn-signal", "SIGUSR1"], "--warn-signal"),
+    (["--max-runtime", "1h", "--warn-before", "1m", "--warn-signal", "SIGKILL"],
+     "Invalid value for '--warn-signal': 'SIGKILL' is not one of SIGUSR1"),
+    (["--checkpoint-dir", "ckpt"], "Invalid value for '--checkpoint-dir': 'ckpt' is not an "
+                                   "absolute path"),
+    (["--retry-on", "node_gone"], "Invalid value for '--retry-on': 'node_gone' is not a "
+                                  "reason"),
+    (["--retry-on", "exit:0=fail"], "'0' is not an exit code from 1 to 255"),
+    (["--retry-on", "exit:42=never"], "'never' is not an action: use retry, uncounted or fail"),
+    (["--retry-on", "signal:SIGNOPE"], "'SIGNOPE' is not a signal"),
+    (["--retry-on", "signal:"], "names nothing"),
+    (["--max-uncounted-retries", "-1"], "--max-uncounted-retries"),
+])
+def test_bad_lifecycle_flags_are_usage_errors_naming_the_option(run, fake, args, message):
+    r = run("submit", "--ranks", "1", *args, "--", "x")
+    assert r.exit_code == 2, r.output
+    assert message in " ".join(r.stderr.split()), r.stderr
+    assert fake.requests == []
+
+
+def test_submit_help_documents_the_lifecycle_flags(run):
+    out = " ".join(run("submit", "--help").stdout.split())
+    for text in ("--max-runtime DURATION", "90, 90s, 15m, 4h, 2d, 1h30m", "--warn-before",
+                 "--warn-signal", "--max-pending", "pending_timeout", "--checkpoint-dir",
+                 "GPUJOBS_CHECKPOINT_DIR", "--retry-on WHAT[=ACTION]", "exit:CODE[,CODE...]",
+                 "signal:NAME[,NAME...]", "uncounted", "--max-uncounted-retries"):
+        assert text in out, text
+
+
+@pytest.fixture
+def now(fake, monkeypatch):
+    """The CLI's clock is the fake server's."""
+    from datetime import timedelta
+
+    from .fakeserver import EPOCH
+    monkeypatch.setattr(cli_module, "_utcnow", lambda: EPOCH + timedelta(seconds=fake.clock))
+
+
+def panel(stdout):
+    """describe's rows: {label: value} (a value on several lines joined by ' | ')."""
+    rows: dict[str, str] = {}
+    last = None
+    lines = stdout.split("\n\n")[0].splitlines()
+    col = lines[0].index("job_")  # where the values start: the first row is the id's
+    for line in lines:
+        label, value = line[:col].strip(), line[col:].strip()
+        if label:
+            rows[label], last = value, label
+        elif last:
+            rows[last] += " | " + value
+    return rows
+
+
+def lifecycle_job(fake, **spec):
+    return fake.add_job(ranks=4, max_attempts=3, max_runtime_s=14400, warn_before_s=300,
+                        max_pending_s=1800, checkpoint_dir="/shared/ckpt/",
+                        retry={"rules": [{"exit_codes": [42], "action": "fail"},
+                                         {"reasons": ["node_lost"], "action": "retry_uncounted"}]},
+                        **spec)
+
+
+def test_describe_of_a_pending_job_says_the_policy_the_limits_and_the_wait_left(run, fake, now):
+    job = lifecycle_job(fake)
+    fake.clock = 18 * 60
+    rows = panel(run("describe", job["id"]).stdout)
+    assert rows["attempt"] == "0 of max 3"
+    assert rows["retry"] == ("exit 42 → fail; node_lost → retry, not counted; then defaults "
+                             "(infra causes not counted, up to 10)")
+    assert rows["limits"] == ("max runtime 4 h per attempt (warning SIGUSR1 5 min before) | "
+                              "max pending 30 min")
+    assert rows["time left"] == "gives up waiting in 12 min"
+    assert rows["checkpoints"] == f"/shared/ckpt/{job['id']} (GPUJOBS_CHECKPOINT_DIR)"
+    fake.clock = 31 * 60
+    assert panel(run("describe", job["id"]).stdout)["time left"].startswith(
+        "waited past its max pending by 1 min")
+
+
+def test_describe_of_a_running_job_says_the_attempts_counted_and_when_it_times_out(run, fake,
+                                                                                   now):
+    job = lifecycle_job(fake)
+    fake.place(job["id"], ["node-1", "node-2"])
+    fake.update_job(job["id"], attempt=3, uncounted_retries=1)
+    fake.clock = 48 * 60
+    rows = panel(run("describe", job["id"]).stdout)
+    assert rows["attempt"] == "3 (2 counted of max 3, 1 not counted)"
+    assert rows["time left"] == "times out in 3 h 12 min"
+    assert "gives up waiting" not in run("describe", job["id"]).stdout
+
+
+def test_describe_without_limits_shows_the_default_policy_and_no_time_left(run, fake, now):
+    job = fake.add_job()
+    rows = panel(run("describe", job["id"]).stdout)
+    assert rows["attempt"] == "0 of max 1"
+    assert rows["retry"] == "defaults (infra causes not counted, up to 10)"
+    assert "limits" not in rows and "time left" not in rows and "checkpoints" not in rows
+
+
+def test_describe_shows_the_exit_with_its_node_and_decision_and_the_events_decisions(run,
+                                                                                   fake, now):
+    job = lifecycle_job(fake)
+    fake.place(job["id"], ["node-1", "node-2"])
+    retried = "node_lost (rank 3): retried, not counted (uncounted retry 1 of 10)"
+    fake.update_job(job["id"], state="FAILED", attempt=3, uncounted_retries=1,
+                    exit={"reason": "rank_failed", "exit_code": 1, "rank": 3,
+                          "node_id": "node-2", "decision": "rank_failed (rank 3, exit code 1): "
+                          "not retried (counted attempt 2 of 3, none left)"})
+    fake.events[job["id"]] = [
+        {"type": "retried", "time": fake.now(), "attempt": 1, "reason": "node_lost", "rank": 3,
+         "node_id": "node-2", "next_attempt": 2, "decision": retried},
+        {"type": "finished", "time": fake.now(), "attempt": 3, "state": "FAILED",
+         "reason": "rank_failed", "exit_code": 1, "rank": 3, "node_id": "node-2",
+         "decision": "rank_failed (rank 3, exit code 1): not retried (counted attempt 2 of 3, "
+                     "none left)"}]
+    r = run("describe", job["id"])
+    assert r.exit_code == 0, r.output
+    rows = panel(r.stdout)
+    assert rows["exit"] == ("rank_failed, exit code 1, rank 3 on node-2 — not retried "
+                            "(counted attempt 2 of 3, none left)")
+    assert "time left" not in rows
+    lines = [ln.strip() for ln in r.stdout.splitlines()]
+    at = next(i for i, ln in enumerate(lines) if re.search(r"retried +node_lost on node-2$", ln))
+    assert lines[at + 1] == retried
+    at = next(i for i, ln in enumerate(lines)
+              if re.search(r"finished +rank_failed on node-2$", ln))
+    assert lines[at + 1].endswith("not retried (counted attempt 2 of 3, none left)")
+
+
+def test_a_job_that_waited_too_long_keeps_its_pending_reason(run, fake, now):
+    job = lifecycle_job(fake)
+    fake.update_job(job["id"], state="FAILED", pending_reason="can never fit: needs 4 GPUs",
+                    exit={"reason": "pending_timeout", "exit_code": None,
+                          "decision": "waited longer than max_pending_s (1800 s): can never "
+                                      "fit: needs 4 GPUs"})
+    rows = panel(run("describe", job["id"]).stdout)
+    assert rows["pending reason"] == "can never fit: needs 4 GPUs"
+    assert rows["exit"] == ("pending_timeout — waited longer than max_pending_s (1800 s): "
+                            "can never fit: needs 4 GPUs")
+
+
+def test_watch_says_what_is_left_and_ends_with_the_decision(run, fake, now):
+    job = lifecycle_job(fake)
+    fake.place(job["id"], ["node-1"])
+    fake.clock = 60
+    r = run("watch", job["id"], "--interval", "0", "--timeout", "0")
+    assert "times out in 3 h 59 min" in r.stdout.splitlines()[0]
+    finish_on_poll(fake, job["id"], "FAILED", exit={
+        "reason": "rank_failed", "exit_code": 42, "rank": 0,
+        "decision": "rank_failed (rank 0, exit code 42): not retried (rule 1 says fail)"})
+    r = run("watch", job["id"], "--interval", "0")
+    assert r.exit_code == 8
+    assert r.stdout.splitlines()[-1] == ("Job finished: FAILED (rank_failed, exit code 42) — "
+                                         "not retried (rule 1 says fail)")
+
+
+def test_submit_wait_ends_with_the_decision(run, fake):
+    def fail_at_once(j):
+        j.update(state="FAILED", finished_at=fake.now(), exit={
+            "reason": "node_lost", "exit_code": None, "rank": 2, "node_id": "node-3",
+            "decision": "node_lost (rank 2): not retried (all 10 uncounted retries used, so "
+                        "it counts; counted attempt 1 of 1, none left)"})
+    fake.on_get_job.append(fail_at_once)
+    r = run("submit", "--ranks", "4", "--wait", "--interval", "0", "--", "x")
+    assert r.exit_code == 8
+    assert r.stdout.splitlines()[-1] == (
+        "Job finished: FAILED (node_lost) — not retried (all 10 uncounted retries used, so it "
+        "counts; counted attempt 1 of 1, none left)")

@@ -202,3 +202,45 @@ def test_importing_the_package_does_not_import_requests_or_rich():
                          env={"PYTHONPATH": str(CLIENT_DIR), "PATH": ""}, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# -- the lifecycle: retry rules, time limits, how an attempt ended -------------------
+LIFECYCLE = {"retry": {"rules": [{"exit_codes": [42], "action": "fail"},
+                                 {"reasons": ["node_lost"], "action": "retry_uncounted"}],
+                       "max_uncounted_retries": 5},
+             "max_runtime_s": 14400, "warn_before_s": 300, "warn_signal": "SIGUSR2",
+             "max_pending_s": 1800, "checkpoint_dir": "/shared/ckpt"}
+
+
+def test_create_job_passes_the_lifecycle_members_through(fake, sdk):
+    job = sdk.create_job(command=["python", "train.py"], ranks=2, **LIFECYCLE)
+    assert fake.sent("POST", "/v1/jobs")[0].json() == {
+        "command": ["python", "train.py"], "ranks": 2, **LIFECYCLE}
+    assert {k: job.spec[k] for k in LIFECYCLE} == LIFECYCLE
+    assert job.pending_since == fake.now() and job.uncounted_retries == 0
+    assert job.counted_attempts == 0
+
+
+def test_the_spec_shown_back_has_the_retry_defaults(fake, sdk):
+    job = sdk.create_job({"command": ["x"], "ranks": 1, "max_runtime_s": 60,
+                          "warn_before_s": 10})
+    assert job.spec["retry"] == {"rules": [], "max_uncounted_retries": 10}
+    assert job.spec["warn_signal"] == "SIGUSR1"
+
+
+def test_job_exit_and_events_expose_the_decision_and_the_node(fake, sdk):
+    raw = fake.add_job(max_attempts=3)
+    decision = "node_lost (rank 3): retried, not counted (uncounted retry 2 of 10)"
+    fake.update_job(raw["id"], state="FAILED", attempt=4, uncounted_retries=2,
+                    exit={"reason": "rank_failed", "exit_code": 137, "rank": 3,
+                          "node_id": "node-2", "decision": "rank_failed (rank 3, exit code "
+                          "137, SIGKILL): not retried (counted attempt 2 of 3, none left)"})
+    fake.events[raw["id"]] = [{"type": "retried", "time": fake.now(), "attempt": 2,
+                               "reason": "node_lost", "rank": 3, "node_id": "node-2",
+                               "next_attempt": 3, "decision": decision}]
+    job = sdk.get_job(raw["id"])
+    assert (job.uncounted_retries, job.counted_attempts) == (2, 2)
+    assert job.exit is not None and job.exit.rank == 3 and job.exit.node_id == "node-2"
+    assert job.exit.decision.endswith("none left)")
+    (event,) = sdk.list_events(raw["id"])
+    assert event.decision == decision and event.node_id == "node-2"

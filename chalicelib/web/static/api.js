@@ -89,13 +89,14 @@ const pick = (o, ...keys) => { for (const k of keys) if (o && o[k] != null) retu
 export function normaliseEvents(data) {
   const list = Array.isArray(data) ? data : pick(data, 'events', 'items') || [];
   const known = new Set(['at', 'time', 'timestamp', 'created_at', 'type', 'kind', 'event',
-    'reason', 'detail', 'message', 'stacks']);
+    'reason', 'detail', 'message', 'stacks', 'decision']);
   return list.map((e) => {
     const rest = Object.fromEntries(Object.entries(e || {}).filter(([k]) => !known.has(k)));
     return {
       at: pick(e, 'at', 'time', 'timestamp', 'created_at'),
       type: String(pick(e, 'type', 'kind', 'event') || 'event'),
       detail: String(pick(e, 'reason', 'detail', 'message') || ''),
+      decision: e && e.decision ? String(e.decision) : null, // retried, finished: what the retry rules decided
       extra: rest, // the event's other fields: said as labels (story.js eventLabels)
       stacks: Array.isArray(e && e.stacks) ? e.stacks : [], // rank_stopped: each rank's stack at the stop
     };

@@ -4,8 +4,8 @@
 import { api, ApiError } from './api.js';
 import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictLines, stackLine } from './verdict.js';
-import { exitText, eventLabels } from './story.js';
-import { createBody, newKey, shellLine, specPairs } from './spec.js';
+import { exitText, eventLabels, decisionText, attemptText, timeLeftText } from './story.js';
+import { createBody, newKey, shellLine, specPairs, retryPolicyText, limitsLines, DEFAULT_MAX_UNCOUNTED } from './spec.js';
 
 const REFRESH_MS = 1500;
 const SUBMIT_TRIES = 3;
@@ -55,7 +55,8 @@ function attemptsTable(attempts) {
       h('td', {}, h('ul', { class: 'nodemap' }, nodeMap(a.placement).map(([node, rs]) =>
         h('li', {}, h('code', { text: node }), ` → ${noun(rs.length, 'rank')} ${ranges(rs)}`)))),
       h('td', { text: time(a.created_at) }), h('td', { text: time(a.finished_at) }),
-      h('td', { text: exitText(a.exit) })))));
+      h('td', {}, exitText(a.exit) || '', decisionText(a.exit)
+        ? h('span', { class: 'muted decision', text: ` — ${decisionText(a.exit)}` }) : null)))));
 }
 
 const pause = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
@@ -82,6 +83,7 @@ function eventsList(events) {
     return h('li', {},
       h('time', { datetime: e.at || '', text: time(e.at) }), ' ', h('strong', { text: e.type }),
       e.detail ? ` — ${e.detail}` : '', more.length ? h('span', { class: 'muted extra', text: ` (${more.join(' · ')})` }) : '',
+      e.decision ? h('p', { class: 'decision', text: e.decision }) : null,
       e.stacks.length ? h('ul', { class: 'stacks' }, e.stacks.map((s) => h('li', {}, h('code', { text: stackLine(s) })))) : null);
   }));
 }
@@ -194,22 +196,35 @@ export function mount(main, [jobId]) {
       headline.replaceChildren(...verdictView(j.health));
       headline.hidden = !headline.childElementCount;
     }
-    if (changed('facts', j)) {
+    const left = timeLeftText(j); // changes as time passes: part of what the facts say
+    if (changed('facts', [j, left])) {
+      const waitedTooLong = (j.exit || {}).reason === 'pending_timeout';
+      const limits = limitsLines(j.spec);
+      const cap = (j.spec.retry || {}).max_uncounted_retries ?? DEFAULT_MAX_UNCOUNTED;
       facts.replaceChildren(dl([
         ['ID', h('code', { text: j.id })], ['State', j.state],
-        ['Why pending', j.state === 'PENDING' ? j.pending_reason : null],
-        ['Attempt', j.attempt], ['Ranks', `${count(j.spec.ranks, 'rank')} × ${count(j.spec.gpus_per_rank ?? 1, 'GPU')} (${j.spec.gpu_type || 'any type'})`],
+        ['Why pending', j.state === 'PENDING' || waitedTooLong ? j.pending_reason : null],
+        ['Attempt', attemptText(j)],
+        ['Uncounted retries', j.uncounted_retries ? `${j.uncounted_retries} of at most ${cap}` : null],
+        ['Retry policy', retryPolicyText(j.spec)],
+        ['Time limits', limits.length ? h('ul', { class: 'plain' }, limits.map((t) => h('li', { text: t }))) : null],
+        ['Time left', left],
+        ['Ranks', `${count(j.spec.ranks, 'rank')} × ${count(j.spec.gpus_per_rank ?? 1, 'GPU')} (${j.spec.gpu_type || 'any type'})`],
         ['Command', h('code', { text: shellLine(j.spec.command) })],
         ['Working dir', j.spec.working_dir && h('code', { text: j.spec.working_dir })],
+        ['Checkpoints', j.spec.checkpoint_dir && h('span', {},
+          h('code', { text: `${j.spec.checkpoint_dir.replace(/\/+$/, '')}/${j.id}` }),
+          h('span', { class: 'muted', text: ' (GPUJOBS_CHECKPOINT_DIR)' }))],
         ['Labels', Object.entries(j.spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ')],
         ['Created', time(j.created_at)], ['Started', j.started_at && time(j.started_at)],
         ['Finished', j.finished_at && time(j.finished_at)],
         ['Cancel requested', j.cancel_requested_at && time(j.cancel_requested_at)], ['Cancel reason', j.cancel_reason],
         ['Exit', exitText(j.exit)],
+        ['Retry decision', decisionText(j.exit)],
         ...healthFacts(j.health),
       ]));
       spec.replaceChildren(
-        h('p', { class: 'muted small', text: 'Command, ranks, GPUs, working dir and labels: above. Resubmit sends all of it again.' }),
+        h('p', { class: 'muted small', text: 'Command, ranks, GPUs, working dir, labels, retry policy, time limits and checkpoints: above. Resubmit sends all of it again.' }),
         dl(specPairs(j.spec)));
     }
   }

@@ -4,7 +4,7 @@
 import { api } from './api.js';
 import { h, setText, stateBadge, ago, time, poll, problemText, duration, count } from './dom.js';
 import { verdictOf, shorten } from './verdict.js';
-import { exitText } from './story.js';
+import { exitText, decisionText, attemptText } from './story.js';
 
 const STATES = ['PENDING', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
 const PAGE_SIZE = 25;
@@ -34,11 +34,13 @@ function noteText(job) {
   return v ? shorten(v.text, NOTE_CHARS) : '';
 }
 
-/** Why it waits (PENDING) or how it ended (its exit, and the cancel's reason). */
+/** Why it waits (PENDING) or how it ended (its exit, and the cancel's reason, or why
+ * it waited too long). */
 export function reasonText(job) {
   if (job.state === 'PENDING') return job.pending_reason || '';
   const ended = exitText(job.exit);
   if (!ended) return '';
+  if (job.exit.reason === 'pending_timeout' && job.pending_reason) return `${ended}: ${job.pending_reason}`;
   return job.cancel_reason && job.exit.reason === 'cancelled' ? `${ended}: ${job.cancel_reason}` : ended;
 }
 
@@ -90,7 +92,9 @@ function fillRow(tr, job) {
   setText(c.duration, durationText(job));
   c.duration.title = job.started_at ? `${time(job.started_at)} → ${job.finished_at ? time(job.finished_at) : 'now'}` : 'not started';
   setText(c.reason, reasonText(job));
+  c.reason.title = decisionText(job.exit) || ''; // what the retry rules decided, on hover
   setText(c.attempt, job.attempt);
+  c.attempt.title = job.spec ? `attempt ${attemptText(job)}` : '';
   setText(c.health, healthText(job));
   setText(c.labels, labelsText(job.spec && job.spec.labels));
   setText(c.created, ago(job.created_at));

@@ -5,7 +5,8 @@ import { h, count } from './dom.js';
  * docs/openapi.yaml). A job's spec is its create body with the defaults filled
  * (JobSpec), so these of its members make a body the server takes back as it is. */
 export const CREATE_FIELDS = ['name', 'command', 'working_dir', 'env', 'ranks', 'gpus_per_rank',
-  'gpu_type', 'priority', 'max_attempts', 'heartbeat', 'on_stall', 'labels'];
+  'gpu_type', 'priority', 'max_attempts', 'retry', 'max_runtime_s', 'warn_before_s', 'warn_signal',
+  'max_pending_s', 'checkpoint_dir', 'heartbeat', 'on_stall', 'labels'];
 
 /** The create body of a job like this one: its spec's create members, nothing else. */
 export function createBody(spec) {
@@ -79,7 +80,55 @@ function envView(env) {
 
 /** Members the summary above the spec already says (job.js facts), and the title (name). */
 export const SUMMARY_FIELDS = new Set(['name', 'command', 'ranks', 'gpus_per_rank', 'gpu_type',
-  'working_dir', 'labels']);
+  'working_dir', 'labels', 'retry', 'max_runtime_s', 'warn_before_s', 'warn_signal',
+  'max_pending_s', 'checkpoint_dir']);
+
+// -- the lifecycle: retry rules and time limits, as the CLI's describe says them
+// (gpujobs_client/lifecycle.py)
+export const DEFAULT_MAX_UNCOUNTED = 10;
+const ACTION_WORDS = { retry: 'retry', retry_uncounted: 'retry, not counted', fail: 'fail' };
+
+/** A span of seconds, every unit said: 14400 -> "4 h", 5400 -> "1 h 30 min", 90 -> "1 min 30 s". */
+export function exactDuration(seconds) {
+  let t = Math.max(0, Math.floor(Number(seconds) || 0));
+  const parts = [];
+  for (const [name, size] of [['d', 86400], ['h', 3600], ['min', 60], ['s', 1]]) {
+    if (t >= size) parts.push(`${Math.floor(t / size)} ${name}`);
+    t %= size;
+  }
+  return parts.join(' ') || '0 s';
+}
+
+/** {"exit_codes": [42], "action": "fail"} -> "exit 42 → fail" */
+export function retryRuleText(rule) {
+  const what = [
+    (rule.reasons || []).length ? rule.reasons.join(' or ') : null,
+    (rule.exit_codes || []).length ? `exit ${rule.exit_codes.join(', ')}` : null,
+    (rule.signals || []).length ? rule.signals.join(' or ') : null,
+  ].filter(Boolean);
+  return `${what.join(' and ') || 'anything'} → ${ACTION_WORDS[rule.action] || rule.action}`;
+}
+
+/** The retry policy in words: "exit 42 → fail; node_lost → retry, not counted; then defaults (...)". */
+export function retryPolicyText(spec) {
+  const policy = (spec && spec.retry) || {};
+  const cap = policy.max_uncounted_retries ?? DEFAULT_MAX_UNCOUNTED;
+  const defaults = `defaults (infra causes not counted, up to ${cap})`;
+  const rules = (policy.rules || []).map(retryRuleText);
+  return rules.length ? [...rules, `then ${defaults}`].join('; ') : defaults;
+}
+
+/** "max runtime 4 h per attempt (warning SIGUSR1 5 min before)", "max pending 30 min". */
+export function limitsLines(spec) {
+  const out = [];
+  if (spec.max_runtime_s != null) {
+    const warn = spec.warn_before_s != null
+      ? ` (warning ${spec.warn_signal || 'SIGUSR1'} ${exactDuration(spec.warn_before_s)} before)` : '';
+    out.push(`max runtime ${exactDuration(spec.max_runtime_s)} per attempt${warn}`);
+  }
+  if (spec.max_pending_s != null) out.push(`max pending ${exactDuration(spec.max_pending_s)}`);
+  return out;
+}
 
 /** [label, value] pairs of the spec's other members: every one said, the unknown as "key: value". */
 export function specPairs(spec) {

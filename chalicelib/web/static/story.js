@@ -1,15 +1,16 @@
 // The API's records as a person reads them: an exit as a sentence, an event's
 // details as short labels. Nothing the dashboard prints is JSON (the Spec
 // section excepted: it is the document the job was submitted with).
-import { count, noun, ranges } from './dom.js';
+import { count, noun, ranges, duration } from './dom.js';
 
-/** {"reason":"rank_failed","exit_code":1,"rank":3} -> "rank_failed: rank 3 exited with code 1" */
+/** {"reason":"rank_failed","exit_code":1,"rank":3,"node_id":"node-2"} ->
+ * "rank_failed: rank 3 on node-2 exited with code 1" (its decision: decisionText). */
 export function exitText(exit) {
   if (!exit) return null;
-  const { reason, exit_code: code, rank, ...rest } = exit;
-  const who = rank != null ? `rank ${rank}` : null;
+  const { reason, exit_code: code, rank, node_id: node, decision, ...rest } = exit;
+  const who = rank != null ? `rank ${rank}${node ? ` on ${node}` : ''}` : (node ? `on ${node}` : null);
   let what = null;
-  if (reason === 'node_lost') what = who ? `${who}'s node was lost` : 'its node was lost';
+  if (reason === 'node_lost') what = rank != null ? `rank ${rank}'s node${node ? ` ${node}` : ''} was lost` : `its node${node ? ` ${node}` : ''} was lost`;
   else if (reason === 'succeeded' || reason === 'cancelled') what = who;
   else if (who && code != null) what = `${who} exited with code ${code}`;
   else if (code != null) what = `exit code ${code}`;
@@ -17,6 +18,44 @@ export function exitText(exit) {
   const more = labels(rest);
   const said = [what, ...more].filter(Boolean).join(', ');
   return `${reason || 'ended'}${said ? `: ${said}` : ''}`;
+}
+
+/** What the retry rules decided, without the cause it starts with (the exit says it):
+ * "not retried (rule 1 says fail)"; the whole sentence when it starts otherwise. */
+export function decisionText(exit) {
+  const text = exit && exit.decision;
+  if (!text) return null;
+  if (exit.reason && text.startsWith(exit.reason)) {
+    const at = text.indexOf(': ');
+    if (at >= 0 && at + 2 < text.length) return text.slice(at + 2);
+  }
+  return text;
+}
+
+/** "3 (2 counted of max 3, 1 not counted)", or "3 of max 3" when every retry counted. */
+export function attemptText(job) {
+  const max = (job.spec || {}).max_attempts ?? 1;
+  const free = job.uncounted_retries || 0;
+  if (!free) return `${job.attempt} of max ${max}`;
+  return `${job.attempt} (${job.attempt - free} counted of max ${max}, ${free} not counted)`;
+}
+
+/** What is left of the limit that applies now: "times out in 3 h 12 min" (a RUNNING
+ * attempt's max_runtime_s, from started_at), "gives up waiting in 12 min" (a PENDING
+ * job's max_pending_s, from pending_since); null when none applies. */
+export function timeLeftText(job, now = Date.now()) {
+  const spec = job.spec || {};
+  const left = (from, limit) => (new Date(from).getTime() + limit * 1000 - now) / 1000;
+  if (job.state === 'RUNNING' && spec.max_runtime_s != null && job.started_at) {
+    const s = left(job.started_at, spec.max_runtime_s);
+    return s >= 0 ? `times out in ${duration(s)}` : `over its max runtime by ${duration(-s)}: being stopped`;
+  }
+  if (job.state === 'PENDING' && spec.max_pending_s != null && job.pending_since) {
+    const s = left(job.pending_since, spec.max_pending_s);
+    return s >= 0 ? `gives up waiting in ${duration(s)}`
+      : `waited past its max pending by ${duration(-s)}: ends FAILED when the placer next looks`;
+  }
+  return null;
 }
 
 // what the event's own sentence (its reason) already says, by type
@@ -27,7 +66,7 @@ const SAID = {
 
 /** An event's fields beyond its type, time and sentence, as labels: ["attempt 1", "on node-1"]. */
 export function eventLabels(type, extra) {
-  const skip = new Set(SAID[type] || []);
+  const skip = new Set([...(SAID[type] || []), 'decision']); // the decision: a line of its own
   return labels(Object.fromEntries(Object.entries(extra || {}).filter(([k]) => !skip.has(k))));
 }
 

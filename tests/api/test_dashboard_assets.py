@@ -156,14 +156,14 @@ console.log(JSON.stringify({
 
 
 def test_the_job_page_says_the_lifecycle_as_describe_does(tmp_path):
-    """story.js and spec.js (pure functions) run under node, when there is one:
+    """story.js and spec.js (pure functions) run under node (the machine's
+    Node.js, as the browser tests use its Chromium):
     the retry policy, the limits, what is left and the exit's decision in the
     words `gpujobs describe` uses (gpujobs_client/lifecycle.py)."""
     import shutil
     import subprocess
     node = shutil.which("node")
-    if node is None:
-        pytest.skip("no node to run the dashboard's modules")
+    assert node is not None, "no node to run the dashboard's modules"
     for p in web.STATIC_DIR.glob("*.js"):
         shutil.copy(p, tmp_path / p.name)
     (tmp_path / "package.json").write_text('{"type": "module"}')

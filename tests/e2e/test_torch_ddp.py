@@ -104,7 +104,12 @@ def test_a_rank_that_exits_1_is_named_by_its_exit(gpujobs, tmp_path,
     assert "Job finished: FAILED (rank_failed, exit code 1)" in r.stdout, r.stdout + r.stderr
 
     got = json.loads(gpujobs("get", job_id, "-o", "json").stdout)
-    assert got["exit"] == {"reason": "rank_failed", "exit_code": 1, "rank": 3}
+    placed = json.loads(gpujobs("attempts", job_id, "-o", "json").stdout)
+    node_of_3 = {p["rank"]: p["node_id"] for p in placed["attempts"][0]["placement"]}[3]
+    assert got["exit"] == {"reason": "rank_failed", "exit_code": 1, "rank": 3,
+                           "node_id": node_of_3,
+                           "decision": "rank_failed (rank 3, exit code 1): not retried "
+                                       "(counted attempt 1 of 1, none left)"}
 
     d = gpujobs("describe", job_id)
     assert d.returncode == 0, d.stderr

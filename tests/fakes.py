@@ -176,7 +176,7 @@ class FakeJobStore:
     def _norm(job: Job) -> Job:
         job = copy.deepcopy(job)
         for f in ("created_at", "updated_at", "started_at", "finished_at",
-                  "cancel_requested_at"):
+                  "cancel_requested_at", "pending_since"):
             setattr(job, f, _ms(getattr(job, f)))
         return job
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from typing import Iterator
+from typing import Callable, Iterator
 
 from pynamodb.exceptions import TransactWriteError
 
@@ -293,17 +293,9 @@ class DynamoJobs(OnDynamo):
     def cancel_unplaced(self, job: Job, now: datetime, reason: str | None) -> Job:
         """Cancel a job never placed: CANCELLED and finished at once, out of
         the PENDING count and the active index, its key set to expire."""
-        try:
-            with self._dynamo.transaction() as tx:
-                tx.add(cancel_unplaced_writes(job, now, reason))
-        except TransactWriteError as e:
-            if tx_lost(e):
-                mine = self._mine(job.job_id, lambda j: j.state is JobState.CANCELLED
-                                  and j.cancel_requested_at == parse_iso(iso(now)))
-                if mine is not None:
-                    return mine
-                raise StateChanged(job.job_id) from None
-            raise
+        self._end_unplaced(job, cancel_unplaced_writes(job, now, reason),
+                           lambda j: j.state is JobState.CANCELLED
+                           and j.cancel_requested_at == parse_iso(iso(now)))
         return dataclasses.replace(job, state=JobState.CANCELLED, cancel_requested_at=now,
                                    cancel_reason=reason, updated_at=now, finished_at=now,
                                    exit=dict(CANCELLED_EXIT))
@@ -312,19 +304,24 @@ class DynamoJobs(OnDynamo):
         """End a job that waited past its max_pending_s: FAILED and finished at
         once, out of the PENDING count and the active index, its key set to
         expire, its last pending_reason kept."""
-        try:
-            with self._dynamo.transaction() as tx:
-                tx.add(expire_pending_writes(job, now, exit_))
-        except TransactWriteError as e:
-            if tx_lost(e):
-                mine = self._mine(job.job_id, lambda j: j.state is JobState.FAILED
-                                  and j.finished_at == parse_iso(iso(now)))
-                if mine is not None:
-                    return mine
-                raise StateChanged(job.job_id) from None
-            raise
+        self._end_unplaced(job, expire_pending_writes(job, now, exit_),
+                           lambda j: j.state is JobState.FAILED
+                           and j.finished_at == parse_iso(iso(now)))
         return dataclasses.replace(job, state=JobState.FAILED, updated_at=now,
                                    finished_at=now, exit=dict(exit_))
+
+    def _end_unplaced(self, job: Job, writes: list[dict], mine: Callable[[Job], bool]) -> None:
+        """Run the transaction ending a job that holds no attempt; a lost race
+        is StateChanged, unless ``mine`` finds it our own earlier try."""
+        try:
+            with self._dynamo.transaction() as tx:
+                tx.add(writes)
+        except TransactWriteError as e:
+            if tx_lost(e):
+                if self._mine(job.job_id, mine) is not None:
+                    return
+                raise StateChanged(job.job_id) from None
+            raise
 
     def start(self, job: Job, now: datetime) -> Job:
         """SCHEDULED -> RUNNING when the first ranks of the attempt started."""

@@ -79,10 +79,16 @@ class Job:
     #: the placer's note "<fleet room version>@<when>": the job did not fit
     #: then, and need not be tried again until room appears (see placement)
     waiting_on: str | None = None
-    #: when it last became PENDING (its max_pending_s counts from here)
+    #: when it last became PENDING (its max_pending_s counts from here): its
+    #: creation until it is first placed, then each retry's end
     pending_since: datetime | None = None
     #: its retries that did not count against max_attempts (domain/retry.py)
     uncounted_retries: int = 0
+
+    def __post_init__(self) -> None:
+        if self.pending_since is None and self.attempt == 0 \
+                and self.state is JobState.PENDING:
+            self.pending_since = self.created_at  # never placed: waiting since created
 
 
 #: a stored JSON value in a JobView: the JSON text the store holds, undecoded

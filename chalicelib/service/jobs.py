@@ -89,7 +89,7 @@ class JobsService:
         claim = None if idempotency_key is None else IdemClaim(
             idempotency.record_id(tenant, idempotency_key), idempotency.body_hash(body))
         job = Job(job_id=new_job_id(), tenant=tenant, state=JobState.PENDING, spec=spec,
-                  created_at=now, updated_at=now, pending_since=now, name=body.get("name"),
+                  created_at=now, updated_at=now, name=body.get("name"),
                   health=initial_health(spec, self._scans_per_hour),
                   idem_id=None if claim is None else claim.idem_id)
         if claim is None:

@@ -199,6 +199,17 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
             proc.wait()
 
 
+def stop_agent(proc: subprocess.Popen, state_dir: Path) -> None:
+    """Stop an agent process a test started, by its own pid (resumed first: a
+    paused process would not act on SIGTERM), then every rank its state file
+    records, also the ranks of a test that failed half-way."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGCONT)
+    stop_process(proc, 15)
+    if (state_dir / "state.json").exists():
+        kill_recorded_ranks(state_dir)
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint(moto_server):
     """The session's one moto server (tests/conftest.py)."""

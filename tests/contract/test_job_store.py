@@ -233,6 +233,54 @@ def test_a_retry_returns_the_job_to_the_queue_with_its_attempt_failed(ports):
     assert ports.store.attempt(job.job_id, 1).state == "FAILED"
 
 
+def test_a_retry_counts_from_now_and_an_uncounted_one_is_counted_as_such(ports):
+    """A retry's wait starts at its end (max_pending_s counts from it), and
+    a retry the rules do not count adds one to uncounted_retries; placing
+    the job ends the wait."""
+    job, attempt = ports.running(max_attempts=2)
+    now = utcnow()
+    ended = ports.store.end_attempt(job, attempt, JobState.PENDING,
+                                    {"reason": "node_lost", "exit_code": None, "rank": 0},
+                                    now, uncounted=True)
+    read = ports.store.get(job.job_id)
+    assert (read.pending_since, read.uncounted_retries) == (now, 1) == (
+        ended.pending_since, ended.uncounted_retries)
+    assert ports.store.view(job.job_id) == view_of(read)
+    ports.node(1)
+    placed, _ = ports.place(read, {ports.node_id(1): [0, 1]})
+    assert ports.store.get(job.job_id).pending_since is None
+    assert ports.store.get(job.job_id).uncounted_retries == 1
+
+
+def test_a_job_past_its_wait_ends_failed_keeping_its_pending_reason(ports):
+    job = ports.created(max_pending_s=60)
+    assert ports.store.get(job.job_id).pending_since == job.created_at
+    ports.store.set_pending_reason(job, "waiting for 2 x 1 free GPUs")
+    job = ports.store.get(job.job_id)
+    now = utcnow()
+    exit_ = {"reason": "pending_timeout", "exit_code": None, "decision": "waited too long"}
+    ended = ports.store.expire_pending(job, now, exit_)
+    read = ports.store.get(job.job_id)
+    assert (read.state, read.exit, read.finished_at, read.pending_reason) == (
+        JobState.FAILED, exit_, now, "waiting for 2 x 1 free GPUs")
+    assert ended.state is JobState.FAILED
+    assert job.job_id not in [j.job_id for j in ports.store.pending(1000)]
+    assert ports.store.expire_pending(job, now, exit_).state is JobState.FAILED, \
+        "our own end, retried"
+    with pytest.raises(StateChanged):
+        ports.store.expire_pending(job, now + timedelta(seconds=1), exit_)
+    [finished] = [e for e in ports.store.events(job.job_id) if e["type"] == "finished"]
+    assert (finished["reason"], finished["decision"]) == ("pending_timeout", "waited too long")
+
+
+def test_a_placed_job_does_not_expire_as_pending(ports):
+    ports.node(0)
+    job, _ = ports.place(ports.created(max_pending_s=60), {ports.node_id(0): [0, 1]})
+    with pytest.raises(StateChanged):
+        ports.store.expire_pending(replace(job, state=JobState.PENDING), utcnow(),
+                                   {"reason": "pending_timeout", "exit_code": None})
+
+
 def test_a_recorded_cancel_wins_over_a_retry(ports):
     job, attempt = ports.running(max_attempts=2)
     now = utcnow()

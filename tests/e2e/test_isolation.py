@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+from tests.agent.conftest import stop_agent
 from tests.hostile_ranks import ensure_rank_user
 from tests.stacks import ROOT, Api, start_stack
 
@@ -122,15 +123,7 @@ def node_agent(iso_stack):
     try:
         yield proc, home, user
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        from agent.runner import kill_recorded_ranks
-        if (home / "state" / "state.json").exists():
-            kill_recorded_ranks(home / "state")
+        stop_agent(proc, home / "state")
         log.seek(0)
         print("--- agent output ---\n" + log.read())
         log.close()

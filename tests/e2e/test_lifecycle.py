@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.runner import kill_recorded_ranks
-from tests.agent.conftest import wait_until
+from tests.agent.conftest import stop_agent, wait_until
 from tests.client.conftest import cli_runner
 from tests.stacks import ROOT, TOKENS, Api, start_stack
 
@@ -75,17 +74,8 @@ def agents(life_stack, tmp_path_factory):
             and r.json()["state"] == "READY" for n in NODES))
         yield procs
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)  # a paused agent would not act on SIGTERM
-                proc.terminate()
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        for d in dirs:
-            kill_recorded_ranks(d)
+        for proc, state_dir in zip(procs.values(), dirs):
+            stop_agent(proc, state_dir)
         for log in logs:
             log.close()
 

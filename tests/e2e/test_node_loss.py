@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.runner import kill_recorded_ranks
-from tests.agent.conftest import alive, wait_until
+from tests.agent.conftest import alive, stop_agent, wait_until
 from tests.hostile_ranks import HOSTILE, KINDS, steady
 from tests.stacks import ROOT, TOKENS, Api, start_stack
 
@@ -76,15 +75,7 @@ def agent_proc(loss_stack, tmp_path, request):
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)  # a paused process would not act on SIGTERM
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        kill_recorded_ranks(state_dir)
+        stop_agent(proc, state_dir)
         log.close()
 
 

@@ -7,21 +7,11 @@ from chalicelib.domain.errors import Forbidden, StaleAttempt
 from chalicelib.domain.principal import Principal
 from chalicelib.domain.states import JobState
 
-from .conftest import AGENTS, register, submit
-
-
-def _placed(svc, world, ranks=4, **body):
-    register(svc, "n1", gpus=2)
-    register(svc, "n2", gpus=2)
-    job = submit(svc, ranks=ranks, **body)
-    assert svc.placer.run().placed == [job.job_id]
-    for n in ("n1", "n2"):
-        world.inbox.drain(world.inbox.ensure(n))
-    return job
+from .conftest import AGENTS, placed, register, submit
 
 
 def test_a_failed_rank_with_attempts_left_stops_the_rest_and_requeues(svc, world):
-    job = _placed(svc, world, max_attempts=2)
+    job = placed(svc, world, max_attempts=2)
     svc.attempts.report(AGENTS, job.job_id, 1, {"type": "STARTED", "node_id": "n1",
                                                 "ranks": [0, 1]})
     job = svc.attempts.report(AGENTS, job.job_id, 1, {"type": "EXITED", "node_id": "n1",
@@ -42,7 +32,7 @@ def test_a_failed_rank_with_attempts_left_stops_the_rest_and_requeues(svc, world
 
 
 def test_an_agent_token_reports_only_for_its_own_node(svc, world):
-    job = _placed(svc, world)
+    job = placed(svc, world)
     with pytest.raises(Forbidden):
         svc.attempts.report(Principal("agent", "n1"), job.job_id, 1,
                             {"type": "STARTED", "node_id": "n2", "ranks": [2]})
@@ -52,7 +42,7 @@ def test_an_agent_token_reports_only_for_its_own_node(svc, world):
 
 
 def test_an_unacknowledged_launch_is_resent_only_to_the_silent_node(svc, world, clock):
-    job = _placed(svc, world)
+    job = placed(svc, world)
     svc.attempts.report(AGENTS, job.job_id, 1, {"type": "STARTED", "node_id": "n1",
                                                 "ranks": [0, 1]})
     assert svc.reconciler.resend_due_intents() == 0, "not due yet"
@@ -77,7 +67,7 @@ def test_a_send_that_failed_is_resent_by_the_reconciler(svc, world, clock):
 
 
 def test_a_silent_node_goes_down_and_its_attempt_fails_with_it(svc, world, clock):
-    job = _placed(svc, world, retry={"rules": [{"reasons": ["node_lost"], "action": "retry"}]})
+    job = placed(svc, world, retry={"rules": [{"reasons": ["node_lost"], "action": "retry"}]})
     clock.advance(61)
     register(svc, "n1", gpus=2)  # n1 still calls in; n2 went silent
     assert svc.reconciler.mark_silent_nodes_down() == ["n2"]

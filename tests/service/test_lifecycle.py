@@ -5,17 +5,7 @@ from __future__ import annotations
 from chalicelib.domain import deadlines
 from chalicelib.domain.states import JobState
 
-from .conftest import AGENTS, register, submit
-
-
-def _placed(svc, world, ranks=4, **body):
-    register(svc, "n1", gpus=2)
-    register(svc, "n2", gpus=2)
-    job = submit(svc, ranks=ranks, **body)
-    assert svc.placer.run().placed == [job.job_id]
-    for n in ("n1", "n2"):
-        world.inbox.drain(world.inbox.ensure(n))
-    return job
+from .conftest import AGENTS, placed, register, submit
 
 
 def _started(svc, job, attempt=1):
@@ -35,7 +25,7 @@ def _events(svc, job, kind):
 
 
 def test_a_lost_node_is_retried_without_using_up_max_attempts(svc, world, clock):
-    job = _started(svc, _placed(svc, world))  # max_attempts 1
+    job = _started(svc, placed(svc, world))  # max_attempts 1
     clock.advance(61)
     register(svc, "n1", gpus=2)  # n2 went silent
     assert svc.reconciler.mark_silent_nodes_down() == ["n2"]
@@ -51,7 +41,7 @@ def test_a_lost_node_is_retried_without_using_up_max_attempts(svc, world, clock)
 
 
 def test_an_exit_code_ruled_fail_fails_at_once_whatever_attempts_remain(svc, world):
-    job = _started(svc, _placed(svc, world, max_attempts=3, retry={"rules": [
+    job = _started(svc, placed(svc, world, max_attempts=3, retry={"rules": [
         {"exit_codes": [42], "action": "fail"}]}))
     job = svc.attempts.report(AGENTS, job.job_id, 1, {"type": "EXITED", "node_id": "n2",
                                                       "ranks": [3], "exit_code": 42})
@@ -64,7 +54,7 @@ def test_an_exit_code_ruled_fail_fails_at_once_whatever_attempts_remain(svc, wor
 
 
 def test_a_crash_looping_job_stops_at_its_cap(svc, world):
-    job = _placed(svc, world, max_attempts=3)
+    job = placed(svc, world, max_attempts=3)
     for attempt in (1, 2, 3):
         job = _started(svc, job, attempt)
         job = svc.attempts.report(AGENTS, job.job_id, attempt, {
@@ -83,7 +73,7 @@ def test_a_crash_looping_job_stops_at_its_cap(svc, world):
 
 
 def test_an_agent_s_timed_out_report_ends_the_attempt_and_stops_every_node(svc, world):
-    job = _started(svc, _placed(svc, world, max_attempts=2, max_runtime_s=60))
+    job = _started(svc, placed(svc, world, max_attempts=2, max_runtime_s=60))
     job = svc.attempts.report(AGENTS, job.job_id, 1, {"type": "TIMED_OUT", "node_id": "n1",
                                                       "ranks": [0, 1]})
     assert (job.state, job.attempt) == (JobState.PENDING, 1)
@@ -104,7 +94,7 @@ def test_an_agent_s_timed_out_report_ends_the_attempt_and_stops_every_node(svc, 
 def test_the_scan_ends_an_attempt_its_agents_did_not_time_out(svc, world, clock):
     """The agent's enforcement failed (cut off, or an agent that does not
     enforce limits): the stall scan ends the attempt BACKSTOP_S past it."""
-    job = _started(svc, _placed(svc, world, max_runtime_s=600,
+    job = _started(svc, placed(svc, world, max_runtime_s=600,
                                 heartbeat={"mode": "off"}))
     clock.advance(600 + deadlines.BACKSTOP_S - 1)
     svc.scanner.run()
@@ -158,7 +148,7 @@ def test_a_job_that_can_never_fit_is_not_parked_when_its_wait_is_timed(svc, worl
 
 
 def test_a_retried_job_s_wait_counts_from_its_retry(svc, world, clock):
-    job = _started(svc, _placed(svc, world, max_attempts=2, max_pending_s=100))
+    job = _started(svc, placed(svc, world, max_attempts=2, max_pending_s=100))
     clock.advance(500)  # ran long: its first wait is long over
     job = svc.attempts.report(AGENTS, job.job_id, 1, {"type": "EXITED", "node_id": "n1",
                                                       "ranks": [0], "exit_code": 1})

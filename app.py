@@ -139,6 +139,29 @@ def list_nodes():
     return ok({"nodes": [node_json(n) for n in services().nodes.list()]})
 
 
+@endpoint("/v1/nodes/{node_id}/cordon", "POST")
+def cordon_node(node_id: str):
+    operator = services().auth.operator(http.authorization())
+    body = http.body("CORDON", required=False) or {}
+    return ok(node_json(services().cordons.cordon(operator, node_id, body.get("reason"))))
+
+
+@endpoint("/v1/nodes/{node_id}/drain", "POST")
+def drain_node(node_id: str):
+    operator = services().auth.operator(http.authorization())
+    body = http.body("DRAIN", required=False) or {}
+    node = services().cordons.drain(operator, node_id, body.get("reason"),
+                                    wait=body.get("wait", False))
+    # the preemptions are intents (CANCELs), as a cancel's are
+    return ok(node_json(node), 202)
+
+
+@endpoint("/v1/nodes/{node_id}/uncordon", "POST")
+def uncordon_node(node_id: str):
+    operator = services().auth.operator(http.authorization())
+    return ok(node_json(services().cordons.uncordon(operator, node_id)))
+
+
 # -- the dashboard: static files (chalicelib/web) that call the JSON API above ------
 @endpoint("/", ("GET", "HEAD"), content_types=["*/*"])
 def dashboard():

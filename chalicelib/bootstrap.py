@@ -22,6 +22,7 @@ from .domain.clock import Clock, utcnow
 from .service import health
 from .service.attempts import AttemptsService
 from .service.auth import Authenticator
+from .service.cordons import Cordons, FailureWatch
 from .service.dispatch import Dispatcher
 from .service.heartbeats import HeartbeatsService
 from .service.jobs import JobsService
@@ -50,6 +51,7 @@ class Services:
     auth: Authenticator
     telemetry: Telemetry
     logs: LogsService
+    cordons: Cordons
     #: the one time source every service reads
     clock: Clock = utcnow
 
@@ -104,7 +106,10 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
                        scans_per_hour=config.scans_per_hour,
                        cancel_resend_after_s=config.cancel_resend_after_s,
                        telemetry=telemetry, clock=clock, limits=config.tenant_limits)
-    attempts = AttemptsService(store, dispatcher, nudge, clock=clock)
+    watch = FailureWatch(node_store, failures=config.auto_cordon_failures,
+                         window_s=config.auto_cordon_window_s, clock=clock)
+    attempts = AttemptsService(store, dispatcher, nudge, clock=clock,
+                               failed_on=watch.attempt_failed)
     collector = DynamoCollectorStore(connection)
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
                                    scans_per_hour=config.scans_per_hour, telemetry=telemetry,
@@ -126,7 +131,8 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
         heartbeats=heartbeats, scanner=scanner, scan_fanout=fanout, auth=Authenticator(tokens),
         telemetry=telemetry, clock=clock,
         logs=LogsService(jobs, log_reader or CloudWatchLogReader(config),
-                         page_token_key=config.page_token_key, clock=clock))
+                         page_token_key=config.page_token_key, clock=clock),
+        cordons=Cordons(node_store, store, attempts, clock=clock))
 
 
 def with_page_token_key(config: Config, parameters: SsmParameters) -> Config:

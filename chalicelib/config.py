@@ -51,6 +51,10 @@ class Config:
     #: per-tenant limits (issue 9); the counters live in tenants_table
     tenants_table: str = "gpujobs-unbound-tenants"
     tenant_limits: TenantLimits = TenantLimits()
+    #: a node where this many attempts end rank_failed within the window is
+    #: cordoned (service/cordons.py); 0: never
+    auto_cordon_failures: int = 3
+    auto_cordon_window_s: float = 3600.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Config":
@@ -95,7 +99,20 @@ class Config:
             log_group=env.get("GPUJOBS_LOG_GROUP") or None,
             tenants_table=need("GPUJOBS_TENANTS_TABLE"),
             tenant_limits=_tenant_limits(env),
+            auto_cordon_failures=_int(env, "GPUJOBS_AUTO_CORDON_FAILURES", 3),
+            auto_cordon_window_s=float(env.get("GPUJOBS_AUTO_CORDON_WINDOW_S") or 3600),
         )
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    try:
+        value = default if not raw else int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"{name} must be 0 or more, got {value}")
+    return value
 
 
 def _tenant_limits(env: Mapping[str, str]) -> TenantLimits:

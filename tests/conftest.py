@@ -133,11 +133,13 @@ class Tenants:
             {"token": f"tok-b-{tag}", "tenant": self.b},
             {"token": f"tok-agent-{tag}", "agent": "node-1"},
             {"token": f"tok-agents-{tag}", "agent": "*"},
+            {"token": f"tok-ops-{tag}", "operator": f"ops-{tag}"},
         ]
 
     def headers(self, who: str = "a", **extra: str) -> dict[str, str]:
         token = {"a": self.entries[0], "b": self.entries[1],
-                 "agent": self.entries[2], "agents": self.entries[3]}[who]["token"]
+                 "agent": self.entries[2], "agents": self.entries[3],
+                 "ops": self.entries[4]}[who]["token"]
         return {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
                 **extra}
 

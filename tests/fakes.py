@@ -48,7 +48,7 @@ from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parke
 from chalicelib.domain.health import clear_incident, frozen_health, incident
 from chalicelib.domain.intents import Intent
 from chalicelib.domain.jobs import Job, JobView, view_of
-from chalicelib.domain.nodes import Node, NodeState
+from chalicelib.domain.nodes import Node, NodeState, failures_since
 from chalicelib.domain.placement import Plan, queue_key
 from chalicelib.domain.stall import Beat
 from chalicelib.domain.states import ENDS_ATTEMPT, PLACED, Event, JobState, sources
@@ -643,8 +643,8 @@ class FakeNodeStore:
             was_down = node.state is NodeState.DOWN
             node.last_seen_at, node.labels, node.address = now, copy.deepcopy(labels), address
             node.inbox_queue_url, node.isolation = inbox_queue_url, isolation
-            if was_down:
-                node.state = NodeState.READY
+            if was_down:  # a cordon it had holds on
+                node.state = NodeState.DRAINING if node.cordon else NodeState.READY
             changed = gpus != node.gpus or gpu_type != node.gpu_type
             if changed:
                 deltas = {node.gpu_type: -node.gpus, ALL_TYPES: gpus - node.gpus}
@@ -656,10 +656,39 @@ class FakeNodeStore:
                         self.t.reshape(t, now)
                 node.gpus_free += gpus - node.gpus
                 node.gpus, node.gpu_type = gpus, gpu_type
-            if changed or was_down:  # room may have appeared
+            if changed or (was_down and not node.cordon):  # room may have appeared
                 self.t.bump_room(gpu_type, now)
                 self._raise_largest(gpu_type, gpus, now)
             return copy.deepcopy(node)
+
+    def cordon(self, node_id: str, cordon: dict, now: datetime) -> Node | None:
+        with self.t.lock:
+            node = self.t.nodes.get(node_id)
+            if node is None:
+                return None
+            node.cordon = copy.deepcopy(cordon)
+            if node.state is NodeState.READY:
+                node.state = NodeState.DRAINING
+            return copy.deepcopy(node)
+
+    def uncordon(self, node_id: str, now: datetime) -> Node | None:
+        with self.t.lock:
+            node = self.t.nodes.get(node_id)
+            if node is None or node.cordon is None:
+                return copy.deepcopy(node)
+            node.cordon = None
+            if node.state is NodeState.DRAINING:
+                node.state = NodeState.READY
+                self.t.bump_room(node.gpu_type, ms(now))
+            return copy.deepcopy(node)
+
+    def record_failure(self, node_id: str, entry: str, since: str) -> list[str]:
+        with self.t.lock:
+            node = self.t.nodes.get(node_id)
+            if node is None:
+                return []
+            node.failures = frozenset(failures_since(node.failures | {entry}, since))
+            return sorted(node.failures)
 
     def fleet_of(self, gpu_type: str | None) -> Fleet:
         with self.t.lock:
@@ -933,6 +962,7 @@ class FakeServices:
     reconciler: Any
     heartbeats: Any
     scanner: Any
+    cordons: Any
 
 
 class World:
@@ -953,10 +983,12 @@ class World:
                  scans_per_hour: float = 60.0, period_s: float = 60.0,
                  resend_after_s: float = 30.0, down_after_s: float = 60.0,
                  limits: quotas.TenantLimits = quotas.NO_LIMITS,
-                 settle_s: float = SETTLE_S):
+                 settle_s: float = SETTLE_S, auto_cordon_failures: int = 3,
+                 auto_cordon_window_s: float = 3600.0):
         """The services as bootstrap.build wires them (no fan-out, no logs);
         ``limits`` are the tenants' (none by default), ``settle_s`` the placer's."""
         from chalicelib.service.attempts import AttemptsService
+        from chalicelib.service.cordons import Cordons, FailureWatch
         from chalicelib.service.dispatch import Dispatcher
         from chalicelib.service.heartbeats import HeartbeatsService
         from chalicelib.service.jobs import JobsService
@@ -969,7 +1001,10 @@ class World:
         jobs = JobsService(self.store, dispatcher, self.nudge, page_token_key=page_token_key,
                            scans_per_hour=scans_per_hour, cancel_resend_after_s=resend_after_s,
                            telemetry=self.telemetry, clock=clock, limits=limits)
-        attempts = AttemptsService(self.store, dispatcher, self.nudge, clock=clock)
+        watch = FailureWatch(self.nodes, failures=auto_cordon_failures,
+                             window_s=auto_cordon_window_s, clock=clock)
+        attempts = AttemptsService(self.store, dispatcher, self.nudge, clock=clock,
+                                   failed_on=watch.attempt_failed)
         heartbeats = HeartbeatsService(self.store, self.beats, self.collector,
                                        scans_per_hour=scans_per_hour, telemetry=self.telemetry,
                                        page_token_key=page_token_key, clock=clock)
@@ -986,4 +1021,5 @@ class World:
                                   clock=clock),
             heartbeats=heartbeats,
             scanner=Scanner(self.store, heartbeats, self.collector, attempts,
-                            period_s=period_s, telemetry=self.telemetry, clock=clock))
+                            period_s=period_s, telemetry=self.telemetry, clock=clock),
+            cordons=Cordons(self.nodes, self.store, attempts, clock=clock))

@@ -34,7 +34,7 @@ from chalicelib.domain.health import initial_health  # noqa: E402
 from chalicelib.domain.ids import JOB_ID_RE, new_job_id  # noqa: E402
 from chalicelib.domain.intents import cancel_intent, launch_intent  # noqa: E402
 from chalicelib.domain.jobs import Job, with_defaults  # noqa: E402
-from chalicelib.domain.nodes import NODE_ID_RE, Node, NodeState  # noqa: E402
+from chalicelib.domain.nodes import NODE_ID_RE, Node, NodeState, cordon_of  # noqa: E402
 from chalicelib.domain.placement import master_port  # noqa: E402
 from chalicelib.domain.principal import Principal  # noqa: E402
 from chalicelib.domain.stall import Beat  # noqa: E402
@@ -168,6 +168,11 @@ def test_node_put_schema_equals_server_validation_schema(doc):
     assert doc["components"]["schemas"]["NodePut"] == schemas.NODE_PUT
 
 
+def test_cordon_and_drain_schemas_equal_server_validation_schemas(doc):
+    assert doc["components"]["schemas"]["Cordon"] == schemas.CORDON
+    assert doc["components"]["schemas"]["Drain"] == schemas.DRAIN
+
+
 def test_attempt_event_schema_equals_server_validation_schema(doc):
     assert doc["components"]["schemas"]["AttemptEvent"] == schemas.ATTEMPT_EVENT
 
@@ -186,6 +191,8 @@ def test_request_bodies_use_the_server_validation_schemas(doc):
         ("/v1/jobs/{job_id}/attempts/{attempt}/events", "post"): {
             "$ref": "#/components/schemas/AttemptEvent"},
         ("/v1/jobs/{job_id}/heartbeats", "post"): {"$ref": "#/components/schemas/Heartbeats"},
+        ("/v1/nodes/{node_id}/cordon", "post"): {"$ref": "#/components/schemas/Cordon"},
+        ("/v1/nodes/{node_id}/drain", "post"): {"$ref": "#/components/schemas/Drain"},
     }
 
 
@@ -279,6 +286,13 @@ EXPECTED_STATUSES = {
     ("/v1/nodes/{node_id}", "get"): {"200", "401", "404", "415", "500", "503"},
     ("/v1/nodes/{node_id}", "put"): {"200", "400", "401", "403", "413", "415", "500",
                                      "503"},
+    # an operator's: cordon and drain read a body, uncordon none
+    ("/v1/nodes/{node_id}/cordon", "post"): {"200", "400", "401", "403", "404", "413", "415",
+                                             "500", "503"},
+    ("/v1/nodes/{node_id}/drain", "post"): {"202", "400", "401", "403", "404", "413", "415",
+                                            "500", "503"},
+    ("/v1/nodes/{node_id}/uncordon", "post"): {"200", "401", "403", "404", "415", "500",
+                                               "503"},
     # the dashboard's static files: no token, no storage, any Content-Type
     ("/", "get"): {"200", "301", "304", "500"},
     ("/", "head"): {"200", "301", "304", "500"},
@@ -447,6 +461,8 @@ def _exits() -> dict[str, dict]:
         "cancelled": exit_info(_attempt(stopped=everyone), Event.STOPPED),
         "timeout": decided(dict(deadlines.TIMEOUT_EXIT)),
         "pending_timeout": deadlines.pending_exit(spec, "waiting for 3 x 1 free GPUs"),
+        "preempted": decided({"reason": "preempted", "exit_code": None, "node_id": "node-2",
+                              "detail": "node node-2 drained: bad ECC"}),
     }
 
 
@@ -523,6 +539,9 @@ def test_node_representation_conforms_to_node_schema(doc):
     others = [node_json(_node(node_id=f"n.{s.value.lower()}", state=s, gpu_type="h100",
                               labels={"rack": "r1"}, address="10.0.0.7", gpus_free=-2))
               for s in NodeState]
+    others.append(node_json(_node(node_id="n.cordoned", state=NodeState.DRAINING,
+                                  cordon=cordon_of("bad ECC", "ops", iso(_t(
+                                      "2025-01-31T12:00:01")), "stop"))))
     for other in others:
         _assert_valid(doc, "Node", other)
     _assert_valid(doc, "NodeList", {"nodes": [node, *others]})

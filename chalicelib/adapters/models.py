@@ -200,6 +200,10 @@ class NodeModel(Model):
     isolation = UnicodeAttribute(null=True)
     #: those of them lost with the node (DOWN), until its agent confirms their ranks gone
     lost = UnicodeSetAttribute(null=True)
+    #: the operator's (or auto-) cordon, domain/nodes.cordon_of; absent: none
+    cordon = FastJSONAttribute(null=True)
+    #: "<iso time>|<job_id#attempt>" of recent rank_failed ends here (auto-cordon)
+    failures = UnicodeSetAttribute(null=True)
 
     ready_by_type = NodesReadyByType()
     ready_any_index = NodesReadyAny()

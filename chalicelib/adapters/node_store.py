@@ -14,7 +14,7 @@ from pynamodb.exceptions import TransactWriteError
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from ..domain.fleet import Fleet, fleet_key
-from ..domain.nodes import Node, NodeState
+from ..domain.nodes import Node, NodeState, failures_since
 from .dynamo import Changes, ConditionFailed, Dynamo, Table
 from .dynamo_errors import tx_lost
 from .fleet import (
@@ -23,6 +23,7 @@ from .fleet import (
     fleet_from_item,
     fleet_update,
     room_types,
+    room_update,
     swept_update,
 )
 from .models import NodeModel
@@ -35,7 +36,14 @@ _READY_BY_TYPE = NodeModel.ready_by_type.Meta.index_name
 _READY_ANY = NodeModel.ready_any_index.Meta.index_name
 #: ready_any's one partition: every READY node
 _ANY = "1"
-_READY, _DOWN = NodeState.READY.value, NodeState.DOWN.value
+_READY, _DOWN, _DRAINING = (NodeState.READY.value, NodeState.DOWN.value,
+                            NodeState.DRAINING.value)
+_TRIES = 5
+
+
+def _cordon_is(cordoned: bool) -> str:
+    """The condition that the node's cordon is (or is not) still as read."""
+    return "attribute_exists(#cordon)" if cordoned else "attribute_not_exists(#cordon)"
 
 
 def node_from_item(item: dict) -> Node:
@@ -46,7 +54,8 @@ def node_from_item(item: dict) -> Node:
                 inbox_queue_url=v["inbox_queue_url"], last_seen_at=parse_iso(v["last_seen_at"]),
                 registered_at=parse_iso(v["registered_at"]), labels=v["labels"] or {},
                 address=v["address"] or v["node_id"], isolation=v["isolation"] or "none",
-                attempts=frozenset(v["attempts"] or ()), lost=frozenset(v["lost"] or ()))
+                attempts=frozenset(v["attempts"] or ()), lost=frozenset(v["lost"] or ()),
+                cordon=v["cordon"], failures=frozenset(v["failures"] or ()))
 
 
 class NodeRaced(Exception):
@@ -127,25 +136,28 @@ class DynamoNodeStore:
                    .set("isolation", isolation))
         #: GPU type -> the change of its registered GPUs
         with_fleet: dict[str, int] = {}
+        cordoned = current.cordon is not None
         if old_state is NodeState.DOWN:
-            # back from the dead: its attempts were failed and their GPUs returned
-            changes.set("state", _READY)
+            # back from the dead: its attempts were failed and their GPUs
+            # returned; a cordon it had holds on
+            changes.set("state", _DRAINING if cordoned else _READY)
         if delta or gpu_type != old_type:
             changes.set("gpus", gpus).set("gpu_type", gpu_type).add("gpus_free", delta)
             deltas = {old_type: -old_gpus, ALL_TYPES: delta}
             deltas[gpu_type] = deltas.get(gpu_type, 0) + gpus
             # ALL_TYPES always moves on: its generation says "some type changed"
             with_fleet = {t: d for t, d in deltas.items() if d or t == ALL_TYPES}
-        if old_state in (NodeState.READY, NodeState.DOWN):  # READY from here on
+        if not cordoned and old_state in (NodeState.READY, NodeState.DOWN):  # READY now
             changes.set("ready_type", gpu_type).set("ready_any", _ANY)
         #: the fleets whose registered GPUs changed: their generation moves
         reshaped = set(with_fleet)
         room = room_types(gpu_type)
-        if with_fleet or old_state is NodeState.DOWN:
+        if with_fleet or (old_state is NodeState.DOWN and not cordoned):
             # room may have appeared: grown, retyped or back from DOWN
             with_fleet.update({t: 0 for t in room if t not in with_fleet})
         request = changes.update(NODES.key(node_id),
-                                 condition="#gpus = :old_gpus AND #state = :old_state",
+                                 condition="#gpus = :old_gpus AND #state = :old_state AND "
+                                 + _cordon_is(cordoned),
                                  values={":old_gpus": NODES.value("gpus", old_gpus),
                                          ":old_state": NODES.value("state", old_state.value)})
         stamp = iso(now)
@@ -178,6 +190,76 @@ class DynamoNodeStore:
                 self._dynamo.update(fleet_update(t, largest_node=gpus, changed_at=iso(now)))
             except ConditionFailed:
                 pass
+
+    # -- cordons (service/cordons.py) --------------------------------------------
+    def cordon(self, node_id: str, cordon: dict, now: datetime) -> Node | None:
+        """Record ``cordon`` (domain/nodes.cordon_of): a READY node becomes
+        DRAINING and leaves the placement indexes, in one write conditioned
+        on the state read (a reservation's condition, state READY, then
+        fails); a DOWN node stays DOWN and comes back DRAINING. None: no
+        such node."""
+        for _ in range(_TRIES):
+            node = self.get(node_id)
+            if node is None:
+                return None
+            changes = Changes(NODES).set("cordon", cordon)
+            if node.state is NodeState.READY:
+                changes.set("state", _DRAINING).remove("ready_type", "ready_any")
+            try:
+                return node_from_item(self._dynamo.update({**changes.update(
+                    NODES.key(node_id), condition="#state = :old_state",
+                    values={":old_state": NODES.value("state", node.state.value)}),
+                    "ReturnValues": "ALL_NEW"})["Attributes"])
+            except ConditionFailed:
+                continue
+        raise ServiceUnavailable(f"node {node_id} is changing concurrently; retry")
+
+    def uncordon(self, node_id: str, now: datetime) -> Node | None:
+        """Lift the node's cordon: a DRAINING node is READY again, back in
+        the placement indexes, and room appears for its type (the placer's
+        waiting jobs look again), in one transaction. None: no such node."""
+        for _ in range(_TRIES):
+            node = self.get(node_id)
+            if node is None or node.cordon is None:
+                return node
+            changes = Changes(NODES).remove("cordon")
+            draining = node.state is NodeState.DRAINING
+            if draining:
+                changes.set("state", _READY).set("ready_type", node.gpu_type) \
+                    .set("ready_any", _ANY)
+            request = changes.update(NODES.key(node_id), condition="#state = :old_state AND "
+                                     "attribute_exists(#cordon)",
+                                     values={":old_state": NODES.value("state",
+                                                                       node.state.value)})
+            try:
+                with self._dynamo.transaction() as tx:
+                    tx.update(request)
+                    for t in room_types(node.gpu_type) if draining else ():
+                        tx.update(room_update(t, iso(now)))
+            except TransactWriteError as e:
+                if tx_lost(e):
+                    continue
+                raise
+            return self.get(node_id)
+        raise ServiceUnavailable(f"node {node_id} is changing concurrently; retry")
+
+    def record_failure(self, node_id: str, entry: str, since: str) -> list[str]:
+        """Add a failure (domain/nodes.failure_entry) to the node's record and
+        return those at or after ``since``; older ones are dropped."""
+        try:
+            item = self._dynamo.update({**NODES.update(
+                NODES.key(node_id), "ADD #failures :entry",
+                condition="attribute_exists(#node_id)",
+                values={":entry": NODES.value("failures", {entry})}), "ReturnValues": "ALL_NEW"})
+        except ConditionFailed:
+            return []
+        entries = NODES.values(item["Attributes"])["failures"] or set()
+        recent = failures_since(entries, since)
+        old = set(entries) - set(recent)
+        if old:
+            self._dynamo.update(NODES.update(NODES.key(node_id), "DELETE #failures :old",
+                                             values={":old": NODES.value("failures", old)}))
+        return recent
 
     # -- fleet generations: parked never-fitting jobs (domain/fleet.py) --------
     def fleet_of(self, gpu_type: str | None) -> Fleet:

@@ -1,7 +1,7 @@
 """Bearer tokens, kept only as SHA-256 hashes.
 
 The local stack reads ``[{"token": "t1", "tenant": "acme"}, {"token": "a1",
-"agent": "node-1"}]`` from GPUJOBS_TOKENS_FILE and forgets the plain tokens
+"agent": "node-1"}, {"token": "o1", "operator": "ops"}]`` from GPUJOBS_TOKENS_FILE and forgets the plain tokens
 as soon as they are hashed.
 """
 from __future__ import annotations
@@ -31,21 +31,25 @@ class TokenStore:
                 p = Principal("tenant", str(e["tenant"]))
             elif "agent" in e:
                 p = Principal("agent", str(e["agent"]))
+            elif "operator" in e:
+                p = Principal("operator", str(e["operator"]))
             else:
-                raise ValueError("each token entry names a tenant or an agent")
+                raise ValueError("each token entry names a tenant, an agent or an operator")
             hashes[token_hash(str(e["token"]))] = p
         return cls(hashes)
 
     @classmethod
     def from_hashes_json(cls, text: str) -> "TokenStore":
-        """``{"<sha256 hex of a token>": {"tenant": name} | {"agent": node or "*"}}``,
+        """``{"<sha256 hex of a token>": {"tenant": name} | {"agent": node or "*"} |
+        {"operator": name}}``,
         the form kept in SSM on AWS: no plain token anywhere."""
         hashes = {}
         for digest, who in json.loads(text).items():
             if not _SHA256.match(digest) or not isinstance(who, dict) or len(who) != 1:
-                raise ValueError("token hashes map 64 hex digits to {tenant: ...} or {agent: ...}")
+                raise ValueError("token hashes map 64 hex digits to {tenant: ...}, "
+                                 "{agent: ...} or {operator: ...}")
             [(kind, name)] = who.items()
-            if kind not in ("tenant", "agent"):
+            if kind not in ("tenant", "agent", "operator"):
                 raise ValueError(f"unknown principal kind {kind!r}")
             hashes[digest] = Principal(kind, str(name))
         return cls(hashes)

@@ -43,7 +43,8 @@ def node_json(node: Node) -> dict:
     return {"node_id": node.node_id, "gpus": node.gpus, "gpus_free": node.gpus_free,
             "gpu_type": node.gpu_type, "state": node.state.value,
             "inbox_queue_url": node.inbox_queue_url, "last_seen_at": iso_or_none(node.last_seen_at),
-            "labels": node.labels, "address": node.address, "isolation": node.isolation}
+            "labels": node.labels, "address": node.address, "isolation": node.isolation,
+            "cordon": node.cordon}
 
 
 def node_registration_json(node: Node) -> dict:

@@ -120,6 +120,26 @@ CANCEL = {
     "properties": {"reason": {"type": "string", "maxLength": 1024}},
 }
 
+CORDON = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 1024,
+                              "description": "Why; shown with the node."}},
+}
+
+DRAIN = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "reason": {"type": "string", "minLength": 1, "maxLength": 1024,
+                   "description": "Why; shown with the node and in each preempted job's "
+                                  "retry decision."},
+        "wait": {"type": "boolean",
+                 "description": "true: let the running jobs finish (no preemption); "
+                                "default false: preempt them now."},
+    },
+}
+
 NODE_PUT = {
     "type": "object",
     "additionalProperties": False,

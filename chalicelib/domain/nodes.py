@@ -11,8 +11,37 @@ NODE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 class NodeState(str, enum.Enum):
     READY = "READY"        # takes new placements
-    DRAINING = "DRAINING"  # keeps its ranks, takes nothing new
+    DRAINING = "DRAINING"  # cordoned: keeps its ranks (or stops them: drain), takes nothing new
     DOWN = "DOWN"          # stopped calling in; its attempts were failed or re-queued
+
+
+#: how a cordon treats the node's running jobs: left to run (cordon, or a
+#: drain that waits for them), or stopped and requeued as preempted (drain)
+KEEP, WAIT, STOP = "keep", "wait", "stop"
+#: who cordons a node that keeps failing attempts (auto-cordon)
+AUTO = "gpujobs"
+
+
+def cordon_of(reason: str, by: str, at: str, drain: str = KEEP, *, auto: bool = False) -> dict:
+    """A cordon as it is stored and shown: why, by whom, when, and what it
+    does to the running jobs. A cordoned node is DRAINING (DOWN stays DOWN,
+    and comes back DRAINING): no new placements until it is uncordoned."""
+    return {"reason": reason, "by": by, "at": at, "drain": drain, "auto": auto}
+
+
+def auto_cordon_reason(failures: int, window_s: float) -> str:
+    return (f"auto-cordoned: {failures} attempts ended rank_failed here within "
+            f"{int(window_s)} s")
+
+
+def failure_entry(at: str, key: str) -> str:
+    """A failure as the node keeps it: "<iso time>|<job_id#attempt>"."""
+    return f"{at}|{key}"
+
+
+def failures_since(entries, since: str) -> list[str]:
+    """The entries (failure_entry) at or after ``since`` (ISO text sorts as time)."""
+    return sorted(e for e in entries if e.split("|", 1)[0] >= since)
 
 
 @dataclass
@@ -35,6 +64,10 @@ class Node:
     #: those of them lost with the node (DOWN): they hold their GPUs until the
     #: node's agent confirms their ranks gone
     lost: frozenset = frozenset()
+    #: the cordon (cordon_of) while the node takes no placements; None: none
+    cordon: dict | None = None
+    #: recent attempt failures here (failure_entry), for auto-cordon
+    failures: frozenset = frozenset()
 
     @property
     def live_attempts(self) -> list[str]:

@@ -89,12 +89,17 @@ def _matches(rule: dict, reason: str, exit_code: int | None) -> bool:
     return True
 
 
-def _cause(reason: str, exit_code: int | None, rank: int | None) -> str:
-    """'rank_failed (rank 3, exit code 137, SIGKILL)': the end in a few words."""
+def _cause(exit_: dict) -> str:
+    """'rank_failed (rank 3, exit code 137, SIGKILL)', 'preempted (node n1
+    drained: bad ECC)': the end in a few words."""
+    reason, rank, code = exit_.get("reason") or "rank_failed", exit_.get("rank"), \
+        exit_.get("exit_code")
     bits = [f"rank {rank}"] if rank is not None else []
-    if exit_code is not None:
-        sig = signal_of(exit_code)
-        bits.append(f"exit code {exit_code}" + (f", {sig}" if sig else ""))
+    if code is not None:
+        sig = signal_of(code)
+        bits.append(f"exit code {code}" + (f", {sig}" if sig else ""))
+    if exit_.get("detail"):
+        bits.append(exit_["detail"])
     return f"{reason} ({', '.join(bits)})" if bits else reason
 
 
@@ -106,7 +111,7 @@ def decide(spec: dict, exit_: dict, *, attempt: int, uncounted: int) -> Decision
     cap = policy.get("max_uncounted_retries", DEFAULT_MAX_UNCOUNTED)
     max_attempts = spec.get("max_attempts", 1)
     reason, code = exit_.get("reason") or "rank_failed", exit_.get("exit_code")
-    cause = _cause(reason, code, exit_.get("rank"))
+    cause = _cause(exit_)
     action, by = ("retry_uncounted" if reason in INFRA else "retry"), "default"
     for i, rule in enumerate(policy.get("rules") or [], 1):
         if _matches(rule, reason, code):

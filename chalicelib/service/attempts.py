@@ -9,7 +9,7 @@ the loser of a conditional write re-reads and finds the work done.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ..domain import deadlines, intents, retry
 from ..domain.attempts import LOST, Attempt, exit_info, outcome
@@ -38,8 +38,12 @@ class AttemptsServicePorts(Jobs, Attempts, Outbox, Transitions, Protocol):
 
 class AttemptsService:
     def __init__(self, store: AttemptsServicePorts, dispatcher: Dispatcher, nudge: Nudge,
-                 clock: Clock = utcnow) -> None:
+                 clock: Clock = utcnow,
+                 failed_on: Callable[[str, str, int], object] | None = None) -> None:
         self.store, self.dispatcher, self.nudge, self._clock = store, dispatcher, nudge, clock
+        #: (node_id, job_id, attempt) of each attempt ended rank_failed, for
+        #: auto-cordon (cordons.FailureWatch)
+        self._failed_on = failed_on
 
     def report(self, principal: Principal, job_id: str, attempt_no: int, body: dict) -> Job:
         kind = body["type"]
@@ -216,6 +220,12 @@ class AttemptsService:
                                   {n: u for n, u in job.inboxes.items() if n in still_running})
         job = self.store.end_attempt(job, attempt, to, exit_, self._clock(), stop,
                                      uncounted=uncounted)
+        if exit_.get("reason") == "rank_failed" and exit_.get("node_id") and self._failed_on:
+            try:
+                self._failed_on(exit_["node_id"], job.job_id, attempt.attempt)
+            except Exception:  # noqa: BLE001 - the end is written; auto-cordon is second
+                log.exception("job %s: noting the failure on node %s failed", job.job_id,
+                              exit_["node_id"])
         if stop is not None:
             self.dispatcher.send(stop)
         if to is JobState.PENDING:

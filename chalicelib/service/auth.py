@@ -42,6 +42,12 @@ class Authenticator:
             raise Forbidden("this endpoint takes a tenant token", field="Authorization")
         return principal
 
+    def operator(self, authorization: str | None) -> Principal:
+        principal = self.authenticate(authorization)
+        if not principal.is_operator:
+            raise Forbidden("this endpoint takes an operator token", field="Authorization")
+        return principal
+
     def agent(self, authorization: str | None) -> Principal:
         principal = self.authenticate(authorization)
         if principal.kind != "agent":

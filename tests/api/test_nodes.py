@@ -89,3 +89,66 @@ def test_a_node_calling_in_is_read_once(iso_client, tenants):
         assert put(iso_client, tenants, "n1", {"gpus": 8}).status_code == 200
     reads = [op for svc, op in calls if op in ("GetItem", "Query", "Scan")]
     assert reads == ["GetItem"], calls
+
+
+def act(client, tenants, node_id, verb, body=None, who="ops"):
+    return client.http.post(f"/v1/nodes/{node_id}/{verb}", headers=tenants.headers(who),
+                            body=json.dumps(body) if body is not None else None)
+
+
+@pytest.mark.parametrize("verb", ["cordon", "drain", "uncordon"])
+@pytest.mark.parametrize("who", ["a", "agent", "agents"])
+def test_only_an_operator_may_cordon_drain_or_uncordon(iso_client, tenants, verb, who):
+    put(iso_client, tenants, "node-1", {"gpus": 8})
+    r = act(iso_client, tenants, "node-1", verb, who=who)
+    assert r.status_code == 403 and r.json_body["code"] == "forbidden", r.json_body
+    assert r.json_body["field"] == "Authorization"
+    node = iso_client.http.get("/v1/nodes/node-1", headers=tenants.headers()).json_body
+    assert (node["state"], node["cordon"]) == ("READY", None), "nothing written"
+    r = iso_client.http.post("/v1/nodes/node-1/cordon")
+    assert r.status_code == 401
+
+
+def test_an_operator_cordons_and_uncordons_and_everyone_sees_why(iso_client, tenants):
+    put(iso_client, tenants, "n1", {"gpus": 8})
+    r = act(iso_client, tenants, "n1", "cordon", {"reason": "bad ECC on GPU 3"})
+    assert r.status_code == 200
+    cordon = r.json_body["cordon"]
+    assert r.json_body["state"] == "DRAINING"
+    assert (cordon["reason"], cordon["by"], cordon["drain"], cordon["auto"]) == (
+        "bad ECC on GPU 3", tenants.entries[4]["operator"], "keep", False)
+    seen = iso_client.http.get("/v1/nodes/n1", headers=tenants.headers("a")).json_body
+    assert seen["cordon"] == cordon
+    assert put(iso_client, tenants, "n1", {"gpus": 8}).json_body["state"] == "DRAINING"
+    r = act(iso_client, tenants, "n1", "uncordon")
+    assert (r.status_code, r.json_body["state"], r.json_body["cordon"]) == (200, "READY", None)
+
+
+def test_a_drain_is_accepted_as_an_intent(iso_client, tenants):
+    put(iso_client, tenants, "n1", {"gpus": 8})
+    r = act(iso_client, tenants, "n1", "drain", {"reason": "retire", "wait": True})
+    assert r.status_code == 202 and r.json_body["cordon"]["drain"] == "wait"
+    r = act(iso_client, tenants, "n1", "drain", {})
+    assert r.status_code == 202 and r.json_body["cordon"]["drain"] == "stop"
+
+
+@pytest.mark.parametrize("verb, body, field", [
+    ("cordon", {"reason": ""}, "reason"),
+    ("cordon", {"reason": "x" * 1025}, "reason"),
+    ("cordon", {"why": "x"}, "why"),
+    ("drain", {"wait": "yes"}, "wait"),
+    ("drain", [], "body"),
+])
+def test_a_bad_cordon_or_drain_body_is_400_naming_the_field(iso_client, tenants, verb, body,
+                                                            field):
+    put(iso_client, tenants, "n1", {"gpus": 8})
+    r = act(iso_client, tenants, "n1", verb, body)
+    assert r.status_code == 400 and r.json_body["field"] == field, r.json_body
+    node = iso_client.http.get("/v1/nodes/n1", headers=tenants.headers()).json_body
+    assert node["cordon"] is None, "nothing half-written"
+
+
+@pytest.mark.parametrize("verb", ["cordon", "drain", "uncordon"])
+def test_cordoning_a_node_that_does_not_exist_is_404(iso_client, tenants, verb):
+    r = act(iso_client, tenants, "ghost", verb)
+    assert r.status_code == 404 and r.json_body["code"] == "not_found"

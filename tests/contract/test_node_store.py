@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from chalicelib.domain.clock import utcnow
-from chalicelib.domain.nodes import NodeState
+from chalicelib.domain.clock import iso, utcnow
+from chalicelib.domain.nodes import NodeState, cordon_of, failure_entry
 
 
 def totals(nodes, gpu_type: str | None) -> tuple[int, int]:
@@ -95,6 +95,56 @@ def test_an_attempt_lost_with_its_node_keeps_its_gpus_until_released(ports):
     assert (node.lost, node.attempts, node.gpus_free) == (frozenset(), frozenset(), 8)
     assert ports.nodes.attempts_on(node_id) == []
     assert ports.nodes.attempts_on(ports.node_id(9)) == []
+
+
+def _ready_ids(ports) -> list[str]:
+    return [n.node_id for p in ports.nodes.ready_pages(ports.gpu_type(), 1) for n in p]
+
+
+def test_a_cordoned_node_leaves_the_ready_pages_and_uncordoned_comes_back_with_room(ports):
+    node = ports.node(0)
+    cordon = cordon_of("bad ECC", "ops", iso(utcnow()))
+    cordoned = ports.nodes.cordon(node.node_id, cordon, utcnow())
+    assert (cordoned.state, cordoned.cordon) == (NodeState.DRAINING, cordon)
+    assert ports.nodes.get(node.node_id) == cordoned
+    assert _ready_ids(ports) == []
+    again = ports.node(0, now=utcnow() + timedelta(seconds=1))
+    assert (again.state, again.cordon) == (NodeState.DRAINING, cordon), "a call-in keeps it"
+    assert _ready_ids(ports) == []
+    version = ports.nodes.fleet_of(ports.gpu_type()).room_version
+    back = ports.nodes.uncordon(node.node_id, utcnow())
+    assert (back.state, back.cordon) == (NodeState.READY, None)
+    assert _ready_ids(ports) == [node.node_id]
+    assert ports.nodes.fleet_of(ports.gpu_type()).room_version > version, "room appeared"
+    assert ports.nodes.uncordon(node.node_id, utcnow()) == back, "no cordon: nothing to do"
+    assert ports.nodes.cordon(ports.node_id(9), cordon, utcnow()) is None
+    assert ports.nodes.uncordon(ports.node_id(9), utcnow()) is None
+
+
+def test_a_cordon_holds_across_down_and_back(ports):
+    node = ports.node(0)
+    assert ports.nodes.mark_down(node)
+    cordon = cordon_of("reboot", "ops", iso(utcnow()))
+    assert ports.nodes.cordon(node.node_id, cordon, utcnow()).state is NodeState.DOWN
+    back = ports.node(0, now=node.last_seen_at + timedelta(seconds=60))
+    assert (back.state, back.cordon) == (NodeState.DRAINING, cordon)
+    assert _ready_ids(ports) == []
+
+
+def test_recent_failures_are_kept_and_old_ones_dropped(ports):
+    node = ports.node(0)
+    t0 = utcnow()
+    at = [iso(t0 + timedelta(minutes=m)) for m in (0, 30, 90)]
+    assert ports.nodes.record_failure(node.node_id, failure_entry(at[0], "j#1"), at[0]) == [
+        failure_entry(at[0], "j#1")]
+    assert len(ports.nodes.record_failure(node.node_id, failure_entry(at[1], "j#2"),
+                                          at[0])) == 2
+    since = iso(t0 + timedelta(minutes=31))
+    assert ports.nodes.record_failure(node.node_id, failure_entry(at[2], "j#3"), since) == [
+        failure_entry(at[2], "j#3")]
+    assert ports.nodes.get(node.node_id).failures == {failure_entry(at[2], "j#3")}
+    assert ports.nodes.record_failure(ports.node_id(9), failure_entry(at[0], "j#1"),
+                                      at[0]) == []
 
 
 # -- whole tables --------------------------------------------------------------

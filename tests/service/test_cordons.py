@@ -1,0 +1,147 @@
+"""Cordon, drain and uncordon on fakes (issue 28), and the auto-cordon of a
+node where attempts keep failing."""
+from __future__ import annotations
+
+import pytest
+
+from chalicelib.domain.errors import NotFound
+from chalicelib.domain.nodes import NodeState
+from chalicelib.domain.principal import Principal
+from chalicelib.domain.states import JobState
+
+from .conftest import AGENTS, placed, register, submit
+
+OPS = Principal("operator", "ops-oncall")
+
+
+def _started(svc, job, attempt=1):
+    for n, ranks in (("n1", [0, 1]), ("n2", [2, 3])):
+        job = svc.attempts.report(AGENTS, job.job_id, attempt, {"type": "STARTED",
+                                                                "node_id": n, "ranks": ranks})
+    return job
+
+
+def test_a_cordoned_node_takes_no_placement_and_its_jobs_run_on(svc, world):
+    register(svc, "n2", gpus=2)
+    running = submit(svc, ranks=2)
+    assert svc.placer.run().placed == [running.job_id]  # fills n2
+    register(svc, "n1", gpus=2)
+    blocker = submit(svc, ranks=2)
+    assert svc.placer.run().placed == [blocker.job_id]  # fills n1
+    node = svc.cordons.cordon(OPS, "n2", "bad ECC")
+    assert node.state is NodeState.DRAINING
+    assert (node.cordon["reason"], node.cordon["by"], node.cordon["drain"]) == (
+        "bad ECC", "ops-oncall", "keep")
+    assert svc.store.get(running.job_id).state is JobState.SCHEDULED, "its job runs on"
+    assert [m["type"] for m in world.inbox.drain(world.inbox.ensure("n2"))] == ["LAUNCH"]
+    svc.attempts.report(AGENTS, running.job_id, 1, {"type": "EXITED", "node_id": "n2",
+                                                    "ranks": [0, 1], "exit_code": 0})
+    assert world.nodes.get("n2").gpus_free == 2
+    waiting = submit(svc, ranks=2)
+    assert svc.placer.run().placed == [], "n2 is free but cordoned, n1 is full"
+    svc.cordons.uncordon(OPS, "n2")
+    assert world.nodes.get("n2").state is NodeState.READY
+    assert svc.placer.run().placed == [waiting.job_id], "room appeared: it looks again"
+
+
+def test_a_cordon_outlives_the_node_going_down_and_coming_back(svc, world, clock):
+    register(svc, "n1", gpus=2)
+    svc.cordons.cordon(OPS, "n1", "reboot for a driver")
+    clock.advance(61)
+    assert svc.reconciler.mark_silent_nodes_down() == ["n1"]
+    register(svc, "n1", gpus=2)
+    node = world.nodes.get("n1")
+    assert node.state is NodeState.DRAINING and node.cordon["reason"] == "reboot for a driver"
+
+
+def test_a_drain_preempts_the_running_jobs_which_requeue_without_counting(svc, world):
+    job = _started(svc, placed(svc, world, ranks=4))  # on n1 and n2
+    svc.cordons.drain(OPS, "n2", "bad ECC")
+    job = svc.store.get(job.job_id)
+    assert (job.state, job.uncounted_retries) == (JobState.PENDING, 1), "max_attempts 1"
+    [attempt] = svc.jobs.attempts("acme", job.job_id)
+    assert attempt["exit"] == {
+        "reason": "preempted", "exit_code": None, "node_id": "n2",
+        "detail": "node n2 drained: bad ECC",
+        "decision": "preempted (node n2 drained: bad ECC): retried, not counted "
+                    "(uncounted retry 1 of 10)"}
+    for n in ("n1", "n2"):  # SIGTERM and the grace period, as any stop
+        [stop] = world.inbox.drain(world.inbox.ensure(n))
+        assert stop["type"] == "CANCEL"
+    svc.cordons.drain(OPS, "n2", "bad ECC")  # again: nothing more is preempted
+    assert svc.store.get(job.job_id).uncounted_retries == 1
+    for n in ("n1", "n2"):
+        svc.attempts.report(AGENTS, job.job_id, 1, {"type": "STOPPED", "node_id": n})
+    assert svc.placer.run().placed == [], "4 ranks no longer fit without n2"
+    register(svc, "n3", gpus=2)
+    assert svc.placer.run().placed == [job.job_id]
+    [_, second] = svc.jobs.attempts("acme", job.job_id)
+    assert {p["node_id"] for p in second["placement"]} == {"n1", "n3"}
+
+
+def test_a_drain_that_waits_lets_the_jobs_finish(svc, world):
+    job = _started(svc, placed(svc, world, ranks=4))
+    node = svc.cordons.drain(OPS, "n2", "retire", wait=True)
+    assert node.state is NodeState.DRAINING and node.cordon["drain"] == "wait"
+    assert svc.store.get(job.job_id).state is JobState.RUNNING
+    assert world.inbox.drain(world.inbox.ensure("n2")) == []
+    for n, ranks in (("n1", [0, 1]), ("n2", [2, 3])):
+        svc.attempts.report(AGENTS, job.job_id, 1, {"type": "EXITED", "node_id": n,
+                                                    "ranks": ranks, "exit_code": 0})
+    assert svc.store.get(job.job_id).state is JobState.SUCCEEDED
+    assert world.nodes.get("n2").gpus_free == 2, "drained: nothing left on it"
+
+
+def test_an_unknown_node_is_a_404(svc):
+    for act in (lambda: svc.cordons.cordon(OPS, "nope", None),
+                lambda: svc.cordons.drain(OPS, "nope", None),
+                lambda: svc.cordons.uncordon(OPS, "nope"),
+                lambda: svc.cordons.cordon(OPS, "../bad", None)):
+        with pytest.raises(NotFound):
+            act()
+
+
+def _fail_on_n1(svc, world, clock):
+    job = submit(svc, ranks=1)
+    assert svc.placer.run().placed == [job.job_id]
+    svc.attempts.report(AGENTS, job.job_id, 1, {"type": "EXITED", "node_id": "n1",
+                                                "ranks": [0], "exit_code": 1})
+    world.inbox.drain(world.inbox.ensure("n1"))
+    clock.advance(60)
+
+
+def test_a_node_where_attempts_keep_failing_is_cordoned_with_the_reason(svc, world, clock):
+    register(svc, "n1", gpus=1)
+    for _ in range(2):
+        _fail_on_n1(svc, world, clock)
+    assert world.nodes.get("n1").state is NodeState.READY, "2 of 3"
+    _fail_on_n1(svc, world, clock)
+    node = world.nodes.get("n1")
+    assert node.state is NodeState.DRAINING
+    assert node.cordon["reason"] == "auto-cordoned: 3 attempts ended rank_failed here " \
+                                    "within 3600 s"
+    assert node.cordon["auto"] and node.cordon["by"] == "gpujobs"
+    retry = submit(svc, ranks=1)
+    assert svc.placer.run().placed == [], "its next attempts go elsewhere"
+    register(svc, "n2", gpus=1)
+    assert svc.placer.run().placed == [retry.job_id]
+
+
+def test_failures_spread_wider_than_the_window_cordon_nothing(svc, world, clock):
+    register(svc, "n1", gpus=1)
+    for _ in range(5):
+        _fail_on_n1(svc, world, clock)
+        clock.advance(1800)  # one failure every 31 min: at most 2 in an hour
+    assert world.nodes.get("n1").state is NodeState.READY
+    assert len(world.nodes.get("n1").failures) <= 2, "old failures are dropped"
+
+
+def test_a_node_lost_is_no_failure_of_the_node_s_making(svc, world, clock):
+    """Auto-cordon counts rank_failed only: a node that went DOWN is the reconciler's."""
+    for _ in range(3):
+        job = placed(svc, world, ranks=4)
+        for n in ("n1", "n2"):
+            svc.attempts.report(AGENTS, job.job_id, 1, {"type": "EXITED", "node_id": n,
+                                                        "ranks": [0, 1] if n == "n1" else [2, 3],
+                                                        "exit_code": 0})
+    assert world.nodes.get("n1").failures == frozenset()

@@ -58,6 +58,18 @@ class Attempt:
         return all(r in self.stopped or (r in self.exited and self.exit_codes.get(r) != LOST)
                    for r in self.ranks_on(node_id))
 
+    def still_stopping(self) -> list[str]:
+        """The nodes whose ranks of this (ended) attempt may still run and
+        will be confirmed gone (their GPUs not released yet): the job's next
+        attempt waits for them, so two attempts never overlap (they would
+        share its checkpoint directory, and a preempted rank still saving
+        there would be overwritten or not yet read). Nodes whose ranks were
+        all lost with the node are not waited for: a cut-off node may never
+        answer."""
+        return sorted(n for n, ranks in self.node_ranks.items()
+                      if n not in self.released
+                      and not all(self.exit_codes.get(r) == LOST for r in ranks))
+
     @property
     def all_done(self) -> bool:
         return len(self.done) >= self.world_size

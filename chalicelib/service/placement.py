@@ -22,7 +22,15 @@ from ..domain.placement import Candidate
 from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher
-from .ports import CapacityChanged, Contended, Jobs, NodeStore, StateChanged, Transitions
+from .ports import (
+    Attempts,
+    CapacityChanged,
+    Contended,
+    Jobs,
+    NodeStore,
+    StateChanged,
+    Transitions,
+)
 
 log = logging.getLogger(__name__)
 _RESERVE_RETRIES = 3
@@ -96,8 +104,8 @@ class _Pool:
                 self._nodes[node_id] = fresh
 
 
-class PlacerPorts(Jobs, Transitions, Protocol):
-    """What the placer calls: the queue, and ``place``."""
+class PlacerPorts(Jobs, Attempts, Transitions, Protocol):
+    """What the placer calls: the queue, a retried job's last attempt, and ``place``."""
 
 
 class Placer:
@@ -232,9 +240,22 @@ class Placer:
             if placement.still_waiting(job.waiting_on, fleet.room_version, now):
                 report.waiting.append(job.job_id)  # no room since it last did not fit
                 continue
+            if job.attempt and self._predecessor_running(job):
+                report.waiting.append(job.job_id)
+                continue
             marks[job.job_id] = placement.waiting_mark(fleet.room_version, fleet.room_at, now)
             queues.setdefault(job.tenant, []).append(job)
         return queues
+
+    def _predecessor_running(self, job: Job) -> bool:
+        """Do ranks of the job's last attempt still stop somewhere? Then its
+        next attempt waits (Attempt.still_stopping), and says so."""
+        last = self.store.attempt(job.job_id, job.attempt)
+        nodes = last.still_stopping() if last is not None else []
+        if nodes:
+            self._note(job, f"waiting for attempt {job.attempt}'s ranks to stop on "
+                            f"{', '.join(nodes[:8])}{' and more' if len(nodes) > 8 else ''}")
+        return bool(nodes)
 
     def _expired(self, job: Job) -> bool:
         """Has the job waited past its max_pending_s? Then it ends here

@@ -159,3 +159,34 @@ def test_a_retried_job_s_wait_counts_from_its_retry(svc, world, clock):
     _stopped(svc, job)
     assert svc.placer.run().placed == [job.job_id]
     assert svc.store.get(job.job_id).pending_since is None
+
+
+def test_a_retry_waits_until_its_last_attempt_s_ranks_are_gone_even_with_room_elsewhere(
+        svc, world):
+    """Two attempts of a job never overlap: a rank still stopping may be
+    saving the checkpoint the next attempt resumes from."""
+    job = _started(svc, placed(svc, world, max_attempts=2))
+    register(svc, "n3", gpus=2)
+    register(svc, "n4", gpus=2)  # room for the whole job elsewhere
+    job = svc.attempts.report(AGENTS, job.job_id, 1, {"type": "EXITED", "node_id": "n1",
+                                                      "ranks": [0], "exit_code": 1})
+    assert svc.placer.run().placed == []
+    assert svc.store.get(job.job_id).pending_reason == (
+        "waiting for attempt 1's ranks to stop on n1, n2")
+    svc.attempts.report(AGENTS, job.job_id, 1, {"type": "STOPPED", "node_id": "n2"})
+    assert svc.placer.run().placed == []
+    assert svc.store.get(job.job_id).pending_reason == (
+        "waiting for attempt 1's ranks to stop on n1")
+    svc.attempts.report(AGENTS, job.job_id, 1, {"type": "STOPPED", "node_id": "n1"})
+    assert svc.placer.run().placed == [job.job_id]
+
+
+def test_a_retry_does_not_wait_for_ranks_lost_with_their_node(svc, world, clock):
+    job = _started(svc, placed(svc, world))
+    register(svc, "n3", gpus=2)
+    clock.advance(61)
+    register(svc, "n1", gpus=2)
+    register(svc, "n3", gpus=2)
+    assert svc.reconciler.mark_silent_nodes_down() == ["n2"]  # never answers again
+    svc.attempts.report(AGENTS, job.job_id, 1, {"type": "STOPPED", "node_id": "n1"})
+    assert svc.placer.run().placed == [job.job_id], "n2's lost ranks are not waited for"

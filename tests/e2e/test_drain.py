@@ -1,0 +1,203 @@
+"""Nodes an operator takes out of service, with real agents and real ranks on a
+local stack (issue 28): a drain preempts a training job, which gets SIGTERM,
+saves a checkpoint, requeues without using up max_attempts and resumes on
+another node; a drain that waits lets the job finish; a node where attempts
+keep failing cordons itself, and uncordoning it brings it back.
+
+One stack for the module; its agents (two nodes of one GPU type, one of
+another) are started here by pid and stopped by it, also when a test fails.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.agent.conftest import stop_agent, wait_until
+from tests.stacks import ROOT, TOKENS, Api, start_stack
+
+pytestmark = pytest.mark.e2e
+
+GPU_TYPE, FLAKY = "draingpu", "flakygpu"
+NODES = {"drain-1": GPU_TYPE, "drain-2": GPU_TYPE, "flaky-1": FLAKY}
+OPERATOR = "e2e-operator"
+EXAMPLE = str(ROOT / "examples" / "resume_training.py")
+
+
+def token(node: str) -> str:
+    return f"e2e-{node}-agent"
+
+
+@pytest.fixture(scope="module")
+def drain_stack(tmp_path_factory):
+    s = start_stack(tmp_path_factory.mktemp("drain"),
+                    TOKENS + [{"token": token(n), "agent": n} for n in NODES]
+                    + [{"token": OPERATOR, "operator": "ops-oncall"}],
+                    GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S="0.5",
+                    GPUJOBS_AUTO_CORDON_FAILURES="2")
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def agents(drain_stack, tmp_path_factory):
+    procs, logs = {}, []
+    base = tmp_path_factory.mktemp("drain-agents")
+    try:
+        for n, gpu_type in NODES.items():
+            log = open(base / f"{n}.log", "w")
+            logs.append(log)
+            procs[n] = subprocess.Popen(
+                [sys.executable, "-m", "agent", "--node-id", n,
+                 "--gpus", "2" if gpu_type == GPU_TYPE else "1", "--gpu-type", gpu_type,
+                 "--api", drain_stack.api, "--state-dir", str(base / n), "--grace-s", "5",
+                 "--poll-wait-s", "1", "--node-heartbeat-s", "0.5", "--log-level", "INFO",
+                 "--rank-user", ""],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
+                env={**os.environ, "GPUJOBS_AGENT_TOKEN": token(n),
+                     "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
+                     "AWS_DEFAULT_REGION": "us-east-1"})
+        reader = Api(drain_stack.api, "e2e-tenant")
+        poll("every node READY", lambda: all(
+            (r := reader.get(f"/v1/nodes/{n}")).status_code == 200
+            and r.json()["state"] == "READY" for n in NODES))
+        yield procs
+    finally:
+        for n, proc in procs.items():
+            stop_agent(proc, base / n)
+        for log in logs:
+            log.close()
+
+
+@pytest.fixture
+def tenant(drain_stack, agents):
+    return Api(drain_stack.api, "e2e-tenant")
+
+
+@pytest.fixture
+def ops(drain_stack, agents):
+    return Api(drain_stack.api, OPERATOR)
+
+
+def poll(what: str, fn, timeout: float = 90):
+    return wait_until(fn, timeout, 0.2, what)
+
+
+def submit(tenant: Api, command: list[str], **spec) -> str:
+    body = {"command": command, "ranks": 2, "gpu_type": GPU_TYPE, "max_attempts": 1,
+            "heartbeat": {"mode": "off"}, **spec}
+    r = tenant.post("/v1/jobs", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def job(tenant: Api, job_id: str) -> dict:
+    return tenant.get(f"/v1/jobs/{job_id}").json()
+
+
+def node(tenant: Api, node_id: str) -> dict:
+    return tenant.get(f"/v1/nodes/{node_id}").json()
+
+
+def running_on(tenant: Api, job_id: str, attempt: int = 1) -> str:
+    """The one node the attempt runs on, once it runs."""
+    def placed():
+        attempts = tenant.get(f"/v1/jobs/{job_id}/attempts").json()["attempts"]
+        return (len(attempts) >= attempt and job(tenant, job_id)["state"] == "RUNNING"
+                and attempts[attempt - 1])
+    [where] = {p["node_id"] for p in poll(f"attempt {attempt} runs", placed)["placement"]}
+    return where
+
+
+def log_lines(tenant: Api, job_id: str, attempt: int) -> list[str]:
+    r = tenant.get(f"/v1/jobs/{job_id}/logs", params={"attempt": attempt})
+    assert r.status_code == 200, r.text
+    return [f"{line['rank']}: {line['line']}" for line in r.json()["lines"]]
+
+
+def uncordon_all(ops: Api) -> None:
+    for n in NODES:
+        assert ops.post(f"/v1/nodes/{n}/uncordon").status_code == 200
+
+
+def test_a_drained_node_s_job_saves_its_checkpoint_requeues_and_resumes_elsewhere(
+        tenant, ops, tmp_path):
+    shared = tmp_path / "shared"
+    job_id = submit(tenant, [sys.executable, EXAMPLE, "--steps", "40", "--step-s", "0.1",
+                             "--save-every", "1000"],  # saves only when told to stop
+                    checkpoint_dir=str(shared))
+    first = running_on(tenant, job_id)
+    poll("a few steps done", lambda: any("starting from step 0" in line
+                                         for line in log_lines(tenant, job_id, 1)))
+    try:
+        r = ops.post(f"/v1/nodes/{first}/drain", json={"reason": "bad ECC on GPU 1"})
+        assert r.status_code == 202, r.text
+        assert r.json()["state"] == "DRAINING" and r.json()["cordon"]["by"] == "ops-oncall"
+        done = poll("the job ends", lambda: (j := job(tenant, job_id))["state"] in (
+            "SUCCEEDED", "FAILED") and j)
+        assert (done["state"], done["attempt"], done["uncounted_retries"]) == (
+            "SUCCEEDED", 2, 1), "max_attempts 1: the preemption did not count"
+        assert running_on(tenant, job_id, 2) != first
+        [retried] = [e for e in tenant.get(f"/v1/jobs/{job_id}/events").json()["events"]
+                     if e["type"] == "retried"]
+        assert retried["reason"] == "preempted"
+        assert retried["decision"] == (f"preempted (node {first} drained: bad ECC on GPU 1): "
+                                       "retried, not counted (uncounted retry 1 of 10)")
+        stopped = poll("attempt 1's last words", lambda: [
+            line for line in log_lines(tenant, job_id, 1) if "saved" in line])
+        step = int(stopped[0].split("stopped at step ")[1].split(",")[0])
+        second = poll("attempt 2's log", lambda: (got := log_lines(tenant, job_id, 2))
+                      and "0: rank 0: done at step 40" in got and got)
+        assert f"0: rank 0 attempt 2: resuming from step {step}" in second, second
+        assert json.loads(Path(shared, job_id, "rank-0.json").read_text())["step"] == 40
+        assert node(tenant, first)["state"] == "DRAINING", "it stays out until uncordoned"
+    finally:
+        uncordon_all(ops)
+
+
+def test_a_drain_that_waits_lets_the_job_finish_and_leaves_the_node_empty(tenant, ops):
+    job_id = submit(tenant, [sys.executable, "-c", "import time; time.sleep(3)"])
+    where = running_on(tenant, job_id)
+    try:
+        r = ops.post(f"/v1/nodes/{where}/drain", json={"reason": "retire", "wait": True})
+        assert r.status_code == 202 and r.json()["cordon"]["drain"] == "wait"
+        done = poll("the job ends", lambda: (j := job(tenant, job_id))["state"] in (
+            "SUCCEEDED", "FAILED") and j)
+        assert (done["state"], done["attempt"]) == ("SUCCEEDED", 1)
+        drained = poll("the node drained", lambda: (n := node(tenant, where))["gpus_free"]
+                       == n["gpus"] and n)
+        assert drained["state"] == "DRAINING"
+        other = submit(tenant, ["true"], ranks=4)  # needs both nodes: waits
+        assert poll("it waits", lambda: job(tenant, other)["pending_reason"]).startswith(
+            "waiting for 4 x 1 free draingpu GPUs")
+        uncordon_all(ops)
+        assert poll("placed once uncordoned", lambda: job(tenant, other)["state"]
+                    == "SUCCEEDED")
+    finally:
+        uncordon_all(ops)
+
+
+def test_a_node_where_attempts_keep_failing_cordons_itself(tenant, ops):
+    failing = [sys.executable, "-c", "import sys; sys.exit(5)"]
+    try:
+        for _ in range(2):
+            job_id = submit(tenant, failing, ranks=1, gpu_type=FLAKY)
+            poll("it fails", lambda j=job_id: job(tenant, j)["state"] == "FAILED")
+        flaky = poll("auto-cordoned", lambda: (n := node(tenant, "flaky-1"))["cordon"] and n)
+        assert flaky["state"] == "DRAINING"
+        assert flaky["cordon"]["reason"] == ("auto-cordoned: 2 attempts ended rank_failed "
+                                             "here within 3600 s")
+        assert (flaky["cordon"]["by"], flaky["cordon"]["auto"]) == ("gpujobs", True)
+        waiting = submit(tenant, ["true"], ranks=1, gpu_type=FLAKY)
+        assert poll("it waits", lambda: job(tenant, waiting)["pending_reason"])
+        assert ops.post("/v1/nodes/flaky-1/uncordon").json()["state"] == "READY"
+        assert poll("placed once uncordoned", lambda: job(tenant, waiting)["state"]
+                    == "SUCCEEDED")
+    finally:
+        uncordon_all(ops)

@@ -90,8 +90,11 @@ def node(tenant: Api) -> dict | None:
 
 
 def submit(tenant: Api, command: list[str]) -> str:
+    # its node's loss fails it (by default it would be retried, uncounted)
     r = tenant.post("/v1/jobs", json={"command": command, "ranks": 2, "gpu_type": GPU_TYPE,
                                       "max_attempts": 1,
+                                      "retry": {"rules": [{"reasons": ["node_lost"],
+                                                           "action": "fail"}]},
                                       "heartbeat": {"startup_grace_s": 600}})
     assert r.status_code == 201, r.text
     return r.json()["id"]

@@ -88,7 +88,8 @@ def _tokens_file(state: pathlib.Path) -> str:
         print(f"gpujobs: no GPUJOBS_TOKENS_FILE given; tokens kept in {kept}", flush=True)
         return str(kept)
     tokens = [{"token": "t_" + secrets.token_urlsafe(24), "tenant": "default"},
-              {"token": "a_" + secrets.token_urlsafe(24), "agent": "*"}]
+              {"token": "a_" + secrets.token_urlsafe(24), "agent": "*"},
+              {"token": "o_" + secrets.token_urlsafe(24), "operator": "local-operator"}]
     _private(kept, json.dumps(tokens, indent=2))
     print(f"gpujobs: no GPUJOBS_TOKENS_FILE given; fresh tokens written to {kept}", flush=True)
     return str(kept)

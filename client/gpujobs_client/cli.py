@@ -1237,7 +1237,7 @@ def node_summary(node: "Node") -> str:
     if c is None:
         return f"{head}, takes placements; {gpus_in_use(node)}"
     return (f"{head} — {escape(c.reason or '-')} (by {escape(c.by or '?')}"
-            f"{', auto' if c.auto else ''}, since {short_time(c.at)}); no new placements, "
+            f"{', auto' if c.auto else ''}, since {escape(short_time(c.at))}); no new placements, "
             f"{escape(DRAIN_WORDS.get(c.drain, c.drain))}; {gpus_in_use(node)}")
 
 

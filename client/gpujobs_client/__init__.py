@@ -14,13 +14,13 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Client": "client", "DEFAULT_API_URL": "client", "InvalidResponse": "client",
-    "WaitTimeout": "client", "new_idempotency_key": "client",
+    "WaitTimeout": "client", "NodeWaitTimeout": "client", "new_idempotency_key": "client",
     "RetryPolicy": "retry",
     "parse_duration": "lifecycle", "parse_retry_on": "lifecycle",
     "LifecycleError": "lifecycle",
     "Job": "models", "JobPage": "models", "JobHealth": "models", "Exit": "models",
     "Attempt": "models", "Placement": "models", "Node": "models", "Ranks": "models",
-    "RankStatus": "models", "HeartbeatAck": "models", "STATES": "models",
+    "RankStatus": "models", "HeartbeatAck": "models", "STATES": "models", "Cordon": "models",
     "LogLine": "models", "JobEvent": "models", "Verdict": "models",
     "TERMINAL_STATES": "models", "parse_time": "models",
     "GpujobsError": "errors", "TransportError": "errors", "ApiError": "errors",
@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # pragma: no cover
         DEFAULT_API_URL as DEFAULT_API_URL,
         Client as Client,
         InvalidResponse as InvalidResponse,
+        NodeWaitTimeout as NodeWaitTimeout,
         WaitTimeout as WaitTimeout,
         new_idempotency_key as new_idempotency_key,
     )
@@ -93,6 +94,7 @@ if TYPE_CHECKING:  # pragma: no cover
         STATES as STATES,
         TERMINAL_STATES as TERMINAL_STATES,
         Attempt as Attempt,
+        Cordon as Cordon,
         Exit as Exit,
         HeartbeatAck as HeartbeatAck,
         Job as Job,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console, RenderableType
 
     from .client import Client
-    from .models import Job, JobHealth, LogLine, Ranks, Verdict
+    from .models import Cordon, Job, JobHealth, LogLine, Node, Ranks, Verdict
 
 # -- exit codes (documented in --help and client/README.md; tested) ---------------
 EXIT_OK = 0
@@ -35,7 +35,7 @@ EXIT_NOT_FOUND = 3        # 404: no such job (or not yours), node or path
 EXIT_CONFLICT = 4         # 409: already finished, stale attempt, request still in progress
 EXIT_SERVER = 5           # 5xx or 429 after the retry budget, or an answer that is not JSON
 EXIT_CONNECTION = 6       # no answer: connection refused or dropped, timeout
-EXIT_WAIT_TIMEOUT = 7     # --wait / --timeout: the job was not terminal in time
+EXIT_WAIT_TIMEOUT = 7     # --wait / --timeout: the job not terminal, the node not drained, in time
 # how a followed job ended (watch, submit --wait, cancel --wait): SUCCEEDED is 0;
 # the two others have a code each, after the existing ones, under 64 (sysexits)
 # and 126 (the shell's), as `sky logs` gives FAILED and CANCELLED codes of their own
@@ -59,7 +59,8 @@ Exit codes:
   4  conflict (409: already_finished, stale_attempt, request_in_progress)
   5  server error or unavailable (5xx, 429) after retries
   6  cannot reach the API (connection refused or dropped, timeout)
-  7  gave up waiting (--timeout of submit --wait, cancel --wait, watch)
+  7  gave up waiting (--timeout of submit --wait, cancel --wait, watch,
+     nodes drain --wait)
   8  the job ended FAILED (watch, submit --wait, cancel --wait)
   9  the job ended CANCELLED (watch, submit --wait; cancel --wait: 0)
   70 unexpected error in the CLI itself (a bug; GPUJOBS_DEBUG=1 shows it)
@@ -79,6 +80,16 @@ class WaitGaveUp(GpujobsError):
     def __init__(self, message: str, job: "Job") -> None:
         super().__init__(message)
         self.job = job
+
+
+class NodeWaitGaveUp(GpujobsError):
+    """``nodes drain --wait --timeout``: the node still had GPUs in use (exit 7)."""
+
+    def __init__(self, message: str, node: "Node") -> None:
+        super().__init__(message)
+        self.node = node
+        self.hint = (f"the drain goes on; `gpujobs nodes {node.node_id}` shows what is left, "
+                     f"`gpujobs nodes drain {node.node_id}` (without --wait) preempts it")
 
 
 class JobEnded(GpujobsError):
@@ -278,7 +289,7 @@ def exit_code_for(e: BaseException) -> int:
         return EXIT_CONNECTION
     if isinstance(e, ConfigError):
         return EXIT_USAGE
-    if isinstance(e, WaitGaveUp):
+    if isinstance(e, (WaitGaveUp, NodeWaitGaveUp)):
         return EXIT_WAIT_TIMEOUT
     if isinstance(e, JobEnded):
         return EXIT_FAILED if e.job.state == "FAILED" else EXIT_CANCELLED
@@ -299,6 +310,9 @@ def report(e: GpujobsError) -> int:
         elif isinstance(e, WaitGaveUp):
             err = {"code": "wait_timeout", "title": "Gave up waiting", "detail": str(e),
                    "job": e.job.raw}
+        elif isinstance(e, NodeWaitGaveUp):
+            err = {"code": "wait_timeout", "title": "Gave up waiting", "detail": str(e),
+                   "node": e.node.raw}
         elif isinstance(e, JobEnded):
             failed = e.job.state == "FAILED"
             err = {"code": "job_failed" if failed else "job_cancelled",
@@ -844,6 +858,15 @@ def cancel(job_id: str, reason: str | None, wait: bool, interval: float,
 
 
 # -- attempts ---------------------------------------------------------------------------
+def attempt_exit(a: Any) -> str:
+    """An attempt's EXIT cell: ``rank_failed (1)``, ``preempted: node n1
+    drained: bad ECC`` (its detail), ``-`` while it runs."""
+    if a.exit is None:
+        return "-"
+    text = a.exit.reason + ("" if a.exit.exit_code is None else f" ({a.exit.exit_code})")
+    return f"{text}: {a.exit.detail}" if a.exit.detail else text
+
+
 def placement_summary(placement: Iterable[Any]) -> str:
     by_node: dict[str, list[int]] = {}
     for p in placement:
@@ -869,10 +892,8 @@ def attempts(job_id: str) -> None:
     for col in ("ATTEMPT", "STATE", "PLACEMENT (node: ranks)", "CREATED", "FINISHED", "EXIT"):
         t.add_column(col)
     for a in items:
-        ex = "-" if a.exit is None else (
-            a.exit.reason + ("" if a.exit.exit_code is None else f" ({a.exit.exit_code})"))
         t.add_row(str(a.attempt), styled_state(a.state), escape(placement_summary(a.placement)),
-                  short_time(a.created_at), short_time(a.finished_at), escape(ex))
+                  short_time(a.created_at), short_time(a.finished_at), escape(attempt_exit(a)))
     c.print(t)
 
 
@@ -1142,11 +1163,9 @@ def describe(job_id: str) -> None:
         for col in ("ATTEMPT", "STATE", "PLACEMENT (node: ranks)", "CREATED", "FINISHED", "EXIT"):
             t.add_column(col)
         for a in items:
-            ex = "-" if a.exit is None else (
-                a.exit.reason + ("" if a.exit.exit_code is None else f" ({a.exit.exit_code})"))
             t.add_row(str(a.attempt), styled_state(a.state),
                       escape(placement_summary(a.placement)), short_time(a.created_at),
-                      short_time(a.finished_at), escape(ex))
+                      short_time(a.finished_at), escape(attempt_exit(a)))
         c.print(t)
     c.print()
     t = Table(box=None, header_style="bold", pad_edge=False, title="events",
@@ -1164,30 +1183,230 @@ def describe(job_id: str) -> None:
 
 
 # -- nodes --------------------------------------------------------------------------------
-@cli.command()
+#: what each drain mode (Cordon.drain) does to the node's running jobs, in words
+DRAIN_WORDS = {"keep": "its running jobs run on",
+               "stop": "its running jobs are preempted (SIGTERM, grace period, then requeued)",
+               "wait": "its running jobs may finish"}
+#: the same, short, for the table
+DRAIN_SHORT = {"stop": "drain: jobs preempted", "wait": "drain --wait: jobs finish first"}
+OPERATOR_HINT = ("cordon, drain and uncordon take an operator token (a tokens file entry "
+                 '{"token": "...", "operator": "<your name>"}, see docs/security.md), not a '
+                 "tenant's or an agent's: pass it with --token or GPUJOBS_TOKEN")
+
+
+def cordon_text(cordon: "Cordon") -> str:
+    """``bad ECC (by ops-oncall)``, ``retire (by ops-oncall; drain: jobs
+    preempted)``, ``auto-cordoned: 3 attempts ended rank_failed here within
+    3600 s (by gpujobs, auto)``: a cordon's reason, who and what it does."""
+    notes = [f"by {cordon.by or '?'}" + (", auto" if cordon.auto else "")]
+    if cordon.drain in DRAIN_SHORT:
+        notes.append(DRAIN_SHORT[cordon.drain])
+    return f"{cordon.reason or '-'} ({'; '.join(notes)})"
+
+
+def gpus_in_use(node: "Node") -> str:
+    used = node.gpus_used
+    return "?" if used is None else f"{used} of {node.gpus} GPUs in use"
+
+
+def nodes_table(items: list["Node"]) -> "RenderableType":
+    from rich.table import Table
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("NODE", "GPU TYPE", "GPUS", "FREE", "STATE", "LAST SEEN", "LABELS"):
+        t.add_column(col, justify="right" if col in ("GPUS", "FREE") else "left")
+    cordoned = any(n.cordon for n in items)
+    if cordoned:
+        t.add_column("CORDON")
+    for n in items:
+        row = [escape(n.node_id), escape(n.gpu_type or "-"), str(n.gpus or 0),
+               "-" if n.gpus_free is None else str(n.gpus_free), escape(n.state or "-"),
+               short_time(n.last_seen_at),
+               escape(", ".join(f"{k}={v}" for k, v in n.labels.items()) or "-")]
+        if cordoned:
+            row.append(escape(cordon_text(n.cordon)) if n.cordon else "")
+        t.add_row(*row)
+    return t
+
+
+def node_summary(node: "Node") -> str:
+    """One line (rich markup) on what the node does now: ``node-1: DRAINING —
+    bad ECC (by ops-oncall) since ...; its running jobs run on; 6 of 8 GPUs in
+    use``, or ``node-1: READY, takes placements; ...``."""
+    head = f"[bold]{escape(node.node_id)}[/]: {escape(node.state or '-')}"
+    c = node.cordon
+    if c is None:
+        return f"{head}, takes placements; {gpus_in_use(node)}"
+    return (f"{head} — {escape(c.reason or '-')} (by {escape(c.by or '?')}"
+            f"{', auto' if c.auto else ''}, since {escape(short_time(c.at))}); no new placements, "
+            f"{escape(DRAIN_WORDS.get(c.drain, c.drain))}; {gpus_in_use(node)}")
+
+
+def operator_call(call: Callable[[], "Node"]) -> "Node":
+    """An operator action: a 403 says which token it needs, a 404 how to
+    find the nodes."""
+    from .errors import Forbidden, NotFound
+    try:
+        return call()
+    except Forbidden as e:
+        e.hint = OPERATOR_HINT
+        raise
+    except NotFound as e:
+        e.hint = "`gpujobs nodes` lists the registered nodes"
+        raise
+
+
+class NodesGroup(GpujobsGroup):
+    """``gpujobs nodes`` lists, ``gpujobs nodes NODE_ID`` shows one node (as
+    before the subcommands), ``gpujobs nodes cordon|drain|uncordon|show ...``
+    run the subcommand: a first argument that names no subcommand is a node
+    id (``gpujobs nodes show cordon`` shows a node named ``cordon``)."""
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            return "show", self.commands["show"], args
+        return super().resolve_command(ctx, args)
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return ["[OPTIONS]", "[NODE_ID | COMMAND [ARGS]...]"]
+
+
+@cli.group(cls=NodesGroup, invoke_without_command=True)
 @common_options
-@click.argument("node_id", required=False)
-def nodes(node_id: str | None) -> None:
-    """List the GPU nodes (or show one)."""
-    client = make_client()
-    items = [client.get_node(node_id)] if node_id else client.list_nodes()
+@click.pass_context
+def nodes(ctx: click.Context) -> None:
+    """List the GPU nodes, their state and cordon (or show one: gpujobs nodes NODE_ID).
+
+    A cordoned node is DRAINING: it takes no new placements, and the CORDON
+    column says why, by whom (an operator's name, or "gpujobs, auto" when the
+    node cordoned itself after repeated rank_failed attempts) and what it
+    does to the jobs running there.
+
+    cordon, drain and uncordon take an operator token (docs/security.md);
+    a tenant's or an agent's is refused (403, exit 1).
+
+    \b
+      gpujobs nodes cordon node-3 --reason "bad ECC on GPU 3"
+      gpujobs nodes drain node-3 --reason "bad ECC on GPU 3"          # preempt its jobs
+      gpujobs nodes drain node-3 --reason retire --wait --timeout 3600  # let them finish
+      gpujobs nodes uncordon node-3
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    items = make_client().list_nodes()
     if json_mode():
-        out_json(items[0].raw if node_id else {"nodes": [n.raw for n in items]})
+        out_json({"nodes": [n.raw for n in items]})
         return
     c = console()
     if not items:
         c.print("No nodes registered.")
         return
-    from rich.table import Table
-    t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("NODE", "GPU TYPE", "GPUS", "FREE", "STATE", "LAST SEEN", "LABELS"):
-        t.add_column(col, justify="right" if col in ("GPUS", "FREE") else "left")
-    for n in items:
-        t.add_row(escape(n.node_id), escape(n.gpu_type or "-"), str(n.gpus or 0),
-                  "-" if n.gpus_free is None else str(n.gpus_free), escape(n.state or "-"),
-                  short_time(n.last_seen_at),
-                  escape(", ".join(f"{k}={v}" for k, v in n.labels.items()) or "-"))
-    c.print(t)
+    c.print(nodes_table(items))
+
+
+@nodes.command(name="show")
+@common_options
+@click.argument("node_id")
+def nodes_show(node_id: str) -> None:
+    """Show one node (also: gpujobs nodes NODE_ID)."""
+    node = make_client().get_node(node_id)
+    if json_mode():
+        out_json(node.raw)
+        return
+    c = console()
+    c.print(nodes_table([node]))
+    if node.cordon is not None:
+        c.print(node_summary(node))
+
+
+@nodes.command(name="cordon")
+@common_options
+@click.argument("node_id")
+@click.option("--reason", help="Why (shown with the node; cordoning again replaces it).")
+def nodes_cordon(node_id: str, reason: str | None) -> None:
+    """Stop new placements on a node (DRAINING); its jobs run on.
+
+    Needs an operator token. Repeating it is harmless (the reason is replaced).
+    `gpujobs nodes uncordon NODE_ID` lifts it.
+    """
+    client = make_client()
+    node = operator_call(lambda: client.cordon_node(node_id, reason))
+    if json_mode():
+        out_json(node.raw)
+        return
+    console().print(f"Cordoned: {node_summary(node)}")
+
+
+@nodes.command(name="drain")
+@common_options
+@click.argument("node_id")
+@click.option("--reason", help="Why (shown with the node and in each preempted job's retry "
+              "decision).")
+@click.option("--wait", is_flag=True, help="Let the running jobs finish instead of preempting "
+              "them, and wait until the node's GPUs are all free (exit 0).")
+@click.option("--interval", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Seconds between polls with --wait.")
+@click.option("--timeout", "wait_timeout", type=click.FloatRange(min=0),
+              help="With --wait, give up after this many seconds (exit 7; the drain goes on).")
+def nodes_drain(node_id: str, reason: str | None, wait: bool, interval: float,
+                wait_timeout: float | None) -> None:
+    """Cordon a node and stop its running jobs (202 Accepted).
+
+    Without --wait, every attempt running on the node is preempted: its ranks
+    get SIGTERM and their grace period (to checkpoint), then the job goes
+    back to PENDING with exit reason preempted, and its retry rules decide
+    (by default a retry that does not count against --max-attempts). With
+    --wait the jobs finish as they would, and the command polls the node until
+    every GPU is free: exit 0 once drained, 7 at --timeout. Needs an operator
+    token; `gpujobs nodes uncordon NODE_ID` lifts the drain.
+    """
+    if wait_timeout is not None and not wait:
+        raise click.UsageError("--timeout needs --wait")
+    client = make_client()
+    node = operator_call(lambda: client.drain_node(node_id, reason, wait=wait))
+    c = None if json_mode() else console()
+    if c is not None:
+        c.print(f"Drain accepted (202): {node_summary(node)}")
+    if wait and node.gpus_used != 0:
+        if c is not None:
+            c.print("Waiting for its jobs to finish (Ctrl-C stops waiting; the drain goes "
+                    "on)...", style="dim")
+        last = node.gpus_used
+
+        def progress(n: "Node") -> None:
+            nonlocal last
+            if c is not None and n.gpus_used != last:
+                last = n.gpus_used
+                c.print(f"  {gpus_in_use(n)}")
+
+        from .client import NodeWaitTimeout
+        try:
+            node = client.wait_for_drain(node_id, interval_s=interval, timeout_s=wait_timeout,
+                                         on_poll=progress)
+        except NodeWaitTimeout as e:
+            raise NodeWaitGaveUp(str(e), e.node) from None
+    if json_mode():
+        out_json(node.raw)
+    elif wait:
+        assert c is not None
+        c.print(f"Drained: [bold]{escape(node.node_id)}[/] has no job left "
+                f"({gpus_in_use(node)}).")
+
+
+@nodes.command(name="uncordon")
+@common_options
+@click.argument("node_id")
+def nodes_uncordon(node_id: str) -> None:
+    """Lift a node's cordon or drain: it takes placements again (READY).
+
+    Needs an operator token. A node without a cordon is left as it is.
+    """
+    client = make_client()
+    node = operator_call(lambda: client.uncordon_node(node_id))
+    if json_mode():
+        out_json(node.raw)
+        return
+    console().print(f"Uncordoned: {node_summary(node)}")
 
 
 # -- health -------------------------------------------------------------------------------

@@ -43,6 +43,14 @@ class WaitTimeout(GpujobsError):
         self.job = job
 
 
+class NodeWaitTimeout(GpujobsError):
+    """:meth:`Client.wait_for_drain` gave up; ``node`` is the last state seen."""
+
+    def __init__(self, message: str, node: Node) -> None:
+        super().__init__(message)
+        self.node = node
+
+
 def new_idempotency_key() -> str:
     return str(uuid.uuid4())
 
@@ -401,6 +409,59 @@ class Client:
     def get_node(self, node_id: str) -> Node:
         """``GET /v1/nodes/{node_id}``."""
         return Node.from_json(self._json("GET", f"/v1/nodes/{_seg(node_id)}"))
+
+    # -- operator actions on nodes (an operator token; docs/security.md) -------
+    # Not keyed, but safe to repeat, so retried as cancel_job is: a second
+    # cordon records the same cordon again, a second drain finds the node's
+    # attempts already preempted (and the node cordoned, so none came back),
+    # a second uncordon finds no cordon to lift.
+    def cordon_node(self, node_id: str, reason: str | None = None) -> Node:
+        """``POST /v1/nodes/{node_id}/cordon`` (200): the node takes no new
+        placements (``DRAINING``); its running jobs run on. Cordoning again
+        replaces the reason. :class:`Forbidden` without an operator token,
+        :class:`NotFound` for an unknown node."""
+        body = {"reason": reason} if reason else {}
+        return Node.from_json(self._json("POST", f"/v1/nodes/{_seg(node_id)}/cordon",
+                                         body=body, idempotent=True))
+
+    def drain_node(self, node_id: str, reason: str | None = None, *,
+                   wait: bool = False) -> Node:
+        """``POST /v1/nodes/{node_id}/drain`` (202): a cordon, and every
+        attempt running on the node is preempted (SIGTERM and its grace
+        period, then requeued as the job's retry rules say: by default
+        without counting), or with ``wait`` left to finish. The node is
+        drained once ``gpus_free == gpus`` (:meth:`wait_for_drain`)."""
+        body: dict[str, Any] = {"reason": reason} if reason else {}
+        if wait:
+            body["wait"] = True
+        return Node.from_json(self._json("POST", f"/v1/nodes/{_seg(node_id)}/drain",
+                                         body=body, idempotent=True))
+
+    def uncordon_node(self, node_id: str) -> Node:
+        """``POST /v1/nodes/{node_id}/uncordon`` (200): the cordon (or drain)
+        is lifted and the node takes placements again (``READY``). A node
+        without a cordon is left as it is."""
+        return Node.from_json(self._json("POST", f"/v1/nodes/{_seg(node_id)}/uncordon",
+                                         idempotent=True))
+
+    def wait_for_drain(self, node_id: str, *, interval_s: float = 2.0,
+                       timeout_s: float | None = None,
+                       on_poll: Callable[[Node], None] | None = None,
+                       sleep: Callable[[float], None] = time.sleep) -> Node:
+        """Poll ``get_node`` until every GPU of the node is free
+        (``gpus_free == gpus``); :class:`NodeWaitTimeout` after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            node = self.get_node(node_id)
+            if on_poll is not None:
+                on_poll(node)
+            if node.gpus_used == 0:
+                return node
+            if deadline is not None and time.monotonic() + interval_s > deadline:
+                raise NodeWaitTimeout(
+                    f"node {node_id} still has {node.gpus_used} of {node.gpus} GPUs in use "
+                    f"after {timeout_s:g}s", node)
+            sleep(interval_s)
 
 
 # -- helpers ------------------------------------------------------------------------

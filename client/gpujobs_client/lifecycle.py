@@ -228,22 +228,49 @@ def time_left_text(state: str, spec: Mapping[str, Any], *, started_at: str | Non
 
 def decision_rest(exit_: Mapping[str, Any]) -> str | None:
     """The exit's ``decision`` without the cause it starts with (the exit's
-    own reason, code and rank, said beside it): ``not retried (rule 1 says
-    fail)``; the whole sentence when it does not start with the reason."""
+    own reason, code, rank and detail, said beside it): ``not retried (rule 1
+    says fail)``; the whole sentence when it does not start with the reason.
+
+    The cause is ``reason`` or ``reason (bits)``, and a bit may hold ``: ``
+    itself ("preempted (node n1 drained: bad ECC): retried, ..."): the rest
+    starts after the cause's closing parenthesis, not at the first ``: ``."""
     decision = exit_.get("decision")
     if not decision:
         return None
     text = str(decision)
     reason = str(exit_.get("reason") or "")
-    if reason and text.startswith(reason):
-        head, sep, rest = text.partition(": ")
-        if sep and rest:
-            return rest
+    if not reason or not text.startswith(reason):
+        return text
+    after = text[len(reason):]
+    if after.startswith(" ("):
+        # the detail is the cause's last bit, free text: the cause ends after it
+        detail = exit_.get("detail")
+        at = after.find(f"{detail}): ") if detail else -1
+        end = at + len(f"{detail})") if at >= 0 else _closing(after, 1)
+        if end > 0 and after[end:end + 2] == ": " and after[end + 2:]:
+            return after[end + 2:]
+    elif after.startswith(": ") and after[2:]:
+        return after[2:]
     return text
 
 
+def _closing(text: str, start: int) -> int:
+    """The index just past the parenthesis closing the one at ``start``; -1
+    when it is not closed."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return -1
+
+
 def exit_text(exit_: Mapping[str, Any]) -> str:
-    """``rank_failed, exit code 1, rank 3 on node-2 — not retried (...)``."""
+    """``rank_failed, exit code 1, rank 3 on node-2 — not retried (...)``;
+    ``preempted, on n1, node n1 drained: bad ECC — retried, not counted (...)``."""
     parts = [str(exit_.get("reason") or "ended")]
     code = exit_.get("exit_code")
     if code is not None:
@@ -254,6 +281,8 @@ def exit_text(exit_: Mapping[str, Any]) -> str:
         parts.append(f"rank {rank}" + (f" on {node}" if node else ""))
     elif node:
         parts.append(f"on {node}")
+    if exit_.get("detail"):
+        parts.append(str(exit_["detail"]))
     text = ", ".join(parts)
     rest = decision_rest(exit_)
     return f"{text} — {rest}" if rest else text

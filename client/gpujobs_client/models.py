@@ -33,9 +33,10 @@ def _opt_float(value: Any) -> float | None:
 @dataclass(frozen=True)
 class Exit:
     """How a job or an attempt ended: ``reason`` (``succeeded``,
-    ``rank_failed``, ``node_lost``, ``stalled``, ``timeout``,
+    ``rank_failed``, ``node_lost``, ``stalled``, ``timeout``, ``preempted``,
     ``pending_timeout``, ``cancelled``...), the first failed rank's exit code,
-    rank and node, and the retry rules' ``decision``."""
+    rank and node, what else the server says of it (``detail``: "node n1
+    drained: bad ECC" for a preemption) and the retry rules' ``decision``."""
     reason: str
     exit_code: int | None
     raw: dict[str, Any] = field(repr=False, compare=False)
@@ -47,6 +48,9 @@ class Exit:
     """Why the next attempt was made, or why none was: "node_lost (rank 3):
     retried, not counted (uncounted retry 2 of 10)"; for ``pending_timeout``,
     how long it waited and why."""
+    detail: str | None = None
+    """More about the end, when the server says more: a preemption's cause
+    ("node n1 drained: bad ECC")."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "Exit | None":
@@ -54,7 +58,7 @@ class Exit:
             return None
         return cls(reason=str(d.get("reason", "")), exit_code=_opt_int(d.get("exit_code")),
                    raw=dict(d), rank=_opt_int(d.get("rank")), node_id=d.get("node_id"),
-                   decision=d.get("decision"))
+                   decision=d.get("decision"), detail=d.get("detail"))
 
 
 @dataclass(frozen=True)
@@ -210,6 +214,34 @@ class Attempt:
                    exit=Exit.from_json(d.get("exit")), raw=dict(d))
 
 
+#: what a cordon does to the node's running jobs (``Cordon.drain``): left to
+#: run (a cordon), preempted and requeued (a drain), or left to finish (a
+#: drain that waits)
+DRAIN_MODES = ("keep", "stop", "wait")
+
+
+@dataclass(frozen=True)
+class Cordon:
+    """Why a node takes no new placements (``Node.cordon``): the ``reason``,
+    who cordoned it (``by``: the operator's name, or ``gpujobs`` when the
+    node cordoned itself, ``auto``), when (``at``), and what it does to the
+    jobs running there (``drain``: ``keep``, ``stop`` or ``wait``)."""
+    reason: str
+    by: str
+    at: str | None
+    drain: str
+    auto: bool
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "Cordon | None":
+        if not d:
+            return None
+        return cls(reason=str(d.get("reason") or ""), by=str(d.get("by") or ""),
+                   at=d.get("at"), drain=str(d.get("drain") or "keep"),
+                   auto=bool(d.get("auto")), raw=dict(d))
+
+
 @dataclass(frozen=True)
 class Node:
     node_id: str
@@ -221,6 +253,22 @@ class Node:
     last_seen_at: str | None
     labels: dict[str, str]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    cordon: Cordon | None = None
+    """Set while an operator's cordon or drain (or auto-cordon) keeps new
+    placements off the node (its ``state`` is then ``DRAINING``, or ``DOWN``);
+    None otherwise, and from a server that predates cordons."""
+
+    @property
+    def gpus_used(self) -> int | None:
+        """GPUs held by attempts on the node (``gpus - gpus_free``)."""
+        if self.gpus is None or self.gpus_free is None:
+            return None
+        return max(0, self.gpus - self.gpus_free)
+
+    @property
+    def is_drained(self) -> bool:
+        """Cordoned with nothing left running: every GPU free."""
+        return self.cordon is not None and self.gpus_used == 0
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Node":
@@ -228,7 +276,7 @@ class Node:
                    gpus_free=_opt_int(d.get("gpus_free")), gpu_type=d.get("gpu_type"),
                    state=d.get("state"), inbox_queue_url=d.get("inbox_queue_url"),
                    last_seen_at=d.get("last_seen_at"), labels=dict(d.get("labels") or {}),
-                   raw=dict(d))
+                   raw=dict(d), cordon=Cordon.from_json(d.get("cordon")))
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,62 @@ def test_the_job_page_says_the_lifecycle_as_describe_does(tmp_path):
                                    "checkpoint_dir", "retry"])
 
 
+PREEMPTION_SCRIPT = """
+import { exitText, decisionText, cordonText } from './story.js';
+const given = JSON.parse(process.argv[2]);
+console.log(JSON.stringify({
+  exits: given.exits.map((e) => [exitText(e), decisionText(e)]),
+  cordons: given.cordons.map(cordonText), none: cordonText(null),
+}));
+"""
+
+
+def test_the_dashboard_says_a_preemption_and_a_cordon(tmp_path):
+    """story.js under node with what the server writes (domain/retry.py's
+    decision, domain/nodes.py's cordon): a preempted attempt's detail and
+    decision, cut after the whole cause as `gpujobs describe` cuts it
+    (lifecycle.decision_rest), though the drain's reason holds ': ' and
+    parentheses; a cordon's reason, who and drain mode."""
+    import shutil
+    import subprocess
+
+    from chalicelib.domain import nodes, retry
+    from gpujobs_client import lifecycle
+    node = shutil.which("node")
+    assert node is not None, "no node to run the dashboard's modules"
+    for p in web.STATIC_DIR.glob("*.js"):
+        shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "check.js").write_text(PREEMPTION_SCRIPT)
+    spec = {"max_attempts": 1, "retry": {"rules": [], "max_uncounted_retries": 10}}
+    exits = []
+    for why in ("bad ECC", "GPU 3 (ECC: double-bit) failing"):
+        e = {"reason": "preempted", "exit_code": None, "node_id": "n1",
+             "detail": f"node n1 drained: {why}"}
+        exits.append({**e, "decision": retry.decide(spec, e, attempt=1, uncounted=0).text})
+    cordons = [nodes.cordon_of("bad ECC", "ops-oncall", "2025-01-31T12:00:00.000Z", nodes.STOP),
+               nodes.cordon_of(nodes.auto_cordon_reason(3, 3600), nodes.AUTO,
+                               "2025-01-31T12:00:00.000Z", auto=True),
+               nodes.cordon_of("retire", "ops-oncall", "2025-01-31T12:00:00.000Z", nodes.WAIT)]
+    done = subprocess.run([node, "check.js", json.dumps({"exits": exits, "cordons": cordons})],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["exits"][0] == ["preempted: node n1 drained: bad ECC",
+                                "retried, not counted (uncounted retry 1 of 10)"]
+    assert said["exits"][1][0] == "preempted: node n1 drained: GPU 3 (ECC: double-bit) failing"
+    for e, (_, decision) in zip(exits, said["exits"]):
+        assert decision == lifecycle.decision_rest(e) == \
+            "retried, not counted (uncounted retry 1 of 10)"
+    assert said["cordons"] == [
+        {"reason": "bad ECC", "who": "by ops-oncall",
+         "mode": "drained: its jobs were preempted and requeued"},
+        {"reason": "auto-cordoned: 3 attempts ended rank_failed here within 3600 s",
+         "who": "by gpujobs (automatic)", "mode": "cordoned: its jobs run on"},
+        {"reason": "retire", "who": "by ops-oncall", "mode": "draining: its jobs may finish"}]
+    assert said["none"] is None
+
+
 @pytest.mark.parametrize("path", ["/", "/static/app.js", "/static/style.css"])
 def test_head_answers_what_get_does_without_the_body(client, path):
     """HEAD / was 405 (issue 29): the pages answer HEAD like GET, no body."""

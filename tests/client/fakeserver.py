@@ -76,7 +76,8 @@ class Fault:
 class FakeApi:
     def __init__(self, tokens: dict[str, tuple[str, str]] | None = None) -> None:
         self.tokens = tokens or {"t1": ("tenant", "acme"), "t2": ("tenant", "other"),
-                                 "a1": ("agent", "*"), "a-node-1": ("agent", "node-1")}
+                                 "a1": ("agent", "*"), "a-node-1": ("agent", "node-1"),
+                                 "o1": ("operator", "ops-oncall")}
         self.lock = threading.RLock()
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
@@ -94,6 +95,8 @@ class FakeApi:
         self.events: dict[str, list[dict[str, Any]]] = {}
         self.clock = 0.0                   # seconds since EPOCH; tests move it
         self.on_get_job: list[Callable[[dict[str, Any]], None]] = []
+        #: called with the node before each GET /v1/nodes/{id} answers
+        self.on_get_node: list[Callable[[dict[str, Any]], None]] = []
         self.release = threading.Event()   # ends "hang" faults
         self._seq = 0
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -145,6 +148,18 @@ class FakeApi:
                     job[k] = v
             job["updated_at"] = self.now()
             return job
+
+    def add_node(self, node_id: str, gpus: int = 8, gpu_type: str = "h100",
+                 **more: Any) -> dict[str, Any]:
+        """A node as GET /v1/nodes serves it (``more`` overrides: gpus_free,
+        state, cordon...)."""
+        with self.lock:
+            node = {"node_id": node_id, "gpus": gpus, "gpus_free": gpus, "gpu_type": gpu_type,
+                    "state": "READY", "inbox_queue_url": f"http://127.0.0.1:1/queue/inbox-{node_id}",
+                    "last_seen_at": self.now(), "labels": {}, "address": node_id,
+                    "isolation": "none", "cordon": None, **more}
+            self.nodes[node_id] = node
+            return node
 
     def place(self, job_id: str, nodes: list[str], state: str = "RUNNING") -> dict[str, Any]:
         """Make a new attempt placing rank i on nodes[i % len(nodes)]."""
@@ -394,30 +409,104 @@ class FakeApi:
                     self._finish(job, "CANCELLED", "cancelled", None)
                 return 200, job, {}
 
+        m = re.fullmatch(r"/v1/nodes/([^/]+)/(cordon|drain|uncordon)", path)
+        if m and method == "POST":
+            # app.py cordon_node, drain_node, uncordon_node: the operator first,
+            # then the body (schemas.CORDON, DRAIN), then the node
+            if who is None:
+                raise Problem(401, "unauthenticated", "a valid bearer token is required",
+                              "Authorization")
+            if who[0] != "operator":
+                raise Problem(403, "forbidden", "this endpoint takes an operator token",
+                              "Authorization")
+            node_id, verb = m.group(1), m.group(2)
+            b: Any = {}
+            if verb != "uncordon":
+                b = (body() if raw else None) or {}
+                _check_cordon_body(b, drain=verb == "drain")
+            node = self.nodes.get(node_id)
+            if node is None:
+                raise Problem(404, "not_found", f"node {node_id} not found", "node_id")
+            if verb == "uncordon":
+                if node.get("cordon") is not None and node["state"] == "DRAINING":
+                    node["state"] = "READY"
+                node["cordon"] = None
+                return 200, node, {}
+            wait = bool(b.get("wait"))
+            reason = b.get("reason") or ("drained" if verb == "drain" else "cordoned")
+            mode = "keep" if verb == "cordon" else ("wait" if wait else "stop")
+            # domain/nodes.py cordon_of; a READY node becomes DRAINING, DOWN stays DOWN
+            node["cordon"] = {"reason": reason, "by": who[1], "at": self.now(), "drain": mode,
+                              "auto": False}
+            if node["state"] == "READY":
+                node["state"] = "DRAINING"
+            if verb == "cordon":
+                return 200, node, {}
+            if not wait:
+                self._preempt_on(node_id, f"node {node_id} drained: {reason}")
+            return 202, node, {}
+
         m = re.fullmatch(r"/v1/nodes(?:/([^/]+))?", path)
         if m:
             node_id = m.group(1)
             if method == "PUT" and node_id:
                 agent(node_id)
                 b = body()
+                held = self.nodes.get(node_id) or {}
+                cordon = held.get("cordon")  # a registration keeps the cordon
                 node = {"node_id": node_id, "gpus": b["gpus"], "gpus_free": b["gpus"],
                         "gpu_type": b["gpu_type"], "labels": b.get("labels", {}),
-                        "state": "READY",
+                        "state": "DRAINING" if cordon else "READY",
                         "inbox_queue_url": f"http://127.0.0.1:1/queue/inbox-{node_id}",
-                        "last_seen_at": self.now()}
+                        "last_seen_at": self.now(), "address": node_id, "isolation": "none",
+                        "cordon": cordon}
                 self.nodes[node_id] = node
                 return 200, node, {}
             if method == "GET":
                 if who is None:
                     raise Problem(401, "unauthenticated", "token required", "Authorization")
+                for n in self.nodes.values():
+                    n.setdefault("cordon", None)  # every Node has it, null or not
                 if node_id is None:
                     return 200, {"nodes": sorted(self.nodes.values(),
                                                  key=lambda n: n["node_id"])}, {}
                 if node_id not in self.nodes:
                     raise Problem(404, "not_found", f"node {node_id} not found", "node_id")
+                for hook in list(self.on_get_node):
+                    hook(self.nodes[node_id])
                 return 200, self.nodes[node_id], {}
 
         raise Problem(404, "not_found", "no such path")
+
+    def _preempt_on(self, node_id: str, detail: str) -> None:
+        """service/cordons.py preempt_all: every job whose current attempt has
+        a rank on the node ends that attempt as preempted, and its retry rules
+        decide (domain/retry.py decide; preempted is an infra cause)."""
+        for job_id, job in self.jobs.items():
+            if job["state"] not in ("SCHEDULED", "RUNNING") or job["cancel_requested_at"]:
+                continue
+            att = next((a for a in self.attempts.get(job_id, [])
+                        if a["attempt"] == job["attempt"] and a["finished_at"] is None), None)
+            if att is None or all(p["node_id"] != node_id for p in att["placement"]):
+                continue
+            exit_: dict[str, Any] = {"reason": "preempted", "exit_code": None,
+                                     "node_id": node_id, "detail": detail}
+            action, text = _decide(job, exit_)
+            exit_["decision"] = text
+            event = {"type": "finished" if action == "fail" else "retried", "time": self.now(),
+                     "attempt": job["attempt"], "reason": "preempted", "node_id": node_id,
+                     "decision": text}
+            if action == "fail":
+                self._finish(job, "FAILED", "preempted", None, node_id=node_id, detail=detail,
+                             decision=text)
+                event.update(state="FAILED")
+            else:
+                att.update(state="FAILED", finished_at=self.now(), exit=exit_)
+                job.update(state="PENDING", pending_since=self.now(), updated_at=self.now(),
+                           uncounted_retries=job["uncounted_retries"]
+                           + int(action == "retry_uncounted"))
+                event["next_attempt"] = job["attempt"] + 1
+            self.events.setdefault(job_id, []).append(event)
 
     def _ranks(self, job: dict[str, Any]) -> dict[str, Any]:
         threshold = job["health"]["threshold_s"]
@@ -504,6 +593,54 @@ class FakeApi:
             do_GET = do_POST = do_PUT = do_DELETE = _serve
 
         return Handler
+
+
+def _check_cordon_body(b: Any, *, drain: bool) -> None:
+    """chalicelib/api/schemas.py CORDON and DRAIN, as the server judges them."""
+    if not isinstance(b, dict):
+        raise Problem(400, "invalid_argument", "body must be an object", "body")
+    allowed = {"reason", "wait"} if drain else {"reason"}
+    for key in b:
+        if key not in allowed:
+            raise Problem(400, "invalid_argument", f"{key} is not allowed", key)
+    reason = b.get("reason")
+    if "reason" in b and (not isinstance(reason, str) or not 1 <= len(reason) <= 1024):
+        raise Problem(400, "invalid_argument", "reason must be 1 to 1024 characters", "reason")
+    if "wait" in b and not isinstance(b["wait"], bool):
+        raise Problem(400, "invalid_argument", "wait must be a boolean", "wait")
+
+
+def _decide(job: dict[str, Any], exit_: dict[str, Any]) -> tuple[str, str]:
+    """(action, decision) of chalicelib/domain/retry.py decide for an end
+    with no exit code and no rank (a preemption): its rules by reason, else
+    an uncounted retry while the cap allows."""
+    spec = job["spec"]
+    policy = spec.get("retry") or {}
+    cap = policy.get("max_uncounted_retries", 10)
+    max_attempts = spec.get("max_attempts", 1)
+    reason = exit_["reason"]
+    cause = f"{reason} ({exit_['detail']})" if exit_.get("detail") else reason
+    action, by = "retry_uncounted", "default"
+    for i, rule in enumerate(policy.get("rules") or [], 1):
+        if ("reasons" not in rule or reason in rule["reasons"]) and "exit_codes" not in rule \
+                and "signals" not in rule:
+            action, by = rule["action"], f"rule {i}"
+            break
+    if action == "fail":
+        return "fail", f"{cause}: not retried ({by} says fail)"
+    uncounted = job["uncounted_retries"]
+    if action == "retry_uncounted":
+        if uncounted < cap:
+            return "retry_uncounted", (f"{cause}: retried, not counted (uncounted retry "
+                                       f"{uncounted + 1} of {cap})")
+        note = f"all {cap} uncounted retries used, so it counts; "
+    else:
+        note = "" if by == "default" else f"{by}; "
+    counted = job["attempt"] - uncounted
+    if counted < max_attempts:
+        return "retry", f"{cause}: retried ({note}counted attempt {counted} of {max_attempts})"
+    return "fail", (f"{cause}: not retried ({note}counted attempt {counted} of {max_attempts}, "
+                    "none left)")
 
 
 def _ts(seconds: float) -> str:

@@ -515,6 +515,192 @@ def test_nodes(run, fake):
     assert run("nodes", "node-9").exit_code == 3
 
 
+# -- operator actions on nodes (issue 28): cordon, drain, uncordon ---------------------------
+OPERATOR = {"GPUJOBS_TOKEN": "o1"}  # the fake's operator token, named ops-oncall
+
+
+def node_row(r, node_id):
+    return next(ln.rstrip() for ln in r.stdout.splitlines() if ln.startswith(node_id))
+
+
+def test_nodes_shows_the_state_and_a_cordons_reason_and_who(run, fake):
+    fake.add_node("node-1", gpus_free=6)
+    fake.add_node("node-2", state="DRAINING", cordon={
+        "reason": "bad ECC on GPU 3", "by": "ops-oncall", "at": fake.now(), "drain": "keep",
+        "auto": False})
+    fake.add_node("node-3", state="DRAINING", cordon={
+        "reason": "auto-cordoned: 3 attempts ended rank_failed here within 3600 s",
+        "by": "gpujobs", "at": fake.now(), "drain": "keep", "auto": True})
+    fake.add_node("node-4", state="DOWN", cordon={
+        "reason": "retire", "by": "ops-oncall", "at": fake.now(), "drain": "stop",
+        "auto": False})
+    r = run("nodes")
+    assert r.exit_code == 0, r.output
+    assert "CORDON" in r.stdout.splitlines()[0]
+    assert node_row(r, "node-1").split()[:5] == ["node-1", "h100", "8", "6", "READY"]
+    assert node_row(r, "node-2").split()[4] == "DRAINING"
+    assert node_row(r, "node-2").endswith("bad ECC on GPU 3 (by ops-oncall)")
+    assert node_row(r, "node-3").endswith(
+        "auto-cordoned: 3 attempts ended rank_failed here within 3600 s (by gpujobs, auto)")
+    assert node_row(r, "node-4").split()[4] == "DOWN"
+    assert node_row(r, "node-4").endswith("retire (by ops-oncall; drain: jobs preempted)")
+    one = run("nodes", "node-2")
+    assert "node-2: DRAINING — bad ECC on GPU 3 (by ops-oncall, since 2025-01-31 12:00:00Z); " \
+           "no new placements, its running jobs run on; 0 of 8 GPUs in use" in one.stdout
+    assert json_out(run("nodes", "node-3", "-o", "json"))["cordon"]["auto"] is True
+    assert json_out(run("nodes", "-o", "json"))["nodes"][1]["cordon"]["by"] == "ops-oncall"
+
+
+def test_nodes_without_a_cordon_has_no_cordon_column(run, fake):
+    fake.add_node("node-1")
+    r = run("nodes")
+    assert "CORDON" not in r.stdout
+    assert "CORDON" not in run("nodes", "show", "node-1").stdout
+
+
+def test_nodes_is_still_a_listing_and_a_node_id_still_shows_one(run, fake):
+    """`gpujobs nodes` became a group: its old forms work as before."""
+    fake.add_node("node-1")
+    fake.add_node("cordon")  # a node named like a subcommand: `nodes show` reaches it
+    assert node_row(run("nodes"), "node-1").split()[4] == "READY"
+    assert json_out(run("-o", "json", "nodes", "node-1"))["node_id"] == "node-1"
+    assert json_out(run("nodes", "-o", "json", "node-1"))["node_id"] == "node-1"
+    assert json_out(run("nodes", "show", "cordon", "-o", "json"))["node_id"] == "cordon"
+    assert run("nodes", "nope").exit_code == 3
+    assert run("nodes", "show").exit_code == 2
+    assert "Usage:" in run("nodes", "--bogus").output
+    text = " ".join(run("nodes", "--help").stdout.split())
+    for words in ("[NODE_ID | COMMAND [ARGS]...]", "cordon", "drain", "uncordon",
+                  "take an operator token"):
+        assert words in text
+
+
+def test_cordon_prints_the_node_as_it_is_now(run, fake):
+    fake.add_node("node-1", gpus_free=6)
+    r = run("nodes", "cordon", "node-1", "--reason", "bad ECC", env=OPERATOR)
+    assert r.exit_code == 0, r.output
+    assert fake.sent("POST", "/v1/nodes/node-1/cordon")[0].json() == {"reason": "bad ECC"}
+    assert fake.sent("POST", "/v1/nodes/node-1/cordon")[0].headers["authorization"] == \
+        "Bearer o1"
+    assert r.stdout.startswith("Cordoned: node-1: DRAINING — bad ECC (by ops-oncall, since ")
+    assert "no new placements, its running jobs run on; 2 of 8 GPUs in use" in r.stdout
+    assert fake.nodes["node-1"]["state"] == "DRAINING"
+    assert json_out(run("nodes", "cordon", "node-1", "-o", "json", env=OPERATOR))["cordon"][
+        "reason"] == "cordoned"
+
+
+def test_drain_preempts_and_the_job_shows_why(run, fake):
+    fake.add_node("node-1", gpus_free=6)
+    job = fake.add_job(ranks=2)
+    fake.place(job["id"], ["node-1"])
+    r = run("nodes", "drain", "node-1", "--reason", "bad ECC", env=OPERATOR)
+    assert r.exit_code == 0, r.output
+    assert fake.sent("POST", "/v1/nodes/node-1/drain")[0].json() == {"reason": "bad ECC"}
+    assert r.stdout.startswith("Drain accepted (202): node-1: DRAINING — bad ECC (by "
+                               "ops-oncall, since ")
+    assert "its running jobs are preempted (SIGTERM, grace period, then requeued)" in r.stdout
+    assert fake.sent("GET", "/v1/nodes/node-1") == [], "no --wait: no polling"
+    attempts = run("attempts", job["id"])
+    assert "preempted: node node-1 drained: bad ECC" in attempts.stdout
+    story = run("describe", job["id"]).stdout
+    assert "retried  preempted on node-1" in story
+    assert ("preempted (node node-1 drained: bad ECC): retried, not counted (uncounted "
+            "retry 1 of 10)") in story
+    assert "1 (0 counted of max 1, 1 not counted)" in story
+
+
+def test_drain_wait_lets_the_jobs_finish_and_polls_until_drained(run, fake):
+    fake.add_node("node-1", gpus_free=4)
+    job = fake.add_job(ranks=4)
+    fake.place(job["id"], ["node-1"])
+    fake.on_get_node.append(lambda n: n.update(gpus_free=min(n["gpus"], n["gpus_free"] + 2)))
+    r = run("nodes", "drain", "node-1", "--reason", "retire", "--wait", "--interval", "0",
+            env=OPERATOR)
+    assert r.exit_code == 0, r.output
+    assert fake.sent("POST", "/v1/nodes/node-1/drain")[0].json() == {"reason": "retire",
+                                                                     "wait": True}
+    assert fake.jobs[job["id"]]["state"] == "RUNNING", "--wait preempts nothing"
+    lines = r.stdout.splitlines()
+    assert "its running jobs may finish; 4 of 8 GPUs in use" in lines[0]
+    assert lines[1].startswith("Waiting for its jobs to finish")
+    assert [ln.strip() for ln in lines[2:4]] == ["2 of 8 GPUs in use", "0 of 8 GPUs in use"]
+    assert lines[-1] == "Drained: node-1 has no job left (0 of 8 GPUs in use)."
+    assert len(fake.sent("GET", "/v1/nodes/node-1")) == 2
+
+
+def test_drain_wait_json_prints_the_node_once_drained(run, fake):
+    fake.add_node("node-1", gpus_free=7)
+    fake.on_get_node.append(lambda n: n.update(gpus_free=8))
+    r = run("nodes", "drain", "node-1", "--wait", "--interval", "0", "-o", "json", env=OPERATOR)
+    assert r.exit_code == 0, r.output
+    node = json_out(r)
+    assert (node["gpus_free"], node["cordon"]["drain"]) == (8, "wait")
+
+
+def test_drain_wait_on_an_idle_node_is_done_at_once(run, fake):
+    fake.add_node("node-1")
+    r = run("nodes", "drain", "node-1", "--wait", env=OPERATOR)
+    assert r.exit_code == 0, r.output
+    assert "Drained: node-1 has no job left (0 of 8 GPUs in use)." in r.stdout
+    assert fake.sent("GET", "/v1/nodes/node-1") == []
+
+
+def test_drain_wait_timeout_exits_7_and_says_what_is_left(run, fake):
+    fake.add_node("node-1", gpus_free=5)
+    r = run("nodes", "drain", "node-1", "--wait", "--interval", "0", "--timeout", "0",
+            env=OPERATOR)
+    assert r.exit_code == 7
+    assert "Error: node node-1 still has 3 of 8 GPUs in use after 0s" in r.stderr
+    assert "the drain goes on" in r.stderr
+    j = run("nodes", "drain", "node-1", "--wait", "--timeout", "0", "-o", "json", env=OPERATOR)
+    err = json.loads(j.stderr)
+    assert (j.exit_code, err["exit_code"], err["error"]["code"]) == (7, 7, "wait_timeout")
+    assert err["error"]["node"]["node_id"] == "node-1" and j.stdout == ""
+    assert run("nodes", "drain", "node-1", "--timeout", "5", env=OPERATOR).exit_code == 2
+
+
+def test_uncordon_puts_the_node_back(run, fake):
+    fake.add_node("node-1", state="DRAINING", cordon={
+        "reason": "bad ECC", "by": "ops-oncall", "at": fake.now(), "drain": "stop",
+        "auto": False})
+    r = run("nodes", "uncordon", "node-1", env=OPERATOR)
+    assert r.exit_code == 0, r.output
+    assert fake.sent("POST", "/v1/nodes/node-1/uncordon")[0].body == b""
+    assert r.stdout.strip() == "Uncordoned: node-1: READY, takes placements; 0 of 8 GPUs in use"
+    assert fake.nodes["node-1"]["cordon"] is None
+    assert "CORDON" not in run("nodes").stdout
+
+
+@pytest.mark.parametrize("token", ["t1", "a1", "a-node-1"])
+@pytest.mark.parametrize("verb", [("cordon", "--reason", "x"), ("drain",), ("uncordon",)])
+def test_a_non_operator_token_gets_403_and_is_told_what_it_needs(run, fake, token, verb):
+    fake.add_node("node-1")
+    r = run("nodes", verb[0], "node-1", *verb[1:], env={"GPUJOBS_TOKEN": token})
+    assert r.exit_code == 1
+    assert ("Error: Forbidden (403 forbidden): this endpoint takes an operator token "
+            "[field: Authorization]") in r.stderr
+    assert "Hint: cordon, drain and uncordon take an operator token" in r.stderr
+    assert '"operator": "<your name>"' in r.stderr and "docs/security.md" in r.stderr
+    assert fake.nodes["node-1"]["cordon"] is None
+    j = run("nodes", verb[0], "node-1", "-o", "json", env={"GPUJOBS_TOKEN": token})
+    err = json.loads(j.stderr)["error"]
+    assert err["code"] == "forbidden" and "operator token" in err["hint"]
+
+
+@pytest.mark.parametrize("verb", ["cordon", "drain", "uncordon"])
+def test_an_unknown_node_is_404_exit_3(run, fake, verb):
+    r = run("nodes", verb, "ghost", env=OPERATOR)
+    assert r.exit_code == 3
+    assert "Error: Not found (404 not_found): node ghost not found [field: node_id]" in r.stderr
+    assert "Hint: `gpujobs nodes` lists the registered nodes" in r.stderr
+
+
+def test_a_bad_reason_is_the_servers_400(run, fake):
+    fake.add_node("node-1")
+    r = run("nodes", "cordon", "node-1", "--reason", "x" * 1025, env=OPERATOR)
+    assert r.exit_code == 1 and "[field: reason]" in r.stderr
+
+
 def test_health_needs_no_token(run, fake):
     r = run("health", token=False)
     assert r.exit_code == 0 and r.stdout.strip() == f"{fake.url}: ok"

@@ -104,6 +104,31 @@ def test_the_exit_in_words():
                          "fit: x"}) == \
         "pending_timeout — waited longer than max_pending_s (60 s): can never fit: x"
 
+    assert lc.exit_text({"reason": "preempted", "exit_code": None, "node_id": "n1",
+                         "detail": "node n1 drained: bad ECC",
+                         "decision": "preempted (node n1 drained: bad ECC): retried, not "
+                         "counted (uncounted retry 1 of 10)"}) == \
+        ("preempted, on n1, node n1 drained: bad ECC — retried, not counted "
+         "(uncounted retry 1 of 10)")
+
+
+@pytest.mark.parametrize("detail", ["node n1 drained: bad ECC", "node n1 drained: GPU 3 (ECC",
+                                    "node n1 drained: a) b: c", "node n1 drained"])
+def test_the_decision_of_a_preemption_is_cut_after_its_cause(detail):
+    """The cause holds the drain's reason, free text with ": " or parentheses
+    of its own: the rest starts after it, as the server wrote it."""
+    retry = pytest.importorskip("chalicelib.domain.retry")
+    exit_ = {"reason": "preempted", "exit_code": None, "node_id": "n1", "detail": detail}
+    spec = {"max_attempts": 1, "retry": {"rules": [], "max_uncounted_retries": 10}}
+    decision = retry.decide(spec, exit_, attempt=1, uncounted=0).text
+    assert lc.decision_rest({**exit_, "decision": decision}) == \
+        "retried, not counted (uncounted retry 1 of 10)"
+    # a rank's cause, no detail: cut after its parenthesis
+    exit_ = {"reason": "rank_failed", "exit_code": 137, "rank": 3}
+    decision = retry.decide({"max_attempts": 1}, exit_, attempt=1, uncounted=0).text
+    assert lc.decision_rest({**exit_, "decision": decision}) == \
+        "not retried (counted attempt 1 of 1, none left)"
+
 
 # -- the names and defaults are the server's -------------------------------------------
 def test_the_names_are_the_servers():

@@ -14,6 +14,8 @@ from gpujobs_client import (
     Forbidden,
     InvalidPageToken,
     Job,
+    Node,
+    NodeWaitTimeout,
     NotFound,
     StaleAttempt,
     Unauthenticated,
@@ -244,3 +246,131 @@ def test_job_exit_and_events_expose_the_decision_and_the_node(fake, sdk):
     assert job.exit.decision.endswith("none left)")
     (event,) = sdk.list_events(raw["id"])
     assert event.decision == decision and event.node_id == "node-2"
+
+
+# -- operator actions on nodes: cordon, drain, uncordon -------------------------------------
+@pytest.fixture
+def operator_sdk(fake, policy):
+    c = Client(fake.url, "o1", timeout=5, retry=policy())
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_cordon_drain_and_uncordon_send_their_bodies_and_read_the_cordon(fake, operator_sdk):
+    fake.add_node("n1")
+    node = operator_sdk.cordon_node("n1", "bad ECC")
+    assert fake.sent("POST", "/v1/nodes/n1/cordon")[0].json() == {"reason": "bad ECC"}
+    assert node.state == "DRAINING" and node.cordon is not None
+    assert (node.cordon.reason, node.cordon.by, node.cordon.at, node.cordon.drain,
+            node.cordon.auto) == ("bad ECC", "ops-oncall", fake.now(), "keep", False)
+    assert node.cordon.raw == node.raw["cordon"]
+
+    drained = operator_sdk.drain_node("n1", "retire", wait=True)
+    assert fake.sent("POST", "/v1/nodes/n1/drain")[0].json() == {"reason": "retire",
+                                                                 "wait": True}
+    assert drained.cordon is not None and drained.cordon.drain == "wait"
+    assert operator_sdk.drain_node("n1").cordon.drain == "stop"
+    assert fake.sent("POST", "/v1/nodes/n1/drain")[1].json() == {}
+
+    back = operator_sdk.uncordon_node("n1")
+    assert fake.sent("POST", "/v1/nodes/n1/uncordon")[0].body == b""
+    assert (back.state, back.cordon) == ("READY", None)
+    assert operator_sdk.get_node("n1").cordon is None
+
+
+def test_a_node_from_a_server_without_cordons_has_none():
+    node = Node.from_json({"node_id": "old", "gpus": 8, "gpus_free": 2, "gpu_type": "h100",
+                           "state": "READY"})
+    assert node.cordon is None and node.gpus_used == 6 and not node.is_drained
+
+
+def test_only_an_operator_token_may_cordon(fake, sdk, agent_sdk, operator_sdk):
+    fake.add_node("n1")
+    for c in (sdk, agent_sdk):
+        for verb in ("cordon_node", "drain_node", "uncordon_node"):
+            with pytest.raises(Forbidden) as err:
+                getattr(c, verb)("n1")
+            assert err.value.field == "Authorization"
+    assert fake.nodes["n1"]["cordon"] is None
+    with pytest.raises(NotFound) as missing:
+        operator_sdk.drain_node("ghost", "x")
+    assert missing.value.field == "node_id"
+
+
+@pytest.mark.parametrize("call, path", [
+    (lambda c: c.cordon_node("n1", "x"), "/v1/nodes/n1/cordon"),
+    (lambda c: c.drain_node("n1", "x"), "/v1/nodes/n1/drain"),
+    (lambda c: c.uncordon_node("n1"), "/v1/nodes/n1/uncordon"),
+])
+def test_node_actions_are_retried_after_a_dropped_answer(fake, operator_sdk, call, path):
+    """Not keyed, but the same effect twice: retried as a cancel is."""
+    fake.add_node("n1")
+    fake.fail("POST", path, "drop_after")
+    call(operator_sdk)
+    assert len(fake.sent("POST", path)) == 2
+
+
+def test_a_drain_preempts_the_running_attempts_and_wait_for_drain_polls(fake, operator_sdk,
+                                                                        sdk):
+    fake.add_node("n1", gpus_free=6)
+    job = sdk.create_job(command=["x"], ranks=2)
+    fake.place(job.id, ["n1"])
+    operator_sdk.drain_node("n1", "bad ECC")
+    (attempt,) = sdk.list_attempts(job.id)
+    assert attempt.exit is not None and attempt.exit.reason == "preempted"
+    assert attempt.exit.detail == "node n1 drained: bad ECC"
+    assert attempt.exit.decision == ("preempted (node n1 drained: bad ECC): retried, not "
+                                     "counted (uncounted retry 1 of 10)")
+    after = sdk.get_job(job.id)
+    assert (after.state, after.uncounted_retries) == ("PENDING", 1)
+
+    fake.on_get_node.append(lambda n: n.update(gpus_free=min(8, n["gpus_free"] + 1)))
+    seen = []
+    done = operator_sdk.wait_for_drain("n1", interval_s=0, sleep=lambda s: None,
+                                       on_poll=lambda n: seen.append(n.gpus_free))
+    assert seen == [7, 8] and done.is_drained
+
+
+def test_wait_for_drain_gives_up_with_the_last_node_seen(fake, operator_sdk):
+    fake.add_node("n1", gpus_free=5)
+    operator_sdk.drain_node("n1", wait=True)
+    with pytest.raises(NodeWaitTimeout) as err:
+        operator_sdk.wait_for_drain("n1", interval_s=0, timeout_s=0)
+    assert err.value.node.gpus_used == 3
+
+
+# -- the fake's cordons are the server's ------------------------------------------------------
+def test_the_fakes_node_and_cordon_are_the_servers(fake):
+    nodes = pytest.importorskip("chalicelib.domain.nodes")
+    representation = pytest.importorskip("chalicelib.api.representation")
+    from datetime import datetime, timezone
+    now = datetime(2025, 1, 31, 12, tzinfo=timezone.utc)
+    node = nodes.Node("n1", 8, 8, "h100", nodes.NodeState.READY, "q", now, now,
+                      cordon=nodes.cordon_of("r", "ops", "t", nodes.STOP))
+    served = representation.node_json(node)
+    fake.add_node("n1")
+    with Client(fake.url, "o1") as c:
+        mine = c.drain_node("n1", "r").raw
+    assert set(mine) == set(served)
+    assert set(mine["cordon"]) == set(served["cordon"])
+    assert mine["cordon"]["drain"] == served["cordon"]["drain"] == "stop"
+
+
+@pytest.mark.parametrize("spec, attempt, uncounted", [
+    ({}, 1, 0), ({"max_attempts": 3}, 2, 10), ({"max_attempts": 1}, 11, 10),
+    ({"retry": {"rules": [{"reasons": ["preempted"], "action": "fail"}]}}, 1, 0),
+    ({"retry": {"rules": [{"reasons": ["preempted"], "action": "retry"}]},
+      "max_attempts": 2}, 1, 0),
+])
+def test_the_fakes_preemption_decision_is_the_servers(spec, attempt, uncounted):
+    retry = pytest.importorskip("chalicelib.domain.retry")
+    from .fakeserver import _decide
+    exit_ = {"reason": "preempted", "exit_code": None, "node_id": "n1",
+             "detail": "node n1 drained: bad ECC"}
+    full = {"max_attempts": 1, **spec,
+            "retry": {"rules": [], "max_uncounted_retries": 10, **spec.get("retry", {})}}
+    want = retry.decide(full, exit_, attempt=attempt, uncounted=uncounted)
+    got = _decide({"spec": full, "attempt": attempt, "uncounted_retries": uncounted}, exit_)
+    assert got == (want.action, want.text)

@@ -1,7 +1,11 @@
-// Nodes: every GPU host with its GPUs used and free, state and last call-in,
+// Nodes: every GPU host with its GPUs used and free, state, cordon (why an
+// operator, or the node itself, took it out of placement) and last call-in,
 // and which of the caller's jobs use them (the API names no other tenant's).
+// Operators cordon, drain and uncordon with the CLI (gpujobs nodes ...): the
+// page only shows it.
 import { api } from './api.js';
 import { h, setText, stateBadge, ago, time, poll, problemText, naturalCompare, count } from './dom.js';
+import { cordonText } from './story.js';
 
 const REFRESH_MS = 3000;
 /** the caller's jobs read per state that holds GPUs (the first page of each) */
@@ -60,6 +64,15 @@ function holdings() {
   return { read };
 }
 
+/** A node's "Cordon" cell: its reason, then who, what it does to the jobs there
+ * and since when; "—" for a node that takes placements. */
+function cordonItems(cordon) {
+  const c = cordonText(cordon);
+  if (!c) return [h('span', { class: 'muted', text: '—' })];
+  return [h('p', { class: 'cordon-reason', text: c.reason }),
+    h('p', { class: 'muted small', text: `${c.who} · ${c.mode} · since ${ago(cordon.at)}`, title: time(cordon.at) })];
+}
+
 /** The lines of a node's "In use by" cell: the caller's jobs, then the GPUs
  * in use by anyone else (said as a number, never as jobs). */
 function usageItems(mine, used, cut) {
@@ -84,7 +97,7 @@ export function mount(main) {
   main.append(h('h1', { text: 'Nodes' }), totals, error, usageError,
     h('div', { class: 'table-wrap' }, h('table', { class: 'nodes' },
       h('caption', { class: 'sr-only', text: 'GPU nodes' }),
-      h('thead', {}, h('tr', {}, ['Node', 'State', 'GPU type', 'GPUs used', 'Used / free', 'In use by', 'Last call-in', 'Labels']
+      h('thead', {}, h('tr', {}, ['Node', 'State', 'Cordon', 'GPU type', 'GPUs used', 'Used / free', 'In use by', 'Last call-in', 'Labels']
         .map((t) => h('th', { scope: 'col', text: t })))), tbody)));
   const rows = new Map();
   const share = holdings();
@@ -106,12 +119,18 @@ export function mount(main) {
         used += n.gpus - n.gpus_free; total += n.gpus;
         let r = rows.get(n.node_id);
         if (!r) {
-          r = { tr: h('tr', { dataset: { node: n.node_id } }), name: h('code'), state: h('td'), type: h('td'), meter: h('meter', { min: 0 }), nums: h('td', { class: 'num' }), users: h('ul', { class: 'plain users' }), seen: h('td'), labels: h('td') };
-          r.tr.append(h('td', {}, r.name), r.state, r.type, h('td', {}, r.meter), r.nums, h('td', { class: 'users' }, r.users), r.seen, r.labels);
+          r = { tr: h('tr', { dataset: { node: n.node_id } }), name: h('code'), state: h('td'), cordon: h('td', { class: 'cordon' }), type: h('td'), meter: h('meter', { min: 0 }), nums: h('td', { class: 'num' }), users: h('ul', { class: 'plain users' }), seen: h('td'), labels: h('td') };
+          r.tr.append(h('td', {}, r.name), r.state, r.cordon, r.type, h('td', {}, r.meter), r.nums, h('td', { class: 'users' }, r.users), r.seen, r.labels);
           rows.set(n.node_id, r);
         }
         setText(r.name, n.node_id);
         if (r.state.dataset.state !== n.state) { r.state.dataset.state = n.state; r.state.replaceChildren(stateBadge(n.state)); }
+        const cordonKey = JSON.stringify([n.cordon || null, n.cordon ? ago(n.cordon.at) : '']);
+        if (r.cordonKey !== cordonKey) {
+          r.cordonKey = cordonKey;
+          r.cordon.replaceChildren(...cordonItems(n.cordon));
+          r.tr.classList.toggle('cordoned', !!n.cordon);
+        }
         setText(r.type, n.gpu_type);
         r.meter.max = n.gpus; r.meter.value = n.gpus - n.gpus_free;
         setText(r.meter, `${n.gpus - n.gpus_free} of ${n.gpus}`);

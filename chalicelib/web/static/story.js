@@ -4,20 +4,43 @@
 import { count, noun, ranges, duration } from './dom.js';
 
 /** {"reason":"rank_failed","exit_code":1,"rank":3,"node_id":"node-2"} ->
- * "rank_failed: rank 3 on node-2 exited with code 1" (its decision: decisionText). */
+ * "rank_failed: rank 3 on node-2 exited with code 1"; a preemption's detail said as
+ * it is: "preempted: node n1 drained: bad ECC" (its decision: decisionText). */
 export function exitText(exit) {
   if (!exit) return null;
-  const { reason, exit_code: code, rank, node_id: node, decision, ...rest } = exit;
+  const { reason, exit_code: code, rank, node_id: node, decision, detail, ...rest } = exit;
   const who = rank != null ? `rank ${rank}${node ? ` on ${node}` : ''}` : (node ? `on ${node}` : null);
   let what = null;
   if (reason === 'node_lost') what = rank != null ? `rank ${rank}'s node${node ? ` ${node}` : ''} was lost` : `its node${node ? ` ${node}` : ''} was lost`;
   else if (reason === 'succeeded' || reason === 'cancelled') what = who;
   else if (who && code != null) what = `${who} exited with code ${code}`;
   else if (code != null) what = `exit code ${code}`;
+  // "on n1" and "node n1 drained: …" say the node twice: the detail says it
+  else if (detail && rank == null && node && String(detail).includes(node)) what = null;
   else what = who;
   const more = labels(rest);
-  const said = [what, ...more].filter(Boolean).join(', ');
+  const said = [what, detail, ...more].filter(Boolean).join(', ');
   return `${reason || 'ended'}${said ? `: ${said}` : ''}`;
+}
+
+/** Where the cause a decision starts with ends: "reason", or "reason (bits)" whose
+ * last bit may be the exit's detail, free text with ": " or parentheses of its own
+ * ("preempted (node n1 drained: bad ECC): retried, …"); -1 when it cannot tell. */
+function causeEnd(text, reason, detail) {
+  if (!text.startsWith(reason)) return -1;
+  const after = reason.length;
+  if (text.startsWith(': ', after)) return after;
+  if (!text.startsWith(' (', after)) return -1;
+  if (detail) {
+    const at = text.indexOf(`${detail}): `, after);
+    if (at >= 0) return at + String(detail).length + 1;
+  }
+  let depth = 0;
+  for (let i = after + 1; i < text.length; i++) {
+    if (text[i] === '(') depth++;
+    else if (text[i] === ')' && --depth === 0) return i + 1;
+  }
+  return -1;
 }
 
 /** What the retry rules decided, without the cause it starts with (the exit says it):
@@ -25,11 +48,29 @@ export function exitText(exit) {
 export function decisionText(exit) {
   const text = exit && exit.decision;
   if (!text) return null;
-  if (exit.reason && text.startsWith(exit.reason)) {
-    const at = text.indexOf(': ');
-    if (at >= 0 && at + 2 < text.length) return text.slice(at + 2);
+  if (exit.reason) {
+    const end = causeEnd(text, exit.reason, exit.detail);
+    if (end >= 0 && text.startsWith(': ', end) && end + 2 < text.length) return text.slice(end + 2);
   }
   return text;
+}
+
+const DRAIN_SAID = {
+  keep: 'cordoned: its jobs run on',
+  stop: 'drained: its jobs were preempted and requeued',
+  wait: 'draining: its jobs may finish',
+};
+
+/** A node's cordon (GET /v1/nodes) as a person reads it: {reason, who, mode};
+ * null for a node without one. who: "by ops-oncall", or for a node that cordoned
+ * itself after repeated rank_failed attempts (auto) "by gpujobs (automatic)". */
+export function cordonText(cordon) {
+  if (!cordon) return null;
+  return {
+    reason: cordon.reason || 'no reason given',
+    who: cordon.auto ? `by ${cordon.by || 'gpujobs'} (automatic)` : `by ${cordon.by || '?'}`,
+    mode: DRAIN_SAID[cordon.drain] || `drain: ${cordon.drain}`,
+  };
 }
 
 /** "3 (2 counted of max 3, 1 not counted)", or "3 of max 3" when every retry counted. */

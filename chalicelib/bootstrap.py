@@ -107,7 +107,8 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
                        cancel_resend_after_s=config.cancel_resend_after_s,
                        telemetry=telemetry, clock=clock, limits=config.tenant_limits)
     watch = FailureWatch(node_store, failures=config.auto_cordon_failures,
-                         window_s=config.auto_cordon_window_s, clock=clock)
+                         window_s=config.auto_cordon_window_s,
+                         max_fraction=config.auto_cordon_max_fraction, clock=clock)
     attempts = AttemptsService(store, dispatcher, nudge, clock=clock,
                                failed_on=watch.attempt_failed)
     collector = DynamoCollectorStore(connection)

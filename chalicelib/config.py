@@ -55,6 +55,8 @@ class Config:
     #: cordoned (service/cordons.py); 0: never
     auto_cordon_failures: int = 3
     auto_cordon_window_s: float = 3600.0
+    #: at most this share of the fleet (at least one node) auto-cordoned at once
+    auto_cordon_max_fraction: float = 0.1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Config":
@@ -101,6 +103,7 @@ class Config:
             tenant_limits=_tenant_limits(env),
             auto_cordon_failures=_int(env, "GPUJOBS_AUTO_CORDON_FAILURES", 3),
             auto_cordon_window_s=float(env.get("GPUJOBS_AUTO_CORDON_WINDOW_S") or 3600),
+            auto_cordon_max_fraction=float(env.get("GPUJOBS_AUTO_CORDON_MAX_FRACTION") or 0.1),
         )
 
 

@@ -29,8 +29,8 @@ def cordon_of(reason: str, by: str, at: str, drain: str = KEEP, *, auto: bool = 
     return {"reason": reason, "by": by, "at": at, "drain": drain, "auto": auto}
 
 
-def auto_cordon_reason(failures: int, window_s: float) -> str:
-    return (f"auto-cordoned: {failures} attempts ended rank_failed here within "
+def auto_cordon_reason(jobs: int, window_s: float) -> str:
+    return (f"auto-cordoned: attempts of {jobs} jobs ended rank_failed here within "
             f"{int(window_s)} s")
 
 

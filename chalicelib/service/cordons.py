@@ -91,12 +91,19 @@ class Cordons:
 
 
 class FailureWatch:
-    """Cordons a node once ``failures`` attempts ended ``rank_failed`` there
-    within ``window_s`` (0 failures: never)."""
+    """Cordons a node once attempts of ``failures`` different jobs ended
+    ``rank_failed`` there within ``window_s`` (0 failures: never).
+
+    Any tenant's failures count, so a tenant could submit failing jobs to
+    take nodes out of service for everyone: different jobs are needed (a
+    crash loop is one job), and at most ``max_fraction`` of the fleet (at
+    least one node) is auto-cordoned at a time; past it the failures are
+    logged, and an operator decides (docs/security.md)."""
 
     def __init__(self, nodes: NodeStore, *, failures: int, window_s: float,
-                 clock: Clock = utcnow) -> None:
+                 max_fraction: float = 0.1, clock: Clock = utcnow) -> None:
         self.nodes, self.failures, self.window_s, self._clock = nodes, failures, window_s, clock
+        self.max_fraction = max_fraction
 
     def attempt_failed(self, node_id: str, job_id: str, attempt: int) -> bool:
         """Note the failure; True if it cordoned the node."""
@@ -106,12 +113,20 @@ class FailureWatch:
         recent = self.nodes.record_failure(
             node_id, node_rules.failure_entry(iso(now), f"{job_id}#{attempt}"),
             iso(now - timedelta(seconds=self.window_s)))
-        if len(recent) < self.failures:
+        jobs = {entry.split("|", 1)[1].rpartition("#")[0] for entry in recent}
+        if len(jobs) < self.failures:
             return False
         node = self.nodes.get(node_id)
         if node is None or node.cordon is not None:
             return False
-        reason = node_rules.auto_cordon_reason(len(recent), self.window_s)
+        fleet = self.nodes.all()  # rare: only once a node reached the threshold
+        cap = max(1, int(self.max_fraction * len(fleet)))
+        if sum(1 for n in fleet if n.cordon and n.cordon.get("auto")) >= cap:
+            log.warning("node %s: %d jobs' attempts failed here, but %d nodes are "
+                        "auto-cordoned already (the most at once): left for an operator",
+                        node_id, len(jobs), cap)
+            return False
+        reason = node_rules.auto_cordon_reason(len(jobs), self.window_s)
         self.nodes.cordon(node_id, node_rules.cordon_of(reason, node_rules.AUTO, iso(now),
                                                         auto=True), now)
         log.warning("node %s: %s", node_id, reason)

@@ -237,7 +237,7 @@ def test_the_dashboard_says_a_preemption_and_a_cordon(tmp_path):
     assert said["cordons"] == [
         {"reason": "bad ECC", "who": "by ops-oncall",
          "mode": "drained: its jobs were preempted and requeued"},
-        {"reason": "auto-cordoned: 3 attempts ended rank_failed here within 3600 s",
+        {"reason": "auto-cordoned: attempts of 3 jobs ended rank_failed here within 3600 s",
          "who": "by gpujobs (automatic)", "mode": "cordoned: its jobs run on"},
         {"reason": "retire", "who": "by ops-oncall", "mode": "draining: its jobs may finish"}]
     assert said["none"] is None

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent.conftest import stop_agent, wait_until
+from tests.client.conftest import cli_runner
 from tests.stacks import ROOT, TOKENS, Api, start_stack
 
 pytestmark = pytest.mark.e2e
@@ -78,6 +79,11 @@ def agents(drain_stack, tmp_path_factory):
 @pytest.fixture
 def tenant(drain_stack, agents):
     return Api(drain_stack.api, "e2e-tenant")
+
+
+@pytest.fixture
+def gpujobs(drain_stack, agents, tmp_path):
+    return cli_runner(drain_stack.api, tmp_path / "xdg")
 
 
 @pytest.fixture
@@ -162,18 +168,23 @@ def test_a_drained_node_s_job_saves_its_checkpoint_requeues_and_resumes_elsewher
         uncordon_all(ops)
 
 
-def test_a_drain_that_waits_lets_the_job_finish_and_leaves_the_node_empty(tenant, ops):
+def test_a_drain_that_waits_lets_the_job_finish_and_leaves_the_node_empty(tenant, ops,
+                                                                         gpujobs):
     job_id = submit(tenant, [sys.executable, "-c", "import time; time.sleep(3)"])
     where = running_on(tenant, job_id)
     try:
-        r = ops.post(f"/v1/nodes/{where}/drain", json={"reason": "retire", "wait": True})
-        assert r.status_code == 202 and r.json()["cordon"]["drain"] == "wait"
-        done = poll("the job ends", lambda: (j := job(tenant, job_id))["state"] in (
-            "SUCCEEDED", "FAILED") and j)
-        assert (done["state"], done["attempt"]) == ("SUCCEEDED", 1)
-        drained = poll("the node drained", lambda: (n := node(tenant, where))["gpus_free"]
-                       == n["gpus"] and n)
-        assert drained["state"] == "DRAINING"
+        r = gpujobs("nodes", "drain", where, "--reason", "retire", "--wait",
+                    "--interval", "0.5", "--timeout", "60", GPUJOBS_TOKEN=OPERATOR)
+        assert r.returncode == 0, r.stdout + r.stderr
+        lines = r.stdout.splitlines()
+        assert "its running jobs may finish" in lines[0], r.stdout
+        assert lines[-1] == f"Drained: {where} has no job left (0 of 2 GPUs in use).", r.stdout
+        done = job(tenant, job_id)
+        assert (done["state"], done["attempt"]) == ("SUCCEEDED", 1), "it finished, unpreempted"
+        listed = gpujobs("nodes")
+        assert listed.returncode == 0 and "retire (by ops-oncall" in listed.stdout, \
+            listed.stdout
+        assert node(tenant, where)["state"] == "DRAINING"
         other = submit(tenant, ["true"], ranks=4)  # needs both nodes: waits
         assert poll("it waits", lambda: job(tenant, other)["pending_reason"]).startswith(
             "waiting for 4 x 1 free draingpu GPUs")
@@ -192,7 +203,7 @@ def test_a_node_where_attempts_keep_failing_cordons_itself(tenant, ops):
             poll("it fails", lambda j=job_id: job(tenant, j)["state"] == "FAILED")
         flaky = poll("auto-cordoned", lambda: (n := node(tenant, "flaky-1"))["cordon"] and n)
         assert flaky["state"] == "DRAINING"
-        assert flaky["cordon"]["reason"] == ("auto-cordoned: 2 attempts ended rank_failed "
+        assert flaky["cordon"]["reason"] == ("auto-cordoned: attempts of 2 jobs ended rank_failed "
                                              "here within 3600 s")
         assert (flaky["cordon"]["by"], flaky["cordon"]["auto"]) == ("gpujobs", True)
         waiting = submit(tenant, ["true"], ranks=1, gpu_type=FLAKY)

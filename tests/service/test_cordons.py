@@ -118,8 +118,8 @@ def test_a_node_where_attempts_keep_failing_is_cordoned_with_the_reason(svc, wor
     _fail_on_n1(svc, world, clock)
     node = world.nodes.get("n1")
     assert node.state is NodeState.DRAINING
-    assert node.cordon["reason"] == "auto-cordoned: 3 attempts ended rank_failed here " \
-                                    "within 3600 s"
+    assert node.cordon["reason"] == "auto-cordoned: attempts of 3 jobs ended rank_failed " \
+                                    "here within 3600 s"
     assert node.cordon["auto"] and node.cordon["by"] == "gpujobs"
     retry = submit(svc, ranks=1)
     assert svc.placer.run().placed == [], "its next attempts go elsewhere"
@@ -145,3 +145,33 @@ def test_a_node_lost_is_no_failure_of_the_node_s_making(svc, world, clock):
                                                         "ranks": [0, 1] if n == "n1" else [2, 3],
                                                         "exit_code": 0})
     assert world.nodes.get("n1").failures == frozenset()
+
+
+def test_one_crash_looping_job_does_not_cordon_its_node(svc, world, clock):
+    """A crash loop is one job's bug, not the node's: different jobs must fail."""
+    register(svc, "n1", gpus=1)
+    job = submit(svc, ranks=1, max_attempts=5)
+    for attempt in range(1, 6):
+        assert svc.placer.run().placed == [job.job_id]
+        svc.attempts.report(AGENTS, job.job_id, attempt, {"type": "EXITED", "node_id": "n1",
+                                                          "ranks": [0], "exit_code": 1})
+    assert svc.store.get(job.job_id).state is JobState.FAILED
+    assert world.nodes.get("n1").state is NodeState.READY and len(
+        world.nodes.get("n1").failures) == 5
+
+
+def test_failing_jobs_cordon_at_most_a_tenth_of_the_fleet(world, clock):
+    """A tenant submitting failing jobs everywhere takes out one node in ten,
+    not the fleet; past that the failures are left for an operator."""
+    svc = world.services(auto_cordon_failures=1)
+    for n in range(20):
+        register(svc, f"n{n:02d}", gpus=1)
+    for _ in range(20):
+        job = submit(svc, ranks=1)
+        [placed_id] = svc.placer.run().placed
+        [attempt] = svc.jobs.attempts("acme", placed_id)
+        [node_id] = {p["node_id"] for p in attempt["placement"]}
+        svc.attempts.report(AGENTS, job.job_id, 1, {"type": "EXITED", "node_id": node_id,
+                                                    "ranks": [0], "exit_code": 1})
+    cordoned = [n for n in world.nodes.all() if n.cordon]
+    assert len(cordoned) == 2, [n.node_id for n in cordoned]

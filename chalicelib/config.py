@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
+from .domain.priority import DEFAULT_MIN_RUNTIME_S, NO_CLASSES, PriorityClasses
 from .domain.quotas import TenantLimits
 
 
@@ -57,6 +58,10 @@ class Config:
     auto_cordon_window_s: float = 3600.0
     #: at most this share of the fleet (at least one node) auto-cordoned at once
     auto_cordon_max_fraction: float = 0.1
+    #: the operator's priority classes (domain/priority.py), and how long a job
+    #: runs before a higher class may preempt it
+    priority_classes: PriorityClasses = NO_CLASSES
+    preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Config":
@@ -104,7 +109,17 @@ class Config:
             auto_cordon_failures=_int(env, "GPUJOBS_AUTO_CORDON_FAILURES", 3),
             auto_cordon_window_s=float(env.get("GPUJOBS_AUTO_CORDON_WINDOW_S") or 3600),
             auto_cordon_max_fraction=float(env.get("GPUJOBS_AUTO_CORDON_MAX_FRACTION") or 0.1),
+            priority_classes=_priority_classes(env),
+            preempt_min_runtime_s=float(env.get("GPUJOBS_PREEMPT_MIN_RUNTIME_S")
+                                        or DEFAULT_MIN_RUNTIME_S),
         )
+
+
+def _priority_classes(env: Mapping[str, str]) -> PriorityClasses:
+    try:
+        return PriorityClasses.parse(env.get("GPUJOBS_PRIORITY_CLASSES"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

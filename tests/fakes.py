@@ -50,6 +50,7 @@ from chalicelib.domain.intents import Intent
 from chalicelib.domain.jobs import Job, JobView, view_of
 from chalicelib.domain.nodes import Node, NodeState, failures_since
 from chalicelib.domain.placement import Plan, queue_key
+from chalicelib.domain.priority import DEFAULT_MIN_RUNTIME_S, NO_CLASSES, PriorityClasses
 from chalicelib.domain.stall import Beat
 from chalicelib.domain.states import ENDS_ATTEMPT, PLACED, Event, JobState, sources
 from chalicelib.service.ports import (
@@ -307,6 +308,22 @@ class FakeJobStore:
                 self._event(job.job_id, ev.waiting_key(job.attempt, reason), ev.event(
                     "waiting", self._clock(), attempt=job.attempt or None, reason=reason))
 
+    def mark_preempting(self, job: Job, preempting: dict, reason: str, stale_before: str,
+                        now: datetime) -> bool:
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if current is None or current.state is not JobState.PENDING \
+                    or current.attempt != job.attempt \
+                    or (current.preempting and current.preempting["at"] >= stale_before):
+                return False
+            now = ms(now)
+            current.preempting, current.pending_reason = copy.deepcopy(preempting), reason
+            current.updated_at = now
+            self._event(job.job_id, f"preempting#{job.attempt + 1}", ev.event(
+                "preempting", now, attempt=job.attempt or None, reason=reason,
+                jobs=list(preempting["jobs"])))
+            return True
+
     # -- transitions --------------------------------------------------------
     def _expire_key_ok(self, job: Job) -> bool:
         held = self.t.idem.get(job.idem_id) if job.idem_id else None
@@ -418,6 +435,7 @@ class FakeJobStore:
             current.state, current.attempt, current.inboxes = (
                 JobState.SCHEDULED, attempt, dict(intent.targets))
             current.pending_reason = current.waiting_on = current.pending_since = None
+            current.preempting = None
             current.health, current.updated_at = clear_incident(job.health), now
             self.t.parked.pop(job.job_id, None)
             self.t.count_pending(job.tenant, -1)
@@ -439,7 +457,7 @@ class FakeJobStore:
                 node.attempts = node.attempts | {key}
             return replace(job, state=JobState.SCHEDULED, attempt=attempt,
                            inboxes=dict(intent.targets), pending_reason=None, pending_since=None,
-                           updated_at=now)
+                           preempting=None, updated_at=now)
 
     def start(self, job: Job, now: datetime) -> Job:
         """SCHEDULED -> RUNNING when the first ranks of the attempt started."""
@@ -984,7 +1002,9 @@ class World:
                  resend_after_s: float = 30.0, down_after_s: float = 60.0,
                  limits: quotas.TenantLimits = quotas.NO_LIMITS,
                  settle_s: float = SETTLE_S, auto_cordon_failures: int = 3,
-                 auto_cordon_window_s: float = 3600.0):
+                 auto_cordon_window_s: float = 3600.0,
+                 classes: PriorityClasses = NO_CLASSES,
+                 preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S):
         """The services as bootstrap.build wires them (no fan-out, no logs);
         ``limits`` are the tenants' (none by default), ``settle_s`` the placer's."""
         from chalicelib.service.attempts import AttemptsService
@@ -1000,7 +1020,8 @@ class World:
         clock, dispatcher = self.clock, Dispatcher(self.inbox)
         jobs = JobsService(self.store, dispatcher, self.nudge, page_token_key=page_token_key,
                            scans_per_hour=scans_per_hour, cancel_resend_after_s=resend_after_s,
-                           telemetry=self.telemetry, clock=clock, limits=limits)
+                           telemetry=self.telemetry, clock=clock, limits=limits,
+                           classes=classes)
         watch = FailureWatch(self.nodes, failures=auto_cordon_failures,
                              window_s=auto_cordon_window_s, clock=clock)
         attempts = AttemptsService(self.store, dispatcher, self.nudge, clock=clock,
@@ -1014,8 +1035,9 @@ class World:
                                confirm_gone=attempts.confirm_gone),
             attempts=attempts,
             placer=Placer(self.store, self.nodes, dispatcher, resend_after_s=resend_after_s,
-                          clock=clock, limits=limits,
-                          settle_s=settle_s),
+                          clock=clock, limits=limits, settle_s=settle_s, classes=classes,
+                          preempt=attempts.abandon,
+                          preempt_min_runtime_s=preempt_min_runtime_s),
             reconciler=Reconciler(self.store, self.nodes, dispatcher, attempts,
                                   resend_after_s=resend_after_s, down_after_s=down_after_s,
                                   clock=clock),

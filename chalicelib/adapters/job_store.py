@@ -289,6 +289,28 @@ class DynamoJobs(OnDynamo):
         except ConditionFailed:
             pass  # no longer the PENDING job that was judged: nothing to say
 
+    def mark_preempting(self, job: Job, preempting: dict, reason: str, stale_before: str,
+                        now: datetime) -> bool:
+        """Record that ``job`` (PENDING, at the attempt read) preempts
+        ``preempting["jobs"]`` to make room, with its pending reason and an
+        event naming them; conditioned on no preemption of its own newer than
+        ``stale_before``, so of two placers racing for one job only one
+        preempts. False: another did, or the job moved on."""
+        changes = Changes(JOBS).set("preempting", preempting).set("pending_reason", reason) \
+            .set("updated_at", iso(now)).event(
+                f"preempting#{job.attempt + 1}", ev.event(
+                    "preempting", now, attempt=job.attempt or None, reason=reason,
+                    jobs=list(preempting["jobs"])))
+        condition, values = state_in([JobState.PENDING], attempt=job.attempt)
+        condition += " AND (attribute_not_exists(#preempting) OR #preempting.#at < :stale)"
+        values = {**values, ":stale": {"S": stale_before}}
+        try:
+            self._dynamo.update(changes.update(JOBS.key(job.job_id), condition=condition,
+                                               values=values))
+            return True
+        except ConditionFailed:
+            return False
+
     # -- transitions of the job alone -------------------------------------------
     def cancel_unplaced(self, job: Job, now: datetime, reason: str | None) -> Job:
         """Cancel a job never placed: CANCELLED and finished at once, out of

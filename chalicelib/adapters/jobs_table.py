@@ -32,7 +32,7 @@ _JOB = Codec(JobModel, (
     "job_id", "tenant", "state", "spec", "created_at", "updated_at", "name", "attempt",
     "started_at", "finished_at", "cancel_requested_at", "cancel_reason", "health", "exit",
     "idem_id", "inboxes", "pending_reason", "incident_key", "waiting_on",
-    "pending_since", "uncounted_retries"))
+    "pending_since", "uncounted_retries", "preempting"))
 #: what a JobView holds: the stored times are the API's text (iso) already,
 #: and the spec, health and exit stay the JSON text they are stored as
 #: (fastjson.RawJSON: domain/jobs.py's one type of a stored JSON value)
@@ -58,7 +58,7 @@ def job_from_item(item: dict) -> Job:
         idem_id=get("idem_id"), inboxes=get("inboxes") or {},
         pending_reason=get("pending_reason"), incident_key=get("incident_key"),
         waiting_on=get("waiting_on"), pending_since=_t(get("pending_since")),
-        uncounted_retries=int(get("uncounted_retries") or 0),
+        uncounted_retries=int(get("uncounted_retries") or 0), preempting=get("preempting"),
     )
 
 
@@ -88,7 +88,8 @@ def job_values(j: Job) -> dict:
         "cancel_requested_at": iso_or_none(j.cancel_requested_at),
         "cancel_reason": j.cancel_reason, "health": j.health, "exit": j.exit,
         "pending_reason": j.pending_reason, "pending_since": iso_or_none(j.pending_since),
-        "uncounted_retries": j.uncounted_retries, "tenant_state": tenant_state(j.tenant, j.state),
+        "uncounted_retries": j.uncounted_retries, "preempting": j.preempting,
+        "tenant_state": tenant_state(j.tenant, j.state),
         "active_state": None if j.state.terminal else j.state.value,
         "idem_id": j.idem_id, "inboxes": j.inboxes or None,
         "queue_key": queue_key(j.spec.get("priority", 0), j.job_id),

@@ -90,6 +90,9 @@ class JobModel(Model):
     pending_since = UnicodeAttribute(null=True)
     #: how many of its retries did not count against max_attempts (domain/retry.py)
     uncounted_retries = NumberAttribute(null=True)
+    #: the preemption it made room with and waits on: {"jobs", "at", "class"}
+    #: (domain/priority.py); removed when it is placed
+    preempting = FastJSONAttribute(null=True)
     name = UnicodeAttribute(null=True)
     spec = FastJSONAttribute()
     attempt = NumberAttribute(default=0)

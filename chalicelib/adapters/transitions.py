@@ -52,7 +52,7 @@ def place_writes(job: Job, plan: Plan, intent: Intent, now: datetime,
     scheduled = JobState.SCHEDULED
     changes = _to_state(Changes(JOBS), job, scheduled) \
         .set("active_state", scheduled.value).set("attempt", attempt) \
-        .set("inboxes", intent.targets).remove("pending_reason", "waiting_on", "pending_since") \
+        .set("inboxes", intent.targets).remove("pending_reason", "waiting_on", "pending_since", "preempting") \
         .set("health", clear_incident(job.health)).set("updated_at", iso(now)) \
         .event(f"placed#{attempt}", ev.event(
             "placed", now, attempt=attempt,
@@ -134,7 +134,7 @@ class DynamoTransitions(OnDynamo):
             raise CapacityChanged(full or nodes) from None
         return dataclasses.replace(job, state=JobState.SCHEDULED, attempt=attempt,
                                    inboxes=intent.targets, pending_reason=None, pending_since=None,
-                                   updated_at=now)
+                                   preempting=None, updated_at=now)
 
     def request_cancel(self, job: Job, now: datetime, reason: str | None,
                        intent: Intent, due_at: datetime) -> Job:

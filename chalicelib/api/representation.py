@@ -31,6 +31,7 @@ def job_view_json(v: JobView) -> dict:
         "pending_reason": v["pending_reason"],
         "pending_since": v["pending_since"],
         "uncounted_retries": v["uncounted_retries"] or 0,
+        "preempting": v["preempting"],
     }
 
 

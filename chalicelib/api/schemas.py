@@ -82,7 +82,15 @@ JOB_CREATE = {
         "ranks": {"type": "integer", "minimum": 1, "maximum": 65536},
         "gpus_per_rank": {"type": "integer", "minimum": 1, "maximum": 64},
         "gpu_type": {"type": "string", "minLength": 1, "maxLength": 64},
-        "priority": {"type": "integer", "minimum": -1000000, "maximum": 1000000},
+        "priority": {"type": "integer", "minimum": -1000000, "maximum": 1000000,
+                     "description": "Orders the tenant's own jobs within their priority "
+                                    "class (higher first). Default 0."},
+        "priority_class": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$",
+                           "description": "One of the operator's priority classes "
+                                          "(GPUJOBS_PRIORITY_CLASSES); an unknown one is "
+                                          "a 400. Higher classes are placed first, and "
+                                          "a class that preempts takes GPUs from running "
+                                          "jobs of lower classes. Default: default."},
         "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
         "retry": RETRY,
         "max_runtime_s": {"type": "integer", "minimum": 1, "maximum": _YEAR_S,

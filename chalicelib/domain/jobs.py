@@ -84,6 +84,9 @@ class Job:
     pending_since: datetime | None = None
     #: its retries that did not count against max_attempts (domain/retry.py)
     uncounted_retries: int = 0
+    #: the preemption it waits on, {"jobs": [...], "at": iso, "class": name}
+    #: (domain/priority.py); None once placed
+    preempting: dict | None = None
 
     def __post_init__(self) -> None:
         if self.pending_since is None and self.attempt == 0 \
@@ -129,6 +132,7 @@ class JobView(TypedDict):
     pending_reason: str | None
     pending_since: str | None
     uncounted_retries: int | None
+    preempting: Stored | None
 
 
 #: the fields of a JobView, which are also the job's stored attribute names
@@ -150,5 +154,5 @@ def view_of(job: Job) -> JobView:
         "cancel_reason": job.cancel_reason, "health": _stored(job.health),
         "exit": _stored(job.exit), "pending_reason": job.pending_reason,
         "pending_since": iso_or_none(job.pending_since),
-        "uncounted_retries": job.uncounted_retries,
+        "uncounted_retries": job.uncounted_retries, "preempting": _stored(job.preempting),
     }

@@ -113,6 +113,31 @@ def fair_order(queues: dict[str, list], usage: dict[str, int],
             del heads[tenant]
 
 
+def class_order(queues: dict[str, list], usage: dict[str, int], size,
+                class_of) -> Generator[Any, int | None, None]:
+    """:func:`fair_order` class by class, higher ``class_of(job)`` first
+    (domain/priority.py): a higher class's jobs are all tried before a lower
+    one's, and within a class the tenants share fairly, counting the GPUs
+    each was given in the classes before. Sent the GPUs placed, as fair_order."""
+    by_class: dict[int, dict[str, list]] = {}
+    for tenant, jobs in queues.items():
+        for job in jobs:
+            by_class.setdefault(class_of(job), {}).setdefault(tenant, []).append(job)
+    used = dict(usage)
+    for value in sorted(by_class, reverse=True):
+        tenant_of = {id(j): t for t, jobs in by_class[value].items() for j in jobs}
+        inner = fair_order(by_class[value], dict(used), size)
+        placed: int | None = None
+        while True:
+            try:
+                job = inner.send(placed)
+            except StopIteration:
+                break
+            placed = yield job
+            tenant = tenant_of[id(job)]
+            used[tenant] = used.get(tenant, 0) + (placed or 0)
+
+
 # -- waiting without rereading the fleet ----------------------------------------------
 #: a waiting job is tried against the nodes at least this often, whatever its
 #: type's capacity summary says (a bound on any room the summary missed)

@@ -19,6 +19,7 @@ from ..domain.health import initial_health
 from ..domain.ids import is_job_id, new_job_id
 from ..domain.intents import cancel_intent
 from ..domain.jobs import Job, JobView, view_of, with_defaults
+from ..domain.priority import NO_CLASSES, PriorityClasses
 from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
 from .dispatch import Dispatcher
@@ -69,9 +70,10 @@ class JobsService:
     def __init__(self, store: JobsServicePorts, dispatcher: Dispatcher, nudge: Nudge, *,
                  page_token_key: bytes, scans_per_hour: float, cancel_resend_after_s: float,
                  telemetry: Telemetry, clock: Clock = utcnow,
-                 limits: TenantLimits = quotas.NO_LIMITS) -> None:
+                 limits: TenantLimits = quotas.NO_LIMITS,
+                 classes: PriorityClasses = NO_CLASSES) -> None:
         self.store, self.dispatcher, self.nudge = store, dispatcher, nudge
-        self._limits = limits
+        self._limits, self._classes = limits, classes
         self.telemetry = telemetry
         self._token_key = page_token_key
         self._scans_per_hour = scans_per_hour
@@ -84,6 +86,11 @@ class JobsService:
         """The new job as it is shown, or with a known key and the same body
         the job it made (second value True: a replay, read as the job's view).
         One write round trip on the first call."""
+        name = body.get("priority_class")
+        if name is not None and name not in self._classes.by_name:
+            raise InvalidArgument(f"priority_class {name!r} is not one of this deployment's "
+                                  f"classes: {', '.join(self._classes.names())}",
+                                  field="priority_class")
         now = self._clock()
         spec = with_defaults(body)
         claim = None if idempotency_key is None else IdemClaim(

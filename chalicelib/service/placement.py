@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Mapping, Protocol
 
-from ..domain import deadlines, placement, quotas
-from ..domain.clock import Clock, plus, utcnow
+from ..domain import deadlines, placement, priority, quotas
+from ..domain.clock import Clock, iso, plus, utcnow
 from ..domain.fleet import ALL_TYPES, SETTLE_S, Fleet
 from ..domain.intents import launch_intent
 from ..domain.jobs import Job
-from ..domain.nodes import Node
+from ..domain.nodes import Node, NodeState
 from ..domain.placement import Candidate
+from ..domain.priority import (
+    DEFAULT_CLASS,
+    DEFAULT_MIN_RUNTIME_S,
+    NO_CLASSES,
+    PREEMPTION_STALE_S,
+    PriorityClasses,
+)
 from ..domain.quotas import TenantLimits
-from ..domain.states import JobState
+from ..domain.states import PLACED, JobState
 from .dispatch import Dispatcher
 from .ports import (
     Attempts,
@@ -45,6 +52,8 @@ class PlacementReport:
     limited: list[str] = field(default_factory=list)
     #: ended: they waited past their max_pending_s
     expired: list[str] = field(default_factory=list)
+    #: did not fit, and preempted jobs of lower classes to make room
+    preempting: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """What the scheduled run returns (its Lambda's result)."""
@@ -111,10 +120,17 @@ class PlacerPorts(Jobs, Attempts, Transitions, Protocol):
 class Placer:
     def __init__(self, store: PlacerPorts, nodes: NodeStore, dispatcher: Dispatcher, *,
                  resend_after_s: float, clock: Clock = utcnow,
-                 limits: TenantLimits = quotas.NO_LIMITS, settle_s: float = SETTLE_S) -> None:
+                 limits: TenantLimits = quotas.NO_LIMITS, settle_s: float = SETTLE_S,
+                 classes: PriorityClasses = NO_CLASSES,
+                 preempt: Callable[[Job, dict], Job] | None = None,
+                 preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S) -> None:
         self.store, self.nodes, self.dispatcher, self._clock = store, nodes, dispatcher, clock
         self._resend_after_s = resend_after_s
         self.limits = limits
+        #: priority classes (domain/priority.py), and how a victim's attempt is
+        #: ended (AttemptsService.abandon: its retry rules decide the rest)
+        self.classes, self._preempt = classes, preempt
+        self._min_runtime_s = preempt_min_runtime_s
         #: how long after a fleet change its sweep of parked jobs is repeated
         self.settle_s = settle_s
 
@@ -131,7 +147,8 @@ class Placer:
         # usage only matters between tenants (one tenant's queue is its own
         # order) and for tenants with a GPU limit
         usage = self._usage() if len(queues) > 1 or self._gpu_limited(queues) else {}
-        order = placement.fair_order(queues, usage, lambda j: placement.demand(j.spec))
+        order = placement.class_order(queues, usage, lambda j: placement.demand(j.spec),
+                                      lambda j: self.classes.value_of(j.spec))
         pool = _Pool(self.nodes)
         held = dict(usage)
         placed_gpus = None
@@ -150,9 +167,80 @@ class Placer:
                 report.placed.append(job.job_id)
                 placed_gpus = placement.demand(job.spec)
                 held[job.tenant] = held.get(job.tenant, 0) + placed_gpus
+            elif self._preempt_for(job, pool):
+                report.preempting.append(job.job_id)
             else:
                 report.waiting.append(job.job_id)
         return report
+
+    # -- preemption by priority class (domain/priority.py) ---------------------
+    def _preempts(self, job: Job) -> bool:
+        cls = self.classes.by_name.get(job.spec.get("priority_class") or DEFAULT_CLASS)
+        return cls is not None and cls.preempts and self._preempt is not None
+
+    def _preempt_for(self, job: Job, pool: "_Pool") -> bool:
+        """A job of a class that preempts did not fit: preempt the running jobs
+        of lower classes that make room for it (priority.choose_victims), if
+        any do. Recorded on the job first, by a conditional write: of placers
+        racing for it, one preempts."""
+        preempt = self._preempt
+        if preempt is None or not self._preempts(job):
+            return False
+        cls = self.classes.of(job.spec.get("priority_class"))
+        now = self._clock()
+        stale_before = iso(plus(now, -PREEMPTION_STALE_S))
+        if job.preempting and job.preempting.get("at", "") >= stale_before:
+            return False  # its victims are still stopping
+        spec = job.spec
+        gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
+        victims = priority.eligible(self._victims(gpu_type, cls.value, now), cls.value, now,
+                                    self._min_runtime_s)
+        if not victims:
+            return False
+        free = {c.node_id: c.gpus_free for c in pool.candidates(gpu_type, g)}
+        for node_id in {n for v in victims for n in v.gpus_by_node} - set(free):
+            node = self.nodes.get(node_id)
+            if node is not None and node.state is NodeState.READY:
+                free[node_id] = node.gpus_free
+
+        def fits(room: Mapping[str, int]) -> bool:
+            nodes = sorted(room.items(), key=lambda kv: (-kv[1], kv[0]))
+            return placement.plan(ranks, g, (Candidate(n, f) for n, f in nodes)) is not None
+        chosen = priority.choose_victims(victims, free, fits)
+        if not chosen:
+            return False
+        ids = [v.job_id for v in chosen]
+        freed = sum(v.gpus for v in chosen)
+        reason = (f"preempting {', '.join(ids)} ({freed} GPUs of lower priority classes) "
+                  f"to make room ({cls.name})")
+        if not self.store.mark_preempting(job, {"jobs": ids, "at": iso(now), "class": cls.name},
+                                          reason, stale_before, now):
+            return False  # another placer did, or the job moved on
+        for victim_id in ids:
+            victim = self.store.get(victim_id)
+            if victim is not None and victim.state in PLACED:
+                preempt(victim, {"reason": "preempted", "exit_code": None,
+                                 "detail": f"by {job.job_id}, priority class {cls.name}"})
+        log.info("job %s (%s) preempts %s", job.job_id, cls.name, ids)
+        return True
+
+    def _victims(self, gpu_type: str | None, below: int, now) -> list[priority.Victim]:
+        """The running jobs of classes below ``below`` on nodes of ``gpu_type``,
+        with the GPUs each attempt holds where (its attempt read)."""
+        out = []
+        for running in self.store.active(JobState.RUNNING, 10000):
+            value = self.classes.value_of(running.spec)
+            if value >= below or running.started_at is None:
+                continue
+            attempt = self.store.attempt(running.job_id, running.attempt)
+            if attempt is None:
+                continue
+            held = {n: gpus for n, gpus in attempt.node_gpus.items()
+                    if n not in attempt.released
+                    and (gpu_type is None or attempt.node_types.get(n, gpu_type) == gpu_type)}
+            if held:
+                out.append(priority.Victim(running.job_id, value, running.started_at, held))
+        return out
 
     # -- per-tenant GPU limit (domain/quotas.py) ------------------------------
     def _gpu_limited(self, queues: dict[str, list[Job]]) -> bool:
@@ -237,8 +325,11 @@ class Placer:
                 # parked until the fleet changes: later runs do not read it again
                 self.store.park(job, f"can never fit: {impossible}", fleet)
                 continue
-            if placement.still_waiting(job.waiting_on, fleet.room_version, now):
-                report.waiting.append(job.job_id)  # no room since it last did not fit
+            if placement.still_waiting(job.waiting_on, fleet.room_version, now) \
+                    and not self._preempts(job):
+                # no room since it last did not fit (a job that may preempt is
+                # tried again: time alone makes victims eligible)
+                report.waiting.append(job.job_id)
                 continue
             if job.attempt and self._predecessor_running(job):
                 report.waiting.append(job.job_id)

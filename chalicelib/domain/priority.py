@@ -1,7 +1,9 @@
 """Priority classes and preemption (issue 28): pure rules, no AWS.
 
 The operator configures the classes (GPUJOBS_PRIORITY_CLASSES, JSON:
-``{"urgent": {"value": 1000, "preempts": true}, "batch": {"value": -100}}``);
+``{"urgent": {"value": 1000, "preempts": true, "tenants": ["acme"]},
+"batch": {"value": -100}}``; ``tenants``, when given, are the only ones that
+may submit to the class: who may preempt is the operator's choice);
 a job names one in ``priority_class`` (default :data:`DEFAULT_CLASS`, value
 0, which preempts nothing unless configured to). The placer tries higher
 classes first, each class fairly between tenants; a tenant's own
@@ -46,6 +48,11 @@ class PriorityClass:
     name: str
     value: int
     preempts: bool = False
+    #: the tenants that may use it; None: every tenant
+    tenants: frozenset[str] | None = None
+
+    def allows(self, tenant: str) -> bool:
+        return self.tenants is None or tenant in self.tenants
 
 
 @dataclass(frozen=True)
@@ -82,9 +89,11 @@ class PriorityClasses:
                     or not set(name) <= _NAME_CHARS:
                 raise ValueError(f"GPUJOBS_PRIORITY_CLASSES: {name!r} is not a class name "
                                  "(1 to 64 of [A-Za-z0-9._-])")
-            if not isinstance(c, dict) or set(c) - {"value", "preempts"}:
-                raise ValueError(f"GPUJOBS_PRIORITY_CLASSES: {name} takes value and preempts")
-            value, preempts = c.get("value", 0), c.get("preempts", False)
+            if not isinstance(c, dict) or set(c) - {"value", "preempts", "tenants"}:
+                raise ValueError(f"GPUJOBS_PRIORITY_CLASSES: {name} takes value, preempts "
+                                 "and tenants")
+            value, preempts, tenants = c.get("value", 0), c.get("preempts", False), \
+                c.get("tenants")
             if isinstance(value, bool) or not isinstance(value, int) \
                     or not -1_000_000 <= value <= 1_000_000:
                 raise ValueError(f"GPUJOBS_PRIORITY_CLASSES: {name}.value must be an integer "
@@ -92,7 +101,12 @@ class PriorityClasses:
             if not isinstance(preempts, bool):
                 raise ValueError(f"GPUJOBS_PRIORITY_CLASSES: {name}.preempts must be true "
                                  "or false")
-            classes[name] = PriorityClass(name, value, preempts)
+            if tenants is not None and (not isinstance(tenants, list) or not all(
+                    isinstance(t, str) and t for t in tenants)):
+                raise ValueError(f"GPUJOBS_PRIORITY_CLASSES: {name}.tenants must be a list "
+                                 "of tenant names")
+            classes[name] = PriorityClass(name, value, preempts,
+                                          None if tenants is None else frozenset(tenants))
         return cls(classes)
 
 

@@ -8,6 +8,7 @@ from ..domain.clock import Clock, plus, utcnow
 from ..domain.errors import (
     AlreadyFinished,
     ApiError,
+    Forbidden,
     IdempotencyKeyReused,
     InvalidArgument,
     NotFound,
@@ -91,6 +92,9 @@ class JobsService:
             raise InvalidArgument(f"priority_class {name!r} is not one of this deployment's "
                                   f"classes: {', '.join(self._classes.names())}",
                                   field="priority_class")
+        if not self._classes.of(name).allows(tenant):
+            raise Forbidden(f"tenant {tenant} may not submit to priority class {name}",
+                            field="priority_class")
         now = self._clock()
         spec = with_defaults(body)
         claim = None if idempotency_key is None else IdemClaim(

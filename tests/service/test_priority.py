@@ -180,3 +180,15 @@ def test_of_two_placers_racing_for_one_job_one_preempts(svc, world, clock):
 def _pool(svc):
     from chalicelib.service.placement import _Pool
     return _Pool(svc.placer.nodes)
+
+
+def test_a_class_the_operator_keeps_for_some_tenants_is_refused_to_the_others(world):
+    from chalicelib.domain.errors import Forbidden
+    svc = world.services(classes=PriorityClasses.parse(
+        '{"urgent": {"value": 1000, "preempts": true, "tenants": ["acme"]}}'))
+    assert submit(svc, tenant="acme", priority_class="urgent").spec["priority_class"] == \
+        "urgent"
+    with pytest.raises(Forbidden) as caught:
+        submit(svc, tenant="globex", priority_class="urgent")
+    assert caught.value.field == "priority_class"
+    assert str(caught.value) == "tenant globex may not submit to priority class urgent"

@@ -32,7 +32,8 @@ def test_classes_parse_with_a_default_of_value_zero():
 @pytest.mark.parametrize("raw, says", [
     ("[1]", "maps class names"), ("{", "not JSON"), ('{"a b": {}}', "not a class name"),
     ('{"x": {"value": "9"}}', "x.value"), ('{"x": {"value": true}}', "x.value"),
-    ('{"x": {"preempts": 1}}', "x.preempts"), ('{"x": {"weight": 1}}', "value and preempts"),
+    ('{"x": {"preempts": 1}}', "x.preempts"), ('{"x": {"weight": 1}}', "value, preempts and"),
+    ('{"x": {"tenants": "acme"}}', "x.tenants"),
 ])
 def test_a_bad_class_setting_is_named(raw, says):
     with pytest.raises(ValueError) as caught:

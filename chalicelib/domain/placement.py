@@ -87,10 +87,11 @@ def demand(spec: dict) -> int:
 
 
 def fair_order(queues: dict[str, list], usage: dict[str, int],
-               size) -> Generator[Any, int | None, None]:
+               size, weight=lambda tenant: 1.0) -> Generator[Any, int | None, None]:
     """The order in which one placement run tries jobs: max-min fair share of GPUs
     between tenants (dominant resource fairness with the GPU as the one resource,
-    admitting by the share *after* admission, as Kueue's fair sharing does).
+    admitting by the share *after* admission, as Kueue's fair sharing does),
+    each tenant's share divided by its ``weight`` (2: entitled to twice as much).
 
     ``queues`` holds each tenant's jobs in its own order (its ``priority``, then
     age): priority orders a tenant's own jobs only. Each step takes the head job of
@@ -103,7 +104,8 @@ def fair_order(queues: dict[str, list], usage: dict[str, int],
     heads = {t: 0 for t, q in queues.items() if q}
     used = {t: usage.get(t, 0) for t in heads}
     while heads:
-        tenant = min(heads, key=lambda t: (used[t] + size(queues[t][heads[t]]), used[t], t))
+        tenant = min(heads, key=lambda t: ((used[t] + size(queues[t][heads[t]])) / weight(t),
+                                           used[t] / weight(t), t))
         i = heads[tenant]
         placed = yield queues[tenant][i]
         used[tenant] += placed or 0
@@ -114,7 +116,7 @@ def fair_order(queues: dict[str, list], usage: dict[str, int],
 
 
 def class_order(queues: dict[str, list], usage: dict[str, int], size,
-                class_of) -> Generator[Any, int | None, None]:
+                class_of, weight=lambda tenant: 1.0) -> Generator[Any, int | None, None]:
     """:func:`fair_order` class by class, higher ``class_of(job)`` first
     (domain/priority.py): a higher class's jobs are all tried before a lower
     one's, and within a class the tenants share fairly, counting the GPUs
@@ -126,7 +128,7 @@ def class_order(queues: dict[str, list], usage: dict[str, int], size,
     used = dict(usage)
     for value in sorted(by_class, reverse=True):
         tenant_of = {id(j): t for t, jobs in by_class[value].items() for j in jobs}
-        inner = fair_order(by_class[value], dict(used), size)
+        inner = fair_order(by_class[value], dict(used), size, weight)
         placed: int | None = None
         while True:
             try:

@@ -121,6 +121,8 @@ class Victim:
     class_value: int
     started_at: datetime
     gpus_by_node: Mapping[str, int]
+    #: the GPU types of those nodes ("" where unrecorded)
+    node_types: frozenset[str] = frozenset()
 
     @property
     def gpus(self) -> int:

@@ -15,7 +15,13 @@ from typing import Mapping
 #: under the 5,000 PENDING jobs one placement run reads, so no single tenant can
 #: fill a run's window on its own
 DEFAULT_MAX_PENDING_JOBS = 1000
-_KEYS = ("max_pending_jobs", "max_running_gpus")
+_KEYS = ("max_pending_jobs", "max_running_gpus", "guaranteed_gpus", "weight")
+#: the key of guaranteed_gpus for jobs that name no GPU type
+ANY_TYPE = "*"
+
+
+def type_key(gpu_type: str | None) -> str:
+    return gpu_type or ANY_TYPE
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,11 @@ class Limits:
     max_pending_jobs: int = DEFAULT_MAX_PENDING_JOBS
     #: None: no limit on GPUs held
     max_running_gpus: int | None = None
+    #: GPU type ("*": jobs naming none) -> GPUs the tenant is guaranteed: it may
+    #: borrow idle ones beyond, and reclaims its own by preemption
+    guaranteed_gpus: Mapping[str, int] = field(default_factory=dict)
+    #: its share in fair sharing between tenants (2: twice another's)
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -66,8 +77,24 @@ class TenantLimits:
                 gpus = entry.get("max_running_gpus", default.max_running_gpus)
                 overrides[tenant] = Limits(
                     _count(f"{where}.max_pending_jobs", pending, None, allow_none=False),
-                    _count(f"{where}.max_running_gpus", gpus, None))
+                    _count(f"{where}.max_running_gpus", gpus, None),
+                    _guarantees(f"{where}.guaranteed_gpus", entry.get("guaranteed_gpus")),
+                    _weight(f"{where}.weight", entry.get("weight", 1)))
         return cls(default, overrides)
+
+
+def _guarantees(name: str, value) -> dict[str, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k for k in value):
+        raise ValueError(f"{name} maps GPU types (\"*\": any) to GPUs")
+    return {k: _count(f"{name}[{k!r}]", v, None, allow_none=False) for k, v in value.items()}
+
+
+def _weight(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1000:
+        raise ValueError(f"{name} must be a number above 0, at most 1000")
+    return float(value)
 
 
 def _count(name: str, value, default, *, allow_none: bool = True):

@@ -148,7 +148,8 @@ class Placer:
         # order) and for tenants with a GPU limit
         usage = self._usage() if len(queues) > 1 or self._gpu_limited(queues) else {}
         order = placement.class_order(queues, usage, lambda j: placement.demand(j.spec),
-                                      lambda j: self.classes.value_of(j.spec))
+                                      lambda j: self.classes.value_of(j.spec),
+                                      lambda t: self.limits.of(t).weight)
         pool = _Pool(self.nodes)
         held = dict(usage)
         placed_gpus = None
@@ -173,74 +174,129 @@ class Placer:
                 report.waiting.append(job.job_id)
         return report
 
-    # -- preemption by priority class (domain/priority.py) ---------------------
+    # -- preemption: by priority class, and reclaiming guarantees (domain/priority.py)
     def _preempts(self, job: Job) -> bool:
+        """May the job preempt? Its class does, or its tenant has a guarantee."""
+        if self._preempt is None:
+            return False
         cls = self.classes.by_name.get(job.spec.get("priority_class") or DEFAULT_CLASS)
-        return cls is not None and cls.preempts and self._preempt is not None
+        return (cls is not None and cls.preempts) or bool(
+            self.limits.of(job.tenant).guaranteed_gpus)
 
     def _preempt_for(self, job: Job, pool: "_Pool") -> bool:
-        """A job of a class that preempts did not fit: preempt the running jobs
-        of lower classes that make room for it (priority.choose_victims), if
-        any do. Recorded on the job first, by a conditional write: of placers
-        racing for it, one preempts."""
+        """A job that may preempt did not fit: preempt the running jobs that
+        make room for it (priority.choose_victims), if any do: those of lower
+        classes when its class preempts; else, within its tenant's guaranteed
+        GPUs, those of tenants borrowing beyond their own. Recorded on the job
+        first, by a conditional write: of placers racing for it, one preempts."""
         preempt = self._preempt
         if preempt is None or not self._preempts(job):
             return False
-        cls = self.classes.of(job.spec.get("priority_class"))
         now = self._clock()
         stale_before = iso(plus(now, -PREEMPTION_STALE_S))
         if job.preempting and job.preempting.get("at", "") >= stale_before:
             return False  # its victims are still stopping
+        cls = self.classes.of(job.spec.get("priority_class"))
+        running = self._running(now)
+        for candidates, why, detail in (
+                (self._lower_classes(job, cls.value, running, now) if cls.preempts else [],
+                 "of lower priority classes", f"priority class {cls.name}"),
+                (self._borrowed(job, running),
+                 f"borrowed beyond their tenants' guarantees, within {job.tenant}'s",
+                 f"reclaiming {job.tenant}'s guaranteed GPUs")):
+            chosen = self._choose(job, pool, candidates)
+            if not chosen:
+                continue
+            ids = [v.job_id for v in chosen]
+            reason = (f"preempting {', '.join(ids)} ({sum(v.gpus for v in chosen)} GPUs {why}) "
+                      f"to make room ({cls.name})")
+            if not self.store.mark_preempting(job, {"jobs": ids, "at": iso(now),
+                                                    "class": cls.name},
+                                              reason, stale_before, now):
+                return False  # another placer did, or the job moved on
+            for victim_id in ids:
+                victim = self.store.get(victim_id)
+                if victim is not None and victim.state in PLACED:
+                    preempt(victim, {"reason": "preempted", "exit_code": None,
+                                     "detail": f"by {job.job_id}, {detail}"})
+            log.info("job %s preempts %s: %s", job.job_id, ids, reason)
+            return True
+        return False
+
+    def _choose(self, job: Job, pool: "_Pool",
+                candidates: list[priority.Victim]) -> list[priority.Victim] | None:
+        """The victims that make room for the job's gang, with what is free."""
+        if not candidates:
+            return None
         spec = job.spec
         gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
-        victims = priority.eligible(self._victims(gpu_type, cls.value, now), cls.value, now,
-                                    self._min_runtime_s)
-        if not victims:
-            return False
         free = {c.node_id: c.gpus_free for c in pool.candidates(gpu_type, g)}
-        for node_id in {n for v in victims for n in v.gpus_by_node} - set(free):
+        for node_id in {n for v in candidates for n in v.gpus_by_node} - set(free):
             node = self.nodes.get(node_id)
-            if node is not None and node.state is NodeState.READY:
+            if node is not None and node.state is NodeState.READY \
+                    and (gpu_type is None or node.gpu_type == gpu_type):
                 free[node_id] = node.gpus_free
 
         def fits(room: Mapping[str, int]) -> bool:
             nodes = sorted(room.items(), key=lambda kv: (-kv[1], kv[0]))
             return placement.plan(ranks, g, (Candidate(n, f) for n, f in nodes)) is not None
-        chosen = priority.choose_victims(victims, free, fits)
-        if not chosen:
-            return False
-        ids = [v.job_id for v in chosen]
-        freed = sum(v.gpus for v in chosen)
-        reason = (f"preempting {', '.join(ids)} ({freed} GPUs of lower priority classes) "
-                  f"to make room ({cls.name})")
-        if not self.store.mark_preempting(job, {"jobs": ids, "at": iso(now), "class": cls.name},
-                                          reason, stale_before, now):
-            return False  # another placer did, or the job moved on
-        for victim_id in ids:
-            victim = self.store.get(victim_id)
-            if victim is not None and victim.state in PLACED:
-                preempt(victim, {"reason": "preempted", "exit_code": None,
-                                 "detail": f"by {job.job_id}, priority class {cls.name}"})
-        log.info("job %s (%s) preempts %s", job.job_id, cls.name, ids)
-        return True
+        return priority.choose_victims(candidates, free, fits)
 
-    def _victims(self, gpu_type: str | None, below: int, now) -> list[priority.Victim]:
-        """The running jobs of classes below ``below`` on nodes of ``gpu_type``,
-        with the GPUs each attempt holds where (its attempt read)."""
+    def _lower_classes(self, job: Job, value: int, running: list[tuple[Job, priority.Victim]],
+                       now) -> list[priority.Victim]:
+        gpu_type = job.spec.get("gpu_type")
+        return priority.eligible([v for _, v in running if _on_type(v, gpu_type)], value, now,
+                                 self._min_runtime_s)
+
+    def _borrowed(self, job: Job, running: list[tuple[Job, priority.Victim]]
+                  ) -> list[priority.Victim]:
+        """Jobs of other tenants holding GPUs of the job's type beyond their
+        tenants' guarantees, when the job is within its own tenant's
+        (quotas.borrowed): lowest class first, then the newest; a borrower is
+        preempted down to its guarantee, never below, and without waiting for
+        a minimum runtime (its GPUs were lent)."""
+        key = quotas.type_key(job.spec.get("gpu_type"))
+        held = self._held_by_type()
+        mine = self.limits.of(job.tenant).guaranteed_gpus.get(key, 0)
+        if held.get((job.tenant, key), 0) + placement.demand(job.spec) > mine:
+            return []
+        left = {t: n - self.limits.of(t).guaranteed_gpus.get(k, 0)
+                for (t, k), n in held.items() if k == key}
+        out = []
+        for victim_job, v in sorted(running, key=lambda jv: (jv[1].class_value,
+                                                             -jv[1].started_at.timestamp())):
+            if victim_job.tenant == job.tenant or quotas.type_key(
+                    victim_job.spec.get("gpu_type")) != key:
+                continue
+            if left.get(victim_job.tenant, 0) >= v.gpus:  # still at or above its guarantee
+                left[victim_job.tenant] -= v.gpus
+                out.append(v)
+        return out
+
+    def _running(self, now) -> list[tuple[Job, priority.Victim]]:
+        """Every RUNNING job with the GPUs its attempt holds where (its attempt read)."""
         out = []
         for running in self.store.active(JobState.RUNNING, 10000):
-            value = self.classes.value_of(running.spec)
-            if value >= below or running.started_at is None:
+            if running.started_at is None:
                 continue
             attempt = self.store.attempt(running.job_id, running.attempt)
             if attempt is None:
                 continue
-            held = {n: gpus for n, gpus in attempt.node_gpus.items()
-                    if n not in attempt.released
-                    and (gpu_type is None or attempt.node_types.get(n, gpu_type) == gpu_type)}
+            held = {n: gpus for n, gpus in attempt.node_gpus.items() if n not in attempt.released}
             if held:
-                out.append(priority.Victim(running.job_id, value, running.started_at, held))
+                out.append((running, priority.Victim(
+                    running.job_id, self.classes.value_of(running.spec), running.started_at,
+                    held, frozenset(attempt.node_types.get(n, "") for n in held))))
         return out
+
+    def _held_by_type(self) -> dict[tuple[str, str], int]:
+        """GPUs each tenant's placed jobs hold, by the GPU type they asked for."""
+        held: dict[tuple[str, str], int] = {}
+        for state in (JobState.SCHEDULED, JobState.RUNNING):
+            for j in self.store.active(state, 10000):
+                key = (j.tenant, quotas.type_key(j.spec.get("gpu_type")))
+                held[key] = held.get(key, 0) + placement.demand(j.spec)
+        return held
 
     # -- per-tenant GPU limit (domain/quotas.py) ------------------------------
     def _gpu_limited(self, queues: dict[str, list[Job]]) -> bool:
@@ -412,3 +468,8 @@ class Placer:
     def _note(self, job: Job, reason: str, mark: str | None = None) -> None:
         if job.pending_reason != reason or job.waiting_on != mark:
             self.store.set_pending_reason(job, reason, mark)
+
+
+def _on_type(victim: priority.Victim, gpu_type: str | None) -> bool:
+    """Does the victim hold GPUs a job of ``gpu_type`` could use?"""
+    return gpu_type is None or gpu_type in victim.node_types or not victim.node_types - {""}

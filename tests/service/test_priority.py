@@ -21,11 +21,11 @@ def svc(world):
     return world.services(classes=CLASSES, preempt_min_runtime_s=MIN_RUNTIME_S)
 
 
-def running(svc, world, clock, node: str, ranks: int = 2, **spec):
+def running(svc, world, clock, node: str, ranks: int = 2, tenant: str = "acme", **spec):
     """A job of ``ranks`` placed on ``node`` and started, its inbox drained."""
-    job = submit(svc, ranks=ranks, **spec)
+    job = submit(svc, tenant=tenant, ranks=ranks, **spec)
     assert job.job_id in svc.placer.run().placed
-    [attempt] = svc.jobs.attempts("acme", job.job_id)
+    [attempt] = svc.jobs.attempts(tenant, job.job_id)
     assert {p["node_id"] for p in attempt["placement"]} == {node}
     svc.attempts.report(AGENTS, job.job_id, 1, {"type": "STARTED", "node_id": node,
                                                 "ranks": list(range(ranks))})
@@ -192,3 +192,56 @@ def test_a_class_the_operator_keeps_for_some_tenants_is_refused_to_the_others(wo
         submit(svc, tenant="globex", priority_class="urgent")
     assert caught.value.field == "priority_class"
     assert str(caught.value) == "tenant globex may not submit to priority class urgent"
+
+
+def _limits(raw: str):
+    from chalicelib.domain.quotas import TenantLimits
+    return TenantLimits.parse(None, None, raw)
+
+
+def test_a_tenant_reclaims_its_guaranteed_gpus_from_a_borrower_within_one_run(world, clock):
+    """Borrowed GPUs go back to their owner within one placement run."""
+    svc = world.services(limits=_limits('{"acme": {"guaranteed_gpus": {"a100": 4}}}'))
+    register(svc, "n1", gpus=2)
+    register(svc, "n2", gpus=2)
+    borrowed = [running(svc, world, clock, n, tenant="globex") for n in ("n1", "n2")]
+    mine = submit(svc, tenant="acme", ranks=2)  # within its 4 guaranteed GPUs
+    report = svc.placer.run()
+    assert report.preempting == [mine.job_id]
+    ended = [j for j in borrowed if svc.store.get(j.job_id).state is JobState.PENDING]
+    assert len(ended) == 1, "only what it needs"
+    [attempt] = svc.jobs.attempts("globex", ended[0].job_id)
+    assert attempt["exit"]["detail"] == f"by {mine.job_id}, reclaiming acme's guaranteed GPUs"
+    assert "borrowed beyond their tenants' guarantees" in svc.store.get(
+        mine.job_id).pending_reason
+
+
+def test_a_borrower_is_never_preempted_below_its_own_guarantee(world, clock):
+    svc = world.services(limits=_limits(
+        '{"acme": {"guaranteed_gpus": {"a100": 2}}, "globex": {"guaranteed_gpus": {"a100": 2}}}'))
+    register(svc, "n1", gpus=2)
+    theirs = running(svc, world, clock, "n1", tenant="globex")  # within its own guarantee
+    submit(svc, tenant="acme", ranks=2)
+    assert svc.placer.run().preempting == []
+    assert svc.store.get(theirs.job_id).state is JobState.RUNNING
+
+
+def test_a_tenant_beyond_its_guarantee_reclaims_nothing(world, clock):
+    svc = world.services(limits=_limits('{"acme": {"guaranteed_gpus": {"a100": 2}}}'))
+    register(svc, "n1", gpus=2)
+    register(svc, "n2", gpus=2)
+    running(svc, world, clock, "n1", tenant="acme")  # holds its 2 already
+    theirs = running(svc, world, clock, "n2", tenant="globex")
+    submit(svc, tenant="acme", ranks=2)
+    assert svc.placer.run().preempting == []
+    assert svc.store.get(theirs.job_id).state is JobState.RUNNING
+
+
+def test_fair_share_follows_the_tenants_weights(world, clock):
+    svc = world.services(limits=_limits('{"acme": {"weight": 3}}'))
+    register(svc, "n1", gpus=4)
+    acme = [submit(svc, tenant="acme", ranks=1) for _ in range(4)]
+    globex = [submit(svc, tenant="globex", ranks=1) for _ in range(4)]
+    placed = set(svc.placer.run().placed)
+    assert len(placed & {j.job_id for j in acme}) == 3, "three shares to one"
+    assert len(placed & {j.job_id for j in globex}) == 1

@@ -9,7 +9,7 @@ nodes as its jobs need, not the whole fleet for every job.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Mapping, Protocol
 
 from ..domain import deadlines, placement, priority, quotas
@@ -236,6 +236,11 @@ class Placer:
             if node is not None and node.state is NodeState.READY \
                     and (gpu_type is None or node.gpu_type == gpu_type):
                 free[node_id] = node.gpus_free
+        # only GPUs the job could be placed on count: a victim's on a node not
+        # READY (cordoned, DOWN) or of another type make no room
+        usable = [replace(v, gpus_by_node={n: g for n, g in v.gpus_by_node.items() if n in free})
+                  for v in candidates]
+        candidates = [v for v in usable if v.gpus_by_node]
 
         def fits(room: Mapping[str, int]) -> bool:
             nodes = sorted(room.items(), key=lambda kv: (-kv[1], kv[0]))

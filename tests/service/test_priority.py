@@ -245,3 +245,14 @@ def test_fair_share_follows_the_tenants_weights(world, clock):
     placed = set(svc.placer.run().placed)
     assert len(placed & {j.job_id for j in acme}) == 3, "three shares to one"
     assert len(placed & {j.job_id for j in globex}) == 1
+
+
+def test_a_victim_s_gpus_on_a_cordoned_node_make_no_room(svc, world, clock):
+    from chalicelib.domain.principal import Principal
+    register(svc, "n1", gpus=2)
+    victim = running(svc, world, clock, "n1", priority_class="batch")
+    svc.cordons.cordon(Principal("operator", "ops"), "n1", "bad ECC")
+    clock.advance(MIN_RUNTIME_S + 1)
+    submit(svc, ranks=2, priority_class="urgent")
+    assert svc.placer.run().preempting == [], "stopping it would free nothing usable"
+    assert svc.store.get(victim.job_id).state is JobState.RUNNING

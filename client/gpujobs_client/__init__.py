@@ -21,7 +21,8 @@ _EXPORTS = {
     "Job": "models", "JobPage": "models", "JobHealth": "models", "Exit": "models",
     "Attempt": "models", "Placement": "models", "Node": "models", "Ranks": "models",
     "RankStatus": "models", "HeartbeatAck": "models", "STATES": "models", "Cordon": "models",
-    "LogLine": "models", "JobEvent": "models", "Verdict": "models",
+    "LogLine": "models", "JobEvent": "models", "Verdict": "models", "Preempting": "models",
+    "DEFAULT_PRIORITY_CLASS": "models",
     "TERMINAL_STATES": "models", "parse_time": "models",
     "GpujobsError": "errors", "TransportError": "errors", "ApiError": "errors",
     "BadRequest": "errors", "InvalidArgument": "errors", "InvalidPageToken": "errors",
@@ -91,6 +92,7 @@ if TYPE_CHECKING:  # pragma: no cover
         parse_retry_on as parse_retry_on,
     )
     from .models import (
+        DEFAULT_PRIORITY_CLASS as DEFAULT_PRIORITY_CLASS,
         STATES as STATES,
         TERMINAL_STATES as TERMINAL_STATES,
         Attempt as Attempt,
@@ -104,6 +106,7 @@ if TYPE_CHECKING:  # pragma: no cover
         LogLine as LogLine,
         Node as Node,
         Placement as Placement,
+        Preempting as Preempting,
         Ranks as Ranks,
         RankStatus as RankStatus,
         Verdict as Verdict,

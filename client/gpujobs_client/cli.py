@@ -522,7 +522,13 @@ def load_spec_file(path: str) -> dict[str, Any]:
 @click.option("--ranks", type=click.IntRange(min=1), help="World size (required here or in --file).")
 @click.option("--gpus-per-rank", type=click.IntRange(min=1), help="GPUs per rank (default 1).")
 @click.option("--gpu-type", help="Place only on nodes of this GPU type, e.g. h100.")
-@click.option("--priority", type=int, help="Higher places first (default 0).")
+@click.option("--priority-class", metavar="NAME",
+              help="One of the operator's priority classes (default: default). Higher "
+                   "classes are placed first, and a class that preempts may take the GPUs of "
+                   "running jobs of lower classes; the server refuses an unknown class (400) "
+                   "and one the operator keeps for other tenants (403).")
+@click.option("--priority", type=int, help="Orders your own jobs within their priority class: "
+              "higher places first (default 0).")
 @click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts in all (default 1).")
 @click.option("-C", "--working-dir", metavar="DIR",
               help="Absolute directory every rank runs in (default: the agent's own).")
@@ -569,8 +575,8 @@ def load_spec_file(path: str) -> dict[str, Any]:
               help="Give up waiting after this many seconds (exit 7; the job goes on).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def submit(spec_file: str | None, name: str | None, ranks: int | None,
-           gpus_per_rank: int | None, gpu_type: str | None, priority: int | None,
-           max_attempts: int | None, working_dir: str | None, max_runtime: int | None,
+           gpus_per_rank: int | None, gpu_type: str | None, priority_class: str | None,
+           priority: int | None, max_attempts: int | None, working_dir: str | None, max_runtime: int | None,
            warn_before: int | None, warn_signal: str | None, max_pending: int | None,
            checkpoint_dir: str | None, retry_on: tuple[dict[str, Any], ...],
            max_uncounted_retries: int | None, env: tuple[str, ...], labels: tuple[str, ...],
@@ -593,11 +599,19 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     No rule matching, node_lost, preempted and agent_lost are retried without
     counting (up to --max-uncounted-retries), anything else is retried while
     --max-attempts allows.
+
+    \b
+    Priority classes (the operator's, GPUJOBS_PRIORITY_CLASSES):
+      gpujobs submit --ranks 8 --priority-class urgent -- python eval.py
+    A higher class is placed first. A class that preempts takes the GPUs of
+    running jobs of lower classes when it does not fit: they get SIGTERM and
+    their grace period, then requeue (not counted by default); `gpujobs
+    describe` shows which jobs it is preempting.
     """
     body: dict[str, Any] = load_spec_file(spec_file) if spec_file else {}
     for key, value in (("name", name), ("ranks", ranks), ("gpus_per_rank", gpus_per_rank),
-                       ("gpu_type", gpu_type), ("priority", priority),
-                       ("max_attempts", max_attempts), ("working_dir", working_dir)):
+                       ("gpu_type", gpu_type), ("priority_class", priority_class),
+                       ("priority", priority), ("max_attempts", max_attempts), ("working_dir", working_dir)):
         if value is not None:
             body[key] = value
     lifecycle_members(body, max_runtime=max_runtime, warn_before=warn_before,
@@ -630,6 +644,8 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
             e.hint = (f"the job may or may not have been created; repeat with "
                       f"--idempotency-key {key} and the same arguments to make sure, "
                       "without risking a second job")
+        elif e.field == "priority_class":
+            e.hint = priority_class_hint(e, body.get("priority_class"))
         raise
     if json_mode():
         if wait and not job.is_terminal:  # stdout: one object, the job as it ended
@@ -650,6 +666,9 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     c.print(f"  name: {escape(job.name or '-')}   ranks: {spec.get('ranks')} x "
             f"{spec.get('gpus_per_rank', 1)} GPU ({escape(spec.get('gpu_type') or 'any type')})   "
             f"stall threshold: {job.health.threshold_s}s")
+    from .models import DEFAULT_PRIORITY_CLASS
+    if job.priority_class != DEFAULT_PRIORITY_CLASS:
+        c.print(f"  priority: {escape(priority_text(job))}")
     from .lifecycle import limits_lines, retry_policy_text
     if (spec.get("retry") or {}).get("rules"):
         c.print(f"  retry: {escape(retry_policy_text(spec))}")
@@ -669,7 +688,33 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     check_outcome(job)
 
 
+def priority_class_hint(e: ApiError, name: Any) -> str:
+    """What to do about the server's 400 or 403 naming priority_class."""
+    if e.status == 403:
+        return (f"the operator keeps priority class {name} for some tenants only (the class's "
+                "tenants in GPUJOBS_PRIORITY_CLASSES, docs/security.md); submit without "
+                "--priority-class, or ask the operator to open it to your tenant")
+    return ("the priority classes are the operator's (GPUJOBS_PRIORITY_CLASSES): name one "
+            "the error lists, or leave out --priority-class for the default class")
+
+
 # -- get ------------------------------------------------------------------------------
+def priority_text(job: "Job") -> str:
+    """``class urgent, priority 0``: the job's priority class and its own
+    priority within it."""
+    return f"class {job.priority_class}, priority {job.priority}"
+
+
+def preempting_text(job: "Job") -> str | None:
+    """``preempting job_a, job_b (since 2025-01-31 12:00:00Z)``: the running jobs
+    of lower classes a PENDING job waits for, while it does; None otherwise."""
+    p = job.preempting
+    if p is None or job.state != "PENDING":
+        return None
+    since = f" (since {short_time(p.at)})" if p.at else ""
+    return f"preempting {', '.join(p.jobs) or '?'}{since}"
+
+
 def _utcnow() -> "datetime":
     """Now, for what is left of a job's limits (the tests set it)."""
     from datetime import datetime, timezone
@@ -703,7 +748,8 @@ def job_panel(job: "Job") -> "RenderableType":
         t.add_row("time left", escape(left))
     t.add_row("ranks", f"{spec.get('ranks')} x {spec.get('gpus_per_rank', 1)} GPU "
                        f"({escape(spec.get('gpu_type') or 'any type')})")
-    t.add_row("priority", str(spec.get("priority", 0)))
+    t.add_row("priority", "\n".join(escape(line) for line in (
+        priority_text(job), preempting_text(job)) if line))
     t.add_row("command", escape(" ".join(spec.get("command") or [])))
     if spec.get("working_dir"):
         t.add_row("working dir", escape(spec["working_dir"]))
@@ -788,8 +834,13 @@ def list_(state: str | None, limit: int | None, all_: bool, page_size: int | Non
         from rich.table import Table
         t = Table(box=None, header_style="bold", pad_edge=False)
         waiting = any(j.pending_reason for j in jobs)
+        # the class only when one of the jobs shown is not in the default: the
+        # table of a deployment without priority classes is as it was
+        from .models import DEFAULT_PRIORITY_CLASS
+        classes = any(j.priority_class != DEFAULT_PRIORITY_CLASS for j in jobs)
         cols = ("ID", "NAME", "STATE", "RANKS", "ATTEMPT", "HEALTH", "CREATED")
-        for col in cols + (("PENDING REASON",) if waiting else ()):
+        for col in cols + (("CLASS",) if classes else ()) + (
+                ("PENDING REASON",) if waiting else ()):
             t.add_column(col, no_wrap=col in ("ID", "STATE", "CREATED"))
         for j in jobs:
             health = f"[{HEALTH_STYLE.get(j.health.status, '')}]{j.health.status}[/]"
@@ -797,6 +848,8 @@ def list_(state: str | None, limit: int | None, all_: bool, page_size: int | Non
                 health += f" {escape(shorten(j.health.verdict.text, 60))}"
             row = [j.id, escape(j.name or "-"), styled_state(j.state), str(j.ranks or "-"),
                    str(j.attempt), health, short_time(j.created_at)]
+            if classes:
+                row.append(escape(j.priority_class))
             if waiting:
                 row.append(escape(j.pending_reason or "") if j.state == "PENDING" else "")
             t.add_row(*row)
@@ -1176,6 +1229,7 @@ def describe(job_id: str) -> None:
         said = (e.reason or "") + (f" on {e.node_id}" if e.node_id else "")
         reason = "\n".join([escape(said),
                             *([f"  {escape(e.decision)}"] if e.decision else []),
+                            *([f"  jobs preempted: {escape(', '.join(e.jobs))}"] if e.jobs else []),
                             *(f"  {escape(stack_line(s))}" for s in e.stacks)])
         t.add_row(short_time(e.time), "-" if e.attempt is None else str(e.attempt),
                   escape(e.type), reason)

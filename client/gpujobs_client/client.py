@@ -197,7 +197,8 @@ class Client:
 
     # -- jobs -------------------------------------------------------------------
     def create_job(self, spec: Mapping[str, Any] | None = None, /, *,
-                   idempotency_key: str | None = None, **fields: Any) -> Job:
+                   idempotency_key: str | None = None, priority_class: str | None = None,
+                   **fields: Any) -> Job:
         """``POST /v1/jobs``. The body is ``spec`` updated with ``fields``
         (``command`` and ``ranks`` are required by the server); every member
         of the create body passes through as given, e.g. ``working_dir``, and
@@ -206,6 +207,14 @@ class Client:
         ``max_pending_s``, ``checkpoint_dir`` (docs/api.md; the helpers of
         :mod:`gpujobs_client.lifecycle` read ``"4h"`` and ``"exit:42=fail"``).
 
+        ``priority_class`` names one of the operator's priority classes
+        (sent only when given; the server's default is ``default``): higher
+        classes are placed first, and a class that preempts may take the
+        GPUs of running jobs of lower classes. ``priority`` orders the
+        tenant's own jobs within the class. An unknown class is
+        :class:`InvalidArgument` (400), a class the operator keeps for other
+        tenants :class:`Forbidden` (403); both name ``field="priority_class"``.
+
         An ``Idempotency-Key`` is always sent: ``idempotency_key`` or a fresh
         uuid4, the same one on every retry of this call, so a retry after a
         lost answer returns the job the first send made (``job.replayed``)
@@ -213,6 +222,8 @@ class Client:
         pass it again to repeat the create safely from another process.
         """
         body = {**(spec or {}), **fields}
+        if priority_class is not None:
+            body["priority_class"] = priority_class
         key = idempotency_key or new_idempotency_key()
         resp = self.request("POST", "/v1/jobs", body=body, headers={"Idempotency-Key": key},
                             idempotent=True)

@@ -13,6 +13,8 @@ from typing import Any, Mapping
 
 STATES = ("PENDING", "SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+#: the priority class of a job whose spec names none (the server's, always there)
+DEFAULT_PRIORITY_CLASS = "default"
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -114,6 +116,25 @@ class JobHealth:
 
 
 @dataclass(frozen=True)
+class Preempting:
+    """``job.preempting``: a PENDING job of a class that preempts waits for
+    the running jobs of lower classes it preempted (``jobs``, at ``at``, for
+    its class ``priority_class``) to stop; the server removes it once the job
+    is placed."""
+    jobs: list[str]
+    at: str | None
+    priority_class: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "Preempting | None":
+        if not d:
+            return None
+        return cls(jobs=[str(j) for j in d.get("jobs") or []], at=d.get("at"),
+                   priority_class=d.get("class"), raw=dict(d))
+
+
+@dataclass(frozen=True)
 class Job:
     id: str
     name: str | None
@@ -144,10 +165,25 @@ class Job:
     """Its retries that did not count against ``max_attempts`` (the retry
     rules' ``retry_uncounted``): ``attempt - uncounted_retries`` attempts
     counted."""
+    preempting: Preempting | None = None
+    """Set while the job (PENDING, of a class that preempts) waits for the
+    jobs it preempted to stop; None otherwise, and from a server that
+    predates priority classes."""
 
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def priority_class(self) -> str:
+        """The operator's priority class the job is in (``spec.priority_class``;
+        ``default`` when the spec names none)."""
+        return str(self.spec.get("priority_class") or DEFAULT_PRIORITY_CLASS)
+
+    @property
+    def priority(self) -> int:
+        """``spec.priority``: the order of the tenant's own jobs within its class."""
+        return int(self.spec.get("priority") or 0)
 
     @property
     def ranks(self) -> int | None:
@@ -171,7 +207,8 @@ class Job:
                    exit=Exit.from_json(d.get("exit")), raw=dict(d), replayed=replayed,
                    idempotency_key=idempotency_key, pending_reason=d.get("pending_reason"),
                    pending_since=d.get("pending_since"),
-                   uncounted_retries=int(d.get("uncounted_retries") or 0))
+                   uncounted_retries=int(d.get("uncounted_retries") or 0),
+                   preempting=Preempting.from_json(d.get("preempting")))
 
 
 @dataclass(frozen=True)
@@ -364,6 +401,9 @@ class JobEvent:
     attempt was made, or why none was."""
     node_id: str | None = None
     """The node the event names (a failed rank's, a stalled rank's)."""
+    jobs: list[str] = field(default_factory=list)
+    """A ``preempting`` event's jobs: those of lower priority classes the job
+    preempted to make room (empty for other events)."""
 
     @property
     def stacks(self) -> list[dict[str, Any]]:
@@ -375,4 +415,5 @@ class JobEvent:
     def from_json(cls, d: Mapping[str, Any]) -> "JobEvent":
         return cls(type=str(d.get("type", "")), time=str(d.get("time", "")),
                    attempt=_opt_int(d.get("attempt")), reason=d.get("reason"), raw=dict(d),
-                   decision=d.get("decision"), node_id=d.get("node_id"))
+                   decision=d.get("decision"), node_id=d.get("node_id"),
+                   jobs=[str(j) for j in d.get("jobs") or []])

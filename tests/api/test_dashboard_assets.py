@@ -243,6 +243,68 @@ def test_the_dashboard_says_a_preemption_and_a_cordon(tmp_path):
     assert said["none"] is None
 
 
+PRIORITY_SCRIPT = """
+import { exitText, decisionText, eventLabels, priorityText, preemptingOf, preemptingText,
+  jobIdParts } from './story.js';
+import { createBody, specPairs } from './spec.js';
+const given = JSON.parse(process.argv[2]);
+const waiting = { state: 'PENDING', preempting: given.preempting };
+console.log(JSON.stringify({
+  priority: [priorityText({ priority_class: 'urgent' }), priorityText({ priority: 5 }), priorityText(null)],
+  preempting: [preemptingOf(waiting), preemptingText(waiting),
+    preemptingOf({ ...waiting, state: 'SCHEDULED' }), preemptingOf({ state: 'PENDING', preempting: null })],
+  labels: eventLabels('preempting', { attempt: 1, jobs: given.preempting.jobs }),
+  victim: [exitText(given.exit), decisionText(given.exit)],
+  parts: jobIdParts(given.exit.detail), none: jobIdParts(null), plain: jobIdParts('no job here'),
+  resubmitted: createBody({ command: ['x'], ranks: 1, priority_class: 'urgent', preempting: {} }),
+  spec: specPairs({ priority_class: 'urgent', priority: 0 }).map(([k]) => k),
+}));
+"""
+
+
+def test_the_dashboard_says_a_priority_class_and_a_preemption(tmp_path):
+    """story.js and spec.js under node with what the server writes: a job's
+    class and priority as `gpujobs describe` says them, the preemption a
+    PENDING job waits on (none once placed), the ``preempting`` event's jobs
+    left to a line of their own, the victim's exit (detail "by job_X,
+    priority class urgent") and decision (domain/retry.py), the job ids in
+    free text cut out so the page links them, and Resubmit keeping the class."""
+    import shutil
+    import subprocess
+
+    from chalicelib.domain import retry
+    node = shutil.which("node")
+    assert node is not None, "no node to run the dashboard's modules"
+    for p in web.STATIC_DIR.glob("*.js"):
+        shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "check.js").write_text(PRIORITY_SCRIPT)
+    urgent, victim, other = ("job_01JABCDEFGHJKMNPQRSTVWXYZ0", "job_01JABCDEFGHJKMNPQRSTVWXYZ1",
+                             "job_01JABCDEFGHJKMNPQRSTVWXYZ2")
+    spec = {"max_attempts": 1, "retry": {"rules": [], "max_uncounted_retries": 10}}
+    exit_ = {"reason": "preempted", "exit_code": None,
+             "detail": f"by {urgent}, priority class urgent"}
+    exit_["decision"] = retry.decide(spec, exit_, attempt=1, uncounted=0).text
+    preempting = {"jobs": [victim, other], "at": "2025-01-31T12:00:00.000Z", "class": "urgent"}
+    done = subprocess.run([node, "check.js", json.dumps({"exit": exit_,
+                                                         "preempting": preempting})],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["priority"] == ["class urgent, priority 0", "class default, priority 5",
+                                "class default, priority 0"]
+    assert said["preempting"] == [{"jobs": [victim, other], "cls": "urgent",
+                                   "at": "2025-01-31T12:00:00.000Z"},
+                                  f"preempting {victim}, {other} (urgent)", None, None]
+    assert said["labels"] == ["attempt 1"], "the jobs: a line of their own, linked"
+    assert said["victim"] == [f"preempted: by {urgent}, priority class urgent",
+                              "retried, not counted (uncounted retry 1 of 10)"]
+    assert said["parts"] == ["by ", {"job": urgent}, ", priority class urgent"]
+    assert said["none"] == [] and said["plain"] == ["no job here"]
+    assert said["resubmitted"] == {"command": ["x"], "ranks": 1, "priority_class": "urgent"}
+    assert "priority_class" not in said["spec"], "said in the facts above the spec"
+
+
 @pytest.mark.parametrize("path", ["/", "/static/app.js", "/static/style.css"])
 def test_head_answers_what_get_does_without_the_body(client, path):
     """HEAD / was 405 (issue 29): the pages answer HEAD like GET, no body."""

@@ -93,6 +93,10 @@ class FakeApi:
         #: job id -> its log lines ({"rank", "stream", "time", "line", "id", "attempt"})
         self.logs: dict[str, list[dict[str, Any]]] = {}
         self.events: dict[str, list[dict[str, Any]]] = {}
+        #: the operator's priority classes (GPUJOBS_PRIORITY_CLASSES, as
+        #: chalicelib/domain/priority.py parses it): name -> value, preempts,
+        #: tenants (absent: every tenant); ``default`` is always there
+        self.priority_classes: dict[str, dict[str, Any]] = {"default": {"value": 0}}
         self.clock = 0.0                   # seconds since EPOCH; tests move it
         self.on_get_job: list[Callable[[dict[str, Any]], None]] = []
         #: called with the node before each GET /v1/nodes/{id} answers
@@ -178,7 +182,64 @@ class FakeApi:
                             started_at=self.now() if state == "RUNNING" else None)
             return att
 
+    def preempt(self, job_id: str, victims: list[str]) -> dict[str, Any]:
+        """What the placer does for a PENDING job of a class that preempts
+        (service/placement.py _preempt_for): the preemption recorded on it
+        (``preempting``, its pending reason, a ``preempting`` event naming
+        the victims), then each victim's attempt ended ``preempted`` "by
+        <job>, priority class <class>", its retry rules deciding."""
+        with self.lock:
+            job = self.jobs[job_id]
+            cls = job["spec"].get("priority_class") or "default"
+            freed = sum(self.jobs[v]["spec"]["ranks"] * self.jobs[v]["spec"]["gpus_per_rank"]
+                        for v in victims)
+            reason = (f"preempting {', '.join(victims)} ({freed} GPUs of lower priority "
+                      f"classes) to make room ({cls})")
+            job.update(preempting={"jobs": list(victims), "at": self.now(), "class": cls},
+                       pending_reason=reason, updated_at=self.now())
+            event: dict[str, Any] = {"type": "preempting", "time": self.now(),
+                                     "reason": reason, "jobs": list(victims)}
+            if job["attempt"]:
+                event["attempt"] = job["attempt"]
+            self.events.setdefault(job_id, []).append(event)
+            for victim_id in victims:
+                victim = self.jobs[victim_id]
+                att = next((a for a in self.attempts.get(victim_id, [])
+                            if a["attempt"] == victim["attempt"] and a["finished_at"] is None),
+                           None)
+                if att is not None and victim["state"] in ("SCHEDULED", "RUNNING"):
+                    self._end_preempted(victim, att, {
+                        "reason": "preempted", "exit_code": None,
+                        "detail": f"by {job_id}, priority class {cls}"})
+            return job
+
     # -- the API ----------------------------------------------------------------------
+    def _check_priority_class(self, tenant: str, b: dict[str, Any]) -> None:
+        """chalicelib/api/schemas.py JOB_CREATE's pattern, then service/jobs.py
+        create: an unknown class is a 400, one kept for other tenants a 403,
+        both naming priority_class."""
+        if "priority_class" not in b:
+            return
+        name = b["priority_class"]
+        if not isinstance(name, str):
+            raise Problem(400, "invalid_argument", "priority_class must be string",
+                          "priority_class")
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
+            raise Problem(400, "invalid_argument",
+                          "priority_class must match pattern ^[A-Za-z0-9._-]{1,64}$",
+                          "priority_class")
+        classes = self.priority_classes
+        if name not in classes:
+            names = sorted(classes, key=lambda n: (-classes[n].get("value", 0), n))
+            raise Problem(400, "invalid_argument",
+                          f"priority_class {name!r} is not one of this deployment's classes: "
+                          f"{', '.join(names)}", "priority_class")
+        allowed = classes[name].get("tenants")
+        if allowed is not None and tenant not in allowed:
+            raise Problem(403, "forbidden",
+                          f"tenant {tenant} may not submit to priority class {name}",
+                          "priority_class")
+
     def _create(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         self._seq += 1
         job_id = f"job_{self._seq:026d}"
@@ -199,7 +260,7 @@ class FakeApi:
                           "first_stalled_rank": None, "last_heard_at": None,
                           "detected_at": None, "stalled_ranks": [], "verdict": None},
                "exit": None, "pending_reason": None, "pending_since": self.now(),
-               "uncounted_retries": 0}
+               "uncounted_retries": 0, "preempting": None}
         self.jobs[job_id] = job
         self.tenant_of[job_id] = tenant
         return job
@@ -266,6 +327,7 @@ class FakeApi:
             if not isinstance(b.get("ranks"), int) or b["ranks"] < 1:
                 raise Problem(400, "invalid_argument",
                               "ranks must be bigger than or equal to 1", "ranks")
+            self._check_priority_class(t, b)
             if key is not None:
                 digest = hashlib.sha256(json.dumps(b, sort_keys=True, separators=(",", ":"))
                                         .encode()).hexdigest()
@@ -489,24 +551,31 @@ class FakeApi:
                         if a["attempt"] == job["attempt"] and a["finished_at"] is None), None)
             if att is None or all(p["node_id"] != node_id for p in att["placement"]):
                 continue
-            exit_: dict[str, Any] = {"reason": "preempted", "exit_code": None,
-                                     "node_id": node_id, "detail": detail}
-            action, text = _decide(job, exit_)
-            exit_["decision"] = text
-            event = {"type": "finished" if action == "fail" else "retried", "time": self.now(),
-                     "attempt": job["attempt"], "reason": "preempted", "node_id": node_id,
-                     "decision": text}
-            if action == "fail":
-                self._finish(job, "FAILED", "preempted", None, node_id=node_id, detail=detail,
-                             decision=text)
-                event.update(state="FAILED")
-            else:
-                att.update(state="FAILED", finished_at=self.now(), exit=exit_)
-                job.update(state="PENDING", pending_since=self.now(), updated_at=self.now(),
-                           uncounted_retries=job["uncounted_retries"]
-                           + int(action == "retry_uncounted"))
-                event["next_attempt"] = job["attempt"] + 1
-            self.events.setdefault(job_id, []).append(event)
+            self._end_preempted(job, att, {"reason": "preempted", "exit_code": None,
+                                           "node_id": node_id, "detail": detail})
+
+    def _end_preempted(self, job: dict[str, Any], att: dict[str, Any],
+                       exit_: dict[str, Any]) -> None:
+        """The attempt ends as ``exit_`` (a preemption: no rank, no exit code)
+        and the retry rules decide: requeued (PENDING) or FAILED, with a
+        retried or finished event (domain/events.py attempt_end)."""
+        action, text = _decide(job, exit_)
+        exit_ = {**exit_, "decision": text}
+        event = {"type": "finished" if action == "fail" else "retried", "time": self.now(),
+                 "attempt": job["attempt"], "reason": "preempted", "decision": text}
+        if exit_.get("node_id"):
+            event["node_id"] = exit_["node_id"]
+        if action == "fail":
+            self._finish(job, "FAILED", "preempted", None,
+                         **{k: v for k, v in exit_.items() if k not in ("reason", "exit_code")})
+            event.update(state="FAILED")
+        else:
+            att.update(state="FAILED", finished_at=self.now(), exit=exit_)
+            job.update(state="PENDING", pending_since=self.now(), updated_at=self.now(),
+                       uncounted_retries=job["uncounted_retries"]
+                       + int(action == "retry_uncounted"))
+            event["next_attempt"] = job["attempt"] + 1
+        self.events.setdefault(job["id"], []).append(event)
 
     def _ranks(self, job: dict[str, Any]) -> dict[str, Any]:
         threshold = job["health"]["threshold_s"]

@@ -1178,3 +1178,146 @@ def test_submit_wait_ends_with_the_decision(run, fake):
     assert r.stdout.splitlines()[-1] == (
         "Job finished: FAILED (node_lost) — not retried (all 10 uncounted retries used, so it "
         "counts; counted attempt 1 of 1, none left)")
+
+
+# -- priority classes and preemption (issue 28) ----------------------------------------------
+CLASSES = {"default": {"value": 0}, "urgent": {"value": 1000, "preempts": True,
+                                               "tenants": ["acme"]},
+           "batch": {"value": -100}}
+
+
+@pytest.fixture
+def classes(fake):
+    fake.priority_classes = CLASSES
+    return CLASSES
+
+
+def test_submit_priority_class_sends_it_and_says_it(run, fake, classes):
+    r = run("submit", "--ranks", "2", "--priority-class", "urgent", "--priority", "3", "--",
+            "python", "eval.py")
+    assert r.exit_code == 0, r.output
+    sent = fake.sent("POST", "/v1/jobs")[0].json()
+    assert (sent["priority_class"], sent["priority"]) == ("urgent", 3)
+    assert "  priority: class urgent, priority 3" in r.stdout.splitlines()
+    plain = run("submit", "--ranks", "1", "--", "x")
+    assert "priority_class" not in fake.sent("POST", "/v1/jobs")[1].json()
+    assert "priority" not in plain.stdout, "the default class: the output as it was"
+    dry = run("submit", "--ranks", "1", "--priority-class", "batch", "--dry-run", "--", "x")
+    assert json_out(dry)["priority_class"] == "batch"
+
+
+def test_submit_help_documents_the_priority_class(run):
+    out = run("submit", "--help").stdout
+    for text in ("--priority-class NAME", "operator's priority classes", "within their priority",
+                 "class", "preempts", "(403)"):
+        assert text in out, text
+
+
+def test_an_unknown_priority_class_is_the_servers_400_with_the_classes(run, fake, classes):
+    r = run("submit", "--ranks", "1", "--priority-class", "vip", "--", "x")
+    assert r.exit_code == 1
+    assert r.stdout == ""
+    error, hint = r.stderr.strip().splitlines()
+    assert error == ("Error: Invalid argument (400 invalid_argument): priority_class 'vip' is "
+                     "not one of this deployment's classes: urgent, default, batch "
+                     "[field: priority_class]")
+    assert hint.startswith("Hint: the priority classes are the operator's "
+                           "(GPUJOBS_PRIORITY_CLASSES)")
+    assert fake.jobs == {}
+
+
+def test_a_class_kept_for_other_tenants_is_a_403_that_says_so(run, fake, classes):
+    r = run("submit", "--ranks", "1", "--priority-class", "urgent", "--", "x",
+            env={"GPUJOBS_TOKEN": "t2"})
+    assert r.exit_code == 1
+    error, hint = r.stderr.strip().splitlines()
+    assert error == ("Error: Forbidden (403 forbidden): tenant other may not submit to "
+                     "priority class urgent [field: priority_class]")
+    assert hint == ("Hint: the operator keeps priority class urgent for some tenants only (the "
+                    "class's tenants in GPUJOBS_PRIORITY_CLASSES, docs/security.md); submit "
+                    "without --priority-class, or ask the operator to open it to your tenant")
+    assert "may or may not have been created" not in r.stderr, "refused: nothing to repeat"
+    j = run("-o", "json", "submit", "--ranks", "1", "--priority-class", "urgent", "--", "x",
+            env={"GPUJOBS_TOKEN": "t2"})
+    err = json.loads(j.stderr)
+    assert (err["exit_code"], err["error"]["status"], err["error"]["field"]) == (
+        1, 403, "priority_class")
+    assert err["error"]["detail"] == "tenant other may not submit to priority class urgent"
+    assert "ask the operator" in err["error"]["hint"]
+    assert fake.jobs == {}
+
+
+def preempted(fake):
+    """A running batch job preempted by an urgent one: (urgent, victim)."""
+    victim = fake.add_job(ranks=2, priority_class="batch", name="sweep")
+    fake.place(victim["id"], ["node-1"])
+    urgent = fake.add_job(ranks=2, priority_class="urgent", name="eval")
+    fake.preempt(urgent["id"], [victim["id"]])
+    return urgent, victim
+
+
+def test_describe_says_the_class_and_the_preemption_the_job_waits_on(run, fake, classes, now):
+    urgent, victim = preempted(fake)
+    r = run("describe", urgent["id"])
+    assert r.exit_code == 0, r.output
+    rows = panel(r.stdout)
+    assert rows["priority"] == (f"class urgent, priority 0 | preempting {victim['id']} "
+                                "(since 2025-01-31 12:00:00Z)")
+    assert rows["pending reason"] == (f"preempting {victim['id']} (2 GPUs of lower priority "
+                                      "classes) to make room (urgent)")
+    lines = [ln.strip() for ln in r.stdout.splitlines()]
+    at = next(i for i, ln in enumerate(lines) if re.search(r"- +preempting +preempting ", ln))
+    assert lines[at + 1] == f"jobs preempted: {victim['id']}"
+    assert panel(run("get", urgent["id"]).stdout)["priority"].startswith(
+        "class urgent, priority 0 | preempting ")
+
+
+def test_describe_of_the_victim_says_who_preempted_it_and_the_decision(run, fake, classes,
+                                                                       now):
+    urgent, victim = preempted(fake)
+    r = run("describe", victim["id"])
+    assert r.exit_code == 0, r.output
+    rows = panel(r.stdout)
+    assert rows["priority"] == "class batch, priority 0", "a victim preempts nothing"
+    assert rows["attempt"] == "1 (0 counted of max 1, 1 not counted)"
+    assert f"preempted: by {urgent['id']}, priority class urgent" in r.stdout
+    lines = [ln.strip() for ln in r.stdout.splitlines()]
+    at = next(i for i, ln in enumerate(lines) if re.search(r"retried +preempted$", ln))
+    assert lines[at + 1] == (f"preempted (by {urgent['id']}, priority class urgent): retried, "
+                             "not counted (uncounted retry 1 of 10)")
+    assert (f"preempted: by {urgent['id']}, priority class urgent"
+            in run("attempts", victim["id"]).stdout)
+
+
+def test_a_placed_job_is_no_longer_preempting(run, fake, classes, now):
+    urgent, _ = preempted(fake)
+    fake.update_job(urgent["id"], preempting=None)
+    fake.place(urgent["id"], ["node-1"])
+    assert panel(run("describe", urgent["id"]).stdout)["priority"] == "class urgent, priority 0"
+
+
+def test_describe_of_a_job_without_a_class_says_the_default(run, fake, now):
+    job = fake.add_job(priority=5)
+    assert panel(run("describe", job["id"]).stdout)["priority"] == "class default, priority 5"
+
+
+def test_list_shows_the_class_only_when_a_job_is_not_in_the_default(run, fake, classes):
+    plain = fake.add_job(name="plain")
+    head = run("list").stdout.splitlines()[0].split()
+    assert head == ["ID", "NAME", "STATE", "RANKS", "ATTEMPT", "HEALTH", "CREATED"]
+    urgent, victim = preempted(fake)
+    lines = run("list").stdout.splitlines()
+    assert lines[0].split()[:8] == ["ID", "NAME", "STATE", "RANKS", "ATTEMPT", "HEALTH",
+                                    "CREATED", "CLASS"]
+    by_id = {ln.split()[0]: ln for ln in lines[1:] if ln.startswith("job_")}
+    assert re.search(r"Z +urgent +preempting ", by_id[urgent["id"]])
+    assert re.search(r"Z +batch\b", by_id[victim["id"]])
+    assert re.search(r"Z +default\b", by_id[plain["id"]])
+
+
+def test_json_output_carries_the_preemption_as_the_server_sends_it(run, fake, classes):
+    urgent, victim = preempted(fake)
+    job = json_out(run("get", urgent["id"], "-o", "json"))
+    assert job["preempting"] == {"jobs": [victim["id"]], "at": fake.now(), "class": "urgent"}
+    story = json_out(run("describe", urgent["id"], "-o", "json"))
+    assert [e["jobs"] for e in story["events"] if e["type"] == "preempting"] == [[victim["id"]]]

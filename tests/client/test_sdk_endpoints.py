@@ -374,3 +374,95 @@ def test_the_fakes_preemption_decision_is_the_servers(spec, attempt, uncounted):
     want = retry.decide(full, exit_, attempt=attempt, uncounted=uncounted)
     got = _decide({"spec": full, "attempt": attempt, "uncounted_retries": uncounted}, exit_)
     assert got == (want.action, want.text)
+
+
+# -- priority classes and preemption (issue 28) ---------------------------------------------
+CLASSES = {"default": {"value": 0}, "urgent": {"value": 1000, "preempts": True,
+                                               "tenants": ["acme"]},
+           "batch": {"value": -100}}
+
+
+def test_create_job_sends_the_priority_class_and_the_job_says_its_preemption(fake, sdk):
+    fake.priority_classes = CLASSES
+    plain = sdk.create_job(command=["x"], ranks=1)
+    assert "priority_class" not in fake.sent("POST", "/v1/jobs")[0].json()
+    assert (plain.priority_class, plain.priority, plain.preempting) == ("default", 0, None)
+    victim = sdk.create_job(command=["x"], ranks=2, priority_class="batch")
+    assert fake.sent("POST", "/v1/jobs")[1].json()["priority_class"] == "batch"
+    assert victim.priority_class == "batch"
+    fake.place(victim.id, ["n1"])
+    urgent = sdk.create_job({"command": ["x"], "ranks": 2, "priority": 7},
+                            priority_class="urgent")
+    assert (urgent.priority_class, urgent.priority) == ("urgent", 7)
+    fake.preempt(urgent.id, [victim.id])
+    job = sdk.get_job(urgent.id)
+    assert job.preempting is not None
+    assert (job.preempting.jobs, job.preempting.priority_class, job.preempting.at) == (
+        [victim.id], "urgent", fake.now())
+    assert job.pending_reason == (f"preempting {victim.id} (2 GPUs of lower priority classes) "
+                                  "to make room (urgent)")
+    (event,) = sdk.list_events(urgent.id)
+    assert (event.type, event.jobs, event.attempt) == ("preempting", [victim.id], None)
+    (ended,) = sdk.list_attempts(victim.id)
+    assert ended.exit is not None and ended.exit.reason == "preempted"
+    assert ended.exit.detail == f"by {urgent.id}, priority class urgent"
+    assert ended.exit.decision == (f"preempted (by {urgent.id}, priority class urgent): "
+                                   "retried, not counted (uncounted retry 1 of 10)")
+    assert sdk.get_job(victim.id).state == "PENDING"
+    assert [e.jobs for e in sdk.list_events(victim.id)] == [[]]
+
+
+def test_an_unknown_class_is_400_and_another_tenants_class_403(fake, sdk, policy):
+    from gpujobs_client import InvalidArgument
+    fake.priority_classes = CLASSES
+    with pytest.raises(InvalidArgument) as bad:
+        sdk.create_job(command=["x"], ranks=1, priority_class="vip")
+    assert bad.value.field == "priority_class"
+    assert bad.value.detail == ("priority_class 'vip' is not one of this deployment's classes: "
+                                "urgent, default, batch")
+    with Client(fake.url, "t2", timeout=5, retry=policy()) as other:
+        with pytest.raises(Forbidden) as refused:
+            other.create_job(command=["x"], ranks=1, priority_class="urgent")
+    assert refused.value.field == "priority_class"
+    assert refused.value.detail == "tenant other may not submit to priority class urgent"
+    assert len(fake.jobs) == 0
+
+
+@pytest.mark.parametrize("name, tenant", [("vip", "acme"), ("urgent", "globex"),
+                                          ("no spaces", "acme"), (7, "acme"),
+                                          ("urgent", "acme"), ("default", "globex")])
+def test_the_fakes_priority_class_refusals_are_the_servers(name, tenant):
+    """The fake answers a priority_class as chalicelib does: the schema's
+    pattern (api/validation.py), then service/jobs.py submit (unknown: 400,
+    kept for other tenants: 403), the same problem document."""
+    pytest.importorskip("fastjsonschema")
+    from chalicelib.api import problems, validation
+    from chalicelib.domain.errors import ApiError as ServerError
+    from chalicelib.domain.priority import PriorityClasses
+    from chalicelib.service.jobs import JobsService
+
+    from .fakeserver import FakeApi, Problem
+    body = {"command": ["x"], "ranks": 1, "priority_class": name}
+    # no store: the class is judged before the service writes anything
+    service = JobsService(None, None, None, page_token_key=b"k", scans_per_hour=1.0,
+                          cancel_resend_after_s=1.0, telemetry=None,
+                          classes=PriorityClasses.parse(json.dumps(
+                              {k: v for k, v in CLASSES.items() if k != "default"})))
+    served = None
+    try:
+        validation.validate("JOB_CREATE", body)
+        service.submit(tenant, body, None)
+    except ServerError as e:
+        served = problems.body(e)
+    except AttributeError:  # past every check: it reached the (absent) store
+        pass
+    fake = FakeApi()
+    fake.priority_classes = CLASSES
+    try:
+        fake._check_priority_class(tenant, body)
+        mine = None
+    except Problem as p:
+        mine = p.body
+    finally:
+        fake.server.server_close()
+    assert mine == served

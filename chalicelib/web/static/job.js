@@ -4,7 +4,7 @@
 import { api, ApiError } from './api.js';
 import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictLines, stackLine } from './verdict.js';
-import { exitText, eventLabels, decisionText, attemptText, timeLeftText } from './story.js';
+import { exitText, eventLabels, decisionText, attemptText, timeLeftText, priorityText, preemptingOf, jobIdParts } from './story.js';
 import { createBody, newKey, shellLine, specPairs, retryPolicyText, limitsLines, DEFAULT_MAX_UNCOUNTED } from './spec.js';
 
 const REFRESH_MS = 1500;
@@ -13,6 +13,28 @@ const SUBMIT_TRIES = 3;
 function dl(pairs) {
   return h('dl', { class: 'facts' }, pairs.filter(([, v]) => v != null && v !== '')
     .map(([k, v]) => [h('dt', { text: k }), h('dd', {}, v)]));
+}
+
+function jobLink(id) {
+  return h('a', { href: `#/jobs/${encodeURIComponent(id)}`, class: 'job-link', text: id });
+}
+
+/** Free text from the server with the jobs it names linked ("by job_X, priority class urgent"). */
+function linked(text) {
+  return jobIdParts(text).map((p) => (typeof p === 'string' ? p : jobLink(p.job)));
+}
+
+/** job_a, job_b as links, comma-separated. */
+function jobLinks(ids) {
+  return ids.map((id, i) => [i ? ', ' : '', jobLink(id)]);
+}
+
+/** The "Preempting" fact: the running jobs of lower classes a PENDING job waits for. */
+function preemptingView(job) {
+  const p = preemptingOf(job);
+  if (!p) return null;
+  return h('span', { class: 'preempting' }, p.jobs.length ? jobLinks(p.jobs) : 'jobs of lower classes',
+    h('span', { class: 'muted', text: ` — of lower priority classes, preempted for this job (class ${p.cls || '?'}) at ${time(p.at)}: they stop (SIGTERM and their grace period), then requeue` }));
 }
 
 function healthFacts(hl) {
@@ -55,8 +77,8 @@ function attemptsTable(attempts) {
       h('td', {}, h('ul', { class: 'nodemap' }, nodeMap(a.placement).map(([node, rs]) =>
         h('li', {}, h('code', { text: node }), ` → ${noun(rs.length, 'rank')} ${ranges(rs)}`)))),
       h('td', { text: time(a.created_at) }), h('td', { text: time(a.finished_at) }),
-      h('td', {}, exitText(a.exit) || '', decisionText(a.exit)
-        ? h('span', { class: 'muted decision', text: ` — ${decisionText(a.exit)}` }) : null)))));
+      h('td', {}, linked(exitText(a.exit)), decisionText(a.exit)
+        ? h('span', { class: 'muted decision' }, ' — ', linked(decisionText(a.exit))) : null)))));
 }
 
 const pause = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
@@ -80,10 +102,12 @@ function eventsList(events) {
   if (!events.length) return h('p', { class: 'muted', text: 'No events yet.' });
   return h('ol', { class: 'timeline' }, events.map((e) => {
     const more = eventLabels(e.type, e.extra);
+    const jobs = e.type === 'preempting' && Array.isArray(e.extra.jobs) ? e.extra.jobs.map(String) : [];
     return h('li', {},
       h('time', { datetime: e.at || '', text: time(e.at) }), ' ', h('strong', { text: e.type }),
-      e.detail ? ` — ${e.detail}` : '', more.length ? h('span', { class: 'muted extra', text: ` (${more.join(' · ')})` }) : '',
-      e.decision ? h('p', { class: 'decision', text: e.decision }) : null,
+      e.detail ? [' — ', linked(e.detail)] : '', more.length ? h('span', { class: 'muted extra', text: ` (${more.join(' · ')})` }) : '',
+      jobs.length ? h('p', { class: 'preempted' }, 'Jobs preempted: ', jobLinks(jobs)) : null,
+      e.decision ? h('p', { class: 'decision' }, linked(e.decision)) : null,
       e.stacks.length ? h('ul', { class: 'stacks' }, e.stacks.map((s) => h('li', {}, h('code', { text: stackLine(s) })))) : null);
   }));
 }
@@ -203,12 +227,14 @@ export function mount(main, [jobId]) {
       const cap = (j.spec.retry || {}).max_uncounted_retries ?? DEFAULT_MAX_UNCOUNTED;
       facts.replaceChildren(dl([
         ['ID', h('code', { text: j.id })], ['State', j.state],
-        ['Why pending', j.state === 'PENDING' || waitedTooLong ? j.pending_reason : null],
+        ['Why pending', (j.state === 'PENDING' || waitedTooLong) && j.pending_reason ? h('span', {}, linked(j.pending_reason)) : null],
+        ['Preempting', preemptingView(j)],
         ['Attempt', attemptText(j)],
         ['Uncounted retries', j.uncounted_retries ? `${j.uncounted_retries} of at most ${cap}` : null],
         ['Retry policy', retryPolicyText(j.spec)],
         ['Time limits', limits.length ? h('ul', { class: 'plain' }, limits.map((t) => h('li', { text: t }))) : null],
         ['Time left', left],
+        ['Priority', priorityText(j.spec)],
         ['Ranks', `${count(j.spec.ranks, 'rank')} × ${count(j.spec.gpus_per_rank ?? 1, 'GPU')} (${j.spec.gpu_type || 'any type'})`],
         ['Command', h('code', { text: shellLine(j.spec.command) })],
         ['Working dir', j.spec.working_dir && h('code', { text: j.spec.working_dir })],
@@ -219,12 +245,12 @@ export function mount(main, [jobId]) {
         ['Created', time(j.created_at)], ['Started', j.started_at && time(j.started_at)],
         ['Finished', j.finished_at && time(j.finished_at)],
         ['Cancel requested', j.cancel_requested_at && time(j.cancel_requested_at)], ['Cancel reason', j.cancel_reason],
-        ['Exit', exitText(j.exit)],
-        ['Retry decision', decisionText(j.exit)],
+        ['Exit', j.exit ? h('span', {}, linked(exitText(j.exit))) : null],
+        ['Retry decision', decisionText(j.exit) ? h('span', {}, linked(decisionText(j.exit))) : null],
         ...healthFacts(j.health),
       ]));
       spec.replaceChildren(
-        h('p', { class: 'muted small', text: 'Command, ranks, GPUs, working dir, labels, retry policy, time limits and checkpoints: above. Resubmit sends all of it again.' }),
+        h('p', { class: 'muted small', text: 'Command, ranks, GPUs, priority class, working dir, labels, retry policy, time limits and checkpoints: above. Resubmit sends all of it again.' }),
         dl(specPairs(j.spec)));
     }
   }

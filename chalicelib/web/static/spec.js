@@ -5,7 +5,7 @@ import { h, count } from './dom.js';
  * docs/openapi.yaml). A job's spec is its create body with the defaults filled
  * (JobSpec), so these of its members make a body the server takes back as it is. */
 export const CREATE_FIELDS = ['name', 'command', 'working_dir', 'env', 'ranks', 'gpus_per_rank',
-  'gpu_type', 'priority', 'max_attempts', 'retry', 'max_runtime_s', 'warn_before_s', 'warn_signal',
+  'gpu_type', 'priority', 'priority_class', 'max_attempts', 'retry', 'max_runtime_s', 'warn_before_s', 'warn_signal',
   'max_pending_s', 'checkpoint_dir', 'heartbeat', 'on_stall', 'labels'];
 
 /** The create body of a job like this one: its spec's create members, nothing else. */
@@ -80,7 +80,7 @@ function envView(env) {
 
 /** Members the summary above the spec already says (job.js facts), and the title (name). */
 export const SUMMARY_FIELDS = new Set(['name', 'command', 'ranks', 'gpus_per_rank', 'gpu_type',
-  'working_dir', 'labels', 'retry', 'max_runtime_s', 'warn_before_s', 'warn_signal',
+  'priority_class', 'working_dir', 'labels', 'retry', 'max_runtime_s', 'warn_before_s', 'warn_signal',
   'max_pending_s', 'checkpoint_dir']);
 
 // -- the lifecycle: retry rules and time limits, as the CLI's describe says them

@@ -73,6 +73,49 @@ export function cordonText(cordon) {
   };
 }
 
+/** The priority class of a spec that names none (the server's, always configured). */
+export const DEFAULT_CLASS = 'default';
+
+/** "class urgent, priority 0": the job's priority class (the operator's) and its
+ * own priority within it, as `gpujobs describe` says them. */
+export function priorityText(spec) {
+  const s = spec || {};
+  return `class ${s.priority_class || DEFAULT_CLASS}, priority ${s.priority ?? 0}`;
+}
+
+/** A PENDING job's preemption in progress: {jobs, cls, at} while it waits for the
+ * running jobs of lower classes it preempted to stop; null otherwise (the server
+ * removes it once the job is placed). */
+export function preemptingOf(job) {
+  const p = job && job.preempting;
+  if (!p || job.state !== 'PENDING') return null;
+  return { jobs: Array.isArray(p.jobs) ? p.jobs.map(String) : [], cls: p.class || null, at: p.at || null };
+}
+
+/** "preempting job_a, job_b (urgent)", or null (preemptingOf). */
+export function preemptingText(job) {
+  const p = preemptingOf(job);
+  if (!p) return null;
+  return `preempting ${p.jobs.join(', ') || 'jobs of lower classes'}${p.cls ? ` (${p.cls})` : ''}`;
+}
+
+const JOB_ID = /job_[0-9A-HJKMNP-TV-Z]{26}/g;
+
+/** Free text cut where it names jobs, so a page can link them: "by job_X, priority
+ * class urgent" -> ["by ", {job: "job_X"}, ", priority class urgent"]. */
+export function jobIdParts(text) {
+  const s = text == null ? '' : String(text);
+  const out = [];
+  let last = 0;
+  for (const m of s.matchAll(JOB_ID)) {
+    if (m.index > last) out.push(s.slice(last, m.index));
+    out.push({ job: m[0] });
+    last = m.index + m[0].length;
+  }
+  if (last < s.length) out.push(s.slice(last));
+  return out;
+}
+
 /** "3 (2 counted of max 3, 1 not counted)", or "3 of max 3" when every retry counted. */
 export function attemptText(job) {
   const max = (job.spec || {}).max_attempts ?? 1;
@@ -103,6 +146,7 @@ export function timeLeftText(job, now = Date.now()) {
 const SAID = {
   rank_started: ['ranks'], rank_exited: ['ranks', 'exit_code'], rank_stopped: ['ranks'],
   stalled: ['rank', 'ranks'], finished: ['state'],
+  preempting: ['jobs'], // a line of its own, each job linked (job.js)
 };
 
 /** An event's fields beyond its type, time and sentence, as labels: ["attempt 1", "on node-1"]. */

@@ -36,6 +36,7 @@ import pytest
 RUNTIME = pathlib.Path(__file__).with_name("lambda_runtime.py")
 REGION = "us-east-1"
 TENANT_TOKEN, AGENT_TOKEN = "bundle-tenant-token", "bundle-agent-token"
+OPERATOR_TOKEN = "bundle-operator-token"
 NODE = "bundle-node-1"
 
 
@@ -123,7 +124,8 @@ def stack(moto_server, bundle):
     secrets = {"GPUJOBS_PAGE_TOKEN_KEY_PARAM": "bundle-page-token-key",
                "GPUJOBS_TOKEN_HASHES_PARAM": json.dumps({
                    digest(TENANT_TOKEN): {"tenant": "bundle-tenant"},
-                   digest(AGENT_TOKEN): {"agent": "*"}})}
+                   digest(AGENT_TOKEN): {"agent": "*"},
+                   digest(OPERATOR_TOKEN): {"operator": "bundle-ops"}})}
     for var, value in secrets.items():
         name = s.resolve(bundle.environment[var])
         ssm.put_parameter(Name=name, Value=value, Type="SecureString", Overwrite=True)
@@ -326,6 +328,16 @@ def api(functions):
                              path_params=pp)),
         ("logs", api_event("GET", "/v1/jobs/{job_id}/logs", f"/v1/jobs/{job_id}/logs",
                            path_params=pp)),
+        # an operator's (issue 28): cordon, drain (preempting the job), uncordon
+        ("cordon", api_event("POST", "/v1/nodes/{node_id}/cordon", f"/v1/nodes/{NODE}/cordon",
+                             token=OPERATOR_TOKEN, body={"reason": "bundle test"},
+                             path_params={"node_id": NODE})),
+        ("drain", api_event("POST", "/v1/nodes/{node_id}/drain", f"/v1/nodes/{NODE}/drain",
+                            token=OPERATOR_TOKEN, body={"reason": "bundle test"},
+                            path_params={"node_id": NODE})),
+        ("uncordon", api_event("POST", "/v1/nodes/{node_id}/uncordon",
+                               f"/v1/nodes/{NODE}/uncordon", token=OPERATOR_TOKEN,
+                               path_params={"node_id": NODE})),
     ]
     warm = fn.run([steps[0][1]] + [e for _, e in more])
     results.update(dict(zip(["health_again"] + [n for n, _ in more], warm["results"])))
@@ -335,6 +347,9 @@ def api(functions):
 
 def test_api_routes_answer_as_the_contract_says(api):
     r = api["results"]
+    assert (status(r["cordon"]), status(r["drain"]), status(r["uncordon"])) == (200, 202, 200)
+    assert body(r["drain"])["cordon"]["by"] == "bundle-ops"
+    assert body(r["uncordon"])["state"] == "READY"
     assert status(r["health"]) == 200 and status(r["health_again"]) == 200
     assert status(r["put_node"]) == 200
     assert status(r["create"]) == 201

@@ -14,7 +14,8 @@ jobs of strictly lower classes, chosen as Kueue chooses
 (:func:`choose_victims`):
 
 1. lowest class first;
-2. among equals, the most recently started first (the least work lost);
+2. among equals, one that frees the fewest GPUs beyond what is needed, then
+   the most recently started (the least work lost);
 3. only jobs that have run at least ``min_runtime_s`` (no thrash: a job
    requeued by a preemption is not preempted again before it made progress);
 4. only if the job then fits: the victims' GPUs plus what is free must hold
@@ -140,9 +141,15 @@ def eligible(victims: Sequence[Victim], class_value: int, now: datetime,
 
 def choose_victims(candidates: Sequence[Victim], free: Mapping[str, int],
                    fits: Callable[[Mapping[str, int]], bool]) -> list[Victim] | None:
-    """The victims to preempt (in :func:`eligible`'s order) so that
-    ``fits(free GPUs by node)`` holds, or None when even all of them would
-    not make room. ``free`` is what the candidate nodes have free now."""
+    """The victims to preempt so that ``fits(free GPUs by node)`` holds, or
+    None when even all of them would not make room. ``free`` is what the
+    candidate nodes have free now; ``candidates`` come in :func:`eligible`'s
+    order (lowest class, then the most recently started).
+
+    Class by class from the lowest: if one victim of the class completes the
+    room, the one freeing the fewest GPUs (then the most recently started);
+    else the class's most recently started, and on. Last, victims not needed
+    are given back, the most valuable first, so the set is minimal."""
     def room(chosen: Sequence[Victim]) -> dict[str, int]:
         out = dict(free)
         for v in chosen:
@@ -151,14 +158,20 @@ def choose_victims(candidates: Sequence[Victim], free: Mapping[str, int],
         return out
 
     chosen: list[Victim] = []
-    for v in candidates:
-        chosen.append(v)
-        if fits(room(chosen)):
+    left = list(candidates)
+    while left:
+        lowest = left[0].class_value
+        same = [v for v in left if v.class_value == lowest]
+        completing = [v for v in same if fits(room([*chosen, v]))]
+        if completing:
+            # fewest GPUs freed beyond the need; then the order given (newest)
+            pick = min(completing, key=lambda v: (v.gpus, same.index(v)))
+            chosen.append(pick)
             break
+        chosen.append(same[0])
+        left.remove(same[0])
     else:
         return None
-    # give back those not needed, the most valuable first (highest class,
-    # longest running: the end of the preemption order)
     for v in reversed(list(chosen)):
         rest = [c for c in chosen if c is not v]
         if rest and fits(room(rest)):

@@ -286,3 +286,27 @@ def test_the_ranks_page_of_a_missing_job_stops_asking(page, browser_stack):
     # the watch sees what the page fetches: another page's polling shows in it
     page.execute_script("location.hash = '#/jobs'")
     ui.wait(page).until(lambda d: ui.fetched(d, "/v1/jobs"))
+
+
+def test_the_job_page_says_the_retry_policy_the_limits_and_the_time_left(page, tenant,
+                                                                           browser_stack):
+    """Issue 26: a running job's page says its retry rules, its time limits
+    and how long until it times out, in words; once it ends, why it ended and
+    what the retry rules decided."""
+    job = submit(tenant, name=unique("limits"), command=["sleep", "30"], ranks=1,
+                 max_attempts=2, max_runtime_s=3 * 3600, warn_before_s=300,
+                 retry={"rules": [{"exit_codes": [42], "action": "fail"}]})
+    try:
+        wait_state(tenant, job["id"], {"RUNNING"})
+        page.get(browser_stack.api + f"/#/jobs/{job['id']}")
+        facts = ui.text_in(page, "#facts", "Time left")
+        assert ("Retry policy\nexit 42 → fail; then defaults (infra causes not counted, up "
+                "to 10)") in facts, facts
+        assert "max runtime 3 h per attempt (warning SIGUSR1 5 min before)" in facts, facts
+        assert re.search(r"Time left\ntimes out in 2 h 5\d min", facts), facts
+        _cancel(tenant, job["id"])
+        assert wait_state(tenant, job["id"], ENDED)["state"] == "CANCELLED"
+        ui.text_in(page, "#facts", "Exit")
+        assert "Time left" not in page.find_element(By.ID, "facts").text
+    finally:
+        _cancel(tenant, job["id"])

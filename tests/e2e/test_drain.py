@@ -10,16 +10,15 @@ another) are started here by pid and stopped by it, also when a test fails.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.agent.conftest import stop_agent, wait_until
 from tests.client.conftest import cli_runner
 from tests.stacks import ROOT, TOKENS, Api, start_stack
+
+from .jobs import agent_token as token, job, log_lines, poll, real_agents
 
 pytestmark = pytest.mark.e2e
 
@@ -27,10 +26,6 @@ GPU_TYPE, FLAKY = "draingpu", "flakygpu"
 NODES = {"drain-1": GPU_TYPE, "drain-2": GPU_TYPE, "flaky-1": FLAKY}
 OPERATOR = "e2e-operator"
 EXAMPLE = str(ROOT / "examples" / "resume_training.py")
-
-
-def token(node: str) -> str:
-    return f"e2e-{node}-agent"
 
 
 @pytest.fixture(scope="module")
@@ -48,32 +43,10 @@ def drain_stack(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def agents(drain_stack, tmp_path_factory):
-    procs, logs = {}, []
-    base = tmp_path_factory.mktemp("drain-agents")
-    try:
-        for n, gpu_type in NODES.items():
-            log = open(base / f"{n}.log", "w")
-            logs.append(log)
-            procs[n] = subprocess.Popen(
-                [sys.executable, "-m", "agent", "--node-id", n,
-                 "--gpus", "2" if gpu_type == GPU_TYPE else "1", "--gpu-type", gpu_type,
-                 "--api", drain_stack.api, "--state-dir", str(base / n), "--grace-s", "5",
-                 "--poll-wait-s", "1", "--node-heartbeat-s", "0.5", "--log-level", "INFO",
-                 "--rank-user", ""],
-                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
-                env={**os.environ, "GPUJOBS_AGENT_TOKEN": token(n),
-                     "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-                     "AWS_DEFAULT_REGION": "us-east-1"})
-        reader = Api(drain_stack.api, "e2e-tenant")
-        poll("every node READY", lambda: all(
-            (r := reader.get(f"/v1/nodes/{n}")).status_code == 200
-            and r.json()["state"] == "READY" for n in NODES))
+    with real_agents(drain_stack.api,
+                     {n: (2 if t == GPU_TYPE else 1, t) for n, t in NODES.items()},
+                     tmp_path_factory.mktemp("drain-agents"), grace_s=5) as procs:
         yield procs
-    finally:
-        for n, proc in procs.items():
-            stop_agent(proc, base / n)
-        for log in logs:
-            log.close()
 
 
 @pytest.fixture
@@ -91,20 +64,12 @@ def ops(drain_stack, agents):
     return Api(drain_stack.api, OPERATOR)
 
 
-def poll(what: str, fn, timeout: float = 90):
-    return wait_until(fn, timeout, 0.2, what)
-
-
 def submit(tenant: Api, command: list[str], **spec) -> str:
     body = {"command": command, "ranks": 2, "gpu_type": GPU_TYPE, "max_attempts": 1,
             "heartbeat": {"mode": "off"}, **spec}
     r = tenant.post("/v1/jobs", json=body)
     assert r.status_code == 201, r.text
     return r.json()["id"]
-
-
-def job(tenant: Api, job_id: str) -> dict:
-    return tenant.get(f"/v1/jobs/{job_id}").json()
 
 
 def node(tenant: Api, node_id: str) -> dict:
@@ -118,12 +83,6 @@ def running_on(tenant: Api, job_id: str) -> str:
         return attempts and job(tenant, job_id)["state"] == "RUNNING" and attempts[0]
     [where] = {p["node_id"] for p in poll("attempt 1 runs", placed)["placement"]}
     return where
-
-
-def log_lines(tenant: Api, job_id: str, attempt: int) -> list[str]:
-    r = tenant.get(f"/v1/jobs/{job_id}/logs", params={"attempt": attempt})
-    assert r.status_code == 200, r.text
-    return [f"{line['rank']}: {line['line']}" for line in r.json()["lines"]]
 
 
 def uncordon_all(ops: Api) -> None:

@@ -12,17 +12,16 @@ test can pause one. Every assertion on an end reads the event text and
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.agent.conftest import stop_agent, wait_until
 from tests.client.conftest import cli_runner
 from tests.stacks import ROOT, TOKENS, Api, start_stack
+
+from .jobs import agent_token as token, ended, events, job, log_lines, poll, real_agents
 
 pytestmark = pytest.mark.e2e
 
@@ -31,10 +30,6 @@ GPU_TYPE, NODES = "lifegpu", ("life-1", "life-2")
 #: does not take a live agent for lost (that would add uncounted retries)
 DOWN_AFTER_S = 6
 EXAMPLE = str(ROOT / "examples" / "resume_training.py")
-
-
-def token(node: str) -> str:
-    return f"e2e-{node}-agent"
 
 
 @pytest.fixture(scope="module")
@@ -51,44 +46,14 @@ def life_stack(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def agents(life_stack, tmp_path_factory):
-    """A real agent per node, stopped by its own pid, and every rank its state
-    file records killed, also when a test fails."""
-    procs, logs, dirs = {}, [], []
-    base = tmp_path_factory.mktemp("lifecycle-agents")
-    try:
-        for n in NODES:
-            state_dir = base / n
-            dirs.append(state_dir)
-            log = open(base / f"{n}.log", "w")
-            logs.append(log)
-            procs[n] = subprocess.Popen(
-                [sys.executable, "-m", "agent", "--node-id", n, "--gpus", "2",
-                 "--gpu-type", GPU_TYPE, "--api", life_stack.api, "--state-dir",
-                 str(state_dir), "--grace-s", "2", "--poll-wait-s", "1",
-                 "--node-heartbeat-s", "0.5", "--log-level", "INFO", "--rank-user", ""],
-                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
-                env={**os.environ, "GPUJOBS_AGENT_TOKEN": token(n),
-                     "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-                     "AWS_DEFAULT_REGION": "us-east-1"})
-        tenant = Api(life_stack.api, "e2e-tenant")
-        poll("both nodes READY", lambda: all(
-            (r := tenant.get(f"/v1/nodes/{n}")).status_code == 200
-            and r.json()["state"] == "READY" for n in NODES))
+    with real_agents(life_stack.api, {n: (2, GPU_TYPE) for n in NODES},
+                     tmp_path_factory.mktemp("lifecycle-agents")) as procs:
         yield procs
-    finally:
-        for proc, state_dir in zip(procs.values(), dirs):
-            stop_agent(proc, state_dir)
-        for log in logs:
-            log.close()
 
 
 @pytest.fixture
 def tenant(life_stack, agents):
     return Api(life_stack.api, "e2e-tenant")
-
-
-def poll(what: str, fn, timeout: float = 60):
-    return wait_until(fn, timeout, 0.2, what)
 
 
 def submit(tenant: Api, command: list[str], **spec) -> str:
@@ -97,26 +62,6 @@ def submit(tenant: Api, command: list[str], **spec) -> str:
     r = tenant.post("/v1/jobs", json=body)
     assert r.status_code == 201, r.text
     return r.json()["id"]
-
-
-def job(tenant: Api, job_id: str) -> dict:
-    return tenant.get(f"/v1/jobs/{job_id}").json()
-
-
-def ended(tenant: Api, job_id: str, timeout: float = 90) -> dict:
-    return poll(f"{job_id} ends", lambda: (j := job(tenant, job_id))["state"] in (
-        "SUCCEEDED", "FAILED", "CANCELLED") and j, timeout)
-
-
-def events(tenant: Api, job_id: str, kind: str) -> list[dict]:
-    return [e for e in tenant.get(f"/v1/jobs/{job_id}/events").json()["events"]
-            if e["type"] == kind]
-
-
-def log_lines(tenant: Api, job_id: str, attempt: int) -> list[str]:
-    r = tenant.get(f"/v1/jobs/{job_id}/logs", params={"attempt": attempt})
-    assert r.status_code == 200, r.text
-    return [f"{line['rank']}: {line['line']}" for line in r.json()["lines"]]
 
 
 @pytest.fixture

@@ -11,19 +11,18 @@ the test fails.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.agent.conftest import stop_agent, wait_until
 from tests.stacks import ROOT, TOKENS, Api, start_stack
+
+from .jobs import agent_token, events, job, log_lines, poll, real_agents
 
 pytestmark = pytest.mark.e2e
 
-NODE, GPU_TYPE, AGENT_TOKEN = "prio-1", "priogpu", "e2e-prio-agent"
+NODE, GPU_TYPE = "prio-1", "priogpu"
 CLASSES = {"urgent": {"value": 1000, "preempts": True}, "batch": {"value": -100}}
 EXAMPLE = str(ROOT / "examples" / "resume_training.py")
 
@@ -31,7 +30,7 @@ EXAMPLE = str(ROOT / "examples" / "resume_training.py")
 @pytest.fixture(scope="module")
 def prio_stack(tmp_path_factory):
     s = start_stack(tmp_path_factory.mktemp("prio"),
-                    TOKENS + [{"token": AGENT_TOKEN, "agent": NODE}],
+                    TOKENS + [{"token": agent_token(NODE), "agent": NODE}],
                     GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S="0.5",
                     GPUJOBS_PRIORITY_CLASSES=json.dumps(CLASSES),
                     GPUJOBS_PREEMPT_MIN_RUNTIME_S="1")
@@ -43,29 +42,9 @@ def prio_stack(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def agent(prio_stack, tmp_path_factory):
-    base = tmp_path_factory.mktemp("prio-agent")
-    log = open(base / "agent.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agent", "--node-id", NODE, "--gpus", "2", "--gpu-type",
-         GPU_TYPE, "--api", prio_stack.api, "--state-dir", str(base / "state"),
-         "--grace-s", "5", "--poll-wait-s", "1", "--node-heartbeat-s", "0.5",
-         "--log-level", "INFO", "--rank-user", ""],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
-        env={**os.environ, "GPUJOBS_AGENT_TOKEN": AGENT_TOKEN,
-             "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-             "AWS_DEFAULT_REGION": "us-east-1"})
-    try:
-        reader = Api(prio_stack.api, "e2e-tenant")
-        wait_until(lambda: (r := reader.get(f"/v1/nodes/{NODE}")).status_code == 200
-                   and r.json()["state"] == "READY", 60, 0.2, "the node READY")
-        yield proc
-    finally:
-        stop_agent(proc, base / "state")
-        log.close()
-
-
-def poll(what: str, fn, timeout: float = 90):
-    return wait_until(fn, timeout, 0.2, what)
+    with real_agents(prio_stack.api, {NODE: (2, GPU_TYPE)}, tmp_path_factory.mktemp("prio"),
+                     grace_s=5) as procs:
+        yield procs[NODE]
 
 
 def submit(api: Api, command: list[str], **spec) -> str:
@@ -74,21 +53,6 @@ def submit(api: Api, command: list[str], **spec) -> str:
     r = api.post("/v1/jobs", json=body)
     assert r.status_code == 201, r.text
     return r.json()["id"]
-
-
-def job(api: Api, job_id: str) -> dict:
-    return api.get(f"/v1/jobs/{job_id}").json()
-
-
-def events(api: Api, job_id: str, kind: str) -> list[dict]:
-    return [e for e in api.get(f"/v1/jobs/{job_id}/events").json()["events"]
-            if e["type"] == kind]
-
-
-def log_lines(api: Api, job_id: str, attempt: int) -> list[str]:
-    r = api.get(f"/v1/jobs/{job_id}/logs", params={"attempt": attempt})
-    assert r.status_code == 200, r.text
-    return [f"{line['rank']}: {line['line']}" for line in r.json()["lines"]]
 
 
 def test_an_urgent_job_preempts_a_batch_one_which_checkpoints_and_resumes_later(

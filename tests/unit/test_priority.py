@@ -57,3 +57,18 @@ def test_the_victims_are_a_minimal_set_and_none_when_nothing_would_make_room():
     assert priority.choose_victims(vs, {}, fits_gang(3, 4)) is None
     assert priority.choose_victims(vs, {"n1": 3}, fits_gang(1, 4)) == [vs[0]], \
         "what is free counts: one GPU more on n1 is enough"
+
+
+def test_among_equals_the_victim_freeing_the_fewest_gpus_beyond_the_need_goes():
+    """Kueue's rule: lowest class, then the fewest GPUs freed beyond what is
+    needed, then the most recently started."""
+    big_new = Victim("big-new", -1, at(9), {"n1": 8})
+    small_old = Victim("small-old", -1, at(1), {"n2": 2})
+    small_new = Victim("small-new", -1, at(5), {"n3": 2})
+    lower = Victim("lower-class", -5, at(0), {"n4": 8})
+    ordered = priority.eligible([big_new, small_old, small_new], 10, at(60), 0)
+    assert [v.job_id for v in priority.choose_victims(ordered, {}, fits_gang(2))] == [
+        "small-new"], "2 GPUs needed: not the 8 of the newest"
+    ordered = priority.eligible([big_new, small_old, lower], 10, at(60), 0)
+    assert [v.job_id for v in priority.choose_victims(ordered, {}, fits_gang(2))] == [
+        "lower-class"], "a lower class goes first, whatever it frees"

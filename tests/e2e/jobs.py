@@ -1,0 +1,81 @@
+"""What the end-to-end tests of the lifecycle, drains and preemption share:
+real agents a test module starts and stops by pid, and reads of a job as a
+tenant makes them (its state, events, ranks' log lines)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+from tests.agent.conftest import stop_agent, wait_until
+from tests.stacks import ROOT, Api
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def agent_token(node: str) -> str:
+    """The agent token the module's tokens file binds to ``node``."""
+    return f"e2e-{node}-agent"
+
+
+@contextlib.contextmanager
+def real_agents(api_url: str, nodes: dict[str, tuple[int, str]], base: Path, *,
+                grace_s: float = 2.0) -> Iterator[dict[str, subprocess.Popen]]:
+    """A real agent per node (``{node: (gpus, gpu_type)}``, its token
+    :func:`agent_token`), READY before this yields; each stopped by its own
+    pid, and every rank its state file records killed, also when a test fails.
+    Ranks run as the test's user."""
+    procs: dict[str, subprocess.Popen] = {}
+    logs = []
+    try:
+        for node, (gpus, gpu_type) in nodes.items():
+            log = open(base / f"{node}.log", "w")
+            logs.append(log)
+            procs[node] = subprocess.Popen(
+                [sys.executable, "-m", "agent", "--node-id", node, "--gpus", str(gpus),
+                 "--gpu-type", gpu_type, "--api", api_url, "--state-dir", str(base / node),
+                 "--grace-s", str(grace_s), "--poll-wait-s", "1", "--node-heartbeat-s", "0.5",
+                 "--log-level", "INFO", "--rank-user", ""],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
+                env={**os.environ, "GPUJOBS_AGENT_TOKEN": agent_token(node),
+                     "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
+                     "AWS_DEFAULT_REGION": "us-east-1"})
+        reader = Api(api_url, "e2e-tenant")
+        poll("every node READY", lambda: all(
+            (r := reader.get(f"/v1/nodes/{n}")).status_code == 200
+            and r.json()["state"] == "READY" for n in nodes))
+        yield procs
+    finally:
+        for node, proc in procs.items():
+            stop_agent(proc, base / node)
+        for log in logs:
+            log.close()
+
+
+def poll(what: str, fn, timeout: float = 90):
+    return wait_until(fn, timeout, 0.2, what)
+
+
+def job(api: Api, job_id: str) -> dict:
+    return api.get(f"/v1/jobs/{job_id}").json()
+
+
+def ended(api: Api, job_id: str, timeout: float = 90) -> dict:
+    """The job once it is in a terminal state."""
+    return poll(f"{job_id} ends",
+                lambda: (j := job(api, job_id))["state"] in TERMINAL and j, timeout)
+
+
+def events(api: Api, job_id: str, kind: str) -> list[dict]:
+    return [e for e in api.get(f"/v1/jobs/{job_id}/events").json()["events"]
+            if e["type"] == kind]
+
+
+def log_lines(api: Api, job_id: str, attempt: int) -> list[str]:
+    """The attempt's log lines as ``"<rank>: <line>"``."""
+    r = api.get(f"/v1/jobs/{job_id}/logs", params={"attempt": attempt})
+    assert r.status_code == 200, r.text
+    return [f"{line['rank']}: {line['line']}" for line in r.json()["lines"]]

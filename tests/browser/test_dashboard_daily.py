@@ -310,3 +310,25 @@ def test_the_job_page_says_the_retry_policy_the_limits_and_the_time_left(page, t
         assert "Time left" not in page.find_element(By.ID, "facts").text
     finally:
         _cancel(tenant, job["id"])
+
+
+def test_the_nodes_page_says_why_a_node_is_cordoned(page, browser_stack):
+    """Issue 28: an operator's cordon shows on the nodes page, with its reason
+    and who; uncordoned, the node is READY there again."""
+    ops = Api(browser_stack.api, "e2e-ops")
+    reason = unique("bad ECC on GPU 3")
+    try:
+        r = ops.post("/v1/nodes/local-2/cordon", json={"reason": reason})
+        assert r.status_code == 200, r.text
+        page.get(browser_stack.api + "/#/nodes")
+        row = ui.text_in(page, '#nodes-body tr[data-node="local-2"]', reason)
+        assert "DRAINING" in row and "e2e-ops" in row, row
+        assert reason not in page.find_element(
+            By.CSS_SELECTOR, '#nodes-body tr[data-node="local-1"]').text
+    finally:
+        assert ops.post("/v1/nodes/local-2/uncordon").status_code == 200
+    page.refresh()
+    ui.wait(page, 30).until(lambda d: reason not in d.find_element(
+        By.CSS_SELECTOR, '#nodes-body tr[data-node="local-2"]').text
+        and "READY" in d.find_element(By.CSS_SELECTOR, '#nodes-body tr[data-node="local-2"]').text,
+        message="uncordoned: READY again")

@@ -131,6 +131,9 @@ class Placer:
         #: ended (AttemptsService.abandon: its retry rules decide the rest)
         self.classes, self._preempt = classes, preempt
         self._min_runtime_s = preempt_min_runtime_s
+        #: what a preemption reads, once a run: running jobs with their GPUs,
+        #: GPUs held by tenant and type (_running, _held_by_type)
+        self._seen: dict[str, object] = {}
         #: how long after a fleet change its sweep of parked jobs is repeated
         self.settle_s = settle_s
 
@@ -141,6 +144,7 @@ class Placer:
         are jobs of a tenant at its GPU limit skipped; the rest are tried in fair
         order between tenants (placement.fair_order)."""
         report = PlacementReport()
+        self._seen = {}  # what preemptions read, once a run
         fleets = self._sweep_parked()
         marks: dict[str, str | None] = {}
         queues = self._fitting_by_tenant(read_limit, report, fleets, marks)
@@ -168,6 +172,10 @@ class Placer:
                 report.placed.append(job.job_id)
                 placed_gpus = placement.demand(job.spec)
                 held[job.tenant] = held.get(job.tenant, 0) + placed_gpus
+                by_type = self._seen.get("held")
+                if isinstance(by_type, dict):  # read this run: it holds more now
+                    key = (job.tenant, quotas.type_key(job.spec.get("gpu_type")))
+                    by_type[key] = by_type.get(key, 0) + placed_gpus
             elif self._preempt_for(job, pool):
                 report.preempting.append(job.job_id)
             else:
@@ -176,12 +184,18 @@ class Placer:
 
     # -- preemption: by priority class, and reclaiming guarantees (domain/priority.py)
     def _preempts(self, job: Job) -> bool:
-        """May the job preempt? Its class does, or its tenant has a guarantee."""
+        """May the job preempt? Its class does, or it is within its tenant's
+        guaranteed GPUs of its type."""
         if self._preempt is None:
             return False
         cls = self.classes.by_name.get(job.spec.get("priority_class") or DEFAULT_CLASS)
-        return (cls is not None and cls.preempts) or bool(
-            self.limits.of(job.tenant).guaranteed_gpus)
+        return (cls is not None and cls.preempts) or self._within_guarantee(job)
+
+    def _within_guarantee(self, job: Job) -> bool:
+        key = quotas.type_key(job.spec.get("gpu_type"))
+        mine = self.limits.of(job.tenant).guaranteed_gpus.get(key, 0)
+        return bool(mine) and (self._held_by_type().get((job.tenant, key), 0)
+                               + placement.demand(job.spec) <= mine)
 
     def _preempt_for(self, job: Job, pool: "_Pool") -> bool:
         """A job that may preempt did not fit: preempt the running jobs that
@@ -197,11 +211,11 @@ class Placer:
         if job.preempting and job.preempting.get("at", "") >= stale_before:
             return False  # its victims are still stopping
         cls = self.classes.of(job.spec.get("priority_class"))
-        running = self._running(now)
+        running = self._running()
         for candidates, why, detail in (
                 (self._lower_classes(job, cls.value, running, now) if cls.preempts else [],
                  "of lower priority classes", f"priority class {cls.name}"),
-                (self._borrowed(job, running),
+                (self._borrowed(job, running) if self._within_guarantee(job) else [],
                  f"borrowed beyond their tenants' guarantees, within {job.tenant}'s",
                  f"reclaiming {job.tenant}'s guaranteed GPUs")):
             chosen = self._choose(job, pool, candidates)
@@ -219,6 +233,8 @@ class Placer:
                 if victim is not None and victim.state in PLACED:
                     preempt(victim, {"reason": "preempted", "exit_code": None,
                                      "detail": f"by {job.job_id}, {detail}"})
+            # this run's later preemptions look elsewhere
+            running[:] = [(j, v) for j, v in running if v.job_id not in ids]
             log.info("job %s preempts %s: %s", job.job_id, ids, reason)
             return True
         return False
@@ -256,15 +272,12 @@ class Placer:
     def _borrowed(self, job: Job, running: list[tuple[Job, priority.Victim]]
                   ) -> list[priority.Victim]:
         """Jobs of other tenants holding GPUs of the job's type beyond their
-        tenants' guarantees, when the job is within its own tenant's
-        (quotas.borrowed): lowest class first, then the newest; a borrower is
-        preempted down to its guarantee, never below, and without waiting for
-        a minimum runtime (its GPUs were lent)."""
+        tenants' guarantees (the job being within its own): lowest class
+        first, then the newest; a borrower is preempted down to its
+        guarantee, never below, and without waiting for a minimum runtime
+        (its GPUs were lent)."""
         key = quotas.type_key(job.spec.get("gpu_type"))
         held = self._held_by_type()
-        mine = self.limits.of(job.tenant).guaranteed_gpus.get(key, 0)
-        if held.get((job.tenant, key), 0) + placement.demand(job.spec) > mine:
-            return []
         left = {t: n - self.limits.of(t).guaranteed_gpus.get(k, 0)
                 for (t, k), n in held.items() if k == key}
         out = []
@@ -278,9 +291,13 @@ class Placer:
                 out.append(v)
         return out
 
-    def _running(self, now) -> list[tuple[Job, priority.Victim]]:
-        """Every RUNNING job with the GPUs its attempt holds where (its attempt read)."""
-        out = []
+    def _running(self) -> list[tuple[Job, priority.Victim]]:
+        """Every RUNNING job with the GPUs its attempt holds where (its attempt
+        read), once a run (a preemption's, rare: a job that may preempt and
+        does not fit)."""
+        if "running" in self._seen:
+            return self._seen["running"]  # type: ignore[return-value]
+        out: list[tuple[Job, priority.Victim]] = []
         for running in self.store.active(JobState.RUNNING, 10000):
             if running.started_at is None:
                 continue
@@ -292,15 +309,20 @@ class Placer:
                 out.append((running, priority.Victim(
                     running.job_id, self.classes.value_of(running.spec), running.started_at,
                     held, frozenset(attempt.node_types.get(n, "") for n in held))))
+        self._seen["running"] = out
         return out
 
     def _held_by_type(self) -> dict[tuple[str, str], int]:
-        """GPUs each tenant's placed jobs hold, by the GPU type they asked for."""
+        """GPUs each tenant's placed jobs hold, by the GPU type they asked for
+        (once a run)."""
+        if "held" in self._seen:
+            return self._seen["held"]  # type: ignore[return-value]
         held: dict[tuple[str, str], int] = {}
         for state in (JobState.SCHEDULED, JobState.RUNNING):
             for j in self.store.active(state, 10000):
                 key = (j.tenant, quotas.type_key(j.spec.get("gpu_type")))
                 held[key] = held.get(key, 0) + placement.demand(j.spec)
+        self._seen["held"] = held
         return held
 
     # -- per-tenant GPU limit (domain/quotas.py) ------------------------------

@@ -256,3 +256,14 @@ def test_a_victim_s_gpus_on_a_cordoned_node_make_no_room(svc, world, clock):
     submit(svc, ranks=2, priority_class="urgent")
     assert svc.placer.run().preempting == [], "stopping it would free nothing usable"
     assert svc.store.get(victim.job_id).state is JobState.RUNNING
+
+
+def test_two_urgent_jobs_in_one_run_preempt_different_victims(svc, world, clock):
+    for n in ("n1", "n2"):
+        register(svc, n, gpus=2)
+    victims = [running(svc, world, clock, n, priority_class="batch") for n in ("n1", "n2")]
+    clock.advance(MIN_RUNTIME_S + 1)
+    urgent = [submit(svc, ranks=2, priority_class="urgent") for _ in range(2)]
+    assert sorted(svc.placer.run().preempting) == sorted(j.job_id for j in urgent)
+    chosen = [svc.store.get(j.job_id).preempting["jobs"] for j in urgent]
+    assert sorted(sum(chosen, [])) == sorted(v.job_id for v in victims), chosen

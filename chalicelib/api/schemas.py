@@ -192,7 +192,7 @@ ATTEMPT_EVENT = {
                                 "passed its max_runtime_s on this node, whose agent is "
                                 "stopping its ranks there (STOPPED follows); the attempt "
                                 "ends at once as `timeout`, and the other nodes get a "
-                                "CANCEL."},
+                                "CANCEL (400 for a job without max_runtime_s)."},
         "ranks": {"type": "array", "maxItems": 65536,
                   "items": {"type": "integer", "minimum": 0, "maximum": 65535}},
         "exit_code": {"type": "integer", "minimum": -255, "maximum": 255},

@@ -27,31 +27,22 @@ BACKSTOP_S = 60.0
 PENDING_TIMEOUT = "pending_timeout"
 
 
-def runtime_deadline(spec: dict, started_at: datetime | None) -> datetime | None:
-    """When the attempt started at ``started_at`` reaches its limit (None: no limit)."""
-    limit = spec.get("max_runtime_s")
-    if limit is None or started_at is None:
-        return None
-    return started_at + timedelta(seconds=limit)
+def _past(limit_s: float | None, since: datetime | None, now: datetime,
+          slack_s: float = 0.0) -> bool:
+    """Is ``now`` strictly past ``since`` + ``limit_s`` (+ ``slack_s``)? No
+    limit, or no start: never."""
+    return limit_s is not None and since is not None \
+        and now > since + timedelta(seconds=limit_s + slack_s)
 
 
 def past_runtime_backstop(spec: dict, started_at: datetime | None, now: datetime) -> bool:
     """Is the attempt so far past its limit that its agents cannot be enforcing it?"""
-    deadline = runtime_deadline(spec, started_at)
-    return deadline is not None and now > deadline + timedelta(seconds=BACKSTOP_S)
-
-
-def pending_deadline(spec: dict, pending_since: datetime | None) -> datetime | None:
-    limit = spec.get("max_pending_s")
-    if limit is None or pending_since is None:
-        return None
-    return pending_since + timedelta(seconds=limit)
+    return _past(spec.get("max_runtime_s"), started_at, now, BACKSTOP_S)
 
 
 def pending_expired(spec: dict, pending_since: datetime | None, now: datetime) -> bool:
     """Has the job waited longer than its ``max_pending_s`` (strictly)?"""
-    deadline = pending_deadline(spec, pending_since)
-    return deadline is not None and now > deadline
+    return _past(spec.get("max_pending_s"), pending_since, now)
 
 
 def pending_exit(spec: dict, pending_reason: str | None) -> dict:

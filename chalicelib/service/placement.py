@@ -211,11 +211,10 @@ class Placer:
         if job.preempting and job.preempting.get("at", "") >= stale_before:
             return False  # its victims are still stopping
         cls = self.classes.of(job.spec.get("priority_class"))
-        running = self._running()
         for candidates, why, detail in (
-                (self._lower_classes(job, cls.value, running, now) if cls.preempts else [],
+                (self._lower_classes(job, cls.value, now) if cls.preempts else [],
                  "of lower priority classes", f"priority class {cls.name}"),
-                (self._borrowed(job, running) if self._within_guarantee(job) else [],
+                (self._borrowed(job) if self._within_guarantee(job) else [],
                  f"borrowed beyond their tenants' guarantees, within {job.tenant}'s",
                  f"reclaiming {job.tenant}'s guaranteed GPUs")):
             chosen = self._choose(job, pool, candidates)
@@ -233,8 +232,7 @@ class Placer:
                 if victim is not None and victim.state in PLACED:
                     preempt(victim, {"reason": "preempted", "exit_code": None,
                                      "detail": f"by {job.job_id}, {detail}"})
-            # this run's later preemptions look elsewhere
-            running[:] = [(j, v) for j, v in running if v.job_id not in ids]
+            self._taken().update(ids)  # this run's later preemptions look elsewhere
             log.info("job %s preempts %s: %s", job.job_id, ids, reason)
             return True
         return False
@@ -263,67 +261,84 @@ class Placer:
             return placement.plan(ranks, g, (Candidate(n, f) for n, f in nodes)) is not None
         return priority.choose_victims(candidates, free, fits)
 
-    def _lower_classes(self, job: Job, value: int, running: list[tuple[Job, priority.Victim]],
-                       now) -> list[priority.Victim]:
+    def _lower_classes(self, job: Job, value: int, now) -> list[priority.Victim]:
+        """Running jobs of classes below ``value`` that ran long enough, on
+        nodes of the job's type, in preemption order (an attempt is read only
+        for those)."""
         gpu_type = job.spec.get("gpu_type")
-        return priority.eligible([v for _, v in running if _on_type(v, gpu_type)], value, now,
-                                 self._min_runtime_s)
+        victims = (self._victim(r) for r in self._running()
+                   if self.classes.value_of(r.spec) < value and r.started_at is not None
+                   and (now - r.started_at).total_seconds() >= self._min_runtime_s)
+        return priority.eligible([v for v in victims if v is not None and _on_type(v, gpu_type)],
+                                 value, now, self._min_runtime_s)
 
-    def _borrowed(self, job: Job, running: list[tuple[Job, priority.Victim]]
-                  ) -> list[priority.Victim]:
+    def _borrowed(self, job: Job) -> list[priority.Victim]:
         """Jobs of other tenants holding GPUs of the job's type beyond their
         tenants' guarantees (the job being within its own): lowest class
         first, then the newest; a borrower is preempted down to its
         guarantee, never below, and without waiting for a minimum runtime
         (its GPUs were lent)."""
         key = quotas.type_key(job.spec.get("gpu_type"))
-        held = self._held_by_type()
         left = {t: n - self.limits.of(t).guaranteed_gpus.get(k, 0)
-                for (t, k), n in held.items() if k == key}
+                for (t, k), n in self._held_by_type().items() if k == key}
+        theirs = sorted((r for r in self._running() if r.tenant != job.tenant
+                         and r.started_at is not None and left.get(r.tenant, 0) > 0
+                         and quotas.type_key(r.spec.get("gpu_type")) == key),
+                        key=lambda r: (self.classes.value_of(r.spec),
+                                       -r.started_at.timestamp() if r.started_at else 0.0))
         out = []
-        for victim_job, v in sorted(running, key=lambda jv: (jv[1].class_value,
-                                                             -jv[1].started_at.timestamp())):
-            if victim_job.tenant == job.tenant or quotas.type_key(
-                    victim_job.spec.get("gpu_type")) != key:
-                continue
-            if left.get(victim_job.tenant, 0) >= v.gpus:  # still at or above its guarantee
-                left[victim_job.tenant] -= v.gpus
+        for r in theirs:
+            v = self._victim(r)
+            if v is not None and left[r.tenant] >= v.gpus:  # still at or above its guarantee
+                left[r.tenant] -= v.gpus
                 out.append(v)
         return out
 
-    def _running(self) -> list[tuple[Job, priority.Victim]]:
-        """Every RUNNING job with the GPUs its attempt holds where (its attempt
-        read), once a run (a preemption's, rare: a job that may preempt and
-        does not fit)."""
-        if "running" in self._seen:
-            return self._seen["running"]  # type: ignore[return-value]
-        out: list[tuple[Job, priority.Victim]] = []
-        for running in self.store.active(JobState.RUNNING, 10000):
-            if running.started_at is None:
-                continue
+    def _placed_jobs(self) -> dict[JobState, list[Job]]:
+        """The SCHEDULED and RUNNING jobs, read once a run: the tenants' usage,
+        the GPUs they hold by type, and a preemption's candidates all come
+        from this one read."""
+        if "placed" not in self._seen:
+            self._seen["placed"] = {state: self.store.active(state, 10000)
+                                    for state in (JobState.SCHEDULED, JobState.RUNNING)}
+        return self._seen["placed"]  # type: ignore[return-value]
+
+    def _taken(self) -> set[str]:
+        """Jobs this run already preempted."""
+        return self._seen.setdefault("taken", set())  # type: ignore[return-value]
+
+    def _running(self) -> list[Job]:
+        taken = self._taken()
+        return [j for j in self._placed_jobs()[JobState.RUNNING] if j.job_id not in taken]
+
+    def _victim(self, running: Job) -> priority.Victim | None:
+        """A running job as a possible victim: the GPUs its attempt holds where
+        (the attempt read once a run, and only for a job a preemption weighs)."""
+        victims = self._seen.setdefault("victims", {})
+        assert isinstance(victims, dict)
+        if running.job_id not in victims:
+            victims[running.job_id] = None
             attempt = self.store.attempt(running.job_id, running.attempt)
-            if attempt is None:
-                continue
-            held = {n: gpus for n, gpus in attempt.node_gpus.items() if n not in attempt.released}
-            if held:
-                out.append((running, priority.Victim(
-                    running.job_id, self.classes.value_of(running.spec), running.started_at,
-                    held, frozenset(attempt.node_types.get(n, "") for n in held))))
-        self._seen["running"] = out
-        return out
+            if attempt is not None and running.started_at is not None:
+                held = {n: g for n, g in attempt.node_gpus.items() if n not in attempt.released}
+                if held:
+                    victims[running.job_id] = priority.Victim(
+                        running.job_id, self.classes.value_of(running.spec),
+                        running.started_at, held,
+                        frozenset(attempt.node_types.get(n, "") for n in held))
+        return victims[running.job_id]
 
     def _held_by_type(self) -> dict[tuple[str, str], int]:
         """GPUs each tenant's placed jobs hold, by the GPU type they asked for
-        (once a run)."""
-        if "held" in self._seen:
-            return self._seen["held"]  # type: ignore[return-value]
-        held: dict[tuple[str, str], int] = {}
-        for state in (JobState.SCHEDULED, JobState.RUNNING):
-            for j in self.store.active(state, 10000):
-                key = (j.tenant, quotas.type_key(j.spec.get("gpu_type")))
-                held[key] = held.get(key, 0) + placement.demand(j.spec)
-        self._seen["held"] = held
-        return held
+        (once a run; what this run places is added as it goes)."""
+        if "held" not in self._seen:
+            held: dict[tuple[str, str], int] = {}
+            for jobs in self._placed_jobs().values():
+                for j in jobs:
+                    key = (j.tenant, quotas.type_key(j.spec.get("gpu_type")))
+                    held[key] = held.get(key, 0) + placement.demand(j.spec)
+            self._seen["held"] = held
+        return self._seen["held"]  # type: ignore[return-value]
 
     # -- per-tenant GPU limit (domain/quotas.py) ------------------------------
     def _gpu_limited(self, queues: dict[str, list[Job]]) -> bool:
@@ -445,11 +460,11 @@ class Placer:
             pass  # placed or cancelled meanwhile: that stands
         return True
 
-    def _usage(self, limit: int = 10000) -> dict[str, int]:
+    def _usage(self) -> dict[str, int]:
         """GPUs each tenant's placed jobs hold now (SCHEDULED and RUNNING)."""
         used: dict[str, int] = {}
-        for state in (JobState.SCHEDULED, JobState.RUNNING):
-            for job in self.store.active(state, limit):
+        for jobs in self._placed_jobs().values():
+            for job in jobs:
                 used[job.tenant] = used.get(job.tenant, 0) + placement.demand(job.spec)
         return used
 

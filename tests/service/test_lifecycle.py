@@ -2,6 +2,8 @@
 attempt's time limit on both sides, the wait's limit, and what each end says."""
 from __future__ import annotations
 
+import pytest
+
 from chalicelib.domain import deadlines
 from chalicelib.domain.states import JobState
 
@@ -190,3 +192,13 @@ def test_a_retry_does_not_wait_for_ranks_lost_with_their_node(svc, world, clock)
     assert svc.reconciler.mark_silent_nodes_down() == ["n2"]  # never answers again
     svc.attempts.report(AGENTS, job.job_id, 1, {"type": "STOPPED", "node_id": "n1"})
     assert svc.placer.run().placed == [job.job_id], "n2's lost ranks are not waited for"
+
+
+def test_a_timed_out_report_for_a_job_without_a_limit_is_refused_and_ends_nothing(svc, world):
+    from chalicelib.domain.errors import InvalidArgument
+    job = _started(svc, placed(svc, world))
+    with pytest.raises(InvalidArgument) as caught:
+        svc.attempts.report(AGENTS, job.job_id, 1, {"type": "TIMED_OUT", "node_id": "n1"})
+    assert caught.value.field == "type"
+    assert svc.store.get(job.job_id).state is JobState.RUNNING
+    assert world.inbox.drain(world.inbox.ensure("n2")) == [], "no CANCEL"

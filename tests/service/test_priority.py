@@ -267,3 +267,25 @@ def test_two_urgent_jobs_in_one_run_preempt_different_victims(svc, world, clock)
     assert sorted(svc.placer.run().preempting) == sorted(j.job_id for j in urgent)
     chosen = [svc.store.get(j.job_id).preempting["jobs"] for j in urgent]
     assert sorted(sum(chosen, [])) == sorted(v.job_id for v in victims), chosen
+
+
+def test_a_preemption_reads_the_attempts_of_its_candidates_only(svc, world, clock,
+                                                                 monkeypatch):
+    """Jobs of the same or a higher class, or that ran too briefly, are never
+    victims: their attempts are not read (one read of the placed jobs a run)."""
+    for n in ("n1", "n2", "n3"):
+        register(svc, n, gpus=2)
+    peers = [running(svc, world, clock, n, priority_class="urgent") for n in ("n1", "n2")]
+    clock.advance(MIN_RUNTIME_S + 1)
+    batch = running(svc, world, clock, "n3", priority_class="batch")
+    clock.advance(MIN_RUNTIME_S + 1)
+    urgent = submit(svc, ranks=2, priority_class="urgent")
+    read, attempt = [], world.store.attempt
+    monkeypatch.setattr(world.store, "attempt",
+                        lambda job_id, n: read.append(job_id) or attempt(job_id, n))
+    active, listed = world.store.active, []
+    monkeypatch.setattr(world.store, "active",
+                        lambda state, limit: listed.append(state) or active(state, limit))
+    assert svc.placer.run().preempting == [urgent.job_id]
+    assert set(read) == {batch.job_id}, "not the peers': " + str([p.job_id for p in peers])
+    assert sorted(s.value for s in listed) == ["RUNNING", "SCHEDULED"], "once each a run"

@@ -56,7 +56,7 @@ def list_jobs():
     params = http.query()
     jobs, token = services().jobs.list(
         tenant, state=params.get("state"), page_size=http.query_int("page_size", 50),
-        page_token=params.get("page_token"))
+        page_token=params.get("page_token"), parent=params.get("parent"))
     return ok({"jobs": [job_view_json(j) for j in jobs], "next_page_token": token})
 
 

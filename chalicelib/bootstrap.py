@@ -22,12 +22,14 @@ from .domain.clock import Clock, utcnow
 from .service import health
 from .service.attempts import AttemptsService
 from .service.auth import Authenticator
+from .service.cancels import Canceller
 from .service.cordons import Cordons, FailureWatch
 from .service.dispatch import Dispatcher
 from .service.heartbeats import HeartbeatsService
 from .service.jobs import JobsService
 from .service.logs import LogsService
 from .service.nodes import NodesService
+from .service.pipelines import PipelinesService
 from .service.placement import Placer
 from .service.ports import JobTables, NodeStore, Telemetry
 from .service.reconciler import Reconciler
@@ -102,16 +104,21 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
         from .adapters.telemetry import LambdaTelemetry  # first use, not import
         telemetry = LambdaTelemetry()
     dispatcher = Dispatcher(inbox)
+    canceller = Canceller(store, dispatcher, resend_after_s=config.cancel_resend_after_s,
+                          telemetry=telemetry, clock=clock)
+    pipelines = PipelinesService(store, canceller, nudge,
+                                 scans_per_hour=config.scans_per_hour, clock=clock)
     jobs = JobsService(store, dispatcher, nudge, page_token_key=config.page_token_key,
                        scans_per_hour=config.scans_per_hour,
                        cancel_resend_after_s=config.cancel_resend_after_s,
                        telemetry=telemetry, clock=clock, limits=config.tenant_limits,
-                       classes=config.priority_classes)
+                       classes=config.priority_classes, pipelines=pipelines,
+                       canceller=canceller)
     watch = FailureWatch(node_store, failures=config.auto_cordon_failures,
                          window_s=config.auto_cordon_window_s,
                          max_fraction=config.auto_cordon_max_fraction, clock=clock)
     attempts = AttemptsService(store, dispatcher, nudge, clock=clock,
-                               failed_on=watch.attempt_failed)
+                               failed_on=watch.attempt_failed, on_end=pipelines.ended)
     collector = DynamoCollectorStore(connection)
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
                                    scans_per_hour=config.scans_per_hour, telemetry=telemetry,
@@ -128,7 +135,8 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
                       resend_after_s=config.cancel_resend_after_s, clock=clock,
                       limits=config.tenant_limits, classes=config.priority_classes,
                       preempt=attempts.abandon,
-                      preempt_min_runtime_s=config.preempt_min_runtime_s),
+                      preempt_min_runtime_s=config.preempt_min_runtime_s,
+                      pipelines=pipelines),
         reconciler=Reconciler(store, node_store, dispatcher, attempts,
                               resend_after_s=config.cancel_resend_after_s,
                               down_after_s=config.node_down_after_s, clock=clock),

@@ -39,10 +39,13 @@ from typing import Any, Iterator, Mapping, Sequence
 from pynamodb.exceptions import TransactWriteError
 
 from chalicelib.adapters.dynamo import ConditionFailed
+from chalicelib.adapters.jobs_table import ARRAY, WAITING, active_partition
 from chalicelib.adapters.log_reader import MAX_STREAM_NAMES
 from chalicelib.domain import events as ev, idempotency, quotas
+from chalicelib.domain.arrays import ENDED_COUNTER, ArraySpec, Counts
 from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
+from chalicelib.domain.dependencies import MAX_DEPENDENTS
 from chalicelib.domain.errors import RecordTooLarge
 from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parked_partition
 from chalicelib.domain.health import clear_incident, frozen_health, incident
@@ -52,9 +55,18 @@ from chalicelib.domain.nodes import Node, NodeState, failures_since
 from chalicelib.domain.placement import Plan, queue_key
 from chalicelib.domain.priority import DEFAULT_MIN_RUNTIME_S, NO_CLASSES, PriorityClasses
 from chalicelib.domain.stall import Beat
-from chalicelib.domain.states import ENDS_ATTEMPT, PLACED, Event, JobState, sources
+from chalicelib.domain.states import (
+    ARRAY_ENDS,
+    ENDS_ATTEMPT,
+    PLACED,
+    Event,
+    JobState,
+    next_state,
+    sources,
+)
 from chalicelib.service.ports import (
     CapacityChanged,
+    DependentsFull,
     IdemClaim,
     IdempotencyConflict,
     IdemRecord,
@@ -130,7 +142,7 @@ class Tables:
         """Move the tenant's PENDING count; an increase under ``limit`` is refused
         at it (before anything is written)."""
         n = self.tenants.get(tenant, 0)
-        if limit is not None and delta > 0 and n >= limit:
+        if limit is not None and delta > 0 and n + delta > limit:
             raise PendingLimitReached(limit)
         self.tenants[tenant] = n + delta
 
@@ -200,7 +212,7 @@ class FakeJobStore:
                         return  # this very put, retried
                     # the adapter's transaction is cancelled and nothing reads it as ours
                     raise TransactWriteError(f"job {job.job_id} exists")
-                self.t.count_pending(job.tenant, +1, max_pending)
+                self.t.count_pending(job.tenant, job.pending_weight, max_pending)
                 self._insert(job)
                 return
             job = replace(job, idem_id=claim.idem_id)
@@ -216,7 +228,7 @@ class FakeJobStore:
                 raise IdempotencyConflict(held)
             if current is not None:
                 raise IdempotencyConflict(None)
-            self.t.count_pending(job.tenant, +1, max_pending)
+            self.t.count_pending(job.tenant, job.pending_weight, max_pending)
             self.t.idem[claim.idem_id] = IdemRecord(claim.idem_id, job.job_id,
                                                      claim.body_hash, None)
             self._insert(job)
@@ -249,7 +261,8 @@ class FakeJobStore:
     def _queue(self, state: JobState, limit: int) -> list[Job]:
         with self.t.lock:
             jobs = sorted((j for j in self.t.jobs.values()
-                           if j.state is state and j.job_id not in self.t.parked),
+                           if active_partition(j) == state.value
+                           and j.job_id not in self.t.parked),
                           key=lambda j: queue_key(j.spec.get("priority", 0), j.job_id))
             return [copy.deepcopy(j) for j in jobs[:limit]]
 
@@ -350,8 +363,7 @@ class FakeJobStore:
                 {"reason": "cancelled", "exit_code": None}, None, now)
             if reason is not None:
                 current.cancel_reason = reason
-            self.t.parked.pop(job.job_id, None)
-            self.t.count_pending(job.tenant, -1)
+            self._ended_unplaced(current)
             self._event(job.job_id, "cancel_requested", ev.event(
                 "cancel_requested", now, attempt=job.attempt or None, reason=reason,
                 by=job.tenant))
@@ -373,13 +385,45 @@ class FakeJobStore:
             now = ms(now)
             current.state, current.updated_at, current.finished_at = JobState.FAILED, now, now
             current.exit = copy.deepcopy(exit_)
-            self.t.parked.pop(job.job_id, None)
-            self.t.count_pending(job.tenant, -1)
+            self._ended_unplaced(current)
             self._event(job.job_id, "finished", ev.event(
                 "finished", now, attempt=job.attempt or None, state="FAILED",
                 reason=exit_["reason"], decision=exit_.get("decision")))
             self._expire_key(job, now)
             return copy.deepcopy(current)
+
+    def fail_dependency(self, job: Job, now: datetime, exit_: dict) -> Job:
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if not _state_in(current, Event.DEPENDENCY_FAILED) or not self._expire_key_ok(job):
+                if current is not None and current.state is JobState.FAILED \
+                        and current.finished_at == ms(now):
+                    return copy.deepcopy(current)  # our own end, retried
+                raise StateChanged(job.job_id)
+            assert current is not None
+            now = ms(now)
+            current.state, current.updated_at, current.finished_at = JobState.FAILED, now, now
+            current.exit, current.pending_reason = copy.deepcopy(exit_), None
+            self._ended_unplaced(current)
+            self._event(job.job_id, "finished", ev.event(
+                "finished", now, state="FAILED", reason=exit_["reason"],
+                detail=exit_["detail"]))
+            self._expire_key(job, now)
+            return copy.deepcopy(current)
+
+    def _ended_unplaced(self, job: Job) -> None:
+        """A job that holds no attempt ended (``job`` as it ends): out of the
+        parked jobs and the PENDING count, counted by its array."""
+        self.t.parked.pop(job.job_id, None)
+        self.t.count_pending(job.tenant, -job.pending_weight)
+        if job.parent_id is not None:
+            self._parent_add(job.parent_id, **{ENDED_COUNTER[job.state]: 1})
+
+    def _parent_add(self, parent_id: str, **deltas: int) -> None:
+        parent = self._job(parent_id)
+        if parent is not None and parent.array_counts is not None:
+            for k, d in deltas.items():
+                parent.array_counts[k] = parent.array_counts.get(k, 0) + d
 
     def _save_intent(self, intent: Intent, due_at: datetime) -> None:
         self.t.outbox[(intent.job_id, intent.intent_id)] = _Outbox(
@@ -439,6 +483,8 @@ class FakeJobStore:
             current.health, current.updated_at = clear_incident(job.health), now
             self.t.parked.pop(job.job_id, None)
             self.t.count_pending(job.tenant, -1)
+            if job.parent_id is not None:
+                self._parent_add(job.parent_id, placed=+1)
             n = len(gpus)
             self._event(job.job_id, f"placed#{attempt}", ev.event(
                 "placed", now, attempt=attempt,
@@ -506,6 +552,9 @@ class FakeJobStore:
                     self.t.count_pending(job.tenant, +1)  # a retry is counted, never refused
                     current.pending_since = now
                     current.uncounted_retries += int(uncounted)
+            if job.parent_id is not None:
+                self._parent_add(job.parent_id, placed=-1,
+                                 **({ENDED_COUNTER[to]: 1} if to.terminal else {}))
             stored = self.t.attempts[(job.job_id, attempt.attempt)]
             stored.state = to.value if to.terminal else JobState.FAILED.value
             stored.finished_at, stored.exit = now, copy.deepcopy(exit_)
@@ -513,6 +562,136 @@ class FakeJobStore:
             if stop is not None and stop.targets:
                 self._save_intent(stop, now)
             return copy.deepcopy(current)
+
+    # -- dependencies and arrays (service.ports.Pipelines) ------------------
+    def add_dependent(self, job_id: str, dependent_id: str) -> None:
+        with self.t.lock:
+            current = self._job(job_id)
+            if current is None or (len(current.dependents) >= MAX_DEPENDENTS
+                                   and dependent_id not in current.dependents):
+                raise DependentsFull(job_id)
+            current.dependents = current.dependents | {dependent_id}
+
+    def states(self, job_ids: Sequence[str]) -> dict[str, tuple[str, JobState]]:
+        with self.t.lock:
+            return {i: (j.tenant, j.state) for i in job_ids if (j := self._job(i)) is not None}
+
+    def _partition_of(self, partition: str, limit: int) -> list[Job]:
+        with self.t.lock:
+            jobs = sorted((j for j in self.t.jobs.values() if active_partition(j) == partition),
+                          key=lambda j: queue_key(j.spec.get("priority", 0), j.job_id))
+            return [copy.deepcopy(j) for j in jobs[:limit]]
+
+    def waiting(self, limit: int) -> list[Job]:
+        return self._partition_of(WAITING, limit)
+
+    def wait_for(self, job: Job, waiting_for: Sequence[str], reason: str | None,
+                 now: datetime) -> bool:
+        with self.t.lock:
+            current = self._job(job.job_id)
+            if current is None or current.state is not JobState.PENDING \
+                    or current.updated_at != ms(job.updated_at):
+                return False
+            now = ms(now)
+            current.updated_at = now
+            if waiting_for:
+                current.waiting_for, current.pending_reason = list(waiting_for), reason
+            else:
+                current.waiting_for = current.pending_reason = None
+                if not current.is_array:
+                    current.pending_since = now
+                self._event(job.job_id, "dependencies_met", ev.event(
+                    "dependencies_met", now, reason="every dependency was met"))
+            return True
+
+    def arrays(self, limit: int) -> list[Job]:
+        return self._partition_of(ARRAY, limit)
+
+    def make_children(self, parent: Job, children: Sequence[Job], now: datetime) -> bool:
+        with self.t.lock:
+            current = self._job(parent.job_id)
+            made = Counts.of(parent.array_counts or {}).materialized
+            if current is None or active_partition(current) != ARRAY \
+                    or current.cancel_requested_at is not None \
+                    or Counts.of(current.array_counts or {}).materialized != made \
+                    or any(c.job_id in self.t.jobs for c in children):
+                return False
+            assert current.array_counts is not None
+            current.array_counts["materialized"] = made + len(children)
+            current.updated_at = ms(now)
+            for child in children:
+                self._insert(child)
+            return True
+
+    def mark_array_running(self, parent_id: str, tenant: str, now: datetime) -> bool:
+        with self.t.lock:
+            current = self._job(parent_id)
+            if not _state_in(current, Event.INDEX_PLACED) or current is None \
+                    or active_partition(current) != ARRAY:
+                return False
+            now = ms(now)
+            current.state = next_state(current.state, Event.INDEX_PLACED)
+            current.started_at = current.updated_at = now
+            self._event(parent_id, "started", ev.event(
+                "started", now, reason="its first index was placed"))
+            return True
+
+    def request_array_cancel(self, parent: Job, now: datetime, reason: str | None) -> bool:
+        with self.t.lock:
+            current = self._job(parent.job_id)
+            if current is None or active_partition(current) != ARRAY \
+                    or current.cancel_requested_at is not None:
+                return False
+            now = ms(now)
+            current.cancel_requested_at = current.updated_at = now
+            current.cancel_reason = reason
+            self._event(parent.job_id, "cancel_requested", ev.event(
+                "cancel_requested", now, reason=reason, by=parent.tenant))
+            return True
+
+    def finish_array(self, parent: Job, to: JobState, exit_: dict | None,
+                     now: datetime) -> bool:
+        with self.t.lock:
+            current = self._job(parent.job_id)
+            made = Counts.of(parent.array_counts or {}).materialized
+            if not _state_in(current, ARRAY_ENDS[to]) or current is None \
+                    or active_partition(current) != ARRAY \
+                    or Counts.of(current.array_counts or {}).materialized != made \
+                    or not self._expire_key_ok(parent):
+                return False
+            a = ArraySpec.of(current.spec)
+            assert a is not None and current.array_counts is not None
+            never = a.size - made
+            now = ms(now)
+            current.state, current.exit = to, copy.deepcopy(exit_)
+            current.finished_at = current.updated_at = now
+            current.pending_reason = None
+            if never:
+                current.array_counts["cancelled"] = current.array_counts.get("cancelled", 0) \
+                    + never
+                self.t.count_pending(parent.tenant, -never)
+            self._event(parent.job_id, "finished", ev.event(
+                "finished", now, state=to.value,
+                reason=(exit_ or {}).get("reason") or "succeeded",
+                detail=(exit_ or {}).get("detail")))
+            self._expire_key(parent, now)
+            return True
+
+    def children(self, parent_id: str, state: str | None, page_size: int,
+                 after: str | None) -> tuple[list[JobView], str | None]:
+        """In index order (their ids sort so), after the ``after`` id."""
+        with self.t.lock:
+            jobs = sorted((j for j in self.t.jobs.values() if j.parent_id == parent_id
+                           and (state is None or j.state.value == state)
+                           and (after is None or j.job_id > after)),
+                          key=lambda j: j.job_id)
+            page = [view_of(copy.deepcopy(j)) for j in jobs[:page_size]]
+            return page, (page[-1]["job_id"] if len(jobs) > page_size else None)
+
+    def open_children(self, parent_id: str) -> list[Job]:
+        with self.t.lock:
+            return [copy.deepcopy(j) for j in sorted(self.t.jobs.values(), key=lambda j: j.job_id)
+                    if j.parent_id == parent_id and not j.state.terminal]
 
     # -- health ------------------------------------------------------------
     def record_health(self, job: Job, health: dict, *, incident_key: str | None = None) -> bool:
@@ -981,6 +1160,7 @@ class FakeServices:
     heartbeats: Any
     scanner: Any
     cordons: Any
+    pipelines: Any
 
 
 class World:
@@ -1008,24 +1188,30 @@ class World:
         """The services as bootstrap.build wires them (no fan-out, no logs);
         ``limits`` are the tenants' (none by default), ``settle_s`` the placer's."""
         from chalicelib.service.attempts import AttemptsService
+        from chalicelib.service.cancels import Canceller
         from chalicelib.service.cordons import Cordons, FailureWatch
         from chalicelib.service.dispatch import Dispatcher
         from chalicelib.service.heartbeats import HeartbeatsService
         from chalicelib.service.jobs import JobsService
         from chalicelib.service.nodes import NodesService
+        from chalicelib.service.pipelines import PipelinesService
         from chalicelib.service.placement import Placer
         from chalicelib.service.reconciler import Reconciler
         from chalicelib.service.scan import Scanner
 
         clock, dispatcher = self.clock, Dispatcher(self.inbox)
+        canceller = Canceller(self.store, dispatcher, resend_after_s=resend_after_s,
+                              telemetry=self.telemetry, clock=clock)
+        pipelines = PipelinesService(self.store, canceller, self.nudge,
+                                     scans_per_hour=scans_per_hour, clock=clock)
         jobs = JobsService(self.store, dispatcher, self.nudge, page_token_key=page_token_key,
                            scans_per_hour=scans_per_hour, cancel_resend_after_s=resend_after_s,
                            telemetry=self.telemetry, clock=clock, limits=limits,
-                           classes=classes)
+                           classes=classes, pipelines=pipelines, canceller=canceller)
         watch = FailureWatch(self.nodes, failures=auto_cordon_failures,
                              window_s=auto_cordon_window_s, clock=clock)
         attempts = AttemptsService(self.store, dispatcher, self.nudge, clock=clock,
-                                   failed_on=watch.attempt_failed)
+                                   failed_on=watch.attempt_failed, on_end=pipelines.ended)
         heartbeats = HeartbeatsService(self.store, self.beats, self.collector,
                                        scans_per_hour=scans_per_hour, telemetry=self.telemetry,
                                        page_token_key=page_token_key, clock=clock)
@@ -1037,11 +1223,11 @@ class World:
             placer=Placer(self.store, self.nodes, dispatcher, resend_after_s=resend_after_s,
                           clock=clock, limits=limits, settle_s=settle_s, classes=classes,
                           preempt=attempts.abandon,
-                          preempt_min_runtime_s=preempt_min_runtime_s),
+                          preempt_min_runtime_s=preempt_min_runtime_s, pipelines=pipelines),
             reconciler=Reconciler(self.store, self.nodes, dispatcher, attempts,
                                   resend_after_s=resend_after_s, down_after_s=down_after_s,
                                   clock=clock),
             heartbeats=heartbeats,
             scanner=Scanner(self.store, heartbeats, self.collector, attempts,
                             period_s=period_s, telemetry=self.telemetry, clock=clock),
-            cordons=Cordons(self.nodes, self.store, attempts, clock=clock))
+            cordons=Cordons(self.nodes, self.store, attempts, clock=clock), pipelines=pipelines)

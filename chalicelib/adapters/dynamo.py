@@ -172,13 +172,18 @@ class Table:
 
     def query(self, index: str | None, condition: str, values: dict, *,
               limit: int | None = None, forward: bool = True, start: dict | None = None,
-              consistent: bool = False, attributes: Iterable[str] | None = None) -> dict:
+              consistent: bool = False, attributes: Iterable[str] | None = None,
+              filter: str | None = None) -> dict:
         """A Query of ``index`` (None: the table) for the items meeting the
-        key ``condition``; strongly consistent if asked (not on a global index)."""
+        key ``condition`` (and the ``filter``, applied after ``limit`` items
+        are read); strongly consistent if asked (not on a global index)."""
         request: dict[str, Any] = {"TableName": self.name, "KeyConditionExpression": condition,
                                    "ExpressionAttributeValues": values,
                                    "ScanIndexForward": forward}
         expressions = [condition]
+        if filter is not None:
+            request["FilterExpression"] = filter
+            expressions.append(filter)
         if attributes is not None:
             request["ProjectionExpression"] = ", ".join(f"#{a}" for a in attributes)
             expressions.append(request["ProjectionExpression"])
@@ -286,12 +291,19 @@ class Dynamo:
                 raise PutError(f"{len(pending)} items of {table.name} unwritten after "
                                f"{BATCH_SENDS} sends")
 
-    def get_all(self, table: Table, keys: Sequence[dict]) -> list[dict]:
+    def get_all(self, table: Table, keys: Sequence[dict], *, consistent: bool = False,
+                attributes: Iterable[str] | None = None) -> list[dict]:
         """The items of ``keys`` (at most 100) by BatchGetItem, eventually
-        consistent, the unprocessed keys asked again; raises GetError (503
-        upstream) when some are still unread after BATCH_SENDS."""
+        consistent unless asked (and only ``attributes`` if given), the
+        unprocessed keys asked again; raises GetError (503 upstream) when
+        some are still unread after BATCH_SENDS."""
         items: list[dict] = []
         pending: dict[str, Any] = {"Keys": list(keys)}
+        if consistent:
+            pending["ConsistentRead"] = True
+        if attributes is not None:
+            pending["ProjectionExpression"] = ", ".join(f"#{a}" for a in attributes)
+            pending["ExpressionAttributeNames"] = table.names(pending["ProjectionExpression"])
         for _ in range(BATCH_SENDS):
             answer = self.call("BatchGetItem", {"RequestItems": {table.name: pending}})
             items += answer.get("Responses", {}).get(table.name, [])

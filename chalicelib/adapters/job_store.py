@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 from pynamodb.exceptions import TransactWriteError
 
 from ..domain import events as ev
+from ..domain.arrays import ENDED_COUNTER
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import RecordTooLarge
 from ..domain.fleet import Fleet, parked_partition
@@ -46,6 +47,8 @@ from .jobs_table import (
     job_from_item,
     leaving,
     new_job_item,
+    parent_counts,
+    pending_weight,
     record_from_item,
     state_in,
     tenant_state,
@@ -83,7 +86,7 @@ def create_writes(job: Job, claim: IdemClaim | None, *, reclaim: IdemRecord | No
                                           return_old=True)})
     items.append({"Put": JOBS.put_new(new_job_item(
         job, claim.idem_id if claim is not None else None))})
-    items.append({"Update": count_pending(job.tenant, +1, max_pending)})
+    items.append({"Update": count_pending(job.tenant, pending_weight(job), max_pending)})
     return items
 
 
@@ -110,10 +113,20 @@ def _unplaced_end(job: Job, changes: Changes, event: Event, now: datetime) -> li
         .set("updated_at", iso(now)).set("finished_at", iso(now)).remove("active_state")
     items = [{"Update": changes.update(JOBS.key(job.job_id), condition=condition,
                                        values=values)},
-             {"Update": count_pending(job.tenant, -1)}]
+             {"Update": count_pending(job.tenant, -pending_weight(job))}]
+    if job.parent_id is not None:  # an index ended: its array counts it
+        items.append({"Update": parent_counts(job.parent_id, **{ENDED_COUNTER[state]: 1})})
     if job.idem_id is not None:
         items.append({"Update": expire_key(job, now)})
     return items
+
+
+def fail_dependency_writes(job: Job, now: datetime, exit_: dict) -> list[dict]:
+    """The transaction of ``fail_dependency``: FAILED, naming the dependency."""
+    changes = Changes(JOBS).set("exit", exit_).remove("pending_reason").event(
+        "finished", ev.event("finished", now, state=JobState.FAILED.value,
+                             reason=exit_["reason"], detail=exit_["detail"]))
+    return _unplaced_end(job, changes, Event.DEPENDENCY_FAILED, now)
 
 
 def expire_pending_writes(job: Job, now: datetime, exit_: dict) -> list[dict]:
@@ -331,6 +344,15 @@ class DynamoJobs(OnDynamo):
                            and j.finished_at == parse_iso(iso(now)))
         return dataclasses.replace(job, state=JobState.FAILED, updated_at=now,
                                    finished_at=now, exit=dict(exit_))
+
+    def fail_dependency(self, job: Job, now: datetime, exit_: dict) -> Job:
+        """End a waiting job whose dependency can no longer be met: FAILED,
+        out of the PENDING count and the active index, naming it."""
+        self._end_unplaced(job, fail_dependency_writes(job, now, exit_),
+                           lambda j: j.state is JobState.FAILED
+                           and j.finished_at == parse_iso(iso(now)))
+        return dataclasses.replace(job, state=JobState.FAILED, updated_at=now,
+                                   finished_at=now, exit=dict(exit_), pending_reason=None)
 
     def _end_unplaced(self, job: Job, writes: list[dict], mine: Callable[[Job], bool]) -> None:
         """Run the transaction ending a job that holds no attempt; a lost race

@@ -11,12 +11,13 @@ from datetime import datetime, timedelta
 from typing import Callable, Iterable
 
 from ..domain import events as ev, idempotency
+from ..domain.arrays import COUNTERS
 from ..domain.clock import Clock, iso, iso_or_none, parse_iso, utcnow
-from ..domain.jobs import VIEW_FIELDS, Job, JobView
+from ..domain.jobs import VIEW_FIELDS, Job, JobView, array_values
 from ..domain.placement import queue_key
 from ..domain.states import Event, JobState, sources
 from ..service.ports import IdemRecord
-from .dynamo import Dynamo, Table
+from .dynamo import Changes, Dynamo, Table
 from .items import Codec
 from .models import IdempotencyModel, JobModel, TenantModel
 
@@ -32,7 +33,8 @@ _JOB = Codec(JobModel, (
     "job_id", "tenant", "state", "spec", "created_at", "updated_at", "name", "attempt",
     "started_at", "finished_at", "cancel_requested_at", "cancel_reason", "health", "exit",
     "idem_id", "inboxes", "pending_reason", "incident_key", "waiting_on",
-    "pending_since", "uncounted_retries", "preempting"))
+    "pending_since", "uncounted_retries", "preempting", "parent_id", "array_index",
+    "waiting_for", "dependents", *(f"array_{k}" for k in COUNTERS)))
 #: what a JobView holds: the stored times are the API's text (iso) already,
 #: and the spec, health and exit stay the JSON text they are stored as
 #: (fastjson.RawJSON: domain/jobs.py's one type of a stored JSON value)
@@ -59,6 +61,11 @@ def job_from_item(item: dict) -> Job:
         pending_reason=get("pending_reason"), incident_key=get("incident_key"),
         waiting_on=get("waiting_on"), pending_since=_t(get("pending_since")),
         uncounted_retries=int(get("uncounted_retries") or 0), preempting=get("preempting"),
+        parent_id=get("parent_id"),
+        array_index=None if get("array_index") is None else int(v["array_index"]),
+        array_counts=None if get("array_materialized") is None else {
+            k: int(get(f"array_{k}") or 0) for k in COUNTERS},
+        waiting_for=get("waiting_for"), dependents=frozenset(get("dependents") or ()),
     )
 
 
@@ -76,6 +83,36 @@ def tenant_state(tenant: str, state: JobState | str) -> str:
     return f"{tenant}#{getattr(state, 'value', state)}"
 
 
+#: the active-state partitions of jobs out of the placement queue: waiting
+#: for their dependencies, and arrays (which never run themselves)
+WAITING, ARRAY = "WAITING", "ARRAY"
+
+
+def active_partition(j: Job) -> str | None:
+    """Where a job sits in the active-state index: nowhere once terminal;
+    WAITING while dependencies are left; ARRAY for an array; else its state
+    (PENDING is the placement queue)."""
+    if j.state.terminal:
+        return None
+    if j.waiting_for:
+        return WAITING
+    return ARRAY if j.is_array else j.state.value
+
+
+def pending_weight(j: Job) -> int:
+    return j.pending_weight  # (domain/jobs.py)
+
+
+def parent_counts(parent_id: str, **deltas: int) -> dict:
+    """The update moving an array's counters (``placed=+1``, ``failed=+1``,
+    ...) in the transaction of its child's transition."""
+    changes = Changes(JOBS)
+    for name, delta in deltas.items():
+        if delta:
+            changes.add(f"array_{name}", delta)
+    return changes.update(JOBS.key(parent_id))
+
+
 def job_values(j: Job) -> dict:
     """A job's item as attribute values: what is shown of it (the JobView's
     fields, stored under their own names), its index keys, queue key and
@@ -89,8 +126,10 @@ def job_values(j: Job) -> dict:
         "cancel_reason": j.cancel_reason, "health": j.health, "exit": j.exit,
         "pending_reason": j.pending_reason, "pending_since": iso_or_none(j.pending_since),
         "uncounted_retries": j.uncounted_retries, "preempting": j.preempting,
+        "parent_id": j.parent_id, "array_index": j.array_index,
+        "waiting_for": j.waiting_for or None, **array_values(j.array_counts),
         "tenant_state": tenant_state(j.tenant, j.state),
-        "active_state": None if j.state.terminal else j.state.value,
+        "active_state": active_partition(j),
         "idem_id": j.idem_id, "inboxes": j.inboxes or None,
         "queue_key": queue_key(j.spec.get("priority", 0), j.job_id),
     }
@@ -140,10 +179,10 @@ def count_pending(tenant: str, delta: int, limit: int | None = None) -> dict:
     being below it."""
     condition = None
     values = {":delta": {"N": str(delta)}}
-    if limit is not None:
-        values[":limit"] = {"N": str(limit)}
-        condition = "#pending < :limit"
-        if limit > 0:  # no count yet is 0, under any limit but 0
+    if limit is not None:  # after the increase, at most the limit
+        values[":room"] = {"N": str(limit - delta)}
+        condition = "#pending <= :room"
+        if limit - delta >= 0:  # no count yet is 0
             condition = "attribute_not_exists(#pending) OR " + condition
     return TENANTS.update(TENANTS.key(tenant), "ADD #pending :delta", condition=condition,
                           values=values)

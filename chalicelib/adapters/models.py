@@ -71,6 +71,14 @@ class JobsByActiveState(GlobalSecondaryIndex["JobModel"]):
     queue_key = UnicodeAttribute(range_key=True)
 
 
+class JobsByParent(GlobalSecondaryIndex["JobModel"]):
+    class Meta:
+        index_name = "by_parent"
+        projection = AllProjection()
+    parent_id = UnicodeAttribute(hash_key=True)
+    job_id = UnicodeAttribute(range_key=True)
+
+
 class JobModel(Model):
     class Meta(_Meta):
         table_name = "gpujobs-unbound-jobs"
@@ -116,10 +124,27 @@ class JobModel(Model):
     #: a parked never-fitting job: the fleet generation it was judged against
     #: (its active_state is then "PARKED#<gpu_type or *>", out of the PENDING partition)
     parked_generation = NumberAttribute(null=True)
+    #: an array's child: its parent and index (sparse index by_parent, in
+    #: index order: domain/ids.py child_job_id)
+    parent_id = UnicodeAttribute(null=True)
+    array_index = NumberAttribute(null=True)
+    #: an array's counters (domain/arrays.py COUNTERS), each moved by ADD in
+    #: the transaction of the child's transition
+    array_materialized = NumberAttribute(null=True)
+    array_placed = NumberAttribute(null=True)
+    array_succeeded = NumberAttribute(null=True)
+    array_failed = NumberAttribute(null=True)
+    array_cancelled = NumberAttribute(null=True)
+    #: the dependencies not ended yet (domain/dependencies.py); its
+    #: active_state is "WAITING" meanwhile, out of the placement queue
+    waiting_for = FastJSONAttribute(null=True)
+    #: the jobs that wait on this one
+    dependents = UnicodeSetAttribute(null=True)
 
     by_tenant = JobsByTenant()
     by_tenant_state = JobsByTenantState()
     by_active_state = JobsByActiveState()
+    by_parent = JobsByParent()
 
 
 class IdempotencyModel(Model):

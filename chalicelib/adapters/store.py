@@ -8,11 +8,11 @@ those adapters together, by bootstrap.
 from __future__ import annotations
 
 from .attempt_store import DynamoAttempts
-from .job_store import DynamoJobs
 from .outbox_store import DynamoOutbox
+from .pipeline_store import DynamoPipelines
 from .transitions import DynamoTransitions
 
 
-class DynamoStore(DynamoJobs, DynamoAttempts, DynamoOutbox, DynamoTransitions):
+class DynamoStore(DynamoPipelines, DynamoAttempts, DynamoOutbox, DynamoTransitions):
     """service.ports.JobTables on DynamoDB: ``DynamoStore(Dynamo(connection),
     clock)``."""

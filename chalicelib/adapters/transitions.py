@@ -11,6 +11,7 @@ from datetime import datetime
 from pynamodb.exceptions import TransactWriteError
 
 from ..domain import events as ev
+from ..domain.arrays import ENDED_COUNTER
 from ..domain.attempts import Attempt
 from ..domain.clock import iso, parse_iso
 from ..domain.health import clear_incident, frozen_health
@@ -28,6 +29,7 @@ from .jobs_table import (
     count_pending,
     expire_key,
     leaving,
+    parent_counts,
     state_in,
     tenant_state,
 )
@@ -44,7 +46,8 @@ def place_writes(job: Job, plan: Plan, intent: Intent, now: datetime,
                  node_types: dict[str, str] | None = None) -> list[dict]:
     """The transaction of ``place``, in the order of its cancellation
     reasons: [0] the attempt, [1] the LAUNCH intent (puts), [2] the job,
-    [3:3+n] the n nodes (sorted), then the tenant's PENDING count, last."""
+    [3:3+n] the n nodes (sorted), [its array's counters,] then the
+    tenant's PENDING count, last."""
     attempt = job.attempt + 1
     gpus = plan.gpus_by_node()
     held = f"{job.job_id}#{attempt}"
@@ -73,6 +76,8 @@ def place_writes(job: Job, plan: Plan, intent: Intent, now: datetime,
                       .add("attempts", {held}).update(
                           NODES.key(node_id), condition="#gpus_free >= :gpus AND #state = :ready",
                           values={":gpus": {"N": str(gpus[node_id])}, ":ready": {"S": "READY"}})})
+    if job.parent_id is not None:  # an index placed: its array counts it running
+        items.append({"Update": parent_counts(job.parent_id, placed=+1)})
     items.append({"Update": count_pending(job.tenant, -1)})  # last: node reasons stay at [3:]
     return items
 
@@ -195,6 +200,9 @@ class DynamoTransitions(OnDynamo):
                     tx.update(expire_key(job, now))
                 if to is JobState.PENDING:
                     tx.update(count_pending(job.tenant, +1))  # a retry is counted, never refused
+                if job.parent_id is not None:  # its array counts the index's move
+                    tx.update(parent_counts(job.parent_id, placed=-1, **(
+                        {ENDED_COUNTER[to]: 1} if to.terminal else {})))
         except TransactWriteError as e:
             if tx_lost(e):
                 done = read_attempt(self._dynamo, job.job_id, attempt.attempt)

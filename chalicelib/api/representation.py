@@ -1,6 +1,7 @@
 """Domain objects to the JSON of API.md."""
 from __future__ import annotations
 
+from ..domain.arrays import COUNTERS, Counts
 from ..domain.clock import iso_or_none
 from ..domain.jobs import Job, JobView, view_of
 from ..domain.nodes import Node
@@ -32,7 +33,21 @@ def job_view_json(v: JobView) -> dict:
         "pending_since": v["pending_since"],
         "uncounted_retries": v["uncounted_retries"] or 0,
         "preempting": v["preempting"],
+        "waiting_for": v["waiting_for"],
+        "parent_id": v["parent_id"],
+        "array_index": v["array_index"],
+        "array": array_json(v),
     }
+
+
+def array_json(v: JobView) -> dict | None:
+    """An array's progress: how many indexes were made, and how many are in
+    each state (RUNNING: SCHEDULED or RUNNING). None for any other job."""
+    if v["array_materialized"] is None:
+        return None
+    counts = Counts.of({k: v[f"array_{k}"] for k in COUNTERS})  # type: ignore[literal-required]
+    size = int(v["spec"].value()["array"]["size"])
+    return {"size": size, "materialized": counts.materialized, "counts": counts.by_state(size)}
 
 
 def attempt_json(attempt: dict) -> dict:

@@ -4,7 +4,13 @@
 """
 from __future__ import annotations
 
-from ..domain import retry as _retry, threshold as _t, wire
+from ..domain import (
+    arrays as _arrays,
+    dependencies as _deps,
+    retry as _retry,
+    threshold as _t,
+    wire,
+)
 
 #: a year: the longest time limit a spec may set
 _YEAR_S = 365 * 86400
@@ -58,6 +64,56 @@ HEARTBEAT = {
         "mode": {"enum": ["auto", "beats", "process", "off"]},
         "max_busy_s": {"type": "number", "minimum": 0, "maximum": 86400},
         "idle_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+    },
+}
+
+DEPENDS_ON = {
+    "type": "array",
+    "maxItems": _deps.MAX_DEPENDENCIES,
+    "description": "Jobs this one waits for, each an existing job of the same tenant "
+                   "(so no cycle can form). It stays PENDING, out of the queue, with "
+                   "pending_reason 'waiting for job_x to succeed', until every one has "
+                   "ended as its condition asks; the moment one cannot, it ends FAILED "
+                   "with reason dependency_failed naming it (and so on down the chain).",
+    "items": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["job_id"],
+        "properties": {
+            "job_id": {"type": "string", "minLength": 1, "maxLength": 64},
+            "condition": {"enum": list(_deps.CONDITIONS),
+                          "description": "succeeded (default): it must end SUCCEEDED; "
+                                         "failed: FAILED or CANCELLED; ended: any end."},
+        },
+    },
+}
+
+ARRAY = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["size"],
+    "description": "Makes this job an array: a parent that never runs itself, and `size` "
+                   "children (indexes 0 to size-1), each an ordinary job with its own "
+                   "retries, with GPUJOBS_ARRAY_INDEX and GPUJOBS_ARRAY_SIZE in its env.",
+    "properties": {
+        "size": {"type": "integer", "minimum": 1, "maximum": _arrays.MAX_SIZE},
+        "max_parallel": {"type": "integer", "minimum": 1, "maximum": _arrays.MAX_SIZE,
+                         "description": "At most this many indexes are open (made and not "
+                                        "ended) at once. Default: all, made "
+                                        f"{_arrays.FEED_WINDOW} at a time."},
+        "max_failed_indexes": {"type": "integer", "minimum": 0,
+                               "maximum": _arrays.MAX_SIZE - 1,
+                               "description": "When more indexes than this have failed "
+                                              "(after their own retries), the array fails: "
+                                              "no more are started and the open ones are "
+                                              "cancelled. Default: no limit."},
+        "env": {"type": "object", "maxProperties": 16,
+                "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,254}$"},
+                "additionalProperties": {"type": "array", "minItems": 1,
+                                         "maxItems": _arrays.MAX_SIZE,
+                                         "items": {"type": "string", "maxLength": 1024}},
+                "description": "Env values by index: each list holds `size` values, and "
+                               "index i gets the i-th of each."},
     },
 }
 
@@ -116,6 +172,8 @@ JOB_CREATE = {
                                           "attempts, made by the agent if missing."},
         "heartbeat": HEARTBEAT,
         "on_stall": {"enum": ["report", "restart"]},
+        "depends_on": DEPENDS_ON,
+        "array": ARRAY,
         "labels": {"type": "object", "maxProperties": 64,
                    "propertyNames": {"minLength": 1, "maxLength": 128},
                    "additionalProperties": {"type": "string", "maxLength": 256}},

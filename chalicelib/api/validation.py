@@ -96,9 +96,25 @@ def _lifecycle(spec: dict) -> None:
         raise InvalidArgument("warn_signal needs warn_before_s", field="warn_signal")
 
 
+def _array(spec: dict) -> None:
+    """Every env list holds a value per index, and a failure budget below the size."""
+    a = spec.get("array")
+    if a is None:
+        return
+    for name, values in (a.get("env") or {}).items():
+        if len(values) != a["size"]:
+            raise InvalidArgument(f"array.env.{name} holds {len(values)} values; the array "
+                                  f"has {a['size']} indexes, one value each",
+                                  field=f"array.env.{name}")
+    if a.get("max_failed_indexes") is not None and a["max_failed_indexes"] >= a["size"]:
+        raise InvalidArgument("max_failed_indexes must be less than the array's size",
+                              field="array.max_failed_indexes")
+
+
 def _job_create(spec: dict) -> None:
     _program_named(spec)
     _lifecycle(spec)
+    _array(spec)
 
 
 #: what a body must also be, past its schema

@@ -6,6 +6,7 @@ the same millisecond increase monotonically, so ``id`` order is creation order.
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import re
 import threading
@@ -58,3 +59,26 @@ def new_job_id() -> str:
 
 def is_job_id(s: str) -> bool:
     return bool(JOB_ID_RE.match(s))
+
+
+#: bits of a child's random part that hold its index (arrays.MAX_SIZE < 2**14)
+_INDEX_BITS = 14
+
+
+def _ulid_value(job_id: str) -> int:
+    """The 130-bit number of a job id's 26 characters."""
+    n = 0
+    for ch in job_id[4:]:
+        n = (n << 5) | _ALPHABET.index(ch)
+    return n
+
+
+def child_job_id(parent_id: str, index: int) -> str:
+    """The id of index ``index`` of the array ``parent_id``: its parent's
+    time, then 66 bits of a hash of the parent's id, then the index. The same
+    every time (so a child is made once, by a conditional put), and the
+    children of one parent sort by index."""
+    ms = _ulid_value(parent_id) >> _RANDOM_BITS
+    digest = int.from_bytes(hashlib.sha256(parent_id.encode()).digest()[:9], "big")
+    rand = ((digest >> (72 - (_RANDOM_BITS - _INDEX_BITS))) << _INDEX_BITS) | index
+    return "job_" + _ulid_text(ms, rand)

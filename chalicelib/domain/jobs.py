@@ -6,7 +6,9 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 from ..fastjson import RawJSON
+from .arrays import COUNTERS
 from .clock import iso, iso_or_none
+from .dependencies import DEFAULT_CONDITION
 from .retry import DEFAULT_MAX_UNCOUNTED
 from .states import JobState
 
@@ -49,6 +51,8 @@ def with_defaults(body: dict) -> dict:
     spec["retry"] = {**RETRY_DEFAULTS, **spec.get("retry", {})}
     if "warn_before_s" in spec:
         spec.setdefault("warn_signal", "SIGUSR1")
+    for dep in spec.get("depends_on") or ():
+        dep.setdefault("condition", DEFAULT_CONDITION)
     return spec
 
 
@@ -87,6 +91,29 @@ class Job:
     #: the preemption it waits on, {"jobs": [...], "at": iso, "class": name}
     #: (domain/priority.py); None once placed
     preempting: dict | None = None
+    #: an array's child: its parent's id and its index (domain/arrays.py)
+    parent_id: str | None = None
+    array_index: int | None = None
+    #: an array's counters (arrays.COUNTERS); None for any other job
+    array_counts: dict[str, int] | None = None
+    #: the dependencies not ended yet, in the spec's order (domain/dependencies.py);
+    #: None once none is left (or the job has none)
+    waiting_for: list[str] | None = None
+    #: the jobs waiting on this one (they named it in depends_on)
+    dependents: frozenset[str] = frozenset()
+
+    @property
+    def is_array(self) -> bool:
+        return self.array_counts is not None
+
+    @property
+    def pending_weight(self) -> int:
+        """How many PENDING jobs it counts as under max_pending_jobs: an
+        array its indexes not made yet (a made child counts for itself),
+        any other job one."""
+        if self.array_counts is None:
+            return 1
+        return int(self.spec["array"]["size"]) - int(self.array_counts.get("materialized", 0))
 
     def __post_init__(self) -> None:
         if self.pending_since is None and self.attempt == 0 \
@@ -133,6 +160,14 @@ class JobView(TypedDict):
     pending_since: str | None
     uncounted_retries: int | None
     preempting: Stored | None
+    parent_id: str | None
+    array_index: int | None
+    waiting_for: Stored | None
+    array_materialized: int | None
+    array_placed: int | None
+    array_succeeded: int | None
+    array_failed: int | None
+    array_cancelled: int | None
 
 
 #: the fields of a JobView, which are also the job's stored attribute names
@@ -155,4 +190,11 @@ def view_of(job: Job) -> JobView:
         "exit": _stored(job.exit), "pending_reason": job.pending_reason,
         "pending_since": iso_or_none(job.pending_since),
         "uncounted_retries": job.uncounted_retries, "preempting": _stored(job.preempting),
+        "parent_id": job.parent_id, "array_index": job.array_index,
+        "waiting_for": _stored(job.waiting_for), **array_values(job.array_counts),  # type: ignore[typeddict-item]
     }
+
+
+def array_values(counts: dict[str, int] | None) -> dict[str, int | None]:
+    """An array's counters under their stored names (``array_<counter>``)."""
+    return {f"array_{k}": None if counts is None else counts.get(k, 0) for k in COUNTERS}

@@ -122,7 +122,11 @@ def gpu_limit_reason(held: int, demand: int, limit: int | None) -> str | None:
             f"(max_running_gpus); this job needs {demand} more")
 
 
-def pending_limit_detail(tenant: str, limit: int) -> str:
+def pending_limit_detail(tenant: str, limit: int, weight: int = 1) -> str:
+    if weight > 1:  # an array counts as its size
+        return (f"an array of {weight} indexes counts as {weight} PENDING jobs, which would "
+                f"take tenant {tenant} over its limit (max_pending_jobs = {limit}); cancel "
+                "some jobs, wait for them to start, or submit a smaller array")
     return (f"tenant {tenant} already has {limit} jobs PENDING, its limit "
             f"(max_pending_jobs = {limit}); cancel some or wait for them to start")
 

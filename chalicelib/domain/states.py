@@ -38,12 +38,28 @@ class Event(str, enum.Enum):
     CANCEL_UNPLACED = "CANCEL_UNPLACED"  # cancel of a job no agent holds
     STOPPED = "STOPPED"              # agents confirmed a cancel
     PENDING_TIMEOUT = "PENDING_TIMEOUT"  # waited past its max_pending_s
+    DEPENDENCY_FAILED = "DEPENDENCY_FAILED"  # a dependency can no longer be met
+    # an array's own moves (domain/arrays.py): its first index placed, its end
+    INDEX_PLACED = "INDEX_PLACED"
+    INDEXES_SUCCEEDED = "INDEXES_SUCCEEDED"
+    INDEXES_FAILED = "INDEXES_FAILED"
+    INDEXES_CANCELLED = "INDEXES_CANCELLED"
 
 
 TRANSITIONS: dict[tuple[JobState, Event], JobState] = {
     (JobState.PENDING, Event.PLACE): JobState.SCHEDULED,
     (JobState.PENDING, Event.CANCEL_UNPLACED): JobState.CANCELLED,
     (JobState.PENDING, Event.PENDING_TIMEOUT): JobState.FAILED,
+    (JobState.PENDING, Event.DEPENDENCY_FAILED): JobState.FAILED,
+    # an array is PENDING until an index is placed, then RUNNING until every
+    # index ended (it is never SCHEDULED: it holds no attempt)
+    (JobState.PENDING, Event.INDEX_PLACED): JobState.RUNNING,
+    (JobState.PENDING, Event.INDEXES_SUCCEEDED): JobState.SUCCEEDED,
+    (JobState.PENDING, Event.INDEXES_FAILED): JobState.FAILED,
+    (JobState.PENDING, Event.INDEXES_CANCELLED): JobState.CANCELLED,
+    (JobState.RUNNING, Event.INDEXES_SUCCEEDED): JobState.SUCCEEDED,
+    (JobState.RUNNING, Event.INDEXES_FAILED): JobState.FAILED,
+    (JobState.RUNNING, Event.INDEXES_CANCELLED): JobState.CANCELLED,
     (JobState.SCHEDULED, Event.STARTED): JobState.RUNNING,
     # reports arrive at least once and in any order: a short job can finish
     # before its STARTED is seen
@@ -66,6 +82,11 @@ class IllegalTransition(Exception):
     def __init__(self, state: JobState, event: Event) -> None:
         super().__init__(f"{event.value} is not allowed in state {state.value}")
         self.state, self.event = state, event
+
+
+#: an array's end, by the state it ends in
+ARRAY_ENDS = {JobState.SUCCEEDED: Event.INDEXES_SUCCEEDED, JobState.FAILED: Event.INDEXES_FAILED,
+              JobState.CANCELLED: Event.INDEXES_CANCELLED}
 
 
 def next_state(state: JobState, event: Event) -> JobState:

@@ -39,8 +39,11 @@ class AttemptsServicePorts(Jobs, Attempts, Outbox, Transitions, Protocol):
 class AttemptsService:
     def __init__(self, store: AttemptsServicePorts, dispatcher: Dispatcher, nudge: Nudge,
                  clock: Clock = utcnow,
-                 failed_on: Callable[[str, str, int], object] | None = None) -> None:
+                 failed_on: Callable[[str, str, int], object] | None = None,
+                 on_end: Callable[[str], None] | None = None) -> None:
         self.store, self.dispatcher, self.nudge, self._clock = store, dispatcher, nudge, clock
+        #: told each job that ended (PipelinesService.ended: its array, its dependents)
+        self._on_end = on_end
         #: (node_id, job_id, attempt) of each attempt ended rank_failed, for
         #: auto-cordon (cordons.FailureWatch)
         self._failed_on = failed_on
@@ -233,4 +236,6 @@ class AttemptsService:
             self.dispatcher.send(stop)
         if to is JobState.PENDING:
             self.nudge()
+        elif self._on_end is not None:
+            self._on_end(job.job_id)
         return job

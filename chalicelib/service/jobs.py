@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from ..domain import cursor, idempotency, limits, quotas
-from ..domain.clock import Clock, plus, utcnow
+from ..domain import arrays, cursor, dependencies, idempotency, limits, quotas
+from ..domain.clock import Clock, utcnow
 from ..domain.errors import (
     AlreadyFinished,
     ApiError,
@@ -18,12 +18,13 @@ from ..domain.errors import (
 )
 from ..domain.health import initial_health
 from ..domain.ids import is_job_id, new_job_id
-from ..domain.intents import cancel_intent
 from ..domain.jobs import Job, JobView, view_of, with_defaults
 from ..domain.priority import NO_CLASSES, PriorityClasses
 from ..domain.quotas import TenantLimits
 from ..domain.states import JobState
+from .cancels import Canceller
 from .dispatch import Dispatcher
+from .pipelines import PipelinesService
 from .ports import (
     Attempts,
     Contended,
@@ -32,7 +33,7 @@ from .ports import (
     Jobs,
     Nudge,
     PendingLimitReached,
-    StateChanged,
+    Pipelines,
     Telemetry,
     Transitions,
 )
@@ -63,8 +64,9 @@ def jobs_wire_bytes(jobs: Sequence[JobView]) -> int:
     return _JOB_FIXED_BYTES * len(jobs) + limits.proxy_bytes([_variable(j) for j in jobs])
 
 
-class JobsServicePorts(Jobs, Attempts, Transitions, Protocol):
-    """What the jobs service calls: jobs, the attempts list, a placed job's cancel."""
+class JobsServicePorts(Jobs, Attempts, Transitions, Pipelines, Protocol):
+    """What the jobs service calls: jobs, the attempts list, a placed job's
+    cancel, an array's children."""
 
 
 class JobsService:
@@ -72,8 +74,10 @@ class JobsService:
                  page_token_key: bytes, scans_per_hour: float, cancel_resend_after_s: float,
                  telemetry: Telemetry, clock: Clock = utcnow,
                  limits: TenantLimits = quotas.NO_LIMITS,
-                 classes: PriorityClasses = NO_CLASSES) -> None:
+                 classes: PriorityClasses = NO_CLASSES,
+                 pipelines: PipelinesService, canceller: Canceller) -> None:
         self.store, self.dispatcher, self.nudge = store, dispatcher, nudge
+        self.pipelines, self.canceller = pipelines, canceller
         self._limits, self._classes = limits, classes
         self.telemetry = telemetry
         self._token_key = page_token_key
@@ -95,26 +99,28 @@ class JobsService:
         if not self._classes.of(name).allows(tenant):
             raise Forbidden(f"tenant {tenant} may not submit to priority class {name}",
                             field="priority_class")
-        now = self._clock()
         spec = with_defaults(body)
+        waiting_for = self.pipelines.unmet(tenant, spec)
+        now = self._clock()
         claim = None if idempotency_key is None else IdemClaim(
             idempotency.record_id(tenant, idempotency_key), idempotency.body_hash(body))
         job = Job(job_id=new_job_id(), tenant=tenant, state=JobState.PENDING, spec=spec,
                   created_at=now, updated_at=now, name=body.get("name"),
                   health=initial_health(spec, self._scans_per_hour),
-                  idem_id=None if claim is None else claim.idem_id)
+                  idem_id=None if claim is None else claim.idem_id,
+                  waiting_for=waiting_for or None,
+                  pending_reason=dependencies.waiting_reason(spec, waiting_for),
+                  array_counts={k: 0 for k in arrays.COUNTERS} if "array" in spec else None)
+        # named on what it waits for before it exists (service/pipelines.py)
+        self.pipelines.register(job.job_id, waiting_for)
         if claim is None:
             self._write(job, None)
-            self.telemetry.count("JobsCreated")
-            self.nudge()
-            return view_of(job), False
+            return self._created(job), False
         reclaim = None
         for _ in range(_RACE_RETRIES):
             try:
                 self._write(job, claim, reclaim)
-                self.telemetry.count("JobsCreated")
-                self.nudge()
-                return view_of(job), False
+                return self._created(job), False
             except IdempotencyConflict as conflict:
                 held = conflict.record
             if held is None:
@@ -133,6 +139,14 @@ class JobsService:
             break
         raise RequestInProgress("a request with this Idempotency-Key is in progress; retry")
 
+    def _created(self, job: Job) -> JobView:
+        self.telemetry.count("JobsCreated")
+        self.pipelines.created(job)  # what it waits for, read again
+        self.nudge()
+        if job.waiting_for:
+            return self.store.view(job.job_id) or view_of(job)
+        return view_of(job)
+
     def _write(self, job: Job, claim: IdemClaim | None, reclaim=None) -> None:
         """The create's one transaction, under the tenant's max_pending_jobs:
         over it is 429 quota_exceeded, never a silent queue (docs/security.md)."""
@@ -143,7 +157,8 @@ class JobsService:
                 return
             except PendingLimitReached:
                 self.telemetry.count("QuotaExceeded")
-                raise QuotaExceeded(quotas.pending_limit_detail(job.tenant, limit)) from None
+                raise QuotaExceeded(quotas.pending_limit_detail(
+                    job.tenant, limit, job.pending_weight)) from None
             except Contended:
                 continue  # another create of this tenant moved its count: nothing written
         raise ServiceUnavailable(f"tenant {job.tenant}'s jobs are being created concurrently; "
@@ -156,17 +171,17 @@ class JobsService:
             raise self._not_found(job_id)
         return job
 
-    def read(self, tenant: str, job_id: str) -> JobView:
+    def read(self, tenant: str, job_id: str, *, field: str = "job_id") -> JobView:
         """``get`` as the job is shown (JobView): for reading it, not changing it."""
         view = self.store.view(job_id) if is_job_id(job_id) else None
         if view is None or view["tenant"] != tenant:
-            raise self._not_found(job_id)
+            raise self._not_found(job_id, field)
         return view
 
     @staticmethod
-    def _not_found(job_id: str) -> ApiError:
+    def _not_found(job_id: str, field: str = "job_id") -> ApiError:
         # another tenant's job is indistinguishable from a missing one
-        return NotFound(f"job {job_id} not found", field="job_id")
+        return NotFound(f"job {job_id} not found", field=field)
 
     def attempts(self, tenant: str, job_id: str) -> list[dict]:
         self.read(tenant, job_id)
@@ -178,7 +193,10 @@ class JobsService:
         return self.store.events(job_id)
 
     def list(self, tenant: str, *, state: str | None, page_size: int,
-             page_token: str | None) -> tuple[list[JobView], str | None]:
+             page_token: str | None,
+             parent: str | None = None) -> tuple[list[JobView], str | None]:
+        """A page of the tenant's jobs, newest first, or with ``parent`` of
+        that array's children, in index order; in ``state`` if given."""
         if state is not None and state not in JobState.__members__:
             raise InvalidArgument(f"state must be one of {', '.join(JobState.__members__)}",
                                   field="state")
@@ -186,11 +204,18 @@ class JobsService:
             raise InvalidArgument(f"page_size must be an integer from 1 to {MAX_PAGE_SIZE}",
                                   field="page_size")
         filter_key = f"state={state or ''}"
+        if parent is not None:
+            if not self.read(tenant, parent, field="parent")["array_materialized"] is not None:
+                raise InvalidArgument(f"job {parent} is not an array", field="parent")
+            filter_key = f"parent={parent};{filter_key}"
         after = None
         if page_token is not None:
             after = cursor.decode(page_token, tenant=tenant, filter_key=filter_key,
                                   secret=self._token_key)
-        jobs, resume_after = self.store.page(tenant, state, page_size, after)
+        if parent is not None:
+            jobs, resume_after = self.store.children(parent, state, page_size, after)
+        else:
+            jobs, resume_after = self.store.page(tenant, state, page_size, after)
         fits = limits.fit(jobs, job_wire_bytes, whole=jobs_wire_bytes)
         if fits < len(jobs):  # cut by size: resume right after the last job sent
             jobs, resume_after = jobs[:fits], jobs[fits - 1]["job_id"]
@@ -200,27 +225,14 @@ class JobsService:
 
     # -- cancel -----------------------------------------------------------
     def cancel(self, tenant: str, job_id: str, reason: str | None) -> Job:
-        """Record the cancel request before answering; agents do the stopping."""
-        for _ in range(_RACE_RETRIES):
-            job = self.get(tenant, job_id)
-            if job.state is JobState.CANCELLED or (
-                    job.cancel_requested_at is not None and job.state is not JobState.PENDING):
-                return job  # a repeat records nothing new
-            if job.state.terminal:
-                raise AlreadyFinished(f"job {job_id} already {job.state.value}",
-                                      field="job_id")
-            now = self._clock()
-            try:
-                if job.state is JobState.PENDING:
-                    job = self.store.cancel_unplaced(job, now, reason)
-                    self.telemetry.count("CancelsRequested")
-                    return job
-                intent = cancel_intent(job, reason)
-                job = self.store.request_cancel(job, now, reason, intent,
-                                                due_at=plus(now, self._resend_after_s))
-            except StateChanged:
-                continue  # placed, started or finished meanwhile: decide again
-            self.telemetry.count("CancelsRequested")
-            self.dispatcher.send(intent)
-            return job
-        raise RequestInProgress(f"job {job_id} is changing state; retry")
+        """Record the cancel request before answering; agents do the stopping.
+        An array's cancel is recorded on it, and each child is cancelled so."""
+        job = self.get(tenant, job_id)
+        if job.state.terminal and job.state is not JobState.CANCELLED:
+            raise AlreadyFinished(f"job {job_id} already {job.state.value}", field="job_id")
+        if job.is_array and not job.state.terminal and not job.waiting_for:
+            return self.pipelines.cancel_array(job, reason)
+        job, ended = self.canceller.cancel(job, reason)
+        if ended:
+            self.pipelines.ended(job.job_id)
+        return job

@@ -29,6 +29,7 @@ from ..domain.priority import (
 from ..domain.quotas import TenantLimits
 from ..domain.states import PLACED, JobState
 from .dispatch import Dispatcher
+from .pipelines import PipelinesService
 from .ports import (
     Attempts,
     CapacityChanged,
@@ -123,8 +124,11 @@ class Placer:
                  limits: TenantLimits = quotas.NO_LIMITS, settle_s: float = SETTLE_S,
                  classes: PriorityClasses = NO_CLASSES,
                  preempt: Callable[[Job, dict], Job] | None = None,
-                 preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S) -> None:
+                 preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S,
+                 pipelines: PipelinesService) -> None:
         self.store, self.nodes, self.dispatcher, self._clock = store, nodes, dispatcher, clock
+        #: arrays' children made, waiting jobs judged (its sweep, each run)
+        self.pipelines = pipelines
         self._resend_after_s = resend_after_s
         self.limits = limits
         #: priority classes (domain/priority.py), and how a victim's attempt is
@@ -145,6 +149,7 @@ class Placer:
         order between tenants (placement.fair_order)."""
         report = PlacementReport()
         self._seen = {}  # what preemptions read, once a run
+        self.pipelines.sweep()  # arrays' next children first, so they are placed now
         fleets = self._sweep_parked()
         marks: dict[str, str | None] = {}
         queues = self._fitting_by_tenant(read_limit, report, fleets, marks)
@@ -457,7 +462,8 @@ class Placer:
                                                                        job.pending_reason))
             log.info("job %s waited past its max_pending_s: FAILED", job.job_id)
         except StateChanged:
-            pass  # placed or cancelled meanwhile: that stands
+            return True  # placed or cancelled meanwhile: that stands
+        self.pipelines.ended(job.job_id)
         return True
 
     def _usage(self) -> dict[str, int]:
@@ -502,6 +508,8 @@ class Placer:
                 return False  # placed by another placer, or cancelled meanwhile
             pool.reserve(plan.gpus_by_node())
             self.dispatcher.send(intent)
+            if job.parent_id is not None and job.attempt == 0:
+                self.pipelines.index_placed(job)
             log.info("placed %s attempt %d on %s", job.job_id, attempt,
                      ",".join(plan.ranks_by_node))
             return True

@@ -64,7 +64,7 @@ def test_a_keyed_create_puts_the_key_first_and_counts_last():
     assert [next(iter(i)) for i in items] == ["Put", "Put", "Update"]
     assert items[0]["Put"]["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
     assert items[2]["Update"]["ConditionExpression"] == \
-        "attribute_not_exists(#pending) OR #pending < :limit"
+        "attribute_not_exists(#pending) OR #pending <= :room"
 
 
 def test_a_keyed_cancel_also_expires_the_key():

@@ -3,6 +3,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from chalicelib.domain.states import (
+    ARRAY_ENDS,
     ENDS_ATTEMPT,
     PLACED,
     TERMINAL,
@@ -72,8 +73,10 @@ def test_placing_and_starting_leave_one_state_each():
 
 def test_every_row_of_the_table_is_used_by_the_store_or_the_service():
     """No row only tests read: each event is a conditional write's source
-    (place, start, cancel_unplaced, expire_pending) or an attempt's end
+    (place, start, cancel_unplaced, expire_pending, fail_dependency, an
+    array's mark_array_running and finish_array) or an attempt's end
     (end_attempt)."""
-    used = {Event.PLACE, Event.STARTED, Event.CANCEL_UNPLACED, Event.PENDING_TIMEOUT} \
+    used = {Event.PLACE, Event.STARTED, Event.CANCEL_UNPLACED, Event.PENDING_TIMEOUT,
+            Event.DEPENDENCY_FAILED, Event.INDEX_PLACED} | set(ARRAY_ENDS.values()) \
         | ENDS_ATTEMPT
     assert {e for (_, e) in TRANSITIONS} == used == set(Event)

@@ -1,0 +1,245 @@
+"""The Pipelines port on DynamoDB: who waits on whom, and an array's children.
+
+A job's dependents are a string set on its own item (ADD, bounded by
+dependencies.MAX_DEPENDENTS), so its end reads them with the item it
+already reads. A waiting job sits in the ``WAITING`` partition of the
+active-state index, out of the placement queue; each change of what it waits
+for is conditioned on the ``updated_at`` read (optimistic, racers retry).
+
+An array sits in the ``ARRAY`` partition while it is open. Its children are
+put in transactions with the parent's ``array_materialized`` counter,
+conditioned on the count read, so a child is made once; each child's
+transitions move the parent's other counters in their own transactions
+(job_store, transitions).
+"""
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Sequence
+
+from pynamodb.exceptions import TransactWriteError
+
+from ..domain import events as ev
+from ..domain.arrays import ArraySpec, Counts
+from ..domain.clock import iso
+from ..domain.dependencies import MAX_DEPENDENTS
+from ..domain.jobs import Job, JobView
+from ..domain.states import ARRAY_ENDS, Event, JobState, next_state
+from ..service.ports import DependentsFull
+from .dynamo import Changes, ConditionFailed
+from .dynamo_errors import tx_lost
+from .job_store import DynamoJobs
+from .jobs_table import (
+    ARRAY,
+    JOBS,
+    WAITING,
+    active_partition,
+    count_pending,
+    expire_key,
+    job_from_item,
+    leaving,
+    new_job_item,
+    tenant_state,
+    view_from_item,
+)
+from .models import JobModel
+
+_BY_PARENT = JobModel.by_parent.Meta.index_name
+#: Query pages read at most for one filtered page of children
+_CHILD_READS = 10
+
+
+def _seen(job: Job) -> tuple[str, dict]:
+    """The condition that the job is still the PENDING one read: its
+    ``updated_at`` unchanged."""
+    return ("#state = :pending AND #updated_at = :seen",
+            {":pending": {"S": JobState.PENDING.value}, ":seen": {"S": iso(job.updated_at)}})
+
+
+def children_request(parent_id: str, state: str | None, page_size: int,
+                     after: str | None) -> dict:
+    """The Query of ``children``: the parent's partition in index order."""
+    values = {":parent": {"S": parent_id}}
+    filter_ = None
+    if state:
+        filter_, values[":state"] = "#state = :state", {"S": state}
+    start = {**JOBS.key(after), "parent_id": {"S": parent_id}} if after else None
+    return JOBS.query(_BY_PARENT, "#parent_id = :parent", values, limit=page_size + 1,
+                      start=start, filter=filter_)
+
+
+class DynamoPipelines(DynamoJobs):
+    # -- dependencies ----------------------------------------------------------
+    def add_dependent(self, job_id: str, dependent_id: str) -> None:
+        """Record on ``job_id``'s item that ``dependent_id`` waits on it."""
+        try:
+            self._dynamo.update(Changes(JOBS).add("dependents", {dependent_id}).update(
+                JOBS.key(job_id),
+                condition="attribute_exists(#job_id) AND (attribute_not_exists(#dependents)"
+                          " OR size(#dependents) < :cap)",
+                values={":cap": {"N": str(MAX_DEPENDENTS)}}))
+        except ConditionFailed:
+            raise DependentsFull(job_id) from None
+
+    def states(self, job_ids: Sequence[str]) -> dict[str, tuple[str, JobState]]:
+        """Each existing job's (tenant, state), strongly consistent."""
+        out: dict[str, tuple[str, JobState]] = {}
+        ids = list(dict.fromkeys(job_ids))
+        for at in range(0, len(ids), 100):
+            items = self._dynamo.get_all(JOBS, [JOBS.key(i) for i in ids[at:at + 100]],
+                                         consistent=True,
+                                         attributes=("job_id", "tenant", "state"))
+            for item in items:
+                out[item["job_id"]["S"]] = (item["tenant"]["S"], JobState(item["state"]["S"]))
+        return out
+
+    def waiting(self, limit: int) -> list[Job]:
+        return list(self._partition(WAITING, limit, 100))
+
+    def wait_for(self, job: Job, waiting_for: Sequence[str], reason: str | None,
+                 now: datetime) -> bool:
+        """What the job still waits for; nothing left puts it where it goes
+        next (the placement queue; an array's own partition). False: the
+        job changed since it was read."""
+        changes = Changes(JOBS).set("updated_at", iso(now))
+        if waiting_for:
+            changes.set("waiting_for", list(waiting_for)).set("pending_reason", reason)
+        else:
+            released = dataclasses.replace(job, waiting_for=None)
+            changes.remove("waiting_for", "pending_reason") \
+                .set("active_state", active_partition(released)) \
+                .event("dependencies_met", ev.event(
+                    "dependencies_met", now, reason="every dependency was met"))
+            if not job.is_array:  # its max_pending_s counts from now
+                changes.set("pending_since", iso(now))
+        condition, values = _seen(job)
+        try:
+            self._dynamo.update(changes.update(JOBS.key(job.job_id), condition=condition,
+                                               values=values))
+        except ConditionFailed:
+            return False
+        return True
+
+    # -- arrays ----------------------------------------------------------------
+    def arrays(self, limit: int) -> list[Job]:
+        return list(self._partition(ARRAY, limit, 100))
+
+    def make_children(self, parent: Job, children: Sequence[Job], now: datetime) -> bool:
+        """Put ``children`` (the next indexes) with the parent's count of made
+        children, conditioned on the count read and the array open and not
+        being cancelled: one transaction (at most arrays.FEED_BATCH children).
+        False: another made them, or the array moved on."""
+        made = Counts.of(parent.array_counts or {}).materialized
+        changes = Changes(JOBS).add("array_materialized", len(children)) \
+            .set("updated_at", iso(now))
+        try:
+            with self._dynamo.transaction() as tx:
+                tx.update(changes.update(
+                    JOBS.key(parent.job_id),
+                    condition="#array_materialized = :made AND #active_state = :array"
+                              " AND attribute_not_exists(#cancel_requested_at)",
+                    values={":made": {"N": str(made)}, ":array": {"S": ARRAY}}))
+                for child in children:
+                    tx.put(JOBS.put_new(new_job_item(child)))
+        except TransactWriteError as e:
+            if tx_lost(e):
+                return False
+            raise
+        return True
+
+    def mark_array_running(self, parent_id: str, tenant: str, now: datetime) -> bool:
+        """PENDING -> RUNNING: its first index was placed."""
+        running = next_state(JobState.PENDING, Event.INDEX_PLACED)
+        changes = Changes(JOBS).set("state", running.value) \
+            .set("tenant_state", tenant_state(tenant, running)) \
+            .set("started_at", iso(now)).set("updated_at", iso(now)) \
+            .event("started", ev.event("started", now, reason="its first index was placed"))
+        condition, values = leaving(Event.INDEX_PLACED)
+        try:
+            self._dynamo.update(changes.update(
+                JOBS.key(parent_id), condition=condition + " AND #active_state = :array",
+                values={**values, ":array": {"S": ARRAY}}))
+        except ConditionFailed:
+            return False
+        return True
+
+    def request_array_cancel(self, parent: Job, now: datetime, reason: str | None) -> bool:
+        """Record the cancel of an open array (its children are cancelled
+        by the pipelines service); False: it ended, or was cancelled already."""
+        changes = Changes(JOBS).set("cancel_requested_at", iso(now)) \
+            .set("cancel_reason", reason).set("updated_at", iso(now)) \
+            .event("cancel_requested", ev.event("cancel_requested", now, reason=reason,
+                                                by=parent.tenant))
+        try:
+            self._dynamo.update(changes.update(
+                JOBS.key(parent.job_id),
+                condition="#active_state = :array AND attribute_not_exists(#cancel_requested_at)",
+                values={":array": {"S": ARRAY}}))
+        except ConditionFailed:
+            return False
+        return True
+
+    def finish_array(self, parent: Job, to: JobState, exit_: dict | None,
+                     now: datetime) -> bool:
+        """End an open array in ``to``, conditioned on its count of made
+        children read (none made since); the indexes never made leave the
+        tenant's PENDING count and are counted cancelled."""
+        a = ArraySpec.of(parent.spec)
+        assert a is not None
+        c = Counts.of(parent.array_counts or {})
+        never = a.size - c.materialized
+        condition, values = leaving(ARRAY_ENDS[to])
+        changes = Changes(JOBS).set("state", to.value) \
+            .set("tenant_state", tenant_state(parent.tenant, to)) \
+            .set("exit", exit_).set("finished_at", iso(now)).set("updated_at", iso(now)) \
+            .remove("active_state", "pending_reason") \
+            .event("finished", ev.event("finished", now, state=to.value,
+                                        reason=(exit_ or {}).get("reason") or "succeeded",
+                                        detail=(exit_ or {}).get("detail")))
+        if never:
+            changes.add("array_cancelled", never)
+        try:
+            with self._dynamo.transaction() as tx:
+                tx.update(changes.update(
+                    JOBS.key(parent.job_id),
+                    condition=condition + " AND #active_state = :array"
+                                          " AND #array_materialized = :made",
+                    values={**values, ":array": {"S": ARRAY}, ":made": {"N": str(c.materialized)}}))
+                if never:
+                    tx.update(count_pending(parent.tenant, -never))
+                if parent.idem_id is not None:
+                    tx.update(expire_key(parent, now))
+        except TransactWriteError as e:
+            if tx_lost(e):
+                return False
+            raise
+        return True
+
+    def children(self, parent_id: str, state: str | None, page_size: int,
+                 after: str | None) -> tuple[list[JobView], str | None]:
+        """Up to ``page_size`` children (in ``state``) after the index of
+        ``after``, in index order, and the id to resume after. A state is a
+        filter on the parent's partition: one page reads at most
+        _CHILD_READS Query pages, and resumes where it stopped."""
+        request = children_request(parent_id, state, page_size, after)
+        items: list[dict] = []
+        last: dict = {}
+        for _ in range(_CHILD_READS):
+            raw = self._dynamo.query(request)
+            items += raw.get("Items", [])
+            last = raw.get("LastEvaluatedKey") or {}
+            if len(items) > page_size:
+                items = items[:page_size]
+                return [view_from_item(i) for i in items], items[-1]["job_id"]["S"]
+            if not last:
+                return [view_from_item(i) for i in items], None
+            request = {**request, "ExclusiveStartKey": last}
+        return [view_from_item(i) for i in items], last["job_id"]["S"]
+
+    def open_children(self, parent_id: str) -> list[Job]:
+        """The children not ended, in index order."""
+        request = JOBS.query(_BY_PARENT, "#parent_id = :parent",
+                             {":parent": {"S": parent_id}},
+                             filter="attribute_exists(#active_state)")
+        return [job_from_item(i) for page in self._dynamo.pages(request) for i in page]

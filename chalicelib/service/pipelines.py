@@ -1,0 +1,242 @@
+"""Pipelines and sweeps: what follows a job's end, and an array's children.
+
+- A dependent is registered on each job it waits for *before* it is
+  created, and reads their states again *after*; a job's end is written
+  *before* its dependents are read. So whichever side comes second sees
+  the other: a dependency that ends while its dependent is being created is
+  never missed (both may act; every write is conditional, so it is once).
+- ``ended`` runs after every terminal transition: it tells the job's array
+  and its dependents, and goes on down the chain with whatever that ended.
+  It costs a few requests per dependent, never a scan.
+- ``sweep`` (each placement run) is the backstop when a process died
+  between a write and its follow-up: it feeds and ends the open arrays and,
+  at most every RECHECK_S, reads again what the waiting jobs wait for.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Protocol, Sequence
+
+from ..domain import arrays, dependencies as deps
+from ..domain.arrays import ArraySpec, Counts
+from ..domain.clock import Clock
+from ..domain.errors import InvalidArgument
+from ..domain.health import initial_health
+from ..domain.ids import child_job_id
+from ..domain.jobs import Job
+from ..domain.states import JobState
+from .cancels import Canceller
+from .ports import DependentsFull, Jobs, Nudge, Pipelines, StateChanged
+
+log = logging.getLogger(__name__)
+_RACE_RETRIES = 3
+#: how often the sweep reads again what every waiting job waits for
+RECHECK_S = 60.0
+#: waiting jobs and open arrays read per sweep
+SWEEP_LIMIT = 5000
+
+
+class PipelinesPorts(Jobs, Pipelines, Protocol):
+    """Jobs, who waits on whom, and arrays' children."""
+
+
+class PipelinesService:
+    def __init__(self, store: PipelinesPorts, canceller: Canceller, nudge: Nudge, *,
+                 scans_per_hour: float, clock: Clock) -> None:
+        self.store, self.canceller, self.nudge = store, canceller, nudge
+        self._scans_per_hour, self._clock = scans_per_hour, clock
+        self._rechecked_at: float | None = None
+        self._running: set[str] = set()
+
+    # -- create ------------------------------------------------------------
+    def unmet(self, tenant: str, spec: dict) -> list[str]:
+        """The dependencies of a new job's spec not met yet, in order (each
+        named job must exist and be the tenant's: else a 400 naming it)."""
+        named = deps.of_spec(spec)
+        if not named:
+            return []
+        seen: set[str] = set()
+        for i, d in enumerate(named):
+            if d.job_id in seen:
+                raise InvalidArgument(f"depends_on names {d.job_id} twice",
+                                      field=f"depends_on.{i}.job_id")
+            seen.add(d.job_id)
+        states = self.store.states([d.job_id for d in named])
+        for i, d in enumerate(named):
+            held = states.get(d.job_id)
+            if held is None or held[0] != tenant:
+                raise InvalidArgument(f"job {d.job_id} not found: a dependency must be an "
+                                      "existing job of the same tenant",
+                                      field=f"depends_on.{i}.job_id")
+        return [d.job_id for d in named if d.met_by(states[d.job_id][1]) is not True]
+
+    def register(self, job_id: str, waiting_for: Sequence[str]) -> None:
+        """Name ``job_id`` on each job it waits for, before it is created."""
+        for dep in waiting_for:
+            try:
+                self.store.add_dependent(dep, job_id)
+            except DependentsFull:
+                raise InvalidArgument(f"job {dep} already has {deps.MAX_DEPENDENTS} "
+                                      "dependents", field="depends_on") from None
+
+    def created(self, job: Job) -> None:
+        """After the create: read again what it waits for (see the module)."""
+        if job.waiting_for:
+            self.ended_all(self.resolve(job))
+
+    # -- a job ended -------------------------------------------------------
+    def ended(self, job_id: str) -> None:
+        """Tell what follows ``job_id`` (its array, its dependents), and
+        whatever ends of it in turn. Never raises: the end is written, and
+        the sweep makes up for a follow-up that failed."""
+        try:
+            self.ended_all([job_id])
+        except Exception:  # noqa: BLE001 - the end is written; the sweep follows up
+            log.exception("job %s ended: its dependents and array are left to the sweep",
+                          job_id)
+
+    def ended_all(self, job_ids: Sequence[str]) -> None:
+        work = list(job_ids)
+        while work:
+            job = self.store.get(work.pop())  # after its end: its dependents as they are
+            if job is None or not job.state.terminal:
+                continue
+            if job.parent_id is not None:
+                work += self.array_changed(job.parent_id, index_failed=job.state
+                                           is JobState.FAILED)
+            for dependent_id in sorted(job.dependents):
+                dependent = self.store.get(dependent_id)
+                if dependent is not None:
+                    work += self.resolve(dependent)
+
+    def resolve(self, job: Job) -> list[str]:
+        """Judge what a waiting job waits for: end it when one can no longer
+        be met, release it when none is left, else say what is left. The ids
+        of what ended (``job``, or nothing)."""
+        for _ in range(_RACE_RETRIES):
+            if job.state is not JobState.PENDING or not job.waiting_for:
+                return []
+            states = {k: s for k, (_, s) in self.store.states(job.waiting_for).items()}
+            out = deps.judge(job.spec, states, only=job.waiting_for)
+            now = self._clock()
+            try:
+                if out.failed is not None:
+                    assert out.failed_state is not None
+                    self.store.fail_dependency(job, now, deps.failed_exit(out.failed,
+                                                                          out.failed_state))
+                    return [job.job_id]
+            except StateChanged:
+                job = self.store.get(job.job_id) or job
+                continue
+            if out.waiting_for == tuple(job.waiting_for or ()):
+                return []
+            if self.store.wait_for(job, out.waiting_for,
+                                   deps.waiting_reason(job.spec, out.waiting_for), now):
+                if out.ready:
+                    self.nudge()
+                return []
+            job = self.store.get(job.job_id) or job
+        return []
+
+    # -- arrays ------------------------------------------------------------
+    def array_changed(self, parent_id: str, *, index_failed: bool = False) -> list[str]:
+        """Make the parent's next children, end it when every index has, or
+        stop its children when it fails fast. The ids of what ended."""
+        for _ in range(_RACE_RETRIES):
+            parent = self.store.get(parent_id)
+            if parent is None or parent.state.terminal or parent.waiting_for \
+                    or not parent.is_array:
+                return []
+            a = ArraySpec.of(parent.spec)
+            assert a is not None
+            c = Counts.of(parent.array_counts or {})
+            cancelled = parent.cancel_requested_at is not None
+            now = self._clock()
+            if arrays.done(a, c, cancelled):
+                to, exit_ = arrays.final(a, c, cancelled)
+                if self.store.finish_array(parent, to, exit_, now):
+                    return [parent_id]
+                continue
+            if arrays.stopping(a, c, cancelled):
+                if index_failed and arrays.failing(a, c):
+                    return self.stop_children(
+                        parent, "more indexes failed than max_failed_indexes")
+                return []
+            made = self.make_children(parent, arrays.to_make(a, c, cancelled))
+            if made is None:
+                continue  # another made them meanwhile: judge again
+            if (c.placed or c.ended) and parent.state is JobState.PENDING:
+                self.store.mark_array_running(parent_id, parent.tenant, now)
+            return []
+        return []
+
+    def make_children(self, parent: Job, indexes: range) -> int | None:
+        """Make the children of ``indexes``, FEED_BATCH a transaction; how
+        many were made (None: the parent moved on under us)."""
+        made = 0
+        counts = dict(parent.array_counts or {})
+        for at in range(indexes.start, indexes.stop, arrays.FEED_BATCH):
+            batch = range(at, min(at + arrays.FEED_BATCH, indexes.stop))
+            now = self._clock()
+            children = [self._child(parent, i, now) for i in batch]
+            if not self.store.make_children(dataclasses.replace(parent, array_counts=counts),
+                                            children, now):
+                return None if made == 0 else made
+            counts["materialized"] = counts.get("materialized", 0) + len(children)
+            made += len(children)
+        if made:
+            self.nudge()
+        return made
+
+    def _child(self, parent: Job, index: int, now) -> Job:
+        spec = arrays.child_spec(parent.spec, index)
+        return Job(job_id=child_job_id(parent.job_id, index), tenant=parent.tenant,
+                   state=JobState.PENDING, spec=spec, created_at=now, updated_at=now,
+                   name=arrays.child_name(parent.name, index),
+                   health=initial_health(spec, self._scans_per_hour),
+                   parent_id=parent.job_id, array_index=index)
+
+    def index_placed(self, child: Job) -> None:
+        """A child was placed: its array is RUNNING (written once; this
+        process remembers the arrays it saw running)."""
+        if child.parent_id is None or child.parent_id in self._running:
+            return
+        self.store.mark_array_running(child.parent_id, child.tenant, self._clock())
+        if len(self._running) > 10_000:
+            self._running.clear()
+        self._running.add(child.parent_id)
+
+    def cancel_array(self, parent: Job, reason: str | None) -> Job:
+        """Record the cancel of an open array, then cancel its children, as
+        intents; it ends CANCELLED once every child has ended."""
+        self.store.request_array_cancel(parent, self._clock(), reason)
+        self.ended_all(self.stop_children(parent, reason or "the array was cancelled"))
+        self.ended_all(self.array_changed(parent.job_id))
+        return self.store.get(parent.job_id) or parent
+
+    def stop_children(self, parent: Job, reason: str) -> list[str]:
+        """Cancel every open child, as intents; the ids of those that ended
+        at once (never placed), for ``ended_all``."""
+        ended = []
+        for child in self.store.open_children(parent.job_id):
+            child, now_ended = self.canceller.cancel(child, reason)
+            if now_ended:
+                ended.append(child.job_id)
+        return ended
+
+    # -- the backstop --------------------------------------------------------
+    def sweep(self) -> None:
+        """Feed and end the open arrays; every RECHECK_S, judge every waiting job."""
+        for parent in self.store.arrays(SWEEP_LIMIT):
+            a = ArraySpec.of(parent.spec)
+            c = Counts.of(parent.array_counts or {})
+            if a is not None and arrays.stopping(a, c, parent.cancel_requested_at is not None) \
+                    and c.open:
+                self.ended_all(self.stop_children(parent, "the array is stopping"))
+            self.ended_all(self.array_changed(parent.job_id))
+        now = self._clock().timestamp()
+        if self._rechecked_at is None or now - self._rechecked_at >= RECHECK_S:
+            self._rechecked_at = now
+            for job in self.store.waiting(SWEEP_LIMIT):
+                self.ended_all(self.resolve(job))

@@ -590,7 +590,7 @@ class FakeJobStore:
         with self.t.lock:
             current = self._job(job.job_id)
             if current is None or current.state is not JobState.PENDING \
-                    or current.updated_at != ms(job.updated_at):
+                    or not current.waiting_for or current.waiting_for != job.waiting_for:
                 return False
             now = ms(now)
             current.updated_at = now
@@ -1226,7 +1226,7 @@ class World:
                           preempt_min_runtime_s=preempt_min_runtime_s, pipelines=pipelines),
             reconciler=Reconciler(self.store, self.nodes, dispatcher, attempts,
                                   resend_after_s=resend_after_s, down_after_s=down_after_s,
-                                  clock=clock),
+                                  pipelines=pipelines, clock=clock),
             heartbeats=heartbeats,
             scanner=Scanner(self.store, heartbeats, self.collector, attempts,
                             period_s=period_s, telemetry=self.telemetry, clock=clock),

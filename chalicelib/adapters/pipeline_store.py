@@ -4,7 +4,7 @@ A job's dependents are a string set on its own item (ADD, bounded by
 dependencies.MAX_DEPENDENTS), so its end reads them with the item it
 already reads. A waiting job sits in the ``WAITING`` partition of the
 active-state index, out of the placement queue; each change of what it waits
-for is conditioned on the ``updated_at`` read (optimistic, racers retry).
+for is conditioned on what was read (optimistic: a racer reads again).
 
 An array sits in the ``ARRAY`` partition while it is open. Its children are
 put in transactions with the parent's ``array_materialized`` counter,
@@ -50,11 +50,12 @@ _BY_PARENT = JobModel.by_parent.Meta.index_name
 _CHILD_READS = 10
 
 
-def _seen(job: Job) -> tuple[str, dict]:
-    """The condition that the job is still the PENDING one read: its
-    ``updated_at`` unchanged."""
-    return ("#state = :pending AND #updated_at = :seen",
-            {":pending": {"S": JobState.PENDING.value}, ":seen": {"S": iso(job.updated_at)}})
+def _still_waiting_for(job: Job) -> tuple[str, dict]:
+    """The condition that the job is PENDING and waits for exactly what was
+    read (the stored JSON text of ``waiting_for``): any racer's change fails it."""
+    return ("#state = :pending AND #waiting_for = :read",
+            {":pending": {"S": JobState.PENDING.value},
+             ":read": JOBS.value("waiting_for", job.waiting_for)})
 
 
 def children_request(parent_id: str, state: str | None, page_size: int,
@@ -113,7 +114,7 @@ class DynamoPipelines(DynamoJobs):
                     "dependencies_met", now, reason="every dependency was met"))
             if not job.is_array:  # its max_pending_s counts from now
                 changes.set("pending_since", iso(now))
-        condition, values = _seen(job)
+        condition, values = _still_waiting_for(job)
         try:
             self._dynamo.update(changes.update(JOBS.key(job.job_id), condition=condition,
                                                values=values))

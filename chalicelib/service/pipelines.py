@@ -8,9 +8,11 @@
 - ``ended`` runs after every terminal transition: it tells the job's array
   and its dependents, and goes on down the chain with whatever that ended.
   It costs a few requests per dependent, never a scan.
-- ``sweep`` (each placement run) is the backstop when a process died
-  between a write and its follow-up: it feeds and ends the open arrays and,
-  at most every RECHECK_S, reads again what the waiting jobs wait for.
+- An array's first children are made by its create (one transaction), the
+  next ones each time one of them ends.
+- ``sweep`` (the reconciler's, each minute) is the backstop when a process
+  died between a write and its follow-up: it feeds and ends the open arrays
+  and, at most every RECHECK_S, reads again what the waiting jobs wait for.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from .ports import DependentsFull, Jobs, Nudge, Pipelines, StateChanged
 log = logging.getLogger(__name__)
 _RACE_RETRIES = 3
 #: how often the sweep reads again what every waiting job waits for
-RECHECK_S = 60.0
+RECHECK_S = 300.0
 #: waiting jobs and open arrays read per sweep
 SWEEP_LIMIT = 5000
 
@@ -81,9 +83,13 @@ class PipelinesService:
                                       "dependents", field="depends_on") from None
 
     def created(self, job: Job) -> None:
-        """After the create: read again what it waits for (see the module)."""
+        """After the create: read again what it waits for (see the module);
+        an array makes its first children (one transaction: the create
+        answers fast, whatever the size)."""
         if job.waiting_for:
             self.ended_all(self.resolve(job))
+        elif job.is_array:
+            self.ended_all(self.array_changed(job.job_id, at_most=arrays.FEED_BATCH))
 
     # -- a job ended -------------------------------------------------------
     def ended(self, job_id: str) -> None:
@@ -133,6 +139,8 @@ class PipelinesService:
                 return []
             if self.store.wait_for(job, out.waiting_for,
                                    deps.waiting_reason(job.spec, out.waiting_for), now):
+                if out.ready and job.is_array:  # its first children, now
+                    return self.array_changed(job.job_id)
                 if out.ready:
                     self.nudge()
                 return []
@@ -140,9 +148,11 @@ class PipelinesService:
         return []
 
     # -- arrays ------------------------------------------------------------
-    def array_changed(self, parent_id: str, *, index_failed: bool = False) -> list[str]:
-        """Make the parent's next children, end it when every index has, or
-        stop its children when it fails fast. The ids of what ended."""
+    def array_changed(self, parent_id: str, *, index_failed: bool = False,
+                      at_most: int | None = None) -> list[str]:
+        """Make the parent's next children (``at_most`` of them), end it when
+        every index has, or stop its children when it fails fast. The ids of
+        what ended."""
         for _ in range(_RACE_RETRIES):
             parent = self.store.get(parent_id)
             if parent is None or parent.state.terminal or parent.waiting_for \
@@ -163,7 +173,10 @@ class PipelinesService:
                     return self.stop_children(
                         parent, "more indexes failed than max_failed_indexes")
                 return []
-            made = self.make_children(parent, arrays.to_make(a, c, cancelled))
+            indexes = arrays.to_make(a, c, cancelled)
+            if at_most is not None:
+                indexes = indexes[:at_most]
+            made = self.make_children(parent, indexes)
             if made is None:
                 continue  # another made them meanwhile: judge again
             if (c.placed or c.ended) and parent.state is JobState.PENDING:
@@ -226,9 +239,12 @@ class PipelinesService:
         return ended
 
     # -- the backstop --------------------------------------------------------
-    def sweep(self) -> None:
-        """Feed and end the open arrays; every RECHECK_S, judge every waiting job."""
+    def sweep(self) -> dict:
+        """Feed and end the open arrays; every RECHECK_S, judge every waiting
+        job. How many of each were read."""
+        read = {"arrays": 0, "waiting": 0}
         for parent in self.store.arrays(SWEEP_LIMIT):
+            read["arrays"] += 1
             a = ArraySpec.of(parent.spec)
             c = Counts.of(parent.array_counts or {})
             if a is not None and arrays.stopping(a, c, parent.cancel_requested_at is not None) \
@@ -239,4 +255,6 @@ class PipelinesService:
         if self._rechecked_at is None or now - self._rechecked_at >= RECHECK_S:
             self._rechecked_at = now
             for job in self.store.waiting(SWEEP_LIMIT):
+                read["waiting"] += 1
                 self.ended_all(self.resolve(job))
+        return read

@@ -127,7 +127,7 @@ class Placer:
                  preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S,
                  pipelines: PipelinesService) -> None:
         self.store, self.nodes, self.dispatcher, self._clock = store, nodes, dispatcher, clock
-        #: arrays' children made, waiting jobs judged (its sweep, each run)
+        #: told what it placed of an array, and what it ended
         self.pipelines = pipelines
         self._resend_after_s = resend_after_s
         self.limits = limits
@@ -149,7 +149,6 @@ class Placer:
         order between tenants (placement.fair_order)."""
         report = PlacementReport()
         self._seen = {}  # what preemptions read, once a run
-        self.pipelines.sweep()  # arrays' next children first, so they are placed now
         fleets = self._sweep_parked()
         marks: dict[str, str | None] = {}
         queues = self._fitting_by_tenant(read_limit, report, fleets, marks)

@@ -8,6 +8,8 @@
   (AttemptsService.settle_node, NodesService.register). Every step of that can
   be repeated, and the attempt is marked lost on the node last, so a run that
   fails half-way (a store outage) is finished by the next one.
+- Open arrays are fed and ended, and waiting jobs judged again
+  (PipelinesService.sweep): what a follow-up that died left undone.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from ..domain.clock import Clock, plus, utcnow
 from ..domain.nodes import Node
 from .attempts import AttemptsService
 from .dispatch import Dispatcher
+from .pipelines import PipelinesService
 from .ports import Attempts, Jobs, NodeStore, Outbox
 
 log = logging.getLogger(__name__)
@@ -32,12 +35,14 @@ class ReconcilerPorts(Jobs, Attempts, Outbox, Protocol):
 class Reconciler:
     def __init__(self, store: ReconcilerPorts, nodes: NodeStore, dispatcher: Dispatcher,
                  attempts: AttemptsService, *, resend_after_s: float, down_after_s: float,
-                 clock: Clock = utcnow) -> None:
+                 pipelines: PipelinesService, clock: Clock = utcnow) -> None:
         self.store, self.nodes, self.dispatcher, self.attempts = store, nodes, dispatcher, attempts
+        self.pipelines = pipelines
         self._resend_after_s, self._down_after_s, self._clock = resend_after_s, down_after_s, clock
 
     def run(self) -> dict:
-        return {"resent": self.resend_due_intents(), "down": self.mark_silent_nodes_down()}
+        return {"resent": self.resend_due_intents(), "down": self.mark_silent_nodes_down(),
+                "pipelines": self.pipelines.sweep()}
 
     def resend_due_intents(self, limit: int = 100) -> int:
         now = self._clock()

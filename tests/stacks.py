@@ -10,5 +10,6 @@ __all__ = ["READY", "ROOT", "TOKENS", "Api", "Stack", "launch", "start_stack"]
 TOKENS = [{"token": "e2e-tenant", "tenant": "e2e"},
           {"token": "e2e-other", "tenant": "e2e-other"},
           {"token": "e2e-race", "tenant": "e2e-race"},
+          {"token": "e2e-pipelines", "tenant": "e2e-pipelines"},
           {"token": "e2e-agent", "agent": "node-1"},
           {"token": "e2e-ops", "operator": "e2e-ops"}]

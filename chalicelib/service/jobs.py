@@ -50,7 +50,7 @@ _JOB_FIXED_BYTES = 640
 
 def _variable(job: JobView) -> list:
     return [job["spec"], job["health"], job["exit"], job["name"], job["cancel_reason"],
-            job["pending_reason"]]
+            job["pending_reason"], job["waiting_for"]]
 
 
 def job_wire_bytes(job: JobView) -> int:
@@ -235,4 +235,7 @@ class JobsService:
         job, ended = self.canceller.cancel(job, reason)
         if ended:
             self.pipelines.ended(job.job_id)
+        elif job.state.terminal and job.state is not JobState.CANCELLED:
+            # it finished while the cancel was being recorded
+            raise AlreadyFinished(f"job {job_id} already {job.state.value}", field="job_id")
         return job

@@ -265,3 +265,33 @@ def test_children_are_listed_in_index_order_with_the_jobs_cursors(nodes):
     with pytest.raises(Exception) as e:
         svc.jobs.list("globex", state=None, page_size=3, page_token=None, parent=parent.job_id)
     assert e.value.field == "parent"
+
+
+def test_a_1000_index_array_with_max_parallel_8_never_has_more_than_8_open(world):
+    """However fast its indexes end, and with room for 64: never more than 8
+    made and not ended, every index run once."""
+    svc = world.services()
+    register(svc, "n1", gpus=64)
+    parent = _array(svc, 1000, max_parallel=8)
+    runs: list[int] = []
+    while svc.store.get(parent.job_id).state is not JobState.SUCCEEDED:
+        opened = [j for j in svc.store.t.jobs.values()
+                  if j.parent_id == parent.job_id and not j.state.terminal]
+        assert len(opened) <= 8
+        placed = svc.placer.run().placed
+        assert 0 < len(placed) <= 8
+        for job_id in placed:
+            runs.append(svc.store.get(job_id).array_index)
+            _run(svc, job_id)
+    assert sorted(runs) == list(range(1000))  # each index once
+    assert svc.store.get(parent.job_id).array_counts["succeeded"] == 1000
+
+
+def test_an_array_cannot_bypass_the_tenant_s_gpu_limit(world):
+    """Its children are placed one by one as ordinary jobs, under max_running_gpus."""
+    svc = world.services(limits=TenantLimits(overrides={"acme": Limits(max_running_gpus=3)}))
+    register(svc, "n1", gpus=8)
+    parent = _array(svc, 10)
+    assert len(svc.placer.run().placed) == 3
+    assert svc.store.get(parent.job_id).array_counts["placed"] == 3
+    assert svc.placer.run().placed == []  # at its limit, however many indexes wait

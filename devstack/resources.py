@@ -63,6 +63,35 @@ def _enable_ttl(endpoint_url: str, region: str, stage: str) -> None:
             "AttributeName": ttl["AttributeName"], "Enabled": ttl["Enabled"]})
 
 
+def add_missing_indexes(endpoint_url: str, *, stage: str = "local",
+                        region: str = "us-east-1") -> list[str]:
+    """Give restored tables the global indexes the template added since they
+    were saved (state from an older checkout); the names of those added."""
+    ddb = _client("dynamodb", endpoint_url, region)
+    template = yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader)
+    added = []
+    for resource in template["Resources"].values():
+        props = resource.get("Properties", {})
+        if resource["Type"] != "AWS::DynamoDB::Table" or not props.get("GlobalSecondaryIndexes"):
+            continue
+        table = props["TableName"].replace("${Stage}", stage)
+        have = {i["IndexName"] for i in ddb.describe_table(TableName=table)["Table"].get(
+            "GlobalSecondaryIndexes", [])}
+        for index in props["GlobalSecondaryIndexes"]:
+            if index["IndexName"] in have:
+                continue
+            keys = {k["AttributeName"] for k in index["KeySchema"]}
+            ddb.update_table(
+                TableName=table,
+                AttributeDefinitions=[a for a in props["AttributeDefinitions"]
+                                      if a["AttributeName"] in keys],
+                GlobalSecondaryIndexUpdates=[{"Create": {
+                    "IndexName": index["IndexName"], "KeySchema": index["KeySchema"],
+                    "Projection": index["Projection"]}}])
+            added.append(f"{table}/{index['IndexName']}")
+    return added
+
+
 class _CfnLoader(yaml.SafeLoader):
     """Reads CloudFormation's short tags (!Sub, !Ref, ...) as plain values."""
 

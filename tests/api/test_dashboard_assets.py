@@ -305,6 +305,131 @@ def test_the_dashboard_says_a_priority_class_and_a_preemption(tmp_path):
     assert "priority_class" not in said["spec"], "said in the facts above the spec"
 
 
+ARRAYS_SCRIPT = """
+import { countsText, listText, arraySettingsText, childOf, dependenciesOf, waitingFor, IndexGrid,
+  tally, agrees, cellTitle } from './arrays.js';
+import { exitText } from './story.js';
+import { createBody } from './spec.js';
+const given = JSON.parse(process.argv[2]);
+// an array of 1,200 indexes, 1,100 made, the first 700 ended; pages of 500 by token
+const kids = Array.from({ length: 1100 }, (_, i) => ({ id: `c${i}`, array_index: i,
+  state: i < 700 ? 'SUCCEEDED' : 'PENDING' }));
+const asked = [];
+const list = async (token) => {
+  asked.push(token);
+  const from = token ? Number(token) : 0;
+  return { jobs: kids.slice(from, from + 500), next_page_token: from + 500 < kids.length ? String(from + 500) : null };
+};
+const byState = () => {
+  const c = { PENDING: 100, RUNNING: 0, SUCCEEDED: 0, FAILED: 0, CANCELLED: 0 };
+  for (const k of kids) c[k.state === 'SCHEDULED' ? 'RUNNING' : k.state] += 1;
+  return c;
+};
+const parent = () => ({ state: 'RUNNING', array: { size: 1200, materialized: 1100, counts: byState() } });
+const grid = new IndexGrid(1200, list);
+const walks = [];
+const walk = async () => { asked.length = 0; const did = await grid.refresh(parent()); walks.push([did, [...asked]]); };
+await walk(); await walk();
+kids[800].state = 'SCHEDULED'; await walk(); await walk();
+kids[800].state = 'RUNNING'; await walk(); await walk();
+// the counts say index 900 ended before the listing (an index, read eventually) does
+kids[900].state = 'SUCCEEDED';
+const ahead = parent();
+kids[900].state = 'PENDING';
+const lag = [];
+for (const listed of ['PENDING', 'SUCCEEDED', 'SUCCEEDED']) {
+  kids[900].state = listed;
+  asked.length = 0;
+  lag.push([await grid.refresh(ahead), [...asked], grid.cells[900].state]);
+}
+const waiting = { state: 'PENDING', waiting_for: [given.a], pending_reason: given.reason,
+  spec: { depends_on: [{ job_id: given.a, condition: 'succeeded' }, { job_id: given.b, condition: 'ended' }] } };
+const failed = { state: 'FAILED', waiting_for: [given.a], exit: given.failed, spec: waiting.spec };
+console.log(JSON.stringify({
+  counts: given.views.map(countsText), list: given.views.map(listText),
+  settings: [arraySettingsText({ size: 6, max_parallel: 2, env: { SEED: ['1'] } }, given.views[0]),
+    arraySettingsText({ size: 6, max_failed_indexes: 0 }, given.views[1]),
+    arraySettingsText({ size: 1200, max_parallel: 1200, max_failed_indexes: 3 }, { size: 1200, materialized: 1200 })],
+  ended: [exitText(given.final), exitText(given.failed)],
+  deps: [dependenciesOf(waiting), dependenciesOf(failed)], waitingFor: [waitingFor(waiting), waitingFor(failed)],
+  child: [childOf({ parent_id: given.a, array_index: 3, spec: { env: { GPUJOBS_ARRAY_SIZE: '6' } } }), childOf({})],
+  walks, lag, tally: tally(grid.cells), agrees: agrees(parent().array, grid.cells),
+  titles: [cellTitle(3, 'RUNNING'), cellTitle(5, 'NOT_MADE')],
+  body: Object.keys(createBody({ command: ['x'], ranks: 1, depends_on: [], array: { size: 2 }, waiting_for: [] })).sort(),
+}));
+"""
+
+
+def test_the_dashboard_says_dependencies_and_arrays(tmp_path):
+    """arrays.js and story.js under node with what the server writes
+    (domain/arrays.py's counts and exits, domain/dependencies.py's waiting
+    reason and dependency_failed exit): an array's counts and settings, the
+    jobs list's "array 7/20 done", each dependency's status, a child's place;
+    and the index grid's loader asking for the children only when they may
+    have changed, from the first page holding an index not ended, and again
+    while its cells and the counts disagree (the listing lags behind)."""
+    import shutil
+    import subprocess
+
+    from chalicelib.domain import arrays, dependencies as deps
+    from chalicelib.domain.states import JobState
+    node = shutil.which("node")
+    assert node is not None, "no node to run the dashboard's modules"
+    for p in web.STATIC_DIR.glob("*.js"):
+        shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "check.js").write_text(ARRAYS_SCRIPT)
+    a, b = "job_01JABCDEFGHJKMNPQRSTVWXYZ0", "job_01JABCDEFGHJKMNPQRSTVWXYZ1"
+    spec = {"array": {"size": 6, "max_failed_indexes": 0}}
+    running = arrays.Counts(materialized=4, placed=2, succeeded=1, failed=1)
+    done = arrays.Counts(materialized=6, succeeded=5, failed=1)
+    views = [{"size": 6, "materialized": c.materialized, "counts": c.by_state(6)}
+             for c in (running, done)]
+    _, final = arrays.final(arrays.ArraySpec.of(spec), arrays.Counts(materialized=4, failed=1,
+                                                                     succeeded=3), False)
+    given = {"a": a, "b": b, "views": views, "final": final,
+             "reason": deps.waiting_reason({"depends_on": [{"job_id": a}]}, [a]),
+             "failed": deps.failed_exit(deps.Dependency(a), JobState.FAILED)}
+    ran = subprocess.run([node, "check.js", json.dumps(given)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    said = json.loads(ran.stdout)
+    assert said["counts"] == ["2 of 6 indexes done: 1 succeeded, 1 failed; 2 scheduled or "
+                              "running, 2 pending",
+                              "6 of 6 indexes done: 5 succeeded, 1 failed"]
+    assert said["list"] == ["array 2/6 done, 1 failed", "array 6/6 done, 1 failed"]
+    assert said["settings"] == [
+        "6 indexes, at most 2 at once; 4 made so far; env by index: SEED (values are not shown)",
+        "6 indexes, the array fails at the first index that fails",
+        "1,200 indexes, the array fails once more than 3 indexes fail"]
+    assert said["ended"] == [
+        "max_failed_indexes: 1 indexes failed, more than max_failed_indexes 0; 3 of 6 indexes "
+        "succeeded, 1 failed, 2 cancelled (2 never started)",
+        f"dependency_failed: {a} ended FAILED; this job needed it to succeed"]
+    assert said["deps"] == [
+        [{"job": a, "condition": "succeeded", "needs": "to succeed", "status": "waiting"},
+         {"job": b, "condition": "ended", "needs": "to end, however it ends", "status": "met"}],
+        [{"job": a, "condition": "succeeded", "needs": "to succeed", "status": "never met"},
+         {"job": b, "condition": "ended", "needs": "to end, however it ends", "status": "met"}]]
+    assert said["waitingFor"] == [[a], []]
+    assert said["child"] == [{"parent": a, "index": 3, "size": 6}, None]
+    assert said["walks"] == [
+        [True, [None, "500", "1000"]],  # the first time: every page
+        [False, []],  # nothing changed
+        [True, ["500", "1000"]],  # index 800 placed: from its page, not the first
+        [True, ["500", "1000"]],  # SCHEDULED: asked again, it runs without the counts moving
+        [True, ["500", "1000"]],
+        [False, []]]
+    assert said["lag"] == [[True, ["500", "1000"], "PENDING"],  # not yet: asked again
+                           [True, ["500", "1000"], "SUCCEEDED"],  # caught up
+                           [False, [], "SUCCEEDED"]]
+    assert said["tally"] == {"NOT_MADE": 100, "PENDING": 398, "SCHEDULED": 0, "RUNNING": 1,
+                             "SUCCEEDED": 701, "FAILED": 0, "CANCELLED": 0}
+    assert said["agrees"] is True
+    assert said["titles"] == ["index 3: running", "index 5: not started yet (pending)"]
+    assert said["body"] == ["array", "command", "depends_on", "ranks"]
+
+
 @pytest.mark.parametrize("path", ["/", "/static/app.js", "/static/style.css"])
 def test_head_answers_what_get_does_without_the_body(client, path):
     """HEAD / was 405 (issue 29): the pages answer HEAD like GET, no body."""

@@ -62,6 +62,9 @@ async function optional(promise) {
 export const api = {
   listJobs: ({ state, pageSize = 25, pageToken } = {}) =>
     get('v1/jobs', { state, page_size: pageSize, page_token: pageToken }),
+  /** An array's children (only those made so far), in index order. */
+  children: (parentId, { state, pageSize = 500, pageToken } = {}) =>
+    get('v1/jobs', { parent: parentId, state, page_size: pageSize, page_token: pageToken }),
   job: (jobId) => get(`v1/jobs/${id(jobId)}`),
   attempts: (jobId) => get(`v1/jobs/${id(jobId)}/attempts`),
   ranks: (jobId) => get(`v1/jobs/${id(jobId)}/ranks`),

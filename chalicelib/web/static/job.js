@@ -1,14 +1,19 @@
 // Job: spec, state, pending_reason, health, attempts with their node -> ranks
 // map, the event timeline and logs (where the server has them), Resubmit and
-// Cancel.
+// Cancel; its dependencies, and for an array its counts and the grid of its
+// indexes by state (arrays.js).
 import { api, ApiError } from './api.js';
 import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictLines, stackLine } from './verdict.js';
 import { exitText, eventLabels, decisionText, attemptText, timeLeftText, priorityText, preemptingOf, jobIdParts } from './story.js';
 import { createBody, newKey, shellLine, specPairs, retryPolicyText, limitsLines, DEFAULT_MAX_UNCOUNTED } from './spec.js';
+import { countsText, arraySettingsText, childOf, dependenciesOf, waitingFor, IndexGrid, CELL_STATES,
+  CELL_WORDS, NOT_MADE, cellTitle, tally } from './arrays.js';
 
 const REFRESH_MS = 1500;
 const SUBMIT_TRIES = 3;
+/** refreshes of an ended array's page while its grid has not caught up with its counts */
+const GRID_CATCH_UP = 10;
 
 function dl(pairs) {
   return h('dl', { class: 'facts' }, pairs.filter(([, v]) => v != null && v !== '')
@@ -35,6 +40,68 @@ function preemptingView(job) {
   if (!p) return null;
   return h('span', { class: 'preempting' }, p.jobs.length ? jobLinks(p.jobs) : 'jobs of lower classes',
     h('span', { class: 'muted', text: ` — of lower priority classes, preempted for this job (class ${p.cls || '?'}) at ${time(p.at)}: they stop (SIGTERM and their grace period), then requeue` }));
+}
+
+/** The "Depends on" fact: each dependency linked, what it must do, and whether it has. */
+function dependenciesView(job) {
+  const deps = dependenciesOf(job);
+  if (!deps.length) return null;
+  return h('ul', { class: 'plain deps' }, deps.map((d) => h('li', { dataset: { status: d.status } },
+    jobLink(d.job), ` ${d.needs}`, h('span', { class: `dep-${d.status.replace(' ', '-')}`, text: ` — ${d.status}` }))));
+}
+
+/** The "Array" fact of an array's child: its index, of its parent (linked). */
+function childView(job) {
+  const c = childOf(job);
+  if (!c) return null;
+  return h('span', { class: 'array-child' }, `index ${c.index}${c.size ? ` of ${c.size}` : ''} in the array `, jobLink(c.parent));
+}
+
+/** The grid of an array's indexes: one cell per index, coloured by its state,
+ * each made one a link to its page; a legend with how many cells are in each. */
+function gridView(size) {
+  const cells = [];
+  const grid = h('div', { id: 'array-cells', class: `cells${size > 1000 ? ' dense' : ''}`, role: 'group', 'aria-label': 'Indexes by state' });
+  for (let i = 0; i < size; i++) {
+    const a = h('a', { class: `cell c-${NOT_MADE.toLowerCase()}`, dataset: { index: i, state: NOT_MADE },
+      title: cellTitle(i, NOT_MADE), 'aria-label': cellTitle(i, NOT_MADE) });
+    cells.push(a);
+  }
+  grid.append(...cells);
+  const counts = {};
+  const entries = {};
+  const legend = h('ul', { class: 'legend', id: 'array-legend' }, CELL_STATES.map((s) => {
+    counts[s] = h('span', { class: 'num', text: '0' });
+    entries[s] = h('li', { dataset: { state: s }, hidden: true }, h('span', { class: `swatch cell c-${s.toLowerCase()}` }),
+      h('span', {}, `${CELL_WORDS[s]} `, counts[s]));
+    return entries[s];
+  }));
+  const status = h('p', { class: 'muted small', id: 'array-grid-status', role: 'status' });
+  /** Show the loader's cells: only the ones that changed are touched. */
+  function show(loaded, note) {
+    loaded.forEach((c, i) => {
+      const state = c ? c.state : NOT_MADE;
+      const el = cells[i];
+      if (el.dataset.state === state && (!c || el.dataset.id === c.id)) return;
+      el.dataset.state = state;
+      el.className = `cell c-${state.toLowerCase()}`;
+      el.title = cellTitle(i, state);
+      el.setAttribute('aria-label', el.title);
+      if (c) { el.dataset.id = c.id; el.href = `#/jobs/${encodeURIComponent(c.id)}`; }
+    });
+    const t = tally(loaded);
+    for (const s of CELL_STATES) {
+      setText(counts[s], t[s]);
+      entries[s].hidden = !t[s];
+    }
+    setText(status, note);
+    status.classList.remove('error');
+  }
+  function failed(text) {
+    setText(status, text);
+    status.classList.add('error');
+  }
+  return { el: h('div', {}, legend, grid, status), show, failed };
 }
 
 function healthFacts(hl) {
@@ -133,6 +200,8 @@ export function mount(main, [jobId]) {
   const facts = h('section', { id: 'facts' });
   const spec = h('section', { id: 'spec' });
   const attempts = h('section', { id: 'attempts' });
+  const gridHead = h('h2', { text: 'Indexes', hidden: true });
+  const gridSection = h('section', { id: 'array-grid', hidden: true });
   const events = h('section', { id: 'events' });
   const logs = h('section', { id: 'logs' });
   const error = h('p', { class: 'error', role: 'alert' });
@@ -146,15 +215,18 @@ export function mount(main, [jobId]) {
         h('button', { value: 'keep', text: 'Keep it running' }),
         h('button', { value: 'cancel', id: 'confirm-cancel', class: 'danger', text: 'Cancel job' }))));
   let job = null;
+  let grid = null; // an array's: {loader, view}
+  let catchUp = GRID_CATCH_UP;
   let submitting = false; // a Resubmit in flight: the button stays disabled
   let mounted = true; // a Resubmit answered after the page was left does not navigate
   const seen = {};
 
+  const ranksLink = h('a', { id: 'ranks-link', class: 'button', href: `#/jobs/${encodeURIComponent(jobId)}/ranks`, text: 'Rank heatmap' });
   main.append(
     h('p', { class: 'crumbs' }, h('a', { href: '#/jobs', text: '← Jobs' })),
     h('div', { class: 'title-row' }, title, badge),
-    h('div', { class: 'toolbar' }, h('a', { id: 'ranks-link', class: 'button', href: `#/jobs/${encodeURIComponent(jobId)}/ranks`, text: 'Rank heatmap' }), resubmitBtn, cancelBtn),
-    error, resubmitStatus, cancelStatus, headline, facts,
+    h('div', { class: 'toolbar' }, ranksLink, resubmitBtn, cancelBtn),
+    error, resubmitStatus, cancelStatus, headline, facts, gridHead, gridSection,
     h('h2', { text: 'Attempts' }), attempts,
     h('h2', { text: 'Events' }), events,
     h('h2', { text: 'Logs' }), logs,
@@ -179,8 +251,9 @@ export function mount(main, [jobId]) {
   });
 
   cancelBtn.addEventListener('click', () => {
-    setText(dialog.querySelector('#cancel-dialog-text'),
-      `“${job ? job.name || job.id : jobId}” is ${job ? job.state : '?'}. The agents stop its ranks (SIGTERM, then SIGKILL after a grace period); the job becomes CANCELLED when they confirm.`);
+    setText(dialog.querySelector('#cancel-dialog-text'), job && job.array
+      ? `“${job.name || job.id}” is ${job.state}, an array of ${count(job.array.size, 'index', 'indexes')}. Every index not ended is cancelled (the agents stop its ranks: SIGTERM, then SIGKILL after a grace period) and none is started any more; the array becomes CANCELLED when all have ended.`
+      : `“${job ? job.name || job.id : jobId}” is ${job ? job.state : '?'}. The agents stop its ranks (SIGTERM, then SIGKILL after a grace period); the job becomes CANCELLED when they confirm.`);
     reason.value = '';
     dialog.returnValue = '';
     dialog.showModal();
@@ -225,17 +298,22 @@ export function mount(main, [jobId]) {
       const waitedTooLong = (j.exit || {}).reason === 'pending_timeout';
       const limits = limitsLines(j.spec);
       const cap = (j.spec.retry || {}).max_uncounted_retries ?? DEFAULT_MAX_UNCOUNTED;
+      const waiting = waitingFor(j);
       facts.replaceChildren(dl([
         ['ID', h('code', { text: j.id })], ['State', j.state],
         ['Why pending', (j.state === 'PENDING' || waitedTooLong) && j.pending_reason ? h('span', {}, linked(j.pending_reason)) : null],
+        ['Waiting for', waiting.length ? h('span', { class: 'waiting-for' }, jobLinks(waiting)) : null],
+        ['Depends on', dependenciesView(j)],
+        ['Array', j.array ? arraySettingsText(j.spec.array, j.array) : childView(j)],
+        ['Progress', j.array ? h('span', { id: 'array-counts' }, countsText(j.array)) : null],
         ['Preempting', preemptingView(j)],
-        ['Attempt', attemptText(j)],
+        ['Attempt', j.array ? null : attemptText(j)],
         ['Uncounted retries', j.uncounted_retries ? `${j.uncounted_retries} of at most ${cap}` : null],
-        ['Retry policy', retryPolicyText(j.spec)],
+        ['Retry policy', `${retryPolicyText(j.spec)}${j.array ? ', for each index on its own' : ''}`],
         ['Time limits', limits.length ? h('ul', { class: 'plain' }, limits.map((t) => h('li', { text: t }))) : null],
         ['Time left', left],
         ['Priority', priorityText(j.spec)],
-        ['Ranks', `${count(j.spec.ranks, 'rank')} × ${count(j.spec.gpus_per_rank ?? 1, 'GPU')} (${j.spec.gpu_type || 'any type'})`],
+        ['Ranks', `${count(j.spec.ranks, 'rank')} × ${count(j.spec.gpus_per_rank ?? 1, 'GPU')} (${j.spec.gpu_type || 'any type'})${j.array ? ' per index' : ''}`],
         ['Command', h('code', { text: shellLine(j.spec.command) })],
         ['Working dir', j.spec.working_dir && h('code', { text: j.spec.working_dir })],
         ['Checkpoints', j.spec.checkpoint_dir && h('span', {},
@@ -247,10 +325,10 @@ export function mount(main, [jobId]) {
         ['Cancel requested', j.cancel_requested_at && time(j.cancel_requested_at)], ['Cancel reason', j.cancel_reason],
         ['Exit', j.exit ? h('span', {}, linked(exitText(j.exit))) : null],
         ['Retry decision', decisionText(j.exit) ? h('span', {}, linked(decisionText(j.exit))) : null],
-        ...healthFacts(j.health),
+        ...(j.array ? [] : healthFacts(j.health)), // an array never runs itself: its indexes have health
       ]));
       spec.replaceChildren(
-        h('p', { class: 'muted small', text: 'Command, ranks, GPUs, priority class, working dir, labels, retry policy, time limits and checkpoints: above. Resubmit sends all of it again.' }),
+        h('p', { class: 'muted small', text: 'Command, ranks, GPUs, priority class, working dir, labels, retry policy, time limits, checkpoints, dependencies and array: above. Resubmit sends all of it again.' }),
         dl(specPairs(j.spec)));
     }
   }
@@ -261,10 +339,17 @@ export function mount(main, [jobId]) {
         api.events(jobId).catch(() => null), api.logs(jobId).catch(() => null)]);
       error.textContent = '';
       update(j);
-      if (changed('attempts', a.attempts)) attempts.replaceChildren(attemptsTable(a.attempts));
+      if (changed('attempts', a.attempts)) {
+        attempts.replaceChildren(j.array && !a.attempts.length
+          ? h('p', { class: 'muted', text: 'An array does not run itself: each of its indexes is a job of its own, with its own attempts (Indexes above).' })
+          : attemptsTable(a.attempts));
+      }
+      ranksLink.hidden = !!j.array;
       if (changed('events', ev)) events.replaceChildren(eventsList(ev));
       if (changed('logs', lg)) logs.replaceChildren(logsView(lg));
-      if (TERMINAL.has(j.state) && seen.final) poller.stop();
+      if (j.array) await refreshGrid(j);
+      const gridDone = !grid || grid.loader.settled(j) || catchUp <= 0;
+      if (TERMINAL.has(j.state) && seen.final && gridDone) poller.stop();
       seen.final = TERMINAL.has(j.state);
     } catch (e) {
       if (e.status === 404) {
@@ -278,6 +363,28 @@ export function mount(main, [jobId]) {
       setText(error, e.status === 404 ? `No job ${jobId} (or it belongs to another tenant).` : `Could not load the job: ${problemText(e)}`);
     }
   }
+  /** The array's grid: its children asked for only when they may have changed
+   * (IndexGrid), within this page's refresh, never more often. */
+  async function refreshGrid(j) {
+    if (!grid) {
+      const view = gridView(j.array.size);
+      grid = { view, loader: new IndexGrid(j.array.size, (token) => api.children(jobId, { pageToken: token })) };
+      gridSection.replaceChildren(view.el);
+      gridHead.hidden = false;
+      gridSection.hidden = false;
+    }
+    if (TERMINAL.has(j.state) && seen.final) catchUp--;
+    try {
+      if (!(await grid.loader.refresh(j))) return;
+    } catch (e) { // the job itself was read: this is the grid's problem alone
+      grid.view.failed(`Could not list the indexes: ${problemText(e)}`);
+      return;
+    }
+    const made = grid.loader.cells.filter(Boolean).length;
+    const so = made < j.array.size ? `, ${made.toLocaleString()} made so far` : '';
+    grid.view.show(grid.loader.cells, `${count(j.array.size, 'index', 'indexes')}${so}; each cell links to its index’s job. Updated ${new Date().toLocaleTimeString()}.`);
+  }
+
   const poller = poll(refresh, REFRESH_MS);
   return () => { mounted = false; poller.stop(); };
 }

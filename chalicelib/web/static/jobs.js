@@ -5,6 +5,7 @@ import { api } from './api.js';
 import { h, setText, stateBadge, ago, time, poll, problemText, duration, count } from './dom.js';
 import { verdictOf, shorten } from './verdict.js';
 import { exitText, decisionText, attemptText } from './story.js';
+import { listText, countsText } from './arrays.js';
 
 const STATES = ['PENDING', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
 const PAGE_SIZE = 25;
@@ -66,13 +67,14 @@ function newRow(job) {
   const tr = h('tr', { dataset: { id: job.id } });
   tr.cells_ = {
     name: h('a', { href: `#/jobs/${encodeURIComponent(job.id)}`, class: 'job-link' }),
+    progress: h('span', { class: 'array-progress' }), // an array's: "array 7/20 done"
     id: h('code'), state: h('td'), ranks: h('td', { class: 'num' }), gpus: h('td', { class: 'gpus' }),
     attempt: h('td', { class: 'num' }), health: h('td'), duration: h('td', { class: 'num duration' }),
     reason: h('td', { class: 'reason' }), created: h('td'), note: h('td', { class: 'note' }),
     labels: h('td', { class: 'labels' }),
   };
   const c = tr.cells_;
-  tr.append(h('td', {}, c.name), h('td', {}, c.id), c.state, c.ranks, c.gpus, c.attempt, c.health,
+  tr.append(h('td', {}, c.name, c.progress), h('td', {}, c.id), c.state, c.ranks, c.gpus, c.attempt, c.health,
     c.duration, c.reason, c.labels, c.created, c.note);
   return tr;
 }
@@ -80,6 +82,9 @@ function newRow(job) {
 function fillRow(tr, job) {
   const c = tr.cells_;
   setText(c.name, job.name || '(no name)');
+  setText(c.progress, job.array ? listText(job.array) : '');
+  c.progress.title = job.array ? countsText(job.array) : '';
+  c.progress.hidden = !job.array;
   setText(c.id, job.id);
   if (c.state.dataset.state !== job.state) {
     c.state.dataset.state = job.state;

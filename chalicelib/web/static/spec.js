@@ -6,7 +6,7 @@ import { h, count } from './dom.js';
  * (JobSpec), so these of its members make a body the server takes back as it is. */
 export const CREATE_FIELDS = ['name', 'command', 'working_dir', 'env', 'ranks', 'gpus_per_rank',
   'gpu_type', 'priority', 'priority_class', 'max_attempts', 'retry', 'max_runtime_s', 'warn_before_s', 'warn_signal',
-  'max_pending_s', 'checkpoint_dir', 'heartbeat', 'on_stall', 'labels'];
+  'max_pending_s', 'checkpoint_dir', 'heartbeat', 'on_stall', 'depends_on', 'array', 'labels'];
 
 /** The create body of a job like this one: its spec's create members, nothing else. */
 export function createBody(spec) {
@@ -81,7 +81,7 @@ function envView(env) {
 /** Members the summary above the spec already says (job.js facts), and the title (name). */
 export const SUMMARY_FIELDS = new Set(['name', 'command', 'ranks', 'gpus_per_rank', 'gpu_type',
   'priority_class', 'working_dir', 'labels', 'retry', 'max_runtime_s', 'warn_before_s', 'warn_signal',
-  'max_pending_s', 'checkpoint_dir']);
+  'max_pending_s', 'checkpoint_dir', 'depends_on', 'array']);
 
 // -- the lifecycle: retry rules and time limits, as the CLI's describe says them
 // (gpujobs_client/lifecycle.py)

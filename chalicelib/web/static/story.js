@@ -9,6 +9,8 @@ import { count, noun, ranges, duration } from './dom.js';
 export function exitText(exit) {
   if (!exit) return null;
   const { reason, exit_code: code, rank, node_id: node, decision, detail, ...rest } = exit;
+  // dependency_failed names its dependency in the detail too: "job_X ended FAILED; …"
+  if (rest.dependency != null && detail && String(detail).includes(rest.dependency)) delete rest.dependency;
   const who = rank != null ? `rank ${rank}${node ? ` on ${node}` : ''}` : (node ? `on ${node}` : null);
   let what = null;
   if (reason === 'node_lost') what = rank != null ? `rank ${rank}'s node${node ? ` ${node}` : ''} was lost` : `its node${node ? ` ${node}` : ''} was lost`;

@@ -374,9 +374,20 @@ class FakeJobStore:
             return copy.deepcopy(current)
 
     def expire_pending(self, job: Job, now: datetime, exit_: dict) -> Job:
+        return self._fail_unplaced(job, now, exit_, Event.PENDING_TIMEOUT,
+                                   attempt=job.attempt or None, decision=exit_.get("decision"))
+
+    def fail_dependency(self, job: Job, now: datetime, exit_: dict) -> Job:
+        return self._fail_unplaced(job, now, exit_, Event.DEPENDENCY_FAILED,
+                                   detail=exit_["detail"])
+
+    def _fail_unplaced(self, job: Job, now: datetime, exit_: dict, event: Event,
+                       **finished) -> Job:
+        """A job that holds no attempt ends FAILED by ``event`` (its
+        ``finished`` event's details given)."""
         with self.t.lock:
             current = self._job(job.job_id)
-            if not _state_in(current, Event.PENDING_TIMEOUT) or not self._expire_key_ok(job):
+            if not _state_in(current, event) or not self._expire_key_ok(job):
                 if current is not None and current.state is JobState.FAILED \
                         and current.finished_at == ms(now):
                     return copy.deepcopy(current)  # our own end, retried
@@ -385,29 +396,11 @@ class FakeJobStore:
             now = ms(now)
             current.state, current.updated_at, current.finished_at = JobState.FAILED, now, now
             current.exit = copy.deepcopy(exit_)
+            if event is Event.DEPENDENCY_FAILED:
+                current.pending_reason = None
             self._ended_unplaced(current)
             self._event(job.job_id, "finished", ev.event(
-                "finished", now, attempt=job.attempt or None, state="FAILED",
-                reason=exit_["reason"], decision=exit_.get("decision")))
-            self._expire_key(job, now)
-            return copy.deepcopy(current)
-
-    def fail_dependency(self, job: Job, now: datetime, exit_: dict) -> Job:
-        with self.t.lock:
-            current = self._job(job.job_id)
-            if not _state_in(current, Event.DEPENDENCY_FAILED) or not self._expire_key_ok(job):
-                if current is not None and current.state is JobState.FAILED \
-                        and current.finished_at == ms(now):
-                    return copy.deepcopy(current)  # our own end, retried
-                raise StateChanged(job.job_id)
-            assert current is not None
-            now = ms(now)
-            current.state, current.updated_at, current.finished_at = JobState.FAILED, now, now
-            current.exit, current.pending_reason = copy.deepcopy(exit_), None
-            self._ended_unplaced(current)
-            self._event(job.job_id, "finished", ev.event(
-                "finished", now, state="FAILED", reason=exit_["reason"],
-                detail=exit_["detail"]))
+                "finished", now, state="FAILED", reason=exit_["reason"], **finished))
             self._expire_key(job, now)
             return copy.deepcopy(current)
 

@@ -283,12 +283,7 @@ class DynamoJobs(OnDynamo):
         condition, values = state_in([JobState.PENDING], attempt=job.attempt)
         changes = Changes(JOBS).set("active_state", JobState.PENDING.value) \
             .remove("parked_generation")
-        try:
-            self._dynamo.update(changes.update(JOBS.key(job.job_id), condition=condition,
-                                               values=values))
-        except ConditionFailed:
-            return False
-        return True
+        return self._update_if(job.job_id, changes, condition, values)
 
     def set_pending_reason(self, job: Job, reason: str | None,
                            waiting_on: str | None = None) -> None:

@@ -17,7 +17,7 @@ from ..domain.jobs import VIEW_FIELDS, Job, JobView, array_values
 from ..domain.placement import queue_key
 from ..domain.states import Event, JobState, sources
 from ..service.ports import IdemRecord
-from .dynamo import Changes, Dynamo, Table
+from .dynamo import Changes, ConditionFailed, Dynamo, Table
 from .items import Codec
 from .models import IdempotencyModel, JobModel, TenantModel
 
@@ -214,6 +214,16 @@ class OnDynamo:
     def _read_job(self, job_id: str) -> Job | None:
         item = self._dynamo.get(JOBS.get(JOBS.key(job_id)))
         return job_from_item(item) if item else None
+
+    def _update_if(self, job_id: str, changes: Changes, condition: str,
+                   values: dict | None = None) -> bool:
+        """Update the job by ``changes`` on ``condition``; False when it does not hold."""
+        try:
+            self._dynamo.update(changes.update(JOBS.key(job_id), condition=condition,
+                                               values=values))
+        except ConditionFailed:
+            return False
+        return True
 
     def _mine(self, job_id: str, check: Callable[[Job], bool]) -> Job | None:
         """The job as it is now, if ``check(job)`` says the lost race was our

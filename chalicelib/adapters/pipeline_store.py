@@ -114,13 +114,7 @@ class DynamoPipelines(DynamoJobs):
                     "dependencies_met", now, reason="every dependency was met"))
             if not job.is_array:  # its max_pending_s counts from now
                 changes.set("pending_since", iso(now))
-        condition, values = _still_waiting_for(job)
-        try:
-            self._dynamo.update(changes.update(JOBS.key(job.job_id), condition=condition,
-                                               values=values))
-        except ConditionFailed:
-            return False
-        return True
+        return self._update_if(job.job_id, changes, *_still_waiting_for(job))
 
     # -- arrays ----------------------------------------------------------------
     def arrays(self, limit: int) -> list[Job]:
@@ -157,13 +151,8 @@ class DynamoPipelines(DynamoJobs):
             .set("started_at", iso(now)).set("updated_at", iso(now)) \
             .event("started", ev.event("started", now, reason="its first index was placed"))
         condition, values = leaving(Event.INDEX_PLACED)
-        try:
-            self._dynamo.update(changes.update(
-                JOBS.key(parent_id), condition=condition + " AND #active_state = :array",
-                values={**values, ":array": {"S": ARRAY}}))
-        except ConditionFailed:
-            return False
-        return True
+        return self._update_if(parent_id, changes, condition + " AND #active_state = :array",
+                               {**values, ":array": {"S": ARRAY}})
 
     def request_array_cancel(self, parent: Job, now: datetime, reason: str | None) -> bool:
         """Record the cancel of an open array (its children are cancelled
@@ -172,14 +161,10 @@ class DynamoPipelines(DynamoJobs):
             .set("cancel_reason", reason).set("updated_at", iso(now)) \
             .event("cancel_requested", ev.event("cancel_requested", now, reason=reason,
                                                 by=parent.tenant))
-        try:
-            self._dynamo.update(changes.update(
-                JOBS.key(parent.job_id),
-                condition="#active_state = :array AND attribute_not_exists(#cancel_requested_at)",
-                values={":array": {"S": ARRAY}}))
-        except ConditionFailed:
-            return False
-        return True
+        return self._update_if(
+            parent.job_id, changes,
+            "#active_state = :array AND attribute_not_exists(#cancel_requested_at)",
+            {":array": {"S": ARRAY}})
 
     def finish_array(self, parent: Job, to: JobState, exit_: dict | None,
                      now: datetime) -> bool:

@@ -86,10 +86,14 @@ class PipelinesService:
         """After the create: read again what it waits for (see the module);
         an array makes its first children (one transaction: the create
         answers fast, whatever the size)."""
-        if job.waiting_for:
-            self.ended_all(self.resolve(job))
-        elif job.is_array:
-            self.ended_all(self.array_changed(job.job_id, at_most=arrays.FEED_BATCH))
+        try:
+            if job.waiting_for:
+                self.ended_all(self.resolve(job))
+            elif job.is_array:
+                self.ended_all(self.array_changed(job.job_id, at_most=arrays.FEED_BATCH))
+        except Exception:  # noqa: BLE001 - the job is written; the sweep follows up
+            log.exception("job %s created: what it waits for, or its first children, are "
+                          "left to the sweep", job.job_id)
 
     # -- a job ended -------------------------------------------------------
     def ended(self, job_id: str) -> None:

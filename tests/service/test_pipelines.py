@@ -123,8 +123,11 @@ def test_a_lost_follow_up_is_made_up_by_the_sweep(nodes, world, clock, monkeypat
     dep = _one(svc)
     dependent = _one(svc, depends_on=[{"job_id": dep.job_id}])
     svc.placer.run()
-    monkeypatch.setattr(svc.pipelines, "ended_all", lambda ids: None)  # the process died
-    _run(svc, dep.job_id)
+    def down(ids):
+        raise ConnectionError("the store went away after the end was written")
+
+    monkeypatch.setattr(svc.pipelines, "ended_all", down)
+    assert _run(svc, dep.job_id).state is JobState.SUCCEEDED  # the report is answered
     monkeypatch.undo()
     assert svc.store.get(dependent.job_id).waiting_for == [dep.job_id]
     clock.advance(RECHECK_S)
@@ -295,3 +298,18 @@ def test_an_array_cannot_bypass_the_tenant_s_gpu_limit(world):
     assert len(svc.placer.run().placed) == 3
     assert svc.store.get(parent.job_id).array_counts["placed"] == 3
     assert svc.placer.run().placed == []  # at its limit, however many indexes wait
+
+
+def test_a_create_whose_follow_up_fails_is_still_a_create_and_the_sweep_follows_up(nodes, world,
+                                                                                   monkeypatch):
+    svc = nodes
+
+    def down(*args, **kwargs):
+        raise ConnectionError("the store is unreachable")
+
+    monkeypatch.setattr(world.store, "make_children", down)
+    parent = _array(svc, 4)  # answered: the job is written
+    assert parent.array_counts["materialized"] == 0
+    monkeypatch.undo()
+    assert svc.reconciler.run()["pipelines"]["arrays"] == 1
+    assert svc.store.get(parent.job_id).array_counts["materialized"] == 4

@@ -132,12 +132,15 @@ def array_spec_text(array: Mapping[str, Any]) -> str:
     return text
 
 
-def counts_text(progress: "ArrayProgress") -> str:
+def counts_text(progress: "ArrayProgress", *, ended: bool = False) -> str:
     """``100: 88 pending, 4 running, 7 succeeded, 1 failed``: the indexes by
-    state (the states with none left out)."""
+    state (the states with none left out). The API counts the indexes never
+    made as PENDING; once the array has ``ended`` (failed fast or cancelled)
+    they never will be, so they are said as ``never started``."""
     counts = progress.counts
     states = [*ARRAY_COUNT_STATES, *(s for s in counts if s not in ARRAY_COUNT_STATES)]
-    parts = [f"{counts[s]} {s.lower()}" for s in states if counts.get(s)]
+    parts = [f"{counts[s]} {'never started' if ended and s == 'PENDING' else s.lower()}"
+             for s in states if counts.get(s)]
     return f"{progress.size}: " + ", ".join(parts) if parts else str(progress.size)
 
 

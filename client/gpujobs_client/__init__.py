@@ -18,11 +18,13 @@ _EXPORTS = {
     "RetryPolicy": "retry",
     "parse_duration": "lifecycle", "parse_retry_on": "lifecycle",
     "LifecycleError": "lifecycle",
+    "parse_array": "pipelines", "parse_array_env": "pipelines", "depends_on": "pipelines",
+    "PipelineError": "pipelines",
     "Job": "models", "JobPage": "models", "JobHealth": "models", "Exit": "models",
     "Attempt": "models", "Placement": "models", "Node": "models", "Ranks": "models",
     "RankStatus": "models", "HeartbeatAck": "models", "STATES": "models", "Cordon": "models",
     "LogLine": "models", "JobEvent": "models", "Verdict": "models", "Preempting": "models",
-    "DEFAULT_PRIORITY_CLASS": "models",
+    "DEFAULT_PRIORITY_CLASS": "models", "Dependency": "models", "ArrayProgress": "models",
     "TERMINAL_STATES": "models", "parse_time": "models",
     "GpujobsError": "errors", "TransportError": "errors", "ApiError": "errors",
     "BadRequest": "errors", "InvalidArgument": "errors", "InvalidPageToken": "errors",
@@ -95,8 +97,10 @@ if TYPE_CHECKING:  # pragma: no cover
         DEFAULT_PRIORITY_CLASS as DEFAULT_PRIORITY_CLASS,
         STATES as STATES,
         TERMINAL_STATES as TERMINAL_STATES,
+        ArrayProgress as ArrayProgress,
         Attempt as Attempt,
         Cordon as Cordon,
+        Dependency as Dependency,
         Exit as Exit,
         HeartbeatAck as HeartbeatAck,
         Job as Job,
@@ -111,6 +115,12 @@ if TYPE_CHECKING:  # pragma: no cover
         RankStatus as RankStatus,
         Verdict as Verdict,
         parse_time as parse_time,
+    )
+    from .pipelines import (
+        PipelineError as PipelineError,
+        depends_on as depends_on,
+        parse_array as parse_array,
+        parse_array_env as parse_array_env,
     )
     from .retry import (
         RetryPolicy as RetryPolicy,

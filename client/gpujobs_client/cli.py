@@ -103,11 +103,24 @@ class JobEnded(GpujobsError):
 
 
 def exit_note(job: "Job") -> str:
-    """' (rank_failed, exit code 1)': how a finished job ended, or ''."""
+    """' (rank_failed, exit code 1)': how a finished job ended, or ''; a
+    pipeline's or an array's end with its detail: ' (dependency_failed:
+    job_x ended FAILED; this job needed it to succeed)'."""
     if job.exit is None:
         return ""
+    from .pipelines import PIPELINE_REASONS
+    if job.exit.reason in PIPELINE_REASONS and job.exit.detail:
+        return f" ({job.exit.reason}: {job.exit.detail})"
     code = "" if job.exit.exit_code is None else f", exit code {job.exit.exit_code}"
     return f" ({job.exit.reason}{code})"
+
+
+def exit_text_of(job: "Job") -> str:
+    """The job's exit in words (lifecycle.exit_text), or '-'."""
+    if job.exit is None:
+        return "-"
+    from .lifecycle import exit_text
+    return exit_text(job.exit.raw)
 
 
 def decision_note(job: "Job") -> str:
@@ -452,6 +465,77 @@ class WarnSignalType(click.ParamType):
         return name
 
 
+class ArrayRangeType(click.ParamType):
+    """An array's indexes from 0-N[%P] or SIZE[%P] (gpujobs_client.pipelines.parse_array)."""
+    name = "range"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> dict[str, int]:
+        if isinstance(value, dict):
+            return value
+        from .pipelines import PipelineError, parse_array
+        try:
+            return parse_array(str(value))
+        except PipelineError as e:
+            self.fail(str(e), param, ctx)
+
+
+class ArrayEnvType(click.ParamType):
+    """NAME=V0,V1,...: one value per index (gpujobs_client.pipelines.parse_array_env)."""
+    name = "env"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[str, list[str]]:
+        if isinstance(value, tuple):
+            return value
+        from .pipelines import PipelineError, parse_array_env
+        try:
+            return parse_array_env(str(value))
+        except PipelineError as e:
+            self.fail(str(e), param, ctx)
+
+
+def pipeline_members(body: dict[str, Any], *, array_range: dict[str, int] | None,
+                     array_env: tuple[tuple[str, list[str]], ...],
+                     max_failed_indexes: int | None,
+                     after: Iterable[tuple[str, str]]) -> None:
+    """The pipeline and sweep flags of ``submit`` into ``body`` (the spec
+    file's, flags over it): ``--array``, ``--array-env`` and
+    ``--max-failed-indexes`` into ``array`` (each member they set replaces
+    the file's), the ``--after*`` flags into ``depends_on`` (replacing the
+    file's). Checked here as the server would, naming the flag."""
+    from .pipelines import PipelineError, check_array_env, check_max_failed, depends_on
+    pairs = list(after)
+    if pairs:
+        try:
+            body["depends_on"] = depends_on(pairs)
+        except PipelineError as e:
+            raise click.BadParameter(str(e), param_hint="--after/--after-ok/--after-notok") \
+                from None
+    if array_range is None and not array_env and max_failed_indexes is None:
+        return
+    existing = body.get("array")
+    array = dict(existing) if isinstance(existing, dict) else {}
+    if array_range is not None:
+        array.update(array_range)
+    if array_env:
+        env = array.get("env")
+        array["env"] = {**(env if isinstance(env, dict) else {}), **dict(array_env)}
+    if max_failed_indexes is not None:
+        array["max_failed_indexes"] = max_failed_indexes
+    if "size" not in array:
+        flag = "--array-env" if array_env else "--max-failed-indexes"
+        raise click.BadParameter("needs --array (or array.size in --file)", param_hint=flag)
+    for flag, check in (("--array-env", lambda: check_array_env(
+            array, [name for name, _ in array_env])),
+            ("--max-failed-indexes", lambda: check_max_failed(array))):
+        try:
+            check()
+        except PipelineError as e:
+            raise click.BadParameter(str(e), param_hint=flag) from None
+    body["array"] = array
+
+
 def _absolute_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None and not value.startswith("/"):
         raise click.BadParameter(f"{value!r} is not an absolute path", ctx, param)
@@ -558,6 +642,29 @@ def load_spec_file(path: str) -> dict[str, Any]:
                    "--retry-on signal:SIGKILL=uncounted. Replaces the file's retry.rules.")
 @click.option("--max-uncounted-retries", type=click.IntRange(0, 1000), metavar="N",
               help="How many retries may go uncounted (default 10); past it they count.")
+@click.option("--after-ok", "after_ok", multiple=True, metavar="JOB",
+              help="Wait until JOB has SUCCEEDED (Slurm's afterok); should it end otherwise, "
+                   "this job ends FAILED with reason dependency_failed, and so does what "
+                   "waits on it. Repeatable, with --after and --after-notok: up to 100 of "
+                   "your jobs in all. Replaces the file's depends_on.")
+@click.option("--after-notok", "after_notok", multiple=True, metavar="JOB",
+              help="Wait until JOB has FAILED or was CANCELLED (afternotok); should it "
+                   "succeed, this job ends FAILED (dependency_failed). Repeatable.")
+@click.option("--after", "after_any", multiple=True, metavar="JOB",
+              help="Wait until JOB has ended, however it ends (afterany). Repeatable.")
+@click.option("--array", "array_range", type=ArrayRangeType(), metavar="0-N[%P]",
+              help="Make the job an array (a sweep): indexes 0 to N, each run as a job of "
+                   "its own (its own retries) with GPUJOBS_ARRAY_INDEX and GPUJOBS_ARRAY_SIZE "
+                   "in its env; %P runs at most P at once. 0-99%8, 100%8 (the same) or "
+                   "0-99; indexes always start at 0.")
+@click.option("--array-env", "array_env", type=ArrayEnvType(), multiple=True,
+              metavar="NAME=V0,V1,...",
+              help="One value per index: index i gets NAME=Vi (array.env); repeatable. "
+                   "Values are split on commas (put values holding one in --file).")
+@click.option("--max-failed-indexes", type=click.IntRange(min=0), metavar="N",
+              help="Fail the array as soon as more than N indexes have failed (each after "
+                   "its own retries): no more start and the running ones are cancelled "
+                   "(default: no limit).")
 @click.option("-e", "--env", "env", multiple=True, metavar="KEY=VALUE",
               help="Environment of every rank; repeatable. KEY alone passes the local value.")
 @click.option("-l", "--label", "labels", multiple=True, metavar="KEY=VALUE",
@@ -579,7 +686,10 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
            priority: int | None, max_attempts: int | None, working_dir: str | None, max_runtime: int | None,
            warn_before: int | None, warn_signal: str | None, max_pending: int | None,
            checkpoint_dir: str | None, retry_on: tuple[dict[str, Any], ...],
-           max_uncounted_retries: int | None, env: tuple[str, ...], labels: tuple[str, ...],
+           max_uncounted_retries: int | None, after_ok: tuple[str, ...],
+           after_notok: tuple[str, ...], after_any: tuple[str, ...],
+           array_range: dict[str, int] | None, array_env: tuple[tuple[str, list[str]], ...],
+           max_failed_indexes: int | None, env: tuple[str, ...], labels: tuple[str, ...],
            idempotency_key: str | None, dry_run: bool, quiet: bool, wait: bool,
            interval: float, wait_timeout: float | None,
            command: tuple[str, ...]) -> None:
@@ -607,6 +717,22 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     running jobs of lower classes when it does not fit: they get SIGTERM and
     their grace period, then requeue (not counted by default); `gpujobs
     describe` shows which jobs it is preempting.
+
+    \b
+    Pipelines (each step waits for the one before it):
+      PREP=$(gpujobs submit -q --ranks 1 -- python prepare.py)
+      TRAIN=$(gpujobs submit -q --ranks 8 --after-ok $PREP -- python train.py)
+      gpujobs submit --ranks 1 --after $TRAIN -- python evaluate.py
+    A waiting job stays PENDING ("waiting for job_x to succeed"); once what
+    it waits for can no longer happen it ends FAILED (dependency_failed),
+    and so does what waits on it: nothing waits forever.
+
+    \b
+    Sweeps (job arrays):
+      gpujobs submit --ranks 1 --array 0-99%8 --array-env LR=... -- python train.py
+    makes 100 indexes, at most 8 running at once; `gpujobs list --parent
+    JOB` lists them, `gpujobs describe JOB` counts them by state, and
+    `gpujobs cancel JOB` cancels every one.
     """
     body: dict[str, Any] = load_spec_file(spec_file) if spec_file else {}
     for key, value in (("name", name), ("ranks", ranks), ("gpus_per_rank", gpus_per_rank),
@@ -618,6 +744,11 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
                       warn_signal=warn_signal, max_pending=max_pending,
                       checkpoint_dir=checkpoint_dir, retry_on=retry_on,
                       max_uncounted_retries=max_uncounted_retries)
+    pipeline_members(body, array_range=array_range, array_env=array_env,
+                     max_failed_indexes=max_failed_indexes,
+                     after=[*(("succeeded", j) for j in after_ok),
+                            *(("failed", j) for j in after_notok),
+                            *(("ended", j) for j in after_any)])
     for key, values, from_env in (("env", env, True), ("labels", labels, False)):
         pairs = _pairs(values, "--env" if key == "env" else "--label", from_env=from_env)
         if pairs:
@@ -646,6 +777,8 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
                       "without risking a second job")
         elif e.field == "priority_class":
             e.hint = priority_class_hint(e, body.get("priority_class"))
+        elif e.field:
+            e.hint = pipeline_hint(e.field, body)
         raise
     if json_mode():
         if wait and not job.is_terminal:  # stdout: one object, the job as it ended
@@ -675,9 +808,19 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     limits = limits_lines(spec)
     if limits:
         c.print(f"  limits: {escape('; '.join(limits))}")
+    from .pipelines import array_spec_text, dependencies_summary
+    if spec.get("depends_on"):
+        c.print(f"  after: {escape(dependencies_summary(spec))}")
+    if isinstance(spec.get("array"), dict):
+        c.print(f"  array: {escape(array_spec_text(spec['array']))}")
+    if job.state == "PENDING" and job.waiting_for and job.pending_reason:
+        c.print(f"  pending reason: {escape(job.pending_reason)}")
+    elif job.exit is not None and job.is_terminal:
+        c.print(f"  ended {styled_state(job.state)}: {escape(exit_text_of(job))}")
     c.print(f"  idempotency key: {escape(key)}")
     if not wait:
-        c.print(f"  next: gpujobs watch {job.id}", style="dim")
+        nxt = f"gpujobs list --parent {job.id}" if job.is_array else f"gpujobs watch {job.id}"
+        c.print(f"  next: {nxt}", style="dim")
         return
     if not job.is_terminal:
         c.print("Waiting for the job to end (Ctrl-C stops waiting; the job goes on)...",
@@ -686,6 +829,28 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     c.print(f"Job finished: {styled_state(job.state)}"
             f"{escape(exit_note(job) + decision_note(job))}")
     check_outcome(job)
+
+
+def pipeline_hint(field: str, body: dict[str, Any]) -> str | None:
+    """What to do about the server's 400 naming a member of depends_on or
+    array, in the flags that set it."""
+    if field.startswith("depends_on"):
+        named = ""
+        parts = field.split(".")
+        deps = body.get("depends_on") or []
+        if len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < len(deps):
+            d = deps[int(parts[1])]
+            flag = {"succeeded": "--after-ok", "failed": "--after-notok",
+                    "ended": "--after"}.get(d.get("condition") or "succeeded", "--after-ok")
+            named = f" ({flag} {d.get('job_id')})"
+        return (f"each --after, --after-ok and --after-notok{named} must name an existing job "
+                "of yours, once (`gpujobs list` shows them)")
+    if field.startswith("array.env."):
+        return (f"--array-env {field.split('.', 2)[2]}=... needs exactly one value per "
+                "index of --array")
+    if field.startswith("array"):
+        return "see `gpujobs submit --help` for --array, --array-env and --max-failed-indexes"
+    return None
 
 
 def priority_class_hint(e: ApiError, name: Any) -> str:
@@ -715,6 +880,32 @@ def preempting_text(job: "Job") -> str | None:
     return f"preempting {', '.join(p.jobs) or '?'}{since}"
 
 
+def pipeline_rows(job: "Job") -> list[tuple[str, str]]:
+    """describe's rows of a pipeline or a sweep (plain text): what a waiting
+    job waits for, each dependency and where it stands, a child's parent and
+    index, an array's spec and its indexes by state."""
+    from . import pipelines
+    rows: list[tuple[str, str]] = []
+    if job.waiting_for and job.state == "PENDING":
+        rows.append(("waiting for", pipelines.shown_ids(job.waiting_for)))
+    deps = pipelines.dependency_lines(job)
+    if deps:
+        rows.append(("dependencies", "\n".join(deps)))
+    if job.parent_id is not None:
+        rows.append(("parent", job.parent_id))
+        rows.append(("index", pipelines.index_text(job) or "-"))
+    spec_array = job.spec.get("array")
+    if isinstance(spec_array, dict):
+        rows.append(("array", pipelines.array_spec_text(spec_array)))
+    if job.array is not None:
+        made = job.array.materialized
+        counts = pipelines.counts_text(job.array, ended=job.is_terminal)
+        if not job.is_terminal and made < job.array.size:
+            counts += f"\n{made} of {job.array.size} made so far"
+        rows.append(("indexes", counts))
+    return rows
+
+
 def _utcnow() -> "datetime":
     """Now, for what is left of a job's limits (the tests set it)."""
     from datetime import datetime, timezone
@@ -736,8 +927,13 @@ def job_panel(job: "Job") -> "RenderableType":
     waited_too_long = job.exit is not None and job.exit.reason == "pending_timeout"
     if job.pending_reason and (job.state == "PENDING" or waited_too_long):
         t.add_row("pending reason", escape(job.pending_reason))
-    t.add_row("attempt", lifecycle.attempt_text(job.attempt, int(spec.get("max_attempts", 1)),
-                                                job.uncounted_retries))
+    for label, value in pipeline_rows(job):
+        t.add_row(label, escape(value))
+    if job.is_array:  # the parent never runs: its indexes do, each with its attempts
+        t.add_row("attempt", f"none of its own (each index: max {spec.get('max_attempts', 1)})")
+    else:
+        t.add_row("attempt", lifecycle.attempt_text(
+            job.attempt, int(spec.get("max_attempts", 1)), job.uncounted_retries))
     t.add_row("retry", escape(lifecycle.retry_policy_text(spec)))
     limits = lifecycle.limits_lines(spec)
     if limits:
@@ -798,13 +994,19 @@ def get(job_id: str) -> None:
 @click.option("--all", "all_", is_flag=True, help="Every job: follow every page to the end.")
 @click.option("--page-size", type=click.IntRange(1, 500), help="Jobs per request (1-500).")
 @click.option("--page-token", help="Resume from a next_page_token.")
+@click.option("--parent", metavar="JOB", help="An array's indexes (its child jobs made so far), "
+              "in index order, with an INDEX column.")
 def list_(state: str | None, limit: int | None, all_: bool, page_size: int | None,
-          page_token: str | None) -> None:
-    """List your jobs, newest first.
+          page_token: str | None, parent: str | None) -> None:
+    """List your jobs, newest first, or an array's indexes (--parent).
 
     Shows up to --limit jobs (20 by default), or with --all every job; pages
     are followed with the server's next_page_token, so no job is repeated or
     skipped while others are created.
+
+    \b
+      gpujobs list --state running
+      gpujobs list --parent JOB --state failed     # a sweep's failed indexes
     """
     if all_ and limit is not None:
         raise click.UsageError("--all and --limit exclude each other")
@@ -819,7 +1021,14 @@ def list_(state: str | None, limit: int | None, all_: bool, page_size: int | Non
             # never ask for more than is still wanted, so that next_page_token
             # resumes exactly after the last job shown
             size = min(size, cap - len(jobs), 500)
-        page = client.list_jobs(state=state, page_size=size, page_token=token)
+        try:
+            page = client.list_jobs(state=state, page_size=size, page_token=token,
+                                    parent=parent)
+        except ApiError as e:
+            if parent is not None and e.field == "parent":
+                e.hint = ("--parent takes an array's job id (one submitted with --array); "
+                          "`gpujobs list` shows your jobs")
+            raise
         jobs.extend(page.jobs)
         token = page.next_page_token
         if token is None or (cap is not None and len(jobs) >= cap):
@@ -828,7 +1037,10 @@ def list_(state: str | None, limit: int | None, all_: bool, page_size: int | Non
         out_json({"jobs": [j.raw for j in jobs], "next_page_token": token})
         return
     c = console()
-    if not jobs:
+    if not jobs and parent is not None:
+        c.print(f"No {state + ' ' if state else ''}indexes of {escape(parent)}"
+                f"{'' if state else ' made yet'}.")
+    elif not jobs:
         c.print("No jobs." if not state else f"No {state} jobs.")
     else:
         from rich.table import Table
@@ -838,24 +1050,38 @@ def list_(state: str | None, limit: int | None, all_: bool, page_size: int | Non
         # table of a deployment without priority classes is as it was
         from .models import DEFAULT_PRIORITY_CLASS
         classes = any(j.priority_class != DEFAULT_PRIORITY_CLASS for j in jobs)
+        # an array's indexes (--parent) lead with their index; the arrays
+        # among the jobs shown get their indexes by state
+        indexed = parent is not None
+        arrays = any(j.is_array for j in jobs)
         cols = ("ID", "NAME", "STATE", "RANKS", "ATTEMPT", "HEALTH", "CREATED")
-        for col in cols + (("CLASS",) if classes else ()) + (
-                ("PENDING REASON",) if waiting else ()):
-            t.add_column(col, no_wrap=col in ("ID", "STATE", "CREATED"))
+        for col in (("INDEX",) if indexed else ()) + cols + (("CLASS",) if classes else ()) + (
+                ("INDEXES",) if arrays else ()) + (("PENDING REASON",) if waiting else ()):
+            t.add_column(col, no_wrap=col in ("ID", "STATE", "CREATED"),
+                         justify="right" if col == "INDEX" else "left")
+        from .pipelines import counts_text
         for j in jobs:
             health = f"[{HEALTH_STYLE.get(j.health.status, '')}]{j.health.status}[/]"
             if j.health.verdict:
                 health += f" {escape(shorten(j.health.verdict.text, 60))}"
             row = [j.id, escape(j.name or "-"), styled_state(j.state), str(j.ranks or "-"),
                    str(j.attempt), health, short_time(j.created_at)]
+            if indexed:
+                row.insert(0, "-" if j.array_index is None else str(j.array_index))
             if classes:
                 row.append(escape(j.priority_class))
+            if arrays:
+                row.append(escape(counts_text(j.array, ended=j.is_terminal))
+                           if j.array is not None else "")
             if waiting:
                 row.append(escape(j.pending_reason or "") if j.state == "PENDING" else "")
             t.add_row(*row)
         c.print(t)
     if token is not None:
-        c.print(f"More jobs: gpujobs list --page-token {escape(token)}  (or --all)", style="dim")
+        again = "".join(f" {flag} {escape(value)}" for flag, value in
+                        (("--parent", parent), ("--state", state)) if value)
+        c.print(f"More {'indexes' if parent else 'jobs'}: gpujobs list{again} --page-token "
+                f"{escape(token)}  (or --all)", style="dim")
 
 
 # -- cancel -----------------------------------------------------------------------------
@@ -883,7 +1109,8 @@ def cancel(job_id: str, reason: str | None, wait: bool, interval: float,
     """Request the cancel of a job (202 Accepted).
 
     A job not yet placed is cancelled at once; a placed one when its agents
-    confirm every rank stopped. With --wait, poll until the job is terminal and
+    confirm every rank stopped; an array cancels every index so, and ends
+    CANCELLED once they all have ended. With --wait, poll until the job is terminal and
     show its final state: exit 0 when it ended CANCELLED (what was asked) or
     SUCCEEDED before the cancel took effect, 8 when it ended FAILED. Repeating
     a cancel is harmless.
@@ -894,6 +1121,9 @@ def cancel(job_id: str, reason: str | None, wait: bool, interval: float,
         c = console()
         c.print(f"Cancel accepted (202) for [bold]{job.id}[/]: state {styled_state(job.state)}, "
                 f"cancel requested at {short_time(job.cancel_requested_at)}")
+        if job.is_array and not job.is_terminal:
+            c.print("  every index is cancelled too (as intents); the array ends CANCELLED "
+                    "once they all have ended", style="dim")
     if wait and not job.is_terminal:
         if not json_mode():
             c.print("Waiting for the agents to stop every rank...", style="dim")
@@ -1054,6 +1284,11 @@ def watch_view(job: "Job", rk: "Ranks | None", note: str | None, interval: float
 
 def snapshot(client: "Client", job_id: str) -> tuple["Job", "Ranks | None", str | None]:
     job = client.get_job(job_id)
+    if job.array is not None:  # an array runs no ranks of its own: its indexes by state
+        from .pipelines import counts_text
+        return job, None, f"indexes {counts_text(job.array, ended=job.is_terminal)}"
+    if job.waiting_for and job.state == "PENDING":
+        return job, None, job.pending_reason or f"waiting for {', '.join(job.waiting_for)}"
     if job.attempt == 0 or job.state == "PENDING":
         return job, None, "waiting for placement" + (
             f": {job.pending_reason}" if job.pending_reason else "")
@@ -1197,7 +1432,11 @@ def logs(job_id: str, rank: int | None, all_ranks: bool, attempt: int | None, fo
 @click.argument("job_id")
 def describe(job_id: str) -> None:
     """Everything about a job: spec, state, why it waits, attempts (node -> ranks),
-    health and the story of its transitions."""
+    health and the story of its transitions.
+
+    A job with dependencies shows each one and where it stands (waiting,
+    met, can no longer be met); an array's index its parent and index; an
+    array its indexes by state (`gpujobs list --parent JOB` lists them)."""
     client = make_client()
     job = client.get_job(job_id)
     items = client.list_attempts(job_id)
@@ -1209,6 +1448,9 @@ def describe(job_id: str) -> None:
     from rich.table import Table
     c = console()
     c.print(job_panel(job))
+    if job.is_array:
+        c.print()
+        c.print(f"Its indexes: gpujobs list --parent {job.id}", style="dim")
     if items:
         c.print()
         t = Table(box=None, header_style="bold", pad_edge=False, title="attempts",
@@ -1228,6 +1470,7 @@ def describe(job_id: str) -> None:
     for e in events:
         said = (e.reason or "") + (f" on {e.node_id}" if e.node_id else "")
         reason = "\n".join([escape(said),
+                            *([f"  {escape(e.detail)}"] if e.detail else []),
                             *([f"  {escape(e.decision)}"] if e.decision else []),
                             *([f"  jobs preempted: {escape(', '.join(e.jobs))}"] if e.jobs else []),
                             *(f"  {escape(stack_line(s))}" for s in e.stacks)])

@@ -207,6 +207,27 @@ class Client:
         ``max_pending_s``, ``checkpoint_dir`` (docs/api.md; the helpers of
         :mod:`gpujobs_client.lifecycle` read ``"4h"`` and ``"exit:42=fail"``).
 
+        Pipelines and sweeps (the helpers of :mod:`gpujobs_client.pipelines`
+        read ``"0-99%8"`` and ``after_ok=[...]``):
+
+        - ``depends_on=[{"job_id": "job_...", "condition": "succeeded"}]``
+          (up to 100; ``condition`` is ``succeeded``, the default, ``failed``:
+          ended FAILED or CANCELLED, or ``ended``: any end). Each must be an
+          existing job of the tenant, else :class:`InvalidArgument` naming
+          ``depends_on.<i>.job_id``. The job stays PENDING, ``waiting_for``
+          listing what is left and ``pending_reason`` "waiting for job_x to
+          succeed"; once a dependency can no longer be met it ends FAILED with
+          ``exit.reason`` ``dependency_failed`` (``exit.dependency`` names it).
+        - ``array={"size": N, "max_parallel": P, "max_failed_indexes": F,
+          "env": {"LR": [N values]}}`` (``size`` 1 to 10,000; the others
+          optional): the job is an array's parent, which never runs itself,
+          and its N children (indexes 0 to N-1, at most P running at once,
+          each with its own retries) get ``GPUJOBS_ARRAY_INDEX``,
+          ``GPUJOBS_ARRAY_SIZE`` and the index's value of each ``env`` list.
+          More than F failed indexes fail the array at once. ``job.array``
+          counts the indexes by state; ``list_jobs(parent=job.id)`` lists the
+          children; ``cancel_job`` of the parent cancels every index.
+
         ``priority_class`` names one of the operator's priority classes
         (sent only when given; the server's default is ``default``): higher
         classes are placed first, and a class that preempts may take the
@@ -236,20 +257,27 @@ class Client:
         return Job.from_json(self._json("GET", f"/v1/jobs/{_seg(job_id)}"))
 
     def list_jobs(self, *, state: str | None = None, page_size: int | None = None,
-                  page_token: str | None = None) -> JobPage:
-        """One page of ``GET /v1/jobs``, newest first. ``next_page_token`` is
-        None exactly when the listing is over; a page may be short or empty
-        before that."""
+                  page_token: str | None = None, parent: str | None = None) -> JobPage:
+        """One page of ``GET /v1/jobs``, newest first; with ``parent`` (an
+        array's id), that array's children made so far, in index order.
+        ``next_page_token`` is None exactly when the listing is over; a page
+        may be short or empty before that (pass the same ``parent`` and
+        ``state`` with the token). An unknown ``parent`` is :class:`NotFound`,
+        a job that is not an array :class:`InvalidArgument`, both naming
+        ``field="parent"``."""
         return JobPage.from_json(self._json(
             "GET", "/v1/jobs",
-            params={"state": state, "page_size": page_size, "page_token": page_token}))
+            params={"state": state, "page_size": page_size, "page_token": page_token,
+                    "parent": parent}))
 
     def iter_pages(self, *, state: str | None = None, page_size: int | None = None,
-                   page_token: str | None = None) -> Iterator[JobPage]:
+                   page_token: str | None = None,
+                   parent: str | None = None) -> Iterator[JobPage]:
         """Every page from ``page_token`` (or the first) to the end."""
         seen: set[str] = set()
         while True:
-            page = self.list_jobs(state=state, page_size=page_size, page_token=page_token)
+            page = self.list_jobs(state=state, page_size=page_size, page_token=page_token,
+                                  parent=parent)
             yield page
             if page.next_page_token is None:
                 return
@@ -259,13 +287,14 @@ class Client:
             page_token = page.next_page_token
 
     def iter_jobs(self, *, state: str | None = None, page_size: int | None = None,
-                  limit: int | None = None) -> Iterator[Job]:
-        """Every job (newest first, each once), following ``next_page_token``
-        to the end, or until ``limit`` jobs were yielded."""
+                  limit: int | None = None, parent: str | None = None) -> Iterator[Job]:
+        """Every job (newest first, each once), or with ``parent`` every
+        child of that array made so far (in index order), following
+        ``next_page_token`` to the end, or until ``limit`` jobs were yielded."""
         if limit is not None and limit <= 0:
             return
         count = 0
-        for page in self.iter_pages(state=state, page_size=page_size):
+        for page in self.iter_pages(state=state, page_size=page_size, parent=parent):
             for job in page.jobs:
                 yield job
                 count += 1
@@ -274,8 +303,9 @@ class Client:
 
     def cancel_job(self, job_id: str, reason: str | None = None) -> Job:
         """``POST /v1/jobs/{job_id}/cancel`` (202). The cancel is recorded; a
-        PENDING job is CANCELLED at once, a placed one when its agents confirm.
-        Repeating it is harmless. :class:`AlreadyFinished` if the job
+        PENDING job is CANCELLED at once, a placed one when its agents confirm;
+        an array's parent cancels every index, and is CANCELLED once they all
+        have ended. Repeating it is harmless. :class:`AlreadyFinished` if the job
         succeeded or failed first."""
         body = {"reason": reason} if reason is not None else {}
         return Job.from_json(self._json("POST", f"/v1/jobs/{_seg(job_id)}/cancel", body=body,

@@ -52,7 +52,12 @@ class Exit:
     how long it waited and why."""
     detail: str | None = None
     """More about the end, when the server says more: a preemption's cause
-    ("node n1 drained: bad ECC")."""
+    ("node n1 drained: bad ECC"), a ``dependency_failed``'s "job_x ended
+    FAILED; this job needed it to succeed", an array's tally of its
+    indexes."""
+    dependency: str | None = None
+    """For ``dependency_failed``: the job of ``depends_on`` that can no
+    longer end as required."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> "Exit | None":
@@ -60,7 +65,8 @@ class Exit:
             return None
         return cls(reason=str(d.get("reason", "")), exit_code=_opt_int(d.get("exit_code")),
                    raw=dict(d), rank=_opt_int(d.get("rank")), node_id=d.get("node_id"),
-                   decision=d.get("decision"), detail=d.get("detail"))
+                   decision=d.get("decision"), detail=d.get("detail"),
+                   dependency=d.get("dependency"))
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,59 @@ class Preempting:
                    priority_class=d.get("class"), raw=dict(d))
 
 
+#: the conditions of a dependency (``depends_on[].condition``): the job named
+#: must end SUCCEEDED, FAILED or CANCELLED (``failed``), or at all (``ended``)
+CONDITIONS = ("succeeded", "failed", "ended")
+DEFAULT_CONDITION = "succeeded"
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One member of ``spec.depends_on``: the job waits until ``job_id``
+    has ended as ``condition`` asks (``succeeded``, ``failed`` or
+    ``ended``), and ends ``dependency_failed`` once it cannot."""
+    job_id: str
+    condition: str = DEFAULT_CONDITION
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Dependency":
+        return cls(job_id=str(d.get("job_id", "")),
+                   condition=str(d.get("condition") or DEFAULT_CONDITION))
+
+
+#: the states an array counts its indexes in (``array.counts``): PENDING
+#: includes the indexes not made yet, RUNNING the SCHEDULED ones
+ARRAY_COUNT_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+
+
+@dataclass(frozen=True)
+class ArrayProgress:
+    """``job.array`` of an array's parent: its ``size`` (indexes 0 to
+    size - 1), how many children were made so far (``materialized``: they
+    are made as room opens, up to ``max_parallel`` open at once) and how
+    many indexes are in each state (``counts``, every state of
+    :data:`ARRAY_COUNT_STATES`; they add up to ``size``)."""
+    size: int
+    materialized: int
+    counts: dict[str, int]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def ended(self) -> int:
+        """Indexes that ended, whichever way."""
+        return sum(self.counts.get(s, 0) for s in TERMINAL_STATES)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "ArrayProgress | None":
+        if not d:
+            return None
+        counts = d.get("counts") or {}
+        return cls(size=int(d.get("size") or 0), materialized=int(d.get("materialized") or 0),
+                   counts={**{s: 0 for s in ARRAY_COUNT_STATES},
+                           **{str(k): int(v or 0) for k, v in counts.items()}},
+                   raw=dict(d))
+
+
 @dataclass(frozen=True)
 class Job:
     id: str
@@ -169,10 +228,33 @@ class Job:
     """Set while the job (PENDING, of a class that preempts) waits for the
     jobs it preempted to stop; None otherwise, and from a server that
     predates priority classes."""
+    waiting_for: list[str] = field(default_factory=list)
+    """The jobs of ``depends_on`` not yet ended as required, in the spec's
+    order, while the job waits for them (its ``pending_reason`` names the
+    first: "waiting for job_x to succeed"); empty once none is left, for a
+    job without dependencies, and from a server that predates them."""
+    parent_id: str | None = None
+    """An array's child: the array (its parent job); None otherwise."""
+    array_index: int | None = None
+    """An array's child: its index (``GPUJOBS_ARRAY_INDEX``); None otherwise."""
+    array: ArrayProgress | None = None
+    """An array's parent: its size and its indexes by state; None for any
+    other job."""
 
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def is_array(self) -> bool:
+        """An array's parent: a job that never runs itself, whose indexes do."""
+        return self.array is not None
+
+    @property
+    def depends_on(self) -> list[Dependency]:
+        """``spec.depends_on``: the jobs it waits for and the condition on each."""
+        return [Dependency.from_json(d) for d in self.spec.get("depends_on") or []
+                if isinstance(d, Mapping)]
 
     @property
     def priority_class(self) -> str:
@@ -208,7 +290,10 @@ class Job:
                    idempotency_key=idempotency_key, pending_reason=d.get("pending_reason"),
                    pending_since=d.get("pending_since"),
                    uncounted_retries=int(d.get("uncounted_retries") or 0),
-                   preempting=Preempting.from_json(d.get("preempting")))
+                   preempting=Preempting.from_json(d.get("preempting")),
+                   waiting_for=[str(j) for j in d.get("waiting_for") or []],
+                   parent_id=d.get("parent_id"), array_index=_opt_int(d.get("array_index")),
+                   array=ArrayProgress.from_json(d.get("array")))
 
 
 @dataclass(frozen=True)
@@ -404,6 +489,9 @@ class JobEvent:
     jobs: list[str] = field(default_factory=list)
     """A ``preempting`` event's jobs: those of lower priority classes the job
     preempted to make room (empty for other events)."""
+    detail: str | None = None
+    """More about a ``finished`` event of a pipeline or an array: "job_x
+    ended FAILED; this job needed it to succeed", an array's tally."""
 
     @property
     def stacks(self) -> list[dict[str, Any]]:
@@ -416,4 +504,4 @@ class JobEvent:
         return cls(type=str(d.get("type", "")), time=str(d.get("time", "")),
                    attempt=_opt_int(d.get("attempt")), reason=d.get("reason"), raw=dict(d),
                    decision=d.get("decision"), node_id=d.get("node_id"),
-                   jobs=[str(j) for j in d.get("jobs") or []])
+                   jobs=[str(j) for j in d.get("jobs") or []], detail=d.get("detail"))

@@ -30,6 +30,12 @@ TITLES = {"invalid_argument": "Invalid argument", "invalid_page_token": "Invalid
           "unavailable": "Service unavailable", "internal": "Internal error",
           "rate_limited": "Too many requests"}
 EPOCH = datetime(2025, 1, 31, 12, 0, 0, tzinfo=timezone.utc)
+#: chalicelib/domain/dependencies.py and arrays.py
+CONDITIONS = ("succeeded", "failed", "ended")
+WAITING_WORDS = {"succeeded": "succeed", "failed": "fail", "ended": "end"}
+MAX_DEPENDENCIES = 100
+MAX_ARRAY_SIZE = 10_000
+FEED_WINDOW = 500
 
 
 def problem(status: int, code: str, detail: str, field: str | None = None) -> dict[str, Any]:
@@ -151,7 +157,28 @@ class FakeApi:
                 else:
                     job[k] = v
             job["updated_at"] = self.now()
+            if "state" in changes and job.get("parent_id"):
+                self._array_changed(self.jobs[job["parent_id"]])
             return job
+
+    def end(self, job_id: str, state: str, reason: str | None = None,
+            exit_code: int | None = None, **more: Any) -> dict[str, Any]:
+        """End a job as the server does (its attempt, then what follows: its
+        array's counts and end, its dependents, down the chain)."""
+        with self.lock:
+            job = self.jobs[job_id]
+            default = {"SUCCEEDED": "succeeded", "CANCELLED": "cancelled"}.get(state,
+                                                                             "rank_failed")
+            self._finish(job, state, reason or default,
+                         exit_code if exit_code is not None or state != "SUCCEEDED" else 0,
+                         **more)
+            return job
+
+    def children(self, parent_id: str) -> list[dict[str, Any]]:
+        """The array's children made so far, in index order."""
+        with self.lock:
+            return sorted((j for j in self.jobs.values() if j.get("parent_id") == parent_id),
+                          key=lambda j: j["array_index"])
 
     def add_node(self, node_id: str, gpus: int = 8, gpu_type: str = "h100",
                  **more: Any) -> dict[str, Any]:
@@ -178,7 +205,7 @@ class FakeApi:
                    "_started": self.clock}
             self.attempts.setdefault(job_id, []).append(att)
             self.update_job(job_id, attempt=n, state=state, pending_reason=None,
-                            pending_since=None,
+                            pending_since=None, waiting_for=None,
                             started_at=self.now() if state == "RUNNING" else None)
             return att
 
@@ -240,7 +267,8 @@ class FakeApi:
                           f"tenant {tenant} may not submit to priority class {name}",
                           "priority_class")
 
-    def _create(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _create(self, tenant: str, body: dict[str, Any], *, parent_id: str | None = None,
+                index: int | None = None) -> dict[str, Any]:
         self._seq += 1
         job_id = f"job_{self._seq:026d}"
         # the defaults of chalicelib/domain/jobs.py with_defaults
@@ -252,6 +280,9 @@ class FakeApi:
                 "env": {}, "labels": {}, **body, "heartbeat": hb, "retry": retry}
         if "warn_before_s" in spec:
             spec.setdefault("warn_signal", "SIGUSR1")
+        if spec.get("depends_on"):
+            spec["depends_on"] = [{**d, "condition": d.get("condition", "succeeded")}
+                                  for d in spec["depends_on"]]
         job = {"id": job_id, "name": body.get("name"), "state": "PENDING", "spec": spec,
                "attempt": 0, "created_at": self.now(), "updated_at": self.now(),
                "started_at": None, "finished_at": None, "cancel_requested_at": None,
@@ -260,10 +291,223 @@ class FakeApi:
                           "first_stalled_rank": None, "last_heard_at": None,
                           "detected_at": None, "stalled_ranks": [], "verdict": None},
                "exit": None, "pending_reason": None, "pending_since": self.now(),
-               "uncounted_retries": 0, "preempting": None}
+               "uncounted_retries": 0, "preempting": None, "waiting_for": None,
+               "parent_id": parent_id, "array_index": index, "array": None}
+        if "array" in spec:
+            job["array"] = {"size": spec["array"]["size"], "materialized": 0, "counts": {}}
+            self._count(job)
         self.jobs[job_id] = job
         self.tenant_of[job_id] = tenant
+        # service/pipelines.py: what it waits for, judged once it exists
+        job["waiting_for"] = [d["job_id"] for d in spec.get("depends_on") or []] or None
+        self._resolve(job)
+        if job["array"] is not None:
+            self._array_changed(job)
         return job
+
+    # -- pipelines and sweeps (chalicelib/service/pipelines.py) -------------------
+    def _check_pipeline(self, tenant: str, b: dict[str, Any]) -> None:
+        """schemas.DEPENDS_ON and ARRAY, validation._array, then
+        PipelinesService.unmet: what the server refuses, naming the member."""
+        deps = b.get("depends_on")
+        if deps is not None:
+            if not isinstance(deps, list) or len(deps) > MAX_DEPENDENCIES:
+                raise Problem(400, "invalid_argument",
+                              f"depends_on must be a list of at most {MAX_DEPENDENCIES}",
+                              "depends_on")
+            seen = set()
+            for i, d in enumerate(deps):
+                if not isinstance(d, dict) or not isinstance(d.get("job_id"), str) \
+                        or set(d) - {"job_id", "condition"}:
+                    raise Problem(400, "invalid_argument", "a dependency is {job_id, condition}",
+                                  f"depends_on.{i}")
+                if d.get("condition", "succeeded") not in CONDITIONS:
+                    raise Problem(400, "invalid_argument",
+                                  f"condition must be one of {', '.join(CONDITIONS)}",
+                                  f"depends_on.{i}.condition")
+                if d["job_id"] in seen:
+                    raise Problem(400, "invalid_argument",
+                                  f"depends_on names {d['job_id']} twice",
+                                  f"depends_on.{i}.job_id")
+                seen.add(d["job_id"])
+            for i, d in enumerate(deps):
+                if self.tenant_of.get(d["job_id"]) != tenant:
+                    raise Problem(400, "invalid_argument",
+                                  f"job {d['job_id']} not found: a dependency must be an "
+                                  "existing job of the same tenant", f"depends_on.{i}.job_id")
+        a = b.get("array")
+        if a is None:
+            return
+        size = a.get("size") if isinstance(a, dict) else None
+        if not isinstance(size, int) or not 1 <= size <= MAX_ARRAY_SIZE:
+            raise Problem(400, "invalid_argument",
+                          f"size must be an integer from 1 to {MAX_ARRAY_SIZE}", "array.size")
+        for name, values in (a.get("env") or {}).items():
+            if len(values) != size:
+                raise Problem(400, "invalid_argument",
+                              f"array.env.{name} holds {len(values)} values; the array has "
+                              f"{size} indexes, one value each", f"array.env.{name}")
+        if a.get("max_failed_indexes") is not None and a["max_failed_indexes"] >= size:
+            raise Problem(400, "invalid_argument",
+                          "max_failed_indexes must be less than the array's size",
+                          "array.max_failed_indexes")
+
+    def _resolve(self, job: dict[str, Any]) -> None:
+        """PipelinesService.resolve: end a waiting job whose dependency can no
+        longer be met, release it when none is left, else say what is left."""
+        if job["state"] != "PENDING" or not job.get("waiting_for"):
+            return
+        deps = {d["job_id"]: d for d in job["spec"].get("depends_on") or []}
+        left = []
+        for dep_id in job["waiting_for"]:
+            dep = deps[dep_id]
+            other = self.jobs.get(dep_id)
+            state = other["state"] if other else "PENDING"
+            if state not in TERMINAL:
+                left.append(dep_id)
+                continue
+            met = dep["condition"] == "ended" or (
+                (state == "SUCCEEDED") == (dep["condition"] == "succeeded"))
+            if not met:
+                # job_store.fail_dependency: waiting_for kept, the pending reason gone
+                need = {"succeeded": "it to succeed", "failed": "it to fail"}[dep["condition"]]
+                detail = f"{dep_id} ended {state}; this job needed {need}"
+                job["pending_reason"] = None
+                self.events.setdefault(job["id"], []).append(
+                    {"type": "finished", "time": self.now(), "state": "FAILED",
+                     "reason": "dependency_failed", "detail": detail})
+                self._finish(job, "FAILED", "dependency_failed", None, dependency=dep_id,
+                             detail=detail)
+                return
+        if left:
+            first = deps[left[0]]
+            reason = f"waiting for {left[0]} to {WAITING_WORDS[first['condition']]}"
+            if len(left) > 1:
+                reason += f" (and {len(left) - 1} more)"
+            job.update(waiting_for=left, pending_reason=reason, updated_at=self.now())
+        else:
+            job.update(waiting_for=None, pending_reason=None, updated_at=self.now())
+            if job["array"] is not None:
+                self._array_changed(job)
+
+    def _ended(self, job: dict[str, Any]) -> None:
+        """PipelinesService.ended_all: tell the job's array and its dependents."""
+        if job.get("parent_id"):
+            self._array_changed(self.jobs[job["parent_id"]])
+        for other in list(self.jobs.values()):
+            if job["id"] in (other.get("waiting_for") or []):
+                self._resolve(other)
+
+    def _count(self, parent: dict[str, Any]) -> dict[str, int]:
+        """The parent's counters (domain/arrays.py Counts), and its ``array``
+        as api/representation.py array_json shows them."""
+        kids = [j for j in self.jobs.values() if j.get("parent_id") == parent["id"]]
+        c = {"materialized": len(kids),
+             "placed": sum(j["state"] in ("SCHEDULED", "RUNNING") for j in kids),
+             "succeeded": sum(j["state"] == "SUCCEEDED" for j in kids),
+             "failed": sum(j["state"] == "FAILED" for j in kids),
+             "cancelled": sum(j["state"] == "CANCELLED" for j in kids)}
+        size = parent["spec"]["array"]["size"]
+        ended = c["succeeded"] + c["failed"] + c["cancelled"]
+        parent["array"] = {"size": size, "materialized": c["materialized"], "counts": {
+            "PENDING": size - c["placed"] - ended, "RUNNING": c["placed"],
+            "SUCCEEDED": c["succeeded"], "FAILED": c["failed"], "CANCELLED": c["cancelled"]}}
+        return c
+
+    def _array_changed(self, parent: dict[str, Any]) -> None:
+        """PipelinesService.array_changed with domain/arrays.py: count, end
+        the parent once every index has (or none will run any more), stop the
+        open children when it fails fast, else make the next children."""
+        if parent["state"] in TERMINAL or parent.get("waiting_for"):
+            self._count(parent)
+            return
+        a = parent["spec"]["array"]
+        size = a["size"]
+        c = self._count(parent)
+        ended = c["succeeded"] + c["failed"] + c["cancelled"]
+        open_ = c["materialized"] - ended
+        cancelled = parent["cancel_requested_at"] is not None
+        failing = a.get("max_failed_indexes") is not None and c["failed"] > a["max_failed_indexes"]
+        stopping = cancelled or failing
+        if not open_ and (c["materialized"] >= size or stopping):
+            never = size - c["materialized"]
+            tally = [f"{c['succeeded']} of {size} indexes succeeded"]
+            if c["failed"]:
+                tally.append(f"{c['failed']} failed")
+            if c["cancelled"] or never:
+                tally.append(f"{c['cancelled'] + never} cancelled"
+                             + (f" ({never} never started)" if never else ""))
+            detail = ", ".join(tally)
+            if cancelled:
+                self._finish(parent, "CANCELLED", "cancelled", None, detail=detail)
+            elif failing:
+                self._finish(parent, "FAILED", "max_failed_indexes", None,
+                             detail=f"{c['failed']} indexes failed, more than "
+                                    f"max_failed_indexes {a['max_failed_indexes']}; {detail}")
+            elif c["failed"] or c["cancelled"]:
+                self._finish(parent, "FAILED", "array_failed", None, detail=detail)
+            else:
+                parent.update(state="SUCCEEDED", finished_at=self.now(), updated_at=self.now())
+                self._ended(parent)
+            return
+        if stopping:  # every open child cancelled as an intent: the unplaced end now
+            kids = [k for k in self.children(parent["id"])
+                    if k["state"] not in TERMINAL and not k["cancel_requested_at"]]
+            for kid in kids:
+                kid.update(cancel_requested_at=self.now(),
+                           cancel_reason=parent["cancel_reason"] if cancelled
+                           else "more indexes failed than max_failed_indexes")
+            for kid in kids:
+                if kid["state"] == "PENDING":
+                    self._finish(kid, "CANCELLED", "cancelled", None)
+            return
+        window = min(a.get("max_parallel") or size, FEED_WINDOW, size)
+        for i in range(c["materialized"], c["materialized"] + max(0, min(
+                window - open_, size - c["materialized"]))):
+            spec = {k: v for k, v in parent["spec"].items() if k not in ("array", "depends_on")}
+            env = dict(spec.get("env") or {})
+            for name, values in (a.get("env") or {}).items():
+                env[name] = values[i]
+            env.update(GPUJOBS_ARRAY_INDEX=str(i), GPUJOBS_ARRAY_SIZE=str(size))
+            spec["env"] = env
+            name = parent["name"]
+            self._create(self.tenant_of[parent["id"]],
+                         {**spec, "name": None if name is None else f"{name}[{i}]"},
+                         parent_id=parent["id"], index=i)
+        if (c["placed"] or ended) and parent["state"] == "PENDING":
+            parent.update(state="RUNNING", started_at=parent["started_at"] or self.now())
+        self._count(parent)
+
+    def _list_children(self, t: str, query: dict[str, list[str]]) -> tuple[int, Any, dict]:
+        """GET /v1/jobs?parent=: the array's children made so far, in index
+        order, with the job list's page and token shape (JobsService.list)."""
+        parent = query["parent"][0]
+        if self.tenant_of.get(parent) != t:
+            raise Problem(404, "not_found", f"job {parent} not found", "parent")
+        if self.jobs[parent]["array"] is None:
+            raise Problem(400, "invalid_argument", f"job {parent} is not an array", "parent")
+        state = (query.get("state") or [None])[0]
+        if state is not None and state not in STATES:
+            raise Problem(400, "invalid_argument", "state is not a job state", "state")
+        size = int((query.get("page_size") or ["50"])[0])
+        after = -1
+        token = (query.get("page_token") or [None])[0]
+        if token is not None:
+            try:
+                tok = json.loads(base64.urlsafe_b64decode(token.encode()))
+                assert tok["t"] == t and tok["s"] == state and tok["p"] == parent
+                after = int(tok["a"])
+            except (ValueError, KeyError, TypeError, AssertionError):
+                raise Problem(400, "invalid_page_token", "page_token is malformed",
+                              "page_token") from None
+        kids = [j for j in self.children(parent) if j["array_index"] > after
+                and (state is None or j["state"] == state)]
+        page, more = kids[:size], len(kids) > size
+        nxt = None
+        if more:
+            nxt = base64.urlsafe_b64encode(json.dumps(
+                {"t": t, "s": state, "p": parent, "a": page[-1]["array_index"]}).encode()).decode()
+        return 200, {"jobs": page, "next_page_token": nxt}, {}
 
     def _job_for(self, tenant: str, job_id: str) -> dict[str, Any]:
         job = self.jobs.get(job_id)
@@ -284,6 +528,7 @@ class FakeApi:
         for att in self.attempts.get(job["id"], []):
             if att["attempt"] == job["attempt"] and att["finished_at"] is None:
                 att.update(state=state, finished_at=self.now(), exit=dict(job["exit"]))
+        self._ended(job)
 
     def handle(self, method: str, path: str, query: dict[str, list[str]],
                headers: dict[str, str], raw: bytes) -> tuple[int, Any, dict[str, str]]:
@@ -328,6 +573,7 @@ class FakeApi:
                 raise Problem(400, "invalid_argument",
                               "ranks must be bigger than or equal to 1", "ranks")
             self._check_priority_class(t, b)
+            self._check_pipeline(t, b)
             if key is not None:
                 digest = hashlib.sha256(json.dumps(b, sort_keys=True, separators=(",", ":"))
                                         .encode()).hexdigest()
@@ -344,6 +590,9 @@ class FakeApi:
             if key is not None:
                 self.keys[(t, key)] = (digest, job["id"])
             return 201, job, {"Location": f"/v1/jobs/{job['id']}"}
+
+        if path == "/v1/jobs" and method == "GET" and "parent" in query:
+            return self._list_children(tenant(), query)
 
         if path == "/v1/jobs" and method == "GET":
             t = tenant()
@@ -414,7 +663,9 @@ class FakeApi:
                     raise Problem(409, "already_finished",
                                   f"job {job_id} already {job['state']}", "job_id")
                 job.update(cancel_requested_at=self.now(), cancel_reason=b.get("reason"))
-                if job["state"] == "PENDING":
+                if job["array"] is not None and not job["waiting_for"]:
+                    self._array_changed(job)  # JobsService.cancel: cancel_array
+                elif job["state"] == "PENDING":
                     self._finish(job, "CANCELLED", "cancelled", None)
                 return 202, job, {}
             if sub == "/attempts" and method == "GET":

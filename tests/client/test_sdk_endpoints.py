@@ -443,9 +443,11 @@ def test_the_fakes_priority_class_refusals_are_the_servers(name, tenant):
 
     from .fakeserver import FakeApi, Problem
     body = {"command": ["x"], "ranks": 1, "priority_class": name}
-    # no store: the class is judged before the service writes anything
+    # no store (nor pipelines): the class is judged before the service reads
+    # or writes anything
     service = JobsService(None, None, None, page_token_key=b"k", scans_per_hour=1.0,
-                          cancel_resend_after_s=1.0, telemetry=None,
+                          cancel_resend_after_s=1.0, telemetry=None, pipelines=None,
+                          canceller=None,
                           classes=PriorityClasses.parse(json.dumps(
                               {k: v for k, v in CLASSES.items() if k != "default"})))
     served = None

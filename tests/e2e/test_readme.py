@@ -114,6 +114,39 @@ EXPECT: dict[str, Expect] = {
     "gpujobs ranks $JOB # Verdict": Expect(shows=(r"Verdict: rank 3 on local-\d",
                                                   r"silent longest: rank 3\b")),
     "gpujobs cancel $JOB --wait": Expect(shows=(r"CANCELLED",)),
+    # a pipeline: train fails on purpose, evaluate (--after) runs, export (--after-ok) cannot
+    "PREP=$(gpujobs submit -q --ranks 1 --name prepare":
+        Expect(probe="echo $PREP", probe_shows=rf"^{J}$"),
+    "TRAIN=$(gpujobs submit -q --ranks 2 --name train --after-ok $PREP":
+        Expect(probe="echo $TRAIN", probe_shows=rf"^{J}$"),
+    "EVAL=$(gpujobs submit -q --ranks 1 --name evaluate --after $TRAIN":
+        Expect(probe="echo $EVAL", probe_shows=rf"^{J}$"),
+    "EXPORT=$(gpujobs submit -q --ranks 1 --name export --after-ok $TRAIN":
+        Expect(probe="echo $EXPORT", probe_shows=rf"^{J}$"),
+    # waiting, unless prepare and train were already done (a very fast machine)
+    "gpujobs describe $EVAL": Expect(shows=(rf"^dependencies +{J} to end: (waiting|met)\b",
+                                            r"^name +evaluate\b")),
+    "gpujobs watch $EVAL": Expect(shows=(r"Job finished: SUCCEEDED",)),
+    "gpujobs describe $EXPORT": Expect(shows=(
+        r"^state +FAILED\b",
+        rf"^exit +dependency_failed, {J} ended FAILED; this job needed it to succeed",
+        rf"^dependencies +{J} to succeed: can no longer be met")),
+    "gpujobs list --limit 4": Expect(shows=(r"export +FAILED", r"evaluate +SUCCEEDED",
+                                            r"train +FAILED", r"prepare +SUCCEEDED")),
+    # a sweep
+    "SWEEP=$(gpujobs submit -q --ranks 1 --name sweep --array 0-5%2":
+        Expect(probe="echo $SWEEP", probe_shows=rf"^{J}$"),
+    "gpujobs watch $SWEEP": Expect(shows=(r"indexes 6: 6 succeeded",
+                                          r"Job finished: SUCCEEDED")),
+    "gpujobs list --parent $SWEEP": Expect(shows=(
+        r"^ *INDEX +ID +NAME +STATE", *(rf"^ *{i} +{J} +sweep\[{i}\] +SUCCEEDED"
+                                         for i in range(6)))),
+    "gpujobs describe $SWEEP": Expect(shows=(
+        r"^state +SUCCEEDED\b", r"^indexes +6: 6 succeeded\b",
+        r"^array +6 indexes \(0-5\), at most 2 at once; env LR\b")),
+    "CHILD=$(gpujobs list --parent $SWEEP -o json":
+        Expect(probe="echo $CHILD", probe_shows=rf"^{J}$"),
+    "gpujobs logs $CHILD -f": Expect(shows=(r"^\[rank 0\] index 3 of 6, lr 0\.003$",)),
     # -- client/README.md --------------------------------------------------------
     "gpujobs submit --ranks 2 --gpu-type h100 --name demo":
         Expect(shows=(rf"Submitted: {J} PENDING", r"idempotency key: ")),

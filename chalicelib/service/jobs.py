@@ -205,7 +205,7 @@ class JobsService:
                                   field="page_size")
         filter_key = f"state={state or ''}"
         if parent is not None:
-            if not self.read(tenant, parent, field="parent")["array_materialized"] is not None:
+            if self.read(tenant, parent, field="parent")["array_materialized"] is None:
                 raise InvalidArgument(f"job {parent} is not an array", field="parent")
             filter_key = f"parent={parent};{filter_key}"
         after = None

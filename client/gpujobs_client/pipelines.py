@@ -134,12 +134,14 @@ def array_spec_text(array: Mapping[str, Any]) -> str:
 
 def counts_text(progress: "ArrayProgress", *, ended: bool = False) -> str:
     """``100: 88 pending, 4 running, 7 succeeded, 1 failed``: the indexes by
-    state (the states with none left out). The API counts the indexes never
-    made as PENDING; once the array has ``ended`` (failed fast or cancelled)
-    they never will be, so they are said as ``never started``."""
+    state (the states with none left out). Once the array has ``ended``
+    early (failed fast or cancelled), the indexes never made are among its
+    cancelled ones, and said so: ``8 cancelled (6 never started)``."""
     counts = progress.counts
+    never = progress.size - progress.materialized if ended else 0
     states = [*ARRAY_COUNT_STATES, *(s for s in counts if s not in ARRAY_COUNT_STATES)]
-    parts = [f"{counts[s]} {'never started' if ended and s == 'PENDING' else s.lower()}"
+    parts = [f"{counts[s]} {s.lower()}"
+             + (f" ({never} never started)" if s == "CANCELLED" and never else "")
              for s in states if counts.get(s)]
     return f"{progress.size}: " + ", ".join(parts) if parts else str(progress.size)
 

@@ -408,6 +408,8 @@ class FakeApi:
              "failed": sum(j["state"] == "FAILED" for j in kids),
              "cancelled": sum(j["state"] == "CANCELLED" for j in kids)}
         size = parent["spec"]["array"]["size"]
+        if parent["state"] in TERMINAL:  # the indexes never made are counted cancelled
+            c["cancelled"] += size - c["materialized"]
         ended = c["succeeded"] + c["failed"] + c["cancelled"]
         parent["array"] = {"size": size, "materialized": c["materialized"], "counts": {
             "PENDING": size - c["placed"] - ended, "RUNNING": c["placed"],
@@ -525,6 +527,8 @@ class FakeApi:
                 **more: Any) -> None:
         job.update(state=state, finished_at=self.now(), updated_at=self.now(),
                    exit={"reason": reason, "exit_code": code, **more})
+        if "array" in job["spec"]:
+            self._count(job)  # its counts as it ended
         for att in self.attempts.get(job["id"], []):
             if att["attempt"] == job["attempt"] and att["finished_at"] is None:
                 att.update(state=state, finished_at=self.now(), exit=dict(job["exit"]))

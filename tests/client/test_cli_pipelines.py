@@ -294,8 +294,8 @@ def test_describe_of_an_array_that_failed_fast_shows_its_exit_detail(run, fake):
     rows = panel(run("describe", parent["id"]).stdout)
     assert rows["state"] == "FAILED"
     # 4 made (one more after the first failure), 2 cancelled on the second;
-    # the API counts the 6 never made as PENDING: said as what they are
-    assert rows["indexes"] == "10: 6 never started, 2 failed, 2 cancelled"
+    # the 6 never made are counted cancelled, and said so
+    assert rows["indexes"] == "10: 2 failed, 8 cancelled (6 never started)"
     assert rows["exit"] == ("max_failed_indexes, 2 indexes failed, more than "
                             "max_failed_indexes 1; 0 of 10 indexes succeeded, 2 failed, "
                             "8 cancelled (6 never started)")

@@ -342,6 +342,14 @@ for (const listed of ['PENDING', 'SUCCEEDED', 'SUCCEEDED']) {
   asked.length = 0;
   lag.push([await grid.refresh(ahead), [...asked], grid.cells[900].state]);
 }
+// an array of 5 cancelled with 2 made: the 3 never made are its cancelled too
+const early = new IndexGrid(5, async () => ({ jobs: [0, 1].map((i) => ({ id: `e${i}`, array_index: i,
+  state: 'CANCELLED' })), next_page_token: null }));
+const cancelled = { state: 'CANCELLED', array: { size: 5, materialized: 2, counts: { PENDING: 0, RUNNING: 0,
+  SUCCEEDED: 0, FAILED: 0, CANCELLED: 5 } } };
+await early.refresh(cancelled);
+const endedEarly = { tally: tally(early.cells), agrees: agrees(cancelled.array, early.cells),
+  never: early.cells.filter((c) => c.never).length, again: await early.refresh(cancelled) };
 const waiting = { state: 'PENDING', waiting_for: [given.a], pending_reason: given.reason,
   spec: { depends_on: [{ job_id: given.a, condition: 'succeeded' }, { job_id: given.b, condition: 'ended' }] } };
 const failed = { state: 'FAILED', waiting_for: [given.a], exit: given.failed, spec: waiting.spec };
@@ -354,7 +362,8 @@ console.log(JSON.stringify({
   deps: [dependenciesOf(waiting), dependenciesOf(failed)], waitingFor: [waitingFor(waiting), waitingFor(failed)],
   child: [childOf({ parent_id: given.a, array_index: 3, spec: { env: { GPUJOBS_ARRAY_SIZE: '6' } } }), childOf({})],
   walks, lag, tally: tally(grid.cells), agrees: agrees(parent().array, grid.cells),
-  titles: [cellTitle(3, 'RUNNING'), cellTitle(5, 'NOT_MADE')],
+  titles: [cellTitle(3, 'RUNNING'), cellTitle(5, 'NOT_MADE'), cellTitle(4, 'CANCELLED', true)],
+  endedEarly,
   body: Object.keys(createBody({ command: ['x'], ranks: 1, depends_on: [], array: { size: 2 }, waiting_for: [] })).sort(),
 }));
 """
@@ -426,7 +435,12 @@ def test_the_dashboard_says_dependencies_and_arrays(tmp_path):
     assert said["tally"] == {"NOT_MADE": 100, "PENDING": 398, "SCHEDULED": 0, "RUNNING": 1,
                              "SUCCEEDED": 701, "FAILED": 0, "CANCELLED": 0}
     assert said["agrees"] is True
-    assert said["titles"] == ["index 3: running", "index 5: not started yet (pending)"]
+    assert said["titles"] == ["index 3: running", "index 5: not started yet (pending)",
+                              "index 4: never started (cancelled)"]
+    # an array ended early: its never-made indexes are cancelled cells, as counted, so
+    # the grid agrees with the counts and is not asked again
+    assert said["endedEarly"]["never"] == 3 and said["endedEarly"]["agrees"] is True
+    assert said["endedEarly"]["tally"]["CANCELLED"] == 5 and said["endedEarly"]["again"] is False
     assert said["body"] == ["array", "command", "depends_on", "ranks"]
 
 

@@ -100,7 +100,8 @@ export function waitingFor(job) {
 
 // -- the grid -----------------------------------------------------------------
 /** What a cell says on hover: "index 3: running", "index 5: not started yet (pending)". */
-export function cellTitle(index, state) {
+export function cellTitle(index, state, never = false) {
+  if (never) return `index ${index}: never started (cancelled)`;
   return state === NOT_MADE ? `index ${index}: not started yet (pending)` : `index ${index}: ${CELL_WORDS[state] || state}`;
 }
 
@@ -174,6 +175,9 @@ export class IndexGrid {
       if (!token) break;
     }
     this.pages = pages;
+    if (ENDED.has(parent.state)) { // ended early: the indexes never made are cancelled (as counted)
+      for (let i = 0; i < this.size; i++) if (!this.cells[i]) this.cells[i] = { id: null, state: 'CANCELLED', never: true };
+    }
     const scheduled = this.cells.some((c) => c && c.state === 'SCHEDULED');
     this.agreedOn = !scheduled && agrees(parent.array, this.cells) ? key : null;
     return true;

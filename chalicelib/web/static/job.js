@@ -82,12 +82,13 @@ function gridView(size) {
     loaded.forEach((c, i) => {
       const state = c ? c.state : NOT_MADE;
       const el = cells[i];
-      if (el.dataset.state === state && (!c || el.dataset.id === c.id)) return;
+      if (el.dataset.state === state && (!c || el.dataset.id === (c.id || ''))) return;
       el.dataset.state = state;
       el.className = `cell c-${state.toLowerCase()}`;
-      el.title = cellTitle(i, state);
+      el.title = cellTitle(i, state, Boolean(c && c.never));
       el.setAttribute('aria-label', el.title);
-      if (c) { el.dataset.id = c.id; el.href = `#/jobs/${encodeURIComponent(c.id)}`; }
+      el.dataset.id = (c && c.id) || '';
+      if (c && c.id) el.href = `#/jobs/${encodeURIComponent(c.id)}`;
     });
     const t = tally(loaded);
     for (const s of CELL_STATES) {

@@ -36,6 +36,9 @@ EXPECTED = {
     "scan": [r"^scan-bench: history_ratio=\d+\.\d\d$"],
     "scan_rank_cost": [r"^scan-rank-bench: us_per_rank=\d+\.\d reads_us_per_rank=\d+\.\d "
                        r"ratio_vs_reads=\d+\.\d\d us_per_job=\d+$"],
+    "arrays": [r"^arrays-bench: create_ms=\d+\.\d\d create_ratio=\d+\.\d\d create_wru=\d+ "
+               r"make_wru_per_child=\d+\.\d place_ratio=\d+\.\d\d "
+               r"place_requests_per_child=\d+\.\d\d place_wru_ratio=\d+\.\d\d$"],
     "endpoints": [r"^parity: the baselines' \d+ items equal the adapters'",
                   r"^every endpoint made exactly its minimum number of requests$",
                   r"^worst ratio: \d+\.\d\d \(.+\)$"],

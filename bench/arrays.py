@@ -29,9 +29,9 @@ bench/placement.py does), enough for every child at once. Each round runs two
 halves, alternating which goes first, each on the same tables (everything a
 half wrote is deleted after it, the nodes get their GPUs back):
 
-* **array**: one array of ``--size`` indexes (default 200; one GPU each;
+* **array**: one array of ``--size`` indexes (default 120; one GPU each;
   ``array.env`` one value per index; ``max_parallel`` ``--max-parallel``,
-  default 150, 0 for none: a window of 500) is created (untimed). Then,
+  default 100, 0 for none: a window of 500) is created (untimed). Then,
   timed: its first window (``max_parallel`` children) made by
   ``services.placer.pipelines.array_changed`` (what a placement run's sweep does:
   99 children a transaction), placed by ``services.placer.run()`` repeated
@@ -53,7 +53,7 @@ create_ratio=<x> create_wru=<n> make_wru_per_child=<x>
 place_ratio=<x> place_requests_per_child=<x> place_wru_ratio=<x>``.
 
 Options: --create-rounds R (5), --warmup W (2, create rounds not counted),
---rounds R (2 children rounds), --size N (200), --max-parallel N (150),
+--rounds R (2 children rounds), --size N (120), --max-parallel N (100),
 --nodes N (size/8 + 1), --seed; --quick: 2 + 1 create rounds, an array of
 40 with ``max_parallel`` 20, one children round (the smoke test). The
 issue's 1,000 children: ``--size 1000 --max-parallel 0 --rounds 1`` (a
@@ -90,11 +90,11 @@ SPEC = {"name": "sweep", "command": ["python", "train.py", "--epochs", "1"], "ra
         "gpus_per_rank": 1, "gpu_type": GPU_TYPE, "env": {"NCCL_DEBUG": "WARN"}}
 AGENT = None  # Principal("agent", "*"), made once chalicelib is importable
 #: (option, default, --quick)
-#: the children's defaults keep a run near a minute and a half: moto copies every
-#: table a TransactWriteItems touches, so a half's time grows with the square of
-#: --size (500: 110 s a half; docs/benchmarks.md)
-QUICK = (("create_rounds", 5, 2), ("warmup", 2, 1), ("rounds", 2, 1), ("size", 200, 40),
-         ("max_parallel", 150, 20))
+#: the children's defaults keep a run near a minute: moto copies every table a
+#: TransactWriteItems touches, so a half's time grows with the square of --size
+#: (120: 14 s of CPU a half, 500: 105 s, 1,000: 530 to 730 s; docs/benchmarks.md)
+QUICK = (("create_rounds", 5, 2), ("warmup", 2, 1), ("rounds", 2, 1), ("size", 120, 40),
+         ("max_parallel", 100, 20))
 
 
 def compact(body: dict) -> bytes:

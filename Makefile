@@ -91,9 +91,9 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not moto and not e2e" $(FAST_TESTS)
 
 ## bench: ratios against a baseline measured in the same run, each script's
-## time after it (docs/benchmarks.md: under 6 minutes on 2 cores); V=1 shows
+## time after it (docs/benchmarks.md: about 7 minutes on 2 cores); V=1 shows
 ## the services' INFO logs and EMF metrics
-BENCHES := endpoints placement scan scan_rank_cost stall_sim beat_cost telemetry_cost dashboard load scale
+BENCHES := endpoints placement arrays scan scan_rank_cost stall_sim beat_cost telemetry_cost dashboard load scale
 bench: export GPUJOBS_VERBOSE = $(V)
 bench: $(STAMP) browser
 	@total=0; for b in $(BENCHES); do start=$$(date +%s); \

@@ -135,6 +135,9 @@ def moto_server():
 CALLS: list[tuple[str, str]] = []
 #: CPU seconds spent creating clients, by service
 CLIENT_CREATION_S: dict[str, float] = {}
+#: the active ``write_units`` meter, if any: told of every DynamoDB request
+#: before it is sent and after it is answered (``install_request_counter``)
+WRITE_METER: list = [None]
 
 
 def install_request_counter() -> None:
@@ -158,10 +161,31 @@ def install_request_counter() -> None:
             CALLS.append((service_name, operation_name))
 
         client.meta.events.register("request-created", count)
+        if service_name == "dynamodb":
+            meter_client(client)
         return client
 
     create_client._bench_counting = True  # type: ignore[attr-defined]
     botocore.session.Session.create_client = create_client
+
+
+def meter_client(client) -> None:
+    """Tell the active ``write_units`` meter (``WRITE_METER``) of every request
+    this DynamoDB client makes: its parameters before it is built, its status
+    once it is answered (botocore's ``before-parameter-build`` and
+    ``after-call`` events, once per call, retries included)."""
+    def before(params=None, model=None, context=None, **_):
+        meter = WRITE_METER[0]
+        if meter is not None and context is not None:
+            meter.before(model.name, params, context)
+
+    def after(http_response=None, context=None, **_):
+        meter = WRITE_METER[0]
+        if meter is not None and context is not None:
+            meter.after(getattr(http_response, "status_code", 500), context)
+
+    client.meta.events.register("before-parameter-build.dynamodb", before)
+    client.meta.events.register("after-call.dynamodb", after)
 
 
 def split(calls: Iterable[tuple[str, str]]) -> collections.Counter:
@@ -273,6 +297,167 @@ def same_items(name: str, ours: dict, theirs: dict, *, ids: Iterable[str] = (),
                    f"{[b.get(k) for k in diff]!r}")
 
 
+# -- write units: DynamoDB's pricing rules over the items moto holds ---------------------
+#: DynamoDB operations that write, and whether each item they write is a
+#: transaction's (twice the units)
+_WRITES = {"PutItem": False, "UpdateItem": False, "DeleteItem": False,
+           "BatchWriteItem": False, "TransactWriteItems": True}
+
+
+def _number_size(text: str) -> int:
+    """A number's size: about one byte per two significant digits, plus one."""
+    digits = text.lstrip("-").replace(".", "").lstrip("0").rstrip("0") or "0"
+    return (len(digits) + 1) // 2 + 1
+
+
+def value_size(value: dict) -> int:
+    """The size DynamoDB bills for one attribute value (wire format): strings
+    and binaries by their bytes, numbers by their digits, 1 byte for a
+    boolean or null, and 3 bytes plus 1 a member for a list or a map
+    (CapacityUnitCalculations in the DynamoDB developer guide)."""
+    (kind, v), = value.items()
+    if kind == "S":
+        return len(v.encode("utf-8"))
+    if kind == "N":
+        return _number_size(v)
+    if kind == "B":
+        return len(v) * 3 // 4 if isinstance(v, str) else len(v)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "SS":
+        return sum(len(x.encode("utf-8")) for x in v)
+    if kind == "NS":
+        return sum(_number_size(x) for x in v)
+    if kind == "BS":
+        return sum(len(x) * 3 // 4 if isinstance(x, str) else len(x) for x in v)
+    if kind == "L":
+        return 3 + sum(1 + value_size(x) for x in v)
+    if kind == "M":
+        return 3 + sum(1 + len(k.encode("utf-8")) + value_size(x) for k, x in v.items())
+    raise ValueError(f"unknown attribute type {kind}")
+
+
+def item_size(item: dict | None) -> int:
+    """An item's billed size: its attribute names and values (wire format)."""
+    if not item:
+        return 0
+    return sum(len(k.encode("utf-8")) + value_size(v) for k, v in item.items())
+
+
+def _units(size: int) -> int:
+    """Write units of one item of ``size`` bytes: 1 per started KB, at least 1."""
+    return max(1, -(-size // 1024))
+
+
+class write_units:
+    """Meter the DynamoDB write units of the requests made inside the block,
+    by DynamoDB's rules, from the items moto holds before and after each
+    write (moto's own ``ConsumedCapacity`` is a constant, not a size):
+
+    - the table: 1 unit per started KB of the larger of the item's old and
+      new image, twice that for an item of a ``TransactWriteItems``;
+    - each global secondary index: an entry put or deleted costs the units of
+      its projected item, one whose index key changed costs both (a delete
+      and a put), one whose projected attributes changed costs one put, and
+      an item outside the index (a sparse index) costs nothing. Index writes
+      are propagated after the write and are counted once, transactions
+      included.
+
+    A write that fails its condition is counted at its table's units (no
+    index). ``ConditionCheck`` items are counted as transaction writes of
+    the item checked; ``checks`` says how many there were. The meter's own
+    work (the lookups and sizes) is timed into ``cpu_ns`` (thread CPU) and
+    ``wall_ns``, for the caller to take out of its timings. Needs
+    ``install_request_counter`` (the hooks on every DynamoDB client)."""
+
+    def __init__(self) -> None:
+        self.table = 0
+        self.index = 0
+        self.by_table: collections.Counter = collections.Counter()
+        self.items = 0
+        self.failed = 0
+        self.checks = 0
+        #: hook calls that raised (a table moto does not hold, ...): not counted
+        self.errors = 0
+        self.cpu_ns = 0
+        self.wall_ns = 0
+
+    @property
+    def total(self) -> int:
+        return self.table + self.index
+
+    def __enter__(self) -> "write_units":
+        WRITE_METER[0] = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        WRITE_METER[0] = None
+
+    # -- the hooks ---------------------------------------------------------------
+    def before(self, operation: str, params: dict, context: dict) -> None:
+        if operation not in _WRITES:
+            return
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+        try:
+            self._before(operation, params, context)
+        except Exception:  # noqa: BLE001 - a meter never changes the request
+            self.errors += 1
+        self.cpu_ns += time.thread_time_ns() - c0
+        self.wall_ns += time.perf_counter_ns() - t0
+
+    def _before(self, operation: str, params: dict, context: dict) -> None:
+        targets = []  # (table, key, transactional, check)
+        tx = _WRITES[operation]
+        if operation == "TransactWriteItems":
+            for entry in params.get("TransactItems", []):
+                (kind, body), = entry.items()
+                targets.append((body["TableName"], _key_of(body), tx, kind == "ConditionCheck"))
+        elif operation == "BatchWriteItem":
+            for table, requests in params.get("RequestItems", {}).items():
+                for request in requests:
+                    (kind, body), = request.items()
+                    targets.append((table, _key_of(body, table), False, False))
+        else:
+            targets.append((params["TableName"], _key_of(params), False, False))
+        context["_bench_write_units"] = [(t, k, x, c, moto_item(t, k)) for t, k, x, c in targets]
+
+    def after(self, status: int, context: dict) -> None:
+        targets = context.pop("_bench_write_units", None)
+        if targets is None:
+            return
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+        try:
+            self._after(status, targets)
+        except Exception:  # noqa: BLE001 - a meter never changes the request
+            self.errors += 1
+        self.cpu_ns += time.thread_time_ns() - c0
+        self.wall_ns += time.perf_counter_ns() - t0
+
+    def _after(self, status: int, targets: list) -> None:
+        for table, key, tx, check, old in targets:
+            new = old if check or status >= 300 else moto_item(table, key)
+            units = _units(max(item_size(old), item_size(new))) * (2 if tx else 1)
+            self.table += units
+            self.by_table[table] += units
+            self.items += 1
+            if check:
+                self.checks += 1
+                continue
+            if status >= 300:
+                self.failed += 1
+                continue
+            for index, projected in moto_index_entries(table, old, new):
+                self.index += projected
+                self.by_table[f"{table}/{index}"] += projected
+
+
+def _key_of(body: dict, table: str | None = None) -> dict:
+    """The primary key a write names: its ``Key``, or its ``Item``'s key."""
+    if "Key" in body:
+        return body["Key"]
+    return moto_key(table or body["TableName"], body["Item"])
+
+
 # -- moto's internals: the only place the benchmarks touch them ------------------------------
 def moto_housekeeping() -> None:
     """Undo two moto behaviours that make every call slower as a long run goes
@@ -366,3 +551,59 @@ def moto_cpu_timer() -> None:
 
     process_request._bench_moto_timed = True  # type: ignore[attr-defined]
     BotocoreStubber.process_request = process_request
+
+
+def _moto_table(name: str):
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    return dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION].get_table(name)
+
+
+def moto_key(table: str, item: dict) -> dict:
+    """The primary key of ``item`` (wire format) in moto's ``table``."""
+    t = _moto_table(table)
+    names = [t.hash_key_attr] + ([t.range_key_attr] if t.range_key_attr else [])
+    return {n: item[n] for n in names}
+
+
+def moto_item(table: str, key: dict) -> dict | None:
+    """The item of ``key`` that moto's ``table`` holds now (wire format), or
+    None: what ``write_units`` sizes before and after each write."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    t = _moto_table(table)
+    range_key = DynamoType(key[t.range_key_attr]) if t.range_key_attr else None
+    found = t.get_item(DynamoType(key[t.hash_key_attr]), range_key)
+    return None if found is None else found.to_json()["Attributes"]
+
+
+def moto_index_entries(table: str, old: dict | None, new: dict | None):
+    """(index name, write units) of the entries a write moves in each global
+    secondary index of moto's ``table`` (see ``write_units``)."""
+    t = _moto_table(table)
+    for index in t.global_indexes:
+        keys = index.schema_key_attrs
+        projection = (index.projection or {}).get("ProjectionType", "ALL")
+
+        kept = set(keys) | set(index.table_key_attrs)
+        if projection == "INCLUDE":
+            kept |= set((index.projection or {}).get("NonKeyAttributes", []))
+
+        def projected(item: dict, kept=kept, everything=projection == "ALL") -> dict:
+            return item if everything else {k: v for k, v in item.items() if k in kept}
+
+        was = old is not None and all(k in old for k in keys)
+        now = new is not None and all(k in new for k in keys)
+        units = 0
+        if was and now:
+            if any(old[k] != new[k] for k in keys):
+                units = _units(item_size(projected(old))) + _units(item_size(projected(new)))
+            elif projected(old) != projected(new):
+                units = _units(item_size(projected(new)))
+        elif now:
+            units = _units(item_size(projected(new)))
+        elif was:
+            units = _units(item_size(projected(old)))
+        if units:
+            yield index.name, units

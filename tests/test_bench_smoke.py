@@ -36,6 +36,9 @@ EXPECTED = {
     "scan": [r"^scan-bench: history_ratio=\d+\.\d\d$"],
     "scan_rank_cost": [r"^scan-rank-bench: us_per_rank=\d+\.\d reads_us_per_rank=\d+\.\d "
                        r"ratio_vs_reads=\d+\.\d\d us_per_job=\d+$"],
+    "arrays": [r"^arrays-bench: create_ms=\d+\.\d\d create_ratio=\d+\.\d\d create_wru=\d+ "
+               r"make_wru_per_child=\d+\.\d place_ratio=\d+\.\d\d "
+               r"place_requests_per_child=\d+\.\d\d place_wru_ratio=\d+\.\d\d$"],
     "endpoints": [r"^parity: the baselines' \d+ items equal the adapters'",
                   r"^every endpoint made exactly its minimum number of requests$",
                   r"^worst ratio: \d+\.\d\d \(.+\)$"],
@@ -165,3 +168,64 @@ def test_parity_fails_on_any_other_difference(change):
     with pytest.raises(harness.Fail, match="parity drift"):
         harness.same_items("drift", {**ITEM, **change}, ITEM, ids=["job_A"],
                            ignore=["ttl_epoch"])
+
+
+# -- the write-unit meter counts as DynamoDB bills -----------------------------------------
+def test_item_sizes_follow_dynamodbs_rules():
+    assert harness.value_size({"S": "héllo"}) == 6  # UTF-8 bytes
+    assert harness.value_size({"N": "12345"}) == 4  # 5 significant digits: 3 + 1
+    assert harness.value_size({"N": "-0.0012"}) == 2
+    assert harness.value_size({"BOOL": True}) == harness.value_size({"NULL": True}) == 1
+    assert harness.value_size({"SS": ["ab", "cde"]}) == 5
+    assert harness.value_size({"L": [{"S": "ab"}, {"N": "1"}]}) == 3 + (1 + 2) + (1 + 2)
+    assert harness.value_size({"M": {"k": {"S": "v"}}}) == 3 + 1 + 1 + 1
+    assert harness.item_size({"job_id": {"S": "x" * 10}, "n": {"N": "7"}}) == 6 + 10 + 1 + 2
+    assert harness.item_size(None) == 0
+
+
+@pytest.mark.moto  # moto in-process, on a client of this test's own
+def test_write_units_meter_the_table_transactions_and_each_index_entry():
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name=harness.REGION,
+                           aws_access_key_id="testing", aws_secret_access_key="testing")
+        harness.meter_client(ddb)
+        ddb.create_table(
+            TableName="t", BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"}
+                                  for a in ("id", "g", "sp")],
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            GlobalSecondaryIndexes=[
+                {"IndexName": name, "KeySchema": [{"AttributeName": key, "KeyType": "HASH"}],
+                 "Projection": {"ProjectionType": "ALL"}}
+                for name, key in (("by_g", "g"), ("by_sp", "sp"))])
+        big = {"id": {"S": "a"}, "g": {"S": "1"}, "pad": {"S": "x" * 1500}}  # 2 KB started
+
+        def units(fn) -> tuple[int, int]:
+            with harness.write_units() as wu:
+                fn()
+            assert wu.errors == 0
+            return wu.table, wu.index
+
+        assert units(lambda: ddb.put_item(TableName="t", Item=big)) == (2, 2)  # sparse: 0
+        # a projected attribute changed: one put in by_g; its key changed: a delete and a put
+        assert units(lambda: ddb.update_item(
+            TableName="t", Key={"id": {"S": "a"}}, UpdateExpression="SET pad2 = :v",
+            ExpressionAttributeValues={":v": {"S": "y"}})) == (2, 2)
+        assert units(lambda: ddb.update_item(
+            TableName="t", Key={"id": {"S": "a"}}, UpdateExpression="SET g = :v",
+            ExpressionAttributeValues={":v": {"S": "2"}})) == (2, 4)
+        # a transaction's items cost twice at the table, its index entries once
+        assert units(lambda: ddb.transact_write_items(TransactItems=[
+            {"Put": {"TableName": "t", "Item": {**big, "id": {"S": "b"}}}},
+            {"Update": {"TableName": "t", "Key": {"id": {"S": "c"}},
+                        "UpdateExpression": "SET sp = :v",
+                        "ExpressionAttributeValues": {":v": {"S": "s"}}}}])) == (4 + 2, 2 + 1)
+        # a write that fails its condition: the table's units, no index entry
+        failed = harness.write_units()
+        with failed, pytest.raises(ddb.exceptions.ConditionalCheckFailedException):
+            ddb.put_item(TableName="t", Item=big, ConditionExpression="attribute_not_exists(id)")
+        assert (failed.table, failed.index, failed.failed) == (2, 0, 1)
+        assert units(lambda: ddb.delete_item(TableName="t", Key={"id": {"S": "b"}})) == (2, 2)

@@ -24,9 +24,15 @@ import app  # noqa: E402
 from chalicelib import fastjson  # noqa: E402
 from chalicelib.api import schemas  # noqa: E402
 from chalicelib.api.problems import body as problem_body, status_of  # noqa: E402
-from chalicelib.api.representation import attempt_json, job_json, node_json, node_registration_json  # noqa: E402
+from chalicelib.api.representation import (  # noqa: E402
+    attempt_json,
+    job_json,
+    job_view_json,
+    node_json,
+    node_registration_json,
+)
 from chalicelib.api.validation import MAX_BODY_BYTES  # noqa: E402
-from chalicelib.domain import deadlines, idempotency, retry, wire  # noqa: E402
+from chalicelib.domain import arrays, deadlines, dependencies, idempotency, retry, wire  # noqa: E402
 from chalicelib.domain.attempts import LOST, Attempt, exit_info  # noqa: E402
 from chalicelib.domain.clock import iso  # noqa: E402
 from chalicelib.domain.errors import ApiError  # noqa: E402
@@ -266,7 +272,8 @@ EXPECTED_STATUSES = {
     ("/v1/health", "get"): {"200", "415", "500", "503"},
     ("/v1/jobs", "post"): {"201", "400", "401", "403", "409", "413", "415", "422",
                            "429", "500", "503"},
-    ("/v1/jobs", "get"): {"200", "400", "401", "403", "415", "500", "503"},
+    # 404 and 400 name `parent`: an array's children (issue 27)
+    ("/v1/jobs", "get"): {"200", "400", "401", "403", "404", "415", "500", "503"},
     ("/v1/jobs/{job_id}", "get"): {"200", "401", "403", "404", "415", "500", "503"},
     ("/v1/jobs/{job_id}/cancel", "post"): {"202", "400", "401", "403", "404", "409", "413",
                                            "415", "500", "503"},
@@ -463,6 +470,17 @@ def _exits() -> dict[str, dict]:
         "pending_timeout": deadlines.pending_exit(spec, "waiting for 3 x 1 free GPUs"),
         "preempted": decided({"reason": "preempted", "exit_code": None, "node_id": "node-2",
                               "detail": "node node-2 drained: bad ECC"}),
+        # issue 27: a dependency that can no longer be met, an array's ends
+        "dependency_failed": dependencies.failed_exit(
+            dependencies.Dependency(new_job_id()), JobState.FAILED),
+        **{name: arrays.final(arrays.ArraySpec(100, 8, 2), arrays.Counts(**counts),
+                              cancelled)[1]
+           for name, counts, cancelled in (
+               ("array_failed", {"materialized": 100, "succeeded": 99, "cancelled": 1}, False),
+               ("max_failed_indexes", {"materialized": 50, "succeeded": 40, "failed": 3,
+                                       "cancelled": 7}, False),
+               ("array_cancelled", {"materialized": 10, "succeeded": 4, "cancelled": 6},
+                True))},
     }
 
 
@@ -480,6 +498,11 @@ def test_exit_schema_accepts_every_exit_the_domain_produces(doc):
         "decision": "node_lost (rank 2): retried, not counted (uncounted retry 1 of 10)"}
     _assert_valid(doc, "Exit", None)
     assert not _schema_validator(doc, "Exit").is_valid({"reason": "exploded", "exit_code": 1})
+    assert {e["reason"] for e in exits.values()} >= {"dependency_failed", "array_failed",
+                                                       "max_failed_indexes"}
+    assert exits["max_failed_indexes"]["detail"] == (
+        "3 indexes failed, more than max_failed_indexes 2; 40 of 100 indexes succeeded, "
+        "3 failed, 57 cancelled (50 never started)")
 
 
 def test_attempt_representation_conforms_to_attempt_list_schema(doc):
@@ -515,6 +538,75 @@ def test_finished_and_waiting_jobs_conform_to_job_schema(doc):
     for reason in ("waiting for 4 x 1 free GPUs on READY nodes",
                    "can never fit: needs 64 h100 GPUs; the fleet has 16"):
         _assert_valid(doc, "Job", shown_job(_job(pending_reason=reason)))
+
+
+def test_pipeline_and_array_jobs_and_their_events_conform_to_the_schemas(doc):
+    """Issue 27 through the services on the fakes: a waiting job, one ended by
+    its dependency, a released one, an array parent (PENDING, RUNNING,
+    FAILED), its children and their listing, and each one's events."""
+    world = World()
+    svc = world.services()
+    agents = Principal("agent", "*")
+    svc.nodes.register(agents, "n1", {"gpus": 2, "gpu_type": "a100"})
+
+    def submit(**body) -> str:
+        view, _ = svc.jobs.submit("acme", {"command": ["python", "x.py"], "ranks": 1, **body},
+                                  None)
+        return view["job_id"]
+
+    def shown(job_id: str) -> dict:
+        return fastjson.loads(fastjson.dumps(job_view_json(svc.jobs.read("acme", job_id))))
+
+    def run(job_id: str, code: int) -> None:
+        attempt = svc.store.get(job_id).attempt
+        for report in ({"type": "STARTED", "ranks": [0]},
+                       {"type": "EXITED", "ranks": [0], "exit_code": code}):
+            svc.attempts.report(agents, job_id, attempt, {"node_id": "n1", **report})
+
+    first = submit(name="prepare")
+    waits = [submit(depends_on=[{"job_id": first}]),
+             submit(depends_on=[{"job_id": first, "condition": "failed"}])]
+    after = submit(depends_on=[{"job_id": waits[0], "condition": "ended"}])
+    sweep = submit(name="sweep", max_attempts=1,
+                   array={"size": 5, "max_parallel": 2, "max_failed_indexes": 0,
+                          "env": {"LR": ["1", "2", "3", "4", "5"]}})
+    pending = shown(sweep)
+    assert pending["array"] == {"size": 5, "materialized": 0, "counts": {
+        "PENDING": 5, "RUNNING": 0, "SUCCEEDED": 0, "FAILED": 0, "CANCELLED": 0}}
+    views = [pending, *(shown(j) for j in waits)]
+    assert views[1]["waiting_for"] == [first]
+    assert views[1]["pending_reason"] == f"waiting for {first} to succeed"
+    svc.placer.run()  # prepare and the sweep's first index (2 GPUs)
+    running = shown(sweep)
+    assert running["state"] == "RUNNING" and running["array"]["materialized"] == 2
+    children, _ = svc.jobs.list("acme", state=None, page_size=50, page_token=None,
+                                parent=sweep)
+    shown_children = [fastjson.loads(fastjson.dumps(job_view_json(c))) for c in children]
+    assert [c["array_index"] for c in shown_children] == [0, 1]
+    assert {c["parent_id"] for c in shown_children} == {sweep}
+    _assert_valid(doc, "JobList", {"jobs": shown_children, "next_page_token": None})
+    run(first, 3)  # fails: waits[0] ends dependency_failed, waits[1] is released
+    ended, released = shown(waits[0]), shown(waits[1])
+    assert (ended["state"], ended["exit"]["reason"], ended["exit"]["dependency"]) == (
+        "FAILED", "dependency_failed", first)
+    assert (released["waiting_for"], released["pending_reason"]) == (None, None)
+    [child] = [c["id"] for c in shown_children if c["state"] == "SCHEDULED"]
+    run(child, 1)  # more than max_failed_indexes 0: the array fails fast
+    for job_id in (c["id"] for c in shown_children if c["id"] != child):
+        job = svc.store.get(job_id)
+        if job.state is JobState.SCHEDULED:
+            svc.attempts.report(agents, job_id, job.attempt, {"type": "STOPPED",
+                                                              "node_id": "n1"})
+    failed = shown(sweep)
+    assert (failed["state"], failed["exit"]["reason"]) == ("FAILED", "max_failed_indexes")
+    assert failed["array"]["counts"]["FAILED"] == 1
+    views += [running, ended, released, failed, shown(after), *shown_children]
+    for view in views:
+        _assert_valid(doc, "Job", view)
+    for job_id in (first, *waits, after, sweep, child):
+        _assert_valid(doc, "JobEventList", {"events": svc.jobs.events("acme", job_id)})
+    types = {e["type"] for j in (waits[1], sweep) for e in svc.jobs.events("acme", j)}
+    assert {"dependencies_met", "started", "finished"} <= types
 
 
 # -- nodes ---------------------------------------------------------------------

@@ -45,7 +45,6 @@ from chalicelib.domain import events as ev, idempotency, quotas
 from chalicelib.domain.arrays import ENDED_COUNTER, ArraySpec, Counts
 from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
-from chalicelib.domain.dependencies import MAX_DEPENDENTS
 from chalicelib.domain.errors import RecordTooLarge
 from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parked_partition
 from chalicelib.domain.health import clear_incident, frozen_health, incident
@@ -66,7 +65,6 @@ from chalicelib.domain.states import (
 )
 from chalicelib.service.ports import (
     CapacityChanged,
-    DependentsFull,
     IdemClaim,
     IdempotencyConflict,
     IdemRecord,
@@ -350,7 +348,9 @@ class FakeJobStore:
     def cancel_unplaced(self, job: Job, now: datetime, reason: str | None) -> Job:
         with self.t.lock:
             current = self._job(job.job_id)
-            if not _state_in(current, Event.CANCEL_UNPLACED) or not self._expire_key_ok(job):
+            if not _state_in(current, Event.CANCEL_UNPLACED) or not self._expire_key_ok(job) \
+                    or (current is not None and current.is_array
+                        and active_partition(current) != WAITING):
                 if current is not None and current.state is JobState.CANCELLED \
                         and current.cancel_requested_at == ms(now):
                     return copy.deepcopy(current)  # our own cancel, retried
@@ -387,7 +387,9 @@ class FakeJobStore:
         ``finished`` event's details given)."""
         with self.t.lock:
             current = self._job(job.job_id)
-            if not _state_in(current, event) or not self._expire_key_ok(job):
+            if not _state_in(current, event) or not self._expire_key_ok(job) \
+                    or (current is not None and current.is_array
+                        and active_partition(current) != WAITING):
                 if current is not None and current.state is JobState.FAILED \
                         and current.finished_at == ms(now):
                     return copy.deepcopy(current)  # our own end, retried
@@ -560,14 +562,15 @@ class FakeJobStore:
     def add_dependent(self, job_id: str, dependent_id: str) -> None:
         with self.t.lock:
             current = self._job(job_id)
-            if current is None or (len(current.dependents) >= MAX_DEPENDENTS
-                                   and dependent_id not in current.dependents):
-                raise DependentsFull(job_id)
+            if current is None:
+                raise ConditionFailed()  # the job is not there
             current.dependents = current.dependents | {dependent_id}
 
-    def states(self, job_ids: Sequence[str]) -> dict[str, tuple[str, JobState]]:
+    def states(self, job_ids: Sequence[str], *,
+               count_dependents: bool = False) -> dict[str, tuple[str, JobState, int]]:
         with self.t.lock:
-            return {i: (j.tenant, j.state) for i in job_ids if (j := self._job(i)) is not None}
+            return {i: (j.tenant, j.state, len(j.dependents) if count_dependents else 0)
+                    for i in job_ids if (j := self._job(i)) is not None}
 
     def _partition_of(self, partition: str, limit: int) -> list[Job]:
         with self.t.lock:

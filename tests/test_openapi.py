@@ -571,7 +571,7 @@ def test_pipeline_and_array_jobs_and_their_events_conform_to_the_schemas(doc):
                    array={"size": 5, "max_parallel": 2, "max_failed_indexes": 0,
                           "env": {"LR": ["1", "2", "3", "4", "5"]}})
     pending = shown(sweep)
-    assert pending["array"] == {"size": 5, "materialized": 0, "counts": {
+    assert pending["array"] == {"size": 5, "materialized": 2, "counts": {  # made by its create
         "PENDING": 5, "RUNNING": 0, "SUCCEEDED": 0, "FAILED": 0, "CANCELLED": 0}}
     views = [pending, *(shown(j) for j in waits)]
     assert views[1]["waiting_for"] == [first]

@@ -40,6 +40,7 @@ from .fleet import FLEET
 from .jobs_table import (
     JOBS,
     KEYS,
+    WAITING,
     OnDynamo,
     count_pending,
     events_from_item,
@@ -109,6 +110,9 @@ def _unplaced_end(job: Job, changes: Changes, event: Event, now: datetime) -> li
     leaves, the tenant's PENDING count, [the expiry of its idempotency key]."""
     state = next_state(JobState.PENDING, event)
     condition, values = leaving(event)
+    if job.is_array:  # still waiting: none of its children made
+        condition += " AND #active_state = :waiting"
+        values = {**values, ":waiting": {"S": WAITING}}
     changes.set("state", state.value).set("tenant_state", tenant_state(job.tenant, state)) \
         .set("updated_at", iso(now)).set("finished_at", iso(now)).remove("active_state")
     items = [{"Update": changes.update(JOBS.key(job.job_id), condition=condition,

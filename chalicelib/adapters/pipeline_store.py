@@ -23,11 +23,9 @@ from pynamodb.exceptions import TransactWriteError
 from ..domain import events as ev
 from ..domain.arrays import ArraySpec, Counts
 from ..domain.clock import iso
-from ..domain.dependencies import MAX_DEPENDENTS
 from ..domain.jobs import Job, JobView
 from ..domain.states import ARRAY_ENDS, Event, JobState, next_state
-from ..service.ports import DependentsFull
-from .dynamo import Changes, ConditionFailed
+from .dynamo import Changes
 from .dynamo_errors import tx_lost
 from .job_store import DynamoJobs
 from .jobs_table import (
@@ -74,25 +72,22 @@ class DynamoPipelines(DynamoJobs):
     # -- dependencies ----------------------------------------------------------
     def add_dependent(self, job_id: str, dependent_id: str) -> None:
         """Record on ``job_id``'s item that ``dependent_id`` waits on it."""
-        try:
-            self._dynamo.update(Changes(JOBS).add("dependents", {dependent_id}).update(
-                JOBS.key(job_id),
-                condition="attribute_exists(#job_id) AND (attribute_not_exists(#dependents)"
-                          " OR size(#dependents) < :cap)",
-                values={":cap": {"N": str(MAX_DEPENDENTS)}}))
-        except ConditionFailed:
-            raise DependentsFull(job_id) from None
+        self._dynamo.update(Changes(JOBS).add("dependents", {dependent_id}).update(
+            JOBS.key(job_id), condition="attribute_exists(#job_id)"))
 
-    def states(self, job_ids: Sequence[str]) -> dict[str, tuple[str, JobState]]:
-        """Each existing job's (tenant, state), strongly consistent."""
-        out: dict[str, tuple[str, JobState]] = {}
+    def states(self, job_ids: Sequence[str], *,
+               count_dependents: bool = False) -> dict[str, tuple[str, JobState, int]]:
+        """Each existing job's (tenant, state, how many dependents it has:
+        0 unless counted), strongly consistent."""
+        out: dict[str, tuple[str, JobState, int]] = {}
         ids = list(dict.fromkeys(job_ids))
+        names = ("job_id", "tenant", "state") + (("dependents",) if count_dependents else ())
         for at in range(0, len(ids), 100):
             items = self._dynamo.get_all(JOBS, [JOBS.key(i) for i in ids[at:at + 100]],
-                                         consistent=True,
-                                         attributes=("job_id", "tenant", "state"))
+                                         consistent=True, attributes=names)
             for item in items:
-                out[item["job_id"]["S"]] = (item["tenant"]["S"], JobState(item["state"]["S"]))
+                out[item["job_id"]["S"]] = (item["tenant"]["S"], JobState(item["state"]["S"]),
+                                            len(item.get("dependents", {}).get("SS", ())))
         return out
 
     def waiting(self, limit: int) -> list[Job]:

@@ -99,8 +99,8 @@ ARRAY = {
         "size": {"type": "integer", "minimum": 1, "maximum": _arrays.MAX_SIZE},
         "max_parallel": {"type": "integer", "minimum": 1, "maximum": _arrays.MAX_SIZE,
                          "description": "At most this many indexes are open (made and not "
-                                        "ended) at once. Default: all, made "
-                                        f"{_arrays.FEED_WINDOW} at a time."},
+                                        "ended) at once. Default: "
+                                        f"{_arrays.FEED_WINDOW}."},
         "max_failed_indexes": {"type": "integer", "minimum": 0,
                                "maximum": _arrays.MAX_SIZE - 1,
                                "description": "When more indexes than this have failed "

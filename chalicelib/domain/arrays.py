@@ -1,8 +1,9 @@
 """Job arrays (``array``): one parent, ``size`` indexed children.
 
 The parent never runs. Its children are made lazily (the pipelines service
-materialises them as room opens), at most ``window`` of them open (made and
-not ended) at once: ``max_parallel`` when given, else :data:`FEED_WINDOW`.
+materialises them as room opens, at most FEED_WINDOW a call), at most
+``window`` of them open (made and not ended) at once: ``max_parallel`` when
+given, else :data:`FEED_WINDOW`.
 Each child is an ordinary job (its own retries, quotas, fair share), whose
 id is fixed by its parent and index (``ids.child_job_id``), so making one
 twice is impossible, and whose spec is the parent's for its index
@@ -21,7 +22,7 @@ from typing import Mapping
 from .states import JobState
 
 MAX_SIZE = 10_000
-#: open children of an array without max_parallel
+#: open children of an array without max_parallel; children made per call
 FEED_WINDOW = 500
 #: children made per transaction (with the parent's counter: 100 items)
 FEED_BATCH = 99
@@ -50,7 +51,8 @@ class ArraySpec:
 
     @property
     def window(self) -> int:
-        return min(self.max_parallel or self.size, FEED_WINDOW, self.size)
+        """How many children may be open at once: max_parallel, else FEED_WINDOW."""
+        return min(self.max_parallel or FEED_WINDOW, self.size)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ class Canceller:
     def cancel(self, job: Job, reason: str | None) -> tuple[Job, bool]:
         """Record the cancel of ``job`` (re-read on a lost race); the job as
         it is now, and whether it ended here (it was never placed). A repeat
-        records nothing new; a finished job is returned as it is."""
+        records nothing new; a finished job is returned as it is, and so is
+        an array that is open (PipelinesService.cancel_array cancels it)."""
         for _ in range(_RACE_RETRIES):
             if job.state.terminal or (job.cancel_requested_at is not None
                                       and job.state is not JobState.PENDING):
@@ -49,6 +50,8 @@ class Canceller:
                 if fresh is None:  # never: jobs are not deleted
                     break
                 job = fresh
+                if job.is_array and not job.waiting_for and not job.state.terminal:
+                    return job, False  # released meanwhile: an open array's cancel is its own
                 continue  # placed, started or finished meanwhile: decide again
             self.telemetry.count("CancelsRequested")
             self.dispatcher.send(intent)

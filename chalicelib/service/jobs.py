@@ -111,8 +111,6 @@ class JobsService:
                   waiting_for=waiting_for or None,
                   pending_reason=dependencies.waiting_reason(spec, waiting_for),
                   array_counts={k: 0 for k in arrays.COUNTERS} if "array" in spec else None)
-        # named on what it waits for before it exists (service/pipelines.py)
-        self.pipelines.register(job.job_id, waiting_for)
         if claim is None:
             self._write(job, None)
             return self._created(job), False
@@ -228,14 +226,18 @@ class JobsService:
         """Record the cancel request before answering; agents do the stopping.
         An array's cancel is recorded on it, and each child is cancelled so."""
         job = self.get(tenant, job_id)
+        if not _open_array(job):
+            job, ended = self.canceller.cancel(job, reason)
+            if ended:
+                self.pipelines.ended(job.job_id)
+                return job
+        if _open_array(job):  # (or released while its cancel was being recorded)
+            return self.pipelines.cancel_array(job, reason)
         if job.state.terminal and job.state is not JobState.CANCELLED:
             raise AlreadyFinished(f"job {job_id} already {job.state.value}", field="job_id")
-        if job.is_array and not job.state.terminal and not job.waiting_for:
-            return self.pipelines.cancel_array(job, reason)
-        job, ended = self.canceller.cancel(job, reason)
-        if ended:
-            self.pipelines.ended(job.job_id)
-        elif job.state.terminal and job.state is not JobState.CANCELLED:
-            # it finished while the cancel was being recorded
-            raise AlreadyFinished(f"job {job_id} already {job.state.value}", field="job_id")
         return job
+
+
+def _open_array(job: Job) -> bool:
+    """An array not ended and not waiting: its children may be made."""
+    return job.is_array and not job.state.terminal and not job.waiting_for

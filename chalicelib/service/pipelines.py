@@ -1,10 +1,12 @@
 """Pipelines and sweeps: what follows a job's end, and an array's children.
 
-- A dependent is registered on each job it waits for *before* it is
-  created, and reads their states again *after*; a job's end is written
-  *before* its dependents are read. So whichever side comes second sees
-  the other: a dependency that ends while its dependent is being created is
-  never missed (both may act; every write is conditional, so it is once).
+- A new job is named on each job it waits for once it is created (so a
+  create that fails, or a replay, names nothing), then reads their states
+  again; a job's end is written *before* its dependents are read. So
+  whichever side comes second sees the other: a dependency that ends while
+  its dependent is being created is never missed (both may act; every write
+  is conditional, so it is once). Dependents are capped (MAX_DEPENDENTS)
+  when the dependent is submitted: racing submits may pass it by a few.
 - ``ended`` runs after every terminal transition: it tells the job's array
   and its dependents, and goes on down the chain with whatever that ended.
   It costs a few requests per dependent, never a scan.
@@ -29,7 +31,7 @@ from ..domain.ids import child_job_id
 from ..domain.jobs import Job
 from ..domain.states import JobState
 from .cancels import Canceller
-from .ports import DependentsFull, Jobs, Nudge, Pipelines, StateChanged
+from .ports import Jobs, Nudge, Pipelines, StateChanged
 
 log = logging.getLogger(__name__)
 _RACE_RETRIES = 3
@@ -53,8 +55,9 @@ class PipelinesService:
 
     # -- create ------------------------------------------------------------
     def unmet(self, tenant: str, spec: dict) -> list[str]:
-        """The dependencies of a new job's spec not met yet, in order (each
-        named job must exist and be the tenant's: else a 400 naming it)."""
+        """The dependencies of a new job's spec not met yet, in order. Each
+        named job must exist, be the tenant's and have room for one more
+        dependent: else a 400 naming it, before anything is written."""
         named = deps.of_spec(spec)
         if not named:
             return []
@@ -64,23 +67,17 @@ class PipelinesService:
                 raise InvalidArgument(f"depends_on names {d.job_id} twice",
                                       field=f"depends_on.{i}.job_id")
             seen.add(d.job_id)
-        states = self.store.states([d.job_id for d in named])
+        states = self.store.states([d.job_id for d in named], count_dependents=True)
         for i, d in enumerate(named):
             held = states.get(d.job_id)
             if held is None or held[0] != tenant:
                 raise InvalidArgument(f"job {d.job_id} not found: a dependency must be an "
                                       "existing job of the same tenant",
                                       field=f"depends_on.{i}.job_id")
+            if held[2] >= deps.MAX_DEPENDENTS:
+                raise InvalidArgument(f"job {d.job_id} already has {deps.MAX_DEPENDENTS} "
+                                      "dependents", field=f"depends_on.{i}.job_id")
         return [d.job_id for d in named if d.met_by(states[d.job_id][1]) is not True]
-
-    def register(self, job_id: str, waiting_for: Sequence[str]) -> None:
-        """Name ``job_id`` on each job it waits for, before it is created."""
-        for dep in waiting_for:
-            try:
-                self.store.add_dependent(dep, job_id)
-            except DependentsFull:
-                raise InvalidArgument(f"job {dep} already has {deps.MAX_DEPENDENTS} "
-                                      "dependents", field="depends_on") from None
 
     def created(self, job: Job) -> None:
         """After the create: read again what it waits for (see the module);
@@ -88,6 +85,8 @@ class PipelinesService:
         answers fast, whatever the size)."""
         try:
             if job.waiting_for:
+                for dep in job.waiting_for:  # named on each, then each read again
+                    self.store.add_dependent(dep, job.job_id)
                 self.ended_all(self.resolve(job))
             elif job.is_array:
                 self.ended_all(self.array_changed(job.job_id, at_most=arrays.FEED_BATCH))
@@ -127,7 +126,7 @@ class PipelinesService:
         for _ in range(_RACE_RETRIES):
             if job.state is not JobState.PENDING or not job.waiting_for:
                 return []
-            states = {k: s for k, (_, s) in self.store.states(job.waiting_for).items()}
+            states = {k: s for k, (_, s, _) in self.store.states(job.waiting_for).items()}
             out = deps.judge(job.spec, states, only=job.waiting_for)
             now = self._clock()
             try:
@@ -177,9 +176,7 @@ class PipelinesService:
                     return self.stop_children(
                         parent, "more indexes failed than max_failed_indexes")
                 return []
-            indexes = arrays.to_make(a, c, cancelled)
-            if at_most is not None:
-                indexes = indexes[:at_most]
+            indexes = arrays.to_make(a, c, cancelled)[:at_most or arrays.FEED_WINDOW]
             made = self.make_children(parent, indexes)
             if made is None:
                 continue  # another made them meanwhile: judge again

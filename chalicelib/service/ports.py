@@ -103,20 +103,13 @@ class Jobs(Protocol):
     def ping(self) -> None: ...
 
 
-class DependentsFull(Exception):
-    """The job named already has as many dependents as it may hold."""
-
-    def __init__(self, job_id: str) -> None:
-        super().__init__(job_id)
-        self.job_id = job_id
-
-
 class Pipelines(Protocol):
     """Dependencies and arrays (domain/dependencies.py, domain/arrays.py):
     who waits on whom, and an array's children, made as room opens."""
 
     def add_dependent(self, job_id: str, dependent_id: str) -> None: ...
-    def states(self, job_ids: Sequence[str]) -> dict[str, tuple[str, JobState]]: ...
+    def states(self, job_ids: Sequence[str], *,
+               count_dependents: bool = False) -> dict[str, tuple[str, JobState, int]]: ...
     def waiting(self, limit: int) -> list[Job]: ...
     def wait_for(self, job: Job, waiting_for: Sequence[str], reason: str | None,
                  now: datetime) -> bool: ...

@@ -8,12 +8,13 @@ from dataclasses import replace
 
 import pytest
 
+from chalicelib.adapters.dynamo import ConditionFailed
 from chalicelib.domain import arrays
 from chalicelib.domain.clock import utcnow
 from chalicelib.domain.ids import child_job_id
 from chalicelib.domain.jobs import Job, view_of
 from chalicelib.domain.states import JobState
-from chalicelib.service.ports import DependentsFull
+from chalicelib.service.ports import StateChanged
 
 
 def _parent(ports, size=5, **array) -> Job:
@@ -49,7 +50,8 @@ def test_dependents_are_recorded_on_the_job_and_read_with_it(ports):
     ports.store.add_dependent(dep.job_id, "job_01J0000000000000000000000B")
     assert ports.store.get(dep.job_id).dependents == {"job_01J0000000000000000000000A",
                                                        "job_01J0000000000000000000000B"}
-    with pytest.raises(DependentsFull):
+    assert ports.store.states([dep.job_id], count_dependents=True)[dep.job_id][2] == 2
+    with pytest.raises(ConditionFailed):
         ports.store.add_dependent(dep.job_id[:-4] + "ZZZZ", "job_01J0000000000000000000000C")
 
 
@@ -57,7 +59,7 @@ def test_states_name_each_existing_job_s_tenant_and_state(ports):
     a, b = ports.created(), ports.created(tenant=ports.tenant(1))
     missing = a.job_id[:-4] + "ZZZZ"
     assert ports.store.states([a.job_id, b.job_id, missing, a.job_id]) == {
-        a.job_id: (a.tenant, JobState.PENDING), b.job_id: (b.tenant, JobState.PENDING)}
+        a.job_id: (a.tenant, JobState.PENDING, 0), b.job_id: (b.tenant, JobState.PENDING, 0)}
 
 
 def test_a_waiting_job_is_out_of_the_queue_and_changes_only_as_read(whole):
@@ -88,6 +90,14 @@ def test_a_dependency_failed_job_ends_out_of_the_count(ports):
     got = ports.store.get(job.job_id)
     assert (ended.state, got.state, got.exit) == (JobState.FAILED, JobState.FAILED, exit_)
     assert _pending(ports, job.tenant) == before - 1
+
+
+def test_an_open_array_is_not_ended_as_an_unplaced_job(ports):
+    """Its unplaced cancel holds only while it waits: made children stay counted."""
+    parent = _parent(ports, size=3)  # not waiting: open
+    with pytest.raises(StateChanged):
+        ports.store.cancel_unplaced(parent, utcnow(), None)
+    assert ports.store.get(parent.job_id).state is JobState.PENDING
 
 
 # -- arrays ------------------------------------------------------------------

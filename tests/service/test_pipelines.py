@@ -86,7 +86,8 @@ def test_a_dependency_already_ended_is_judged_at_create(nodes):
 
 
 def test_a_dependency_that_ends_while_its_dependent_is_created_is_not_missed(nodes, world):
-    """The dependent is named on it before it exists, and reads it after."""
+    """It ends after the dependent read it at submit, before the dependent is
+    named on it: the dependent reads it again once named."""
     svc = nodes
     dep = _one(svc)
     svc.placer.run()
@@ -313,3 +314,56 @@ def test_a_create_whose_follow_up_fails_is_still_a_create_and_the_sweep_follows_
     monkeypatch.undo()
     assert svc.reconciler.run()["pipelines"]["arrays"] == 1
     assert svc.store.get(parent.job_id).array_counts["materialized"] == 4
+
+
+def test_a_waiting_array_released_while_its_cancel_is_recorded_is_cancelled_whole(nodes,
+                                                                                  world):
+    """The unplaced cancel of an array holds only while it waits (no child
+    made); released meanwhile, its cancel is the array's: every child too."""
+    svc = nodes
+    dep = _one(svc)
+    svc.placer.run()
+    parent = _one(svc, array={"size": 6, "max_parallel": 2},
+                  depends_on=[{"job_id": dep.job_id}])
+    real = world.store.cancel_unplaced
+
+    def released_first(job, now, reason):
+        if job.job_id == parent.job_id:
+            _run(svc, dep.job_id)  # its dependency succeeds: two children are made
+        return real(job, now, reason)
+
+    world.store.cancel_unplaced = released_first
+    try:
+        shown = svc.jobs.cancel("acme", parent.job_id, "changed my mind")
+    finally:
+        world.store.cancel_unplaced = real
+    children = [j for j in world.store.t.jobs.values() if j.parent_id == parent.job_id]
+    assert len(children) == 2 and all(c.state is JobState.CANCELLED for c in children)
+    assert shown.state is JobState.CANCELLED
+    assert shown.array_counts["cancelled"] == 6
+    assert world.store.t.tenants["acme"] == 0
+
+
+def test_a_create_that_writes_nothing_names_nothing_on_its_dependencies(world):
+    svc = world.services(limits=TenantLimits(overrides={"acme": Limits(max_pending_jobs=2)}))
+    register(svc, "n1", gpus=8)
+    dep = _one(svc)
+    body = {"command": ["x"], "ranks": 1, "depends_on": [{"job_id": dep.job_id}]}
+    first, replayed = svc.jobs.submit("acme", body, "key-1")
+    again, replayed = svc.jobs.submit("acme", body, "key-1")
+    assert replayed and again["job_id"] == first["job_id"]
+    with pytest.raises(QuotaExceeded):
+        svc.jobs.submit("acme", body, "key-2")
+    assert svc.store.get(dep.job_id).dependents == {first["job_id"]}
+
+
+def test_a_job_with_all_its_dependents_takes_no_more(nodes, monkeypatch):
+    from chalicelib.domain import dependencies
+    svc = nodes
+    monkeypatch.setattr(dependencies, "MAX_DEPENDENTS", 2)
+    dep = _one(svc)
+    _one(svc, depends_on=[{"job_id": dep.job_id}])
+    _one(svc, depends_on=[{"job_id": dep.job_id}])
+    with pytest.raises(InvalidArgument) as e:
+        _one(svc, depends_on=[{"job_id": dep.job_id}])
+    assert e.value.field == "depends_on.0.job_id" and "already has 2 dependents" in str(e.value)

@@ -20,7 +20,7 @@ Lambda invokes it (bench/endpoints.py's LambdaHTTP), in a shuffled order:
 one plain job (the baseline), a 10,000-index array, and a 10,000-index array
 with an ``array.env`` list of 10,000 values (3 characters each: about what a
 64 KB body holds). Each answer must be 201, the arrays' with
-``array.materialized`` 0. Medians over the rounds after the warm-up ones; the
+``array.materialized`` FIRST_BATCH (the children its create makes). Medians over the rounds after the warm-up ones; the
 ratio is the median over rounds of (array / plain) within a round.
 
 **2. Children** (stack ``arb``). ``--nodes`` nodes of 8 ``h100`` GPUs (one
@@ -33,11 +33,11 @@ half wrote is deleted after it, the nodes get their GPUs back):
   ``array.env`` one value per index; ``max_parallel`` ``--max-parallel``,
   default 100, 0 for none: a window of 500) is created (untimed). Then,
   timed: its first window (``max_parallel`` children) made by
-  ``services.placer.pipelines.array_changed`` (what a placement run's sweep does:
-  99 children a transaction), placed by ``services.placer.run()`` repeated
+  ``services.placer.pipelines.array_changed`` (what an index's end and the
+  reconciler's sweep do: 99 children a transaction), placed by ``services.placer.run()`` repeated
   while it places; then for each of the other indexes, one placed child's
   end is reported (``EXITED`` 0, untimed, write units metered) and its
-  follow-up ``services.placer.pipelines.ended(child)`` makes the next index
+  follow-up ``services.placer.pipelines.ended_all([child])`` makes the next index
   (timed: one child a transaction, as in steady state); then those are
   placed. ``--size`` is at most twice the window.
 * **plain** (the baseline): the same shape with plain jobs of the same spec
@@ -80,6 +80,7 @@ if str(ROOT) not in sys.path:
 
 from bench import harness  # noqa: E402
 from bench.harness import REGION, Fail, moto_housekeeping  # noqa: E402
+from chalicelib.domain.arrays import FIRST_BATCH, ArraySpec  # noqa: E402
 
 TENANT = "bench"
 TOKEN = "bench"
@@ -171,7 +172,7 @@ def create_part(rounds: int, warmup: int, seed: int) -> dict:
             m = Meter(lambda b=bodies[name]: http.post("/v1/jobs", headers=headers, body=b))
             job = expect(m.result, 201, f"create {name}")
             if name != "plain job" and (job["array"]["size"], job["array"]["materialized"]) \
-                    != (BIG, 0):
+                    != (BIG, FIRST_BATCH):
                 raise Fail(f"{name}: created as {job['array']}")
             if r >= warmup:
                 samples[name].append(m)
@@ -212,13 +213,12 @@ class Children:
         import boto3
 
         from bench import placement
-        from chalicelib.domain.arrays import FEED_WINDOW
         from chalicelib.domain.principal import Principal
 
         global AGENT
         AGENT = Principal("agent", "*")
         self.size, self.max_parallel = size, max_parallel
-        self.window = min(max_parallel or size, FEED_WINDOW, size)
+        self.window = ArraySpec(size, max_parallel or None).window
         if size > 2 * self.window:
             raise Fail(f"--size {size} is more than twice the array's window "
                        f"({self.window}): the second window is made by the first's ends")
@@ -336,7 +336,7 @@ class Children:
                 moto_housekeeping()  # untimed: moto's tracked copies, see harness
             end_wru.append(self.end(job_id))
             before = s.store.get(parent).array_counts["materialized"]
-            one_by_one.append(Meter(lambda j=job_id: s.placer.pipelines.ended(j)))
+            one_by_one.append(Meter(lambda j=job_id: s.placer.pipelines.ended_all([j])))
             if s.store.get(parent).array_counts["materialized"] != before + 1:
                 raise Fail("an index's end did not make exactly the next index")
         second, rest = self.place_all() if one_by_one else (None, [])

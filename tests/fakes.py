@@ -349,8 +349,7 @@ class FakeJobStore:
         with self.t.lock:
             current = self._job(job.job_id)
             if not _state_in(current, Event.CANCEL_UNPLACED) or not self._expire_key_ok(job) \
-                    or (current is not None and current.is_array
-                        and active_partition(current) != WAITING):
+                    or not self._unplaced_as_read(current, job):
                 if current is not None and current.state is JobState.CANCELLED \
                         and current.cancel_requested_at == ms(now):
                     return copy.deepcopy(current)  # our own cancel, retried
@@ -388,8 +387,7 @@ class FakeJobStore:
         with self.t.lock:
             current = self._job(job.job_id)
             if not _state_in(current, event) or not self._expire_key_ok(job) \
-                    or (current is not None and current.is_array
-                        and active_partition(current) != WAITING):
+                    or not self._unplaced_as_read(current, job):
                 if current is not None and current.state is JobState.FAILED \
                         and current.finished_at == ms(now):
                     return copy.deepcopy(current)  # our own end, retried
@@ -405,6 +403,13 @@ class FakeJobStore:
                 "finished", now, state="FAILED", reason=exit_["reason"], **finished))
             self._expire_key(job, now)
             return copy.deepcopy(current)
+
+    @staticmethod
+    def _unplaced_as_read(current: Job | None, job: Job) -> bool:
+        """An unplaced end's conditions beyond the state: an array still
+        waiting, and the dependents as read."""
+        return current is not None and current.dependents == job.dependents \
+            and not (current.is_array and active_partition(current) != WAITING)
 
     def _ended_unplaced(self, job: Job) -> None:
         """A job that holds no attempt ended (``job`` as it ends): out of the

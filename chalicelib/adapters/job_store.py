@@ -113,6 +113,13 @@ def _unplaced_end(job: Job, changes: Changes, event: Event, now: datetime) -> li
     if job.is_array:  # still waiting: none of its children made
         condition += " AND #active_state = :waiting"
         values = {**values, ":waiting": {"S": WAITING}}
+    # its dependents as read (a set only grows: the same size is the same set),
+    # so what follows its end needs no read after it (PipelinesService.ended)
+    if job.dependents:
+        condition += " AND size(#dependents) = :dependents"
+        values = {**values, ":dependents": {"N": str(len(job.dependents))}}
+    else:
+        condition += " AND attribute_not_exists(#dependents)"
     changes.set("state", state.value).set("tenant_state", tenant_state(job.tenant, state)) \
         .set("updated_at", iso(now)).set("finished_at", iso(now)).remove("active_state")
     items = [{"Update": changes.update(JOBS.key(job.job_id), condition=condition,

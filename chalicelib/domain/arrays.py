@@ -26,6 +26,9 @@ MAX_SIZE = 10_000
 FEED_WINDOW = 500
 #: children made per transaction (with the parent's counter: 100 items)
 FEED_BATCH = 99
+#: children its create makes (the rest follow as indexes end, and the
+#: reconciler's sweep each minute): a create stays one small transaction more
+FIRST_BATCH = 8
 #: what every child is told, besides the parent's env
 INDEX_ENV = "GPUJOBS_ARRAY_INDEX"
 SIZE_ENV = "GPUJOBS_ARRAY_SIZE"

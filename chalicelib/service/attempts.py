@@ -40,7 +40,7 @@ class AttemptsService:
     def __init__(self, store: AttemptsServicePorts, dispatcher: Dispatcher, nudge: Nudge,
                  clock: Clock = utcnow,
                  failed_on: Callable[[str, str, int], object] | None = None,
-                 on_end: Callable[[str], None] | None = None) -> None:
+                 on_end: Callable[[Job], None] | None = None) -> None:
         self.store, self.dispatcher, self.nudge, self._clock = store, dispatcher, nudge, clock
         #: told each job that ended (PipelinesService.ended: its array, its dependents)
         self._on_end = on_end
@@ -237,5 +237,5 @@ class AttemptsService:
         if to is JobState.PENDING:
             self.nudge()
         elif self._on_end is not None:
-            self._on_end(job.job_id)
+            self._on_end(job)
         return job

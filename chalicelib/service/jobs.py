@@ -141,7 +141,7 @@ class JobsService:
         self.telemetry.count("JobsCreated")
         self.pipelines.created(job)  # what it waits for, read again
         self.nudge()
-        if job.waiting_for:
+        if job.waiting_for or job.is_array:  # as its follow-up left it
             return self.store.view(job.job_id) or view_of(job)
         return view_of(job)
 
@@ -229,7 +229,7 @@ class JobsService:
         if not _open_array(job):
             job, ended = self.canceller.cancel(job, reason)
             if ended:
-                self.pipelines.ended(job.job_id)
+                self.pipelines.ended(job)
                 return job
         if _open_array(job):  # (or released while its cancel was being recorded)
             return self.pipelines.cancel_array(job, reason)

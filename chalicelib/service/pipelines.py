@@ -10,8 +10,8 @@
 - ``ended`` runs after every terminal transition: it tells the job's array
   and its dependents, and goes on down the chain with whatever that ended.
   It costs a few requests per dependent, never a scan.
-- An array's first children are made by its create (one transaction), the
-  next ones each time one of them ends.
+- An array's first children (FIRST_BATCH) are made by its create, the next
+  ones each time one of them ends, and by the sweep.
 - ``sweep`` (the reconciler's, each minute) is the backstop when a process
   died between a write and its follow-up: it feeds and ends the open arrays
   and, at most every RECHECK_S, reads again what the waiting jobs wait for.
@@ -81,43 +81,52 @@ class PipelinesService:
 
     def created(self, job: Job) -> None:
         """After the create: read again what it waits for (see the module);
-        an array makes its first children (one transaction: the create
-        answers fast, whatever the size)."""
+        an array makes its first FIRST_BATCH children (one small transaction:
+        the create answers fast, whatever the size)."""
         try:
             if job.waiting_for:
                 for dep in job.waiting_for:  # named on each, then each read again
                     self.store.add_dependent(dep, job.job_id)
                 self.ended_all(self.resolve(job))
             elif job.is_array:
-                self.ended_all(self.array_changed(job.job_id, at_most=arrays.FEED_BATCH))
+                self.ended_all(self.array_changed(job.job_id, at_most=arrays.FIRST_BATCH))
         except Exception:  # noqa: BLE001 - the job is written; the sweep follows up
             log.exception("job %s created: what it waits for, or its first children, are "
                           "left to the sweep", job.job_id)
 
     # -- a job ended -------------------------------------------------------
-    def ended(self, job_id: str) -> None:
-        """Tell what follows ``job_id`` (its array, its dependents), and
-        whatever ends of it in turn. Never raises: the end is written, and
-        the sweep makes up for a follow-up that failed."""
+    def ended(self, job: Job) -> None:
+        """Tell what follows ``job``, as its end wrote it (its dependents
+        exact: an end is conditioned on the dependents read, or read after
+        it), its array and its dependents, and whatever ends of them in turn.
+        Never raises: the end is written, and the sweep makes up for a
+        follow-up that failed."""
+        if job.parent_id is None and not job.dependents:
+            return  # nothing follows it: no request at all
         try:
-            self.ended_all([job_id])
+            self.ended_all(self._follow(job))
         except Exception:  # noqa: BLE001 - the end is written; the sweep follows up
             log.exception("job %s ended: its dependents and array are left to the sweep",
-                          job_id)
+                          job.job_id)
 
     def ended_all(self, job_ids: Sequence[str]) -> None:
         work = list(job_ids)
         while work:
             job = self.store.get(work.pop())  # after its end: its dependents as they are
-            if job is None or not job.state.terminal:
-                continue
-            if job.parent_id is not None:
-                work += self.array_changed(job.parent_id, index_failed=job.state
-                                           is JobState.FAILED)
-            for dependent_id in sorted(job.dependents):
-                dependent = self.store.get(dependent_id)
-                if dependent is not None:
-                    work += self.resolve(dependent)
+            if job is not None and job.state.terminal:
+                work += self._follow(job)
+
+    def _follow(self, job: Job) -> list[str]:
+        """Tell the ended ``job``'s array and dependents; the ids of what ended."""
+        ended = []
+        if job.parent_id is not None:
+            ended += self.array_changed(job.parent_id,
+                                        index_failed=job.state is JobState.FAILED)
+        for dependent_id in sorted(job.dependents):
+            dependent = self.store.get(dependent_id)
+            if dependent is not None:
+                ended += self.resolve(dependent)
+        return ended
 
     def resolve(self, job: Job) -> list[str]:
         """Judge what a waiting job waits for: end it when one can no longer

@@ -457,12 +457,12 @@ class Placer:
         if not deadlines.pending_expired(job.spec, job.pending_since, now):
             return False
         try:
-            self.store.expire_pending(job, now, deadlines.pending_exit(job.spec,
-                                                                       job.pending_reason))
+            ended = self.store.expire_pending(job, now, deadlines.pending_exit(
+                job.spec, job.pending_reason))
             log.info("job %s waited past its max_pending_s: FAILED", job.job_id)
         except StateChanged:
             return True  # placed or cancelled meanwhile: that stands
-        self.pipelines.ended(job.job_id)
+        self.pipelines.ended(ended)
         return True
 
     def _usage(self) -> dict[str, int]:

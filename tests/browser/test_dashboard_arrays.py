@@ -100,6 +100,7 @@ def test_an_array_and_its_dependents_as_their_pages_show_them(page, tenant, brow
     array and says it waits for it; once the array has failed, it says the
     dependency failed (the array linked), while the one after any end ran."""
     base, name = browser_stack.api, unique("sweep")
+    ui.console_errors(page)  # read (and so cleared): what the tests before on this page left
     sweep = submit(tenant, name=name, command=GATED, env={"GATE": str(tmp_path)},
                    array={"size": 6, "max_parallel": 2,
                           "env": {"OUTCOME": ["0", "0", "0", "0", "3", "0"]}})

@@ -88,7 +88,7 @@ def test_a_pipeline_runs_each_step_after_the_one_before_and_a_failed_step_ends_w
         after_any = described(gpujobs, evaluate)
         assert after_any["pending reason"] == f"waiting for {train} to end"
         assert after_any["dependencies"] == f"{train} to end: waiting"
-        listed = rows(gpujobs("list", "--limit", "50").stdout)
+        listed = rows(gpujobs("list", "--limit", "50", COLUMNS="1000").stdout)  # no wrap
         assert listed[train][2] == "PENDING" and listed[train][-1] == \
             f"waiting for {prep} to succeed"
         assert listed[export][-1] == f"waiting for {train} to succeed"
@@ -116,7 +116,7 @@ def test_a_pipeline_runs_each_step_after_the_one_before_and_a_failed_step_ends_w
         ran = described(gpujobs, evaluate)
         assert ran["dependencies"] == f"{train} to end: met"
 
-        listed = rows(gpujobs("list", "--limit", "50").stdout)
+        listed = rows(gpujobs("list", "--limit", "50", COLUMNS="1000").stdout)  # no wrap
         assert [listed[j][2] for j in made] == ["SUCCEEDED", "FAILED", "SUCCEEDED", "FAILED"]
         # each step started only once the one before it had ended
         times = {j: got(gpujobs, j) for j in made}
@@ -163,7 +163,7 @@ def test_a_sweep_runs_each_index_with_its_value_at_most_two_at_once(gpujobs):
         # max_parallel 2: no three indexes ever ran at the same time
         spans = [(j["started_at"], j["finished_at"]) for j in (got(gpujobs, i) for i in ids)]
         assert all(sum(s <= start < e for s, e in spans) <= 2 for start, _ in spans), spans
-        listed = rows(gpujobs("list", "--limit", "50").stdout)
+        listed = rows(gpujobs("list", "--limit", "50", COLUMNS="1000").stdout)  # no wrap
         assert listed[sweep][2] == "SUCCEEDED" and "6: 6 succeeded" in listed[sweep]
     finally:
         gpujobs("cancel", sweep)

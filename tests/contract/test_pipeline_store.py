@@ -175,3 +175,15 @@ def test_an_array_ends_once_and_its_indexes_never_made_leave_the_count(ports):
     assert _pending(ports, parent.tenant) == 0
     assert ports.store.arrays(10) == [] or parent.job_id not in {
         j.job_id for j in ports.store.arrays(10)}
+
+
+def test_an_unplaced_end_holds_only_for_the_dependents_read(ports):
+    """So what follows the end is told from the job as read, no read after it."""
+    job = ports.created()
+    ports.store.add_dependent(job.job_id, "job_01J0000000000000000000000A")  # after the read
+    with pytest.raises(StateChanged):
+        ports.store.cancel_unplaced(job, utcnow(), None)
+    fresh = ports.store.get(job.job_id)
+    done = ports.store.cancel_unplaced(fresh, utcnow(), None)
+    assert done.state is JobState.CANCELLED
+    assert done.dependents == {"job_01J0000000000000000000000A"}

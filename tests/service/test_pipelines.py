@@ -127,7 +127,7 @@ def test_a_lost_follow_up_is_made_up_by_the_sweep(nodes, world, clock, monkeypat
     def down(ids):
         raise ConnectionError("the store went away after the end was written")
 
-    monkeypatch.setattr(svc.pipelines, "ended_all", down)
+    monkeypatch.setattr(svc.pipelines, "_follow", down)
     assert _run(svc, dep.job_id).state is JobState.SUCCEEDED  # the report is answered
     monkeypatch.undo()
     assert svc.store.get(dependent.job_id).waiting_for == [dep.job_id]

@@ -38,6 +38,7 @@ from .isolation import (
     resolve_rank_user,
     take_token_from_env,
 )
+from .logship import LOG_QUOTA_BYTES
 from .runner import Settings, StateDirBusy, run
 from .state import StateError
 from .watchdog import STALL_S
@@ -124,6 +125,10 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "default: the node id as a host name")
     opt("watchdog-s", "warn when a pass of the agent's main loop takes longer than this "
         "(0: no watchdog)", type=_watchdog, default=STALL_S)
+    opt("log-quota-bytes", "what each rank may ship to CloudWatch Logs in one attempt, "
+        "counted as PutLogEvents counts it (each line's UTF-8 plus 26 bytes); past it the "
+        "agent ships one line saying so, then nothing more of that rank's output in that "
+        "attempt", type=_positive(int), default=LOG_QUOTA_BYTES)
     opt("log-level", "DEBUG, INFO, WARNING or ERROR", type=_level, default="INFO")
     env_labels = environ.get(ENV_PREFIX + "LABELS")
     try:
@@ -159,7 +164,7 @@ def parse_settings(argv: list[str] | None = None,
                         log_dir=args.log_dir, labels=dict(args.labels or []),
                         grace_s=args.grace_s, poll_wait_s=args.poll_wait_s,
                         node_heartbeat_s=args.node_heartbeat_s, address=args.address,
-                        watchdog_s=args.watchdog_s)
+                        watchdog_s=args.watchdog_s, log_quota_bytes=args.log_quota_bytes)
     settings.rank_user = args.rank_user
     return settings, args.log_level
 

@@ -19,14 +19,35 @@ for its last event (GetLogEvents): if it is the batch's last line, the batch
 arrived and only the offset moves; otherwise it is sent again. PutLogEvents
 takes a batch whole or not at all, so nothing is lost or sent twice.
 
-Bounds: one batch per stream at a time, read straight from the file, at most
-``MAX_BATCH_BYTES`` and ``MAX_BATCH_EVENTS`` (under PutLogEvents' 1,048,576
-bytes, counting 26 bytes an event, and 10,000 events); a line longer than
-``MAX_LINE_BYTES`` is cut into several events. A partial last line waits for its
-newline until the file has been quiet for ``PARTIAL_AFTER_S``. A failed call is
-retried with capped, jittered backoff per stream; the data stays in the file
-meanwhile, so memory does not grow with an outage. Files are read through
-rankfiles.py: what is not a regular file (a FIFO, a link) is skipped, logged once.
+Bounds, as PutLogEvents counts them (each event's message in UTF-8 plus 26
+bytes): one batch per stream at a time, read straight from the file, at most
+``MAX_BATCH_BYTES`` and ``MAX_BATCH_EVENTS`` (under the call's 1,048,576 bytes
+and 10,000 events). One event's message is at most ``MAX_MESSAGE_BYTES`` once
+encoded (262,144 bytes, 256 KB, with its 26) and holds at most
+``MAX_LINE_BYTES`` of the file: a line is cut into as many events as that
+takes, measured as encoded (a control byte is six, ``\\u0001``; a character
+outside ASCII its UTF-8), each cut on a UTF-8 character boundary. A partial
+last line waits for its newline until the file has been quiet for
+``PARTIAL_AFTER_S``. A failed call is retried with capped, jittered backoff per
+stream; the data stays in the file meanwhile, so memory does not grow with an
+outage. Files are read through rankfiles.py: what is not a regular file (a
+FIFO, a link) is skipped, logged once.
+
+A quota per stream, so per rank and attempt (``quota_bytes``, default
+``LOG_QUOTA_BYTES``, 1 GiB; the agent's ``--log-quota-bytes``), on what is
+shipped, counted as above (stdout and stderr together). The event that would
+pass it is cut to what fits, and the batch ends with one line of the agent's,
+``[truncated: over this rank's log quota of 1 GiB; ...]``; from then on that
+rank's output in this attempt is not read, let alone sent: its offsets move to
+the files' ends at once and what they pass is counted as dropped. Once the
+rank has been quiet for ``QUOTA_SETTLE_S`` (it ended, or paused), one more
+line says how much: ``[truncated: 171.7 MiB (180,000,000 bytes) over this
+rank's log quota of 1 GiB]``, again after each later quiet spell that dropped
+more, at most ``MAX_COUNT_LINES`` times. These lines go as any batch does (in
+flight first, then committed): the quota's state (shipped, over, dropped,
+reported) is in ``logship.json`` beside the offsets, changed in the same
+atomic write that moves them, so a restart neither ships past the quota nor
+says it twice.
 """
 from __future__ import annotations
 
@@ -50,9 +71,19 @@ log = logging.getLogger("gpujobs.agent.logs")
 
 MAX_BATCH_BYTES = 900_000
 MAX_BATCH_EVENTS = 5_000
+#: what PutLogEvents counts for an event beside its message's UTF-8
 EVENT_OVERHEAD = 26
+#: the longest message of one event, in UTF-8 (PutLogEvents: 256 KB with the 26)
+MAX_MESSAGE_BYTES = 262_144 - EVENT_OVERHEAD
+#: the most bytes of a rank's file one event holds
 MAX_LINE_BYTES = 200_000
 PARTIAL_AFTER_S = 2.0
+#: what a rank may ship in one attempt, counted as PutLogEvents counts it
+LOG_QUOTA_BYTES = 1 << 30
+#: how long a rank over its quota is quiet before the count of what it lost is said
+QUOTA_SETTLE_S = 30.0
+#: the most lines saying that count, per rank and attempt
+MAX_COUNT_LINES = 20
 STREAMS = {".log": "stdout", ".err": "stderr"}
 _FILE_RE = re.compile(r"^rank-(\d+)\.(log|err)$")
 
@@ -94,6 +125,9 @@ class _Batch:
     start: int
     end: int
     events: list[dict]
+    cost: int = 0     # what the rank's own events take of its quota
+    over: bool = False  # it ends with the line saying the quota is reached
+    reported: int | None = None  # a line saying this many bytes were dropped
 
 
 def _char_boundary(data: bytes, at: int, floor: int = 0) -> int:
@@ -108,21 +142,60 @@ def _char_boundary(data: bytes, at: int, floor: int = 0) -> int:
     return back if data[back] & 0xC0 != 0x80 else at
 
 
+def _piece(line: bytes, start: int, stream: str, budget: int) -> tuple[int, str, int]:
+    """``(end, message, size)``: ``line[start:end]``, its newline dropped, as
+    the event message ``encode`` makes of it, ``size`` bytes of UTF-8, at most
+    ``budget`` of them and at most MAX_LINE_BYTES of the line; cut on a UTF-8
+    character boundary (``_char_boundary``). A cut that does not fit is moved
+    back in proportion to what it takes over, so a piece is at least a sixth
+    of what would fit. ``end == start`` when not even one character fits."""
+    body = len(line) - line.endswith(b"\n")
+    end = len(line) if body - start <= MAX_LINE_BYTES else \
+        _char_boundary(line, start + MAX_LINE_BYTES, floor=start)
+    while end > start:
+        if end < len(line) and end - start < 4 and line[end] & 0xC0 == 0x80:
+            break  # only part of one character would fit
+        message = encode(stream, line[start:end].rstrip(b"\n").decode("utf-8", "replace"))
+        size = len(message.encode())
+        if size <= budget:
+            return end, message, size
+        shorter = start + (min(end, body) - start) * max(budget, 0) // size
+        end = _char_boundary(line, shorter, floor=start) if shorter > start else start
+    return start, "", 0
+
+
+def size_text(n: float) -> str:
+    """``n`` bytes in binary units, one decimal at most: 512 B, 1.5 KiB, 1 GiB."""
+    if n < 1024:
+        return f"{int(n)} B"
+    units = ["KiB", "MiB", "GiB", "TiB"]
+    n /= 1024
+    while n >= 1024 and len(units) > 1:
+        n /= 1024
+        units.pop(0)
+    return f"{f'{n:.1f}'.removesuffix('.0')} {units[0]}"
+
+
 class Shipper:
     """Call ``tick()`` every second or so (its own thread: ``start``/``stop``)."""
 
     def __init__(self, log_dir: str | os.PathLike, state_dir: str | os.PathLike,
                  log_group: str, *, client_factory: Callable[[], object] = logs_client,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-                 backoff_base: float = 0.5, backoff_cap: float = 30.0) -> None:
+                 backoff_base: float = 0.5, backoff_cap: float = 30.0,
+                 quota_bytes: int = LOG_QUOTA_BYTES) -> None:
+        if quota_bytes <= 0:
+            raise ValueError(f"a log quota is a positive number of bytes, not {quota_bytes}")
         self._dir = Path(log_dir)
         self._state_path = Path(state_dir) / "logship.json"
         self.group = log_group
+        self.quota = quota_bytes
         self._factory = client_factory
         self._client: Any = None  # a boto3 CloudWatch Logs client, made on first use
         self._clock, self._rng = clock, rng or random.Random()
         self._base, self._cap = backoff_base, backoff_cap
-        self._state = self._load()  # {"offsets": {key: int}, "inflight": {key: {...}}}
+        # {"offsets": {key: int}, "inflight": {key: {...}}, "quota": {stream: {...}}}
+        self._state = self._load()
         self._streams: set[str] = set()
         self._failures: dict[str, int] = {}
         self._not_before: dict[str, float] = {}
@@ -135,9 +208,10 @@ class Shipper:
         try:
             data = json.loads(self._state_path.read_text())
         except FileNotFoundError:
-            return {"offsets": {}, "inflight": {}}
+            return {"offsets": {}, "inflight": {}, "quota": {}}
         return {"offsets": dict(data.get("offsets", {})),
-                "inflight": dict(data.get("inflight", {}))}
+                "inflight": dict(data.get("inflight", {})),
+                "quota": dict(data.get("quota", {}))}
 
     def _save(self) -> None:
         self._state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -150,6 +224,20 @@ class Shipper:
 
     def offset(self, key: str) -> int:
         return int(self._state["offsets"].get(key, 0))
+
+    def usage(self, stream: str) -> dict:
+        """What ``stream`` (a rank's, of one attempt) did with its quota:
+        ``shipped`` (bytes, as PutLogEvents counts them), ``over`` (the quota
+        was reached), ``dropped`` (bytes of its files not shipped since),
+        ``reported`` (the count the last line about it said), ``lines``
+        (how many said one)."""
+        got = self._state["quota"].get(stream, {})
+        return {"shipped": int(got.get("shipped", 0)), "over": bool(got.get("over", False)),
+                "dropped": int(got.get("dropped", 0)), "reported": int(got.get("reported", 0)),
+                "lines": int(got.get("lines", 0))}
+
+    def _use(self, stream: str, **changes) -> None:
+        self._state["quota"][stream] = {**self.usage(stream), **changes}
 
     # -- the loop -----------------------------------------------------------
     def start(self, period_s: float = 1.0) -> None:
@@ -170,30 +258,49 @@ class Shipper:
 
     def tick(self) -> int:
         """Ship what is new in every file; returns how many events were sent."""
-        sent = 0
+        return self._tick()[0]
+
+    def _tick(self) -> tuple[int, bool]:
+        """(events sent, whether any offset moved without sending: over a quota)."""
+        sent, dropped = 0, False
         for key in list(self._state["inflight"]):
             sent += self._resolve(key)
+        over: dict[str, list[tuple[str, os.stat_result | None]]] = {}
         for path in sorted(self._files()):
             key = str(path.relative_to(self._dir))
+            stream = self._stream_of(key)
+            if self._busy(stream):
+                continue  # one batch in flight per stream, until it is resolved
+            if self.usage(stream)["over"]:
+                start = self.offset(key)
+                over.setdefault(stream, []).append((key, self._drop(path, key)))
+                dropped = dropped or self.offset(key) != start
+                continue
             for _ in range(20):  # at most 20 batches a file a tick: others get a turn
-                if self._clock() < self._not_before.get(self._stream_of(key), 0):
+                if self._clock() < self._not_before.get(stream, 0):
                     break
                 batch = self._read(path, key)
                 if batch is None:
                     break
                 n = self._send(batch)
                 sent += n
-                if n == 0:
+                if n == 0 or batch.over:
                     break
-        return sent
+        for stream, files in over.items():
+            sent += self._count_dropped(stream, files)
+        return sent, dropped
 
     def flush(self, timeout_s: float = 10.0) -> None:
         """Ship until nothing is left (partial lines included); for shutdown and tests."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.tick() == 0 and not self._state["inflight"]:
+            sent, dropped = self._tick()
+            if sent == 0 and not dropped and not self._state["inflight"]:
                 return
             time.sleep(0.05)
+
+    def _busy(self, stream: str) -> bool:
+        return any(self._stream_of(k) == stream for k in self._state["inflight"])
 
     def _files(self):
         """``<job>/<attempt>/rank-<r>.(log|err)`` under the log directory; a
@@ -216,17 +323,18 @@ class Shipper:
             raise ValueError(f"not a rank's log file: {key}")
         return stream_name(job, attempt, m.group(1))
 
-    @staticmethod
-    def _pieces(line: bytes):
-        """``line`` in pieces of at most MAX_LINE_BYTES, each cut on a UTF-8
-        character boundary (a character is never split into two U+FFFD)."""
-        start = 0
-        while True:
-            end = _char_boundary(line, start + MAX_LINE_BYTES, floor=start)
-            yield line[start:end]
-            if end >= len(line):
-                return
-            start = end
+    def _now_ms(self, stream: str) -> int:
+        return max(int(self._clock() * 1000), self._last_ts.get(stream, 0))
+
+    def _over_line(self, timestamp: int) -> dict:
+        text = (f"[truncated: over this rank's log quota of {size_text(self.quota)}; the rest "
+                "of its output in this attempt is not shipped]")
+        return {"timestamp": timestamp, "message": encode("stderr", text)}
+
+    def _count_line(self, timestamp: int, dropped: int) -> dict:
+        text = (f"[truncated: {size_text(dropped)} ({dropped:,} bytes) over this rank's log "
+                f"quota of {size_text(self.quota)}]")
+        return {"timestamp": timestamp, "message": encode("stderr", text)}
 
     def _read(self, path: Path, key: str) -> _Batch | None:
         start = self.offset(key)
@@ -247,20 +355,65 @@ class Shipper:
         elif cut < len(data) and quiet and start + len(data) == st.st_size:
             cut = len(data)  # the tail has been quiet: ship it without its newline
         data = data[:cut]
-        stream = STREAMS[path.suffix]
-        now = max(int(self._clock() * 1000), self._last_ts.get(self._stream_of(key), 0))
+        label = STREAMS[path.suffix]
+        stream = self._stream_of(key)
+        now = self._now_ms(stream)
+        left = self.quota - self.usage(stream)["shipped"]  # of the quota, before this batch
         events: list[dict] = []
         size = pos = 0
+
+        def full(cost: int) -> bool:
+            return bool(events) and (size + cost > MAX_BATCH_BYTES
+                                     or len(events) >= MAX_BATCH_EVENTS)
+
         for raw in data.splitlines(keepends=True):
-            for piece in self._pieces(raw):
-                msg = encode(stream, piece.rstrip(b"\n").decode("utf-8", "replace"))
-                cost = len(msg.encode()) + EVENT_OVERHEAD
-                if events and (size + cost > MAX_BATCH_BYTES or len(events) >= MAX_BATCH_EVENTS):
-                    return _Batch(key, start, start + pos, events)
+            at = 0
+            while at < len(raw):
+                budget = min(MAX_MESSAGE_BYTES, left - size - EVENT_OVERHEAD)
+                end, msg, nbytes = _piece(raw, at, label, budget)
+                if end == at:  # the quota is reached: a line says so, and ends the batch
+                    line = self._over_line(now)
+                    if full(len(line["message"].encode()) + EVENT_OVERHEAD):
+                        return _Batch(key, start, start + pos, events, size)
+                    return _Batch(key, start, start + pos, events + [line], size, over=True)
+                cost = nbytes + EVENT_OVERHEAD
+                if full(cost):
+                    return _Batch(key, start, start + pos, events, size)
                 events.append({"timestamp": now, "message": msg})
                 size += cost
-                pos += len(piece)
-        return _Batch(key, start, start + pos, events) if events else None
+                pos += end - at
+                at = end
+        return _Batch(key, start, start + pos, events, size) if events else None
+
+    def _drop(self, path: Path, key: str) -> os.stat_result | None:
+        """A file of a rank over its quota: its offset moves to its end, what it
+        passes counted as dropped; nothing of it is read. Its fstat (None:
+        missing or refused)."""
+        got = read_rank_file(path, 0, whole=False)
+        if got is None:
+            return None
+        st, start = got[1], self.offset(key)
+        if st.st_size > start:
+            stream = self._stream_of(key)
+            self._state["offsets"][key] = st.st_size
+            self._use(stream, dropped=self.usage(stream)["dropped"] + st.st_size - start)
+            self._save()
+        return st
+
+    def _count_dropped(self, stream: str, files: list[tuple[str, os.stat_result | None]]) -> int:
+        """Say how much a rank over its quota lost, once its files have been
+        quiet for QUOTA_SETTLE_S and it lost more than was last said."""
+        use = self.usage(stream)
+        now = self._clock()
+        if use["dropped"] <= use["reported"] or use["lines"] >= MAX_COUNT_LINES \
+                or now < self._not_before.get(stream, 0):
+            return 0
+        if any(st is not None and now - st.st_mtime < QUOTA_SETTLE_S for _, st in files):
+            return 0
+        key = files[0][0]
+        line = self._count_line(self._now_ms(stream), use["dropped"])
+        return self._send(_Batch(key, self.offset(key), self.offset(key), [line],
+                                 reported=use["dropped"]))
 
     # -- sending ----------------------------------------------------------------
     @property
@@ -282,9 +435,10 @@ class Shipper:
     def _send(self, batch: _Batch) -> int:
         stream = self._stream_of(batch.key)
         last = batch.events[-1]
-        self._state["inflight"][batch.key] = {
-            "start": batch.start, "end": batch.end, "timestamp": last["timestamp"],
-            "message": last["message"]}
+        record = {"start": batch.start, "end": batch.end, "timestamp": last["timestamp"],
+                  "message": last["message"], "cost": batch.cost, "over": batch.over,
+                  "reported": batch.reported}
+        self._state["inflight"][batch.key] = record
         self._save()
         try:
             self._ensure_stream(stream)
@@ -293,14 +447,24 @@ class Shipper:
         except Exception as e:  # noqa: BLE001 - retried; the batch stays in flight
             self._failed(stream, e)
             return 0
-        self._commit(batch.key, batch.end, last["timestamp"])
+        self._commit(batch.key, record)
         return len(batch.events)
 
-    def _commit(self, key: str, end: int, timestamp: int) -> None:
-        self._state["offsets"][key] = end
-        self._state["inflight"].pop(key, None)
-        self._save()
+    def _commit(self, key: str, record: dict) -> None:
+        """The batch ``record`` (in flight) arrived: its offset, and what it
+        used of the quota, in one write."""
         stream = self._stream_of(key)
+        use = self.usage(stream)
+        changes: dict[str, Any] = {"shipped": use["shipped"] + int(record.get("cost") or 0)}
+        if record.get("over"):
+            changes["over"] = True
+        if record.get("reported") is not None:
+            changes.update(reported=int(record["reported"]), lines=use["lines"] + 1)
+        self._state["offsets"][key] = int(record["end"])
+        self._state["inflight"].pop(key, None)
+        self._use(stream, **changes)
+        self._save()
+        timestamp = record["timestamp"]
         self._last_ts[stream] = max(self._last_ts.get(stream, 0), int(timestamp))
         self._failures.pop(stream, None)
         self._not_before.pop(stream, None)
@@ -322,7 +486,7 @@ class Shipper:
                 return 0
         if got and got[-1]["message"] == rec["message"] \
                 and int(got[-1]["timestamp"]) == int(rec["timestamp"]):
-            self._commit(key, int(rec["end"]), rec["timestamp"])
+            self._commit(key, rec)
             return 0
         # it never arrived: forget the record; the next read sends the same bytes
         self._state["inflight"].pop(key)

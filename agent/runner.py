@@ -30,7 +30,7 @@ from .beats import BeatPoster
 from .core import Agent, Paths
 from .inbox import Poller, SqsInbox, endpoint_from_queue_url
 from .isolation import RankIdentity, isolation_name, lock_down_state_dir
-from .logship import Shipper, emulator_endpoint, logs_client
+from .logship import LOG_QUOTA_BYTES, Shipper, emulator_endpoint, logs_client
 from .ranks import Launcher, Rank
 from .stacks import StackSampler
 from .state import StateFile
@@ -59,6 +59,8 @@ class Settings:
     rank_user: str | None = None
     #: seconds a pass of the main loop may take before the watchdog warns; 0: none
     watchdog_s: float = STALL_S
+    #: what each rank may ship to CloudWatch Logs in one attempt (logship.py)
+    log_quota_bytes: int = LOG_QUOTA_BYTES
 
 
 class StateDirBusy(RuntimeError):
@@ -139,7 +141,8 @@ def run(settings: Settings, stop: threading.Event, *,
             if node.get("log_group"):
                 logs_at = emulator_endpoint(endpoint_from_queue_url(inbox_url))
                 shipper = Shipper(paths.log_dir, paths.state_dir, node["log_group"],
-                                  client_factory=lambda: logs_client(endpoint_url=logs_at))
+                                  client_factory=lambda: logs_client(endpoint_url=logs_at),
+                                  quota_bytes=settings.log_quota_bytes)
                 shipper.start()
             poller = Poller(agent.inbox, stop, rng=rng)
             poller.start()

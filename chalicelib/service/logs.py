@@ -13,6 +13,19 @@ check of a stream against the job, attempt and rank being read; every event
 passes it or is dropped, and a page is only ever handed out positioned after
 one of the job's own events (or at the end), the cursor naming that stream so
 that a resumed token is checked by the same rule.
+
+A page fits in Lambda's 6 MB response whatever the lines hold: it is cut by
+the size its lines take in the proxy payload (domain/limits.py ``fit`` and
+``proxy_bytes``, as job pages are), so it may hold fewer lines than
+``page_size``, and it is cut where the store's token resumes (the store is
+read again up to the last line kept): the next page starts right after the
+last line sent. The cursor then carries how many lines fitted (``n``), and
+the next page asks the store for twice that many (and so on, up to
+``page_size``): a store that caps no answer (moto; CloudWatch answers with at
+most 1 MB) is not asked for a hundred megabytes to send five. One line is at
+most MAX_LINE_CHARS characters, an event's most in CloudWatch Logs (256 KB),
+so one always fits; a longer one (only a store that enforces no limit holds
+one) is shown cut, with ``cut: true``.
 """
 from __future__ import annotations
 
@@ -20,7 +33,7 @@ import json
 import re
 from datetime import datetime, timedelta, timezone
 
-from ..domain import cursor
+from ..domain import cursor, limits
 from ..domain.clock import Clock, iso, utcnow
 from ..domain.errors import InvalidArgument, InvalidPageToken, ServiceUnavailable
 from .jobs import JobsService
@@ -31,6 +44,9 @@ DEFAULT_PAGE_SIZE = 1_000
 #: store reads one page may take to step over other streams' events (only a
 #: store that ignores the stream filter returns any); each reads up to 10,000
 MAX_READS = 100
+#: the most characters of one line shown: CloudWatch Logs' largest event (256
+#: KB), so a line takes at most 12 bytes a character, 3 MB, of a page's budget
+MAX_LINE_CHARS = 262_144
 
 # -- since: the documented forms only ---------------------------------------------------
 #: ``since`` may name no time before this (CloudWatch's times count from it) ...
@@ -137,7 +153,16 @@ def line_json(rank: int, time_ms: int, message: str, event_id: str | None) -> di
     except (ValueError, TypeError, KeyError):
         out, text = "stdout", message  # not written by our agent: shown as is
     at = datetime.fromtimestamp(time_ms / 1000, tz=timezone.utc)
-    return {"rank": rank, "stream": out, "time": iso(at), "line": text, "id": event_id}
+    line = {"rank": rank, "stream": out, "time": iso(at), "line": text, "id": event_id}
+    if len(text) > MAX_LINE_CHARS:  # never from CloudWatch Logs (an event is at most 256 KB)
+        line.update(line=text[:MAX_LINE_CHARS], cut=True)
+    return line
+
+
+def line_bytes(event: tuple) -> int:
+    """What the line of ``event`` (rank, time, message, id) takes in a
+    response's proxy payload (domain/limits.py), at most about 3 MB."""
+    return limits.proxy_bytes(line_json(*event))
 
 
 class LogsService:
@@ -165,62 +190,81 @@ class LogsService:
         start = parse_since(since, self._clock())
         start_ms = None if start is None else epoch_ms(start)
         scope = LogScope(job_id, attempt, ranks, rank)
-        token = None
+        token, fitted = None, None
         if page_token is not None:
-            token, start_ms = self._resume(page_token, tenant, filter_key, scope)
+            token, start_ms, fitted = self._resume(page_token, tenant, filter_key, scope)
         result = {"job_id": job_id, "attempt": attempt, "lines": [], "next_page_token": None}
         if attempt == 0:
             return result  # never placed: nothing ran, nothing was written
         streams = [stream_name(job_id, attempt, r)
                    for r in ([rank] if rank is not None else range(ranks))]
-        events, next_token, after = self._page(scope, streams, f"{job_id}/{attempt}/",
-                                               start_ms, token, page_size)
+        first = page_size if fitted is None else min(page_size, 2 * fitted)
+        events, next_token, after, fitted = self._page(
+            scope, streams, f"{job_id}/{attempt}/", start_ms, token, page_size, first)
+        if fitted is None and first < page_size and events:
+            fitted = len(events)  # asked for fewer: twice as many next time, up to page_size
         result["lines"] = [line_json(r, *rest) for r, *rest in events]
         if next_token:
+            body: dict = {"t": next_token, "s": start_ms, "a": after}
+            if fitted is not None:
+                body["n"] = fitted
             result["next_page_token"] = cursor.encode(
-                json.dumps({"t": next_token, "s": start_ms, "a": after}), tenant=tenant,
-                filter_key=filter_key, secret=self._key)
+                json.dumps(body), tenant=tenant, filter_key=filter_key, secret=self._key)
         return result
 
     def _resume(self, page_token: str, tenant: str, filter_key: str,
-                scope: LogScope) -> tuple[str, int | None]:
-        """The store's token and start a cursor carries; the stream it names
-        (``a``, the one its position follows) must be the scope's."""
+                scope: LogScope) -> tuple[str, int | None, int | None]:
+        """The store's token, the start and how many lines fitted the last
+        page (None: it was not cut by size) a cursor carries; the stream it
+        names (``a``, the one its position follows) must be the scope's."""
         saved = cursor.decode(page_token, tenant=tenant, filter_key=filter_key, secret=self._key)
         bad = InvalidPageToken("page_token is malformed, was tampered with, or belongs "
                                "to another tenant, job, attempt or filter", field="page_token")
         try:
             body = json.loads(saved)
             token, start_ms, after = body["t"], body["s"], body["a"]
-        except (ValueError, TypeError, KeyError):
+            fitted = body.get("n")
+        except (ValueError, TypeError, KeyError, AttributeError):
             raise bad from None
         if not isinstance(token, str) or not token or not (
                 start_ms is None or type(start_ms) is int):
             raise bad
+        if not (fitted is None or (type(fitted) is int and 1 <= fitted <= MAX_PAGE_SIZE)):
+            raise bad
         if after is not None and not scope.owns(after):
             raise bad  # a position among another job's (or attempt's, or rank's) lines
-        return token, start_ms
+        return token, start_ms, fitted
 
     def _page(self, scope: LogScope, streams: list[str], prefix: str, start_ms: int | None,
-              token: str | None, limit: int) -> tuple[list[tuple], str | None, str | None]:
+              token: str | None, limit: int, first: int
+              ) -> tuple[list[tuple], str | None, str | None, int | None]:
         """Up to ``limit`` of the scope's events from ``token`` on, as (rank,
         time, message, id), the store's token after them and the stream that
-        token follows. Events outside the scope are dropped; the token handed
+        token follows, and how many fitted when the page was cut by size
+        (else None). ``first``: how many events the first read asks for (at
+        most ``limit``). Events outside the scope are dropped; the token handed
         back is never positioned after one of them: over a run of other
         streams' events the store is read on (its own limit at the maximum),
         and a page that holds both is read again from its start up to the
-        last event kept. A store that honours the filter answers in one read."""
-        ask = limit
+        last event kept. A store that honours the filter answers in one read.
+
+        Also cut by size: no more of the scope's events than fit a response
+        (``limits.fit`` of ``line_bytes``), the page read again up to the last
+        of them, so its token resumes right after the last line sent."""
+        ask, fitted = first, None
         page = self._reader.read(streams, prefix, start_ms=start_ms, token=token, limit=ask)
         for _ in range(MAX_READS):
             mine = [i for i, e in enumerate(page.events) if scope.owns(e[0])]
             last_mine = bool(page.events) and bool(mine) and mine[-1] == len(page.events) - 1
-            if len(mine) <= limit and (last_mine or not page.next_token or not page.events):
-                kept = [(scope.rank_of(page.events[i][0]), *page.events[i][1:]) for i in mine]
+            kept = [(scope.rank_of(page.events[i][0]), *page.events[i][1:]) for i in mine]
+            wanted = limits.fit(kept[:limit], line_bytes)
+            if wanted < min(limit, len(kept)):
+                fitted = wanted  # cut by size
+            if len(mine) <= wanted and (last_mine or not page.next_token or not page.events):
                 after = page.events[-1][0] if page.events and page.next_token else None
-                return kept, page.next_token, after
-            if mine:  # both kinds, or more than wanted: again, up to the last one kept
-                ask = mine[min(limit, len(mine)) - 1] + 1
+                return kept, page.next_token, after, fitted
+            if mine:  # both kinds, or more than fit: again, up to the last one kept
+                ask = mine[min(wanted, len(mine)) - 1] + 1
             else:  # only other streams' events: step over them
                 token, ask = page.next_token, MAX_PAGE_SIZE
             page = self._reader.read(streams, prefix, start_ms=start_ms, token=token, limit=ask)

@@ -16,6 +16,16 @@ def test_defaults():
         ("node-1", 8, "h100", "t")
     assert (settings.grace_s, settings.poll_wait_s, settings.node_heartbeat_s) == (10.0, 20, 10.0)
     assert settings.log_dir is None and settings.labels == {} and level == "INFO"
+    assert settings.log_quota_bytes == 1 << 30, "each rank may ship 1 GiB an attempt"
+
+
+def test_the_log_quota_comes_from_the_command_line_or_the_environment():
+    """Invariant: the per-rank, per-attempt log quota is the agent's to set:
+    --log-quota-bytes, or GPUJOBS_AGENT_LOG_QUOTA_BYTES (the command line wins)."""
+    env = {**TOKEN, "GPUJOBS_AGENT_LOG_QUOTA_BYTES": "5000000"}
+    assert parse_settings(REQUIRED, environ=env)[0].log_quota_bytes == 5_000_000
+    assert parse_settings(REQUIRED + ["--log-quota-bytes", "1024"],
+                          environ=env)[0].log_quota_bytes == 1024
 
 
 def test_every_option_can_come_from_the_environment():
@@ -49,6 +59,9 @@ def test_the_command_line_wins_over_the_environment():
     (REQUIRED + ["--grace-s", "-1"], {}),
     (REQUIRED + ["--label", "novalue"], {}),
     (REQUIRED + ["--log-level", "chatty"], {}),
+    (REQUIRED + ["--log-quota-bytes", "0"], {}),
+    (REQUIRED + ["--log-quota-bytes", "1GiB"], {}),
+    (REQUIRED, {"GPUJOBS_AGENT_LOG_QUOTA_BYTES": "-1"}),
     (REQUIRED, {"GPUJOBS_AGENT_GPUS": "many"}),
     (REQUIRED, {"GPUJOBS_AGENT_LABELS": "zone"}),
 ])

@@ -460,3 +460,113 @@ def test_head_answers_what_get_does_without_the_body(client, path):
 def test_head_of_a_missing_file_is_a_404_without_a_body(client):
     r = client.http.head("/static/nope.js")
     assert r.status_code == 404 and r.body == b""
+
+
+LOGS_SCRIPT = """
+import { LogFollower, TAIL, PAGE, SHOWN } from './logs.js';
+import { normaliseLogPage } from './api.js';
+const { honoursTail } = JSON.parse(process.argv[2]);
+// /logs as the API answers it: oldest first, page_size (default 1,000) at a
+// time, its token the position after the page, since as a start time;
+// tail as the API will honour it (item 2 of issue 25), or ignored as now
+const server = { attempt: 1, lines: [], asked: [], sent: 0, t: Date.UTC(2026, 0, 1) };
+const add = (n, { sameMs = false } = {}) => {
+  for (let i = 0; i < n; i++) {
+    if (!sameMs) server.t += 1;
+    const k = server.lines.length;
+    server.lines.push({ rank: k % 2, stream: 'stdout', time: new Date(server.t).toISOString(),
+      line: `line ${k} of attempt ${server.attempt}`, id: `${server.attempt}-${k}` });
+  }
+};
+const read = async (query) => {
+  server.asked.push(query);
+  if (server.gone) return null;
+  const list = server.lines.filter((l) => !query.since || l.time >= query.since);
+  let from = query.page_token ? Number(query.page_token) : 0;
+  if (query.tail && honoursTail && !query.page_token) from = Math.max(0, list.length - query.tail);
+  const size = query.page_size || 1000;
+  const page = list.slice(from, from + size);
+  server.sent += page.length;
+  return normaliseLogPage({ job_id: 'j', attempt: server.attempt, lines: page,
+    next_page_token: from + size < list.length ? String(from + size) : null });
+};
+const f = new LogFollower(read);
+const texts = () => f.lines.map((l) => l.text);
+const out = { TAIL, PAGE, SHOWN };
+add(5000);
+for (let i = 0; i < 40 && (f.behind || i === 0); i++) await f.refresh();
+out.caughtUp = { requests: f.requests, sent: server.sent, shown: texts(), behind: f.behind };
+out.unique = new Set(f.lines.map((l) => l.id)).size === f.lines.length;
+// a running job: 3 lines in one millisecond between refreshes
+let before = server.sent;
+const quiet = [];
+for (let i = 0; i < 10; i++) {
+  add(1); add(2, { sameMs: true });
+  const v = f.version;
+  await f.refresh();
+  quiet.push([server.sent - before, f.version !== v]);
+  before = server.sent;
+}
+out.running = quiet;
+out.afterRunning = texts().slice(-30);
+// nothing new: each refresh sends only the lines of the last millisecond again
+const idle = [];
+for (let i = 0; i < 5; i++) { const v = f.version; await f.refresh(); idle.push([server.sent - before, f.version !== v]); before = server.sent; }
+out.idle = idle;
+out.allLines = server.lines.map((l) => l.line).slice(-SHOWN);
+out.queries = server.asked.map((q) => Object.keys(q).sort().join(','));
+// a new attempt: its own lines only
+server.attempt = 2; server.lines = []; add(7);
+await f.refresh();
+out.attempt2 = texts();
+server.gone = true; await f.refresh();
+out.gone = f.lines;
+console.log(JSON.stringify(out));
+"""
+
+
+@pytest.mark.parametrize("honours_tail", [False, True])
+def test_the_dashboard_reads_only_new_log_lines(tmp_path, honours_tail):
+    """logs.js under node against a /logs that answers as the API does
+    (pages oldest first, a token after each, ``since`` as a start; ``tail``
+    ignored, as today, or honoured). Invariant: the job page's log view asks
+    once for the latest lines, then each refresh makes one request for what
+    is new: it follows the page token, then asks ``since`` the last line's
+    time (dropping the ids it has). It never asks for the whole log again,
+    so a quiet log costs the lines of its last millisecond a refresh (it
+    re-downloaded 1,000 lines every 1.5 s). It shows each line once, in
+    order, the newest SHOWN of them; a new attempt starts afresh."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    assert node is not None, "no node to run the dashboard's modules"
+    for p in web.STATIC_DIR.glob("*.js"):
+        shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "check.js").write_text(LOGS_SCRIPT)
+    ran = subprocess.run([node, "check.js", json.dumps({"honoursTail": honours_tail})],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    said = json.loads(ran.stdout)
+    shown = said["SHOWN"]
+    caught = said["caughtUp"]
+    assert not caught["behind"] and said["unique"]
+    every = [f"line {k} of attempt 1" for k in range(5000)]
+    if honours_tail:  # the latest 200 at once, and nothing more to read
+        assert caught["shown"] == every[-said["TAIL"]:] and caught["requests"] == 1
+        assert caught["sent"] == said["TAIL"]
+    else:  # the first page, then page by page to the end: each line read once
+        assert caught["shown"] == every[-shown:]
+        assert caught["sent"] == 5000
+    # running: 3 new lines a refresh, all in one millisecond, and the lines of the
+    # last millisecond again (1 the first time, then 3)
+    assert said["running"] == [[1 + 3, True]] + [[3 + 3, True]] * 9
+    assert said["idle"] == [[3, False]] * 5, "a quiet log: its last millisecond, unchanged"
+    assert said["afterRunning"] == said["allLines"][-30:]
+    queries = said["queries"]
+    assert queries[0] == "tail"
+    assert all(q in ("page_size,page_token,tail", "page_token,tail", "page_size,since",
+                     "page_size,page_token,since") for q in queries[1:]), queries
+    assert said["attempt2"] == [f"line {k} of attempt 2" for k in range(7)]
+    assert said["gone"] is None

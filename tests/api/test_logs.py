@@ -160,3 +160,66 @@ def test_a_since_outside_its_documented_forms_is_a_400_naming_since(iso, iso_cli
     in_a_minute = time.strftime("%Y-%m-%dT%H:%M:%S.000+00:00", time.gmtime(time.time() + 60))
     for value in ("10m", "3d", "0s", "1970-01-01T00:00:00Z", in_a_minute):
         assert get(iso_client, tenants, job_id, since=value).status_code == 200, value
+
+
+#: Lambda's limit on what a function answers, its whole proxy payload
+LAMBDA_BYTES = 6_291_456
+
+
+def proxy_payload_bytes(r) -> int:
+    """What the response takes as Lambda's answer to API Gateway: the body as
+    a JSON string among the status and headers, as the runtime encodes it."""
+    return len(json.dumps({"statusCode": r.status_code, "headers": dict(r.headers),
+                           "body": r.body.decode("utf-8")}).encode())
+
+
+def test_logs_of_control_bytes_and_long_lines_come_in_responses_under_6_mb_on_moto(
+        iso, iso_client, tenants, cluster, fresh_env, tmp_path):
+    """Invariant: on moto, which takes events of any size and answers a read
+    with all of them, every /logs response fits Lambda's 6 MB whatever the
+    ranks wrote: 20 MB of \\x01 (a 120 MB body before), a 10 MB line of
+    non-ASCII (a 10.5 MB body before, as ASCII), 1.2 MB events an agent
+    before issue 25 shipped, and a 10 MB event no agent writes (shown cut to
+    262,144 characters, ``cut: true``); followed by its tokens, each line
+    comes once, in order, and the lines joined are what the ranks wrote."""
+    job_id, _ = placed(iso, iso_client, tenants)
+    group = fresh_env["GPUJOBS_LOG_GROUP"]
+    logs = boto3.client("logs", endpoint_url=fresh_env["GPUJOBS_AWS_ENDPOINT_URL"],
+                        region_name="us-east-1")
+    d = tmp_path / "logs" / job_id / "1"
+    d.mkdir(parents=True)
+    (d / "rank-0.log").write_bytes(b"\x01" * 20_000_000 + b"\n")
+    (d / "rank-1.log").write_text("\u00e9" * 5_000_000 + "\n", encoding="utf-8")
+    shipper = Shipper(tmp_path / "logs", tmp_path / "state", group,
+                      client_factory=lambda: logs)
+    while shipper.tick():
+        pass
+    now = int(time.time() * 1000)
+    old = json.dumps({"stream": "stdout", "line": "\x01" * 200_000}, ensure_ascii=False)
+    logs.create_log_stream(logGroupName=group, logStreamName=f"{job_id}/1/rank-2")
+    logs.put_log_events(logGroupName=group, logStreamName=f"{job_id}/1/rank-2",
+                        logEvents=[{"timestamp": now, "message": old}] * 5
+                        + [{"timestamp": now + 1, "message": "\x01" * 10_000_000},
+                           {"timestamp": now + 2, "message": "the end"}])
+
+    lines, token, ids = [], None, set()
+    for _ in range(200):
+        # page_size 100, not the default 1,000: moto answers a read with every
+        # event asked for, and 1,000 of these are 150 MB (CloudWatch: 1 MB)
+        q = {"page_size": 100, **({"page_token": token} if token else {})}
+        r = get(iso_client, tenants, job_id, **q)
+        assert r.status_code == 200, r.body[:500]
+        assert proxy_payload_bytes(r) <= LAMBDA_BYTES, (len(lines), proxy_payload_bytes(r))
+        page = r.json_body
+        assert page["lines"] or page["next_page_token"] is None
+        assert not ids & {x["id"] for x in page["lines"]}, "a line came twice"
+        ids |= {x["id"] for x in page["lines"]}
+        lines += page["lines"]
+        token = page["next_page_token"]
+        if token is None:
+            break
+    assert "".join(x["line"] for x in lines if x["rank"] == 0) == "\x01" * 20_000_000
+    assert "".join(x["line"] for x in lines if x["rank"] == 1) == "\u00e9" * 5_000_000
+    two = [x for x in lines if x["rank"] == 2]
+    assert [x["line"] for x in two] == ["\x01" * 200_000] * 5 + ["\x01" * 262_144, "the end"]
+    assert [x.get("cut", False) for x in two] == [False] * 5 + [True, False]

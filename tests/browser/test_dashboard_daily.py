@@ -332,3 +332,45 @@ def test_the_nodes_page_says_why_a_node_is_cordoned(page, browser_stack):
         By.CSS_SELECTOR, '#nodes-body tr[data-node="local-2"]').text
         and "READY" in d.find_element(By.CSS_SELECTOR, '#nodes-body tr[data-node="local-2"]').text,
         message="uncordoned: READY again")
+
+
+def test_the_job_page_reads_only_new_log_lines_as_they_come(page, tenant, browser_stack):
+    """Invariant (issue 25, item 4): a running job's page does not download
+    its log again on every refresh: its first read asks for the latest lines
+    (``tail``), every later one only for what is new (``since`` the last
+    line, or the page token), and the page shows each line once, in order,
+    up to the last one."""
+    import urllib.parse
+
+    script = ("import time\nfor i in range(40):\n    print(f'tick {i:02d}', flush=True)\n"
+              "    time.sleep(0.25)\n")
+    job = submit(tenant, name=unique("logs"), command=["python", "-c", script], ranks=1)
+    try:
+        assert wait_state(tenant, job["id"], {"RUNNING"} | ENDED)["state"] in {"RUNNING"} | ENDED
+        with ui.on_every_document(page, """
+                window.__logs = [];  // [url, lines in the answer] of each /logs request
+                const real = window.fetch;
+                window.fetch = async (url, opts) => {
+                  const res = await real(url, opts);
+                  if (String(url).includes('/logs')) {
+                    const body = await res.clone().json().catch(() => ({}));
+                    window.__logs.push([String(url), (body.lines || []).length]);
+                  }
+                  return res;
+                };"""):
+            page.get(browser_stack.api + f"/#/jobs/{job['id']}")
+            page.refresh()
+            ui.text_in(page, "#logs", "tick 39", timeout=60)
+            answered = page.execute_script("return window.__logs")
+        asked = [(urllib.parse.parse_qs(urllib.parse.urlsplit(u).query), n) for u, n in answered]
+        assert len(asked) >= 2 and "tail" in asked[0][0], asked
+        # until a line is shown, the whole log is new: asked for by tail
+        first = next(i for i, (_, n) in enumerate(asked) if n)
+        assert all("tail" in q for q, _ in asked[:first + 1]), asked
+        assert all("since" in q or "page_token" in q for q, _ in asked[first + 1:]), asked
+        assert len(asked) > first + 2, "the log was followed"
+        text = page.find_element(By.CSS_SELECTOR, "#logs pre").text
+        ticks = [line.split("] ", 1)[1] for line in text.splitlines() if "tick" in line]
+        assert ticks == [f"tick {i:02d}" for i in range(40)], ticks
+    finally:
+        _cancel(tenant, job["id"])

@@ -241,3 +241,124 @@ def test_since_becomes_a_start_in_whole_milliseconds_rounded_up():
     assert logs_module.epoch_ms(datetime(2025, 1, 31, 12, 0, 3, 120001,
                                          tzinfo=timezone.utc)) == 1738324803121
     assert logs_module.epoch_ms(datetime(1970, 1, 1, tzinfo=timezone.utc)) == 0
+
+
+# -- size: every page fits Lambda's 6 MB, whatever the lines hold ---------------------------
+#: Lambda's response limit, the proxy payload (domain/limits.py)
+LAMBDA_BYTES = 6_291_456
+#: what a proxy payload holds beside the body (status code, headers), generously
+ENVELOPE = 16_384
+
+
+def pieces(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+class RecordingReader(FakeLogReader):
+    """FakeLogReader that remembers how many events each read asked for."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.asked: list[int] = []
+
+    def read(self, streams, prefix, *, start_ms, token, limit):
+        self.asked.append(limit)
+        return super().read(streams, prefix, start_ms=start_ms, token=token, limit=limit)
+
+
+@pytest.fixture(params=[False, True], ids=["filtering store", "store ignoring the filter"])
+def heavy_logs(request, svc, clock):
+    """A 3-rank job whose ranks wrote what once made 120 MB and 10.5 MB
+    bodies: rank 0 20 MB of \\x01 (as the agent ships it now: 43,000 a
+    256 KB event, six bytes each in the message, seven in the proxy
+    payload), rank 1 a 10 MB line of euro signs (200,000 bytes an event;
+    six bytes each in the proxy payload), rank 2 what an agent before
+    issue 25 shipped (200,000 \\x01 an event, 1.2 MB messages: moto took
+    them) and one event no agent writes and only a store enforcing no limit
+    holds (5,000,000 characters); small lines between them, in time order,
+    and with ``ignores_filter`` another job's lines interleaved."""
+    job = placed_job(svc, "globex", 3)
+    reader = RecordingReader(ignores_filter=request.param)
+    j = job.job_id
+    expected: dict[int, list[str]] = {0: [], 1: [], 2: []}
+    streams = {0: pieces("\x01" * 20_000_000, 43_000), 1: pieces("\u20ac" * 3_333_333, 66_666),
+               2: pieces("\x01" * 1_000_000, 200_000) + ["tick"] * 3}
+    t = 1_800_000_000_000
+    for i in range(max(len(v) for v in streams.values())):
+        for r, texts in streams.items():
+            if i < len(texts):
+                t += 1
+                reader.put(f"{j}/1/rank-{r}", t, message(texts[i]))
+                expected[r].append(texts[i])
+                if request.param:
+                    reader.put(f"job_other/1/rank-{r}", t, message("secret " * 1000))
+        if i % 50 == 0:
+            t += 1
+            reader.put(f"{j}/1/rank-2", t, message(f"small {i}"))
+            expected[2].append(f"small {i}")
+    t += 1
+    reader.put(f"{j}/1/rank-2", t, "\x01" * 5_000_000)  # not our agent's: shown as it is, cut
+    expected[2].append("\x01" * 262_144)  # CloudWatch's largest event: the most a line shows
+    t += 1
+    reader.put(f"{j}/1/rank-2", t, message("the end"))
+    expected[2].append("the end")
+    service = LogsService(svc.jobs, reader, page_token_key=KEY, clock=clock)
+    return service, reader, job, expected
+
+
+@pytest.mark.parametrize("page_size", [1000, 10_000])
+def test_every_page_fits_lambdas_6_mb_and_the_pages_resume_without_loss_or_repeat(
+        heavy_logs, page_size):
+    """Invariant: whatever the lines hold, each page of /logs takes under 6 MB
+    of Lambda's proxy payload (these lines made 120 MB and 10.5 MB bodies);
+    followed by its tokens, every line of the job comes exactly once, in
+    order (a page cut by size resumes right after its last line); a line
+    longer than CloudWatch's largest event is shown cut, and says so."""
+    from chalicelib.domain import limits
+
+    service, _, job, expected = heavy_logs
+    lines, token, pages = [], None, 0
+    for _ in range(1000):
+        page = service.read("globex", job.job_id, page_token=token, page_size=page_size)
+        assert limits.proxy_bytes(page) + ENVELOPE <= LAMBDA_BYTES, (pages, len(page["lines"]))
+        assert page["lines"] or page["next_page_token"] is None, "no empty page before the end"
+        lines += page["lines"]
+        pages += 1
+        token = page["next_page_token"]
+        if token is None:
+            break
+    assert pages > 28, "120 MB of proxy payload in pages of at most 6 MB"
+    for r in expected:
+        assert [x["line"] for x in lines if x["rank"] == r] == expected[r], r
+    assert len({x["id"] for x in lines}) == len(lines) == sum(map(len, expected.values()))
+    assert [x["time"] for x in lines] == sorted(x["time"] for x in lines)
+    cut = [x for x in lines if x.get("cut")]
+    assert [len(x["line"]) for x in cut] == [262_144]
+
+
+def test_a_store_that_caps_no_answer_is_asked_for_twice_what_fitted_not_page_size(heavy_logs):
+    """Invariant: after a page cut by size, the store is asked for at most
+    twice the lines that fitted (growing back by doubling), not page_size
+    again: moto answers a read of 10,000 such events with gigabytes."""
+    service, reader, job, _ = heavy_logs
+    first = service.read("globex", job.job_id, page_size=10_000)
+    fitted = len(first["lines"])
+    assert 1 < fitted < 100
+    reader.asked.clear()
+    page = service.read("globex", job.job_id, page_size=10_000,
+                        page_token=first["next_page_token"])
+    assert reader.asked[0] == 2 * fitted and max(reader.asked) <= 10_000, reader.asked
+    assert page["lines"][0]["id"] != first["lines"][-1]["id"]
+
+
+@pytest.mark.parametrize("fitted", [0, -1, 10_001, "5", 2.5, True])
+def test_a_token_carrying_a_bad_count_is_an_invalid_page_token(svc, clock, fitted):
+    """Invariant: the count of lines that fitted, carried by a page token, is
+    checked as the rest of it is (1 to 10,000)."""
+    job = placed_job(svc, "globex", 1)
+    service = LogsService(svc.jobs, FakeLogReader(), page_token_key=KEY, clock=clock)
+    b = job.job_id
+    token = cursor.encode(json.dumps({"t": "3", "s": None, "a": f"{b}/1/rank-0", "n": fitted}),
+                          tenant="globex", filter_key=f"logs:{b}:1::", secret=KEY)
+    with pytest.raises(InvalidPageToken):
+        service.read("globex", b, page_token=token)

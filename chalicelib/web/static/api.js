@@ -80,9 +80,11 @@ export const api = {
     const data = await optional(get(`v1/jobs/${id(jobId)}/events`));
     return data == null ? null : normaliseEvents(data);
   },
-  logs: async (jobId, { tail = 200 } = {}) => {
-    const data = await optional(get(`v1/jobs/${id(jobId)}/logs`, { tail }));
-    return data == null ? null : normaliseLogs(data);
+  /** One page of the job's logs for `query` (tail, since, page_size, page_token:
+   * logs.js says which), as {attempt, lines, nextPageToken}. */
+  logs: async (jobId, query = {}) => {
+    const data = await optional(get(`v1/jobs/${id(jobId)}/logs`, query));
+    return data == null ? null : normaliseLogPage(data);
   },
 };
 
@@ -106,9 +108,18 @@ export function normaliseEvents(data) {
   });
 }
 
+export function normaliseLogPage(data) {
+  return {
+    attempt: data && !Array.isArray(data) && data.attempt != null ? data.attempt : null,
+    lines: normaliseLogs(data),
+    nextPageToken: (data && !Array.isArray(data) && data.next_page_token) || null,
+  };
+}
+
 export function normaliseLogs(data) {
   const list = Array.isArray(data) ? data : pick(data, 'lines', 'events', 'logs', 'items') || [];
-  return list.map((l) => (typeof l === 'string' ? { at: null, rank: null, stream: '', text: l } : {
+  return list.map((l) => (typeof l === 'string' ? { at: null, rank: null, stream: '', text: l, id: null } : {
+    id: pick(l, 'id'),
     at: pick(l, 'time', 'timestamp', 'at'),
     rank: pick(l, 'rank'),
     stream: String(pick(l, 'stream') || ''),

@@ -9,11 +9,14 @@ import { exitText, eventLabels, decisionText, attemptText, timeLeftText, priorit
 import { createBody, newKey, shellLine, specPairs, retryPolicyText, limitsLines, DEFAULT_MAX_UNCOUNTED } from './spec.js';
 import { countsText, arraySettingsText, childOf, dependenciesOf, waitingFor, IndexGrid, CELL_STATES,
   CELL_WORDS, NOT_MADE, cellTitle, tally } from './arrays.js';
+import { LogFollower } from './logs.js';
 
 const REFRESH_MS = 1500;
 const SUBMIT_TRIES = 3;
 /** refreshes of an ended array's page while its grid has not caught up with its counts */
 const GRID_CATCH_UP = 10;
+/** refreshes of an ended job's page while its logs have more pages to read */
+const LOGS_CATCH_UP = 20;
 
 function dl(pairs) {
   return h('dl', { class: 'facts' }, pairs.filter(([, v]) => v != null && v !== '')
@@ -180,11 +183,15 @@ function eventsList(events) {
   }));
 }
 
-function logsView(lines) {
+function logsView(follower) {
+  const { lines } = follower;
   if (lines == null) return h('p', { class: 'muted', text: 'This server does not serve logs (GET /v1/jobs/{id}/logs).' });
   if (!lines.length) return h('p', { class: 'muted', text: 'No output yet.' });
-  return h('pre', { class: 'logs', tabindex: 0 }, lines.map((l) =>
-    `${l.rank != null ? `[${l.rank}${l.stream ? ` ${l.stream}` : ''}] ` : ''}${l.text}\n`).join(''));
+  return [
+    follower.dropped ? h('p', { class: 'muted small', text: `The newest ${lines.length.toLocaleString()} lines; \`gpujobs logs\` prints every one.` }) : null,
+    h('pre', { class: 'logs', tabindex: 0 }, lines.map((l) =>
+      `${l.rank != null ? `[${l.rank}${l.stream ? ` ${l.stream}` : ''}] ` : ''}${l.text}\n`).join('')),
+  ].filter(Boolean);
 }
 
 export function mount(main, [jobId]) {
@@ -218,6 +225,10 @@ export function mount(main, [jobId]) {
   let job = null;
   let grid = null; // an array's: {loader, view}
   let catchUp = GRID_CATCH_UP;
+  let logsCatchUp = LOGS_CATCH_UP;
+  // the latest lines once, then only what is new (logs.js)
+  const follower = new LogFollower((query) => api.logs(jobId, query));
+  let logsShown = -1;
   let submitting = false; // a Resubmit in flight: the button stays disabled
   let mounted = true; // a Resubmit answered after the page was left does not navigate
   const seen = {};
@@ -336,8 +347,8 @@ export function mount(main, [jobId]) {
 
   async function refresh() {
     try {
-      const [j, a, ev, lg] = await Promise.all([api.job(jobId), api.attempts(jobId),
-        api.events(jobId).catch(() => null), api.logs(jobId).catch(() => null)]);
+      const [j, a, ev] = await Promise.all([api.job(jobId), api.attempts(jobId),
+        api.events(jobId).catch(() => null), follower.refresh().catch(() => false)]);
       error.textContent = '';
       update(j);
       if (changed('attempts', a.attempts)) {
@@ -347,10 +358,15 @@ export function mount(main, [jobId]) {
       }
       ranksLink.hidden = !!j.array;
       if (changed('events', ev)) events.replaceChildren(eventsList(ev));
-      if (changed('logs', lg)) logs.replaceChildren(logsView(lg));
+      if (logsShown !== follower.version) {
+        logsShown = follower.version;
+        logs.replaceChildren(...[logsView(follower)].flat());
+      }
       if (j.array) await refreshGrid(j);
       const gridDone = !grid || grid.loader.settled(j) || catchUp <= 0;
-      if (TERMINAL.has(j.state) && seen.final && gridDone) poller.stop();
+      if (TERMINAL.has(j.state) && seen.final && follower.behind) logsCatchUp--;
+      const logsDone = !follower.behind || logsCatchUp <= 0;
+      if (TERMINAL.has(j.state) && seen.final && gridDone && logsDone) poller.stop();
       seen.final = TERMINAL.has(j.state);
     } catch (e) {
       if (e.status === 404) {

@@ -231,3 +231,16 @@ def sqs(moto_endpoint, request):
     url = client.create_queue(QueueName=f"gpujobs-test-inbox-{uuid.uuid4().hex[:8]}",
                               Attributes={"VisibilityTimeout": str(visibility)})["QueueUrl"]
     return client, url
+
+
+@pytest.fixture
+def logs(aws_env):
+    """A CloudWatch Logs client of the test's moto (the shipper's tests)."""
+    import boto3
+    return boto3.client("logs", endpoint_url=aws_env["GPUJOBS_AWS_ENDPOINT_URL"],
+                        region_name="us-east-1")
+
+
+@pytest.fixture
+def group(aws_env):
+    return aws_env["GPUJOBS_LOG_GROUP"]

@@ -7,7 +7,6 @@ import json
 import time
 import uuid
 
-import boto3
 import pytest
 
 from agent import logship
@@ -20,17 +19,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def logs(aws_env):
-    return boto3.client("logs", endpoint_url=aws_env["GPUJOBS_AWS_ENDPOINT_URL"],
-                        region_name="us-east-1")
-
-
-@pytest.fixture
-def group(aws_env):
-    return aws_env["GPUJOBS_LOG_GROUP"]
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import sys
 import time
 import uuid
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 
@@ -69,17 +68,6 @@ class AwsLimits:
             self.crash = None
             raise KeyboardInterrupt("agent killed after the call")
         return out
-
-
-@pytest.fixture
-def logs(aws_env):
-    return boto3.client("logs", endpoint_url=aws_env["GPUJOBS_AWS_ENDPOINT_URL"],
-                        region_name="us-east-1")
-
-
-@pytest.fixture
-def group(aws_env):
-    return aws_env["GPUJOBS_LOG_GROUP"]
 
 
 def stored(logs, group: str, stream: str) -> list[dict]:

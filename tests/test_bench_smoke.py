@@ -183,49 +183,53 @@ def test_item_sizes_follow_dynamodbs_rules():
     assert harness.item_size(None) == 0
 
 
-@pytest.mark.moto  # moto in-process, on a client of this test's own
-def test_write_units_meter_the_table_transactions_and_each_index_entry():
+@pytest.mark.moto
+def test_write_units_meter_the_table_transactions_and_each_index_entry(moto_server):
+    """On the session's moto server (in this process, so the meter reads the
+    items it holds), in a table of this test's own: moto's in-process
+    mock would reset the backends every other test of the worker shares."""
+    import uuid
+
     import boto3
-    from moto import mock_aws
 
-    with mock_aws():
-        ddb = boto3.client("dynamodb", region_name=harness.REGION,
-                           aws_access_key_id="testing", aws_secret_access_key="testing")
-        harness.meter_client(ddb)
-        ddb.create_table(
-            TableName="t", BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"}
-                                  for a in ("id", "g", "sp")],
-            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-            GlobalSecondaryIndexes=[
-                {"IndexName": name, "KeySchema": [{"AttributeName": key, "KeyType": "HASH"}],
-                 "Projection": {"ProjectionType": "ALL"}}
-                for name, key in (("by_g", "g"), ("by_sp", "sp"))])
-        big = {"id": {"S": "a"}, "g": {"S": "1"}, "pad": {"S": "x" * 1500}}  # 2 KB started
+    t = f"wu-meter-{uuid.uuid4().hex[:8]}"
+    ddb = boto3.client("dynamodb", region_name=harness.REGION, endpoint_url=moto_server.endpoint_url,
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    harness.meter_client(ddb)
+    ddb.create_table(
+        TableName=t, BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"}
+                              for a in ("id", "g", "sp")],
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        GlobalSecondaryIndexes=[
+            {"IndexName": name, "KeySchema": [{"AttributeName": key, "KeyType": "HASH"}],
+             "Projection": {"ProjectionType": "ALL"}}
+            for name, key in (("by_g", "g"), ("by_sp", "sp"))])
+    big = {"id": {"S": "a"}, "g": {"S": "1"}, "pad": {"S": "x" * 1500}}  # 2 KB started
 
-        def units(fn) -> tuple[int, int]:
-            with harness.write_units() as wu:
-                fn()
-            assert wu.errors == 0
-            return wu.table, wu.index
+    def units(fn) -> tuple[int, int]:
+        with harness.write_units() as wu:
+            fn()
+        assert wu.errors == 0
+        return wu.table, wu.index
 
-        assert units(lambda: ddb.put_item(TableName="t", Item=big)) == (2, 2)  # sparse: 0
-        # a projected attribute changed: one put in by_g; its key changed: a delete and a put
-        assert units(lambda: ddb.update_item(
-            TableName="t", Key={"id": {"S": "a"}}, UpdateExpression="SET pad2 = :v",
-            ExpressionAttributeValues={":v": {"S": "y"}})) == (2, 2)
-        assert units(lambda: ddb.update_item(
-            TableName="t", Key={"id": {"S": "a"}}, UpdateExpression="SET g = :v",
-            ExpressionAttributeValues={":v": {"S": "2"}})) == (2, 4)
-        # a transaction's items cost twice at the table, its index entries once
-        assert units(lambda: ddb.transact_write_items(TransactItems=[
-            {"Put": {"TableName": "t", "Item": {**big, "id": {"S": "b"}}}},
-            {"Update": {"TableName": "t", "Key": {"id": {"S": "c"}},
-                        "UpdateExpression": "SET sp = :v",
-                        "ExpressionAttributeValues": {":v": {"S": "s"}}}}])) == (4 + 2, 2 + 1)
-        # a write that fails its condition: the table's units, no index entry
-        failed = harness.write_units()
-        with failed, pytest.raises(ddb.exceptions.ConditionalCheckFailedException):
-            ddb.put_item(TableName="t", Item=big, ConditionExpression="attribute_not_exists(id)")
-        assert (failed.table, failed.index, failed.failed) == (2, 0, 1)
-        assert units(lambda: ddb.delete_item(TableName="t", Key={"id": {"S": "b"}})) == (2, 2)
+    assert units(lambda: ddb.put_item(TableName=t, Item=big)) == (2, 2)  # sparse: 0
+    # a projected attribute changed: one put in by_g; its key changed: a delete and a put
+    assert units(lambda: ddb.update_item(
+        TableName=t, Key={"id": {"S": "a"}}, UpdateExpression="SET pad2 = :v",
+        ExpressionAttributeValues={":v": {"S": "y"}})) == (2, 2)
+    assert units(lambda: ddb.update_item(
+        TableName=t, Key={"id": {"S": "a"}}, UpdateExpression="SET g = :v",
+        ExpressionAttributeValues={":v": {"S": "2"}})) == (2, 4)
+    # a transaction's items cost twice at the table, its index entries once
+    assert units(lambda: ddb.transact_write_items(TransactItems=[
+        {"Put": {"TableName": t, "Item": {**big, "id": {"S": "b"}}}},
+        {"Update": {"TableName": t, "Key": {"id": {"S": "c"}},
+                    "UpdateExpression": "SET sp = :v",
+                    "ExpressionAttributeValues": {":v": {"S": "s"}}}}])) == (4 + 2, 2 + 1)
+    # a write that fails its condition: the table's units, no index entry
+    failed = harness.write_units()
+    with failed, pytest.raises(ddb.exceptions.ConditionalCheckFailedException):
+        ddb.put_item(TableName=t, Item=big, ConditionExpression="attribute_not_exists(id)")
+    assert (failed.table, failed.index, failed.failed) == (2, 0, 1)
+    assert units(lambda: ddb.delete_item(TableName=t, Key={"id": {"S": "b"}})) == (2, 2)

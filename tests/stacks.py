@@ -12,4 +12,7 @@ TOKENS = [{"token": "e2e-tenant", "tenant": "e2e"},
           {"token": "e2e-race", "tenant": "e2e-race"},
           {"token": "e2e-pipelines", "tenant": "e2e-pipelines"},
           {"token": "e2e-agent", "agent": "node-1"},
+          # tests/e2e/test_logs_follow.py's two agents
+          {"token": "e2e-follow-1-agent", "agent": "follow-1"},
+          {"token": "e2e-follow-2-agent", "agent": "follow-2"},
           {"token": "e2e-ops", "operator": "e2e-ops"}]

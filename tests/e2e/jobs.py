@@ -21,32 +21,45 @@ def agent_token(node: str) -> str:
     return f"e2e-{node}-agent"
 
 
+def start_agent(api_url: str, node: str, gpus: int, gpu_type: str, base: Path, log, *,
+                grace_s: float = 2.0) -> subprocess.Popen:
+    """A real agent process for ``node`` (its token :func:`agent_token`, its
+    state in ``base/node``, its log to ``log``); the caller stops it by its pid
+    (:func:`stop_agent`). Ranks run as the test's user."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent", "--node-id", node, "--gpus", str(gpus),
+         "--gpu-type", gpu_type, "--api", api_url, "--state-dir", str(base / node),
+         "--grace-s", str(grace_s), "--poll-wait-s", "1", "--node-heartbeat-s", "0.5",
+         "--log-level", "INFO", "--rank-user", ""],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
+        env={**os.environ, "GPUJOBS_AGENT_TOKEN": agent_token(node),
+             "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
+             "AWS_DEFAULT_REGION": "us-east-1"})
+
+
+def nodes_ready(api_url: str, nodes) -> None:
+    reader = Api(api_url, "e2e-tenant")
+    poll("every node READY", lambda: all(
+        (r := reader.get(f"/v1/nodes/{n}")).status_code == 200
+        and r.json()["state"] == "READY" for n in nodes))
+
+
 @contextlib.contextmanager
 def real_agents(api_url: str, nodes: dict[str, tuple[int, str]], base: Path, *,
                 grace_s: float = 2.0) -> Iterator[dict[str, subprocess.Popen]]:
-    """A real agent per node (``{node: (gpus, gpu_type)}``, its token
-    :func:`agent_token`), READY before this yields; each stopped by its own
-    pid, and every rank its state file records killed, also when a test fails.
-    Ranks run as the test's user."""
+    """A real agent per node (``{node: (gpus, gpu_type)}``, :func:`start_agent`),
+    READY before this yields; each stopped by its own pid, and every rank its
+    state file records killed, also when a test fails. A test may replace a
+    node's process in the dict (a restarted agent): the one there at the end is
+    stopped."""
     procs: dict[str, subprocess.Popen] = {}
     logs = []
     try:
         for node, (gpus, gpu_type) in nodes.items():
-            log = open(base / f"{node}.log", "w")
+            log = open(base / f"{node}.log", "a")
             logs.append(log)
-            procs[node] = subprocess.Popen(
-                [sys.executable, "-m", "agent", "--node-id", node, "--gpus", str(gpus),
-                 "--gpu-type", gpu_type, "--api", api_url, "--state-dir", str(base / node),
-                 "--grace-s", str(grace_s), "--poll-wait-s", "1", "--node-heartbeat-s", "0.5",
-                 "--log-level", "INFO", "--rank-user", ""],
-                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
-                env={**os.environ, "GPUJOBS_AGENT_TOKEN": agent_token(node),
-                     "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-                     "AWS_DEFAULT_REGION": "us-east-1"})
-        reader = Api(api_url, "e2e-tenant")
-        poll("every node READY", lambda: all(
-            (r := reader.get(f"/v1/nodes/{n}")).status_code == 200
-            and r.json()["state"] == "READY" for n in nodes))
+            procs[node] = start_agent(api_url, node, gpus, gpu_type, base, log, grace_s=grace_s)
+        nodes_ready(api_url, nodes)
         yield procs
     finally:
         for node, proc in procs.items():

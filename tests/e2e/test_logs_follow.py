@@ -1,0 +1,118 @@
+"""Issue 25: `gpujobs logs -f` on a real job prints every line once, in order,
+while its agents are killed and restarted, and ends right after the job.
+
+Two ranks on two nodes (real agents of 1 GPU of a type no other test uses, on
+the session's stack) write 9,000 lines each at 150 lines/s. While the CLI
+follows, each agent in turn is killed with SIGKILL and, once its rank has
+written on for a while (its lines wait in the rank's file), started again: the
+new agent adopts the rank and ships what the dead one had not, lines older
+than what the other rank's agent shipped meanwhile. What the user reads is
+checked: 18,000 lines, each exactly once, each rank's in the order written.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+import pytest
+
+from tests.client.conftest import CLIENT_DIR
+from tests.stacks import Api
+
+from .jobs import ended, job, poll, real_agents, start_agent
+
+pytestmark = pytest.mark.e2e
+
+NODES, GPU_TYPE = ("follow-1", "follow-2"), "followgpu"
+LINES, RATE = 9_000, 150
+#: how long a killed agent stays dead: the lines its rank writes meanwhile
+DEAD_LINES = 450
+#: `logs -f` ends within this of the job's end (it reads to the end once more)
+END_WITHIN_S = 4.0
+
+WRITER = f"""
+import os, time
+r, t0 = int(os.environ["RANK"]), time.monotonic()
+for i in range({LINES}):
+    print(f"rank {{r}} line {{i:05d}}", flush=True)
+    wait = t0 + (i + 1) / {RATE} - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+"""
+LINE_RE = re.compile(r"\[rank (\d)\] rank (\d) line (\d{5})")
+
+
+@pytest.fixture(scope="module")
+def follow_agents(stack, tmp_path_factory):
+    base = tmp_path_factory.mktemp("follow-agents")
+    with real_agents(stack.api, {n: (1, GPU_TYPE) for n in NODES}, base) as procs:
+        yield procs, base
+
+
+def lines_written(base, node: str, job_id: str) -> int:
+    """How many lines the node's rank has written so far (in its log files)."""
+    return sum(p.read_bytes().count(b"\n") for p in (base / node).rglob("rank-*")
+               if job_id in str(p) and p.is_file())
+
+
+def test_follow_prints_every_line_once_in_order_across_agent_restarts(
+        stack, follow_agents, tmp_path):
+    procs, base = follow_agents
+    api = Api(stack.api, "e2e-tenant")
+    r = api.post("/v1/jobs", json={"name": "follow", "command": [sys.executable, "-c", WRITER],
+                                   "ranks": 2, "gpu_type": GPU_TYPE, "max_attempts": 1,
+                                   "heartbeat": {"mode": "off"}})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOBS_")}
+    env.update({"GPUJOBS_API_URL": stack.api, "GPUJOBS_TOKEN": "e2e-tenant", "NO_COLOR": "1",
+                "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "PYTHONPATH": str(CLIENT_DIR)})
+    out_path = tmp_path / "follow.out"
+    with open(out_path, "w") as out, open(tmp_path / "follow.err", "w") as err:
+        cli = subprocess.Popen([sys.executable, "-m", "gpujobs_client.cli", "logs", "-f", job_id,
+                                "--interval", "0.5"], stdout=out, stderr=err, env=env)
+    try:
+        poll("the job runs", lambda: job(api, job_id)["state"] == "RUNNING")
+        for node in NODES:
+            # some lines shipped, then the agent dies mid-stream
+            poll(f"{node}'s rank writes",
+                 lambda n=node: lines_written(base, n, job_id) > DEAD_LINES)
+            procs[node].kill()
+            procs[node].wait()
+            written = lines_written(base, node, job_id)
+            poll(f"{node}'s rank writes on without its agent",
+                 lambda n=node, w=written: lines_written(base, n, job_id) > w + DEAD_LINES)
+            with open(base / f"{node}.log", "a") as log:
+                procs[node] = start_agent(stack.api, node, 1, GPU_TYPE, base, log)
+        cli.wait(timeout=LINES / RATE + 120)
+        left_at = time.time()
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    finished = ended(api, job_id)
+    assert finished["state"] == "SUCCEEDED", finished
+    assert cli.returncode == 0, (tmp_path / "follow.err").read_text()[-2000:]
+
+    printed = out_path.read_text().splitlines()
+    by_rank: dict[int, list[int]] = {0: [], 1: []}
+    for text in printed:
+        m = LINE_RE.fullmatch(text)
+        assert m and m[1] == m[2], f"not a line of the job's ranks: {text!r}"
+        by_rank[int(m[1])].append(int(m[3]))
+    for rank, numbers in by_rank.items():
+        repeated = len(numbers) - len(set(numbers))
+        missing = sorted(set(range(LINES)) - set(numbers))
+        assert (repeated, missing[:10]) == (0, []), (
+            f"rank {rank}: {repeated} lines printed twice, {len(missing)} never printed")
+        assert numbers == sorted(numbers), f"rank {rank}'s lines out of the order written"
+    assert len(printed) == 2 * LINES
+
+    done = datetime.fromisoformat(finished["finished_at"].replace("Z", "+00:00")).timestamp()
+    assert left_at - done < END_WITHIN_S, (
+        f"logs -f ended {left_at - done:.1f}s after the job, not within {END_WITHIN_S}s")
+

@@ -182,9 +182,22 @@ def compacted(health: dict) -> dict:
         **{k: named.get(k) for k in ("rank", "ranks_count", "node_id", "by", "confidence",
                                      "text")},
         "ranks": [] if named.get("rank") is None else [named["rank"]],
-        "stack": None, "stacks": [], "evidence": {}}
+        "stack": None, "stacks": [],
+        # the band its later scans keep (incident_band)
+        "evidence": {k: v for k, v in (named.get("evidence") or {}).items() if k == "band_s"}}
     return {**health, "stalled_ranks": [], "ranks_by_status": {}, "co_first": [],
             "verdict": slim}
+
+
+def incident_band(health: dict) -> float | None:
+    """The band (s) the open incident's verdict by silence was reached with,
+    which later scans of it keep as their least (stall.judge's band_floor_s);
+    None without one."""
+    named = health.get("verdict") or {}
+    if health.get("status") != "STALLED" or health.get("frozen_at") or named.get("by") != "silence":
+        return None
+    band = (named.get("evidence") or {}).get("band_s")
+    return None if band is None else float(band)
 
 
 def incident(health: dict) -> dict:

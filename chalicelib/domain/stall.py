@@ -401,7 +401,13 @@ def jitter_band(beats: list[Beat], interval_s: float,
 def judge(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s: float,
           startup_grace_s: float, interval_s: float, mode: str = "beats",
           max_busy_s: float = 0.0, idle_s: float | None = None,
-          finishing: bool = False) -> Verdict:
+          finishing: bool = False, band_floor_s: float | None = None) -> Verdict:
+    """The ranks' view and the verdict on them. ``band_floor_s``: the band an
+    open incident's verdict was reached with (health.incident_band): the
+    band never narrows while it is open. Jitter is measured on ranks still
+    beating; once a whole job is silent there are none, and a band of 0
+    made the rank whose last post happened to land first "the one that
+    went quiet first" of ranks the scan had found indistinguishable."""
     ranks = view(beats, now=now, started_at=started_at, threshold_s=threshold_s,
                  startup_grace_s=startup_grace_s, mode=mode, interval_s=interval_s,
                  max_busy_s=max_busy_s, idle_s=idle_s, finishing=finishing)
@@ -409,6 +415,8 @@ def judge(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s
     stalled = [r for r in ranks if r.stalled]
     live = [r for r in ranks if not r.stalled and r.beat and not r.beat.ended]
     jitter = jitter_band([b for b in beats if not b.ended], interval_s, live)
+    if band_floor_s is not None:
+        jitter = max(jitter, band_floor_s)
     if not stalled:
         return Verdict(ranks, None, [], None, jitter, None, instrumented)
     first = stalled[0]

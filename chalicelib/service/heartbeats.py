@@ -17,6 +17,7 @@ from ..domain.attempts import Attempt
 from ..domain.clock import Clock, iso, parse_iso, utcnow
 from ..domain.errors import AlreadyFinished, ApiError, Forbidden, InvalidArgument, StaleAttempt
 from ..domain.ids import is_job_id
+from ..domain.health import incident_band
 from ..domain.jobs import HEARTBEAT_DEFAULTS, Job
 from ..domain.principal import Principal
 from ..domain.stall import Beat, Verdict, judge, received
@@ -136,6 +137,7 @@ class HeartbeatsService:
         beats, started, finishing = read
         hb = {**HEARTBEAT_DEFAULTS, **job.spec["heartbeat"]}
         return judge(beats, now=now, started_at=started, threshold_s=job.health["threshold_s"],
+                     band_floor_s=incident_band(job.health),
                      startup_grace_s=hb["startup_grace_s"], interval_s=hb["interval_s"],
                      mode=hb["mode"] if job.state is JobState.RUNNING else "off",
                      max_busy_s=hb["max_busy_s"], idle_s=hb["idle_s"], finishing=finishing)

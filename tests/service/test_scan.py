@@ -125,3 +125,38 @@ def test_a_health_too_big_for_its_record_is_said_and_kept_compact(svc, world, cl
     events = world.store.events(job.job_id)
     assert [e["reason"] for e in events if e["type"] == "stalled"] == [
         "rank 2 on n2 went quiet first"]
+
+
+def test_a_tie_stays_a_tie_once_the_whole_job_is_silent(svc, world, clock):
+    """Issue 30 (the 65,536-rank hang): the band within which silence cannot
+    order ranks is measured on the ranks still beating. Ranks 0 and 1 stop a
+    second apart while 2 and 3 beat 2 s late: a tie, said so by the stall
+    event. Then 2 and 3 stop too. With no rank left beating, the band was
+    0 and the next scan named rank 0 "first" (its last post landed a second
+    before rank 1's), the job's verdict no longer the event's. The open
+    incident's band is kept as the least."""
+    job = _running(svc, world, clock)
+    threshold = job.health["threshold_s"]
+    _beat(svc, job, [0, 1, 2, 3])
+    clock.advance(1)
+    _beat(svc, job, [1, 2, 3])  # rank 0 stops
+    clock.advance(1)
+    _beat(svc, job, [2, 3])  # rank 1 stops, a second later
+    while clock() < job.started_at + timedelta(seconds=30 + threshold - 7):
+        clock.advance(5)
+        _beat(svc, job, [2, 3])
+    clock.advance(7)  # ranks 2 and 3 a beat late: 2 s of jitter
+    svc.scanner.collector.record_scan(clock() - timedelta(seconds=30))
+    assert svc.scanner.run()["incidents"] == 1
+    tie = world.store.get(job.job_id).health["verdict"]
+    assert (tie["rank"], tie["ranks"]) == (None, [0, 1]), tie
+    clock.advance(threshold + 1)  # 2 and 3 silent too: the whole job
+    register(svc, "n1", gpus=2)  # the collector still hears the cluster
+    svc.scanner.collector.record_scan(clock() - timedelta(seconds=30))
+    svc.scanner.run()
+    health = world.store.get(job.job_id).health
+    assert health["stalled_count"] == 4
+    assert (health["verdict"]["rank"], health["verdict"]["ranks"]) == (None, [0, 1]), \
+        health["verdict"]["text"]
+    [stalled] = [e for e in world.store.events(job.job_id) if e["type"] == "stalled"]
+    assert stalled["reason"] == health["verdict"]["text"]

@@ -135,3 +135,21 @@ def test_a_health_too_big_for_its_record_keeps_the_verdicts_words_and_counts():
     assert small["verdict"]["text"] == "rank 1 on n1 went quiet first"
     assert small["verdict"]["stacks"] == [] and small["verdict"]["ranks"] == [1]
     assert tuple(sorted(small)) == tuple(sorted(health.FIELDS))
+
+
+def test_an_open_incidents_band_is_the_least_its_later_scans_judge_by():
+    """Once a whole job is silent no rank is left to measure the jitter by:
+    the band the incident's verdict was reached with stays the least, so
+    ranks the scan could not order stay a tie."""
+    beats = [Beat(r, f"n{r % 2}", heard_at=at(60 + r * 0.5)) for r in range(4)]
+    kw = dict(now=at(100), started_at=at(0), threshold_s=30.0, startup_grace_s=60.0,
+              interval_s=10.0)
+    assert judge(beats, **kw).culprit["rank"] == 0, "no band: the first post is 'first'"
+    tie = judge(beats, **kw, band_floor_s=1.2).culprit
+    assert (tie["rank"], tie["ranks"], tie["evidence"]["band_s"]) == (None, [0, 1, 2], 1.2)
+    v = judge(beats, **kw, band_floor_s=1.2)
+    h = health.convicted(health.judged(health.initial_health(SPEC, 60.0), v, None), v, at(100))
+    assert health.incident_band(h) == 1.2
+    assert health.incident_band(health.compacted(h)) == 1.2, "kept by a compact record too"
+    assert health.incident_band({**h, "status": "OK"}) is None
+    assert health.incident_band({**h, "frozen_at": "2026-12-01T12:02:00.000Z"}) is None

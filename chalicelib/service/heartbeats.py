@@ -16,8 +16,8 @@ from ..domain import cursor, limits
 from ..domain.attempts import Attempt
 from ..domain.clock import Clock, iso, parse_iso, utcnow
 from ..domain.errors import AlreadyFinished, ApiError, Forbidden, InvalidArgument, StaleAttempt
-from ..domain.ids import is_job_id
 from ..domain.health import incident_band
+from ..domain.ids import is_job_id
 from ..domain.jobs import HEARTBEAT_DEFAULTS, Job
 from ..domain.principal import Principal
 from ..domain.stall import Beat, Verdict, judge, received

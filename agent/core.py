@@ -82,7 +82,8 @@ from .inbox import InboxMessage
 from .isolation import give_checkpoint_dir, give_rank_dir
 from .messages import Cancel, Launch, MessageError, parse, parse_launch
 from .procs import own_processes
-from .ranks import Launcher, ProcTable, Rank, err_file, read_stat
+from .ranks import Launcher, ProcTable, Rank, open_log_file, read_stat
+from .records import agent_record
 from .rendezvous import HOLD_PORT_ENV, PORT_IN_USE, PortInUse, PortReservations
 from .shim import write_exit_file
 from .stacks import StackSampler, report_stacks
@@ -419,9 +420,13 @@ class Agent:
             try:
                 for path in (p.log_file, p.exit_file):
                     Path(path).parent.mkdir(parents=True, exist_ok=True)
-                with open(err_file(p.log_file), "a", encoding="utf-8") as err:
-                    err.write(f"gpujobs-agent: {why}: the attempt's ranks on this node were "
-                              f"not started (exit code {PORT_IN_USE})\n")
+                out = open_log_file(p.log_file)
+                try:
+                    os.write(out, agent_record(
+                        "stderr", f"gpujobs-agent: {why}: the attempt's ranks on this node "
+                                  f"were not started (exit code {PORT_IN_USE})"))
+                finally:
+                    os.close(out)
                 write_exit_file(p.exit_file, PORT_IN_USE)
             except OSError as e:  # exit_code() then says CANNOT_START: still not started
                 log.error("%s rank %s: cannot record the port failure: %s", rec.key, p.rank, e)

@@ -5,14 +5,17 @@ lost events, reading the files from the agent's side."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 
 import pytest
 
-from agent import logship
+from agent import core, logship
 from agent.logship import Shipper
 from agent.records import agent_record
+
+from .conftest import launch, message, run_until, wait_until
 
 
 class Clock:
@@ -298,3 +301,51 @@ def test_a_record_cut_into_events_resumes_at_the_rest_of_it(tmp_path, group, log
     shipper(tmp_path, group, logs).flush()
     assert [(e["timestamp"], e["message"]) for e in events(logs, group, stream)] == [
         (e["timestamp"], e["message"]) for e in first]
+
+
+def test_a_ranks_lines_are_in_the_store_when_its_exit_is_reported(world, group, logs, job):
+    """Invariant (issue 25): the agent reports EXITED only once the shipper
+    shipped the rank's file to its end, so a reader of the logs can stop as
+    the job ends; the shipper is woken for it, not waited for a period."""
+    s = Shipper(world.paths.log_dir, world.tmp / "shipper", group,
+                client_factory=lambda: logs, backoff_base=0.0, backoff_cap=0.0)
+    seen_at_exit: list[list[str]] = []
+    post = world.api.post_event
+
+    def post_event(job_id, attempt, event):
+        if event["type"] == "EXITED":
+            seen_at_exit.append([g["line"] for g in lines(logs, group, f"{job}/1/rank-0")])
+        return post(job_id, attempt, event)
+
+    world.api.post_event = post_event
+    agent = world.agent()
+    agent.logs = s
+    s.start(period_s=3600)  # only a wake ships in time
+    try:
+        script = "import sys\nfor i in range(100): print(f'line {i}')\nprint('bye', file=sys.stderr)\n"
+        agent.handle(message(launch(job, command=[sys.executable, "-u", "-c", script]), 1))
+        run_until(agent, lambda: world.api.of("EXITED", job), what="EXITED")
+    finally:
+        s.stop()
+    assert seen_at_exit == [[f"line {i}" for i in range(100)] + ["bye"]]
+
+
+def test_an_exit_is_reported_within_its_wait_when_the_shipper_cannot_ship(world, job):
+    class Down:
+        def __getattr__(self, name):
+            raise ConnectionError("no CloudWatch Logs")
+
+    s = Shipper(world.paths.log_dir, world.tmp / "shipper", "group",
+                client_factory=lambda: Down(), backoff_base=60.0, backoff_cap=60.0)
+    world.now = time.time()
+    agent = world.agent()
+    agent.logs = s
+    agent.handle(message(launch(job, command=["sh", "-c", "echo hi"]), 1))
+    wait_until(lambda: world.paths.exit_file(job, 1, 0).exists(), what="the rank exited")
+    run_until(agent, lambda: agent.state.pending and all(
+        p.event["type"] != "STARTED" for p in agent.state.pending), what="EXITED queued")
+    assert not world.api.of("EXITED", job), "held: its log is not shipped yet"
+    world.now += core.LOG_WAIT_S
+    run_until(agent, lambda: world.api.of("EXITED", job), what="EXITED after the wait")
+    s.tick()  # a failing shipper: nothing to wait for at all
+    assert s.settled(world.paths.log_file(job, 1, 0))

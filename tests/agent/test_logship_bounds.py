@@ -255,7 +255,7 @@ def test_past_its_quota_a_rank_ships_one_line_saying_so_then_how_much_was_droppe
     drain(s)
     assert_within_aws_limits(client)
     events = stored(logs, group, f"{job}/1/rank-0")
-    text = assert_shipped_within_the_quota(events)
+    assert_shipped_within_the_quota(events)
     assert agents_lines(events) == [over_line()]
     last = json.loads(events[-1]["message"])
     assert {"stream": last["stream"], "line": last["line"]} == {"stream": "stderr",

@@ -74,7 +74,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from .api import ApiError, AttemptGone
 from .backoff import retry_delay
@@ -82,7 +82,8 @@ from .inbox import InboxMessage
 from .isolation import give_checkpoint_dir, give_rank_dir
 from .messages import Cancel, Launch, MessageError, parse, parse_launch
 from .procs import own_processes
-from .ranks import Launcher, ProcTable, Rank, err_file, read_stat
+from .ranks import Launcher, ProcTable, Rank, open_log_file, read_stat
+from .records import agent_record
 from .rendezvous import HOLD_PORT_ENV, PORT_IN_USE, PortInUse, PortReservations
 from .shim import write_exit_file
 from .stacks import StackSampler, report_stacks
@@ -113,6 +114,18 @@ RANK_HOST_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "
 RANK_HOST_ENV_PREFIXES = ("LC_",)  # the locale's categories
 #: the cancel_reason of an attempt stopped here at its max_runtime_s
 TIMEOUT = "timeout"
+#: the reports that say ranks ended, held until their log files are shipped
+ENDS = ("EXITED", "STOPPED")
+#: how long such a report waits for that, at most (agent's clock, from its queueing)
+LOG_WAIT_S = 5.0
+
+
+class LogShipping(Protocol):
+    """What the agent asks of the log shipper (logship.Shipper), from its own thread."""
+
+    def settled(self, log_file: str | os.PathLike) -> bool: ...
+
+    def wake(self) -> None: ...
 
 
 class Outcome(Enum):
@@ -224,8 +237,11 @@ class Agent:
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
                  base_env: Mapping[str, str] | None = None,
                  ports: PortReservations | None = None,
-                 stacks: StackSampler | None = None) -> None:
+                 stacks: StackSampler | None = None, logs: LogShipping | None = None) -> None:
         self.node_id, self.gpus = node_id, gpus
+        #: ships the ranks' log files (logship.Shipper); None: nothing to wait for.
+        #: May come later: the runner learns the log group from the API
+        self.logs = logs
         #: takes the ranks' stacks before a CANCEL's SIGTERM; None: no stacks
         self._stacks = stacks
         #: MASTER_PORT of the attempts whose rank 0 runs here (rendezvous.py)
@@ -419,9 +435,13 @@ class Agent:
             try:
                 for path in (p.log_file, p.exit_file):
                     Path(path).parent.mkdir(parents=True, exist_ok=True)
-                with open(err_file(p.log_file), "a", encoding="utf-8") as err:
-                    err.write(f"gpujobs-agent: {why}: the attempt's ranks on this node were "
-                              f"not started (exit code {PORT_IN_USE})\n")
+                out = open_log_file(p.log_file)
+                try:
+                    os.write(out, agent_record(
+                        "stderr", f"gpujobs-agent: {why}: the attempt's ranks on this node "
+                                  f"were not started (exit code {PORT_IN_USE})"))
+                finally:
+                    os.close(out)
                 write_exit_file(p.exit_file, PORT_IN_USE)
             except OSError as e:  # exit_code() then says CANNOT_START: still not started
                 log.error("%s rank %s: cannot record the port failure: %s", rec.key, p.rank, e)
@@ -500,6 +520,8 @@ class Agent:
                 elif not members:
                     p.ended, changed = True, True
                     self._ranks.pop((rec.key, r), None)
+            if exits and self.logs is not None:
+                self.logs.wake()  # their last lines: shipped before EXITED goes
             for code, ranks in sorted(exits.items()):
                 self._report(rec, "EXITED", ranks, exit_code=code)
                 log.info("%s: ranks %s exited with %s", rec.key, ranks, code)
@@ -662,9 +684,14 @@ class Agent:
         if not self.state.pending or self._clock() < self._api_not_before:
             return
         changed = False
+        held: set[tuple[str, int]] = set()  # attempts with a report waiting for its logs
         try:
             for report in list(self.state.pending):
                 if report not in self.state.pending:  # dropped with its attempt meanwhile
+                    continue
+                attempt = (report.job_id, report.attempt)
+                if attempt in held or not self._logs_shipped(report):
+                    held.add(attempt)  # that attempt's later reports wait with it
                     continue
                 try:
                     self._api.post_event(report.job_id, report.attempt, report.event)
@@ -692,6 +719,28 @@ class Agent:
         finally:
             if changed:
                 self._save()
+
+    def _logs_shipped(self, report: PendingReport) -> bool:
+        """Whether ``report`` may go as far as the ranks' logs are concerned:
+        a report that ranks ended (EXITED, STOPPED) waits until the shipper
+        shipped their log files to their ends (a rank's file is complete once
+        its exit is known: shim.py), at most LOG_WAIT_S after it was queued, so
+        a reader of the logs may stop once the job ended. Never waits without
+        a shipper, or for one that cannot ship (Shipper.settled). The agent's
+        loop is never blocked: the report is only held back."""
+        if self.logs is None or report.event.get("type") not in ENDS \
+                or self._clock() >= report.queued_at + LOG_WAIT_S:
+            return True
+        files = [self._paths.log_file(report.job_id, report.attempt, r)
+                 for r in report.event.get("ranks", [])]
+        try:
+            if all(self.logs.settled(f) for f in files):
+                return True
+            self.logs.wake()
+        except Exception:  # noqa: BLE001 - a shipper's failure never holds a report
+            log.exception("asking the log shipper failed; reporting anyway")
+            return True
+        return False
 
     def attempt_gone(self, job_id: str, attempt: int) -> None:
         """The server answered 409 stale_attempt / already_finished for the attempt

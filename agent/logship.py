@@ -1,53 +1,84 @@
-"""Ships every rank's stdout and stderr to CloudWatch Logs.
+"""Ships every rank's output to CloudWatch Logs, each line with its own time.
 
-Ranks write to files (``rank-<r>.log`` stdout, ``rank-<r>.err`` stderr, under
-the agent's log directory); the shipper reads them from the agent's side, so a
-rank running as another user needs no AWS access, and a rank that writes while
-no agent runs loses nothing: the file is the buffer.
+A rank's output is one file, ``rank-<r>.log`` under the agent's log directory
+(``<job>/<attempt>/``), written by agent/shim.py one record a line in the CRI
+log format (``<RFC 3339 time> <stdout|stderr> <F|P> <content>``; records.py
+parses it): stdout and stderr in the order the shim read them, each line
+stamped with the host's time when the shim read it. The shipper reads the
+files from the agent's side, so a rank running as another user needs no AWS
+access, and a rank that writes while no agent runs loses nothing: the file is
+the buffer.
 
 One log stream per job, attempt and rank (``<job>/<attempt>/rank-<r>``) in the
 stage's log group (declared in infra/template.yaml, its name handed to the agent
-by ``PUT /v1/nodes``). Each event is one line as JSON,
-``{"stream": "stdout"|"stderr", "line": "..."}``; the API parses it back.
+by ``PUT /v1/nodes``). Each record is one event (or several, below): its
+``timestamp`` the record's time in ms (never earlier than the event before it,
+so a batch is in chronological order, as PutLogEvents requires; a batch spans
+at most ``MAX_BATCH_SPAN_MS``), its message
+``{"stream": "stdout"|"stderr", "line": "...", "seq": N}``, where ``seq`` is
+the byte offset in the file where the event's bytes start (the record's own
+offset for its first event): unique and increasing within the stream. The API
+parses it back. The shim cuts a line over 64 KiB, and a partial line written
+after a quiet spell, into P records; each record is shipped on its own, so such
+a line arrives as several events, as a line over the event limit (below) does.
+A line that is no record (something else than the shim wrote the file) is
+shipped whole as stdout, at the time it is shipped.
 
 Exactly once, across restarts: for each file the offset shipped so far is kept
 in ``<state-dir>/logship.json`` (atomic, fsynced). Before a batch is sent, the
-batch (file, byte range, last event's time and text) is recorded as in flight;
-after PutLogEvents answers, the offset moves past it. An agent that stopped
-between the two finds the batch still in flight at start-up and asks the stream
-for its last event (GetLogEvents): if it is the batch's last line, the batch
-arrived and only the offset moves; otherwise it is sent again. PutLogEvents
-takes a batch whole or not at all, so nothing is lost or sent twice.
+batch (file, byte range, last event's time and message) is recorded as in
+flight; after PutLogEvents answers, the offset moves past it. PutLogEvents
+takes a batch whole or not at all. The store is the authority, though (the
+local stack's moto may be killed and restored from an older snapshot): before
+a process ships to a stream the first time, and again after the stream turned
+out missing, it asks the stream for its last event (GetLogEvents). A batch
+still in flight arrived if that event is the batch's last one (its message
+holds its ``seq``, so it is unique): only the offset (and the quota's
+state) then moves; otherwise it is sent again. Then the offset is taken from
+that event's ``seq``, not from the file: the next record after it, or the rest
+of a record it is the first part of (the cut is made again, as it was made: see
+``_resume``); an empty or missing stream starts at 0 (and its quota count
+with it). The in-flight record stays for what the store cannot say: the quota
+state a batch changes, committed in the same write as its offset. Files not
+written for ``RESYNC_WITHIN_S`` and shipped to their end are not checked
+(one call per old file at every start would not scale). A rank over its
+quota is not checked either (nothing more of it is shipped); after a store
+rolled back, what its quota counted stays counted.
 
 Bounds, as PutLogEvents counts them (each event's message in UTF-8 plus 26
 bytes): one batch per stream at a time, read straight from the file, at most
 ``MAX_BATCH_BYTES`` and ``MAX_BATCH_EVENTS`` (under the call's 1,048,576 bytes
-and 10,000 events). One event's message is at most ``MAX_MESSAGE_BYTES`` once
-encoded (262,144 bytes, 256 KB, with its 26) and holds at most
-``MAX_LINE_BYTES`` of the file: a line is cut into as many events as that
-takes, measured as encoded (a control byte is six, ``\\u0001``; a character
-outside ASCII its UTF-8), each cut on a UTF-8 character boundary. A partial
-last line waits for its newline until the file has been quiet for
-``PARTIAL_AFTER_S``. A failed call is retried with capped, jittered backoff per
-stream; the data stays in the file meanwhile, so memory does not grow with an
-outage. Files are read through rankfiles.py: what is not a regular file (a
-FIFO, a link) is skipped, logged once.
+and 10,000 events), a record never split between two batches. One event's
+message is at most ``MAX_MESSAGE_BYTES`` once encoded (262,144 bytes, 256 KB,
+with its 26) and holds at most ``MAX_LINE_BYTES`` of the file: a record is cut
+into as many events as that takes, measured as encoded (a control byte is six,
+``\\u0001``; a character outside ASCII its UTF-8), each cut on a UTF-8
+character boundary. A last line without its newline (a shim killed while
+writing) waits for it until the file has been quiet for ``PARTIAL_AFTER_S``.
+A failed call is retried with capped, jittered backoff per stream; the data
+stays in the file meanwhile, so memory does not grow with an outage. Files are
+read through rankfiles.py: what is not a regular file (a FIFO, a link) is
+skipped, logged once.
 
 A quota per stream, so per rank and attempt (``quota_bytes``, default
 ``LOG_QUOTA_BYTES``, 1 GiB; the agent's ``--log-quota-bytes``), on what is
-shipped, counted as above (stdout and stderr together). The event that would
-pass it is cut to what fits, and the batch ends with one line of the agent's,
-``[truncated: over this rank's log quota of 1 GiB; ...]``; from then on that
-rank's output in this attempt is not read, let alone sent: its offsets move to
-the files' ends at once and what they pass is counted as dropped. Once the
-rank has been quiet for ``QUOTA_SETTLE_S`` (it ended, or paused), one more
-line says how much: ``[truncated: 171.7 MiB (180,000,000 bytes) over this
-rank's log quota of 1 GiB]``, again after each later quiet spell that dropped
-more, at most ``MAX_COUNT_LINES`` times. These lines go as any batch does (in
-flight first, then committed): the quota's state (shipped, over, dropped,
-reported) is in ``logship.json`` beside the offsets, changed in the same
-atomic write that moves them, so a restart neither ships past the quota nor
-says it twice.
+shipped, counted as above. The event that would pass it is cut to what fits,
+and the batch ends with one line of the agent's, ``[truncated: over this
+rank's log quota of 1 GiB; ...]`` (its ``seq`` where the rank's shipped bytes
+end); from then on that rank's output in this attempt is not read, let alone
+sent: its offset moves to the file's end at once and what it passes is
+counted as dropped. Once the rank has been quiet for ``QUOTA_SETTLE_S`` (it
+ended, or paused), one more line says how much: ``[truncated: 171.7 MiB
+(180,000,000 bytes) over this rank's log quota of 1 GiB]`` (its ``seq`` the
+file's end), again after each later quiet spell that dropped more, at most
+``MAX_COUNT_LINES`` times. These lines go as any batch does (in flight first,
+then committed): the quota's state (shipped, over, dropped, reported) is in
+``logship.json`` beside the offsets, changed in the same atomic write that
+moves them, so a restart neither ships past the quota nor says it twice.
+
+The agent asks (:meth:`Shipper.settled`, :meth:`Shipper.wake`) whether a
+rank's file is shipped to its end before it reports the rank's exit, so a
+rank's lines are in the store when its end is known.
 """
 from __future__ import annotations
 
@@ -56,6 +87,7 @@ import logging
 import os
 import random
 import re
+import stat
 import tempfile
 import threading
 import time
@@ -64,8 +96,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from . import records
 from .backoff import retry_delay
 from .rankfiles import read_rank_file
+from .shim import PIECE_BYTES
 
 log = logging.getLogger("gpujobs.agent.logs")
 
@@ -84,8 +118,12 @@ LOG_QUOTA_BYTES = 1 << 30
 QUOTA_SETTLE_S = 30.0
 #: the most lines saying that count, per rank and attempt
 MAX_COUNT_LINES = 20
-STREAMS = {".log": "stdout", ".err": "stderr"}
-_FILE_RE = re.compile(r"^rank-(\d+)\.(log|err)$")
+#: a batch's events span at most this (PutLogEvents: 24 hours)
+MAX_BATCH_SPAN_MS = 23 * 3600 * 1000
+#: a file shipped to its end and not written for this long is taken as shipped
+#: at start-up, without asking its stream (docstring)
+RESYNC_WITHIN_S = 24 * 3600.0
+_FILE_RE = re.compile(r"^rank-(\d+)\.log$")
 
 
 def logs_client(region: str | None = None, endpoint_url: str | None = None):
@@ -115,8 +153,8 @@ def stream_name(job_id: str, attempt: int | str, rank: int | str) -> str:
     return f"{job_id}/{attempt}/rank-{rank}"
 
 
-def encode(stream: str, line: str) -> str:
-    return json.dumps({"stream": stream, "line": line}, ensure_ascii=False)
+def encode(stream: str, line: str, seq: int) -> str:
+    return json.dumps({"stream": stream, "line": line, "seq": seq}, ensure_ascii=False)
 
 
 @dataclass
@@ -142,7 +180,8 @@ def _char_boundary(data: bytes, at: int, floor: int = 0) -> int:
     return back if data[back] & 0xC0 != 0x80 else at
 
 
-def _piece(line: bytes, start: int, stream: str, budget: int) -> tuple[int, str, int]:
+def _piece(line: bytes, start: int, stream: str, budget: int, seq: int
+           ) -> tuple[int, str, int]:
     """``(end, message, size)``: ``line[start:end]``, its newline dropped, as
     the event message ``encode`` makes of it, ``size`` bytes of UTF-8, at most
     ``budget`` of them and at most MAX_LINE_BYTES of the line; cut on a UTF-8
@@ -155,7 +194,7 @@ def _piece(line: bytes, start: int, stream: str, budget: int) -> tuple[int, str,
     while end > start:
         if end < len(line) and end - start < 4 and line[end] & 0xC0 == 0x80:
             break  # only part of one character would fit
-        message = encode(stream, line[start:end].rstrip(b"\n").decode("utf-8", "replace"))
+        message = encode(stream, line[start:end].rstrip(b"\n").decode("utf-8", "replace"), seq)
         size = len(message.encode())
         if size <= budget:
             return end, message, size
@@ -197,11 +236,14 @@ class Shipper:
         # {"offsets": {key: int}, "inflight": {key: {...}}, "quota": {stream: {...}}}
         self._state = self._load()
         self._streams: set[str] = set()
+        #: files whose offset this process checked against their stream (_sync)
+        self._synced: set[str] = set()
         self._failures: dict[str, int] = {}
         self._not_before: dict[str, float] = {}
         self._last_ts: dict[str, int] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()
 
     # -- state ------------------------------------------------------------
     def _load(self) -> dict:
@@ -228,7 +270,7 @@ class Shipper:
     def usage(self, stream: str) -> dict:
         """What ``stream`` (a rank's, of one attempt) did with its quota:
         ``shipped`` (bytes, as PutLogEvents counts them), ``over`` (the quota
-        was reached), ``dropped`` (bytes of its files not shipped since),
+        was reached), ``dropped`` (bytes of its file not shipped since),
         ``reported`` (the count the last line about it said), ``lines``
         (how many said one)."""
         got = self._state["quota"].get(stream, {})
@@ -243,18 +285,46 @@ class Shipper:
     def start(self, period_s: float = 1.0) -> None:
         def loop():
             while not self._stop.is_set():
+                self._wake.clear()
                 try:
                     self.tick()
                 except Exception:  # noqa: BLE001 - keep shipping; the files keep the data
                     log.exception("shipping logs failed; going on")
-                self._stop.wait(period_s)
+                self._wake.wait(period_s)
         self._thread = threading.Thread(target=loop, name="logship", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def wake(self) -> None:
+        """Ship now rather than at the next period (a rank just exited)."""
+        self._wake.set()
+
+    def settled(self, log_file: str | os.PathLike) -> bool:
+        """Whether there is nothing to wait for before a rank whose log is
+        ``log_file`` is reported ended: the file is shipped to its end, or the
+        shipper cannot ship it now (its stream failing, over its quota, not a
+        regular file, not under the log directory). Safe from another thread:
+        it only reads."""
+        path = Path(log_file)
+        try:
+            key = str(path.relative_to(self._dir))
+            stream = self._stream_of(key)
+        except ValueError:
+            return True
+        if self._failures.get(stream) or self.usage(stream)["over"]:
+            return True
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return True
+        if not stat.S_ISREG(st.st_mode):
+            return True
+        return key not in self._state["inflight"] and self.offset(key) >= st.st_size
 
     def tick(self) -> int:
         """Ship what is new in every file; returns how many events were sent."""
@@ -264,12 +334,14 @@ class Shipper:
         """(events sent, whether any offset moved without sending: over a quota)."""
         sent, dropped = 0, False
         for key in list(self._state["inflight"]):
-            sent += self._resolve(key)
+            self._sync(key)  # did it arrive? (a failed call may have reached the service)
         over: dict[str, list[tuple[str, os.stat_result | None]]] = {}
         for path in sorted(self._files()):
             key = str(path.relative_to(self._dir))
             stream = self._stream_of(key)
-            if self._busy(stream):
+            if key not in self._synced and not self._check(path, key):
+                continue  # its stream could not be asked yet: retried with backoff
+            if key in self._state["inflight"]:
                 continue  # one batch in flight per stream, until it is resolved
             if self.usage(stream)["over"]:
                 start = self.offset(key)
@@ -299,11 +371,8 @@ class Shipper:
                 return
             time.sleep(0.05)
 
-    def _busy(self, stream: str) -> bool:
-        return any(self._stream_of(k) == stream for k in self._state["inflight"])
-
     def _files(self):
-        """``<job>/<attempt>/rank-<r>.(log|err)`` under the log directory; a
+        """``<job>/<attempt>/rank-<r>.log`` under the log directory; a
         directory that is a symbolic link is not followed."""
         for job in _subdirs(self._dir):
             for attempt in _subdirs(job):
@@ -317,35 +386,40 @@ class Shipper:
 
     @staticmethod
     def _stream_of(key: str) -> str:
-        job, attempt, name = Path(key).parts[-3:]
-        m = _FILE_RE.match(name)
-        if m is None:  # never: only matching files are read (_files)
+        parts = Path(key).parts
+        m = _FILE_RE.match(parts[-1]) if len(parts) >= 3 else None
+        if m is None:  # never for what _files yields
             raise ValueError(f"not a rank's log file: {key}")
+        job, attempt = parts[-3:-1]
         return stream_name(job, attempt, m.group(1))
 
     def _now_ms(self, stream: str) -> int:
         return max(int(self._clock() * 1000), self._last_ts.get(stream, 0))
 
-    def _over_line(self, timestamp: int) -> dict:
+    def _over_line(self, timestamp: int, seq: int) -> dict:
         text = (f"[truncated: over this rank's log quota of {size_text(self.quota)}; the rest "
                 "of its output in this attempt is not shipped]")
-        return {"timestamp": timestamp, "message": encode("stderr", text)}
+        return {"timestamp": timestamp, "message": encode("stderr", text, seq)}
 
-    def _count_line(self, timestamp: int, dropped: int) -> dict:
+    def _count_line(self, timestamp: int, dropped: int, seq: int) -> dict:
         text = (f"[truncated: {size_text(dropped)} ({dropped:,} bytes) over this rank's log "
                 f"quota of {size_text(self.quota)}]")
-        return {"timestamp": timestamp, "message": encode("stderr", text)}
+        return {"timestamp": timestamp, "message": encode("stderr", text, seq)}
 
     def _read(self, path: Path, key: str) -> _Batch | None:
         start = self.offset(key)
+        before = 1 if start > 0 else 0  # the byte before: is ``start`` a line's start?
         # never blocking, never through a link, bounded (rankfiles.py): a rank
         # run without rank isolation may put anything at its log's path
-        got = read_rank_file(path, MAX_BATCH_BYTES, offset=start, whole=False)
+        got = read_rank_file(path, MAX_BATCH_BYTES + before, offset=start - before,
+                             whole=False)
         if got is None:
             return None
         data, st = got
         if st.st_size <= start:
             return None
+        line_start = before == 0 or data[:1] == b"\n"
+        data = data[before:]
         quiet = self._clock() - st.st_mtime >= PARTIAL_AFTER_S
         cut = data.rfind(b"\n") + 1
         if cut == 0:
@@ -354,10 +428,12 @@ class Shipper:
             cut = _char_boundary(data, MAX_LINE_BYTES)
         elif cut < len(data) and quiet and start + len(data) == st.st_size:
             cut = len(data)  # the tail has been quiet: ship it without its newline
-        data = data[:cut]
-        label = STREAMS[path.suffix]
+        units = data[:cut].split(b"\n")
+        last = units.pop()
+        units = [u + b"\n" for u in units] + ([last] if last else [])
         stream = self._stream_of(key)
         now = self._now_ms(stream)
+        prev_ts = self._last_ts.get(stream, 0)
         left = self.quota - self.usage(stream)["shipped"]  # of the quota, before this batch
         events: list[dict] = []
         size = pos = 0
@@ -366,24 +442,62 @@ class Shipper:
             return bool(events) and (size + cost > MAX_BATCH_BYTES
                                      or len(events) >= MAX_BATCH_EVENTS)
 
-        for raw in data.splitlines(keepends=True):
-            at = 0
-            while at < len(raw):
+        # the rest of a record (cut into events, a batch ended inside it: only
+        # after a store lost events, _resume): the record's own stream and time
+        rest_of = None if line_start else self._record_before(path, start)
+        for unit in units:
+            rec = records.parse(unit) if line_start else rest_of
+            if rest_of is not None and not line_start:
+                rec = records.Record(rest_of.time_ns, rest_of.stream, rest_of.full,
+                                     unit, 0)
+            line_start = True  # every unit after the first follows a newline
+            if rec is not None:
+                label, ts, at = rec.stream, max(rec.time_ms, prev_ts), rec.content_start
+            else:  # no record: shipped as stdout, now
+                label, ts, at = "stdout", max(now, prev_ts), 0
+            if events and ts - events[0]["timestamp"] > MAX_BATCH_SPAN_MS:
+                break
+            prev_ts = ts
+            # where this unit starts: the batch ends here rather than inside it
+            mark, unit_at = (len(events), size), pos
+            while at < len(unit):
+                seq = start + unit_at + (0 if pos == unit_at else at)
                 budget = min(MAX_MESSAGE_BYTES, left - size - EVENT_OVERHEAD)
-                end, msg, nbytes = _piece(raw, at, label, budget)
+                end, msg, nbytes = _piece(unit, at, label, budget, seq)
                 if end == at:  # the quota is reached: a line says so, and ends the batch
-                    line = self._over_line(now)
+                    line = self._over_line(ts, start + pos)
                     if full(len(line["message"].encode()) + EVENT_OVERHEAD):
+                        if mark[0]:  # no room for it: the batch ends before this unit
+                            del events[mark[0]:]
+                            return _Batch(key, start, start + unit_at, events, mark[1])
                         return _Batch(key, start, start + pos, events, size)
                     return _Batch(key, start, start + pos, events + [line], size, over=True)
                 cost = nbytes + EVENT_OVERHEAD
                 if full(cost):
-                    return _Batch(key, start, start + pos, events, size)
-                events.append({"timestamp": now, "message": msg})
+                    if mark[0]:  # a record is never split between two batches
+                        del events[mark[0]:]
+                        return _Batch(key, start, start + unit_at, events, mark[1])
+                    return _Batch(key, start, start + pos, events, size)  # one huge line
+                events.append({"timestamp": ts, "message": msg})
                 size += cost
-                pos += end - at
-                at = end
+                pos, at = unit_at + end, end
+            pos = unit_at + len(unit)
         return _Batch(key, start, start + pos, events, size) if events else None
+
+    @staticmethod
+    def _record_before(path: Path, offset: int) -> records.Record | None:
+        """The record byte ``offset`` of ``path`` is inside (not at its start),
+        read back to the newline before it; None when none is near enough (a
+        line that is no record) or it is no record."""
+        back = min(offset, PIECE_BYTES + 1024)
+        got = read_rank_file(path, back, offset=offset - back, whole=False)
+        if got is None:
+            return None
+        data = got[0]
+        nl = data.rfind(b"\n")
+        if nl < 0 and back < offset:
+            return None
+        return records.parse(data[nl + 1:])
 
     def _drop(self, path: Path, key: str) -> os.stat_result | None:
         """A file of a rank over its quota: its offset moves to its end, what it
@@ -401,7 +515,7 @@ class Shipper:
         return st
 
     def _count_dropped(self, stream: str, files: list[tuple[str, os.stat_result | None]]) -> int:
-        """Say how much a rank over its quota lost, once its files have been
+        """Say how much a rank over its quota lost, once its file has been
         quiet for QUOTA_SETTLE_S and it lost more than was last said."""
         use = self.usage(stream)
         now = self._clock()
@@ -411,9 +525,105 @@ class Shipper:
         if any(st is not None and now - st.st_mtime < QUOTA_SETTLE_S for _, st in files):
             return 0
         key = files[0][0]
-        line = self._count_line(self._now_ms(stream), use["dropped"])
+        if key in self._state["inflight"]:
+            return 0
+        line = self._count_line(self._now_ms(stream), use["dropped"], self.offset(key))
         return self._send(_Batch(key, self.offset(key), self.offset(key), [line],
                                  reported=use["dropped"]))
+
+    # -- the store's word ---------------------------------------------------------
+    def _check(self, path: Path, key: str) -> bool:
+        """Before a file is shipped by this process the first time: its offset
+        checked against its stream (:meth:`_sync`), unless it is over its
+        quota, or shipped to its end and not written for RESYNC_WITHIN_S.
+        Whether it may be shipped now."""
+        if self.usage(self._stream_of(key))["over"]:
+            self._synced.add(key)
+            return True
+        got = read_rank_file(path, 0, whole=False)
+        if got is None:
+            return False
+        st = got[1]
+        if st.st_size <= self.offset(key) and self._clock() - st.st_mtime > RESYNC_WITHIN_S:
+            self._synced.add(key)
+            return True
+        return self._sync(key, path)
+
+    def _sync(self, key: str, path: Path | None = None) -> bool:
+        """Ask ``key``'s stream for its last event: resolve the batch in flight
+        (it arrived if that event is its last), then take the offset from
+        that event's ``seq`` (:meth:`_resume`). False when the stream could
+        not be asked (retried after backoff)."""
+        stream = self._stream_of(key)
+        if self._clock() < self._not_before.get(stream, 0):
+            return False
+        try:
+            got = self.client.get_log_events(logGroupName=self.group, logStreamName=stream,
+                                             startFromHead=False, limit=1)["events"]
+        except Exception as e:  # noqa: BLE001
+            if _code(e) != "ResourceNotFoundException":
+                self._failed(stream, e)
+                return False
+            got = []
+            self._streams.discard(stream)
+        last = got[-1] if got else None
+        rec = self._state["inflight"].get(key)
+        if rec is not None:
+            if last is not None and last["message"] == rec["message"] \
+                    and int(last["timestamp"]) == int(rec["timestamp"]):
+                self._commit(key, rec)
+            else:  # it never arrived: forget it; the next read sends the same bytes
+                self._state["inflight"].pop(key)
+        if not self.usage(stream)["over"]:
+            resume = self._resume(path or self._dir / key, last)
+            if resume is not None and resume != self.offset(key):
+                log.warning("%s: its stream ends at byte %s of %s, not %s as logship.json "
+                            "says: shipping from there", stream, resume, key, self.offset(key))
+                self._state["offsets"][key] = resume
+                if resume == 0:  # nothing of it is stored: nothing counts toward its quota
+                    self._state["quota"].pop(stream, None)
+        self._save()
+        self._synced.add(key)
+        self._failures.pop(stream, None)
+        return True
+
+    def _resume(self, path: Path, last: dict | None) -> int | None:
+        """Where shipping resumes, given the stream's last event: 0 for none;
+        else past that event's bytes, found from its ``seq`` (where its bytes
+        start) by cutting the record there again as :meth:`_read` did (the cut
+        depends only on the bytes, the stream and the seq). None: the event
+        has no ``seq`` (an older agent's), or the file cannot be read; the
+        offset in logship.json stands."""
+        if last is None:
+            return 0
+        try:
+            body = json.loads(last["message"])
+            seq = body["seq"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+            return None
+        before = 1 if seq > 0 else 0
+        got = read_rank_file(path, MAX_LINE_BYTES + 1024 + before, offset=seq - before,
+                             whole=False)
+        if got is None:
+            return None
+        data, st = got
+        if seq >= st.st_size:
+            return st.st_size
+        line_start = before == 0 or data[:1] == b"\n"
+        data = data[before:]
+        nl = data.find(b"\n")
+        unit = data[:nl + 1] if nl >= 0 else data
+        rec = records.parse(unit) if line_start else None
+        label, at = (rec.stream, rec.content_start) if rec is not None else ("stdout", 0)
+        if at >= len(unit):
+            return seq + len(unit)
+        end, message, _ = _piece(unit, at, label, MAX_MESSAGE_BYTES, seq)
+        if message != last["message"]:
+            log.warning("the last event of %s is not what byte %s of %s makes (%.80s); "
+                        "resuming past it anyway", path, seq, path, last["message"])
+        return seq + (end if end > at else len(unit))
 
     # -- sending ----------------------------------------------------------------
     @property
@@ -445,6 +655,11 @@ class Shipper:
             self.client.put_log_events(logGroupName=self.group, logStreamName=stream,
                                        logEvents=batch.events)
         except Exception as e:  # noqa: BLE001 - retried; the batch stays in flight
+            if _code(e) == "ResourceNotFoundException":
+                # the stream is gone (deleted, or a store restored from an older
+                # snapshot): ask it again before shipping more
+                self._streams.discard(stream)
+                self._synced.discard(batch.key)
             self._failed(stream, e)
             return 0
         self._commit(batch.key, record)
@@ -468,30 +683,6 @@ class Shipper:
         self._last_ts[stream] = max(self._last_ts.get(stream, 0), int(timestamp))
         self._failures.pop(stream, None)
         self._not_before.pop(stream, None)
-
-    def _resolve(self, key: str) -> int:
-        """A batch recorded in flight: did it arrive? Move on, or send it again."""
-        stream = self._stream_of(key)
-        if self._clock() < self._not_before.get(stream, 0):
-            return 0
-        rec = self._state["inflight"][key]
-        try:
-            got = self.client.get_log_events(logGroupName=self.group, logStreamName=stream,
-                                             startFromHead=False, limit=1)["events"]
-        except Exception as e:  # noqa: BLE001
-            if _code(e) == "ResourceNotFoundException":
-                got = []
-            else:
-                self._failed(stream, e)
-                return 0
-        if got and got[-1]["message"] == rec["message"] \
-                and int(got[-1]["timestamp"]) == int(rec["timestamp"]):
-            self._commit(key, rec)
-            return 0
-        # it never arrived: forget the record; the next read sends the same bytes
-        self._state["inflight"].pop(key)
-        self._save()
-        return 0
 
     def _failed(self, stream: str, e: Exception) -> None:
         n = self._failures.get(stream, 0) + 1

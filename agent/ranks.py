@@ -2,7 +2,8 @@
 
 Every rank runs as ``python -I agent/shim.py --exit-file F -- command...``, the
 shim leading a new session and process group that the command shares
-(shim.py says why). What is recorded per rank is the shim's pid (= the pgid)
+(shim.py says why), its stdout and stderr the rank's log file, where it writes
+the command's output as records. What is recorded per rank is the shim's pid (= the pgid)
 and its start time from ``/proc/<pid>/stat``.
 
 Pids are reused, so nothing is signalled on the strength of a recorded pid
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .rankfiles import open_rank_file
+from .records import agent_record
 from .shim import CANNOT_START, FORWARDED, read_exit_file, status_to_exit_code, write_exit_file
 
 log = logging.getLogger("gpujobs.agent.ranks")
@@ -246,9 +248,12 @@ def _signal(send, rank: Rank) -> None:
         log.error("cannot signal rank group %s: %s", rank.pgid, e)
 
 
-def err_file(log_file: str) -> str:
-    """Where a rank's stderr goes: rank-<r>.err beside its stdout, rank-<r>.log."""
-    return log_file[:-4] + ".err" if log_file.endswith(".log") else log_file + ".err"
+def open_log_file(log_file: str) -> int:
+    """A rank's log file, opened for appending (created mode 0600, the agent's;
+    never through a symbolic link): the shim's stdout and stderr. The command
+    gets only the shim's pipes, so a rank user cannot write it."""
+    return os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                   | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0), 0o600)
 
 
 class Launcher:
@@ -261,10 +266,10 @@ class Launcher:
 
     def launch(self, command: list[str], env: dict[str, str], log_file: str,
                exit_file: str, cwd: str | None = None) -> Rank:
-        """Start one rank, in ``cwd`` when given; stdout goes to ``log_file``,
-        stderr to the same name with ``.err`` for ``.log`` (both appended;
-        agent/logship.py ships them). A ``cwd`` that is not there is a rank
-        that cannot start.
+        """Start one rank, in ``cwd`` when given; its stdout and stderr become
+        records in ``log_file`` (appended; shim.py writes them, records.py
+        reads them, agent/logship.py ships them). A ``cwd`` that is not there
+        is a rank that cannot start.
 
         Never raises for a rank that cannot start: the rank then has exit code 127
         (recorded in its exit file, the reason in its log), as for a command not found."""
@@ -276,14 +281,16 @@ class Launcher:
         try:
             for path in (log_file, exit_file):
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            with open(log_file, "ab") as out, open(err_file(log_file), "ab") as err:
-                try:
-                    popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                             stderr=err, env=env,
-                                             start_new_session=True, close_fds=True)
-                except (OSError, ValueError) as e:
-                    err.write(f"gpujobs-agent: cannot start the rank: {e}\n".encode())
-                    raise
+            out = open_log_file(log_file)
+            try:
+                popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=out, env=env,
+                                         start_new_session=True, close_fds=True)
+            except (OSError, ValueError) as e:
+                os.write(out, agent_record("stderr", f"gpujobs-agent: cannot start the rank: {e}"))
+                raise
+            finally:
+                os.close(out)
         except (OSError, ValueError) as e:
             log.error("cannot start rank (%s): %s", exit_file, e)
             try:

@@ -34,7 +34,7 @@ the port safe instead:
    of the attempt is started (a rank 0 that cannot listen would fail anyway,
    and the other ranks would join whatever listens there, maybe another job's
    store): each is recorded as exited with :data:`PORT_IN_USE` (98, Linux's
-   ``EADDRINUSE``), the reason in its ``rank-<r>.err`` log, and reported
+   ``EADDRINUSE``), the reason in its ``rank-<r>.log`` (a stderr record), and reported
    EXITED like any exit; the job's restart policy decides, and the next
    attempt has another port. This is safe because every node agrees without
    talking: the port is the LAUNCH's, never one a node picked alone.

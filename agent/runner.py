@@ -144,6 +144,7 @@ def run(settings: Settings, stop: threading.Event, *,
                                   client_factory=lambda: logs_client(endpoint_url=logs_at),
                                   quota_bytes=settings.log_quota_bytes)
                 shipper.start()
+                agent.logs = shipper  # ends are reported once the ranks' logs are shipped
             poller = Poller(agent.inbox, stop, rng=rng)
             poller.start()
             if on_ready is not None:

@@ -26,16 +26,52 @@ Exit codes written: the command's own; ``128 + N`` when it was killed by signal
 N (the shell's convention); 127 when it could not be started at all, with the
 reason in the rank's log.
 
+Output: the shim's own stdout is the rank's log file, opened by the agent in
+append mode and never given to the command (a rank user cannot write it). The
+command's stdout and stderr are two pipes the shim reads itself, non-blocking,
+whichever is ready (``selectors``), and writes to the log file as records in
+the CRI log format kubelet and containerd write, one a line::
+
+    2026-12-02T03:04:05.123456789Z stdout F the line, without its newline
+
+- the time: the shim's wall clock (UTC, nanoseconds) when it read the bytes
+  that complete the record, never earlier than the record before it in the
+  file (:func:`record_time`);
+- ``stdout`` or ``stderr``: the pipe. Two pipes give an order only to the
+  resolution of the shim's reads, as containerd's do: what the command wrote
+  to both between two reads may come out either way round; a command that
+  flushes and pauses (even a few ms) between them keeps its order;
+- ``F``: a full line; ``P``: a piece of one. A line longer than
+  :data:`PIECE_BYTES` (64 KiB: the size of one pipe read and of the pipe's
+  buffer, so a piece never needs more than one read's memory; well under the
+  shipper's event size, so a piece of text is one event) is written as ``P``
+  pieces then an ``F``, each cut between UTF-8 characters where the bytes are
+  UTF-8; a partial line (no newline yet) is written as ``P`` once its first
+  byte has waited :data:`PARTIAL_AFTER_S` (a quiet command, or a progress bar
+  redrawing its line with ``\r``), and at EOF.
+
+Content is kept as bytes, undecoded; a newline in it is impossible by
+construction, so a rank cannot forge a record: whatever it prints is content
+of a record of its own pipe. The shim's own messages (the command could not
+start) are stderr records. The pipes are read continuously, so the command
+never waits on the shim for long, whatever it writes. Once the command
+exited, both pipes are read to their EOF, but for at most :data:`DRAIN_S` (a
+descendant may hold them open), the log file is fsynced, and only then is the
+exit file written: a rank's log file is complete once its exit is known.
+
 Standard library only, and run by path with ``-I``, so it neither depends on nor
-is disturbed by the rank's PYTHONPATH or working directory.
+is disturbed by the rank's PYTHONPATH or working directory (nor can it import
+the agent's modules: agent/records.py parses what it writes).
 """
 from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
+import time
 from typing import Any, Callable
 
 CANNOT_START = 127
@@ -125,10 +161,216 @@ def _parse(argv: list[str]) -> tuple[str, list[str], tuple[int, int] | None, str
     return argv[1], rest[1:], run_as, cwd
 
 
+#: the longest content of one record: a longer line is cut into P pieces (docstring)
+PIECE_BYTES = 64 * 1024
+#: how long a partial line's first byte waits for its newline before it is written as P
+PARTIAL_AFTER_S = 1.0
+#: how long the pipes are still read once the command exited (a descendant may hold them)
+DRAIN_S = 2.0
+#: the pipes' buffer, where the kernel allows it (F_SETPIPE_SZ): a burst of output
+#: waits there while the shim writes, not in the command
+PIPE_BYTES = 1 << 20
+
+
+def format_time(time_ns: int) -> bytes:
+    """RFC 3339 in UTC with nanoseconds: ``2026-12-02T03:04:05.123456789Z``."""
+    seconds, ns = divmod(time_ns, 1_000_000_000)
+    return b"%s.%09dZ" % (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)).encode(), ns)
+
+
+def record(time_ns: int, stream: str, full: bool, content: bytes) -> bytes:
+    """One record of a rank's log file (module docstring); ``content`` has no newline."""
+    return b"%s %s %s %s\n" % (format_time(time_ns), stream.encode(), b"F" if full else b"P",
+                               content)
+
+
+def char_boundary(data: bytes, at: int) -> int:
+    """``at`` (below ``len(data)``) moved back to the start of the UTF-8
+    character it falls in, at most 3 bytes and never to 0; where it is when
+    the bytes there are no UTF-8."""
+    back = at
+    while back > 1 and at - back < 3 and data[back] & 0xC0 == 0x80:
+        back -= 1
+    return back if data[back] & 0xC0 != 0x80 else at
+
+
+def whole_characters(data: bytes) -> int:
+    """How much of ``data`` to write now without splitting a UTF-8 character
+    that its next bytes may complete: all of it, or all but an incomplete
+    trailing sequence (never nothing: a lone lead byte is written as it is)."""
+    for i in range(len(data) - 1, max(len(data) - 4, 0) - 1, -1):
+        byte = data[i]
+        if byte & 0xC0 == 0x80:
+            continue
+        need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else \
+            4 if byte & 0xF8 == 0xF0 else 1
+        return i if i + need > len(data) and i > 0 else len(data)
+    return len(data)
+
+
+class RecordWriter:
+    """Turns what the shim reads from the command's pipes into records on ``fd``."""
+
+    STREAMS = ("stdout", "stderr")
+
+    def __init__(self, fd: int, clock_ns: Callable[[], int] = time.time_ns,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.fd, self._clock_ns, self._monotonic = fd, clock_ns, monotonic
+        self._last_ns = 0
+        self._pending = {s: b"" for s in self.STREAMS}  # a partial line, < PIECE_BYTES
+        self._since: dict[str, float] = {}  # when a pending partial's first byte was read
+        self._failed = False
+
+    def _now_ns(self) -> int:
+        self._last_ns = max(self._last_ns, self._clock_ns())
+        return self._last_ns
+
+    def feed(self, stream: str, data: bytes) -> None:
+        """``data``, just read from ``stream``'s pipe."""
+        prefix = b"%s %s " % (format_time(self._now_ns()), stream.encode())
+        buf = self._pending[stream] + data
+        lines = buf.split(b"\n")
+        rest = lines.pop()  # after the last newline: a partial line, or nothing
+        full = prefix + b"F "
+        out: list[bytes] = []
+        if lines and len(buf) - len(rest) <= PIECE_BYTES:  # no line to cut: one join
+            out.append(full + (b"\n" + full).join(lines) + b"\n")
+        else:
+            for line in lines:
+                while len(line) > PIECE_BYTES:
+                    cut = char_boundary(line, PIECE_BYTES)
+                    out += (prefix, b"P ", line[:cut], b"\n")
+                    line = line[cut:]
+                out += (full, line, b"\n")
+        while len(rest) > PIECE_BYTES:
+            cut = char_boundary(rest, PIECE_BYTES)
+            out += (prefix, b"P ", rest[:cut], b"\n")
+            rest = rest[cut:]
+        consumed = len(buf) - len(rest) > 0
+        self._pending[stream] = rest
+        if not rest:
+            self._since.pop(stream, None)
+        elif consumed or stream not in self._since:
+            self._since[stream] = self._monotonic()
+        self._write(b"".join(out))
+
+    def due(self) -> float | None:
+        """When the oldest partial line is to be written (monotonic), if any."""
+        return min(self._since.values()) + PARTIAL_AFTER_S if self._since else None
+
+    def flush_partials(self, eof: tuple[str, ...] = ()) -> None:
+        """Write as P each partial line that waited PARTIAL_AFTER_S, and every
+        one of the ``eof`` streams whatever its age."""
+        now = self._monotonic()
+        for stream in self.STREAMS:
+            pending = self._pending[stream]
+            if not pending or (stream not in eof
+                               and now < self._since.get(stream, now) + PARTIAL_AFTER_S):
+                continue
+            n = len(pending) if stream in eof else whole_characters(pending)
+            self._pending[stream] = pending[n:]
+            if pending[n:]:
+                self._since[stream] = now
+            else:
+                self._since.pop(stream, None)
+            self._write(record(self._now_ns(), stream, False, pending[:n]))
+
+    def message(self, text: str) -> None:
+        """One of the shim's own lines, as a stderr record."""
+        self._write(record(self._now_ns(), "stderr", True,
+                           text.replace("\n", " ").encode("utf-8", "replace")))
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.fd, view):]
+            except InterruptedError:
+                continue
+            except OSError as e:  # a full disk: the output is lost, the pipes still drained
+                if not self._failed:
+                    self._failed = True
+                    print(f"gpujobs-shim: cannot write the rank's log: {e}", file=sys.stderr)
+                return
+
+    def sync(self) -> None:
+        try:
+            os.fsync(self.fd)
+        except OSError:
+            pass  # not a file (a test's pipe): nothing to make durable
+
+
+def _pipe() -> tuple[int, int]:
+    r, w = os.pipe()
+    try:
+        import fcntl
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass  # the default buffer (64 KiB on Linux)
+    return r, w
+
+
+def pump(child: subprocess.Popen, pipes: dict[int, str], writer: RecordWriter,
+         wake: int) -> int:
+    """Read the command's pipes into records until it exited and they reached
+    EOF (at most DRAIN_S after the exit); its exit code. ``wake``: the read
+    end of the signals' wakeup pipe (a SIGCHLD ends the wait at once)."""
+    sel = selectors.DefaultSelector()
+    for fd, stream in pipes.items():
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, stream)
+    sel.register(wake, selectors.EVENT_READ, None)
+    code: int | None = None
+    drain_until = 0.0
+    while True:
+        if code is None:
+            returncode = child.poll()
+            if returncode is not None:
+                code = status_to_exit_code(returncode)
+                drain_until = time.monotonic() + DRAIN_S
+        now = time.monotonic()
+        if code is not None and (not pipes or now >= drain_until):
+            break
+        timeouts = [1.0]  # a SIGCHLD wakes it first; this in case one is missed
+        due = writer.due()
+        if due is not None:
+            timeouts.append(due - now)
+        if code is not None:
+            timeouts.append(drain_until - now)
+        for key, _ in sel.select(max(0.0, min(timeouts))):
+            if key.data is None:
+                try:
+                    while os.read(wake, 4096):
+                        pass
+                except OSError:
+                    pass
+                continue
+            try:
+                data = os.read(key.fd, PIECE_BYTES)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                data = b""
+            if data:
+                writer.feed(key.data, data)
+            else:  # EOF: every writer of this pipe is gone
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                writer.flush_partials(eof=(pipes.pop(key.fd),))
+        writer.flush_partials()
+    for fd in list(pipes):  # held open by a descendant past DRAIN_S: what came is written
+        sel.unregister(fd)
+        os.close(fd)
+    writer.flush_partials(eof=tuple(pipes.values()))
+    sel.close()
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     exit_file, command, run_as, cwd = _parse(sys.argv[1:] if argv is None else argv)
     received: list[int] = []
     own_copies: dict[int, int] = {}  # by signal: our own forwarded copies still to arrive
+    writer = RecordWriter(sys.stdout.fileno())
 
     def forward(signum: int, _frame) -> None:
         # Send one copy to the whole group, so the command and whatever it spawned
@@ -151,23 +393,37 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, survive)
     for sig in FORWARDED:
         signal.signal(sig, forward)
+    # any signal (SIGCHLD: the command exited) wakes the pump's select at once
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, survive)
 
     if received:  # stopped before the command even started: do not start it
         code = 128 + received[0]
     else:
+        out_r, out_w = _pipe()
+        err_r, err_w = _pipe()
         try:
             # as the rank user when asked: the shim (root) keeps writing the exit
-            # file; the command gets no supplementary groups and a usual umask
+            # file and the log; the command gets no supplementary groups, a usual
+            # umask, and of its output only the two pipes
             drop: dict[str, Any] = {} if run_as is None else {
                 "user": run_as[0], "group": run_as[1], "extra_groups": [], "umask": 0o022}
             # in the job's working_dir when it has one: a relative path in the
             # command is the job's, not the agent's
-            child = subprocess.Popen(command, cwd=cwd, **drop)
+            child = subprocess.Popen(command, cwd=cwd, stdout=out_w, stderr=err_w, **drop)
         except (OSError, ValueError) as e:
-            print(f"gpujobs-shim: cannot start {command[0]!r}: {e}", file=sys.stderr, flush=True)
+            for fd in (out_r, err_r, out_w, err_w):
+                os.close(fd)
+            writer.message(f"gpujobs-shim: cannot start {command[0]!r}: {e}")
             code = CANNOT_START
         else:
-            code = status_to_exit_code(child.wait())
+            for fd in (out_w, err_w):  # the command's now: EOF once it and its own are gone
+                os.close(fd)
+            code = pump(child, {out_r: "stdout", err_r: "stderr"}, writer, wake_r)
+    writer.sync()  # the log is complete and durable before the exit is known
     write_exit_file(exit_file, code)
     return code
 

@@ -11,6 +11,7 @@ from agent.api import ApiError
 from agent.core import Outcome
 from agent.messages import master_port
 from agent.ranks import ProcTable
+from agent.records import lines_of
 
 from .conftest import PY, RecordingLauncher, alive, cancel, launch, message, run_until, wait_until
 
@@ -39,7 +40,8 @@ def test_a_duplicate_launch_starts_the_ranks_once(world):
     assert world.inbox.deleted == ["m-1", "m-2"]
     assert world.api.events == [("job_a", 1, {"type": "STARTED", "ranks": [0, 1], **NODE})]
     log = world.paths.log_file("job_a", 1, 0)
-    wait_until(lambda: log.exists() and log.read_text() == "started\n", what="rank log")
+    wait_until(lambda: log.exists() and log.read_bytes().endswith(b" stdout F started\n")
+               and lines_of(log.read_bytes()) == ["started"], what="rank log")
     # a restarted agent also knows it
     again = world.agent()
     again.recover()
@@ -110,7 +112,8 @@ def test_a_command_not_found_exits_127(world):
     agent.handle(message(launch(command=["/nonexistent/trainer"]), 1))
     run_until(agent, lambda: world.api.of("EXITED"), what="EXITED")
     assert world.api.of("EXITED") == [{"type": "EXITED", "ranks": [0], "exit_code": 127, **NODE}]
-    assert "cannot start" in world.paths.log_file("job_a", 1, 0).with_suffix(".err").read_text()
+    assert "cannot start" in lines_of(world.paths.log_file("job_a", 1, 0).read_bytes(),
+                                      "stderr")[0]
 
 
 DUMP_ENV = ("import json, os, sys; "
@@ -374,7 +377,7 @@ def test_attempts_that_ended_long_ago_are_forgotten_but_their_logs_kept(world):
     agent.tick()
     assert "job_a/1" not in world.state()["attempts"]
     assert not world.paths.exit_file("job_a", 1, 0).exists()
-    assert world.paths.log_file("job_a", 1, 0).read_text() == "bye\n"
+    assert lines_of(world.paths.log_file("job_a", 1, 0).read_bytes()) == ["bye"]
 
 
 def test_a_rank_whose_log_cannot_be_written_exits_127(world):

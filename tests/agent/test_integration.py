@@ -14,6 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from agent.records import lines_of
+
 from .conftest import PY, alive, kill_ranks_in_state, stop_process, wait_until
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -202,7 +204,8 @@ def test_the_agent_runs_and_cancels_ranks_through_the_inbox(sqs, agents, tmp_pat
 
         wait_until(lambda: queue_is_empty(sqs), timeout=30, what="every message deleted")
         log = tmp_path / "state" / "logs" / "job_ok" / "1" / "rank-0.log"
-        assert log.read_text() == "hello from 0\n"  # launched once despite the duplicate
+        # launched once despite the duplicate
+        assert lines_of(log.read_bytes()) == ["hello from 0"]
         assert plane.unavailable == 4  # two 503s for PUT, two for POST, and retried
         wait_until(lambda: len(plane.puts) >= 3, what="node heartbeats")
         assert plane.puts[0] == {"gpus": 4, "gpu_type": "h100", "labels": {"zone": "a"},
@@ -251,7 +254,8 @@ def test_a_killed_agent_is_replaced_by_one_that_adopts_its_ranks(sqs, agents, tm
             {"type": "STOPPED", "ranks": [0, 1], "node_id": "node-1"}]
         assert not alive(procs["0"]["pid"])
         logs = tmp_path / "state" / "logs" / "job_r" / "1"
-        assert [(logs / f"rank-{r}.log").read_text() for r in (0, 1)] == ["start 0\n", "start 1\n"]
+        assert [lines_of((logs / f"rank-{r}.log").read_bytes()) for r in (0, 1)] == [
+            ["start 0"], ["start 1"]]
         wait_until(lambda: queue_is_empty(sqs), timeout=30, what="every message deleted")
 
 

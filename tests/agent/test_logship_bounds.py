@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 
 from agent import logship
 from agent.logship import Shipper
+from agent.records import agent_record
 
 from .conftest import launch, message, run_until, wait_until
 
@@ -94,7 +95,7 @@ def cost(event: dict) -> int:
 
 def run_rank(world, job: str, script: str) -> None:
     """One rank of ``job`` (attempt 1) run by the agent as a real process,
-    to its end: it writes its rank-0.log and rank-0.err as any rank does."""
+    to its end: it writes its rank-0.log (records) as any rank does."""
     agent = world.agent()
     agent.handle(message(launch(job, command=[sys.executable, "-c", script]), 1))
     wait_until(lambda: world.paths.exit_file(job, 1, 0).exists(), timeout=60,
@@ -178,14 +179,30 @@ def test_a_10_mb_line_of_mixed_text_arrives_whole_and_no_character_is_split(worl
 
 # -- the quota ------------------------------------------------------------------------
 QUOTA = 50_000
-#: a rank's output: a few lines on stderr (shipped first: rank-0.err sorts
-#: before rank-0.log), then stdout far past the quota
+#: a rank's output: a few lines on stderr (written first: stderr is line
+#: buffered, and the loop ends before stdout's first block), then stdout far
+#: past the quota
 RANK = ("import sys\n"
         "for i in range(10): print(f'warming {i}', file=sys.stderr)\n"
         "for i in range(3000): print(f'step {i:05d} ' + 'x' * 40)\n")
 STDOUT = "".join(f"step {i:05d} " + "x" * 40 + "\n" for i in range(3000))
 #: the smallest event that could still come: one character on stdout
-SMALLEST = len(logship.encode("stdout", "x").encode()) + AWS_OVERHEAD
+SMALLEST = len(logship.encode("stdout", "x", 100_000).encode()) + AWS_OVERHEAD
+
+
+#: more output, from a rank over its quota
+LATE = b"".join(agent_record("stdout", "late") for _ in range(1000))
+
+
+def records(text: str, stream: str = "stdout") -> bytes:
+    """``text``'s lines as the shim's records."""
+    return b"".join(agent_record(stream, line) for line in text.splitlines())
+
+
+def over_seq(events: list[dict]) -> int:
+    """Where the line saying the quota is reached stands: where the shipped bytes end."""
+    return next(json.loads(e["message"])["seq"] for e in events
+                if json.loads(e["message"])["line"] == over_line())
 
 
 def agents_lines(events: list[dict]) -> list[str]:
@@ -238,14 +255,18 @@ def test_past_its_quota_a_rank_ships_one_line_saying_so_then_how_much_was_droppe
     drain(s)
     assert_within_aws_limits(client)
     events = stored(logs, group, f"{job}/1/rank-0")
-    text = assert_shipped_within_the_quota(events)
+    assert_shipped_within_the_quota(events)
     assert agents_lines(events) == [over_line()]
-    assert json.loads(events[-1]["message"]) == {"stream": "stderr", "line": over_line()}
-    # past it: every offset at its file's end, what was passed counted
-    out_size, err_size = file_size(world, job), file_size(world, job, ".err")
+    last = json.loads(events[-1]["message"])
+    assert {"stream": last["stream"], "line": last["line"]} == {"stream": "stderr",
+                                                               "line": over_line()}
+    # past it: the offset at the file's end, what was passed counted; the
+    # line saying so stands where the shipped bytes end
+    out_size = file_size(world, job)
     assert s.offset(f"{job}/1/rank-0.log") == out_size
-    assert s.offset(f"{job}/1/rank-0.err") == err_size
-    dropped = out_size - len(text.encode())
+    before = json.loads(events[-2]["message"])["seq"]
+    assert before < last["seq"] < out_size
+    dropped = out_size - last["seq"]
     assert s.usage(f"{job}/1/rank-0")["dropped"] == dropped
     assert s.tick() == 0 and len(stored(logs, group, f"{job}/1/rank-0")) == len(events)
     # quiet for long enough: the count, once
@@ -254,15 +275,16 @@ def test_past_its_quota_a_rank_ships_one_line_saying_so_then_how_much_was_droppe
     assert agents_lines(stored(logs, group, f"{job}/1/rank-0")) == [over_line(),
                                                                     count_line(dropped)]
     # more output: counted, not shipped, said again once quiet
-    with world.paths.log_file(job, 1, 0).open("a") as f:
-        f.write("late\n" * 1000)
+    with world.paths.log_file(job, 1, 0).open("ab") as f:
+        f.write(LATE)
     clock.now = time.time()  # just written: not quiet
     assert s.tick() == 0
-    assert s.usage(f"{job}/1/rank-0")["dropped"] == dropped + 5000
+    assert s.usage(f"{job}/1/rank-0")["dropped"] == dropped + len(LATE)
     clock.now = time.time() + logship.QUOTA_SETTLE_S + 1
     assert s.tick() == 1
     final = stored(logs, group, f"{job}/1/rank-0")
-    assert agents_lines(final) == [over_line(), count_line(dropped), count_line(dropped + 5000)]
+    assert agents_lines(final) == [over_line(), count_line(dropped),
+                                   count_line(dropped + len(LATE))]
     assert ranks_events(final) == ranks_events(events), "nothing more of the rank's shipped"
 
 
@@ -292,8 +314,8 @@ def test_an_agent_killed_around_the_quota_ships_each_line_once_and_no_more(
         clock.now += logship.QUOTA_SETTLE_S + 1
         drain(again)
     events = stored(logs, group, f"{job}/1/rank-0")
-    text = assert_shipped_within_the_quota(events)
-    dropped = file_size(world, job) - len(text.encode())
+    assert_shipped_within_the_quota(events)
+    dropped = file_size(world, job) - over_seq(events)
     assert agents_lines(events) == [over_line(), count_line(dropped)]
     assert again.usage(f"{job}/1/rank-0") == {
         "shipped": sum(cost(e) for e in ranks_events(events)), "over": True,
@@ -308,16 +330,16 @@ def test_the_quota_counts_across_a_restart_and_a_rank_over_it_stays_over(world, 
     d = world.paths.log_file(job, 1, 0).parent
     d.mkdir(parents=True)
     half = STDOUT[:len(STDOUT) // 100]
-    (d / "rank-0.err").write_text("".join(f"warming {i}\n" for i in range(10)))
-    (d / "rank-0.log").write_text(half)
+    (d / "rank-0.log").write_bytes(records("".join(f"warming {i}\n" for i in range(10)),
+                                           "stderr") + records(half))
     drain(shipper(world, group, AwsLimits(logs), quota_bytes=QUOTA))
-    with (d / "rank-0.log").open("a") as f:
-        f.write(STDOUT[len(half):])
+    with (d / "rank-0.log").open("ab") as f:
+        f.write(records(STDOUT[len(half):]))
     drain(shipper(world, group, AwsLimits(logs), quota_bytes=QUOTA))
     events = stored(logs, group, f"{job}/1/rank-0")
     assert_shipped_within_the_quota(events)
-    with (d / "rank-0.log").open("a") as f:
-        f.write("after the restart\n")
+    with (d / "rank-0.log").open("ab") as f:
+        f.write(records("after the restart\n"))
     later = shipper(world, group, AwsLimits(logs), quota_bytes=QUOTA)
     drain(later)
     assert stored(logs, group, f"{job}/1/rank-0") == events

@@ -20,6 +20,7 @@ from agent.beats import gpujobs_heartbeat as hb  # the module the agent reads re
 from agent.logship import Shipper
 from agent.rankfiles import forget_refusals, open_rank_file, read_rank_file
 from agent.ranks import Rank
+from agent.records import agent_record
 from agent.shim import CANNOT_START, read_exit_file, write_exit_file
 from agent.stacks import source_line
 
@@ -244,6 +245,10 @@ class FakeLogs:
     def put_log_events(self, logGroupName, logStreamName, logEvents):  # noqa: N803
         self.events.setdefault(logStreamName, []).extend(e["message"] for e in logEvents)
 
+    def get_log_events(self, logGroupName, logStreamName, **_):  # noqa: N803
+        return {"events": [{"message": m, "timestamp": 0}
+                           for m in self.events.get(logStreamName, [])[-1:]]}
+
 
 def test_the_log_shipper_skips_a_fifo_and_links_and_ships_the_rest(tmp_path, caplog):
     """Rank logs a rank could replace (no rank isolation): a FIFO, a link to
@@ -254,7 +259,7 @@ def test_the_log_shipper_skips_a_fifo_and_links_and_ships_the_rest(tmp_path, cap
     attempt.mkdir(parents=True)
     os.mkfifo(attempt / "rank-0.log")
     (attempt / "rank-1.log").symlink_to("/dev/zero")
-    (attempt / "rank-2.log").write_text("hello\n")
+    (attempt / "rank-2.log").write_bytes(agent_record("stdout", "hello"))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "rank-0.log").write_text("not this job's\n")
@@ -264,5 +269,5 @@ def test_the_log_shipper_skips_a_fifo_and_links_and_ships_the_rest(tmp_path, cap
                       client_factory=lambda: logs)
     for _ in range(3):
         promptly(shipper.tick, fifo=str(attempt / "rank-0.log"))
-    assert logs.events == {"job_a/1/rank-2": ['{"stream": "stdout", "line": "hello"}']}
+    assert logs.events == {"job_a/1/rank-2": ['{"stream": "stdout", "line": "hello", "seq": 0}']}
     assert len(refusals(caplog)) == 2, refusals(caplog)

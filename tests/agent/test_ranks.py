@@ -10,6 +10,7 @@ import time
 import pytest
 
 from agent.ranks import LOST_EXIT_CODE, Launcher, ProcTable, Rank, catches, read_stat
+from agent.records import lines_of, parse_file
 from agent.shim import FORWARDED, WARNINGS, read_exit_file
 from chalicelib.domain.wire import WARN_SIGNALS
 
@@ -39,16 +40,19 @@ def test_exit_code_is_recorded_by_the_shim(launched, tmp_path):
     rank = start(launched, tmp_path, ["sh", "-c", "echo out; echo err >&2; exit 7"])
     assert wait_until(lambda: rank.exit_code() is not None) and rank.exit_code() == 7
     assert read_exit_file(rank.exit_file) == 7
-    # stdout and stderr apart, so the log shipper can tell them apart
-    assert (tmp_path / "r.log").read_text() == "out\n"
-    assert (tmp_path / "r.err").read_text() == "err\n"
+    # one file of records, stdout and stderr told apart, in the order written
+    got = parse_file((tmp_path / "r.log").read_bytes())
+    assert [(r.stream, r.full, r.content) for r in got] == [
+        ("stdout", True, b"out"), ("stderr", True, b"err")]
+    assert not (tmp_path / "r.err").exists()
 
 
 def test_a_command_that_cannot_start_exits_127_with_the_reason_in_the_log(launched, tmp_path):
     rank = start(launched, tmp_path, ["/nonexistent/trainer", "--x"])
     wait_until(lambda: rank.exit_code() is not None)
     assert rank.exit_code() == 127
-    assert "cannot start '/nonexistent/trainer'" in (tmp_path / "r.err").read_text()
+    assert "cannot start '/nonexistent/trainer'" in lines_of(
+        (tmp_path / "r.log").read_bytes(), "stderr")[0]
 
 
 def test_the_rank_runs_in_its_own_session_and_group_led_by_the_shim(launched, tmp_path):
@@ -215,7 +219,7 @@ def test_a_rank_runs_in_the_directory_it_is_given(launched, tmp_path):
                              str(tmp_path / "r.exit"), cwd=str(work))
     launched.append(rank)
     assert wait_until(lambda: rank.exit_code() is not None) and rank.exit_code() == 0
-    assert (tmp_path / "r.log").read_text() == f"{work}\n"
+    assert lines_of((tmp_path / "r.log").read_bytes()) == [str(work)]
 
 
 def test_a_working_dir_that_is_not_there_is_a_rank_that_cannot_start(launched, tmp_path):
@@ -223,4 +227,4 @@ def test_a_working_dir_that_is_not_there_is_a_rank_that_cannot_start(launched, t
                              str(tmp_path / "r.exit"), cwd=str(tmp_path / "missing"))
     launched.append(rank)
     assert wait_until(lambda: rank.exit_code() is not None) and rank.exit_code() == 127
-    assert "missing" in (tmp_path / "r.err").read_text()
+    assert "missing" in lines_of((tmp_path / "r.log").read_bytes(), "stderr")[0]

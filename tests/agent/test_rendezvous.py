@@ -10,6 +10,7 @@ import socket
 import pytest
 
 from agent.messages import master_port
+from agent.records import lines_of
 from agent.rendezvous import PORT_IN_USE, PortInUse, PortReservations, ephemeral_range
 from agent.shim import read_exit_file
 from chalicelib.domain import wire
@@ -84,8 +85,8 @@ def test_a_port_held_by_a_listener_starts_no_rank_and_says_why(world, tmp_path):
         {"type": "EXITED", "ranks": [0, 1], "exit_code": PORT_IN_USE, **NODE}]
     assert not marker.exists(), "no rank of the attempt started on this node"
     for r in (0, 1):
-        err = world.paths.log_file("job_p", 1, r).with_suffix(".err").read_text()
-        assert f"MASTER_PORT {port} is in use on this host" in err
+        err = lines_of(world.paths.log_file("job_p", 1, r).read_bytes(), "stderr")
+        assert f"MASTER_PORT {port} is in use on this host" in err[0]
         assert read_exit_file(str(world.paths.exit_file("job_p", 1, r))) == PORT_IN_USE
 
 
@@ -123,8 +124,8 @@ def test_the_port_is_held_from_the_launch_on_before_rank_0_listens(world):
     agent.handle(message(launch("job_other", master_port=port), 2))
     run_until(agent, lambda: world.api.of("EXITED", "job_other"), what="job_other EXITED")
     assert world.api.of("EXITED", "job_other")[0]["exit_code"] == PORT_IN_USE
-    assert "rendezvous port of attempt job_h/1" in world.paths.log_file(
-        "job_other", 1, 0).with_suffix(".err").read_text()
+    assert "rendezvous port of attempt job_h/1" in lines_of(world.paths.log_file(
+        "job_other", 1, 0).read_bytes(), "stderr")[0]
     assert phase(world, "job_h/1") == "RUNNING"
 
 

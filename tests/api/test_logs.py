@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from agent.logship import Shipper
+from agent.records import agent_record
 from chalicelib.domain.principal import Principal
 
 from .test_events import placed
@@ -26,8 +27,10 @@ def cluster(iso):
 def ship(tmp_path, env, job_id, attempt, rank, out="", err=""):
     d = tmp_path / "logs" / job_id / str(attempt)
     d.mkdir(parents=True, exist_ok=True)
-    (d / f"rank-{rank}.log").open("a").write(out)
-    (d / f"rank-{rank}.err").open("a").write(err)
+    with (d / f"rank-{rank}.log").open("ab") as f:  # as the shim writes them: records
+        for stream, text in (("stdout", out), ("stderr", err)):
+            for line in text.splitlines():
+                f.write(agent_record(stream, line))
     client = boto3.client("logs", endpoint_url=env["GPUJOBS_AWS_ENDPOINT_URL"],
                           region_name="us-east-1")
     Shipper(tmp_path / "logs", tmp_path / "state", env["GPUJOBS_LOG_GROUP"],

@@ -210,6 +210,21 @@ def stop_agent(proc: subprocess.Popen, state_dir: Path) -> None:
         kill_recorded_ranks(state_dir)
 
 
+@pytest.fixture(autouse=True)
+def agent_logs_reach_caplog():
+    """The agent's loggers (``gpujobs.agent.*``) reach the root logger, where
+    caplog listens. An in-process app of an earlier test in this worker
+    (chalicelib/adapters/telemetry.py) stops ``gpujobs`` from propagating, as
+    it must on Lambda; no agent runs under it, so its tests see their logs."""
+    import logging
+
+    parent = logging.getLogger("gpujobs")
+    was = parent.propagate
+    parent.propagate = True
+    yield
+    parent.propagate = was
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint(moto_server):
     """The session's one moto server (tests/conftest.py)."""

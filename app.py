@@ -90,7 +90,8 @@ def get_job_logs(job_id: str):
     return ok(services().logs.read(
         tenant, job_id, attempt=http.optional_query_int("attempt"),
         rank=http.optional_query_int("rank"), since=params.get("since"),
-        page_token=params.get("page_token"), page_size=http.query_int("page_size", 1000)))
+        page_token=params.get("page_token"), page_size=http.query_int("page_size", 1000),
+        tail=http.optional_query_int("tail")))
 
 
 @endpoint("/v1/jobs/{job_id}/attempts/{attempt}/events", "POST")

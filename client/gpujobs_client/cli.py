@@ -1377,8 +1377,9 @@ def _log_out(line: "LogLine", prefix: bool, raw: bool = False, color: str = "aut
 @click.option("--since", metavar="WHEN", help="Only lines since an RFC 3339 time with its "
               "offset (2025-01-31T12:00:00Z) or a duration ago: 30s, 10m, 2h, 3d. The server "
               "checks it: any other form is its 400 (exit 1).")
-@click.option("--tail", type=click.IntRange(min=0), metavar="N",
-              help="Only the last N lines (then new ones with -f).")
+@click.option("--tail", type=click.IntRange(min=0, max=10_000), metavar="N",
+              help="Only the last N lines of the ranks together, 0 to 10,000, found by the "
+                   "server (then new ones with -f).")
 @click.option("--interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Seconds between polls with -f.")
 @click.option("--color", "--colour", "color", type=click.Choice(["auto", "always", "never"]),
@@ -1393,9 +1394,16 @@ def logs(job_id: str, rank: int | None, all_ranks: bool, attempt: int | None, fo
          since: str | None, tail: int | None, interval: float, color: str, raw: bool) -> None:
     """Print what the job's ranks wrote (stdout to stdout, stderr to stderr).
 
-    Lines come from CloudWatch Logs, where the agents ship them; with several
-    ranks each line starts with [rank N]. With -o json, one JSON object per line:
-    {"rank", "stream", "time", "line", "id", "attempt"}.
+    Lines come from CloudWatch Logs, where the agents ship them, by time (when
+    the line was written), then rank, then seq (its offset in the rank's
+    file); with several ranks each line starts with [rank N]. With -o json,
+    one JSON object per line: {"rank", "stream", "time", "line", "seq", "id",
+    "attempt"}.
+
+    -f prints each line once, every rank's in order, although ranks' lines
+    may arrive late (each poll reads again the last 30 s): a line shipped
+    more than 30 s late is shown by a plain `gpujobs logs` but may be missed
+    by -f. It returns once the job has ended and its last lines are read.
 
     Control characters are shown, not obeyed (ESC as ^[, BEL as ^G, as cat -v
     shows them), but for colour, kept on a terminal (--color); --raw prints
@@ -1405,24 +1413,8 @@ def logs(job_id: str, rank: int | None, all_ranks: bool, attempt: int | None, fo
         raise click.UsageError("--rank and --all-ranks exclude each other")
     client = make_client()
     prefix = rank is None
-    if tail is not None:
-        from collections import deque
-        last: "deque[LogLine]" = deque(maxlen=tail)
-        last.extend(client.iter_logs(job_id, attempt=attempt, rank=rank, since=since))
-        for line in last:
-            _log_out(line, prefix, raw, color)
-        if not follow:
-            return
-        if last:
-            since = last[-1].time
-            attempt = attempt or last[-1].attempt
-        shown = {line.id for line in last if line.time == since}
-    else:
-        shown = set()
-    for line in client.iter_logs(job_id, attempt=attempt, rank=rank, since=since,
+    for line in client.iter_logs(job_id, attempt=attempt, rank=rank, since=since, tail=tail,
                                  follow=follow, interval_s=interval):
-        if line.id in shown:
-            continue
         _log_out(line, prefix, raw, color)
 
 

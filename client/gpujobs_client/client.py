@@ -67,6 +67,66 @@ def _seg(value: Any) -> str:
 RetryHook = Callable[[int, float, GpujobsError], None]
 
 
+#: how far before the newest line it yielded ``iter_logs(follow=True)`` reads
+#: again, for lines shipped late (a rank's agent restarted)
+FOLLOW_LOOKBACK_S = 30.0
+
+
+def _ms(t: str) -> int:
+    """An API time (RFC 3339, milliseconds, Z) in ms since the epoch."""
+    when = datetime.fromisoformat(t.replace("Z", "+00:00").replace("z", "+00:00"))
+    return round(when.timestamp() * 1000)
+
+
+def _rfc3339_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _LogFollow:
+    """Where ``iter_logs`` is, per rank: the last line it yielded of each."""
+
+    def __init__(self, lookback_s: float) -> None:
+        self.lookback_ms = int(lookback_s * 1000)
+        self.last: dict[int | None, tuple[int, int | None, tuple]] = {}
+        self.newest: int | None = None
+        #: the ranks read (a rank not seen yet holds the lookback back)
+        self.ranks: set[int] = set()
+
+    @staticmethod
+    def _key(line: LogLine) -> tuple[int, int | None, tuple]:
+        t = _ms(line.time) if line.time else 0
+        ident = line.id or ""
+        return t, line.seq, (len(ident), ident)
+
+    def seen(self, line: LogLine) -> bool:
+        """Records ``line`` as yielded; False when it is not after the last
+        line yielded of its rank (a repeat)."""
+        key = self._key(line)
+        last = self.last.get(line.rank)
+        if last is not None:
+            if key[1] is not None and last[1] is not None:
+                if key[1] <= last[1]:
+                    return False
+            elif (key[0], key[1] is None, key[2]) <= (last[0], last[1] is None, last[2]):
+                return False
+        self.last[line.rank] = key
+        self.newest = key[0] if self.newest is None else max(self.newest, key[0])
+        return True
+
+    def since(self) -> str | None:
+        """Where the next poll reads from: the oldest of the ranks' last
+        times, no further back than the lookback before the newest (ranks not
+        seen yet count as that bound); None before any line."""
+        if self.newest is None:
+            return None
+        bound = self.newest - self.lookback_ms
+        if self.ranks - set(self.last):
+            return _rfc3339_ms(bound)
+        oldest = min(t for t, _, _ in self.last.values())
+        return _rfc3339_ms(max(bound, oldest))
+
+
 class Client:
     """A client of the gpujobs API.
 
@@ -340,52 +400,77 @@ class Client:
 
     def get_logs(self, job_id: str, *, attempt: int | None = None, rank: int | None = None,
                  since: str | None = None, page_token: str | None = None,
-                 page_size: int | None = None) -> dict[str, Any]:
-        """One page of ``GET /v1/jobs/{job_id}/logs`` as the API returns it."""
+                 page_size: int | None = None, tail: int | None = None) -> dict[str, Any]:
+        """One page of ``GET /v1/jobs/{job_id}/logs`` as the API returns it
+        (``tail``: the newest lines, 1 to 10,000; not with ``page_token``)."""
         return self._json("GET", f"/v1/jobs/{_seg(job_id)}/logs", params={
             "attempt": attempt, "rank": rank, "since": since, "page_token": page_token,
-            "page_size": page_size})
+            "page_size": page_size, "tail": tail})
 
     def iter_logs(self, job_id: str, *, attempt: int | None = None, rank: int | None = None,
                   since: str | None = None, follow: bool = False, interval_s: float = 1.0,
-                  page_size: int | None = None, drain_s: float = 5.0,
+                  page_size: int | None = None, tail: int | None = None,
+                  lookback_s: float = FOLLOW_LOOKBACK_S,
                   sleep: Callable[[float], None] = time.sleep) -> Iterator[LogLine]:
-        """Every line of the job's ranks (one rank with ``rank``), oldest first,
-        of the newest attempt unless ``attempt`` names one.
+        """Every line of the job's ranks (one rank with ``rank``), in the
+        API's order (time, rank, seq), of the newest attempt unless
+        ``attempt`` names one; with ``tail``, only the newest ``tail`` lines
+        (0: none, then what comes with ``follow``).
 
-        With ``follow``, keeps polling for new lines until the job is terminal
-        (and ``drain_s`` more seconds, for what the agents ship last); each
-        line is yielded once (lines are re-read from the last time seen and
-        told apart by their ``id``)."""
-        token, query_since = None, since
-        last_time: str | None = None
-        at_last_time: set[str | None] = set()
-        ended_at = None
-        while True:
-            page = self.get_logs(job_id, attempt=attempt, rank=rank, since=query_since,
-                                 page_token=token, page_size=page_size)
+        With ``follow``, keeps polling for new lines until the job is
+        terminal, then reads to the end once more and returns. Lines of
+        different ranks may arrive late and out of time order (an agent
+        restarted ships its backlog seconds later), so each poll reads
+        ``since`` the oldest of the ranks' last printed times, but no further
+        back than ``lookback_s`` before the newest line yielded (a rank not
+        seen yet counts as that bound), and yields a line only if it comes
+        after the last one yielded of its rank (by seq, or time and id for
+        lines without one): each line once, every rank's in order. A line
+        shipped more than ``lookback_s`` late is in a read without follow,
+        but may be missed by one that follows."""
+        follower = _LogFollow(lookback_s)
+        if follow:
+            ranks = int(self.get_job(job_id).spec.get("ranks") or 1)
+            follower.ranks = {rank} if rank is not None else set(range(ranks))
+        query_since, token = since, None
+        if tail is not None:
+            page = self.get_logs(job_id, attempt=attempt, rank=rank, since=since,
+                                 tail=max(tail, 1))
             got = int(page.get("attempt") or 0)
-            if follow and attempt is None and got:
-                attempt = got  # follow the attempt being read
-            for d in page.get("lines") or []:
-                line = LogLine.from_json(d, got)
-                if line.time == last_time and line.id in at_last_time:
-                    continue
-                if line.time != last_time:
-                    last_time, at_last_time = line.time, set()
-                at_last_time.add(line.id)
+            attempt = attempt if attempt is not None or not got else got
+            lines = [LogLine.from_json(d, got) for d in page.get("lines") or []]
+            shown = max(0, len(lines) - tail)  # tail 0: the newest line, as printed before
+            for line in lines[:shown]:
+                follower.seen(line)
+            for line in lines[shown:]:
+                follower.seen(line)
                 yield line
-            token = page.get("next_page_token")
-            if token:
-                continue
             if not follow:
                 return
-            if ended_at is None and self.get_job(job_id).is_terminal:
-                ended_at = time.monotonic()
-            if ended_at is not None and time.monotonic() - ended_at >= drain_s:
+            query_since = follower.since() or since
+        ending = False
+        while True:
+            while True:  # to the end of what has been shipped
+                page = self.get_logs(job_id, attempt=attempt, rank=rank, since=query_since,
+                                     page_token=token, page_size=page_size)
+                got = int(page.get("attempt") or 0)
+                if follow and attempt is None and got:
+                    attempt = got  # follow the attempt being read
+                for d in page.get("lines") or []:
+                    line = LogLine.from_json(d, got)
+                    if follower.seen(line):
+                        yield line
+                token = page.get("next_page_token")
+                if not token:
+                    break
+            if not follow or ending:
                 return
-            sleep(interval_s)
-            query_since = last_time or since
+            # the agents ship a rank's lines before reporting its exit: once the
+            # job is terminal, one more read to the end has them all
+            ending = self.get_job(job_id).is_terminal
+            if not ending:
+                sleep(interval_s)
+            query_since = follower.since() or since
 
     # -- ranks and heartbeats ---------------------------------------------------
     def get_ranks(self, job_id: str) -> Ranks:

@@ -465,12 +465,17 @@ class LogLine:
     id: str | None
     attempt: int
     raw: dict[str, Any] = field(repr=False, compare=False)
+    seq: int | None = None
+    """The line's byte offset in the rank's file, increasing within a rank
+    (None: shipped without one)."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], attempt: int) -> "LogLine":
+        seq = d.get("seq")
         return cls(rank=_opt_int(d.get("rank")), stream=str(d.get("stream", "stdout")),
                    time=str(d.get("time", "")), line=str(d.get("line", "")), id=d.get("id"),
-                   attempt=attempt, raw=dict(d))
+                   attempt=attempt, raw=dict(d),
+                   seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else None)
 
 
 @dataclass(frozen=True)

@@ -465,58 +465,80 @@ def test_head_of_a_missing_file_is_a_404_without_a_body(client):
 LOGS_SCRIPT = """
 import { LogFollower, TAIL, PAGE, SHOWN } from './logs.js';
 import { normaliseLogPage } from './api.js';
-const { honoursTail } = JSON.parse(process.argv[2]);
-// /logs as the API answers it: oldest first, page_size (default 1,000) at a
-// time, its token the position after the page, since as a start time;
-// tail as the API will honour it (item 2 of issue 25), or ignored as now
-const server = { attempt: 1, lines: [], asked: [], sent: 0, t: Date.UTC(2026, 0, 1) };
-const add = (n, { sameMs = false } = {}) => {
+// /logs as the API answers it: lines by (time, rank, seq), page_size (default
+// 1,000) at a time; a token is the position after the page's last line
+// (next_page_token while more follow, follow_token always); tail the newest;
+// a token of another attempt refused with a 400
+const server = { attempt: 1, lines: [], asked: [], sent: 0, t: Date.UTC(2026, 0, 1), seq: {} };
+const add = (n, { sameMs = false, rank = null, back = 0 } = {}) => {
   for (let i = 0; i < n; i++) {
     if (!sameMs) server.t += 1;
     const k = server.lines.length;
-    server.lines.push({ rank: k % 2, stream: 'stdout', time: new Date(server.t).toISOString(),
-      line: `line ${k} of attempt ${server.attempt}`, id: `${server.attempt}-${k}` });
+    const r = rank == null ? k % 2 : rank;
+    server.seq[r] = (server.seq[r] || 0) + 10;
+    server.lines.push({ rank: r, stream: 'stdout', time: new Date(server.t - back).toISOString(),
+      seq: server.seq[r], line: `line ${k} of attempt ${server.attempt}`, id: `${server.attempt}-${k}` });
   }
 };
+const key = (l) => [l.time, l.rank, l.seq];
+const after = (a, b) => { for (let i = 0; i < 3; i++) { if (a[i] !== b[i]) return a[i] > b[i]; } return false; };
+const ordered = () => [...server.lines].sort((x, y) => (after(key(x), key(y)) ? 1 : after(key(y), key(x)) ? -1 : 0));
 const read = async (query) => {
   server.asked.push(query);
   if (server.gone) return null;
-  const list = server.lines.filter((l) => !query.since || l.time >= query.since);
-  let from = query.page_token ? Number(query.page_token) : 0;
-  if (query.tail && honoursTail && !query.page_token) from = Math.max(0, list.length - query.tail);
-  const size = query.page_size || 1000;
-  const page = list.slice(from, from + size);
+  const list = ordered();
+  let pos = null;
+  if (query.page_token) {
+    const t = JSON.parse(query.page_token);
+    if (t.attempt !== server.attempt) { const e = new Error('invalid_page_token'); e.status = 400; throw e; }
+    pos = t.pos;
+  }
+  let page, more = false;
+  if (query.tail) page = list.slice(-query.tail);
+  else {
+    const rest = list.filter((l) => pos == null || after(key(l), pos));
+    const size = query.page_size || 1000;
+    page = rest.slice(0, size);
+    more = rest.length > size;
+  }
   server.sent += page.length;
+  const at = page.length ? key(page[page.length - 1]) : pos;
+  const token = JSON.stringify({ attempt: server.attempt, pos: at });
   return normaliseLogPage({ job_id: 'j', attempt: server.attempt, lines: page,
-    next_page_token: from + size < list.length ? String(from + size) : null });
+    next_page_token: more ? token : null, follow_token: token });
 };
 const f = new LogFollower(read);
 const texts = () => f.lines.map((l) => l.text);
 const out = { TAIL, PAGE, SHOWN };
 add(5000);
-for (let i = 0; i < 40 && (f.behind || i === 0); i++) await f.refresh();
+await f.refresh();
 out.caughtUp = { requests: f.requests, sent: server.sent, shown: texts(), behind: f.behind };
-out.unique = new Set(f.lines.map((l) => l.id)).size === f.lines.length;
-// a running job: 3 lines in one millisecond between refreshes
+// a running job: 3 lines between refreshes, two of them in one millisecond
 let before = server.sent;
-const quiet = [];
+const running = [];
 for (let i = 0; i < 10; i++) {
   add(1); add(2, { sameMs: true });
   const v = f.version;
   await f.refresh();
-  quiet.push([server.sent - before, f.version !== v]);
+  running.push([server.sent - before, f.version !== v]);
   before = server.sent;
 }
-out.running = quiet;
-out.afterRunning = texts().slice(-30);
-// nothing new: each refresh sends only the lines of the last millisecond again
+out.running = running;
+// nothing new: nothing sent
 const idle = [];
 for (let i = 0; i < 5; i++) { const v = f.version; await f.refresh(); idle.push([server.sent - before, f.version !== v]); before = server.sent; }
 out.idle = idle;
-out.allLines = server.lines.map((l) => l.line).slice(-SHOWN);
+// a burst of 1,200 lines: followed page by page, each line once
+add(1200);
+const burst = [];
+do { await f.refresh(); burst.push(server.sent - before); before = server.sent; } while (f.behind);
+out.burst = burst;
+out.afterBurst = texts();
+out.allLines = ordered().map((l) => l.line); // as the API orders them
+out.unique = new Set(f.lines.map((l) => l.id)).size === f.lines.length;
 out.queries = server.asked.map((q) => Object.keys(q).sort().join(','));
-// a new attempt: its own lines only
-server.attempt = 2; server.lines = []; add(7);
+// a new attempt: the old token is refused, the view starts afresh from its tail
+server.attempt = 2; server.lines = []; server.seq = {}; add(7);
 await f.refresh();
 out.attempt2 = texts();
 server.gone = true; await f.refresh();
@@ -525,17 +547,17 @@ console.log(JSON.stringify(out));
 """
 
 
-@pytest.mark.parametrize("honours_tail", [False, True])
-def test_the_dashboard_reads_only_new_log_lines(tmp_path, honours_tail):
-    """logs.js under node against a /logs that answers as the API does
-    (pages oldest first, a token after each, ``since`` as a start; ``tail``
-    ignored, as today, or honoured). Invariant: the job page's log view asks
-    once for the latest lines, then each refresh makes one request for what
-    is new: it follows the page token, then asks ``since`` the last line's
-    time (dropping the ids it has). It never asks for the whole log again,
-    so a quiet log costs the lines of its last millisecond a refresh (it
-    re-downloaded 1,000 lines every 1.5 s). It shows each line once, in
-    order, the newest SHOWN of them; a new attempt starts afresh."""
+def test_the_dashboard_reads_only_new_log_lines(tmp_path):
+    """logs.js under node against a /logs that answers as the API does (lines
+    by time, rank, seq; tokens as positions, a follow token on every page;
+    ``tail`` the newest). Invariant: the job page's log view asks once for
+    the latest TAIL lines, then each refresh makes one request with the
+    token it holds: it follows next_page_token while more follow, then polls
+    the follow token, which answers with new lines only. It never reads the
+    whole log, and never a line twice (a quiet log costs nothing a refresh;
+    it re-downloaded 1,000 lines every 1.5 s, then its last millisecond). It
+    shows each line once, in order, the newest SHOWN of them; a new attempt
+    (its token refused) starts afresh from its tail."""
     import shutil
     import subprocess
 
@@ -545,28 +567,21 @@ def test_the_dashboard_reads_only_new_log_lines(tmp_path, honours_tail):
         shutil.copy(p, tmp_path / p.name)
     (tmp_path / "package.json").write_text('{"type": "module"}')
     (tmp_path / "check.js").write_text(LOGS_SCRIPT)
-    ran = subprocess.run([node, "check.js", json.dumps({"honoursTail": honours_tail})],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    ran = subprocess.run([node, "check.js"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)
     assert ran.returncode == 0, ran.stderr
     said = json.loads(ran.stdout)
-    shown = said["SHOWN"]
     caught = said["caughtUp"]
-    assert not caught["behind"] and said["unique"]
     every = [f"line {k} of attempt 1" for k in range(5000)]
-    if honours_tail:  # the latest 200 at once, and nothing more to read
-        assert caught["shown"] == every[-said["TAIL"]:] and caught["requests"] == 1
-        assert caught["sent"] == said["TAIL"]
-    else:  # the first page, then page by page to the end: each line read once
-        assert caught["shown"] == every[-shown:]
-        assert caught["sent"] == 5000
-    # running: 3 new lines a refresh, all in one millisecond, and the lines of the
-    # last millisecond again (1 the first time, then 3)
-    assert said["running"] == [[1 + 3, True]] + [[3 + 3, True]] * 9
-    assert said["idle"] == [[3, False]] * 5, "a quiet log: its last millisecond, unchanged"
-    assert said["afterRunning"] == said["allLines"][-30:]
+    assert caught == {"requests": 1, "sent": said["TAIL"], "shown": every[-said["TAIL"]:],
+                      "behind": False}, "the latest lines at once, and nothing more to read"
+    assert said["running"] == [[3, True]] * 10, "the new lines only"
+    assert said["idle"] == [[0, False]] * 5, "a quiet log: nothing sent again"
+    assert said["burst"] == [said["PAGE"], said["PAGE"], 200]
+    # from the tail's first line on, every line once, in order (fewer than SHOWN)
+    assert said["afterBurst"] == said["allLines"][5000 - said["TAIL"]:] and said["unique"]
     queries = said["queries"]
     assert queries[0] == "tail"
-    assert all(q in ("page_size,page_token,tail", "page_token,tail", "page_size,since",
-                     "page_size,page_token,since") for q in queries[1:]), queries
+    assert set(queries[1:]) == {"page_size,page_token"}, queries
     assert said["attempt2"] == [f"line {k} of attempt 2" for k in range(7)]
     assert said["gone"] is None

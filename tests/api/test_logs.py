@@ -226,3 +226,94 @@ def test_logs_of_control_bytes_and_long_lines_come_in_responses_under_6_mb_on_mo
     two = [x for x in lines if x["rank"] == 2]
     assert [x["line"] for x in two] == ["\x01" * 200_000] * 5 + ["\x01" * 262_144, "the end"]
     assert [x.get("cut", False) for x in two] == [False] * 5 + [True, False]
+
+
+def put_lines(env, stream, events):
+    """(ms, text, seq) each into ``stream`` as the agent writes them (seq None: none)."""
+    logs = boto3.client("logs", endpoint_url=env["GPUJOBS_AWS_ENDPOINT_URL"],
+                        region_name="us-east-1")
+    group = env["GPUJOBS_LOG_GROUP"]
+    try:
+        logs.create_log_stream(logGroupName=group, logStreamName=stream)
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    body = [{"timestamp": t, "message": json.dumps(
+        {"stream": "stdout", "line": text, **({} if seq is None else {"seq": seq})})}
+        for t, text, seq in events]
+    logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=body)
+
+
+def shown(lines):
+    return [f"[{x['rank']}] {x['line']}" for x in lines]
+
+
+def test_lines_by_time_rank_seq_and_tokens_that_resume_on_moto(iso, iso_client, tenants,
+                                                                cluster, fresh_env):
+    """Invariant: on moto (which answers ties stream by stream, in the order
+    the streams were made: rank 1's first here), lines come by (time, rank,
+    seq); page tokens resume exactly after their last line while lines are
+    appended between pages (a rank's later seq in the position's
+    millisecond, another rank's): each line once; a line shipped late with
+    an older time is not in the pages after it, only in a read from the
+    start; the last page's follow token polls for what is new."""
+    job_id, _ = placed(iso, iso_client, tenants)
+    t = int(time.time() * 1000) - 60_000
+    put_lines(fresh_env, f"{job_id}/1/rank-1", [(t, "r1 a", 0), (t + 1, "r1 b", 5),
+                                                 (t + 2, "r1 c", 10)])
+    put_lines(fresh_env, f"{job_id}/1/rank-0", [(t, "r0 a", 0), (t, "r0 b", 5),
+                                                 (t + 2, "r0 c", 10), (t + 2, "r0 old", None)])
+    whole = get(iso_client, tenants, job_id).json_body
+    assert shown(whole["lines"]) == ["[0] r0 a", "[0] r0 b", "[1] r1 a", "[1] r1 b",
+                                     "[0] r0 c", "[0] r0 old", "[1] r1 c"]
+    assert [x["seq"] for x in whole["lines"]] == [0, 5, 0, 5, 10, None, 10]
+    first = get(iso_client, tenants, job_id, page_size=3).json_body
+    assert shown(first["lines"]) == ["[0] r0 a", "[0] r0 b", "[1] r1 a"]
+    put_lines(fresh_env, f"{job_id}/1/rank-0", [(t, "r0 a2", 7)])
+    put_lines(fresh_env, f"{job_id}/1/rank-0", [(t - 10, "r0 late", 3)])
+    put_lines(fresh_env, f"{job_id}/1/rank-1", [(t + 3, "r1 d", 15)])
+    lines, token = list(first["lines"]), first["next_page_token"]
+    for _ in range(20):
+        page = get(iso_client, tenants, job_id, page_size=2, page_token=token).json_body
+        lines += page["lines"]
+        token = page["next_page_token"]
+        if token is None:
+            follow = page["follow_token"]
+            break
+    assert shown(lines) == ["[0] r0 a", "[0] r0 b", "[1] r1 a", "[1] r1 b", "[0] r0 c",
+                            "[0] r0 old", "[1] r1 c", "[1] r1 d"], \
+        "r0 a2 and r0 late are before the position: only a read from the start has them"
+    assert "[0] r0 late" in shown(get(iso_client, tenants, job_id).json_body["lines"])
+    assert get(iso_client, tenants, job_id, page_token=follow).json_body["lines"] == []
+    put_lines(fresh_env, f"{job_id}/1/rank-0", [(t + 4, "r0 d", 20)])
+    assert shown(get(iso_client, tenants, job_id, page_token=follow).json_body["lines"]) \
+        == ["[0] r0 d"]
+
+
+def test_tail_across_ranks_and_its_bounds_on_moto(iso, iso_client, tenants, cluster,
+                                                  fresh_env):
+    """Invariant: ``tail=N`` is the newest N lines of the ranks together, in
+    order (a rank that wrote long ago, another recently: each where it
+    belongs), with a follow token after the newest; a tail out of 1..10,000,
+    not a number, or with a page_token is a 400 naming ``tail``."""
+    job_id, _ = placed(iso, iso_client, tenants)
+    now = int(time.time() * 1000)
+    put_lines(fresh_env, f"{job_id}/1/rank-0", [(now - 3_000_000, "r0 early", 0),
+                                                 (now - 2_000_000, "r0 last", 9)])
+    put_lines(fresh_env, f"{job_id}/1/rank-1", [(now - 5_000 + i * 10, f"r1 {i}", i * 6)
+                                                 for i in range(300)])
+    body = get(iso_client, tenants, job_id, tail=4).json_body
+    assert shown(body["lines"]) == ["[1] r1 296", "[1] r1 297", "[1] r1 298", "[1] r1 299"]
+    body = get(iso_client, tenants, job_id, tail=302).json_body
+    assert shown(body["lines"])[:3] == ["[0] r0 early", "[0] r0 last", "[1] r1 0"]
+    assert len(body["lines"]) == 302 and body["next_page_token"] is None
+    put_lines(fresh_env, f"{job_id}/1/rank-0", [(now + 5, "r0 new", 20)])
+    r = get(iso_client, tenants, job_id, page_token=body["follow_token"])
+    assert shown(r.json_body["lines"]) == ["[0] r0 new"]
+    tail2 = get(iso_client, tenants, job_id, tail=2, rank=0).json_body
+    assert shown(tail2["lines"]) == ["[0] r0 last", "[0] r0 new"]
+    for value in ("0", "10001", "-1", "x", "", "1.5"):
+        r = get(iso_client, tenants, job_id, tail=value)
+        assert r.status_code == 400 and r.json_body["field"] == "tail", (value, r.json_body)
+    r = get(iso_client, tenants, job_id, tail=3, page_token=body["follow_token"])
+    assert r.status_code == 400 and r.json_body["field"] == "tail"
+    assert get(iso_client, tenants, job_id, tail=10_000).status_code == 200

@@ -46,6 +46,14 @@ def problem(status: int, code: str, detail: str, field: str | None = None) -> di
     return p
 
 
+
+def _log_key(line: dict) -> tuple:
+    """Where a line sorts in /logs (chalicelib/service/logs.py ``position``)."""
+    seq, ident = line.get("seq"), line.get("id") or ""
+    if seq is not None:
+        return (line["time"], line["rank"], 0, seq, "")
+    return (line["time"], line["rank"], 1, len(ident), ident)
+
 class Problem(Exception):
     def __init__(self, status: int, code: str, detail: str, field: str | None = None,
                  headers: dict[str, str] | None = None) -> None:
@@ -98,6 +106,8 @@ class FakeApi:
         self.nodes: dict[str, dict[str, Any]] = {}
         #: job id -> its log lines ({"rank", "stream", "time", "line", "id", "attempt"})
         self.logs: dict[str, list[dict[str, Any]]] = {}
+        #: lines the logs endpoint has answered with, in all
+        self.logs_served = 0
         self.events: dict[str, list[dict[str, Any]]] = {}
         #: the operator's priority classes (GPUJOBS_PRIORITY_CLASSES, as
         #: chalicelib/domain/priority.py parses it): name -> value, preempts,
@@ -636,16 +646,36 @@ class FakeApi:
                 return 200, {"events": self.events.get(job["id"], [])}, {}
             q = {k: v[0] for k, v in query.items()}
             attempt = int(q.get("attempt", job["attempt"]))
-            lines = [x for x in self.logs.get(job["id"], []) if x["attempt"] == attempt
-                     and ("rank" not in q or x["rank"] == int(q["rank"]))
-                     and ("since" not in q or x["time"] >= q["since"])]
-            start = int(q.get("page_token", 0))
+            # as the API answers: by (time, rank, seq), lines without a seq after
+            # those with one by id; tokens are positions; tail the newest lines
+            lines = sorted((x for x in self.logs.get(job["id"], []) if x["attempt"] == attempt
+                            and ("rank" not in q or x["rank"] == int(q["rank"]))
+                            and ("since" not in q or x["time"] >= q["since"])), key=_log_key)
             size = int(q.get("page_size", 1000))
-            page = lines[start:start + size]
-            more = start + size < len(lines)
+            pos = None
+            if "page_token" in q:
+                try:
+                    pos = tuple(json.loads(base64.urlsafe_b64decode(q["page_token"])))
+                except ValueError:
+                    raise Problem(400, "invalid_page_token", "bad page_token",
+                                  "page_token") from None
+            if "tail" in q:
+                n = int(q["tail"]) if q["tail"].isdigit() else 0
+                if not 1 <= n <= 10_000 or pos is not None:
+                    raise Problem(400, "invalid_argument", "tail must be from 1 to 10000 "
+                                  "and not with a page_token", "tail")
+                page, more = lines[-n:], False
+            else:
+                rest = [x for x in lines if pos is None or list(_log_key(x)) > list(pos)]
+                page, more = rest[:size], len(rest) > size
+            self.logs_served += len(page)
+            at = _log_key(page[-1]) if page else pos
+            follow = None if at is None and pos is None and not page else \
+                base64.urlsafe_b64encode(json.dumps(at).encode()).decode()
             return 200, {"job_id": job["id"], "attempt": attempt,
                          "lines": [{k: v for k, v in x.items() if k != "attempt"} for x in page],
-                         "next_page_token": str(start + size) if more else None}, {}
+                         "next_page_token": follow if more else None,
+                         "follow_token": follow}, {}
         m = re.fullmatch(r"/v1/jobs/([^/]+)(/cancel|/attempts|/ranks|/heartbeats|"
                          r"/attempts/([^/]+)/events)?", path)
         if m:

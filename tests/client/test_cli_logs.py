@@ -11,9 +11,9 @@ from gpujobs_client import Client
 _ids = itertools.count(1)
 
 
-def line(rank, text, t, stream="stdout", attempt=1):
-    return {"rank": rank, "stream": stream, "time": t, "line": text, "id": f"e{next(_ids)}",
-            "attempt": attempt}
+def line(rank, text, t, stream="stdout", attempt=1, seq=None):
+    return {"rank": rank, "stream": stream, "time": t, "line": text, "seq": seq,
+            "id": f"e{next(_ids)}", "attempt": attempt}
 
 
 def running_job(fake, ranks=2):
@@ -39,11 +39,62 @@ def test_logs_interleave_ranks_with_prefixes_and_keep_stderr_apart(run, fake):
 
 def test_tail_and_json_lines(run, fake):
     job = running_job(fake, ranks=1)
-    fake.logs[job["id"]] = [line(0, f"l{i}", f"2030-01-01T00:00:0{i}.000Z") for i in range(5)]
+    fake.logs[job["id"]] = [line(0, f"l{i}", f"2030-01-01T00:00:0{i}.000Z", seq=3 * i)
+                            for i in range(5)]
     assert run("logs", job["id"], "--tail", "2").stdout.splitlines() == ["[rank 0] l3",
                                                                         "[rank 0] l4"]
     r = run("-o", "json", "logs", job["id"], "--tail", "1")
-    assert [json.loads(x)["line"] for x in r.stdout.splitlines()] == ["l4"]
+    assert [(json.loads(x)["line"], json.loads(x)["seq"]) for x in r.stdout.splitlines()] \
+        == [("l4", 12)]
+
+
+def test_tail_asks_the_server_for_the_newest_lines_of_every_rank(run, fake):
+    """Invariant: `logs --tail N` prints the newest N lines of the ranks
+    together, in time order (a rank that wrote long ago where it belongs),
+    as the server's tail answers: the server is asked for N lines, not the
+    whole log read and cut here."""
+    job = running_job(fake, ranks=2)
+    fake.logs[job["id"]] = (
+        [line(0, "rank 0 early", "2030-01-01T00:00:00.000Z", seq=0),
+         line(0, "rank 0 last", "2030-01-01T00:10:00.000Z", seq=13)]
+        + [line(1, f"rank 1 step {i}", f"2030-01-01T00:{i // 60:02d}:{i % 60:02d}.500Z",
+                seq=20 * i) for i in range(900)])
+    r = run("logs", job["id"], "--tail", "4")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines() == [
+        "[rank 1] rank 1 step 896", "[rank 1] rank 1 step 897", "[rank 1] rank 1 step 898",
+        "[rank 1] rank 1 step 899"]
+    asked = fake.sent("GET", f"/v1/jobs/{job['id']}/logs")
+    assert [q.query.get("tail") for q in asked] == [["4"]] and fake.logs_served == 4
+    r = run("logs", job["id"], "--tail", "302")
+    out = r.stdout.splitlines()
+    assert len(out) == 302 and out[:3] == ["[rank 1] rank 1 step 599", "[rank 0] rank 0 last",
+                                           "[rank 1] rank 1 step 600"]
+    assert run("logs", job["id"], "--tail", "10001").exit_code == 2
+
+
+def test_follow_with_tail_continues_after_the_tail(run, fake):
+    """Invariant: `logs -f --tail N` prints the newest N lines, then each new
+    line once (the server's tail, then polls), and returns once the job ends."""
+    job = running_job(fake, ranks=2)
+    lines = fake.logs[job["id"]] = [line(r, f"old {r}.{i}", f"2030-01-01T00:00:0{i}.00{r}Z",
+                                         seq=i) for i in range(5) for r in range(2)]
+    gets = []
+
+    def on_get(_):
+        gets.append(1)
+        if len(gets) == 2:
+            lines.append(line(1, "new 1", "2030-01-01T00:00:09.000Z", seq=9))
+            lines.append(line(0, "late 0", "2030-01-01T00:00:05.000Z", seq=5))
+        if len(gets) == 3:
+            fake.update_job(job["id"], state="SUCCEEDED")
+            lines.append(line(0, "last 0", "2030-01-01T00:00:09.500Z", seq=6))
+
+    fake.on_get_job.append(on_get)
+    r = run("logs", job["id"], "-f", "--tail", "3", "--interval", "0")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines() == ["[rank 1] old 1.3", "[rank 0] old 0.4", "[rank 1] old 1.4",
+                                     "[rank 0] late 0", "[rank 1] new 1", "[rank 0] last 0"]
 
 
 def test_follow_prints_each_line_once_until_the_job_ends(fake):
@@ -62,7 +113,7 @@ def test_follow_prints_each_line_once_until_the_job_ends(fake):
             lines.append(line(0, "e", "2030-01-01T00:00:02.000Z"))
 
     with Client(fake.url, "t1") as c:
-        got = [x.line for x in c.iter_logs(job["id"], follow=True, interval_s=0, drain_s=0,
+        got = [x.line for x in c.iter_logs(job["id"], follow=True, interval_s=0,
                                            sleep=sleep)]
     assert got == ["a", "b", "c", "d", "e"]
 

@@ -95,7 +95,7 @@ def test_a_store_that_ignores_the_filter_shows_nothing_of_other_jobs(world_of_st
     for token in tokens:
         carried = payload(token)
         assert other.job_id not in carried and "unrelated" not in carried, carried
-        assert json.loads(json.loads(carried)["k"])["a"].startswith(f"{big.job_id}/1/rank-")
+        assert json.loads(json.loads(carried)["k"])["p"][1] in (0, 4095, 7), carried
 
 
 def test_one_rank_read_shows_that_rank_only(world_of_streams):
@@ -107,29 +107,37 @@ def test_one_rank_read_shows_that_rank_only(world_of_streams):
     assert {x["rank"] for x in lines} == {7}
 
 
-def test_a_token_naming_another_stream_is_an_invalid_page_token(world_of_streams):
-    """Invariant: a page token whose position follows a stream not of the job,
-    attempt and rank read is 400 invalid_page_token, even when signed with
-    the right key for the right filter; one of ours resumes."""
+def test_a_token_positioned_on_another_rank_is_an_invalid_page_token(world_of_streams):
+    """Invariant: a page token whose position is on a rank not of the read
+    (out of range, or not the rank asked for) is 400 invalid_page_token, even
+    when signed with the right key for the right filter; so is one of the
+    store's tokens (the cursor before positions) or a malformed position;
+    one of ours resumes."""
     service, _, big, other, _ = world_of_streams
     b = big.job_id
 
-    def token_after(stream, rank=None):
+    def token_at(pos, rank=None, **more):
         filter_key = f"logs:{b}:1:{'' if rank is None else rank}:"
-        return cursor.encode(json.dumps({"t": "3", "s": None, "a": stream}), tenant="globex",
-                             filter_key=filter_key, secret=KEY)
+        return cursor.encode(json.dumps({"s": None, "p": pos, "d": 1, **more}),
+                             tenant="globex", filter_key=filter_key, secret=KEY)
 
-    for stream, rank in ((f"{other.job_id}/1/rank-0", None), (f"{b}/2/rank-0", None),
-                         (f"{b}/1/rank-4096", None), (f"{b}/1/rank-01", None),
-                         (f"{b}/1/rank-0", 7), ("unrelated", None)):
+    t = 1_800_000_000_000
+    for pos, rank in (([t, 4096, 1, None], None), ([t, -1, 1, None], None),
+                      ([t, 0, 1, None], 7), ([t, 7, None, None], None),
+                      ([t, 7, -1, None], None), ([t, 7, 1.5, None], None),
+                      ([t, True, 1, None], None), ([-1, 7, 1, None], None),
+                      ([str(t), 7, 1, None], None), ([t, 7, 1], None), ("x", None)):
         with pytest.raises(InvalidPageToken) as refused:
-            service.read("globex", b, rank=rank, page_token=token_after(stream, rank))
-        assert refused.value.field == "page_token", stream
-    assert service.read("globex", b, page_token=token_after(f"{b}/1/rank-7"))["job_id"] == b
-    legacy = cursor.encode(json.dumps({"t": "3", "s": None}), tenant="globex",
-                           filter_key=f"logs:{b}:1::", secret=KEY)
+            service.read("globex", b, rank=rank, page_token=token_at(pos, rank))
+        assert refused.value.field == "page_token", pos
+    assert service.read("globex", b, page_token=token_at([t, 7, 3, None]))["job_id"] == b
+    assert service.read("globex", b, page_token=token_at([t, 7, None, "e1"]))["job_id"] == b
+    legacy = cursor.encode(json.dumps({"t": "3", "s": None, "a": f"{b}/1/rank-7"}),
+                           tenant="globex", filter_key=f"logs:{b}:1::", secret=KEY)
     with pytest.raises(InvalidPageToken):
-        service.read("globex", b, page_token=legacy)  # names no stream: cannot be checked
+        service.read("globex", b, page_token=legacy)  # the store's token: not a position
+    with pytest.raises(InvalidPageToken):
+        service.read("globex", b, page_token=token_at([t, 7, 3, None], d=-1))
 
 
 def test_a_store_that_honours_the_filter_is_read_once_a_page(svc, clock):
@@ -347,7 +355,8 @@ def test_a_store_that_caps_no_answer_is_asked_for_twice_what_fitted_not_page_siz
     reader.asked.clear()
     page = service.read("globex", job.job_id, page_size=10_000,
                         page_token=first["next_page_token"])
-    assert reader.asked[0] == 2 * fitted and max(reader.asked) <= 10_000, reader.asked
+    # twice what fitted, and the lines of the last millisecond sent (read again) and one
+    assert reader.asked[0] == 2 * fitted + 2 and max(reader.asked) <= 10_000, reader.asked
     assert page["lines"][0]["id"] != first["lines"][-1]["id"]
 
 
@@ -358,7 +367,7 @@ def test_a_token_carrying_a_bad_count_is_an_invalid_page_token(svc, clock, fitte
     job = placed_job(svc, "globex", 1)
     service = LogsService(svc.jobs, FakeLogReader(), page_token_key=KEY, clock=clock)
     b = job.job_id
-    token = cursor.encode(json.dumps({"t": "3", "s": None, "a": f"{b}/1/rank-0", "n": fitted}),
+    token = cursor.encode(json.dumps({"s": None, "p": [1, 0, 1, None], "d": 1, "n": fitted}),
                           tenant="globex", filter_key=f"logs:{b}:1::", secret=KEY)
     with pytest.raises(InvalidPageToken):
         service.read("globex", b, page_token=token)

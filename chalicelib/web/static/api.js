@@ -113,6 +113,8 @@ export function normaliseLogPage(data) {
     attempt: data && !Array.isArray(data) && data.attempt != null ? data.attempt : null,
     lines: normaliseLogs(data),
     nextPageToken: (data && !Array.isArray(data) && data.next_page_token) || null,
+    // the position after the page's last line, on the last page too: polled for what is new
+    followToken: (data && !Array.isArray(data) && data.follow_token) || null,
   };
 }
 
@@ -124,5 +126,6 @@ export function normaliseLogs(data) {
     rank: pick(l, 'rank'),
     stream: String(pick(l, 'stream') || ''),
     text: String(pick(l, 'line', 'message', 'text') ?? ''),
+    seq: typeof l.seq === 'number' ? l.seq : null, // the line's offset in its rank's file
   }));
 }

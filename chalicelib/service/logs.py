@@ -205,12 +205,6 @@ def line_json(rank: int, time_ms: int, message: str, event_id: str | None) -> di
     return line
 
 
-def line_bytes(event: tuple) -> int:
-    """What the line of ``event`` (rank, time, message, id) takes in a
-    response's proxy payload (domain/limits.py), at most about 3 MB."""
-    return limits.proxy_bytes(line_json(*event))
-
-
 def position(rank: int, time_ms: int, seq: int | None, event_id: str | None) -> tuple:
     """Where a line sorts: by time, then rank, then ``seq``; lines without
     one after those with one, by event id, shorter first, then as text: so
@@ -450,25 +444,17 @@ class LogsService:
         lines = self._probe(scope, streams, prefix, lowest, most)
         if lines is None:
             too_many, too_few = lowest, now_ms + SINCE_AHEAD_MS
-            step = 1000
-            while lines is None and now_ms - step > too_many:
-                w = now_ms - step
+            step, back = 1000, True  # back: still stepping back from now
+            while lines is None and too_few - too_many > 1:
+                back = back and now_ms - step > too_many
+                w = now_ms - step if back else (too_many + too_few) // 2
                 got = self._probe(scope, streams, prefix, w, most)
                 if got is None:
-                    too_many = w
+                    too_many, back = w, False
                 elif len(got) >= n:
                     lines = got
                 else:
                     too_few, step = w, 2 * step
-            while lines is None and too_few - too_many > 1:
-                mid = (too_many + too_few) // 2
-                got = self._probe(scope, streams, prefix, mid, most)
-                if got is None:
-                    too_many = mid
-                elif len(got) >= n:
-                    lines = got
-                else:
-                    too_few = mid
             if lines is None:  # more than 2n lines in one millisecond: read it whole
                 lines = self._newest(scope, streams, prefix, too_many, n)
         lines.sort(key=lambda x: x.key)

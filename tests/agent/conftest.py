@@ -214,15 +214,21 @@ def stop_agent(proc: subprocess.Popen, state_dir: Path) -> None:
 def agent_logs_reach_caplog():
     """The agent's loggers (``gpujobs.agent.*``) reach the root logger, where
     caplog listens. An in-process app of an earlier test in this worker
-    (chalicelib/adapters/telemetry.py) stops ``gpujobs`` from propagating, as
-    it must on Lambda; no agent runs under it, so its tests see their logs."""
+    (chalicelib/adapters/telemetry.py's LambdaTelemetry) stops ``gpujobs``
+    from propagating, as it must on Lambda; no agent runs under it. Every
+    logger of the ``gpujobs`` tree propagates and is enabled for the test,
+    and is put back after it."""
     import logging
 
-    parent = logging.getLogger("gpujobs")
-    was = parent.propagate
-    parent.propagate = True
+    tree = [logging.getLogger("gpujobs")] + [
+        logger for name, logger in logging.root.manager.loggerDict.items()
+        if name.startswith("gpujobs.") and isinstance(logger, logging.Logger)]
+    was = [(logger, logger.propagate, logger.disabled) for logger in tree]
+    for logger in tree:
+        logger.propagate, logger.disabled = True, False
     yield
-    parent.propagate = was
+    for logger, propagate, disabled in was:
+        logger.propagate, logger.disabled = propagate, disabled
 
 
 @pytest.fixture(scope="session")

@@ -210,6 +210,20 @@ def stop_agent(proc: subprocess.Popen, state_dir: Path) -> None:
         kill_recorded_ranks(state_dir)
 
 
+@pytest.fixture
+def launched():
+    """The ranks a test started (append them): each killed, and its shim
+    waited for, also when the test fails."""
+    ranks: list[Rank] = []
+    try:
+        yield ranks
+    finally:
+        for r in ranks:
+            r.kill()
+            if r._popen is not None:
+                r._popen.wait(5)
+
+
 @pytest.fixture(autouse=True)
 def agent_logs_reach_caplog():
     """The agent's loggers (``gpujobs.agent.*``) reach the root logger, where

@@ -17,18 +17,6 @@ from chalicelib.domain.wire import WARN_SIGNALS
 from .conftest import PY, alive, wait_until
 
 
-@pytest.fixture
-def launched():
-    ranks: list[Rank] = []
-    try:
-        yield ranks
-    finally:
-        for r in ranks:
-            r.kill()
-            if r._popen is not None:
-                r._popen.wait(5)
-
-
 def start(launched, tmp_path, command, name="r", env=None) -> Rank:
     rank = Launcher().launch(list(command), dict(os.environ if env is None else env),
                              str(tmp_path / f"{name}.log"), str(tmp_path / f"{name}.exit"))

@@ -16,23 +16,11 @@ import pytest
 
 from agent import shim
 from agent.isolation import RankIdentity
-from agent.ranks import Launcher, Rank
+from agent.ranks import Launcher
 from agent.records import Record, agent_record, lines_of, parse, parse_file
 from tests.hostile_ranks import ensure_rank_user
 
 from .conftest import PY, wait_until
-
-
-@pytest.fixture
-def launched():
-    ranks: list[Rank] = []
-    try:
-        yield ranks
-    finally:
-        for r in ranks:
-            r.kill()
-            if r._popen is not None:
-                r._popen.wait(5)
 
 
 def run(launched, tmp_path: Path, script: str, launcher: Launcher | None = None,

@@ -115,8 +115,10 @@ def test_a_drained_node_s_job_saves_its_checkpoint_requeues_and_resumes_elsewher
         assert retried["reason"] == "preempted"
         assert retried["decision"] == (f"preempted (node {first} drained: bad ECC on GPU 1): "
                                        "retried, not counted (uncounted retry 1 of 10)")
-        stopped = poll("attempt 1's last words", lambda: [
-            line for line in log_lines(tenant, job_id, 1) if "saved" in line])
+        # rank 0's: the lines come in time order, and the ranks step on their own
+        stopped = poll("rank 0's last words in attempt 1", lambda: [
+            line for line in log_lines(tenant, job_id, 1)
+            if line.startswith("0: ") and "saved" in line])
         step = int(stopped[0].split("stopped at step ")[1].split(",")[0])
         second = poll("attempt 2's log", lambda: (got := log_lines(tenant, job_id, 2))
                       and "0: rank 0: done at step 40" in got and got)

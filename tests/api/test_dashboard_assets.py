@@ -13,6 +13,27 @@ import app
 from chalicelib import web
 from chalicelib.api import schemas
 
+
+def run_under_node(tmp_path, script: str, given: object = None) -> dict:
+    """``script`` run under node (the machine's Node.js, as the browser tests
+    use its Chromium) beside the dashboard's modules, ``given`` as its JSON
+    argument; what it printed, as JSON."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    assert node is not None, "no node to run the dashboard's modules"
+    for p in web.STATIC_DIR.glob("*.js"):
+        shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "check.js").write_text(script)
+    args = [] if given is None else [json.dumps(given)]
+    ran = subprocess.run([node, "check.js", *args], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    return json.loads(ran.stdout)
+
+
 CSP = web.CSP
 
 
@@ -160,18 +181,7 @@ def test_the_job_page_says_the_lifecycle_as_describe_does(tmp_path):
     Node.js, as the browser tests use its Chromium):
     the retry policy, the limits, what is left and the exit's decision in the
     words `gpujobs describe` uses (gpujobs_client/lifecycle.py)."""
-    import shutil
-    import subprocess
-    node = shutil.which("node")
-    assert node is not None, "no node to run the dashboard's modules"
-    for p in web.STATIC_DIR.glob("*.js"):
-        shutil.copy(p, tmp_path / p.name)
-    (tmp_path / "package.json").write_text('{"type": "module"}')
-    (tmp_path / "check.js").write_text(LIFECYCLE_SCRIPT)
-    done = subprocess.run([node, "check.js"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr
-    said = json.loads(done.stdout)
+    said = run_under_node(tmp_path, LIFECYCLE_SCRIPT)
     assert said["policy"] == ("exit 42 → fail; node_lost → retry, not counted; then defaults "
                               "(infra causes not counted, up to 10)")
     assert said["defaults"] == "defaults (infra causes not counted, up to 10)"
@@ -203,17 +213,9 @@ def test_the_dashboard_says_a_preemption_and_a_cordon(tmp_path):
     decision, cut after the whole cause as `gpujobs describe` cuts it
     (lifecycle.decision_rest), though the drain's reason holds ': ' and
     parentheses; a cordon's reason, who and drain mode."""
-    import shutil
-    import subprocess
 
     from chalicelib.domain import nodes, retry
     from gpujobs_client import lifecycle
-    node = shutil.which("node")
-    assert node is not None, "no node to run the dashboard's modules"
-    for p in web.STATIC_DIR.glob("*.js"):
-        shutil.copy(p, tmp_path / p.name)
-    (tmp_path / "package.json").write_text('{"type": "module"}')
-    (tmp_path / "check.js").write_text(PREEMPTION_SCRIPT)
     spec = {"max_attempts": 1, "retry": {"rules": [], "max_uncounted_retries": 10}}
     exits = []
     for why in ("bad ECC", "GPU 3 (ECC: double-bit) failing"):
@@ -224,10 +226,7 @@ def test_the_dashboard_says_a_preemption_and_a_cordon(tmp_path):
                nodes.cordon_of(nodes.auto_cordon_reason(3, 3600), nodes.AUTO,
                                "2025-01-31T12:00:00.000Z", auto=True),
                nodes.cordon_of("retire", "ops-oncall", "2025-01-31T12:00:00.000Z", nodes.WAIT)]
-    done = subprocess.run([node, "check.js", json.dumps({"exits": exits, "cordons": cordons})],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    said = json.loads(done.stdout)
+    said = run_under_node(tmp_path, PREEMPTION_SCRIPT, {"exits": exits, "cordons": cordons})
     assert said["exits"][0] == ["preempted: node n1 drained: bad ECC",
                                 "retried, not counted (uncounted retry 1 of 10)"]
     assert said["exits"][1][0] == "preempted: node n1 drained: GPU 3 (ECC: double-bit) failing"
@@ -269,16 +268,8 @@ def test_the_dashboard_says_a_priority_class_and_a_preemption(tmp_path):
     left to a line of their own, the victim's exit (detail "by job_X,
     priority class urgent") and decision (domain/retry.py), the job ids in
     free text cut out so the page links them, and Resubmit keeping the class."""
-    import shutil
-    import subprocess
 
     from chalicelib.domain import retry
-    node = shutil.which("node")
-    assert node is not None, "no node to run the dashboard's modules"
-    for p in web.STATIC_DIR.glob("*.js"):
-        shutil.copy(p, tmp_path / p.name)
-    (tmp_path / "package.json").write_text('{"type": "module"}')
-    (tmp_path / "check.js").write_text(PRIORITY_SCRIPT)
     urgent, victim, other = ("job_01JABCDEFGHJKMNPQRSTVWXYZ0", "job_01JABCDEFGHJKMNPQRSTVWXYZ1",
                              "job_01JABCDEFGHJKMNPQRSTVWXYZ2")
     spec = {"max_attempts": 1, "retry": {"rules": [], "max_uncounted_retries": 10}}
@@ -286,11 +277,7 @@ def test_the_dashboard_says_a_priority_class_and_a_preemption(tmp_path):
              "detail": f"by {urgent}, priority class urgent"}
     exit_["decision"] = retry.decide(spec, exit_, attempt=1, uncounted=0).text
     preempting = {"jobs": [victim, other], "at": "2025-01-31T12:00:00.000Z", "class": "urgent"}
-    done = subprocess.run([node, "check.js", json.dumps({"exit": exit_,
-                                                         "preempting": preempting})],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    said = json.loads(done.stdout)
+    said = run_under_node(tmp_path, PRIORITY_SCRIPT, {"exit": exit_, "preempting": preempting})
     assert said["priority"] == ["class urgent, priority 0", "class default, priority 5",
                                 "class default, priority 0"]
     assert said["preempting"] == [{"jobs": [victim, other], "cls": "urgent",
@@ -377,17 +364,9 @@ def test_the_dashboard_says_dependencies_and_arrays(tmp_path):
     and the index grid's loader asking for the children only when they may
     have changed, from the first page holding an index not ended, and again
     while its cells and the counts disagree (the listing lags behind)."""
-    import shutil
-    import subprocess
 
     from chalicelib.domain import arrays, dependencies as deps
     from chalicelib.domain.states import JobState
-    node = shutil.which("node")
-    assert node is not None, "no node to run the dashboard's modules"
-    for p in web.STATIC_DIR.glob("*.js"):
-        shutil.copy(p, tmp_path / p.name)
-    (tmp_path / "package.json").write_text('{"type": "module"}')
-    (tmp_path / "check.js").write_text(ARRAYS_SCRIPT)
     a, b = "job_01JABCDEFGHJKMNPQRSTVWXYZ0", "job_01JABCDEFGHJKMNPQRSTVWXYZ1"
     spec = {"array": {"size": 6, "max_failed_indexes": 0}}
     running = arrays.Counts(materialized=4, placed=2, succeeded=1, failed=1)
@@ -399,10 +378,7 @@ def test_the_dashboard_says_dependencies_and_arrays(tmp_path):
     given = {"a": a, "b": b, "views": views, "final": final,
              "reason": deps.waiting_reason({"depends_on": [{"job_id": a}]}, [a]),
              "failed": deps.failed_exit(deps.Dependency(a), JobState.FAILED)}
-    ran = subprocess.run([node, "check.js", json.dumps(given)], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60)
-    assert ran.returncode == 0, ran.stderr
-    said = json.loads(ran.stdout)
+    said = run_under_node(tmp_path, ARRAYS_SCRIPT, given)
     assert said["counts"] == ["2 of 6 indexes done: 1 succeeded, 1 failed; 2 scheduled or "
                               "running, 2 pending",
                               "6 of 6 indexes done: 5 succeeded, 1 failed"]
@@ -558,19 +534,8 @@ def test_the_dashboard_reads_only_new_log_lines(tmp_path):
     it re-downloaded 1,000 lines every 1.5 s, then its last millisecond). It
     shows each line once, in order, the newest SHOWN of them; a new attempt
     (its token refused) starts afresh from its tail."""
-    import shutil
-    import subprocess
 
-    node = shutil.which("node")
-    assert node is not None, "no node to run the dashboard's modules"
-    for p in web.STATIC_DIR.glob("*.js"):
-        shutil.copy(p, tmp_path / p.name)
-    (tmp_path / "package.json").write_text('{"type": "module"}')
-    (tmp_path / "check.js").write_text(LOGS_SCRIPT)
-    ran = subprocess.run([node, "check.js"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=60)
-    assert ran.returncode == 0, ran.stderr
-    said = json.loads(ran.stdout)
+    said = run_under_node(tmp_path, LOGS_SCRIPT)
     caught = said["caughtUp"]
     every = [f"line {k} of attempt 1" for k in range(5000)]
     assert caught == {"requests": 1, "sent": said["TAIL"], "shown": every[-said["TAIL"]:],

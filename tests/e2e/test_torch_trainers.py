@@ -40,7 +40,14 @@ def watch_ranks(gpujobs, job_id: str):
     """`gpujobs watch` to the job's end, and what `gpujobs ranks` said of each
     rank meanwhile, polled: [(seconds since the submit, {rank: status})]."""
     done: dict = {}
-    t = threading.Thread(target=lambda: done.setdefault("r", watch(gpujobs, job_id)))
+
+    def run() -> None:
+        try:
+            done["r"] = watch(gpujobs, job_id)
+        except BaseException as e:  # noqa: BLE001 - raised again below, in the test
+            done["error"] = e
+
+    t = threading.Thread(target=run)
     t0 = time.monotonic()
     t.start()
     seen = []
@@ -50,6 +57,9 @@ def watch_ranks(gpujobs, job_id: str):
             seen.append((round(time.monotonic() - t0), {
                 x["rank"]: x.get("status") for x in json.loads(r.stdout)["ranks"]}))
         t.join(2)
+    if "error" in done:
+        raise AssertionError(f"`gpujobs watch {job_id}` did not finish; the ranks meanwhile: "
+                             f"{seen[-3:]}") from done["error"]
     return done["r"], seen
 
 

@@ -300,6 +300,7 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     from devstack import resources
     from devstack.agents import Agents, describe, sweep
+    from devstack.motoauth import owners
     from devstack.motoserver import MotoServer
     from devstack.persist import Snapshots
 
@@ -316,7 +317,9 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
     sweep(workdir, keep=tuple(agents.nodes))  # a node no agent runs now adopts nothing
     keep_ranks = not ephemeral
     snapshots = None
-    moto = MotoServer(on_change=lambda: snapshots and snapshots.changed()).start()
+    # answers its owner's processes alone, never a rank's (motoauth.py)
+    moto = MotoServer(on_change=lambda: snapshots and snapshots.changed(),
+                      owners=owners()).start()
     try:
         os.environ.update(resources.deploy(moto.endpoint_url))
         snapshots = Snapshots(state, moto.app.lock)

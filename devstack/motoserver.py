@@ -11,11 +11,15 @@ application itself takes no lock.
 
 ``on_change`` (if given) is called after every request that may have changed
 state (any but a read), so that the local stack knows when to snapshot.
+With ``owners``, it answers only connections whose socket belongs to one of
+those uids (devstack/motoauth.py): the local stack's moto is out of a rank's
+reach.
 """
 from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -23,6 +27,8 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 from werkzeug.serving import make_server
+
+from devstack.motoauth import PEER_UID, OwnerOnly, socket_owner
 
 #: operations that change nothing worth keeping across a restart
 READS = frozenset({
@@ -100,13 +106,32 @@ class _IsolatedDynamoDB:
                 self._on_change()
 
 
+class _PeerRequestHandler(MotoRequestHandler):
+    """Says whose socket the connection came from (:data:`PEER_UID`), looked
+    up once per connection: its requests all come from that one socket."""
+
+    def make_environ(self):
+        environ = super().make_environ()
+        if not hasattr(self, "peer_uid"):
+            host, port = self.server.server_address[:2]
+            self.peer_uid = socket_owner(self.client_address[:2], (str(host), port))
+        environ[PEER_UID] = self.peer_uid
+        return environ
+
+
 class MotoServer:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, on_change=None) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, on_change=None,
+                 owners: frozenset[int] | None = None) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
         self.app = _IsolatedDynamoDB(DomainDispatcherApplication(create_backend_app),
                                      on_change)
-        self._server = make_server(host, port, self.app, threaded=True,
-                                   request_handler=MotoRequestHandler)
+        served: Any
+        if owners is None:
+            served, handler = self.app, MotoRequestHandler
+        else:
+            served, handler = OwnerOnly(self.app, owners), _PeerRequestHandler
+        self._server = make_server(host, port, served, threaded=True,
+                                   request_handler=handler)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="moto-server", daemon=True)
 

@@ -182,10 +182,14 @@ def check_range(pool: UidRange, *, subuid: str = "/etc/subuid", subgid: str = "/
 
 
 def process_uids(pid: int | str, proc: Path = PROC) -> set[int]:
-    """The real, effective, saved and filesystem uids of ``pid`` (empty: gone)."""
+    """The real, effective, saved and filesystem uids of ``pid``; empty when
+    it is gone or a zombie (it runs nothing any more, and only its parent,
+    or init, can make it go)."""
     try:
         with open(proc / str(pid) / "status", "rb") as f:
             for line in f:
+                if line.startswith(b"State:") and line.split()[1:2] in ([b"Z"], [b"X"]):
+                    return set()
                 if line.startswith(b"Uid:"):
                     return {int(u) for u in line.split()[1:5]}
     except (OSError, ValueError):
@@ -194,8 +198,8 @@ def process_uids(pid: int | str, proc: Path = PROC) -> set[int]:
 
 
 def processes_by_uid(uids: Iterable[int], proc: Path = PROC) -> dict[int, list[int]]:
-    """Live processes (zombies too: they are not gone yet) having one of
-    ``uids`` as any of their uids, by uid."""
+    """Live processes (not zombies) having one of ``uids`` as any of their
+    uids, by uid."""
     want = set(uids)
     out: dict[int, list[int]] = {}
     if not want:

@@ -29,18 +29,17 @@ from typing import Mapping
 
 from .api import ApiError
 from .isolation import (
-    DEFAULT_RANK_USER,
     TOKEN_ENV,
     IsolationError,
     isolation_name,
     make_non_dumpable,
     read_token_file,
-    resolve_rank_user,
     take_token_from_env,
 )
 from .logship import LOG_QUOTA_BYTES
 from .runner import Settings, StateDirBusy, run
 from .state import StateError
+from .uidpool import DEFAULT_RANK_UIDS, UidRangeError, check_range, parse_range
 from .watchdog import STALL_S
 
 ENV_PREFIX = "GPUJOBS_AGENT_"
@@ -109,9 +108,11 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "(mode 0600: a file the group or others may read is refused) ('-': the first "
         "line of stdin). "
         f"{TOKEN_ENV} also works, but stays readable in /proc/<pid>/environ to root")
-    opt("rank-user", "unprivileged user ranks run as when the agent runs as root "
-        "('' runs them as the agent: isolation none, for throwaway test stacks only)",
-        default=DEFAULT_RANK_USER)
+    opt("rank-uids", "FIRST-LAST: the pool of uids the agent, run as root, runs each job's "
+        "ranks as, one uid per job on this node (no passwd entries needed; a range holding "
+        "root, a user, a group or a subuid range is refused). '' runs ranks as the agent "
+        "itself, with NO ISOLATION between jobs (isolation none), loudly",
+        default=DEFAULT_RANK_UIDS)
     opt("state-dir", "directory for the state file, exit files and heartbeat files",
         required=True)
     opt("log-dir", "rank logs go to <log-dir>/<job_id>/<attempt>/rank-<r>.log "
@@ -165,7 +166,10 @@ def parse_settings(argv: list[str] | None = None,
                         grace_s=args.grace_s, poll_wait_s=args.poll_wait_s,
                         node_heartbeat_s=args.node_heartbeat_s, address=args.address,
                         watchdog_s=args.watchdog_s, log_quota_bytes=args.log_quota_bytes)
-    settings.rank_user = args.rank_user
+    try:
+        settings.rank_uids = parse_range(args.rank_uids)
+    except UidRangeError as e:
+        parser.error(str(e))
     return settings, args.log_level
 
 
@@ -196,18 +200,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        settings.rank_identity = resolve_rank_user(settings.rank_user)
-    except IsolationError as e:
-        print(f"gpujobs-agent: {e}", file=sys.stderr, flush=True)
-        return 2
-    if settings.rank_identity is None:
-        why = ("--rank-user is empty" if os.geteuid() == 0 else
-               f"not running as root, the agent cannot run ranks as {settings.rank_user!r}")
-        print(f"gpujobs-agent: WARNING: NO RANK ISOLATION. {why}: they run as this user, share its "
-              f"files and can signal the agent. The node reports isolation \"none\". Run "
-              f"the agent as root on hosts that run other people's code.",
-              file=sys.stderr, flush=True)
+    wanted = settings.rank_uids
+    if os.geteuid() != 0:
+        settings.rank_uids = None
+    elif wanted is not None:
+        try:
+            check_range(wanted)
+        except UidRangeError as e:
+            print(f"gpujobs-agent: {e}; name a free range with --rank-uids FIRST-LAST",
+                  file=sys.stderr, flush=True)
+            return 2
+    if settings.rank_uids is None:
+        why = ("--rank-uids is empty" if os.geteuid() == 0 or wanted is None else
+               f"not running as root, the agent cannot run ranks as uids {wanted}")
+        print(f"gpujobs-agent: WARNING: NO RANK ISOLATION. {why}: every job's ranks run as "
+              f"this user, share its files, can signal each other and the agent. The node "
+              f"reports isolation \"none\". Run the agent as root, with a --rank-uids pool, "
+              f"on hosts that run other people's code.", file=sys.stderr, flush=True)
     logging.getLogger("botocore").setLevel(logging.WARNING)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -216,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     def ready(node: dict) -> None:
         print(f"gpujobs-agent {settings.node_id} ready: {settings.gpus} x {settings.gpu_type}, "
               f"inbox {node.get('inbox_queue_url')}, state {settings.state_dir}, isolation "
-              f"{isolation_name(settings.rank_identity)}", flush=True)
+              f"{isolation_name(settings.rank_uids is not None)}"
+              + (f" (a uid per job from {settings.rank_uids})"
+                 if settings.rank_uids is not None else ""),
+              flush=True)
 
     try:
         return run(settings, stop, on_ready=ready)

@@ -21,8 +21,10 @@ rank beats again, which drops it. A healthy instrumented rank costs nothing.
 
 A rank's record is read through rankfiles.py: the rank owns the file and may
 put a FIFO, a symbolic link or a huge file in its place, which is then no record
-(logged once), never a read that blocks the agent or fills its memory. With a
-rank user (``rank_uid``) a record must also be a file of that user.
+(logged once), never a read that blocks the agent or fills its memory. When
+its attempt runs as a uid of the pool (``AttemptRecord.uid``, uidpool.py) a
+record must also be a file of that uid: another job's rank, which could not
+write it, cannot hard-link one of its own there either.
 
 A failed post is retried at the next visit (beats are idempotent: the newest
 overwrites); 409 stale_attempt / already_finished ends posting for the attempt
@@ -65,12 +67,8 @@ class BeatPoster:
                  wall: Callable[[], str] = _now_iso,
                  sampler: ProcSampler | None = None,
                  stacks: StackSampler | None = None,
-                 on_gone: Callable[[str, int], None] = lambda job_id, attempt: None,
-                 rank_uid: int | None = None) -> None:
+                 on_gone: Callable[[str, int], None] = lambda job_id, attempt: None) -> None:
         self._api, self._mono, self._wall = api, monotonic_ns, wall
-        #: how a record is read: never blocking, bounded, a regular file of the
-        #: rank's user (``rank_uid``; None: ranks run as the agent)
-        self._read_bytes = functools.partial(open_rank_file, uid=rank_uid)
         self._sampler = sampler if sampler is not None else ProcSampler()
         self._stacks = stacks  # None: no stacks
         self._on_gone = on_gone
@@ -111,13 +109,16 @@ class BeatPoster:
     def _entries(self, rec: AttemptRecord, now: int) -> tuple[list[dict], dict[int, int]]:
         entries, seqs = [], {}
         beats_ns = self._pending_beat_ns = {}
+        # how a record is read: never blocking, bounded, a regular file of the
+        # attempt's uid (None: its ranks run as the agent)
+        read_bytes = functools.partial(open_rank_file, uid=rec.uid)
         samples = self._sampler.sample({(rec.key, r): p.pid for r, p in rec.procs.items()
                                         if not p.ended and p.pid})
         for r, p in sorted(rec.procs.items()):
             if p.ended:
                 continue
             proc = samples.get((rec.key, r))
-            record = (gpujobs_heartbeat.read(p.heartbeat_file, self._read_bytes)
+            record = (gpujobs_heartbeat.read(p.heartbeat_file, read_bytes)
                       if p.heartbeat_file else None)
             proc = self._with_stack(rec, r, record, proc, now)
             if record is None:

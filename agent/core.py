@@ -43,7 +43,13 @@ Message rules:
   stops them (stacks, SIGTERM, grace period, SIGKILL; no EXITED; STOPPED once
   they are gone). The server's CANCEL that follows starts no second stop.
 - A LAUNCH's ``checkpoint_dir`` is created before its ranks start (given to
-  the rank user, if any) and is each rank's ``GPUJOBS_CHECKPOINT_DIR``.
+  the attempt's uid, if any) and is each rank's ``GPUJOBS_CHECKPOINT_DIR``.
+- With a uid pool (uidpool.py; the agent runs as root), each attempt takes a
+  uid of its own, recorded with the intent before any rank starts; all its
+  ranks here run as it. None free: its ranks are not started (exit code
+  127, the reason in their logs). The uid goes back once the attempt is DONE
+  and no process of it is left (leftovers are SIGKILLed: they are the
+  job's); a record is never forgotten while it holds its uid.
 - A LAUNCH that needs more GPU slots than are free is put back on the queue for
   a few seconds (slots held by ranks still being stopped free up soon); if it
   can never fit, it ends in the dead-letter queue with an error in the log.
@@ -85,7 +91,7 @@ from .procs import own_processes
 from .ranks import Launcher, ProcTable, Rank, open_log_file, read_stat
 from .records import agent_record
 from .rendezvous import HOLD_PORT_ENV, PORT_IN_USE, PortInUse, PortReservations
-from .shim import write_exit_file
+from .shim import CANNOT_START, write_exit_file
 from .stacks import StackSampler, report_stacks
 from .state import (
     ACTIVE_PHASES,
@@ -100,6 +106,7 @@ from .state import (
     StateFile,
     attempt_key,
 )
+from .uidpool import PoolExhausted, UidPool
 
 log = logging.getLogger("gpujobs.agent")
 #: the rank-side helper's directory (gpujobs_heartbeat), put on ranks' PYTHONPATH
@@ -191,7 +198,9 @@ def rank_env(base: Mapping[str, str], launch: Launch, rank: int, local_rank: int
     env = {k: v for k, v in base.items()
            if k in RANK_HOST_ENV or k.startswith(RANK_HOST_ENV_PREFIXES)}
     env.update(launch.env)
-    if identity is not None:  # the rank user's own, not the agent's
+    if identity is not None:  # the attempt's uid's own, not the agent's
+        if "TMPDIR" not in launch.env:  # removed with its HOME when the uid is freed
+            env["TMPDIR"] = identity.home
         env.update({"HOME": identity.home, "USER": identity.name, "LOGNAME": identity.name})
     local_world = len(launch.ranks)
     # the node's index among the attempt's nodes: ranks fill nodes in order
@@ -237,8 +246,11 @@ class Agent:
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
                  base_env: Mapping[str, str] | None = None,
                  ports: PortReservations | None = None,
-                 stacks: StackSampler | None = None, logs: LogShipping | None = None) -> None:
+                 stacks: StackSampler | None = None, logs: LogShipping | None = None,
+                 pool: UidPool | None = None) -> None:
         self.node_id, self.gpus = node_id, gpus
+        #: the uids attempts run as (uidpool.py); None: as the agent (isolation "none")
+        self.pool = pool
         #: ships the ranks' log files (logship.Shipper); None: nothing to wait for.
         #: May come later: the runner learns the log group from the API
         self.logs = logs
@@ -259,6 +271,7 @@ class Agent:
         self._api_failures = 0
         self._api_not_before = 0.0
         self._next_prune = 0.0
+        self._next_uid_check = 0.0
 
     # ---------------------------------------------------------------- start-up
 
@@ -354,6 +367,13 @@ class Agent:
                             ranks=list(m.ranks), launch=m.to_message(), created_at=now,
                             heartbeat_interval_s=m.heartbeat_interval_s,
                             **time_limits(m, now))
+        exhausted = None
+        if self.pool is not None:
+            try:
+                rec.uid = self.pool.allocate(self.state.held_uids(), self.state.uid_cursor)
+                self.state.uid_cursor = rec.uid
+            except PoolExhausted as e:
+                exhausted = str(e)
         for local_rank, r in enumerate(m.ranks):
             slots = free[local_rank * m.gpus_per_rank:(local_rank + 1) * m.gpus_per_rank]
             rec.procs[r] = RankRecord(
@@ -362,7 +382,12 @@ class Agent:
                 log_file=str(self._paths.log_file(m.job_id, m.attempt, r)),
                 heartbeat_file=str(self._paths.heartbeat_file(m.job_id, m.attempt, r)))
         self.state.attempts[key] = rec
-        self._save()                     # 1. the intent
+        self._save()                     # 1. the intent (with its uid)
+        if exhausted is not None:        # never two jobs on one uid
+            self._not_started(rec, exhausted, CANNOT_START)
+            self._mark_running(rec)
+            self._save()
+            return Outcome.DONE
         self._start_ranks(rec, m, {})    # 2. the processes
         self._mark_running(rec)
         self._save()                     # 3. their pids and the STARTED report
@@ -385,7 +410,7 @@ class Agent:
                 return
             if m.env.get(HOLD_PORT_ENV) == "0":  # checked, but not held (rendezvous.py)
                 self._ports.release(rec.key)
-        checkpoints_ready = False
+        checkpoints_ready, identity = False, None
         for r, p in rec.procs.items():
             if p.pid is not None or p.ended:
                 continue
@@ -398,39 +423,49 @@ class Agent:
                 continue
             if not checkpoints_ready:  # once, before the first rank that starts
                 checkpoints_ready = True
-                self._make_checkpoint_dir(rec, m)
+                identity = self._identity(rec)
+                self._make_checkpoint_dir(rec, m, identity)
             try:
-                give_rank_dir(Path(p.heartbeat_file).parent, self._paths.state_dir,
-                              getattr(self._launcher, "identity", None))
+                give_rank_dir(Path(p.heartbeat_file).parent, self._paths.state_dir, identity)
             except OSError as e:  # the rank can run without; its heartbeats cannot
                 log.warning("%s rank %s: no heartbeat directory: %s", rec.key, r, e)
             env = rank_env(self._base_env, m, r, p.local_rank, p.slots, p.heartbeat_file,
-                           self.node_id, getattr(self._launcher, "identity", None),
-                           node_slots=node_slots)
+                           self.node_id, identity, node_slots=node_slots)
             rank = self._launcher.launch(list(m.command), env, p.log_file, p.exit_file,
-                                         cwd=m.working_dir)
+                                         cwd=m.working_dir, identity=identity)
             p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time
             self._ranks[(rec.key, r)] = rank
 
-    def _make_checkpoint_dir(self, rec: AttemptRecord, m: Launch) -> None:
-        """The job's checkpoint directory, made (and given to the rank user) if
-        the LAUNCH names one; a failure is logged and the ranks start anyway:
-        it may be on shared storage already, or the job may not need it."""
+    def _identity(self, rec: AttemptRecord):
+        """Who the attempt's ranks run as (isolation.RankIdentity), its HOME
+        made fresh; None: as the agent. Called once, before its first rank
+        starts (also when a restart finishes its launch: HOME is made again,
+        nothing of the attempt having run yet)."""
+        if self.pool is None or rec.uid is None:
+            return None
+        self.pool.make_home(rec.uid)
+        return self.pool.identity(rec.uid)
+
+    def _make_checkpoint_dir(self, rec: AttemptRecord, m: Launch, identity) -> None:
+        """The job's checkpoint directory, made (and given to the attempt's
+        uid, with what earlier attempts' uids left in it) if the LAUNCH names
+        one; a failure is logged and the ranks start anyway: it may be on
+        shared storage already, or the job may not need it."""
         if m.checkpoint_dir is None:
             return
         try:
-            give_checkpoint_dir(m.checkpoint_dir, m.job_id,
-                                getattr(self._launcher, "identity", None))
+            give_checkpoint_dir(m.checkpoint_dir, m.job_id, identity,
+                                self.pool.range if self.pool is not None else None)
         except OSError as e:
             log.warning("%s: cannot prepare the checkpoint directory %s (%s); the ranks "
                         "start anyway", rec.key, m.checkpoint_dir, e)
 
-    def _not_started(self, rec: AttemptRecord, why: str) -> None:
-        """Record every rank of ``rec`` here as exited with PORT_IN_USE without
-        starting it (rendezvous.py says why none starts), the reason in its log;
-        the next tick reports them EXITED."""
+    def _not_started(self, rec: AttemptRecord, why: str, code: int = PORT_IN_USE) -> None:
+        """Record every rank of ``rec`` here as exited with ``code`` without
+        starting it (PORT_IN_USE: rendezvous.py says why none starts; 127: no
+        uid free), the reason in its log; the next tick reports them EXITED."""
         log.error("%s: %s: ranks %s not started (exit code %s)", rec.key, why,
-                  sorted(rec.procs), PORT_IN_USE)
+                  sorted(rec.procs), code)
         for p in rec.procs.values():
             try:
                 for path in (p.log_file, p.exit_file):
@@ -439,10 +474,10 @@ class Agent:
                 try:
                     os.write(out, agent_record(
                         "stderr", f"gpujobs-agent: {why}: the attempt's ranks on this node "
-                                  f"were not started (exit code {PORT_IN_USE})"))
+                                  f"were not started (exit code {code})"))
                 finally:
                     os.close(out)
-                write_exit_file(p.exit_file, PORT_IN_USE)
+                write_exit_file(p.exit_file, code)
             except OSError as e:  # exit_code() then says CANNOT_START: still not started
                 log.error("%s rank %s: cannot record the port failure: %s", rec.key, p.rank, e)
 
@@ -538,6 +573,7 @@ class Agent:
                         self._rank(rec, p).kill()
             elif rec.phase == RUNNING:
                 changed |= self._enforce_time_limit(rec, now)
+        changed |= self._release_uids(now)
         if now >= self._next_prune:
             changed |= self._prune(now)
             self._next_prune = now + 60
@@ -646,12 +682,32 @@ class Agent:
                 for p in rec.procs.values() if not p.ended for s in p.slots}
         return [s for s in range(self.gpus) if s not in used]
 
+    def _release_uids(self, now: float) -> bool:
+        """Give back the uids of attempts that are DONE once no process of
+        theirs is left (those left are killed); at most once a second."""
+        if self.pool is None or now < self._next_uid_check:
+            return False
+        waiting = [rec for rec in self.state.attempts.values()
+                   if rec.phase == DONE and rec.uid is not None and not rec.uid_freed]
+        if not waiting:
+            return False
+        self._next_uid_check = now + 1.0
+        busy = self.pool.busy()
+        changed = False
+        for rec in waiting:
+            assert rec.uid is not None
+            if self.pool.release(rec.uid, busy):
+                rec.uid_freed, changed = True, True
+                log.info("%s: uid %s back in the pool", rec.key, rec.uid)
+        return changed
+
     def _prune(self, now: float) -> bool:
         """Forget attempts that ended more than ``retain_s`` ago (duplicate messages
         arrive within SQS's retention period, 14 days at most); logs are kept."""
         busy = {attempt_key(p.job_id, p.attempt) for p in self.state.pending}
         old = [k for k, a in self.state.attempts.items()
-               if a.phase == DONE and k not in busy and (a.finished_at or 0) < now - self._retain_s]
+               if a.phase == DONE and k not in busy and (a.finished_at or 0) < now - self._retain_s
+               and (a.uid is None or a.uid_freed)]
         for k in old:
             rec = self.state.attempts.pop(k)
             for d in self._paths.attempt_dirs(rec.job_id, rec.attempt):

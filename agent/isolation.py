@@ -8,27 +8,30 @@
 - The agent marks itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): its
   ``/proc/<pid>/environ``, ``mem`` and ptrace are then closed to every
   unprivileged process, also to one of its own uid.
-- Running as root, it starts ranks as an unprivileged rank user (the shim stays
-  root and drops privileges for the command alone), each in its own session and
-  process group. The state directory is 0711 (traversable, not readable), every
-  file in it 0600; only a rank's own heartbeat directory belongs to the rank user
-  (and, outside it, the job's checkpoint directory: ``give_checkpoint_dir``).
-- Not running as root, it cannot drop privileges: it says so loudly at start and
-  reports ``isolation: "none"`` to the API (``GET /v1/nodes/{id}`` shows it).
+- Running as root, it starts each attempt's ranks as a uid of its own pool
+  (uidpool.py: a user per job on the host; the shim stays root and drops
+  privileges for the command alone), each in its own session and process
+  group. The state directory is 0711 (traversable, not readable), every file
+  in it 0600; only a rank's own heartbeat directory and its attempt's HOME
+  belong to the attempt's uid (and, outside it, the job's checkpoint
+  directory: ``give_checkpoint_dir``).
+- Not running as root (or told not to: ``--rank-uids ''``), it cannot drop
+  privileges: it says so loudly at start and reports ``isolation: "none"`` to
+  the API (``GET /v1/nodes/{id}`` shows it); otherwise ``isolation: "user"``.
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import errno
+import logging
 import os
-import pwd
 import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_RANK_USER = "gpujobs-rank"
+log = logging.getLogger("gpujobs.agent")
 PR_SET_DUMPABLE = 4
 TOKEN_ENV = "GPUJOBS_AGENT_TOKEN"
 
@@ -39,32 +42,16 @@ class IsolationError(RuntimeError):
 
 @dataclass(frozen=True)
 class RankIdentity:
-    """Who ranks run as: an unprivileged user, never root."""
+    """Who one attempt's ranks run as: a uid of the agent's pool (uidpool.py),
+    never root; ``name`` is only what USER and LOGNAME say."""
     name: str
     uid: int
     gid: int
     home: str
 
 
-def resolve_rank_user(name: str | None) -> RankIdentity | None:
-    """The identity ranks run as, or None when this process cannot drop privileges
-    (not root): isolation is then "none"."""
-    if os.geteuid() != 0 or not name:
-        return None  # not root, or told not to drop privileges (--rank-user '')
-    try:
-        pw = pwd.getpwnam(name)
-    except KeyError:
-        raise IsolationError(
-            f"rank user {name!r} does not exist; create it (useradd --system --no-create-home "
-            f"--shell /usr/sbin/nologin {name}) or name another with --rank-user") from None
-    if pw.pw_uid == 0 or pw.pw_gid == 0:
-        raise IsolationError(f"rank user {name!r} is root or in group root: ranks must run "
-                             "unprivileged")
-    return RankIdentity(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir or "/")
-
-
-def isolation_name(identity: RankIdentity | None) -> str:
-    return "user" if identity is not None else "none"
+def isolation_name(isolated: bool) -> str:
+    return "user" if isolated else "none"
 
 
 def make_non_dumpable() -> bool:
@@ -114,7 +101,7 @@ def lock_down_state_dir(state_dir: Path) -> None:
 
 def give_rank_dir(directory: Path, state_dir: Path, identity: RankIdentity | None) -> None:
     """Create ``directory`` (under ``state_dir``) for a rank to write in: the
-    directories above it traversable only, itself owned by the rank user."""
+    directories above it traversable only, itself 0700 and the rank's uid's."""
     directory.mkdir(parents=True, exist_ok=True)
     if identity is None:
         return
@@ -125,11 +112,14 @@ def give_rank_dir(directory: Path, state_dir: Path, identity: RankIdentity | Non
     os.chmod(directory, 0o700)
 
 
-def give_checkpoint_dir(directory: str, job_id: str, identity: RankIdentity | None) -> None:
+def give_checkpoint_dir(directory: str, job_id: str, identity: RankIdentity | None,
+                        pool=None) -> None:
     """Create the job's checkpoint directory (the LAUNCH's checkpoint_dir,
     ``<shared storage>/<job_id>``), parents too, unless it is there already (an
-    earlier attempt's, maybe another node's); with a rank user, make it that
-    user's and writable by it. Raises OSError when it cannot.
+    earlier attempt's, maybe another node's); with an identity, make it that
+    uid's and writable by it, and what is in it too: a retry may run as
+    another uid of the pool than the attempt that wrote its files. Raises
+    OSError when it cannot.
 
     The path comes from a job's spec and the directory's parent may be one a
     rank can write in (shared storage), so its last component, the job's own
@@ -137,11 +127,17 @@ def give_checkpoint_dir(directory: str, job_id: str, identity: RankIdentity | No
     changed through that descriptor, so a rank that put a link there (to
     ``/etc``) gets nothing changed but its job's own directory. Any real
     directory of that name is the job's: job ids are unique. So a directory
-    whose last component is not ``job_id`` is not given to the rank user."""
+    whose last component is not ``job_id`` is not given to the rank's uid.
+
+    Inside it (:func:`_give_contents`) only what an earlier attempt's uid owns
+    changes hands (``pool``: the uids that may be; default none), walked
+    without following links, each entry opened ``O_NOFOLLOW`` and changed
+    through its descriptor; a file with more than one link (a hard link a
+    rank made to a file elsewhere) is never given."""
     path = Path(directory)
     if identity is not None and path.name != job_id:
         raise OSError(errno.EINVAL, f"not the job's own directory (<...>/{job_id}): not "
-                      "given to the rank user", directory)
+                      "given to the rank's uid", directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -159,5 +155,40 @@ def give_checkpoint_dir(directory: str, job_id: str, identity: RankIdentity | No
                 os.fchown(fd, identity.uid, identity.gid)
             if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
                 os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o700)
+            if pool is not None:
+                _give_contents(fd, identity, pool)
     finally:
         os.close(fd)
+
+
+NOT_FOLLOWED = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(
+    os, "O_NOCTTY", 0)
+
+
+def _give_contents(top: int, identity: RankIdentity, pool) -> int:
+    """Give ``identity`` what is under directory ``top`` and owned by another
+    uid of ``pool`` (an earlier attempt's); how many entries changed hands."""
+    given = 0
+    for _root, dirs, files, rootfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+        for name in dirs + files:
+            try:
+                st = os.stat(name, dir_fd=rootfd, follow_symlinks=False)
+                if st.st_uid == identity.uid or st.st_uid not in pool or not (
+                        stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                    continue  # ours already, not a pool uid's, a link, FIFO, socket
+                fd = os.open(name, NOT_FOLLOWED, dir_fd=rootfd)
+            except OSError:
+                continue  # gone meanwhile, or replaced by a link
+            try:
+                st = os.fstat(fd)  # what was opened is what is changed
+                if st.st_uid in pool and st.st_uid != identity.uid and (
+                        stat.S_ISDIR(st.st_mode)
+                        or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1)):
+                    os.fchown(fd, identity.uid, identity.gid)
+                    given += 1
+            except OSError as e:
+                log.warning("cannot give %s in a checkpoint directory to uid %s: %s",
+                            name, identity.uid, e)
+            finally:
+                os.close(fd)
+    return given

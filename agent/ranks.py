@@ -259,22 +259,21 @@ def open_log_file(log_file: str) -> int:
 class Launcher:
     """Starts ranks under the shim and re-creates handles for recorded ones."""
 
-    def __init__(self, python: str = sys.executable, identity=None) -> None:
+    def __init__(self, python: str = sys.executable) -> None:
         self._python = python
-        #: isolation.RankIdentity the commands run as; None: as the agent itself
-        self.identity = identity
 
     def launch(self, command: list[str], env: dict[str, str], log_file: str,
-               exit_file: str, cwd: str | None = None) -> Rank:
+               exit_file: str, cwd: str | None = None, identity=None) -> Rank:
         """Start one rank, in ``cwd`` when given; its stdout and stderr become
         records in ``log_file`` (appended; shim.py writes them, records.py
         reads them, agent/logship.py ships them). A ``cwd`` that is not there
-        is a rank that cannot start.
+        is a rank that cannot start. ``identity`` (isolation.RankIdentity):
+        the uid and gid the command runs as; None: as the agent itself.
 
         Never raises for a rank that cannot start: the rank then has exit code 127
         (recorded in its exit file, the reason in its log), as for a command not found."""
-        drop = [] if self.identity is None else [
-            "--uid", str(self.identity.uid), "--gid", str(self.identity.gid)]
+        drop = [] if identity is None else [
+            "--uid", str(identity.uid), "--gid", str(identity.gid)]
         where = [] if cwd is None else ["--cwd", cwd]
         argv = [self._python, "-I", str(SHIM), "--exit-file", exit_file, *drop, *where, "--",
                 *command]

@@ -29,11 +29,12 @@ from .backoff import retry_delay
 from .beats import BeatPoster
 from .core import Agent, Paths
 from .inbox import Poller, SqsInbox, endpoint_from_queue_url
-from .isolation import RankIdentity, isolation_name, lock_down_state_dir
+from .isolation import isolation_name, lock_down_state_dir
 from .logship import LOG_QUOTA_BYTES, Shipper, emulator_endpoint, logs_client
 from .ranks import Launcher, Rank
 from .stacks import StackSampler
 from .state import StateFile
+from .uidpool import UidPool, UidRange
 from .watchdog import STALL_S, Watchdog
 
 log = logging.getLogger("gpujobs.agent")
@@ -54,9 +55,9 @@ class Settings:
     node_heartbeat_s: float = 10.0
     tick_s: float = 0.25
     address: str | None = None
-    #: isolation.RankIdentity ranks run as; None: as the agent (isolation "none")
-    rank_identity: RankIdentity | None = None
-    rank_user: str | None = None
+    #: the uids attempts run as, one each (uidpool.py, checked by the caller);
+    #: None: ranks run as the agent (isolation "none")
+    rank_uids: UidRange | None = None
     #: seconds a pass of the main loop may take before the watchdog warns; 0: none
     watchdog_s: float = STALL_S
     #: what each rank may ship to CloudWatch Logs in one attempt (logship.py)
@@ -99,19 +100,20 @@ def run(settings: Settings, stop: threading.Event, *,
     directory adopts them (see the package docstring). Raises ApiError when the
     API refuses the registration outright (a wrong token or URL)."""
     paths = Paths.under(settings.state_dir, settings.log_dir)
-    identity = settings.rank_identity
-    if identity is not None:
+    isolated = settings.rank_uids is not None
+    if isolated:
         lock_down_state_dir(paths.state_dir)
     with StateDirLock(paths.state_dir):
         api = ApiClient(settings.api, settings.token)
         rng = random.Random()
         shipper = None
         # the ranks' Python stacks (py-spy), for silent ranks and before a kill
-        rank_uid = identity.uid if identity is not None else None
-        stacks = StackSampler(rank_uid=rank_uid)
+        stacks = StackSampler(isolated=isolated)
+        pool = UidPool(settings.rank_uids, paths.state_dir) \
+            if settings.rank_uids is not None else None
         agent = Agent(node_id=settings.node_id, gpus=settings.gpus, api=api, inbox=None,
                       paths=paths, grace_s=settings.grace_s, rng=rng,
-                      launcher=Launcher(identity=identity), stacks=stacks)
+                      launcher=Launcher(), stacks=stacks, pool=pool)
         watchdog = Watchdog(settings.watchdog_s).start() if settings.watchdog_s > 0 else None
         try:
             # adopted ranks are watched from the start, also while the API is away
@@ -123,7 +125,7 @@ def run(settings: Settings, stop: threading.Event, *,
                 running = agent.running_attempts()
                 node = api.put_node(settings.node_id, settings.gpus, settings.gpu_type,
                                     settings.labels, address=settings.address,
-                                    isolation=isolation_name(identity), running=running)
+                                    isolation=isolation_name(isolated), running=running)
                 try:
                     agent.registered(node, running)
                 except Exception:  # noqa: BLE001 - the registration itself succeeded
@@ -149,8 +151,7 @@ def run(settings: Settings, stop: threading.Event, *,
             poller.start()
             if on_ready is not None:
                 on_ready(node)
-            beats = BeatPoster(api, on_gone=agent.attempt_gone, stacks=stacks,
-                               rank_uid=rank_uid)
+            beats = BeatPoster(api, on_gone=agent.attempt_gone, stacks=stacks)
             _loop(agent, poller, stop, settings, lambda: _beat(register, inbox_url),
                   lambda: beats.tick(agent.state.attempts.values()), watchdog=watchdog)
         finally:

@@ -43,6 +43,7 @@ from typing import Any, Callable, Hashable, Mapping, TypeVar
 from chalicelib.domain.stacks import focus, where
 
 from .rankfiles import open_rank_file
+from .uidpool import process_uids
 
 #: the key a caller names its stacks by (a rank, or (attempt, rank))
 K = TypeVar("K", bound=Hashable)
@@ -158,7 +159,7 @@ def _file(frame: dict) -> str:
 def parse_dump(text: str, pid: int | None = None, uid: int | None = None) -> dict | None:
     """``{"frames": [...], "code": str?}`` of the main thread of a
     ``py-spy dump --json`` output, or None when it holds no stack. ``uid``:
-    the user ranks run as, for :func:`source_line`."""
+    the uid of the dumped rank (None: any), for :func:`source_line`."""
     try:
         threads = json.loads(text)
     except ValueError:
@@ -184,10 +185,12 @@ class PySpy:
     py-spy is absent, fails or takes longer than ``timeout_s``."""
 
     def __init__(self, path: str | None = None, *, timeout_s: float = TIMEOUT_S,
-                 env: Mapping[str, str] | None = None, rank_uid: int | None = None) -> None:
+                 env: Mapping[str, str] | None = None, isolated: bool = False) -> None:
         self.path = path if path is not None else find_py_spy(env)
         self.timeout_s = timeout_s
-        self.rank_uid = rank_uid  # whose source files a stack may quote
+        #: ranks run as uids of their own (uidpool.py): a stack quotes only
+        #: source files of the dumped process's uid, or that every user reads
+        self.isolated = isolated
         self._warned = False
 
     @property
@@ -219,7 +222,16 @@ class PySpy:
             log.info("py-spy dump of pid %s failed (%s): %s", pid, done.returncode,
                      done.stderr.strip()[-300:])
             return None
-        return parse_dump(done.stdout, pid, self.rank_uid)
+        return parse_dump(done.stdout, pid, self.uid_of(pid))
+
+    def uid_of(self, pid: int) -> int | None:
+        """Whose files a stack of ``pid`` may quote: None (any: ranks run as
+        the agent), else the process's real uid when it is no root process,
+        else -1 (only files every user may read)."""
+        if not self.isolated:
+            return None
+        uids = process_uids(pid)
+        return uids.pop() if len(uids) == 1 and 0 not in uids else -1
 
 
 def read_wchan(pid: int, proc: Path = Path("/proc")) -> str | None:
@@ -241,8 +253,8 @@ class StackSampler:
     def __init__(self, dump: Dump | None = None, *, every_s_: float | None = None,
                  timeout_s: float = TIMEOUT_S, workers: int = WORKERS,
                  monotonic_ns: Callable[[], int] = time.monotonic_ns,
-                 rank_uid: int | None = None) -> None:
-        self._dump = dump if dump is not None else PySpy(timeout_s=timeout_s, rank_uid=rank_uid)
+                 isolated: bool = False) -> None:
+        self._dump = dump if dump is not None else PySpy(timeout_s=timeout_s, isolated=isolated)
         self.every_ns = int((every_s() if every_s_ is None else every_s_) * 1e9)
         self.timeout_s = timeout_s
         self._mono = monotonic_ns

@@ -83,6 +83,11 @@ class AttemptRecord:
     warn_at: float | None = None
     warn_signal: str | None = None
     warned_at: float | None = None
+    #: the uid its ranks run as on this node (uidpool.py), recorded before any
+    #: starts; None: ranks run as the agent (isolation "none"), or none was free
+    uid: int | None = None
+    #: the uid went back to the pool (no process of it was left)
+    uid_freed: bool = False
 
     @property
     def key(self) -> str:
@@ -117,18 +122,25 @@ class PendingReport:
 class AgentState:
     attempts: dict[str, AttemptRecord] = field(default_factory=dict)
     pending: list[PendingReport] = field(default_factory=list)
+    #: the uid last handed out (uidpool.py: round robin from the next one)
+    uid_cursor: int | None = None
+
+    def held_uids(self) -> set[int]:
+        """The pool's uids attempts here hold: not yet back in the pool."""
+        return {a.uid for a in self.attempts.values() if a.uid is not None and not a.uid_freed}
 
     def to_json(self) -> dict[str, Any]:
         return {"version": VERSION,
                 "attempts": {k: a.to_json() for k, a in self.attempts.items()},
-                "pending": [asdict(p) for p in self.pending]}
+                "pending": [asdict(p) for p in self.pending], "uid_cursor": self.uid_cursor}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "AgentState":
         if d.get("version") != VERSION:
             raise StateError(f"unsupported state version {d.get('version')!r}")
         return cls(attempts={k: AttemptRecord.from_json(a) for k, a in d["attempts"].items()},
-                   pending=[PendingReport(**p) for p in d["pending"]])
+                   pending=[PendingReport(**p) for p in d["pending"]],
+                   uid_cursor=d.get("uid_cursor"))
 
 
 def attempt_key(job_id: str, attempt: int) -> str:

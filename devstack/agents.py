@@ -18,6 +18,7 @@ import os
 import pathlib
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 
@@ -54,18 +55,25 @@ def sweep(workdir: pathlib.Path, keep: tuple[str, ...] = ()) -> int:
 
 def agent_environment(environ: dict[str, str]) -> dict[str, str]:
     """What an agent process starts with: the stack's environment, less what
-    is not for agents (:data:`NOT_FOR_AGENTS`); ranks run as the agent
-    (isolation "none") unless a rank user is named (docs/security.md)."""
-    env = {k: v for k, v in environ.items() if k not in NOT_FOR_AGENTS}
-    env.setdefault("GPUJOBS_AGENT_RANK_USER", "")
-    return env
+    is not for agents (:data:`NOT_FOR_AGENTS`). As root, each job's ranks
+    run as a uid of the agent's default pool (agent/uidpool.py; the agents
+    of one host share it, each uid claimed host-wide); only
+    ``GPUJOBS_AGENT_RANK_UIDS=''`` turns that off, and the agents say so
+    loudly (docs/security.md)."""
+    return {k: v for k, v in environ.items() if k not in NOT_FOR_AGENTS}
+
+
+def isolated(env: dict[str, str]) -> bool:
+    """Whether agents started with ``env`` run ranks as uids of their own."""
+    return os.geteuid() == 0 and env.get("GPUJOBS_AGENT_RANK_UIDS") != ""
 
 
 def write_token_file(home: pathlib.Path, token: str, *, traversable: bool) -> pathlib.Path:
     """The agent's token at ``home/token``, mode 0600, written whole (a new
     file renamed over the old). ``home`` is made 0700, or 0711 when
     ``traversable``: ranks that run as a rank user of their own must pass
-    through it to their heartbeat directory (``home/state/heartbeats/...``),
+    through it to their heartbeat directory (``home/state/heartbeats/...``)
+    and HOME (``home/state/homes/<uid>``),
     and still cannot list it, nor read the token."""
     home.mkdir(parents=True, exist_ok=True)
     os.chmod(home, 0o711 if traversable else 0o700)
@@ -76,6 +84,22 @@ def write_token_file(home: pathlib.Path, token: str, *, traversable: bool) -> pa
         f.write(token + "\n")
     os.replace(tmp, path)
     return path
+
+
+def make_traversable(workdir: pathlib.Path) -> None:
+    """Let the ranks' uids pass through (never list) the folders down to
+    ``workdir``: those the stack made, below the repository or the system's
+    temporary folder (pytest's are 0700); never one outside them."""
+    import tempfile
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    tops = [pathlib.Path(tempfile.gettempdir()).resolve(), ROOT]
+    for folder in (workdir.resolve(), *workdir.resolve().parents):
+        if folder in tops or not any(top in folder.parents for top in tops):
+            break
+        mode = stat.S_IMODE(folder.stat().st_mode)
+        if mode & 0o011 != 0o011:
+            os.chmod(folder, mode | 0o011)
 
 
 class Agents:
@@ -94,10 +118,12 @@ class Agents:
 
     def start(self, api_url: str) -> None:
         env = agent_environment(dict(os.environ))
-        rank_user = env["GPUJOBS_AGENT_RANK_USER"] and os.geteuid() == 0
+        traversable = isolated(env)
+        if traversable:
+            make_traversable(self._workdir)
         for node in self.nodes:
             home = self._workdir / node
-            token_file = write_token_file(home, self.tokens[node], traversable=bool(rank_user))
+            token_file = write_token_file(home, self.tokens[node], traversable=traversable)
             self._procs.append(subprocess.Popen(
                 [sys.executable, "-m", "agent", "--node-id", node, "--gpus", str(self._gpus),
                  "--token-file", str(token_file),

@@ -207,9 +207,13 @@ def agent_stack(tmp_path_factory):
     tests the auto-cordon on a stack of its own."""
     from tests.stacks import TOKENS, start_stack
 
+    # an explicit opt-out of the agents' uid pool (they warn NO RANK
+    # ISOLATION), for now: these tests' jobs run the tests' own interpreter,
+    # which lives under /root (0700) here, out of a pool uid's reach
     s = start_stack(tmp_path_factory.mktemp("agents"), TOKENS, GPUJOBS_AGENTS="2",
                     GPUJOBS_GPUS_PER_AGENT="4", GPUJOBS_SCAN_PERIOD_S="1",
-                    GPUJOBS_AGENT_GRACE_S="2", GPUJOBS_AUTO_CORDON_FAILURES="0")
+                    GPUJOBS_AGENT_GRACE_S="2", GPUJOBS_AUTO_CORDON_FAILURES="0",
+                    GPUJOBS_AGENT_RANK_UIDS="")
     try:
         yield s
     finally:

@@ -1,15 +1,19 @@
 """What the hostile-rank tests share (tests/agent/test_hostile_ranks.py,
-tests/e2e/test_node_loss.py, tests/e2e/test_isolation.py): the unprivileged
-user ranks run as when the tests run as root, a rank that beats for ever,
+tests/e2e/test_node_loss.py, tests/e2e/test_isolation.py): a bare uid for
+tests that run a rank as one of their own, an interpreter such a uid can
+run (the tests' own lives under /root, 0700), a rank that beats for ever,
 and one that replaces its own heartbeat file with something that is no
 record (a FIFO, a link to /dev/zero, a 10 GiB sparse file)."""
 from __future__ import annotations
 
 import os
-import pwd
-import subprocess
+import shutil
 
-RANK_USER = "gpujobs-test-rank"
+from agent.isolation import RankIdentity
+
+#: a uid no passwd entry has, outside the agent's default pool (70000-70999),
+#: for tests that run ranks as a uid without an agent's pool
+TEST_UID = 79990
 
 #: the kinds of file HOSTILE puts where its record was (its argv[1])
 KINDS = ("fifo", "devzero", "sparse")
@@ -44,13 +48,17 @@ def steady(period_s: float) -> str:
             f"while True:\n    beat(step)\n    step += 1\n    time.sleep({period_s})\n")
 
 
-def ensure_rank_user() -> str | None:
-    """RANK_USER, created if missing, when the tests run as root; else None."""
+def bare_identity(uid: int = TEST_UID, home: str = "/") -> RankIdentity | None:
+    """Ranks as ``uid`` (no passwd entry: setuid to a bare number), when the
+    tests run as root; else None."""
     if os.geteuid() != 0:
         return None
-    try:
-        pwd.getpwnam(RANK_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                        "/usr/sbin/nologin", RANK_USER], check=True)
-    return RANK_USER
+    return RankIdentity(f"gpujobs-{uid}", uid, uid, home)
+
+
+def rank_python(default: str) -> str:
+    """An interpreter a pool uid can run when the tests run as root (the
+    tests' own is under /root, 0700); ``default`` otherwise."""
+    if os.geteuid() != 0:
+        return default
+    return shutil.which("python3", path="/usr/bin:/bin") or default

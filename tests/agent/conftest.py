@@ -121,8 +121,8 @@ class RecordingLauncher(Launcher):
         super().__init__()
         self.launched: list[Rank] = []
 
-    def launch(self, command, env, log_file, exit_file, cwd=None) -> Rank:
-        rank = super().launch(command, env, log_file, exit_file)
+    def launch(self, command, env, log_file, exit_file, cwd=None, identity=None) -> Rank:
+        rank = super().launch(command, env, log_file, exit_file, cwd=cwd, identity=identity)
         self.launched.append(rank)
         return rank
 
@@ -145,12 +145,13 @@ class World:
         return time.time() if self.now is None else self.now
 
     def agent(self, *, gpus: int = 8, grace_s: float = 10.0, api=None,
-              base_env: dict | None = None, launcher: RecordingLauncher | None = None) -> Agent:
+              base_env: dict | None = None, launcher: RecordingLauncher | None = None,
+              pool=None) -> Agent:
         launcher = launcher or RecordingLauncher()
         self.launchers.append(launcher)
         return Agent(node_id="node-1", gpus=gpus, api=api or self.api, inbox=self.inbox,
                      paths=self.paths, launcher=launcher, grace_s=grace_s, clock=self.clock,
-                     backoff_base=0.01, backoff_cap=0.05,
+                     backoff_base=0.01, backoff_cap=0.05, pool=pool,
                      base_env=base_env if base_env is not None else dict(os.environ))
 
     def state(self) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from agent.__main__ import parse_settings
+from agent.uidpool import UidRange
 
 REQUIRED = ["--node-id", "node-1", "--gpus", "8", "--gpu-type", "h100",
             "--api", "http://127.0.0.1:8000", "--state-dir", "/tmp/s"]
@@ -106,11 +107,16 @@ def test_the_token_can_come_from_stdin():
     assert settings.token == "from-stdin"
 
 
-def test_the_rank_user_defaults_to_gpujobs_rank():
+def test_ranks_run_as_a_pool_of_uids_by_default_and_only_an_empty_one_turns_it_off():
     settings, _ = parse_settings(REQUIRED, environ=TOKEN)
-    assert settings.rank_user == "gpujobs-rank"
-    settings, _ = parse_settings(REQUIRED + ["--rank-user", "nobody"], environ=TOKEN)
-    assert settings.rank_user == "nobody"
+    assert settings.rank_uids == UidRange(70000, 70999)
+    settings, _ = parse_settings(REQUIRED + ["--rank-uids", "80000-80015"], environ=TOKEN)
+    assert settings.rank_uids == UidRange(80000, 80015) and len(settings.rank_uids) == 16
+    settings, _ = parse_settings(REQUIRED, environ={**TOKEN, "GPUJOBS_AGENT_RANK_UIDS": ""})
+    assert settings.rank_uids is None
+    for bad in ("70999-70000", "root", "-5", "1-2-3"):
+        with pytest.raises(SystemExit):
+            parse_settings(REQUIRED + ["--rank-uids", bad], environ=TOKEN)
 
 
 def test_no_aws_credentials_exit_2_at_once_saying_what_to_give(tmp_path):
@@ -166,3 +172,26 @@ def test_the_help_says_the_token_file_must_be_private():
     assert r.returncode == 0
     text = " ".join(r.stdout.split())
     assert "--token-file" in text and "mode 0600" in text and "refused" in text
+
+
+@pytest.mark.parametrize("uids, said", [
+    ("0-9", "--rank-uids 0-9 holds uid 0 (root)"),
+    ("1-3", "--rank-uids 1-3 holds uid 1, user 'daemon': the pool's uids must belong to no "
+            "user"),
+])
+def test_a_pool_holding_root_or_a_user_stops_the_agent_with_exit_2(tmp_path, uids, said):
+    """As root the pool's uids must be no one's: a range that holds root or an
+    existing user is refused at start, before anything runs as it."""
+    import os
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("the pool is checked only when the agent runs as root")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOBS_AGENT_")}
+    env.update(AWS_ACCESS_KEY_ID="local", AWS_SECRET_ACCESS_KEY="local", **TOKEN)
+    argv = [a if a != "/tmp/s" else str(tmp_path / "s") for a in REQUIRED]
+    r = subprocess.run([sys.executable, "-m", "agent", *argv, "--rank-uids", uids], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == f"gpujobs-agent: {said}; name a free range with --rank-uids FIRST-LAST\n"

@@ -1,7 +1,7 @@
 """Issue 24, item 4 with real processes: no rank can stall the agent.
 
 A real agent (``python -m agent``; as root, when the tests run as root, with
-ranks run as an unprivileged rank user, as on a host) runs two jobs from a
+each job's ranks run as a uid of its pool, as on a host) runs two jobs from a
 real SQS inbox (moto) for a fake control plane. One rank is hostile: it beats,
 then replaces its own heartbeat file with a FIFO (the incident: the agent
 blocked for ever in ``open``, the node went DOWN), a symbolic link to
@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import os
 import pathlib
-import pwd
 import shutil
 import tempfile
 import time
 
 import pytest
 
-from tests.hostile_ranks import HOSTILE, ensure_rank_user, steady
+from agent.uidpool import DEFAULT_RANK_UIDS
+from tests.hostile_ranks import HOSTILE, rank_python, steady
 
 from .conftest import PY, kill_ranks_in_state, stop_process, wait_until
 from .test_integration import AgentProcess, FakeControlPlane, send
@@ -34,20 +34,21 @@ STEADY = steady(0.05)
 @pytest.fixture
 def node(sqs):
     """A fake control plane and a real agent on ``sqs``; as root, ranks run as
-    RANK_USER under a state directory it can reach (pytest's is 0700). The
+    uids of its default pool under a state directory they can reach
+    (pytest's is 0700). The
     agent is stopped by its own pid and every rank it records is killed, also
     when the test fails."""
-    user = ensure_rank_user()
+    isolated = os.geteuid() == 0
     home = pathlib.Path(tempfile.mkdtemp(prefix="gpujobs-hostile-"))
     os.chmod(home, 0o711)
-    # the rank user cannot reach the test's own interpreter (under /root)
-    python = (shutil.which("python3", path="/usr/bin:/bin") if user else None) or PY
+    # a pool's uid cannot reach the test's own interpreter (under /root)
+    python = rank_python(PY)
     with FakeControlPlane(sqs[1], flaky=0) as plane:
-        agent = AgentProcess(plane.url, home / "state", "--rank-user", user or "",
-                             "--watchdog-s", "5")
+        agent = AgentProcess(plane.url, home / "state", "--watchdog-s", "5",
+                             "--rank-uids", DEFAULT_RANK_UIDS if isolated else "")
         try:
             agent.wait_ready()
-            yield plane, agent, home / "state", python, user
+            yield plane, agent, home / "state", python, isolated
         finally:
             stop_process(agent.proc)
             print("--- agent output ---\n" + "".join(agent.output))  # shown on failure
@@ -73,7 +74,7 @@ def test_a_rank_that_replaces_its_heartbeat_file_stalls_nothing_but_its_own_job(
     agent's loop keeps ticking (the node keeps calling in, other jobs' beats
     keep being posted), only that rank's own record is lost, the refusal is
     logged once, and the agent's memory stays bounded."""
-    plane, agent, state_dir, python, user = node
+    plane, agent, state_dir, python, isolated = node
     for job, argv in (("job_steady", [python, "-c", STEADY]),
                       ("job_hostile", [python, "-c", HOSTILE, kind])):
         send(sqs, {"type": "LAUNCH", "job_id": job, "attempt": 1, "ranks": [0],
@@ -83,9 +84,9 @@ def test_a_rank_that_replaces_its_heartbeat_file_stalls_nothing_but_its_own_job(
     wait_until(lambda: log.exists() and "REPLACED" in log.read_text(), timeout=60,
                what="the hostile rank to replace its heartbeat file")
     assert steps(plane, "job_hostile"), "it beat before: its record was read"
-    if user:
+    if isolated:
         hb = state_dir / "heartbeats" / "job_hostile" / "1"
-        assert hb.stat().st_uid == pwd.getpwnam(user).pw_uid, "ranks ran as the rank user"
+        assert 70000 <= hb.stat().st_uid <= 70999, "ranks ran as a uid of the pool"
     peak_before = peak_rss_kib(agent.proc.pid)
     time.sleep(0.5)  # a post of the last record may still be on its way
     hostile_steps = len(steps(plane, "job_hostile"))
@@ -112,3 +113,69 @@ def test_a_rank_that_replaces_its_heartbeat_file_stalls_nothing_but_its_own_job(
     assert not [line for line in agent.output if "not reading" in line and path not in line]
     grown = peak_rss_kib(agent.proc.pid) - peak_before
     assert grown < 32 * 1024, f"the agent's peak memory grew by {grown} KiB"
+
+
+#: job A's rank: finds job B's rank by its (public) command line, then tries
+#: to kill it, read its environment, and open, replace or remove its heartbeat
+#: file (argv[1]); prints "REPORT {json}" of what each attempt met
+NEIGHBOUR = r"""
+import json, os, signal, sys
+hb = sys.argv[1]
+report = {"uid": os.getuid(), "found": [], "met": {}}
+def attempt(what, fn):
+    try:
+        fn()
+        report["met"][what] = "done"
+    except OSError as e:
+        report["met"][what] = type(e).__name__
+for pid in os.listdir("/proc"):
+    try:
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        continue
+    if b"VICTIM-B" in argv and int(pid) != os.getpid():
+        report["found"].append(int(pid))
+        attempt(f"environ {pid}", lambda: open(f"/proc/{pid}/environ", "rb").read())
+        attempt(f"stop {pid}", lambda: os.kill(int(pid), signal.SIGSTOP))
+        attempt(f"kill {pid}", lambda: os.kill(int(pid), signal.SIGKILL))
+attempt("read heartbeat", lambda: open(hb, "rb").read())
+attempt("write heartbeat", lambda: open(hb, "ab").write(b"forged"))
+attempt("remove heartbeat", lambda: os.unlink(hb))
+fake = os.path.join(os.environ["HOME"], "frozen")
+open(fake, "w").write("{}")
+attempt("replace heartbeat", lambda: os.rename(fake, hb))
+attempt("list its folder", lambda: os.listdir(os.path.dirname(hb)))
+print("REPORT", json.dumps(report), flush=True)
+"""
+
+
+def test_a_rank_of_one_job_cannot_touch_another_jobs_rank_on_its_host(sqs, node):
+    """Issue 24, item 2: two jobs on one agent run as two uids; job A's rank
+    cannot stop, kill or read the environment of job B's rank, nor read,
+    write, remove or replace its heartbeat file; job B's beats keep coming."""
+    plane, agent, state_dir, python, isolated = node
+    if not isolated:
+        pytest.skip("a uid per job takes an agent running as root")
+    send(sqs, {"type": "LAUNCH", "job_id": "job_b", "attempt": 1, "ranks": [0],
+               "world_size": 1, "command": [python, "-c", STEADY, "VICTIM-B"], "env": {},
+               "heartbeat_interval_s": 0.2})
+    wait_until(lambda: len(steps(plane, "job_b")) >= 3, timeout=60, what="job B beats")
+    hb = state_dir / "heartbeats" / "job_b" / "1" / "rank-0"
+    send(sqs, {"type": "LAUNCH", "job_id": "job_a", "attempt": 1, "ranks": [0],
+               "world_size": 1, "command": [python, "-c", NEIGHBOUR, str(hb)], "env": {},
+               "heartbeat_interval_s": 0.2})
+    log = state_dir / "logs" / "job_a" / "1" / "rank-0.log"
+    wait_until(lambda: log.exists() and "REPORT" in log.read_text(), timeout=60,
+               what="job A's rank to report")
+    import json
+    report = json.loads(log.read_text().split("REPORT ", 1)[1].split("\n")[0])
+    uids = {k: a["uid"] for k, a in json.loads(
+        (state_dir / "state.json").read_text())["attempts"].items()}
+    assert report["uid"] == uids["job_a/1"] != uids["job_b/1"], "two jobs, two uids"
+    assert hb.stat().st_uid == uids["job_b/1"]
+    assert report["found"], "it found job B's rank (command lines are public)"
+    assert set(report["met"].values()) == {"PermissionError"}, report["met"]
+    # job B never noticed: its rank runs, its beats keep coming
+    seen = max(steps(plane, "job_b"))
+    wait_until(lambda: max(steps(plane, "job_b")) >= seen + 10, timeout=60,
+               what="job B's beats to go on")

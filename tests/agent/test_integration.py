@@ -105,7 +105,7 @@ class FakeControlPlane:
 
 class AgentProcess:
     def __init__(self, api_url: str, state_dir: pathlib.Path, *extra: str) -> None:
-        env = {**os.environ, "GPUJOBS_AGENT_TOKEN": TOKEN, "GPUJOBS_AGENT_RANK_USER": "",
+        env = {**os.environ, "GPUJOBS_AGENT_TOKEN": TOKEN, "GPUJOBS_AGENT_RANK_UIDS": "",
                "AWS_ACCESS_KEY_ID": "testing",
                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
         self.proc = subprocess.Popen(
@@ -209,7 +209,7 @@ def test_the_agent_runs_and_cancels_ranks_through_the_inbox(sqs, agents, tmp_pat
         assert plane.unavailable == 4  # two 503s for PUT, two for POST, and retried
         wait_until(lambda: len(plane.puts) >= 3, what="node heartbeats")
         assert plane.puts[0] == {"gpus": 4, "gpu_type": "h100", "labels": {"zone": "a"},
-                                 "isolation": "none",  # --rank-user '': loud, and reported
+                                 "isolation": "none",  # --rank-uids '': loud, and reported
                                  "running": []}
         # the fake answers with no `attempts` (an older server): nothing was stopped for it
 

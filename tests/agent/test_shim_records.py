@@ -5,7 +5,6 @@ file nor forge a record in it; the file is complete once the exit is known."""
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import tempfile
 import textwrap
@@ -15,19 +14,20 @@ from pathlib import Path
 import pytest
 
 from agent import shim
-from agent.isolation import RankIdentity
 from agent.ranks import Launcher
 from agent.records import Record, agent_record, lines_of, parse, parse_file
-from tests.hostile_ranks import ensure_rank_user
+from tests.hostile_ranks import bare_identity
 
 from .conftest import PY, wait_until
 
 
 def run(launched, tmp_path: Path, script: str, launcher: Launcher | None = None,
-        python: str = PY) -> list[Record]:
-    """``script`` run as a rank to its end; the records of its log file."""
+        python: str = PY, identity=None) -> list[Record]:
+    """``script`` run as a rank to its end (as ``identity``, if given); the
+    records of its log file."""
     rank = (launcher or Launcher()).launch([python, "-c", script], dict(os.environ),
-                                           str(tmp_path / "r.log"), str(tmp_path / "r.exit"))
+                                           str(tmp_path / "r.log"), str(tmp_path / "r.exit"),
+                                           identity=identity)
     launched.append(rank)
     wait_until(lambda: rank.exit_code() is not None, timeout=60, what="the rank exited")
     assert rank.exit_code() == 0, (tmp_path / "r.log").read_bytes()[-2000:]
@@ -146,18 +146,16 @@ def test_a_record_parses_back_and_a_line_that_is_none_does_not():
     assert parse(agent_record("stderr", "two\nlines", 5)).content == b"two lines"
 
 
-def test_the_rank_user_cannot_write_its_log_file(launched):
-    user = ensure_rank_user()
-    if user is None:
-        pytest.skip("running a rank as another user takes root")
+def test_the_ranks_uid_cannot_write_its_log_file(launched):
+    identity = bare_identity()
+    if identity is None:
+        pytest.skip("running a rank as another uid takes root")
     python = shutil.which("python3", path="/usr/bin:/bin")
     if python is None:
         pytest.skip("no python3 the rank user can run")
-    pw = pwd.getpwnam(user)
     home = Path(tempfile.mkdtemp(prefix="gpujobs-log-"))
     os.chmod(home, 0o711)  # the rank user may reach the file; only its mode stops it
     try:
-        launcher = Launcher(identity=RankIdentity(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir))
         log = home / "r.log"
         script = textwrap.dedent(f"""
             import os
@@ -168,7 +166,7 @@ def test_the_rank_user_cannot_write_its_log_file(launched):
                 except OSError as e:
                     print("REFUSED", path, type(e).__name__)
         """)
-        got = run(launched, home, script, launcher=launcher, python=python)
+        got = run(launched, home, script, python=python, identity=identity)
         said = [r.content.decode() for r in got]
         assert said[:2] == [f"REFUSED {log} PermissionError",
                             "REFUSED /proc/" + said[1].split("/")[2] + "/fd/1 PermissionError"]

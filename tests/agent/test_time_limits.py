@@ -16,7 +16,8 @@ import pytest
 
 from agent.isolation import RankIdentity, give_checkpoint_dir
 from agent.shim import read_exit_file
-from tests.hostile_ranks import ensure_rank_user
+from agent.uidpool import UidPool, UidRange
+from tests.hostile_ranks import TEST_UID, bare_identity
 
 from .conftest import (
     PY,
@@ -299,16 +300,14 @@ def test_a_checkpoint_dir_that_cannot_be_made_is_logged_and_the_rank_starts(worl
     assert f"cannot prepare the checkpoint directory {ckpt}" in caplog.text
 
 
-def rank_identity() -> RankIdentity:
-    import pwd
-    user = ensure_rank_user()
-    if user is None:
-        pytest.skip("giving a directory to the rank user takes root")
-    pw = pwd.getpwnam(user)
-    return RankIdentity(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
+def rank_identity(uid: int = TEST_UID) -> RankIdentity:
+    identity = bare_identity(uid)
+    if identity is None:
+        pytest.skip("giving a directory to a rank's uid takes root")
+    return identity
 
 
-def test_the_checkpoint_dir_is_given_to_the_rank_user_never_through_a_link(tmp_path):
+def test_the_checkpoint_dir_is_given_to_the_ranks_uid_never_through_a_link(tmp_path):
     identity = rank_identity()
     ckpt = tmp_path / "shared" / "job_ck"
     give_checkpoint_dir(str(ckpt), "job_ck", identity)
@@ -330,7 +329,7 @@ def test_the_checkpoint_dir_is_given_to_the_rank_user_never_through_a_link(tmp_p
     assert (tmp_path / "shared").stat().st_uid == 0
 
 
-def test_a_rank_run_as_the_rank_user_writes_in_its_checkpoint_dir(tmp_path):
+def test_a_rank_run_as_its_attempts_uid_writes_in_its_checkpoint_dir(tmp_path):
     identity = rank_identity()
     python = shutil.which("python3", path="/usr/bin:/bin")
     if python is None:
@@ -340,9 +339,10 @@ def test_a_rank_run_as_the_rank_user_writes_in_its_checkpoint_dir(tmp_path):
     os.chmod(home, 0o711)
     world = World(home)
     try:
-        launcher = RecordingLauncher()
-        launcher.identity = identity
-        agent = world.agent(launcher=launcher, base_env={"PATH": os.environ["PATH"]})
+        pool = UidPool(UidRange(identity.uid, identity.uid), world.paths.state_dir,
+                       claims=home / "claims")
+        agent = world.agent(launcher=RecordingLauncher(), base_env={"PATH": os.environ["PATH"]},
+                            pool=pool)
         ckpt = home / "shared" / "job_ck"
         write = ("import os; open(os.path.join(os.environ['GPUJOBS_CHECKPOINT_DIR'], "
                  "'step-1.pt'), 'w').write(str(os.getuid()))")

@@ -30,7 +30,7 @@ def start_agent(api_url: str, node: str, gpus: int, gpu_type: str, base: Path, l
         [sys.executable, "-m", "agent", "--node-id", node, "--gpus", str(gpus),
          "--gpu-type", gpu_type, "--api", api_url, "--state-dir", str(base / node),
          "--grace-s", str(grace_s), "--poll-wait-s", "1", "--node-heartbeat-s", "0.5",
-         "--log-level", "INFO", "--rank-user", ""],
+         "--log-level", "INFO", "--rank-uids", ""],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
         env={**os.environ, "GPUJOBS_AGENT_TOKEN": agent_token(node),
              "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",

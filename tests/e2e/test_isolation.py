@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import pwd
 import secrets
 import shutil
 import subprocess
@@ -23,7 +22,6 @@ import time
 import pytest
 
 from tests.agent.conftest import stop_agent
-from tests.hostile_ranks import ensure_rank_user
 from tests.stacks import ROOT, Api, start_stack
 
 pytestmark = pytest.mark.e2e
@@ -102,7 +100,7 @@ def iso_stack(tmp_path_factory):
 @pytest.fixture
 def node_agent(iso_stack):
     """A real agent for NODE, its token in a 0600 file, state in a traversable place."""
-    user = ensure_rank_user()
+    user = os.geteuid() == 0  # ranks then run as uids of the default pool
     home = pathlib.Path(tempfile.mkdtemp(prefix="gpujobs-iso-"))
     os.chmod(home, 0o711)
     secret_dir = home / "secret"
@@ -118,7 +116,7 @@ def node_agent(iso_stack):
         [sys.executable, "-m", "agent", "--node-id", NODE, "--gpus", "2", "--gpu-type", "iso",
          "--api", iso_stack.api, "--state-dir", str(home / "state"), "--poll-wait-s", "1",
          "--address", "127.0.0.1", "--token-file", str(token_file),
-         "--rank-user", user or "gpujobs-rank", "--grace-s", "1"],
+         "--grace-s", "1"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         yield proc, home, user
@@ -173,7 +171,11 @@ def test_a_hostile_rank_finds_no_agent_credential_and_cannot_fail_another_tenant
     assert report["statuses"] and set(report["statuses"]) <= {401, 403}, report["statuses"]
     assert b.get(f"/v1/jobs/{victim}").json()["state"] == "RUNNING"
     if user:  # root: ranks ran unprivileged, the agent's files closed to them
-        assert report["uid"] == pwd.getpwnam(user).pw_uid != 0
+        # as its attempt's uid of the pool, not the victim's (a user per job)
+        uids = {k: a["uid"] for k, a in json.loads(
+            (home / "state" / "state.json").read_text())["attempts"].items()}
+        assert report["uid"] == uids[f"{hostile}/1"] != uids[f"{victim}/1"]
+        assert 70000 <= report["uid"] <= 70999
         assert not report["state_listable"]
         assert not any(str(home / "state") in r and "heartbeats" not in r
                        for r in report["read"]), report["read"]

@@ -67,7 +67,7 @@ def agent_proc(loss_stack, tmp_path, request):
         [sys.executable, "-m", "agent", "--node-id", NODE, "--gpus", gpus,
          "--gpu-type", GPU_TYPE, "--api", loss_stack.api, "--state-dir", str(state_dir),
          "--grace-s", "1", "--poll-wait-s", "1", "--node-heartbeat-s", "0.5",
-         "--log-level", "INFO", "--rank-user", ""],  # ranks as the test's user
+         "--log-level", "INFO", "--rank-uids", ""],  # ranks as the test's user
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
         env={**os.environ, "GPUJOBS_AGENT_TOKEN": AGENT_TOKEN,
              "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",

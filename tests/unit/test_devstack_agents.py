@@ -3,11 +3,12 @@ environment (issue 24, item 1): devstack/agents.py's pieces, without a stack
 (tests/e2e/test_agent_walls.py checks the running agents)."""
 from __future__ import annotations
 
+import os
 import stat
 
 import pytest
 
-from devstack.agents import NOT_FOR_AGENTS, agent_environment, write_token_file
+from devstack.agents import NOT_FOR_AGENTS, agent_environment, isolated, write_token_file
 
 
 def mode(path) -> int:
@@ -34,7 +35,8 @@ def test_the_token_file_is_0600_in_a_folder_no_one_else_lists(tmp_path, traversa
 def test_an_agent_starts_without_the_apis_secrets_or_a_token_variable():
     """The agent's starting environment (which /proc/<pid>/environ keeps for
     its whole life) holds no token, no tokens file and no page-token key; the
-    rest of the stack's settings pass, and ranks run as the agent by default."""
+    rest of the stack's settings pass, and, as root, ranks run as uids of the
+    agent's pool unless GPUJOBS_AGENT_RANK_UIDS='' says otherwise."""
     stack = {"GPUJOBS_TOKENS_FILE": "/s/tokens.json", "GPUJOBS_PAGE_TOKEN_KEY": "k" * 64,
              "GPUJOBS_AGENT_TOKEN": "sim_secret", "AWS_ACCESS_KEY_ID": "local",
              "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": "http://127.0.0.1:5000", "PATH": "/bin"}
@@ -43,9 +45,10 @@ def test_an_agent_starts_without_the_apis_secrets_or_a_token_variable():
     assert {"GPUJOBS_TOKENS_FILE", "GPUJOBS_PAGE_TOKEN_KEY", "GPUJOBS_AGENT_TOKEN"} <= \
         set(NOT_FOR_AGENTS)
     assert env["AWS_ENDPOINT_URL_CLOUDWATCH_LOGS"] == "http://127.0.0.1:5000"
-    assert env["GPUJOBS_AGENT_RANK_USER"] == ""
-    assert agent_environment({"GPUJOBS_AGENT_RANK_USER": "gpujobs-rank"})[
-        "GPUJOBS_AGENT_RANK_USER"] == "gpujobs-rank"
+    # isolation is not turned off: as root the agents use their uid pool
+    assert not [k for k in env if "RANK_U" in k]
+    assert isolated(env) == (os.geteuid() == 0)
+    assert not isolated({**env, "GPUJOBS_AGENT_RANK_UIDS": ""}), "only an explicit opt-out"
 
 
 def _recorded_sleeper(workdir, node: str):

@@ -1,0 +1,250 @@
+"""Issue 24, item 2: a user per job on a host, from a pool of uids the agent
+owns (agent/uidpool.py), with real processes as root: the pool's checks,
+round-robin allocation, exhaustion (the ranks do not start, saying why),
+recycling only once no process of a uid is left, host-wide claims between
+agents, and an agent restart keeping the allocation."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.core import Agent
+from agent.records import lines_of
+from agent.state import StateFile
+from agent.uidpool import (
+    PoolExhausted,
+    UidPool,
+    UidRange,
+    UidRangeError,
+    check_range,
+    parse_range,
+    processes_by_uid,
+)
+from tests.hostile_ranks import rank_python
+
+from .conftest import PY, RecordingLauncher, World, launch, message, run_until, wait_until
+
+#: uids no passwd entry has, outside the default pool, for these tests alone
+FIRST = 79900
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="running as a pool's uid takes root")
+
+
+def test_a_range_is_first_to_last_and_empty_means_none():
+    assert parse_range("70000-70999") == UidRange(70000, 70999)
+    assert len(parse_range("5-5") or []) == 1 and parse_range("") is None
+    for bad in ("x", "9-1", "1-", "-1-2"):
+        with pytest.raises(UidRangeError):
+            parse_range(bad)
+
+
+def test_a_range_that_is_not_the_agents_alone_is_refused_saying_why(tmp_path):
+    """uid 0, a user's uid, a group's gid, someone's subuid range, a uid the
+    user namespace cannot map: each refused, named."""
+    none = tmp_path / "none"
+    ok = dict(subuid=str(none), subgid=str(none), uid_map=str(none))
+    check_range(UidRange(70000, 70999), **ok)
+    with pytest.raises(UidRangeError, match="holds uid 0"):
+        check_range(UidRange(0, 10), **ok)
+    with pytest.raises(UidRangeError, match=r"holds uid 1, user 'daemon'"):
+        check_range(UidRange(1, 3), **ok)
+    nogroup = next(g for g in range(100, 65534) if _is_group_only(g))
+    with pytest.raises(UidRangeError, match=rf"holds gid {nogroup}, group "):
+        check_range(UidRange(nogroup, nogroup), **ok)
+    (tmp_path / "subuid").write_text("alice:70500:65536\n")
+    with pytest.raises(UidRangeError, match=r"overlaps alice's range 70500-136035 in .*subuid"):
+        check_range(UidRange(70000, 70999), **{**ok, "subuid": str(tmp_path / "subuid")})
+    (tmp_path / "uid_map").write_text("         0          0      65536\n")
+    with pytest.raises(UidRangeError, match="not every uid of it exists in this user namespace"):
+        check_range(UidRange(70000, 70999), **{**ok, "uid_map": str(tmp_path / "uid_map")})
+
+
+def _is_group_only(gid: int) -> bool:
+    import grp
+    import pwd
+    try:
+        grp.getgrgid(gid)
+    except KeyError:
+        return False
+    try:
+        pwd.getpwuid(gid)
+    except KeyError:
+        return True
+    return False
+
+
+def pool(tmp_path: Path, size: int = 3, state: str = "state") -> UidPool:
+    return UidPool(UidRange(FIRST, FIRST + size - 1), tmp_path / state,
+                   claims=tmp_path / "claims")
+
+
+def test_uids_are_handed_out_round_robin_never_one_held(tmp_path):
+    p = pool(tmp_path)
+    assert p.allocate(set(), None) == FIRST
+    assert p.allocate({FIRST}, FIRST) == FIRST + 1
+    assert p.allocate({FIRST + 1}, FIRST + 1) == FIRST + 2
+    # round robin: after the last comes the first again, when it is free
+    assert p.allocate({FIRST + 2}, FIRST + 2) == FIRST
+    with pytest.raises(PoolExhausted) as e:
+        p.allocate({FIRST, FIRST + 1, FIRST + 2}, FIRST)
+    assert str(e.value) == (f"no free rank uid in --rank-uids {FIRST}-{FIRST + 2}: 3 held by "
+                            "attempts on this node")
+
+
+def test_agents_sharing_a_range_on_one_host_never_hand_out_the_same_uid(tmp_path):
+    """Each uid handed out is claimed host-wide: another agent (another state
+    directory) skips it while the claim is fresh or its state holds it."""
+    a, b = pool(tmp_path, state="a"), pool(tmp_path, state="b")
+    first = a.allocate(set(), None)
+    assert b.allocate(set(), None) == first + 1, "a's claim is respected"
+    # a's claim, old now, of a uid a's state does not hold: stale, taken over
+    claim = tmp_path / "claims" / str(first)
+    os.utime(claim, (time.time() - 3600,) * 2)
+    assert b.allocate({first + 1}, None) == first
+    assert claim.read_text().strip() == str((tmp_path / "b").resolve())
+
+
+def linger_as(uid: int) -> int:
+    """A daemon of ``uid`` that left its parent's session and group (what a
+    rank's escaped grandchild is); its pid."""
+    script = ("import os, sys, time\n"
+              f"os.setgid({uid}); os.setuid({uid})\n"
+              "if os.fork(): os._exit(0)\n"
+              "os.setsid()\n"
+              "if os.fork(): os._exit(0)\n"
+              "sys.stdout.write(str(os.getpid()) + '\\n'); sys.stdout.flush()\n"
+              "os.closerange(0, 1024)\n"
+              "time.sleep(600)\n")
+    out = subprocess.run([rank_python(sys.executable), "-c", script], capture_output=True,
+                         text=True, timeout=30, check=True, cwd="/")
+    return int(out.stdout.split()[0])
+
+
+@root_only
+def test_a_uid_returns_only_once_every_process_of_it_is_gone(tmp_path):
+    """A daemon of the uid keeps it taken (also from allocation: nobody gets
+    a uid a process still has); releasing the uid SIGKILLs it (it is the
+    job's), and only once none is left is the uid free, its HOME and its
+    /dev/shm files removed."""
+    p = pool(tmp_path, size=2)
+    uid = p.allocate(set(), None)
+    home = p.make_home(uid)
+    (home / "notes").write_text("job A's")
+    os.chown(home / "notes", uid, uid)
+    shm = Path("/dev/shm") / f"gpujobs-test-{uid}"
+    shm.write_bytes(b"nccl")
+    os.chown(shm, uid, uid)
+    pid = linger_as(uid)
+    try:
+        assert processes_by_uid([uid]) == {uid: [pid]}
+        # held by nobody's record, but a process has it: never handed out
+        assert p.allocate(set(), uid) == uid + 1
+        with pytest.raises(PoolExhausted, match=rf"1 by processes still running \(uids \[{uid}\]"):
+            p.allocate({uid + 1}, None)
+        assert p.release(uid, p.busy()) is False, "a process of it lives"
+        wait_until(lambda: not processes_by_uid([uid]), timeout=10, what="the daemon killed")
+        assert home.exists() and shm.exists(), "nothing removed while it lived"
+        assert p.release(uid, p.busy()) is True
+        assert not home.exists() and not shm.exists()
+        assert not (tmp_path / "claims" / str(uid)).exists()
+        assert p.allocate({uid + 1}, uid + 1) == uid, "free again"
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+        shm.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def home():
+    """A state folder a pool's uid can pass through (pytest's are 0700)."""
+    where = Path(tempfile.mkdtemp(prefix="gpujobs-uids-"))
+    os.chmod(where, 0o711)
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+WHO = ("import os; print('uid', os.getuid(), os.getgid(), os.getgroups(), os.environ['HOME'], "
+       "flush=True)")
+
+
+@root_only
+def test_two_jobs_run_as_two_uids_and_a_full_pool_starts_no_rank_saying_why(home):
+    world = World(home)
+    try:
+        p = UidPool(UidRange(FIRST, FIRST + 1), world.paths.state_dir, claims=home / "claims")
+        agent = world.agent(launcher=RecordingLauncher(), base_env={"PATH": "/usr/bin:/bin"},
+                            pool=p)
+        python = rank_python(PY)
+        for n, job in enumerate(("job_a", "job_b", "job_c")):
+            agent.handle(message(launch(job, ranks=(0, 1),
+                                        command=[python, "-c", WHO + "; import time; time.sleep(600)"]), n))
+        uids = {k: a["uid"] for k, a in world.state()["attempts"].items()}
+        assert uids == {"job_a/1": FIRST, "job_b/1": FIRST + 1, "job_c/1": None}
+        for job, uid in (("job_a", FIRST), ("job_b", FIRST + 1)):
+            for r in (0, 1):  # both ranks of a job share its uid
+                log = world.paths.log_file(job, 1, r)
+                wait_until(lambda log=log: log.exists() and lines_of(log.read_bytes()),
+                           timeout=30, what=f"{job} rank {r} says who it is")
+                assert lines_of(log.read_bytes()) == [
+                    f"uid {uid} {uid} [] {world.paths.state_dir}/homes/{uid}"]
+        # no uid left: job_c's ranks never ran, each log says why, exit 127
+        run_until(agent, lambda: world.api.of("EXITED"), what="job_c's EXITED")
+        assert world.api.of("EXITED") == [{"type": "EXITED", "ranks": [0, 1], "exit_code": 127,
+                                           "node_id": "node-1"}]
+        said = lines_of(world.paths.log_file("job_c", 1, 0).read_bytes())
+        assert said == [f"gpujobs-agent: no free rank uid in --rank-uids {FIRST}-{FIRST + 1}: "
+                        "2 held by attempts on this node: the attempt's ranks on this node "
+                        "were not started (exit code 127)"]
+
+        # a restart adopts the running ranks and keeps their uids: never handed out twice
+        again = Agent(node_id="node-1", gpus=8, api=world.api, inbox=world.inbox,
+                      paths=world.paths, launcher=RecordingLauncher(), pool=p,
+                      base_env={"PATH": "/usr/bin:/bin"})
+        again.recover()
+        assert again.state.held_uids() == {FIRST, FIRST + 1}
+        with pytest.raises(PoolExhausted):
+            p.allocate(again.state.held_uids(), again.state.uid_cursor)
+    finally:
+        world.cleanup()
+
+
+@root_only
+def test_a_uid_goes_back_to_the_pool_once_its_attempts_processes_are_all_gone(home, caplog):
+    """The attempt's ranks end, a daemon it left (out of their group) keeps
+    the uid: the agent kills it, then frees the uid for the next job."""
+    world = World(home)
+    try:
+        p = UidPool(UidRange(FIRST, FIRST), world.paths.state_dir, claims=home / "claims")
+        agent = world.agent(launcher=RecordingLauncher(), base_env={"PATH": "/usr/bin:/bin"},
+                            pool=p)
+        escape = ("import os, sys, time\n"
+                  "if os.fork() == 0:\n"
+                  "    os.setsid()\n"
+                  "    if os.fork() == 0:\n"
+                  "        os.closerange(0, 1024); time.sleep(600)\n"
+                  "    os._exit(0)\n"
+                  "os.wait()\n")
+        agent.handle(message(launch("job_a", command=[rank_python(PY), "-c", escape]), 1))
+        run_until(agent, lambda: world.state()["attempts"]["job_a/1"]["uid_freed"],
+                  timeout=30, what="the uid freed")
+        [killed] = [r.getMessage() for r in caplog.records if "were left" in r.getMessage()]
+        assert killed.startswith(f"uid {FIRST}: its attempt's ranks ended, 1 process(es) of it "
+                                 "were left (pids [")
+        assert killed.endswith("]): SIGKILLed; the uid returns to the pool once none is left")
+        assert not processes_by_uid([FIRST]), "the daemon was killed"
+        agent.handle(message(launch("job_b", command=[rank_python(PY), "-c", WHO]), 2))
+        assert StateFile(world.paths.state_file).load().attempts["job_b/1"].uid == FIRST
+    finally:
+        world.cleanup()
+        for pid in processes_by_uid([FIRST]).get(FIRST, []):
+            os.kill(pid, 9)

@@ -1,5 +1,8 @@
 # Two commands do all set-up on a fresh machine: `make up` and `make test`.
-PYTHON ?= python3
+# the virtualenvs are made from a python3 every user can run: as root, make up
+# runs each job's ranks as a uid of its own, and a job's `python` is the
+# virtualenv's (devstack/interpreter.py says how it picks; PYTHON=... overrides)
+PYTHON ?= $(shell python3 devstack/interpreter.py)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml | cksum | cut -d' ' -f1)

@@ -103,6 +103,9 @@ class _IsolatedDynamoDB:
 class MotoServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, on_change=None) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
+        from devstack import mototx
+
+        mototx.install()  # a transaction's rollback copy: its items, not its tables
         self.app = _IsolatedDynamoDB(DomainDispatcherApplication(create_backend_app),
                                      on_change)
         self._server = make_server(host, port, self.app, threaded=True,

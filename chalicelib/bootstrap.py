@@ -113,7 +113,7 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
                        cancel_resend_after_s=config.cancel_resend_after_s,
                        telemetry=telemetry, clock=clock, limits=config.tenant_limits,
                        classes=config.priority_classes, pipelines=pipelines,
-                       canceller=canceller)
+                       canceller=canceller, fleet_of=node_store.fleet_of)
     watch = FailureWatch(node_store, failures=config.auto_cordon_failures,
                          window_s=config.auto_cordon_window_s,
                          max_fraction=config.auto_cordon_max_fraction, clock=clock)

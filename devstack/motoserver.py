@@ -123,6 +123,9 @@ class MotoServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, on_change=None,
                  owners: frozenset[int] | None = None) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
+        from devstack import mototx
+
+        mototx.install()  # a transaction's rollback copy: its items, not its tables
         self.app = _IsolatedDynamoDB(DomainDispatcherApplication(create_backend_app),
                                      on_change)
         served: Any

@@ -65,6 +65,7 @@ from chalicelib.domain.states import (
 )
 from chalicelib.service.ports import (
     CapacityChanged,
+    FleetChanged,
     IdemClaim,
     IdempotencyConflict,
     IdemRecord,
@@ -199,9 +200,12 @@ class FakeJobStore:
 
     # -- create and read ---------------------------------------------------
     def create(self, job: Job, claim: IdemClaim | None, *,
-               reclaim: IdemRecord | None = None, max_pending: int | None = None) -> None:
+               reclaim: IdemRecord | None = None, max_pending: int | None = None,
+               parked: Fleet | None = None) -> None:
         """The key's record, the job and the tenant's PENDING count, all or
-        nothing; PendingLimitReached at ``max_pending`` (None: counted only)."""
+        nothing; PendingLimitReached at ``max_pending`` (None: counted only);
+        with ``parked``, made parked if that fleet is still the generation
+        read (FleetChanged if not)."""
         with self.t.lock:
             current = self._job(job.job_id)
             if claim is None:
@@ -210,8 +214,9 @@ class FakeJobStore:
                         return  # this very put, retried
                     # the adapter's transaction is cancelled and nothing reads it as ours
                     raise TransactWriteError(f"job {job.job_id} exists")
+                self._check_fleet(parked)
                 self.t.count_pending(job.tenant, job.pending_weight, max_pending)
-                self._insert(job)
+                self._insert(job, parked)
                 return
             job = replace(job, idem_id=claim.idem_id)
             held = self.t.idem.get(claim.idem_id)
@@ -226,15 +231,26 @@ class FakeJobStore:
                 raise IdempotencyConflict(held)
             if current is not None:
                 raise IdempotencyConflict(None)
+            self._check_fleet(parked)
             self.t.count_pending(job.tenant, job.pending_weight, max_pending)
             self.t.idem[claim.idem_id] = IdemRecord(claim.idem_id, job.job_id,
                                                      claim.body_hash, None)
-            self._insert(job)
+            self._insert(job, parked)
 
-    def _insert(self, job: Job) -> None:
+    def _check_fleet(self, parked: Fleet | None) -> None:
+        """The create's check of the fleet a job made parked was judged against."""
+        if parked is not None and self.t.fleet_of(parked.key).generation != parked.generation:
+            raise FleetChanged(parked.key)
+
+    def _insert(self, job: Job, parked: Fleet | None = None) -> None:
         self.t.jobs[job.job_id] = self._norm(job)
         self.t.job_events[job.job_id] = {"created": ev.event(
             "created", job.created_at, reason="submitted", tenant=job.tenant)}
+        if parked is not None:
+            reason = job.pending_reason or "can never fit"
+            self.t.parked[job.job_id] = parked.generation
+            self.t.job_events[job.job_id][ev.waiting_key(job.attempt, reason)] = ev.event(
+                "waiting", job.created_at, reason=reason)
 
     def get(self, job_id: str) -> Job | None:
         with self.t.lock:
@@ -1208,7 +1224,8 @@ class World:
         jobs = JobsService(self.store, dispatcher, self.nudge, page_token_key=page_token_key,
                            scans_per_hour=scans_per_hour, cancel_resend_after_s=resend_after_s,
                            telemetry=self.telemetry, clock=clock, limits=limits,
-                           classes=classes, pipelines=pipelines, canceller=canceller)
+                           classes=classes, pipelines=pipelines, canceller=canceller,
+                           fleet_of=self.nodes.fleet_of)
         watch = FailureWatch(self.nodes, failures=auto_cordon_failures,
                              window_s=auto_cordon_window_s, clock=clock)
         attempts = AttemptsService(self.store, dispatcher, self.nudge, clock=clock,

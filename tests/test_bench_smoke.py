@@ -34,6 +34,8 @@ EXPECTED = {
               r"largest_response_bytes=\d+ waiting_job_reads=\d+$"],
     "dashboard": [r"^dashboard-bench: first_paint_ms=\d+ rows_ms=\d+ heatmap_ratio=\d+\.?\d*$"],
     "scan": [r"^scan-bench: history_ratio=\d+\.\d\d$"],
+    "flood": [r"^flood-bench: during_ratio=\d+\.\d\d after_ratio=\d+\.\d\d "
+              r"create_p50_ms=\d+ cancel_p50_ms=\d+$"],
     "scan_rank_cost": [r"^scan-rank-bench: us_per_rank=\d+\.\d reads_us_per_rank=\d+\.\d "
                        r"ratio_vs_reads=\d+\.\d\d us_per_job=\d+$"],
     "arrays": [r"^arrays-bench: create_ms=\d+\.\d\d create_ratio=\d+\.\d\d create_wru=\d+ "

@@ -27,6 +27,7 @@ from ..domain.jobs import Job, JobView
 from ..domain.states import Event, JobState, next_state
 from ..service.ports import (
     Contended,
+    FleetChanged,
     IdemClaim,
     IdempotencyConflict,
     IdemRecord,
@@ -67,9 +68,11 @@ CANCELLED_EXIT = {"reason": "cancelled", "exit_code": None}
 
 # -- the requests of the operations (sent below; bench/ sends them bare) -------
 def create_writes(job: Job, claim: IdemClaim | None, *, reclaim: IdemRecord | None = None,
-                  max_pending: int | None = None) -> list[dict]:
+                  max_pending: int | None = None, parked: Fleet | None = None) -> list[dict]:
     """The transaction of ``create``: [the key's record (with a key),] the
-    job, and the tenant's PENDING count under ``max_pending``."""
+    job, the tenant's PENDING count under ``max_pending`` [and, for a job
+    made parked, the check that its fleet is still the generation it was
+    judged against, as ``park``'s]."""
     items = []
     if claim is not None:
         record = KEYS.item({"idem_id": claim.idem_id, "job_id": job.job_id,
@@ -86,9 +89,19 @@ def create_writes(job: Job, claim: IdemClaim | None, *, reclaim: IdemRecord | No
             items.append({"Put": KEYS.put(record, condition=condition, values=values,
                                           return_old=True)})
     items.append({"Put": JOBS.put_new(new_job_item(
-        job, claim.idem_id if claim is not None else None))})
+        job, claim.idem_id if claim is not None else None, parked))})
     items.append({"Update": count_pending(job.tenant, pending_weight(job), max_pending)})
+    if parked is not None:  # (sent first: a transaction's checks go before its writes)
+        items.append({"ConditionCheck": fleet_unchanged(parked)})
     return items
+
+
+def fleet_unchanged(fleet: Fleet) -> dict:
+    """The check that ``fleet`` is still the generation a job was judged against."""
+    if fleet.generation:
+        return FLEET.check(FLEET.key(fleet.key), "#generation = :generation",
+                           {":generation": FLEET.value("generation", fleet.generation)})
+    return FLEET.check(FLEET.key(fleet.key), "attribute_not_exists(#generation)")
 
 
 def page_request(tenant: str, state: str | None, page_size: int, after: str | None) -> dict:
@@ -168,19 +181,28 @@ def cancel_unplaced_writes(job: Job, now: datetime, reason: str | None) -> list[
 class DynamoJobs(OnDynamo):
     # -- create and read -------------------------------------------------
     def create(self, job: Job, claim: IdemClaim | None, *,
-               reclaim: IdemRecord | None = None, max_pending: int | None = None) -> None:
+               reclaim: IdemRecord | None = None, max_pending: int | None = None,
+               parked: Fleet | None = None) -> None:
         """One transaction: the key's record (when there is a key), the job, and
         the tenant's PENDING count, conditioned on being under ``max_pending``
         (None: counted, not limited). A replay writes nothing, so it is not
         counted twice. A retry of this very transaction after a lost answer
-        finds its own job and answers as the first try would."""
+        finds its own job and answers as the first try would. With ``parked``
+        the job is made parked (it can never fit that fleet), conditioned on
+        the fleet's generation: FleetChanged when it moved (nothing written)."""
         try:
             with self._dynamo.transaction() as tx:
-                tx.add(create_writes(job, claim, reclaim=reclaim, max_pending=max_pending))
+                tx.add(create_writes(job, claim, reclaim=reclaim, max_pending=max_pending,
+                                     parked=parked))
         except TransactWriteError as e:
             reasons = list(e.cancellation_reasons or [])
-            first = reasons[0] if reasons and claim is not None else None
-            counter = reasons[-1] if len(reasons) == (3 if claim is not None else 2) else None
+            # in the order sent: [the fleet's check,] [the key's record,] the job, the count
+            checked = int(parked is not None)
+            size = (3 if claim is not None else 2) + checked
+            whole = len(reasons) == size
+            first = reasons[checked] if len(reasons) > checked and claim is not None else None
+            counter = reasons[-1] if whole else None
+            check = reasons[0] if whole and checked else None
             if first is not None and first.code == "ConditionalCheckFailed":
                 if first.raw_item and record_from_item(first.raw_item).job_id == job.job_id:
                     return  # the key holds this very job: our retried transaction
@@ -194,6 +216,8 @@ class DynamoJobs(OnDynamo):
                 raise PendingLimitReached(max_pending) from None
             if counter is not None and counter.code == "TransactionConflict":
                 raise Contended(job.tenant) from None
+            if check is not None and check.code == "ConditionalCheckFailed":
+                raise FleetChanged(parked.key if parked is not None else "") from None
             if claim is not None and (
                     tx_lost(e) or response_code(e) == "TransactionInProgressException"):
                 # another transaction holds the key right now
@@ -273,16 +297,11 @@ class DynamoJobs(OnDynamo):
             .set("parked_generation", fleet.generation).set("pending_reason", reason)
         self._waiting(changes, job, reason)
         condition, values = state_in([JobState.PENDING], attempt=job.attempt)
-        if fleet.generation:
-            unchanged = FLEET.check(FLEET.key(fleet.key), "#generation = :generation",
-                                     {":generation": FLEET.value("generation", fleet.generation)})
-        else:
-            unchanged = FLEET.check(FLEET.key(fleet.key), "attribute_not_exists(#generation)")
         try:
             with self._dynamo.transaction() as tx:
                 tx.update(changes.update(JOBS.key(job.job_id), condition=condition,
                                          values=values))
-                tx.check(unchanged)
+                tx.check(fleet_unchanged(fleet))
         except TransactWriteError as e:
             if tx_lost(e):
                 return False

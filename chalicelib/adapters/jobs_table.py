@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 from ..domain import events as ev, idempotency
 from ..domain.arrays import COUNTERS
 from ..domain.clock import Clock, iso, iso_or_none, parse_iso, utcnow
+from ..domain.fleet import Fleet, parked_partition
 from ..domain.jobs import VIEW_FIELDS, Job, JobView, array_values
 from ..domain.placement import queue_key
 from ..domain.states import Event, JobState, sources
@@ -135,19 +136,28 @@ def job_values(j: Job) -> dict:
     }
 
 
-def new_job_values(job: Job, idem_id: str | None = None) -> dict:
+def new_job_values(job: Job, idem_id: str | None = None,
+                   parked: Fleet | None = None) -> dict:
     """A new job's attribute values, with the first event of its story; made
-    under a key, ``idem_id`` names the key's record."""
+    under a key, ``idem_id`` names the key's record. A job that can never fit
+    ``parked`` (its type's fleet) is made parked, as ``park`` leaves one: in
+    its type's parked partition, with the generation and its waiting event."""
     values = {**job_values(job), "events": {"created": ev.event(
         "created", job.created_at, reason="submitted", tenant=job.tenant)}}
     if idem_id is not None:
         values["idem_id"] = idem_id
+    if parked is not None:
+        values["active_state"] = parked_partition(job.spec.get("gpu_type"))
+        values["parked_generation"] = parked.generation
+        reason = job.pending_reason or "can never fit"
+        values["events"][ev.waiting_key(job.attempt, reason)] = ev.event(
+            "waiting", job.created_at, reason=reason)
     return values
 
 
-def new_job_item(job: Job, idem_id: str | None = None) -> dict:
+def new_job_item(job: Job, idem_id: str | None = None, parked: Fleet | None = None) -> dict:
     """A new job's raw item (:func:`new_job_values`), as ``create`` puts it."""
-    return JOBS.item(new_job_values(job, idem_id))
+    return JOBS.item(new_job_values(job, idem_id, parked))
 
 
 def record_from_item(item: dict) -> IdemRecord:

@@ -1,9 +1,10 @@
 """Jobs use cases: idempotent create, read, keyset listing, cancel as an intent."""
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from dataclasses import replace
+from typing import Callable, Protocol, Sequence
 
-from ..domain import arrays, cursor, dependencies, idempotency, limits, quotas
+from ..domain import arrays, cursor, dependencies, idempotency, limits, placement, quotas
 from ..domain.clock import Clock, utcnow
 from ..domain.errors import (
     AlreadyFinished,
@@ -16,6 +17,7 @@ from ..domain.errors import (
     RequestInProgress,
     ServiceUnavailable,
 )
+from ..domain.fleet import Fleet
 from ..domain.health import initial_health
 from ..domain.ids import is_job_id, new_job_id
 from ..domain.jobs import Job, JobView, view_of, with_defaults
@@ -28,6 +30,7 @@ from .pipelines import PipelinesService
 from .ports import (
     Attempts,
     Contended,
+    FleetChanged,
     IdemClaim,
     IdempotencyConflict,
     Jobs,
@@ -75,8 +78,12 @@ class JobsService:
                  telemetry: Telemetry, clock: Clock = utcnow,
                  limits: TenantLimits = quotas.NO_LIMITS,
                  classes: PriorityClasses = NO_CLASSES,
-                 pipelines: PipelinesService, canceller: Canceller) -> None:
+                 pipelines: PipelinesService, canceller: Canceller,
+                 fleet_of: Callable[[str | None], Fleet] | None = None) -> None:
         self.store, self.dispatcher, self.nudge = store, dispatcher, nudge
+        #: a GPU type's registered fleet (NodeStore.fleet_of): a job that can
+        #: never fit it is made parked; None: every job is left to the placer
+        self._fleet_of = fleet_of
         self.pipelines, self.canceller = pipelines, canceller
         self._limits, self._classes = limits, classes
         self.telemetry = telemetry
@@ -112,13 +119,13 @@ class JobsService:
                   pending_reason=dependencies.waiting_reason(spec, waiting_for),
                   array_counts={k: 0 for k in arrays.COUNTERS} if "array" in spec else None)
         if claim is None:
-            self._write(job, None)
-            return self._created(job), False
+            job, parked = self._write(job, None)
+            return self._created(job, parked), False
         reclaim = None
         for _ in range(_RACE_RETRIES):
             try:
-                self._write(job, claim, reclaim)
-                return self._created(job), False
+                job, parked = self._write(job, claim, reclaim)
+                return self._created(job, parked), False
             except IdempotencyConflict as conflict:
                 held = conflict.record
             if held is None:
@@ -137,30 +144,54 @@ class JobsService:
             break
         raise RequestInProgress("a request with this Idempotency-Key is in progress; retry")
 
-    def _created(self, job: Job) -> JobView:
+    def _created(self, job: Job, parked: bool = False) -> JobView:
         self.telemetry.count("JobsCreated")
         self.pipelines.created(job)  # what it waits for, read again
-        self.nudge()
+        if not parked:  # a parked job gives a placement run nothing to do
+            self.nudge()
         if job.waiting_for or job.is_array:  # as its follow-up left it
             return self.store.view(job.job_id) or view_of(job)
         return view_of(job)
 
-    def _write(self, job: Job, claim: IdemClaim | None, reclaim=None) -> None:
+    def _write(self, job: Job, claim: IdemClaim | None, reclaim=None) -> tuple[Job, bool]:
         """The create's one transaction, under the tenant's max_pending_jobs:
-        over it is 429 quota_exceeded, never a silent queue (docs/security.md)."""
+        over it is 429 quota_exceeded, never a silent queue (docs/security.md).
+        A job that can never fit its type's fleet is made parked, with its
+        reason, as the placer would park it (:meth:`_parked`): a flood of
+        such jobs costs its sender one write a job, and placement runs
+        nothing (not even a nudge). Returns the job as written, and whether
+        it was made parked."""
         limit = self._limits.of(job.tenant).max_pending_jobs
         for _ in range(_RACE_RETRIES):
+            written, fleet = self._parked(job)
             try:
-                self.store.create(job, claim, reclaim=reclaim, max_pending=limit)
-                return
+                self.store.create(written, claim, reclaim=reclaim, max_pending=limit,
+                                  parked=fleet)
+                return written, fleet is not None
             except PendingLimitReached:
                 self.telemetry.count("QuotaExceeded")
                 raise QuotaExceeded(quotas.pending_limit_detail(
                     job.tenant, limit, job.pending_weight)) from None
-            except Contended:
-                continue  # another create of this tenant moved its count: nothing written
+            except (Contended, FleetChanged):
+                continue  # a create of this tenant moved its count, or a node its fleet
         raise ServiceUnavailable(f"tenant {job.tenant}'s jobs are being created concurrently; "
                                  "retry")
+
+    def _parked(self, job: Job) -> tuple[Job, Fleet | None]:
+        """The job as it is to be written, and the fleet it can never fit (None:
+        the placer judges it). Only a job the placer would park is judged: one
+        ready to queue (no dependency left, no array), whose wait is not
+        timed (max_pending_s: the placer ends it once it is over)."""
+        spec = job.spec
+        if self._fleet_of is None or job.waiting_for or job.is_array \
+                or "max_pending_s" in spec:
+            return job, None
+        fleet = self._fleet_of(spec.get("gpu_type"))
+        impossible = placement.never_fits(spec["ranks"], spec["gpus_per_rank"], fleet.gpus,
+                                          fleet.largest_node, spec.get("gpu_type"))
+        if impossible is None:
+            return job, None
+        return replace(job, pending_reason=f"can never fit: {impossible}"), fleet
 
     # -- read -------------------------------------------------------------
     def get(self, tenant: str, job_id: str) -> Job:

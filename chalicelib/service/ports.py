@@ -59,6 +59,11 @@ class PendingLimitReached(Exception):
         self.limit = limit
 
 
+class FleetChanged(Exception):
+    """A job was to be made parked, but its fleet moved on from the generation
+    it was judged against (nothing was written): judge it again."""
+
+
 class Contended(Exception):
     """A transaction lost to a concurrent one on a shared item (a tenant's
     counter); nothing was written and trying again is safe."""
@@ -79,7 +84,8 @@ class Jobs(Protocol):
     write on the states domain/states.py's table says it leaves)."""
 
     def create(self, job: Job, claim: IdemClaim | None, *,
-               reclaim: IdemRecord | None = None, max_pending: int | None = None) -> None: ...
+               reclaim: IdemRecord | None = None, max_pending: int | None = None,
+               parked: Fleet | None = None) -> None: ...
     def get(self, job_id: str) -> Job | None: ...
     def view(self, job_id: str) -> JobView | None: ...
     def page(self, tenant: str, state: str | None, page_size: int,

@@ -54,7 +54,8 @@ def test_a_parked_job_is_placed_after_a_node_of_its_type_registers(iso, tenants)
     wide = create(iso, tenants.a, 2, gpu_type="parkq")   # 16 GPUs: the fleet has 8
     wider = create(iso, tenants.a, 3, gpu_type="parkq")  # 24 GPUs
     nowhere = create(iso, tenants.a, 1, gpu_type="no-such-type")
-    assert set(iso.placer.run().never) == {wide, wider, nowhere}
+    assert iso.placer.run().never == [], "parked by their creates"
+    assert JobModel.get(wide).active_state == "PARKED#parkq"
     assert "no-such-type" in iso.store.get(nowhere).pending_reason
     register(iso, "q2", gpu_type="parkq")                # now 16
     report = iso.placer.run()
@@ -92,7 +93,7 @@ def test_a_sweep_is_repeated_until_the_change_settled(iso, tenants):
 
 def test_a_job_is_not_parked_against_a_fleet_that_moved_on(iso, tenants):
     register(iso, "m1", gpu_type="moved")
-    job_id = create(iso, tenants.a, 2, gpu_type="moved")
+    job_id = create(iso, tenants.a, 1, gpu_type="moved")
     stale = iso.node_store.fleet_of("moved")
     register(iso, "m2", gpu_type="moved")
     assert not iso.store.park(iso.store.get(job_id), "can never fit: stale", stale)
@@ -106,6 +107,22 @@ def test_a_job_is_not_parked_against_a_fleet_that_moved_on(iso, tenants):
 def test_a_parked_job_can_be_cancelled(iso, tenants):
     register(iso, "c1", gpu_type="parkc")
     job_id = create(iso, tenants.a, 4, gpu_type="parkc")
-    assert iso.placer.run().never == [job_id]
+    assert JobModel.get(job_id).active_state == "PARKED#parkc", "parked by its create"
     assert iso.jobs.cancel(tenants.a, job_id, "no room").state.value == "CANCELLED"
     assert JobModel.get(job_id).active_state is None
+
+
+def test_a_create_judged_against_a_fleet_that_moved_on_is_judged_again(iso, tenants):
+    """On moto: the create of a job made parked is conditioned on the fleet's
+    generation it read; lost, nothing is written and it is judged again."""
+    register(iso, "f1", gpu_type="movedc")
+    stale = iso.node_store.fleet_of("movedc")                 # 8 GPUs
+    register(iso, "f2", gpu_type="movedc")                    # 16 now
+    read = iso.jobs._fleet_of
+    answers = [stale]
+    iso.jobs._fleet_of = lambda gpu_type: answers.pop() if answers else read(gpu_type)
+    try:
+        job_id = create(iso, tenants.a, 2, gpu_type="movedc")  # 16: parked on the stale read
+    finally:
+        iso.jobs._fleet_of = read
+    assert JobModel.get(job_id).active_state == "PENDING", "judged again on the fresh fleet"

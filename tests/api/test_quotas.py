@@ -123,13 +123,16 @@ def _conflict_on_the_counter(calls):
     real = Connection.transact_write_items
 
     def conflicting(self, *args, **kwargs):
-        # pynamodb sends puts, then updates: [job, tenant count] for a create without a key
+        # pynamodb sends checks, puts, then updates: [the fleet's check (a job made
+        # parked),] the job, the tenant count, for a create without a key; one
+        # reason an item, as DynamoDB answers
         if calls and len(kwargs["put_items"]) == 1 and len(kwargs["update_items"]) == 1:
             calls.pop()
+            before = [None] * (len(kwargs["condition_check_items"] or ()) + 1)
             cause = VerboseClientError(
                 {"Error": {"Code": "TransactionCanceledException", "Message": "conflict"}},
                 "TransactWriteItems", {},
-                cancellation_reasons=[None, CancellationReason(code="TransactionConflict")])
+                cancellation_reasons=[*before, CancellationReason(code="TransactionConflict")])
             raise TransactWriteError("Failed to write transaction items", cause)
         return real(self, *args, **kwargs)
     return conflicting

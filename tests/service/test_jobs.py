@@ -16,6 +16,8 @@ from .conftest import AGENTS, register, submit
 
 
 def test_the_same_key_and_body_replay_the_first_job(svc, world):
+    register(svc, "n1", gpus=8)  # a job that may fit asks for a placement run
+    world.nudge.calls = 0
     body = {"command": ["python", "train.py"], "ranks": 2}
     first, replay = svc.jobs.submit("acme", body, "key-1")
     again, replayed = svc.jobs.submit("acme", body, "key-1")

@@ -1,6 +1,8 @@
 """Issue 9's service logic on fakes: never-fitting jobs are parked until the fleet
-changes (a run reads the jobs that could fit), and a tenant over its
-max_pending_jobs is refused with 429, never silently queued."""
+changes (a run reads the jobs that could fit), made parked by their create
+(issue 24: a flood of them costs its sender one write a job, no placement
+run and no nudge), and a tenant over its max_pending_jobs is refused with
+429, never silently queued."""
 from __future__ import annotations
 
 import pytest
@@ -21,13 +23,16 @@ def _ids(jobs) -> list[str]:
 def test_a_never_fitting_job_is_parked_and_not_read_again_until_the_fleet_changes(
         svc, world):
     register(svc, "n1", gpus=8)
+    nudges = world.nudge.calls
     wide = submit(svc, ranks=2, gpus_per_rank=8)      # 16 GPUs: the fleet has 8
     wider = submit(svc, ranks=3, gpus_per_rank=8)     # 24
-    assert sorted(svc.placer.run().never) == sorted([wide.job_id, wider.job_id])
+    assert world.nudge.calls == nudges, "parked by its create: no placement run asked for"
     assert _ids(world.store.pending(100)) == [], "out of the queue a run reads"
     assert sorted(_ids(world.store.parked("a100"))) == sorted([wide.job_id, wider.job_id])
     assert world.store.get(wide.job_id).pending_reason == \
         "can never fit: needs 16 a100 GPUs; the fleet has 8"
+    assert [e["reason"] for e in world.store.events(wide.job_id) if e["type"] == "waiting"] \
+        == ["can never fit: needs 16 a100 GPUs; the fleet has 8"], "its story says why"
     assert svc.placer.run().never == [], "parked: not judged again while nothing changed"
 
     register(svc, "n2", gpus=8)                        # now 16
@@ -40,7 +45,7 @@ def test_a_never_fitting_job_is_parked_and_not_read_again_until_the_fleet_change
 def test_a_change_of_another_type_leaves_a_parked_job_parked(svc, world):
     register(svc, "n1", gpus=8)
     job = submit(svc, ranks=1, gpu_type="h100")
-    assert svc.placer.run().never == [job.job_id]
+    assert _ids(world.store.parked("h100")) == [job.job_id]
     register(svc, "n2", gpus=8)                        # more a100s
     svc.placer.run()
     assert _ids(world.store.parked("h100")) == [job.job_id]
@@ -63,7 +68,7 @@ def test_a_sweep_counts_only_once_the_change_settled(svc, world, clock):
 def test_a_parked_job_can_be_cancelled(svc, world):
     register(svc, "n1", gpus=4)
     job = submit(svc, ranks=4, gpus_per_rank=4)
-    assert svc.placer.run().never == [job.job_id]
+    assert _ids(world.store.parked("a100")) == [job.job_id]
     assert svc.jobs.cancel("acme", job.job_id, "no room").state is JobState.CANCELLED
     assert _ids(world.store.parked("a100")) == []
 
@@ -95,3 +100,35 @@ def test_placed_jobs_make_room_under_the_pending_limit(limited):
     submit(limited), submit(limited)
     with pytest.raises(QuotaExceeded):
         submit(limited)
+
+
+def test_a_create_judged_against_a_fleet_that_moved_on_is_judged_again(svc, world):
+    """The create is conditioned on the fleet's generation it read: a node
+    registered between the read and the write makes it read again, so a job
+    is never parked against a fleet no sweep will look at again."""
+    register(svc, "n1", gpus=8)
+    read = svc.jobs._fleet_of
+    calls = []
+
+    def fleet_of(gpu_type):
+        fleet = read(gpu_type)
+        if not calls:
+            register(svc, "n2", gpus=8)                # after the read: 16 GPUs now
+        calls.append(fleet.generation)
+        return fleet
+    svc.jobs._fleet_of = fleet_of
+    job = submit(svc, ranks=2, gpus_per_rank=8)        # 16: fits the fleet as it is now
+    assert len(calls) == 2 and calls[0] != calls[1], "read again after the write lost"
+    assert _ids(world.store.pending(100)) == [job.job_id] and not job.pending_reason
+    assert svc.placer.run().placed == [job.job_id]
+
+
+def test_jobs_whose_wait_is_timed_or_that_wait_on_others_are_left_to_the_placer(svc, world):
+    register(svc, "n1", gpus=8)
+    timed = submit(svc, ranks=4, gpus_per_rank=8, max_pending_s=600)
+    first = submit(svc, ranks=1)
+    after = submit(svc, ranks=4, gpus_per_rank=8, depends_on=[{"job_id": first.job_id}])
+    assert _ids(world.store.parked("a100")) == []
+    assert timed.pending_reason is None, "its wait is timed: the placer notes it each run"
+    assert svc.placer.run().never == [timed.job_id]
+    assert world.store.get(after.job_id).waiting_for == [first.job_id]

@@ -1,0 +1,87 @@
+"""A flood that costs its sender, not the others (issue 24, item 6), over
+HTTP on a local stack of its own, as ``make up`` runs it: while another
+tenant creates 520 jobs that can never fit (a GPU type no node has, priority
+1,000,000, 8 at a time), and after, a tenant's 1-GPU job of a node's type is
+launched within one placement run; a cancel of the flood's jobs is answered
+in seconds. The stack and the agent are stopped by their own ids, also when
+the test fails.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+
+import pytest
+
+from tests.stacks import TOKENS, Api, start_stack
+
+from .jobs import agent_token, job, poll, real_agents
+
+pytestmark = pytest.mark.e2e
+
+NODE, GPU_TYPE = "flood-1", "floodgpu"
+FLOOD_JOBS, CLIENTS = 520, 8
+#: the placement timer's period on this stack (make up's default)
+PERIOD_S = 5.0
+FLOOD = {"name": "flood", "command": ["sleep", "1"], "ranks": 1, "gpus_per_rank": 1,
+         "gpu_type": "no-such-gpu", "priority": 1_000_000}
+SMALL = {"name": "small", "command": ["sleep", "1"], "ranks": 1, "gpus_per_rank": 1,
+         "gpu_type": GPU_TYPE}
+
+
+@pytest.fixture(scope="module")
+def flood_stack(tmp_path_factory):
+    s = start_stack(tmp_path_factory.mktemp("flood"),
+                    TOKENS + [{"token": agent_token(NODE), "agent": NODE}],
+                    GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S=str(PERIOD_S))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def _launched_within_one_run(api: Api) -> float:
+    """Submit SMALL; the seconds until it runs, failing past one placement
+    period (and a second of slack for the agent to start it); then its end."""
+    start = time.monotonic()
+    r = api.post("/v1/jobs", json=SMALL)
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    poll(f"{job_id} RUNNING within one placement run",
+         lambda: job(api, job_id)["state"] in ("RUNNING", "SUCCEEDED"), PERIOD_S + 1)
+    took = time.monotonic() - start
+    poll(f"{job_id} ends", lambda: job(api, job_id)["state"] == "SUCCEEDED", 60)
+    return took
+
+
+def test_a_flood_of_never_fitting_jobs_holds_back_no_other_tenant(flood_stack, tmp_path):
+    api = Api(flood_stack.api, "e2e-tenant")
+    clients = [Api(flood_stack.api, "e2e-other") for _ in range(CLIENTS)]
+    made: list[str] = []
+
+    def create(i: int) -> None:
+        r = clients[i % CLIENTS].post("/v1/jobs", json=FLOOD)
+        assert r.status_code == 201, r.text
+        made.append(r.json()["id"])
+
+    with real_agents(flood_stack.api, {NODE: (1, GPU_TYPE)}, tmp_path):
+        _launched_within_one_run(api)  # the quiet stack
+        with cf.ThreadPoolExecutor(CLIENTS) as pool:
+            futures = [pool.submit(create, i) for i in range(FLOOD_JOBS)]
+            poll("half the flood in", lambda: len(made) >= FLOOD_JOBS // 2, 120)
+            _launched_within_one_run(api)  # during the flood
+            for f in futures:
+                f.result()
+        _launched_within_one_run(api)  # after it
+        flooded = job(clients[0], made[0])
+        assert flooded["state"] == "PENDING"
+        assert flooded["pending_reason"].startswith("can never fit")
+
+        def cancel(job_id: str) -> float:
+            start = time.monotonic()
+            r = clients[0].post(f"/v1/jobs/{job_id}/cancel", json={})
+            assert r.status_code == 202, r.text
+            return time.monotonic() - start
+        with cf.ThreadPoolExecutor(CLIENTS) as pool:
+            took = list(pool.map(cancel, made[:40]))
+        assert max(took) < 5, f"cancels of the flood's jobs took up to {max(took):.1f} s"

@@ -370,8 +370,7 @@ class Agent:
         exhausted = None
         if self.pool is not None:
             try:
-                rec.uid = self.pool.allocate(self.state.held_uids(), self.state.uid_cursor)
-                self.state.uid_cursor = rec.uid
+                rec.uid = self.pool.allocate(m.job_id, m.attempt, self.state.held_uids())
             except PoolExhausted as e:
                 exhausted = str(e)
         for local_rank, r in enumerate(m.ranks):

@@ -122,8 +122,6 @@ class PendingReport:
 class AgentState:
     attempts: dict[str, AttemptRecord] = field(default_factory=dict)
     pending: list[PendingReport] = field(default_factory=list)
-    #: the uid last handed out (uidpool.py: round robin from the next one)
-    uid_cursor: int | None = None
 
     def held_uids(self) -> set[int]:
         """The pool's uids attempts here hold: not yet back in the pool."""
@@ -132,15 +130,14 @@ class AgentState:
     def to_json(self) -> dict[str, Any]:
         return {"version": VERSION,
                 "attempts": {k: a.to_json() for k, a in self.attempts.items()},
-                "pending": [asdict(p) for p in self.pending], "uid_cursor": self.uid_cursor}
+                "pending": [asdict(p) for p in self.pending]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "AgentState":
         if d.get("version") != VERSION:
             raise StateError(f"unsupported state version {d.get('version')!r}")
         return cls(attempts={k: AttemptRecord.from_json(a) for k, a in d["attempts"].items()},
-                   pending=[PendingReport(**p) for p in d["pending"]],
-                   uid_cursor=d.get("uid_cursor"))
+                   pending=[PendingReport(**p) for p in d["pending"]])
 
 
 def attempt_key(job_id: str, attempt: int) -> str:

@@ -25,26 +25,35 @@ rank, nor open its heartbeat directory (0700, its uid's).
   ``AttemptRecord.uid``) before any rank starts, so a restarted agent that
   adopts running ranks knows each attempt's uid and never hands it out twice.
   A uid is never handed out while any process on the host has it (a scan of
-  ``/proc/<pid>/status``), whoever started it. Uids are taken round robin
-  (the state keeps the cursor), so a freed uid comes back as late as possible.
+  ``/proc/<pid>/status``), whoever started it, unless it is the same
+  attempt's (below).
+- **The same uid on every node**: a job's uid is chosen from its id (the
+  range's ``crc32(job_id) % size``-th, then the next free ones in turn), so
+  every node running the job, and every attempt of it, picks the same one
+  unless that host has it taken by another job. The ranks of one job on
+  several nodes then write its shared checkpoint directory as one user (a
+  Hugging Face Trainer writes a file a rank there; a uid per host made the
+  directory the first node's, and the other nodes' ranks failed).
 - Several agents on one host (the local stack runs one per simulated node)
   may share a range: each uid handed out is also claimed host-wide, a file
-  ``/run/gpujobs-agent/uids/<uid>`` naming the claiming agent's state
-  directory, made and removed under one ``flock`` (:class:`Claims`). A claim
-  of another state directory is respected while that directory's state file
-  holds the uid, a process of the uid lives, or it is less than a minute
-  old; otherwise it is stale (an agent that died between claiming and
-  recording) and taken over.
-- One uid per attempt: a retry of a job on the same node gets whatever uid is
-  next, maybe another one. Files an earlier attempt left in the job's
-  checkpoint directory are given to the new uid (isolation.give_checkpoint_dir).
+  ``/run/gpujobs-agent/uids/<uid>.<agent>`` naming the claiming agent's state
+  directory and the attempt, made and removed under one ``flock``
+  (:class:`Claims`). Agents share a uid for one attempt (its ranks on two
+  simulated nodes) and never for two. A claim of another state directory is
+  respected while that directory's state file holds the uid or it is less
+  than a minute old; otherwise it is stale (an agent that died between
+  claiming and recording) and taken over.
+- Files an earlier attempt left in the job's checkpoint directory under
+  another uid (its uid was taken on that host) are given to the new uid
+  (isolation.give_checkpoint_dir).
 - A uid returns to the pool only when every rank of its attempt ended AND no
   process of that uid is left. What is left once the ranks' process groups
   are gone (a daemon that left the group with ``setsid``) is the job's and
   nobody else's: it is SIGKILLed (through a pidfd, after checking its uid
   again), as Slurm's cgroup process tracking kills all of a job's processes
   at its end, until none is left. Then the uid's files in ``/dev/shm`` (POSIX
-  shared memory: NCCL's and gloo's segments) and its HOME are removed, so the
+  shared memory: NCCL's and gloo's segments) and its HOME are removed (by the
+  last of the host's agents that shared it for the attempt), so the
   next job of that uid finds nothing of this one there. Elsewhere (``/tmp``
   when a job sets its own TMPDIR, SysV IPC) what a job left stays.
 - Each attempt's HOME (and TMPDIR, unless its env names one) is
@@ -67,6 +76,7 @@ import shutil
 import signal
 import stat
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -276,11 +286,14 @@ def _rmtree_at(dir_fd: int, name: str) -> None:
 
 
 class Claims:
-    """Host-wide claims of uids (module docstring), in ``directory``."""
+    """Host-wide claims of uids (module docstring), in ``directory``: one file
+    a claiming agent and uid, ``<uid>.<agent>``, holding its state directory
+    and the attempt it runs as the uid."""
 
     def __init__(self, directory: Path, state_dir: str | os.PathLike) -> None:
         self.dir = Path(directory)
         self.me = str(Path(state_dir).resolve())
+        self._tag = f"{zlib.crc32(self.me.encode()):08x}"
 
     def locked(self):
         """A context holding the claims' lock."""
@@ -297,23 +310,28 @@ class Claims:
                 os.close(self.fd)
         return _Lock()
 
-    def owner(self, uid: int) -> str | None:
-        try:
-            return (self.dir / str(uid)).read_text().strip() or None
-        except OSError:
-            return None
+    def _mine(self, uid: int) -> Path:
+        return self.dir / f"{uid}.{self._tag}"
 
-    def taken_by_other(self, uid: int) -> bool:
-        """Whether another state directory's agent holds ``uid`` (its claim is
-        not stale: its state file records the uid as held)."""
-        owner = self.owner(uid)
-        if owner is None or owner == self.me:
-            return False
-        try:  # just made: its agent may not have recorded it yet
-            if time.time() - (self.dir / str(uid)).stat().st_mtime < FRESH_CLAIM_S:
-                return True
-        except OSError:
-            return False
+    def others(self, uid: int) -> list[str | None]:
+        """The attempts other agents hold ``uid`` for (None: a claim that names
+        none), stale claims left out."""
+        held = []
+        for path in self.dir.glob(f"{uid}.*"):
+            if path.name.startswith(".") or path == self._mine(uid):
+                continue
+            try:
+                owner, _, key = path.read_text().partition("\n")
+                young = time.time() - path.stat().st_mtime < FRESH_CLAIM_S
+            except OSError:
+                continue
+            if owner.strip() != self.me and (young or self._holds(owner.strip(), uid)):
+                held.append(key.strip() or None)
+        return held
+
+    @staticmethod
+    def _holds(owner: str, uid: int) -> bool:
+        """Whether the agent of state directory ``owner`` records ``uid`` as held."""
         try:
             state = json.loads((Path(owner) / "state.json").read_text())
             return any(a.get("uid") == uid and not a.get("uid_freed")
@@ -321,14 +339,13 @@ class Claims:
         except (OSError, ValueError, AttributeError):
             return False  # no such agent any more: stale
 
-    def claim(self, uid: int) -> None:
+    def claim(self, uid: int, key: str) -> None:
         tmp = self.dir / f".{uid}.{os.getpid()}"
-        tmp.write_text(self.me + "\n")
-        os.replace(tmp, self.dir / str(uid))
+        tmp.write_text(f"{self.me}\n{key}\n")
+        os.replace(tmp, self._mine(uid))
 
     def unclaim(self, uid: int) -> None:
-        if self.owner(uid) == self.me:
-            (self.dir / str(uid)).unlink(missing_ok=True)
+        self._mine(uid).unlink(missing_ok=True)
 
 
 class PoolExhausted(RuntimeError):
@@ -350,24 +367,32 @@ class UidPool:
         """Processes of the range's uids, by uid."""
         return processes_by_uid(self.range, self._proc)
 
-    def allocate(self, held: Iterable[int], cursor: int | None) -> int:
-        """The next uid after ``cursor`` (round robin) that is neither held
-        nor used by any process; raises PoolExhausted."""
-        held = set(held)
+    def preferred(self, job_id: str) -> int:
+        """The uid every node picks first for ``job_id``."""
+        return self.range.first + zlib.crc32(job_id.encode()) % len(self.range)
+
+    def allocate(self, job_id: str, attempt: int, held: Iterable[int]) -> int:
+        """The attempt's uid: :meth:`preferred`, else the next after it that is
+        neither held here nor claimed by another agent of the host for another
+        attempt, nor used by a process other than this attempt's; raises
+        PoolExhausted."""
+        held, key = set(held), f"{job_id}#{attempt}"
         size = len(self.range)
-        start = (cursor - self.range.first + 1) % size \
-            if cursor is not None and cursor in self.range else 0
+        start = self.preferred(job_id) - self.range.first
         with self.claims.locked():
             running = processes_by_uid(set(self.range) - held, self._proc)
             others = 0
             for i in range(size):
                 uid = self.range.first + (start + i) % size
-                if uid in held or uid in running:
+                if uid in held:
                     continue
-                if self.claims.taken_by_other(uid):
+                claimed = self.claims.others(uid)
+                if any(k != key for k in claimed):
                     others += 1
                     continue
-                self.claims.claim(uid)
+                if uid in running and not claimed:  # a process of no attempt sharing it
+                    continue
+                self.claims.claim(uid, key)
                 return uid
         lingering = sorted(running)
         raise PoolExhausted(
@@ -412,7 +437,13 @@ class UidPool:
     def release(self, uid: int, busy: dict[int, list[int]]) -> bool:
         """Whether ``uid`` is free again: no process of it is left (those in
         ``busy`` are killed: they are its job's); then its /dev/shm files and
-        HOME are removed."""
+        HOME are removed. While another agent of the host holds it for the
+        same attempt (its ranks there run on), this agent lets go of it alone."""
+        with self.claims.locked():
+            if self.claims.others(uid):
+                self.claims.unclaim(uid)
+                self.remove_home(uid)
+                return True
         pids = busy.get(uid)
         if pids:
             n = kill_uid_processes(uid, pids)

@@ -1,6 +1,6 @@
 """Issue 24, item 2: a user per job on a host, from a pool of uids the agent
 owns (agent/uidpool.py), with real processes as root: the pool's checks,
-round-robin allocation, exhaustion (the ranks do not start, saying why),
+allocation by job id (the same uid on every node), exhaustion (the ranks do not start, saying why),
 recycling only once no process of a uid is left, host-wide claims between
 agents, and an agent restart keeping the allocation."""
 from __future__ import annotations
@@ -84,30 +84,43 @@ def pool(tmp_path: Path, size: int = 3, state: str = "state") -> UidPool:
                    claims=tmp_path / "claims")
 
 
-def test_uids_are_handed_out_round_robin_never_one_held(tmp_path):
-    p = pool(tmp_path)
-    assert p.allocate(set(), None) == FIRST
-    assert p.allocate({FIRST}, FIRST) == FIRST + 1
-    assert p.allocate({FIRST + 1}, FIRST + 1) == FIRST + 2
-    # round robin: after the last comes the first again, when it is free
-    assert p.allocate({FIRST + 2}, FIRST + 2) == FIRST
+def job_at(p: UidPool, offset: int, tag: str = "job") -> str:
+    """A job id whose uid of choice is the pool's ``offset``-th."""
+    return next(j for j in (f"{tag}_{i}" for i in range(10_000))
+                if p.preferred(j) == FIRST + offset)
+
+
+def test_a_job_s_uid_is_the_same_on_every_node_and_never_one_held(tmp_path):
+    """Two hosts (claims of their own) pick the same uid for a job, for each
+    of its attempts; one held here (another attempt of this agent) is passed
+    over for the next, wrapping round; none free: exhausted, saying why."""
+    a = UidPool(UidRange(FIRST, FIRST + 2), tmp_path / "a", claims=tmp_path / "claims-a")
+    b = UidPool(UidRange(FIRST, FIRST + 2), tmp_path / "b", claims=tmp_path / "claims-b")
+    job = job_at(a, 2)
+    assert a.allocate(job, 1, set()) == b.allocate(job, 1, set()) == FIRST + 2
+    assert b.allocate(job, 2, {FIRST + 2}) == FIRST, "the next, round the end"
     with pytest.raises(PoolExhausted) as e:
-        p.allocate({FIRST, FIRST + 1, FIRST + 2}, FIRST)
+        a.allocate(job, 3, {FIRST, FIRST + 1, FIRST + 2})
     assert str(e.value) == (f"no free rank uid in --rank-uids {FIRST}-{FIRST + 2}: 3 held by "
                             "attempts on this node")
 
 
-def test_agents_sharing_a_range_on_one_host_never_hand_out_the_same_uid(tmp_path):
-    """Each uid handed out is claimed host-wide: another agent (another state
-    directory) skips it while the claim is fresh or its state holds it."""
+def test_agents_on_one_host_share_a_uid_for_one_attempt_and_never_for_two(tmp_path):
+    """Each uid handed out is claimed host-wide with its attempt: another agent
+    of the host (another state directory) gets the same uid for that attempt
+    (its ranks on a second simulated node), skips it for any other while the
+    claim is fresh or its state holds it, and takes over a stale claim."""
     a, b = pool(tmp_path, state="a"), pool(tmp_path, state="b")
-    first = a.allocate(set(), None)
-    assert b.allocate(set(), None) == first + 1, "a's claim is respected"
-    # a's claim, old now, of a uid a's state does not hold: stale, taken over
-    claim = tmp_path / "claims" / str(first)
-    os.utime(claim, (time.time() - 3600,) * 2)
-    assert b.allocate({first + 1}, None) == first
-    assert claim.read_text().strip() == str((tmp_path / "b").resolve())
+    job, rival = job_at(a, 0), job_at(a, 0, "rival")
+    uid = a.allocate(job, 1, set())
+    assert uid == FIRST and b.allocate(job, 1, set()) == uid, "one attempt, one uid"
+    assert b.allocate(rival, 1, {uid}) == FIRST + 1
+    assert pool(tmp_path, state="c").allocate(rival, 2, set()) == FIRST + 2, \
+        "never two attempts on one uid"
+    # b's claims, old now, of uids b's state does not hold: stale, taken over
+    for claim in (tmp_path / "claims").glob(f"{FIRST + 1}.*"):
+        os.utime(claim, (time.time() - 3600,) * 2)
+    assert pool(tmp_path, state="d").allocate(job_at(a, 1, "late"), 1, set()) == FIRST + 1
 
 
 def linger_as(uid: int) -> int:
@@ -133,7 +146,8 @@ def test_a_uid_returns_only_once_every_process_of_it_is_gone(tmp_path):
     job's), and only once none is left is the uid free, its HOME and its
     /dev/shm files removed."""
     p = pool(tmp_path, size=2)
-    uid = p.allocate(set(), None)
+    uid = p.allocate(job_at(p, 0), 1, set())
+    assert uid == FIRST
     home = p.make_home(uid)
     (home / "notes").write_text("job A's")
     os.chown(home / "notes", uid, uid)
@@ -144,22 +158,48 @@ def test_a_uid_returns_only_once_every_process_of_it_is_gone(tmp_path):
     try:
         assert processes_by_uid([uid]) == {uid: [pid]}
         # held by nobody's record, but a process has it: never handed out
-        assert p.allocate(set(), uid) == uid + 1
+        p.claims.unclaim(uid)
+        assert p.allocate(job_at(p, 0, "next"), 1, set()) == uid + 1
         with pytest.raises(PoolExhausted, match=rf"1 by processes still running \(uids \[{uid}\]"):
-            p.allocate({uid + 1}, None)
+            p.allocate(job_at(p, 0, "third"), 1, {uid + 1})
+        p.claims.claim(uid, "job#1")
         assert p.release(uid, p.busy()) is False, "a process of it lives"
         wait_until(lambda: not processes_by_uid([uid]), timeout=10, what="the daemon killed")
         assert home.exists() and shm.exists(), "nothing removed while it lived"
         assert p.release(uid, p.busy()) is True
         assert not home.exists() and not shm.exists()
-        assert not (tmp_path / "claims" / str(uid)).exists()
-        assert p.allocate({uid + 1}, uid + 1) == uid, "free again"
+        assert not list((tmp_path / "claims").glob(f"{uid}.*"))
+        assert p.allocate(job_at(p, 0, "again"), 1, {uid + 1}) == uid, "free again"
     finally:
         try:
             os.kill(pid, 9)
         except ProcessLookupError:
             pass
         shm.unlink(missing_ok=True)
+
+
+@root_only
+def test_agents_sharing_an_attempt_s_uid_kill_what_it_left_only_once_both_let_go(tmp_path):
+    """The attempt's ranks on one simulated node end while those on the other
+    run on: that agent lets go of the uid and kills nothing; the last one to
+    let go kills what is left, and the uid is free."""
+    a, b = pool(tmp_path, state="a"), pool(tmp_path, state="b")
+    job = job_at(a, 0)
+    uid = a.allocate(job, 1, set())
+    assert b.allocate(job, 1, set()) == uid
+    pid = linger_as(uid)  # b's rank, running on
+    try:
+        assert a.release(uid, a.busy()) is True
+        assert processes_by_uid([uid]) == {uid: [pid]}, "b's rank untouched"
+        assert b.release(uid, b.busy()) is False, "the last holder kills what is left"
+        wait_until(lambda: not processes_by_uid([uid]), timeout=10, what="the rank killed")
+        assert b.release(uid, b.busy()) is True
+        assert not list((tmp_path / "claims").glob(f"{uid}.*"))
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.fixture
@@ -189,8 +229,9 @@ def test_two_jobs_run_as_two_uids_and_a_full_pool_starts_no_rank_saying_why(home
             agent.handle(message(launch(job, ranks=(0, 1),
                                         command=[python, "-c", WHO + "; import time; time.sleep(600)"]), n))
         uids = {k: a["uid"] for k, a in world.state()["attempts"].items()}
-        assert uids == {"job_a/1": FIRST, "job_b/1": FIRST + 1, "job_c/1": None}
-        for job, uid in (("job_a", FIRST), ("job_b", FIRST + 1)):
+        assert {uids["job_a/1"], uids["job_b/1"]} == {FIRST, FIRST + 1}, uids
+        assert uids["job_c/1"] is None, uids
+        for job, uid in (("job_a", uids["job_a/1"]), ("job_b", uids["job_b/1"])):
             for r in (0, 1):  # both ranks of a job share its uid
                 log = world.paths.log_file(job, 1, r)
                 wait_until(lambda log=log: log.exists() and lines_of(log.read_bytes()),
@@ -213,7 +254,7 @@ def test_two_jobs_run_as_two_uids_and_a_full_pool_starts_no_rank_saying_why(home
         again.recover()
         assert again.state.held_uids() == {FIRST, FIRST + 1}
         with pytest.raises(PoolExhausted):
-            p.allocate(again.state.held_uids(), again.state.uid_cursor)
+            p.allocate("job_d", 1, again.state.held_uids())
     finally:
         world.cleanup()
 

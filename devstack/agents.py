@@ -59,8 +59,17 @@ def agent_environment(environ: dict[str, str]) -> dict[str, str]:
     run as a uid of the agent's default pool (agent/uidpool.py; the agents
     of one host share it, each uid claimed host-wide); only
     ``GPUJOBS_AGENT_RANK_UIDS=''`` turns that off, and the agents say so
-    loudly (docs/security.md)."""
-    return {k: v for k, v in environ.items() if k not in NOT_FOR_AGENTS}
+    loudly (docs/security.md).
+
+    Its PATH starts with the stack's own interpreter's folder (the
+    virtualenv's ``bin``), so a job's ``python`` is that one: made from a
+    python3 every user can run (devstack/interpreter.py), which a rank's uid
+    can start, and what ``make up``'s user has in mind."""
+    env = {k: v for k, v in environ.items() if k not in NOT_FOR_AGENTS}
+    own = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join(
+        [own, *(p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != own)])
+    return env
 
 
 def isolated(env: dict[str, str]) -> bool:

@@ -51,6 +51,16 @@ def test_an_agent_starts_without_the_apis_secrets_or_a_token_variable():
     assert not isolated({**env, "GPUJOBS_AGENT_RANK_UIDS": ""}), "only an explicit opt-out"
 
 
+def test_a_job_s_python_is_the_stack_s_own_interpreter():
+    """The agents' PATH (a rank's, too) starts with the folder of the stack's
+    interpreter, once; the rest of the PATH follows in its order."""
+    import sys
+
+    own = os.path.dirname(sys.executable)
+    env = agent_environment({"PATH": f"/usr/bin:{own}:/bin"})
+    assert env["PATH"] == f"{own}:/usr/bin:/bin"
+
+
 def _recorded_sleeper(workdir, node: str):
     """A real process group recorded as rank 0 of job_x/1 in ``node``'s agent
     state, as an agent leaves it when it stops; the process."""

@@ -198,7 +198,8 @@ def stack(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def agent_stack(tmp_path_factory):
-    """Two real agents of 4 GPUs each, scanning every second: jobs really run.
+    """Two real agents of 4 GPUs each, scanning every second: jobs really run,
+    as make up runs them: as root, each job's ranks as a uid of its own.
 
     Its nodes never cordon themselves: the tests sharing it end many jobs
     ``rank_failed`` on purpose, and three of them on one node would take it
@@ -207,17 +208,31 @@ def agent_stack(tmp_path_factory):
     tests the auto-cordon on a stack of its own."""
     from tests.stacks import TOKENS, start_stack
 
-    # an explicit opt-out of the agents' uid pool (they warn NO RANK
-    # ISOLATION), for now: these tests' jobs run the tests' own interpreter,
-    # which lives under /root (0700) here, out of a pool uid's reach
     s = start_stack(tmp_path_factory.mktemp("agents"), TOKENS, GPUJOBS_AGENTS="2",
                     GPUJOBS_GPUS_PER_AGENT="4", GPUJOBS_SCAN_PERIOD_S="1",
-                    GPUJOBS_AGENT_GRACE_S="2", GPUJOBS_AUTO_CORDON_FAILURES="0",
-                    GPUJOBS_AGENT_RANK_UIDS="")
+                    GPUJOBS_AGENT_GRACE_S="2", GPUJOBS_AUTO_CORDON_FAILURES="0")
     try:
         yield s
     finally:
         s.stop()
+
+
+@pytest.fixture
+def shared_dir():
+    """A folder every job's ranks may read and write, as shared storage is:
+    mode 1777 under /tmp. pytest's own folders are 0700, out of the reach of
+    a rank that runs as a uid of its own (make up's agents, as root). Removed
+    after the test."""
+    import pathlib
+    import shutil
+    import tempfile
+
+    path = pathlib.Path(tempfile.mkdtemp(prefix="gpujobs-test-", dir="/tmp"))
+    os.chmod(path, 0o1777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

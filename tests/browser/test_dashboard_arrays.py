@@ -91,7 +91,7 @@ def _children(api, parent_id: str) -> dict[int, str]:
 
 
 def test_an_array_and_its_dependents_as_their_pages_show_them(page, tenant, browser_stack,
-                                                               tmp_path):
+                                                               shared_dir):
     """Issue 27, item 5: an array of 6 indexes with max_parallel 2 (index 4
     fails) and two jobs after it. The array's page says its counts and shows
     6 cells whose states follow the indexes as they run (2 at most at once,
@@ -101,7 +101,7 @@ def test_an_array_and_its_dependents_as_their_pages_show_them(page, tenant, brow
     dependency failed (the array linked), while the one after any end ran."""
     base, name = browser_stack.api, unique("sweep")
     ui.console_errors(page)  # read (and so cleared): what the tests before on this page left
-    sweep = submit(tenant, name=name, command=GATED, env={"GATE": str(tmp_path)},
+    sweep = submit(tenant, name=name, command=GATED, env={"GATE": str(shared_dir)},
                    array={"size": 6, "max_parallel": 2,
                           "env": {"OUTCOME": ["0", "0", "0", "0", "3", "0"]}})
     sid = sweep["id"]
@@ -143,14 +143,14 @@ def test_an_array_and_its_dependents_as_their_pages_show_them(page, tenant, brow
         link.click()
         assert ui.text_in(page, "#job-title", name) == name
 
-        _release(tmp_path, 0, 1)
+        _release(shared_dir, 0, 1)
         _fact(page, "Progress", "2 of 6 indexes done: 2 succeeded; 2 scheduled or running, "
                                 "2 pending")
         _grid_shows(page, ["SUCCEEDED"] * 2 + ["RUNNING"] * 2 + ["NOT_MADE"] * 2)
         page.execute_script("document.getElementById('facts').scrollIntoView()")
         ui.screenshot(page, "array")
 
-        _release(tmp_path, 2, 3, 4, 5)
+        _release(shared_dir, 2, 3, 4, 5)
         ui.text_in(page, "#job-state", "FAILED", timeout=90)
         _fact(page, "Progress", "6 of 6 indexes done: 5 succeeded, 1 failed")
         _fact(page, "Exit", "array_failed: 5 of 6 indexes succeeded, 1 failed")
@@ -194,7 +194,7 @@ def test_an_array_and_its_dependents_as_their_pages_show_them(page, tenant, brow
                                      f'tr[data-id="{kids[3]}"] .array-progress').is_displayed()
         assert not ui.console_errors(page)
     finally:
-        _release(tmp_path, *range(6))
+        _release(shared_dir, *range(6))
         for job_id in (sid, after_ok["id"], after_any["id"]):
             tenant.post(f"/v1/jobs/{job_id}/cancel")
 

@@ -82,12 +82,13 @@ def test_cancel_wait_returns_when_the_agents_confirm(gpujobs):
     assert json.loads(r.stdout)["state"] == "CANCELLED"
 
 
-def test_a_job_runs_in_its_working_dir_as_the_cli_submitted_and_describes_it(gpujobs, tmp_path):
+def test_a_job_runs_in_its_working_dir_as_the_cli_submitted_and_describes_it(gpujobs,
+                                                                             shared_dir):
     """`--working-dir` (the spec's working_dir) reaches the agents in the LAUNCH
     and the ranks run there: the command's relative script path is the job's,
     not the agent's; `describe` shows the directory."""
-    work = tmp_path / "work"
-    work.mkdir()
+    work = shared_dir / "work"
+    work.mkdir(mode=0o755)
     (work / "where.py").write_text("import os\nprint('ran in', os.getcwd(), flush=True)\n")
     job_id = submit(gpujobs, "--ranks", "2", "--working-dir", str(work), "--",
                     "python", "where.py")

@@ -29,12 +29,9 @@ pytestmark = pytest.mark.e2e
 #: the only GPUJOBS_* variables a rank has: the agent sets them for it
 RANK_GPUJOBS = {"GPUJOBS_JOB_ID", "GPUJOBS_ATTEMPT", "GPUJOBS_NODE_ID", "GPUJOBS_HEARTBEAT_FILE"}
 
-DUMP = ("import json, os, sys\n"
+DUMP = ("import json, os\n"
         "import gpujobs_heartbeat  # on every rank's PYTHONPATH\n"
-        "tmp = sys.argv[1] + '.tmp'\n"
-        "with open(tmp, 'w') as f:\n"
-        "    json.dump(dict(os.environ), f)\n"
-        "os.replace(tmp, sys.argv[1])\n")
+        "print('ENV ' + json.dumps(dict(os.environ)), flush=True)\n")
 
 
 def argv_of(pid: int) -> list[str]:
@@ -92,7 +89,7 @@ def agents(agent_stack) -> dict[str, int]:
 def test_the_agents_hold_their_token_in_a_0600_file_and_not_in_their_environment(
         agent_stack, agents):
     """Each agent was started with ``--token-file``: a file of mode 0600 in
-    its own folder of mode 0700, holding the token the agent registered with;
+    its own folder of mode 0700 (0711 when its ranks run as uids of their own), holding the token the agent registered with;
     its /proc/<pid>/environ holds neither the token nor GPUJOBS_AGENT_TOKEN,
     nor the API's own secrets (tokens file, page-token key), and its
     command line names only the file."""
@@ -102,7 +99,10 @@ def test_the_agents_hold_their_token_in_a_0600_file_and_not_in_their_environment
         st, folder = os.stat(path), os.stat(os.path.dirname(path))
         assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600, oct(st.st_mode)
         assert st.st_uid == os.geteuid()
-        assert stat.S_IMODE(folder.st_mode) == 0o700, oct(folder.st_mode)
+        # 0711 as root: its ranks, each a uid of its own, pass through to
+        # their heartbeat folders, and still cannot list it
+        assert stat.S_IMODE(folder.st_mode) == (0o711 if os.geteuid() == 0 else 0o700), \
+            oct(folder.st_mode)
         with open(path) as f:
             token = f.read().strip()
         assert token
@@ -123,8 +123,7 @@ def test_a_rank_gets_no_endpoint_table_credential_or_token_of_its_agent(
     torch variables, the heartbeat file, PATH and HOME, the job's own env,
     gpujobs_heartbeat importable)."""
     tenant = Api(agent_stack.api, "e2e-tenant")
-    out = tmp_path / "env.json"
-    job = tenant.post("/v1/jobs", json={"command": [sys.executable, "-c", DUMP, str(out)],
+    job = tenant.post("/v1/jobs", json={"command": [sys.executable, "-c", DUMP],
                                         "ranks": 1, "name": "walls-env",
                                         "env": {"JOB_OWN": "mine"}}).json()
     deadline = time.monotonic() + 60
@@ -132,7 +131,8 @@ def test_a_rank_gets_no_endpoint_table_credential_or_token_of_its_agent(
             "SUCCEEDED", "FAILED", "CANCELLED") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert state == "SUCCEEDED", tenant.get(f"/v1/jobs/{job['id']}/logs").text
-    rank = json.loads(out.read_text())
+    lines = [x["line"] for x in tenant.get(f"/v1/jobs/{job['id']}/logs").json()["lines"]]
+    [rank] = [json.loads(x[4:]) for x in lines if x.startswith("ENV ")]
     [attempt] = tenant.get(f"/v1/jobs/{job['id']}/attempts").json()["attempts"]
     node = attempt["placement"][0]["node_id"]
     agent_env = environ_of(agents[node])
@@ -155,6 +155,76 @@ def test_a_rank_gets_no_endpoint_table_credential_or_token_of_its_agent(
     assert rank["MASTER_ADDR"] and rank["MASTER_PORT"].isdigit()
     assert "CUDA_VISIBLE_DEVICES" in rank and rank["GPUJOBS_JOB_ID"] == job["id"]
     assert rank["GPUJOBS_NODE_ID"] == node and rank["GPUJOBS_ATTEMPT"] == "1"
-    assert rank["PATH"] == agent_env["PATH"] and rank["HOME"] == agent_env["HOME"]
+    assert rank["PATH"] == agent_env["PATH"]
+    if [n["isolation"] for n in tenant.get("/v1/nodes").json()["nodes"]
+            if n["node_id"] == node] == ["user"]:  # a home of the job's uid, not the agent's
+        assert rank["HOME"] != agent_env["HOME"] and "/homes/" in rank["HOME"], rank["HOME"]
+        assert rank["USER"].startswith("gpujobs-"), rank["USER"]
+    else:
+        assert rank["HOME"] == agent_env["HOME"]
     assert rank["JOB_OWN"] == "mine"
     assert rank["PYTHONPATH"].split(os.pathsep)[0].endswith(os.path.join("agent", "rankside"))
+
+
+#: a rank that found the stack's moto (a port scan would) and its state
+#: folder, and tries its way in; stdlib only
+INTO_MOTO = r'''
+import json, os, sys, urllib.error, urllib.request
+endpoint, state = sys.argv[1:3]
+
+def post(path, headers):
+    req = urllib.request.Request(endpoint + path, data=b"{}", headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+fake = ("AWS4-HMAC-SHA256 Credential=testing/20261202/us-east-1/dynamodb/aws4_request, "
+        "SignedHeaders=host;x-amz-date, Signature=" + "0" * 64)
+seen = {"reset": post("/moto-api/reset", {}),
+        "list tables": post("/", {"X-Amz-Target": "DynamoDB_20120810.ListTables",
+                                  "Content-Type": "application/x-amz-json-1.0",
+                                  "Authorization": fake})}
+for name in ("moto-state.pickle", "agent-tokens.json", "page-token-key", "tokens.json"):
+    try:
+        with open(os.path.join(state, name), "rb") as f:
+            f.read(1)
+        seen[name] = "read"
+    except OSError as e:
+        seen[name] = type(e).__name__
+try:
+    seen["state folder"] = sorted(os.listdir(state))
+except OSError as e:
+    seen["state folder"] = type(e).__name__
+print("SEEN " + json.dumps(seen), flush=True)
+'''
+
+
+def test_a_rank_that_finds_the_moto_endpoint_and_the_state_gets_nothing(agent_stack, agents):
+    """Issue 24, items 1 and 8: the moto endpoint and the state are out of a
+    rank's reach on make up's own agents. A rank given the endpoint (a port
+    scan finds it) and the state folder is refused by moto, with any key and
+    on ``/moto-api/reset`` (403 each); it can neither list the state folder
+    nor read the snapshot, the tokens or the page-token key; the stack works
+    on."""
+    import re
+
+    tenant = Api(agent_stack.api, "e2e-tenant")
+    state = re.search(r"\| state (\S+) \(", agent_stack.ready_line).group(1)
+    job = tenant.post("/v1/jobs", json={
+        "command": [sys.executable, "-I", "-c", INTO_MOTO, agent_stack.aws, state],
+        "ranks": 1, "name": "walls-moto"}).json()
+    deadline = time.monotonic() + 60
+    while (state_now := tenant.get(f"/v1/jobs/{job['id']}").json()["state"]) not in (
+            "SUCCEEDED", "FAILED", "CANCELLED") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    lines = [x["line"] for x in tenant.get(f"/v1/jobs/{job['id']}/logs").json()["lines"]]
+    assert state_now == "SUCCEEDED", lines
+    [seen] = [json.loads(x[5:]) for x in lines if x.startswith("SEEN ")]
+    assert (seen["reset"], seen["list tables"]) == (403, 403), seen
+    assert seen["state folder"] == "PermissionError", seen
+    assert not [k for k, v in seen.items() if v == "read"], seen
+    nodes = tenant.get("/v1/nodes").json()["nodes"]
+    assert {n["isolation"] for n in nodes if n["node_id"] in agents} == {"user"}
+    assert tenant.get(f"/v1/jobs/{job['id']}").status_code == 200, "moto was not reset"

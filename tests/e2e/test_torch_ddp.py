@@ -233,12 +233,12 @@ def assert_ran_through_without_an_alarm(gpujobs, job_id: str, watched) -> None:
     assert len(attempts) == 1, attempts
 
 
-def test_a_30s_checkpoint_of_rank_0_is_no_stall(gpujobs, tmp_path, torch_python):
+def test_a_30s_checkpoint_of_rank_0_is_no_stall(gpujobs, tmp_path, torch_python, shared_dir):
     """Rank 0 saves for 30 s (a declared pause, with real writes) while ranks
     1-3 wait in the barrier, silent: they wait on a paused peer, and a job set
     to restart on a stall runs through in one attempt."""
     spec = ddp_spec(torch_python, INSTRUMENT="full", STEPS="12", STEP_S="0.1", CKPT_STEP="5",
-                    CKPT_S="30", CKPT_DIR=str(tmp_path))
+                    CKPT_S="30", CKPT_DIR=str(shared_dir))
     spec.update(on_stall="restart", max_attempts=2)  # a false alarm would restart it
     job_id = submit(gpujobs, tmp_path, spec)
     assert_ran_through_without_an_alarm(gpujobs, job_id, watch(gpujobs, job_id))

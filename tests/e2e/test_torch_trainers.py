@@ -63,9 +63,9 @@ def watch_ranks(gpujobs, job_id: str):
     return done["r"], seen
 
 
-def trainer_spec(python: str, script: str, tmp_path) -> dict:
+def trainer_spec(python: str, script: str, ckpt_dir) -> dict:
     spec = ddp_spec(python, STEPS=str(STEPS), CKPT_EVERY="5", CKPT_STEP="5", CKPT_S="30",
-                    CKPT_DIR=str(tmp_path), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+                    CKPT_DIR=str(ckpt_dir), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     spec.update(name=script.replace("_", "-"), command=[python, str(ROOT / "examples" / f"{script}.py")],
                 on_stall="restart", max_attempts=2)  # a false alarm would restart it
     return spec
@@ -73,8 +73,8 @@ def trainer_spec(python: str, script: str, tmp_path) -> dict:
 
 @pytest.mark.parametrize("script", ["lightning_train", "hf_train"])
 def test_a_30s_checkpoint_of_rank_0_under_the_trainer_callback_is_no_stall(
-        gpujobs, tmp_path, torch_python, script):
-    job_id = submit(gpujobs, tmp_path, trainer_spec(torch_python, script, tmp_path))
+        gpujobs, tmp_path, torch_python, script, shared_dir):
+    job_id = submit(gpujobs, tmp_path, trainer_spec(torch_python, script, shared_dir))
     r, seen = watch_ranks(gpujobs, job_id)
     assert_ran_through_without_an_alarm(gpujobs, job_id, r)
     # what excused the silence: the callback's declared pauses, and no rank

@@ -83,7 +83,8 @@ def test_the_owner_s_own_clients_are_answered(server):
     assert sqs.receive_message(QueueUrl=url)["Messages"][0]["Body"] == "hello"
     logs = client(server, "logs")
     logs.create_log_group(logGroupName="motoauth-g")
-    assert [g["logGroupName"] for g in logs.describe_log_groups()["logGroups"]] == ["motoauth-g"]
+    # moto's backends are the process's: the session's other servers' groups show too
+    assert "motoauth-g" in [g["logGroupName"] for g in logs.describe_log_groups()["logGroups"]]
 
 
 def test_another_uid_s_process_is_refused_and_changes_nothing(server):

@@ -358,7 +358,7 @@ class DynamoJobs(OnDynamo):
                            and j.cancel_requested_at == parse_iso(iso(now)))
         return dataclasses.replace(job, state=JobState.CANCELLED, cancel_requested_at=now,
                                    cancel_reason=reason, updated_at=now, finished_at=now,
-                                   exit=dict(CANCELLED_EXIT))
+                                   exit=dict(CANCELLED_EXIT), pending_reason=None)
 
     def expire_pending(self, job: Job, now: datetime, exit_: dict) -> Job:
         """End a job that waited past its max_pending_s: FAILED and finished at

@@ -1,6 +1,7 @@
 """Jobs use cases: idempotent create, read, keyset listing, cancel as an intent."""
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Callable, Protocol, Sequence
 
@@ -67,6 +68,35 @@ def jobs_wire_bytes(jobs: Sequence[JobView]) -> int:
     return _JOB_FIXED_BYTES * len(jobs) + limits.proxy_bytes([_variable(j) for j in jobs])
 
 
+#: how long a warm function's creates share one read of a GPU type's fleet
+FLEET_TTL_S = 5.0
+
+
+class RecentFleets:
+    """A GPU type's fleet as read at most ``ttl_s`` ago, so creates do not
+    each pay a read (a create is one write round trip). Being stale is safe
+    either way: a job judged to fit that no longer does is parked by the
+    placer as before; a job judged never to fit is parked by a write
+    conditioned on the fleet's generation, which fails if a node came
+    meanwhile (FleetChanged), and then the fleet is read again (:meth:`forget`)."""
+
+    def __init__(self, read: Callable[[str | None], Fleet], ttl_s: float = FLEET_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._read, self._ttl_s, self._clock = read, ttl_s, clock
+        self._seen: dict[str | None, tuple[float, Fleet]] = {}
+
+    def __call__(self, gpu_type: str | None) -> Fleet:
+        now = self._clock()
+        seen = self._seen.get(gpu_type)
+        if seen is None or now - seen[0] > self._ttl_s:
+            seen = (now, self._read(gpu_type))
+            self._seen[gpu_type] = seen
+        return seen[1]
+
+    def forget(self, gpu_type: str | None) -> None:
+        self._seen.pop(gpu_type, None)
+
+
 class JobsServicePorts(Jobs, Attempts, Transitions, Pipelines, Protocol):
     """What the jobs service calls: jobs, the attempts list, a placed job's
     cancel, an array's children."""
@@ -81,9 +111,10 @@ class JobsService:
                  pipelines: PipelinesService, canceller: Canceller,
                  fleet_of: Callable[[str | None], Fleet] | None = None) -> None:
         self.store, self.dispatcher, self.nudge = store, dispatcher, nudge
-        #: a GPU type's registered fleet (NodeStore.fleet_of): a job that can
-        #: never fit it is made parked; None: every job is left to the placer
-        self._fleet_of = fleet_of
+        #: a GPU type's registered fleet (NodeStore.fleet_of), as read at most
+        #: FLEET_TTL_S ago: a job that can never fit it is made parked; None:
+        #: every job is left to the placer
+        self._fleets = RecentFleets(fleet_of) if fleet_of is not None else None
         self.pipelines, self.canceller = pipelines, canceller
         self._limits, self._classes = limits, classes
         self.telemetry = telemetry
@@ -172,8 +203,11 @@ class JobsService:
                 self.telemetry.count("QuotaExceeded")
                 raise QuotaExceeded(quotas.pending_limit_detail(
                     job.tenant, limit, job.pending_weight)) from None
-            except (Contended, FleetChanged):
-                continue  # a create of this tenant moved its count, or a node its fleet
+            except Contended:
+                continue  # a create of this tenant moved its count: nothing written
+            except FleetChanged:  # a node moved the fleet it was judged on: read it again
+                assert self._fleets is not None
+                self._fleets.forget(job.spec.get("gpu_type"))
         raise ServiceUnavailable(f"tenant {job.tenant}'s jobs are being created concurrently; "
                                  "retry")
 
@@ -183,10 +217,10 @@ class JobsService:
         ready to queue (no dependency left, no array), whose wait is not
         timed (max_pending_s: the placer ends it once it is over)."""
         spec = job.spec
-        if self._fleet_of is None or job.waiting_for or job.is_array \
+        if self._fleets is None or job.waiting_for or job.is_array \
                 or "max_pending_s" in spec:
             return job, None
-        fleet = self._fleet_of(spec.get("gpu_type"))
+        fleet = self._fleets(spec.get("gpu_type"))
         impossible = placement.never_fits(spec["ranks"], spec["gpus_per_rank"], fleet.gpus,
                                           fleet.largest_node, spec.get("gpu_type"))
         if impossible is None:

@@ -118,11 +118,11 @@ def test_a_create_judged_against_a_fleet_that_moved_on_is_judged_again(iso, tena
     register(iso, "f1", gpu_type="movedc")
     stale = iso.node_store.fleet_of("movedc")                 # 8 GPUs
     register(iso, "f2", gpu_type="movedc")                    # 16 now
-    read = iso.jobs._fleet_of
+    read = iso.jobs._fleets._read
     answers = [stale]
-    iso.jobs._fleet_of = lambda gpu_type: answers.pop() if answers else read(gpu_type)
+    iso.jobs._fleets._read = lambda gpu_type: answers.pop() if answers else read(gpu_type)
     try:
         job_id = create(iso, tenants.a, 2, gpu_type="movedc")  # 16: parked on the stale read
     finally:
-        iso.jobs._fleet_of = read
+        iso.jobs._fleets._read = read
     assert JobModel.get(job_id).active_state == "PENDING", "judged again on the fresh fleet"

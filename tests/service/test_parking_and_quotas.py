@@ -107,7 +107,7 @@ def test_a_create_judged_against_a_fleet_that_moved_on_is_judged_again(svc, worl
     registered between the read and the write makes it read again, so a job
     is never parked against a fleet no sweep will look at again."""
     register(svc, "n1", gpus=8)
-    read = svc.jobs._fleet_of
+    read = svc.jobs._fleets._read
     calls = []
 
     def fleet_of(gpu_type):
@@ -116,7 +116,7 @@ def test_a_create_judged_against_a_fleet_that_moved_on_is_judged_again(svc, worl
             register(svc, "n2", gpus=8)                # after the read: 16 GPUs now
         calls.append(fleet.generation)
         return fleet
-    svc.jobs._fleet_of = fleet_of
+    svc.jobs._fleets._read = fleet_of
     job = submit(svc, ranks=2, gpus_per_rank=8)        # 16: fits the fleet as it is now
     assert len(calls) == 2 and calls[0] != calls[1], "read again after the write lost"
     assert _ids(world.store.pending(100)) == [job.job_id] and not job.pending_reason

@@ -72,6 +72,20 @@ def agent_environment(environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def unreachable_python(python: str) -> str | None:
+    """What to tell the user when a job's ``python`` (the stack's own, first
+    on the agents' PATH) is one a rank's uid cannot start: a virtualenv made
+    before the Makefile chose a python3 every user can run."""
+    from devstack.interpreter import reachable_by_others
+
+    if reachable_by_others(python, want=stat.S_IXOTH):
+        return None
+    return (f"gpujobs: WARNING: ranks run as uids of their own, and cannot start this "
+            f"stack's python ({os.path.realpath(python)} is out of other users' reach): a "
+            f"job's `python` will fail with 'Permission denied'. Make the virtualenvs again "
+            f"from a python3 every user can run: rm -rf .venv .venv-torch && make up")
+
+
 def isolated(env: dict[str, str]) -> bool:
     """Whether agents started with ``env`` run ranks as uids of their own."""
     return os.geteuid() == 0 and env.get("GPUJOBS_AGENT_RANK_UIDS") != ""
@@ -130,6 +144,9 @@ class Agents:
         traversable = isolated(env)
         if traversable:
             make_traversable(self._workdir)
+            warning = unreachable_python(sys.executable)
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
         for node in self.nodes:
             home = self._workdir / node
             token_file = write_token_file(home, self.tokens[node], traversable=traversable)

@@ -100,3 +100,19 @@ def test_a_restart_keeps_its_agents_ranks_for_adoption_and_stops_the_rest(tmp_pa
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+def test_a_python_no_rank_can_start_is_said_with_the_fix(tmp_path):
+    """make up warns when a job's `python` would fail under the uid pool (a
+    virtualenv made from pyenv's under a 0700 /root), naming the fix."""
+    from devstack.agents import unreachable_python
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    os.chmod(private, 0o700)
+    python = private / "python3"
+    python.write_text("")
+    os.chmod(python, 0o755)
+    said = unreachable_python(str(python))
+    assert said and "Permission denied" in said and "rm -rf .venv .venv-torch && make up" in said
+    assert unreachable_python("/bin/sh") is None

@@ -2,7 +2,7 @@
 while its agents are killed and restarted, and ends right after the job.
 
 Two ranks on two nodes (real agents of 1 GPU of a type no other test uses, on
-the session's stack) write 9,000 lines each at 150 lines/s. While the CLI
+a stack of its own) write 9,000 lines each at 150 lines/s. While the CLI
 follows, each agent in turn is killed with SIGKILL and, once its rank has
 written on for a while (its lines wait in the rank's file), started again: the
 new agent adopts the rank and ships what the dead one had not, lines older
@@ -21,7 +21,7 @@ from datetime import datetime
 import pytest
 
 from tests.client.conftest import CLIENT_DIR
-from tests.stacks import Api
+from tests.stacks import TOKENS, Api, start_stack
 
 from .jobs import ended, job, poll, real_agents, start_agent
 
@@ -44,6 +44,18 @@ for i in range({LINES}):
         time.sleep(wait)
 """
 LINE_RE = re.compile(r"\[rank (\d)\] rank (\d) line (\d{5})")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """A stack of the module's own: on the session's, other tests' jobs that
+    take any GPU type (and wait, no node being there) took the follow nodes
+    the moment they registered, and this job never ran."""
+    s = start_stack(tmp_path_factory.mktemp("follow"), TOKENS, GPUJOBS_AGENTS="0")
+    try:
+        yield s
+    finally:
+        s.stop()
 
 
 @pytest.fixture(scope="module")

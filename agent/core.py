@@ -45,8 +45,9 @@ Message rules:
 - A LAUNCH's ``checkpoint_dir`` is created before its ranks start (given to
   the attempt's uid, if any) and is each rank's ``GPUJOBS_CHECKPOINT_DIR``.
 - With a uid pool (uidpool.py; the agent runs as root), each attempt takes a
-  uid of its own, recorded with the intent before any rank starts; all its
-  ranks here run as it. None free: its ranks are not started (exit code
+  uid no other attempt here holds (its job's of choice, the same on every
+  node), recorded with the intent before any rank starts; all its ranks here
+  run as it. None free: its ranks are not started (exit code
   127, the reason in their logs). The uid goes back once the attempt is DONE
   and no process of it is left (leftovers are SIGKILLed: they are the
   job's); a record is never forgotten while it holds its uid.

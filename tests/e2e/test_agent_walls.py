@@ -18,10 +18,10 @@ import json
 import os
 import stat
 import sys
-import time
 
 import pytest
 
+from tests.e2e.jobs import ended
 from tests.stacks import Api
 
 pytestmark = pytest.mark.e2e
@@ -126,10 +126,7 @@ def test_a_rank_gets_no_endpoint_table_credential_or_token_of_its_agent(
     job = tenant.post("/v1/jobs", json={"command": [sys.executable, "-c", DUMP],
                                         "ranks": 1, "name": "walls-env",
                                         "env": {"JOB_OWN": "mine"}}).json()
-    deadline = time.monotonic() + 60
-    while (state := tenant.get(f"/v1/jobs/{job['id']}").json()["state"]) not in (
-            "SUCCEEDED", "FAILED", "CANCELLED") and time.monotonic() < deadline:
-        time.sleep(0.2)
+    state = ended(tenant, job["id"], 60)["state"]
     assert state == "SUCCEEDED", tenant.get(f"/v1/jobs/{job['id']}/logs").text
     lines = [x["line"] for x in tenant.get(f"/v1/jobs/{job['id']}/logs").json()["lines"]]
     [rank] = [json.loads(x[4:]) for x in lines if x.startswith("ENV ")]
@@ -215,10 +212,7 @@ def test_a_rank_that_finds_the_moto_endpoint_and_the_state_gets_nothing(agent_st
     job = tenant.post("/v1/jobs", json={
         "command": [sys.executable, "-I", "-c", INTO_MOTO, agent_stack.aws, state],
         "ranks": 1, "name": "walls-moto"}).json()
-    deadline = time.monotonic() + 60
-    while (state_now := tenant.get(f"/v1/jobs/{job['id']}").json()["state"]) not in (
-            "SUCCEEDED", "FAILED", "CANCELLED") and time.monotonic() < deadline:
-        time.sleep(0.2)
+    state_now = ended(tenant, job["id"], 60)["state"]
     lines = [x["line"] for x in tenant.get(f"/v1/jobs/{job['id']}/logs").json()["lines"]]
     assert state_now == "SUCCEEDED", lines
     [seen] = [json.loads(x[5:]) for x in lines if x.startswith("SEEN ")]

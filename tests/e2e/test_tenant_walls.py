@@ -31,6 +31,7 @@ from datetime import datetime
 
 import pytest
 
+from tests.e2e.jobs import poll
 from tests.hostile_ranks import steady
 from tests.stacks import Api
 
@@ -111,16 +112,6 @@ time.sleep(3600)
 '''
 
 
-def _wait(what, fn, timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def _lines(api: Api, job_id: str) -> list[str]:
     r = api.get(f"/v1/jobs/{job_id}/logs")
     return [x["line"] for x in r.json()["lines"]] if r.status_code == 200 else []
@@ -145,13 +136,13 @@ def test_a_hostile_rank_cannot_read_kill_frame_or_rob_another_job_or_stall_its_n
         "heartbeat": {"interval_s": 0.5}}).json()
     hostile = None
     try:
-        _wait("the victim beats", lambda: (_step(victim_api, victim["id"]) or 0) > 3)
+        poll("the victim beats", lambda: (_step(victim_api, victim["id"]) or 0) > 3)
         hostile = hostile_api.post("/v1/jobs", json={
             "name": "walls-hostile",
             "command": [sys.executable, "-c", HOSTILE, marker, victim["id"]],
             "ranks": 1}).json()
         try:
-            lines = _wait("the hostile rank's report and its FIFO", lambda: (
+            lines = poll("the hostile rank's report and its FIFO", lambda: (
                 ls := _lines(hostile_api, hostile["id"])) and "FIFO in place" in ls and ls)
         except AssertionError as e:
             raise AssertionError(f"{e}: {hostile_api.get('/v1/jobs/' + hostile['id']).json()}"
@@ -165,7 +156,7 @@ def test_a_hostile_rank_cannot_read_kill_frame_or_rob_another_job_or_stall_its_n
 
         # the victim runs on, beating; both agents' loops keep calling in
         before = _step(victim_api, victim["id"])
-        _wait("the victim's steps advance", lambda: (
+        poll("the victim's steps advance", lambda: (
             _step(victim_api, victim["id"]) or 0) > (before or 0) + 10)
 
         def called_in_since_fifo() -> bool:
@@ -173,7 +164,7 @@ def test_a_hostile_rank_cannot_read_kill_frame_or_rob_another_job_or_stall_its_n
                 n["last_seen_at"].replace("Z", "+00:00")).timestamp() > fifo_at + 5
                 for n in victim_api.get("/v1/nodes").json()["nodes"]
                 if n["node_id"] in ("local-1", "local-2"))
-        _wait("both nodes call in after the FIFO", called_in_since_fifo, 60)
+        poll("both nodes call in after the FIFO", called_in_since_fifo, 60)
         job = victim_api.get(f"/v1/jobs/{victim['id']}").json()
         assert job["state"] == "RUNNING" and job["attempt"] == 1, job
         assert job["health"]["status"] == "OK", job["health"]

@@ -404,11 +404,13 @@ class Placer:
         queues: dict[str, list[Job]] = {}
         for job in self.store.pending(read_limit):
             if job.cancel_requested_at is not None:
-                # cancelled while waiting for a new attempt: finish the cancel
+                # cancelled while waiting for a new attempt (a retry that raced
+                # the cancel): finish the cancel, and tell its dependents now
                 try:
-                    self.store.cancel_unplaced(job, self._clock(), job.cancel_reason)
+                    ended = self.store.cancel_unplaced(job, self._clock(), job.cancel_reason)
                 except StateChanged:
-                    pass
+                    continue
+                self.pipelines.ended(ended)
                 continue
             if self._expired(job):
                 report.expired.append(job.job_id)

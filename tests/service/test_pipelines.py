@@ -74,6 +74,24 @@ def test_a_failed_dependency_ends_its_dependents_down_the_chain_and_releases_the
     assert finished["reason"] == "dependency_failed"
 
 
+def test_a_cancel_the_placer_finishes_ends_the_dependents_at_once(nodes, world):
+    """A retry that raced a cancel leaves the job PENDING with its cancel
+    recorded; the placer's run that finishes the cancel ends the dependents
+    in the same run, not at the reconciler's recheck."""
+    svc = nodes
+    a = _one(svc)
+    b = _one(svc, depends_on=[{"job_id": a.job_id}])
+    svc.placer.run()
+    svc.jobs.cancel("acme", a.job_id, None)
+    raced = world.store._job(a.job_id)  # the state such a retry's write leaves
+    raced.state, raced.attempt = JobState.PENDING, raced.attempt + 1
+    svc.placer.run()
+    assert _state(svc, a) is JobState.CANCELLED
+    b = svc.store.get(b.job_id)
+    assert (b.state, b.exit["reason"], b.exit["dependency"]) == (
+        JobState.FAILED, "dependency_failed", a.job_id)
+
+
 def test_a_dependency_already_ended_is_judged_at_create(nodes):
     svc = nodes
     done = _one(svc)

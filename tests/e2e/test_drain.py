@@ -116,9 +116,14 @@ def test_a_drained_node_s_job_saves_its_checkpoint_requeues_and_resumes_elsewher
         assert retried["decision"] == (f"preempted (node {first} drained: bad ECC on GPU 1): "
                                        "retried, not counted (uncounted retry 1 of 10)")
         # rank 0's: the lines come in time order, and the ranks step on their own
-        stopped = poll("rank 0's last words in attempt 1", lambda: [
-            line for line in log_lines(tenant, job_id, 1)
-            if line.startswith("0: ") and "saved" in line])
+        try:
+            stopped = poll("rank 0's last words in attempt 1", lambda: [
+                line for line in log_lines(tenant, job_id, 1)
+                if line.startswith("0: ") and "saved" in line])
+        except AssertionError as e:  # what each attempt said, and how attempt 1 ended
+            raise AssertionError(f"{e}: {log_lines(tenant, job_id, 1)} "
+                                 f"{log_lines(tenant, job_id, 2)} "
+                                 f"{tenant.get(f'/v1/jobs/{job_id}/attempts').text}") from None
         step = int(stopped[0].split("stopped at step ")[1].split(",")[0])
         second = poll("attempt 2's log", lambda: (got := log_lines(tenant, job_id, 2))
                       and "0: rank 0: done at step 40" in got and got)

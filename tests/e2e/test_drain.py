@@ -26,6 +26,9 @@ GPU_TYPE, FLAKY = "draingpu", "flakygpu"
 NODES = {"drain-1": GPU_TYPE, "drain-2": GPU_TYPE, "flaky-1": FLAKY}
 OPERATOR = "e2e-operator"
 EXAMPLE = str(ROOT / "examples" / "resume_training.py")
+#: 10 s of steps: longer than a loaded machine takes to ship the first line
+#: and drain (at 40 steps of 0.1 s, a fresh clone's job once finished first)
+STEPS = "200"
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +96,7 @@ def uncordon_all(ops: Api) -> None:
 def test_a_drained_node_s_job_saves_its_checkpoint_requeues_and_resumes_elsewhere(
         tenant, ops, tmp_path):
     shared = tmp_path / "shared"
-    job_id = submit(tenant, [sys.executable, EXAMPLE, "--steps", "40", "--step-s", "0.1",
+    job_id = submit(tenant, [sys.executable, EXAMPLE, "--steps", STEPS, "--step-s", "0.05",
                              "--save-every", "1000"],  # saves only when told to stop
                     checkpoint_dir=str(shared))
     first = running_on(tenant, job_id)
@@ -126,9 +129,9 @@ def test_a_drained_node_s_job_saves_its_checkpoint_requeues_and_resumes_elsewher
                                  f"{tenant.get(f'/v1/jobs/{job_id}/attempts').text}") from None
         step = int(stopped[0].split("stopped at step ")[1].split(",")[0])
         second = poll("attempt 2's log", lambda: (got := log_lines(tenant, job_id, 2))
-                      and "0: rank 0: done at step 40" in got and got)
+                      and f"0: rank 0: done at step {STEPS}" in got and got)
         assert f"0: rank 0 attempt 2: resuming from step {step}" in second, second
-        assert json.loads(Path(shared, job_id, "rank-0.json").read_text())["step"] == 40
+        assert json.loads(Path(shared, job_id, "rank-0.json").read_text())["step"] == int(STEPS)
         assert node(tenant, first)["state"] == "DRAINING", "it stays out until uncordoned"
     finally:
         uncordon_all(ops)

@@ -25,6 +25,9 @@ pytestmark = pytest.mark.e2e
 NODE, GPU_TYPE = "prio-1", "priogpu"
 CLASSES = {"urgent": {"value": 1000, "preempts": True}, "batch": {"value": -100}}
 EXAMPLE = str(ROOT / "examples" / "resume_training.py")
+#: 10 s of steps: longer than a loaded machine takes to ship the first line
+#: and drain (at 40 steps of 0.1 s, a fresh clone's job once finished first)
+STEPS = "200"
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,7 @@ def test_an_urgent_job_preempts_a_batch_one_which_checkpoints_and_resumes_later(
         prio_stack, agent, tmp_path):
     acme, globex = Api(prio_stack.api, "e2e-tenant"), Api(prio_stack.api, "e2e-other")
     shared = tmp_path / "shared"
-    batch = submit(acme, [sys.executable, EXAMPLE, "--steps", "40", "--step-s", "0.1",
+    batch = submit(acme, [sys.executable, EXAMPLE, "--steps", STEPS, "--step-s", "0.05",
                           "--save-every", "1000"],  # saves only when told to stop
                    priority_class="batch", checkpoint_dir=str(shared))
     poll("the batch job trains", lambda: any(
@@ -83,8 +86,8 @@ def test_an_urgent_job_preempts_a_batch_one_which_checkpoints_and_resumes_later(
         line for line in log_lines(acme, batch, 1) if line.startswith("0: rank 0: stopped")])
     step = int(stopped[0].split("stopped at step ")[1].split(",")[0])
     second = poll("attempt 2's log", lambda: (got := log_lines(acme, batch, 2))
-                  and "0: rank 0: done at step 40" in got and got)
+                  and f"0: rank 0: done at step {STEPS}" in got and got)
     assert f"0: rank 0 attempt 2: resuming from step {step}" in second, second
-    assert json.loads(Path(shared, batch, "rank-0.json").read_text())["step"] == 40
+    assert json.loads(Path(shared, batch, "rank-0.json").read_text())["step"] == int(STEPS)
     [placed_again] = [e for e in events(acme, batch, "placed") if e["attempt"] == 2]
     assert placed_again["time"] >= done["finished_at"], "it waited while the urgent job ran"

@@ -26,7 +26,7 @@ NODE, GPU_TYPE = "prio-1", "priogpu"
 CLASSES = {"urgent": {"value": 1000, "preempts": True}, "batch": {"value": -100}}
 EXAMPLE = str(ROOT / "examples" / "resume_training.py")
 #: 10 s of steps: longer than a loaded machine takes to ship the first line
-#: and drain (at 40 steps of 0.1 s, a fresh clone's job once finished first)
+#: and preempt it (at 40 steps of 0.1 s, a fresh clone's drained job once finished first)
 STEPS = "200"
 
 

@@ -466,16 +466,18 @@ def suppression(*, now: datetime, previous_scan_at: datetime | None, period_s: f
                 latest_ingest_at: datetime | None, window_s: float) -> str | None:
     """Why this scan must convict nobody, or None.
 
-    Common-mode silence is more often the collector than the ranks: if the scan
-    itself ran late (the collector paused), or nothing at all reached the
-    collector in the window (no heartbeat of any job and no node calling in:
+    Common-mode silence is more often the collector than the ranks: if no scan
+    ran for over two periods (``previous_scan_at`` is when the last one ended:
+    the collector paused, not merely busy with a long scan), or nothing at all
+    reached the collector in the window (no heartbeat of any job and no node calling in:
     the ingest path is down), silence says nothing about ranks. Node calls
     count, so one job hanging whole on a quiet cluster is still convicted.
     """
     if previous_scan_at is not None:
         lag = (now - previous_scan_at).total_seconds()
         if lag > 2 * period_s:
-            return f"collector paused: {lag:.1f}s since the previous scan (period {period_s:g}s)"
+            return (f"collector paused: {lag:.1f}s since the previous scan ended "
+                    f"(period {period_s:g}s)")
     if latest_ingest_at is None or (now - latest_ingest_at).total_seconds() > window_s:
         return (f"nothing reached the collector in the last {window_s:g}s "
                 "(no heartbeat, no node call): ingest looks down")

@@ -55,15 +55,20 @@ class Scanner:
             why = f"recovering until {iso(hold_until)} from: {hold_reason}"
         else:
             hold_until = hold_reason = None
-        self.collector.record_scan(now, hold_until, hold_reason)
         jobs = stalled = 0
         running = self.store.active(JobState.RUNNING, MAX_JOBS_PER_SCAN)
         shards = self.fanout.send(running, now, why) if self.fanout else 0
+        if not shards:
+            for job in running:
+                jobs += 1
+                stalled += self.scan_job(job, now, why)
+        # stamped when this scan ends: the next one measures the time nobody
+        # scanned, so a scan that overran its period on a busy machine is
+        # not taken for a paused collector (a scan that fails records nothing,
+        # and the next one, later still, holds convictions)
+        self.collector.record_scan(self._clock(), hold_until, hold_reason)
         if shards:
             return {"jobs": len(running), "incidents": 0, "suppressed": why, "shards": shards}
-        for job in running:
-            jobs += 1
-            stalled += self.scan_job(job, now, why)
         if why and jobs:
             log.warning("stall scan convicts nobody this time: %s", why)
         return {"jobs": jobs, "incidents": stalled, "suppressed": why}

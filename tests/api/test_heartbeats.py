@@ -269,6 +269,33 @@ def test_beats_for_an_attempt_that_ended_are_stale(iso, iso_client, tenants):
     assert r.status_code == 409 and r.json_body["code"] == "stale_attempt"
 
 
+def test_a_scan_that_overran_its_period_is_not_a_paused_collector(iso, iso_client, tenants,
+                                                                 running, monkeypatch):
+    """The pause check measures the time nobody scanned: from the end of the
+    previous scan. A scan that took three periods on a busy machine (its
+    reads slow, beats still arriving) holds no conviction of the next one."""
+    job_id, _, clock = running
+    period = 3600 / ranks_view(iso_client, tenants, job_id)["threshold_inputs"]["scans_per_hour"]
+    clock.advance(31)
+    beat(iso_client, tenants, job_id, [0, 1, 2, 3])
+    active = iso.scanner.store.active
+
+    def slow_reads(*args, **kwargs):
+        for _ in range(3):
+            clock.advance(period)
+            beat(iso_client, tenants, job_id, [0, 1, 2])
+        return active(*args, **kwargs)
+
+    monkeypatch.setattr(iso.scanner.store, "active", slow_reads)
+    assert iso.scanner.run()["suppressed"] is None
+    monkeypatch.setattr(iso.scanner.store, "active", active)
+    clock.advance(period)  # the next start on the schedule's grid
+    beat(iso_client, tenants, job_id, [0, 1, 2])
+    report = iso.scanner.run()
+    assert report["suppressed"] is None and report["incidents"] == 1
+    assert health(iso_client, tenants, job_id)["first_stalled_rank"] == 3
+
+
 def test_convictions_stay_held_while_the_backlog_drains_after_a_pause(iso, iso_client,
                                                                       tenants, running):
     job_id, _, clock = running

@@ -285,6 +285,13 @@ def _drained(q: "queue.Queue[str]") -> list[str]:
             return out
 
 
+def _stack_said(s: "Session") -> str:
+    """For a failure message: what the stack printed meanwhile (its warnings:
+    a scan that convicts nobody says why)."""
+    printed = _drained(s.stack.lines) if s.stack else []
+    return "\n--- the stack printed:\n" + "".join(printed[-40:]) if printed else ""
+
+
 class Stacks:
     """Stacks by their `make up` line, each with a folder of its own; and the
     directory that stands for /tmp/ in every README."""
@@ -408,9 +415,10 @@ def _run_readme(readme: str, stacks: Stacks, tmp: pathlib.Path, round_: int) -> 
                     continue
                 rc, out = s.terminal.run(real, exp.timeout)
                 where += f"\n--- exit {rc}, output:\n{out}"
-                assert rc == exp.rc, where
+                assert rc == exp.rc, where + _stack_said(s)
                 for pattern in exp.shows:
-                    assert re.search(pattern, out, re.M), f"no /{pattern}/ in\n{where}"
+                    assert re.search(pattern, out, re.M), \
+                        f"no /{pattern}/ in\n{where}" + _stack_said(s)
                 if exp.probe:
                     _, probed = s.terminal.run(exp.probe, 10)
                     assert re.search(exp.probe_shows, probed, re.M), f"{exp.probe}: {probed}\n{where}"

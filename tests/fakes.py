@@ -989,8 +989,9 @@ class FakeHeartbeatStore:
         self._lock = threading.Lock()
 
     def record(self, job_id: str, attempt: int, entries: Sequence[Beat],
-               now: datetime) -> None:
-        """Beats replace their rank's record, then other entries merge into it."""
+               now: datetime, first_rank_of: Mapping[str, int]) -> None:
+        """Beats replace their rank's record, then other entries merge into it
+        (records by rank: how the adapter groups them by host is its own)."""
         with self._lock:
             for b in entries:
                 if b.heard_at is not None:

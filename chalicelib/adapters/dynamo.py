@@ -24,14 +24,12 @@ from typing import Any, Iterable, Sequence
 
 from botocore.exceptions import ClientError
 from pynamodb.connection import Connection
-from pynamodb.exceptions import GetError, PutError
+from pynamodb.exceptions import GetError
 from pynamodb.models import Model
 
 from .items import Codec
 
 _NAME = re.compile(r"#(\w+)")
-#: items in one BatchWriteItem, DynamoDB's limit
-BATCH_WRITE = 25
 #: sends of one batch at most, the unprocessed part resent (as PynamoDB's
 #: batch_write, models.py's max_retry_attempts)
 BATCH_SENDS = 3
@@ -275,22 +273,6 @@ class Dynamo:
             if not start:
                 return
 
-    def put_all(self, table: Table, items: Sequence[dict]) -> None:
-        """Put ``items`` (raw, from ``table.item``) by BatchWriteItem, 25 a
-        request, resending what DynamoDB leaves unprocessed; raises PutError
-        (a dependency failure: 503 upstream) when some are still unwritten
-        after BATCH_SENDS."""
-        for at in range(0, len(items), BATCH_WRITE):
-            pending = [{"PutRequest": {"Item": item}} for item in items[at:at + BATCH_WRITE]]
-            for _ in range(BATCH_SENDS):
-                answer = self.call("BatchWriteItem", {"RequestItems": {table.name: pending}})
-                pending = answer.get("UnprocessedItems", {}).get(table.name) or []
-                if not pending:
-                    break
-            else:
-                raise PutError(f"{len(pending)} items of {table.name} unwritten after "
-                               f"{BATCH_SENDS} sends")
-
     def get_all(self, table: Table, keys: Sequence[dict], *, consistent: bool = False,
                 attributes: Iterable[str] | None = None) -> list[dict]:
         """The items of ``keys`` (at most 100) by BatchGetItem, eventually
@@ -417,6 +399,13 @@ class Changes:
         path = f"#{name}.{placeholder}"
         self._set.append(f"{path} = if_not_exists({path}, {ref})" if first else f"{path} = {ref}")
         self.values[ref] = self.table.value(name, {key: value})["M"][key]
+        return self
+
+    def remove_entry(self, name: str, key: str) -> "Changes":
+        """REMOVE one entry of the map attribute ``name`` (none there: no-op)."""
+        placeholder = f"#k{len(self.keys)}"
+        self.keys[placeholder] = key
+        self._remove.append(f"#{name}.{placeholder}")
         return self
 
     def event(self, key: str, value: dict) -> "Changes":

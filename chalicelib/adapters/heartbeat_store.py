@@ -1,9 +1,13 @@
-"""Heartbeats on DynamoDB: one item per rank per attempt, sharded by rank.
+"""Heartbeats on DynamoDB: one item per host of an attempt, sharded by rank.
 
-``<job>#<attempt>#<rank // 512>`` keeps any one partition far below its
-~1,000 writes/s (a 16,384-rank job beating every 5 s writes ~100/s into each
-of 32 shards), and a scan reads O(ranks) items, one strongly consistent Query
-per shard, whatever the history in the table.
+A host's post writes one item (1 WRU for 8 ranks' beats, the floor of
+docs/deploy.md): every rank's record sits in the item's ``ranks`` map under
+short keys, ``<code><rank>`` (FIELDS). The item is keyed by the host's lowest
+rank, ``<job>#<attempt>#<rank // 512>`` and that rank: placement never changes
+within an attempt, so a host always writes the same item; a shard holds at
+most 512 ranks' hosts (64 hosts of 8 ranks, 6 writes/s at a 10 s interval).
+A scan reads O(ranks), one strongly consistent Query per shard, whatever the
+history in the table.
 
 Every request is built by adapters/dynamo.py from the models' schema and sent
 through its :class:`~.dynamo.Dynamo`; what goes in and comes out is the
@@ -14,44 +18,50 @@ from __future__ import annotations
 import random
 import threading
 from datetime import datetime, timedelta
+from itertools import groupby
 from typing import Any, Iterator, Mapping, Sequence
 
 from pynamodb.connection import Connection
 
 from ..domain.clock import iso, parse_iso
 from ..domain.stall import Beat
-from .dynamo import Dynamo, Table
-from .items import Codec
+from .dynamo import Changes, ConditionFailed, Dynamo, Table
 from .models import CollectorModel, HeartbeatModel
 
 SHARD_RANKS = 512
 #: heartbeat items outlive their attempt by this much, then TTL removes them
 KEEP = timedelta(days=7)
 INGEST_SHARDS = 8
+#: ranks one UpdateItem writes (an expression stays under DynamoDB's 4 KB)
+RANKS_PER_WRITE = 8
 
 _HEARTBEATS = Table(HeartbeatModel)
 _COLLECTOR = Table(CollectorModel)
-#: what the scan reads of a rank's item
-_BEAT = Codec(HeartbeatModel, (
-    "rank", "heard_at", "beat_at", "step", "paused_until", "proc", "sampled_at", "io_at",
-    "active_at", "wrote_at", "resumed_at", "resumed_gap_s", "arrived_seq", "arrived_name"))
-#: what an entry that is not a beat sets in its rank's item when it has them:
+#: a rank's record in its host's ``ranks`` map: each Beat field under a short
+#: code (item size is the bill), ``<code><rank>``; times as API text
+FIELDS = {"heard_at": "h", "beat_at": "b", "step": "s", "paused_until": "p",
+          "pause_reason": "pr", "proc": "c", "sampled_at": "sa", "io_at": "i",
+          "active_at": "a", "wrote_at": "w", "resumed_at": "ra", "resumed_gap_s": "rg",
+          "arrived_seq": "q", "arrived_name": "qn", "offset_s": "o"}
+_FIELD_OF = {code: name for name, code in FIELDS.items()}
+#: what an entry that is not a beat sets in its rank's record when it has them:
 #: its declared pause and its process sample (earlier sample times stand
 #: unless this sample has its own)
 _NOTED = ("paused_until", "pause_reason", "proc", "sampled_at", "io_at", "active_at",
           "wrote_at", "arrived_seq", "arrived_name")
-#: the Beat fields stored as they are in the item's attribute of the same name
-_AS_IS = ("step", "pause_reason", "proc", "resumed_gap_s", "arrived_seq", "arrived_name")
-_TIMES = ("heard_at", "beat_at", "sent_at", "paused_until", "resumed_at", "sampled_at",
-          "io_at", "active_at", "wrote_at")
 
 
 def _t(value: str | None) -> datetime | None:
     return parse_iso(value) if value else None
 
 
-def _stored(value: Any) -> Any:
-    """A Beat field's value as its attribute holds it (times as API text)."""
+def _stored(b: Beat, name: str) -> Any:
+    """A rank record's field as the map holds it (times as API text; the
+    sender's clock only as its offset from the receive time)."""
+    if name == "offset_s":
+        return None if b.sent_at is None or b.heard_at is None else \
+            round((b.sent_at - b.heard_at).total_seconds(), 3)
+    value = getattr(b, name)
     return iso(value) if isinstance(value, datetime) else value
 
 
@@ -63,76 +73,84 @@ class DynamoHeartbeatStore:
     def __init__(self, connection: Connection) -> None:
         self._dynamo = Dynamo(connection)
 
-    def record(self, job_id: str, attempt: int, entries: Sequence[Beat],
-               now: datetime) -> None:
-        """Each beat overwrites its rank's item (batches of 25; unwritten items
-        raise, 503 upstream); each other entry updates its rank's item with
-        what it has, the last beat's time untouched. Items expire KEEP after
-        ``now``."""
+    def record(self, job_id: str, attempt: int, entries: Sequence[Beat], now: datetime,
+               first_rank_of: Mapping[str, int]) -> None:
+        """One UpdateItem per host in the post (per RANKS_PER_WRITE of its
+        ranks): a beat replaces its rank's record (the fields it has set, the
+        others removed; the last of a rank's beats in the post counts); each
+        other entry then sets what it has, the last beat's time untouched. A
+        host's first write makes its item. Items expire KEEP after ``now``."""
         ttl = int((now + KEEP).timestamp())
-        beats = [b for b in entries if b.heard_at is not None]
-        if beats:
-            self._dynamo.put_all(_HEARTBEATS,
-                      [self._item(job_id, attempt, b, ttl) for b in beats])
-        for entry in entries:
-            if entry.heard_at is None:
-                self._note(job_id, attempt, entry, ttl)
+        #: rank -> (the beat replaces the record, the fields to set)
+        records: dict[int, tuple[bool, dict[str, Any]]] = {}
+        nodes: dict[int, str] = {}
+        for b in sorted(entries, key=lambda e: e.heard_at is None):  # beats first
+            nodes[b.rank] = b.node_id
+            if b.heard_at is not None:
+                records[b.rank] = (True, {n: _stored(b, n) for n in FIELDS})
+            else:
+                replaced, fields = records.setdefault(b.rank, (False, {}))
+                fields.update((n, v) for n in _NOTED if (v := _stored(b, n)) is not None)
 
-    @staticmethod
-    def _item(job_id: str, attempt: int, b: Beat, ttl: int) -> dict:
-        values: dict[str, Any] = {name: getattr(b, name) for name in _AS_IS}
-        values.update((name, _stored(getattr(b, name))) for name in _TIMES)
-        heard = b.heard_at
-        offset = None if b.sent_at is None or heard is None else \
-            round((b.sent_at - heard).total_seconds(), 3)
-        values.update(shard_key=shard_key(job_id, attempt, b.rank), rank=b.rank,
-                      node_id=b.node_id, offset_s=offset, ttl_epoch=ttl)
-        return _HEARTBEATS.item(values)
+        def host(rank: int) -> int:
+            return first_rank_of.get(nodes[rank], rank)
 
-    def _note(self, job_id: str, attempt: int, entry: Beat, ttl: int) -> None:
-        values: dict[str, Any] = {"node_id": entry.node_id, "ttl_epoch": ttl}
-        for name in _NOTED:
-            value = getattr(entry, name)
-            if value is not None:
-                values[name] = _stored(value)
-        expression = "SET " + ", ".join(f"#{name} = :{name}" for name in values)
-        self._dynamo.update(_HEARTBEATS.update(
-            _HEARTBEATS.key(shard_key(job_id, attempt, entry.rank), entry.rank), expression,
-            values={f":{name}": _HEARTBEATS.value(name, v) for name, v in values.items()}))
+        for first, group in groupby(sorted(records, key=host), key=host):
+            ranks = list(group)
+            for i in range(0, len(ranks), RANKS_PER_WRITE):
+                self._write(job_id, attempt, first, nodes[ranks[0]],
+                            {r: records[r] for r in ranks[i:i + RANKS_PER_WRITE]}, ttl)
+
+    def _write(self, job_id: str, attempt: int, first: int, node_id: str,
+               records: Mapping[int, tuple[bool, dict[str, Any]]], ttl: int) -> None:
+        changes = Changes(_HEARTBEATS).set("node_id", node_id).set("ttl_epoch", ttl)
+        for rank, (replaces, fields) in records.items():
+            for name, value in fields.items():
+                if value is not None:
+                    changes.entry("ranks", f"{FIELDS[name]}{rank}", value)
+                elif replaces:
+                    changes.remove_entry("ranks", f"{FIELDS[name]}{rank}")
+        key = _HEARTBEATS.key(shard_key(job_id, attempt, first), first)
+        request = changes.update(key, condition="attribute_exists(#ranks)")
+        try:
+            self._dynamo.update(request)
+        except ConditionFailed:
+            # the host's first write: make the item (or its map), then write
+            self._dynamo.update(_HEARTBEATS.update(
+                key, "SET #ranks = if_not_exists(#ranks, :empty)",
+                values={":empty": _HEARTBEATS.value("ranks", {})}))
+            self._dynamo.update(request)
 
     def read(self, job_id: str, attempt: int, node_of: Mapping[int, str]) -> list[Beat]:
         """Every rank of the attempt (never-heard ranks too), strongly consistent:
-        a stale read could fake a stall. Raw items through the codec, not a
-        model instance per rank (the scan reads every running rank, every
-        period: docs/benchmarks.md)."""
+        a stale read could fake a stall. Raw items, no model instance (the
+        scan reads every running rank, every period: docs/benchmarks.md)."""
         world = len(node_of)
-        heard: dict[int, dict] = {}
+        heard: dict[int, dict[str, Any]] = {}
         for shard in range(-(-world // SHARD_RANKS)):
             for item in self._shard_items(f"{job_id}#{attempt}#{shard}"):
-                v = _BEAT.values(item)
-                heard[int(v["rank"])] = v
-        out = []
-        for rank in range(world):
-            h = heard.get(rank)
-            if h is None:
-                out.append(Beat(rank, node_of[rank]))
-                continue
-            out.append(Beat(rank, node_of[rank],
-                            heard_at=_t(h["heard_at"]),
-                            beat_at=_t(h["beat_at"]),
-                            step=None if h["step"] is None else int(h["step"]),
-                            paused_until=_t(h["paused_until"]),
-                            proc=h["proc"], sampled_at=_t(h["sampled_at"]),
-                            io_at=_t(h["io_at"]),
-                            active_at=_t(h["active_at"]),
-                            wrote_at=_t(h["wrote_at"]),
-                            resumed_at=_t(h["resumed_at"]),
-                            resumed_gap_s=None if h["resumed_gap_s"] is None
-                            else float(h["resumed_gap_s"]),
-                            arrived_seq=None if h["arrived_seq"] is None
-                            else int(h["arrived_seq"]),
-                            arrived_name=h["arrived_name"]))
-        return out
+                for key, value in (_HEARTBEATS.values(item)["ranks"] or {}).items():
+                    code = key.rstrip("0123456789")
+                    name = _FIELD_OF.get(code)
+                    if name is not None:
+                        heard.setdefault(int(key[len(code):]), {})[name] = value
+        return [self._beat(rank, node_of[rank], heard.get(rank)) for rank in range(world)]
+
+    @staticmethod
+    def _beat(rank: int, node_id: str, h: dict[str, Any] | None) -> Beat:
+        if not h:
+            return Beat(rank, node_id)
+        step, gap, seq = h.get("step"), h.get("resumed_gap_s"), h.get("arrived_seq")
+        return Beat(rank, node_id,
+                    heard_at=_t(h.get("heard_at")), beat_at=_t(h.get("beat_at")),
+                    paused_until=_t(h.get("paused_until")), resumed_at=_t(h.get("resumed_at")),
+                    sampled_at=_t(h.get("sampled_at")), io_at=_t(h.get("io_at")),
+                    active_at=_t(h.get("active_at")), wrote_at=_t(h.get("wrote_at")),
+                    step=None if step is None else int(step),
+                    proc=h.get("proc"),
+                    resumed_gap_s=None if gap is None else float(gap),
+                    arrived_seq=None if seq is None else int(seq),
+                    arrived_name=h.get("arrived_name"))
 
     def _shard_items(self, key: str) -> Iterator[dict]:
         """Every item of one shard, page after page (a Query stops at 1 MB)."""

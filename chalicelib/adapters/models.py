@@ -266,38 +266,22 @@ class TenantModel(Model):
 
 
 class HeartbeatModel(Model):
+    """One item per host of an attempt: the ranks it runs, each rank's record
+    in ``ranks`` under ``<code><rank>`` keys (adapters/heartbeat_store.FIELDS)."""
     class Meta(_Meta):
         table_name = "gpujobs-unbound-heartbeats"
 
+    #: ``<job>#<attempt>#<rank // 512>`` of the host's lowest rank
     shard_key = UnicodeAttribute(hash_key=True)
+    #: the host's lowest rank in the attempt (fixed: placement never changes)
     rank = NumberAttribute(range_key=True)
     node_id = UnicodeAttribute()
-    #: the collector's receive time: the only time that decides liveness
-    heard_at = UnicodeAttribute(null=True)
-    #: heard_at minus the agent-measured age of the beat (ordering hint only)
-    beat_at = UnicodeAttribute(null=True)
-    step = NumberAttribute(null=True)
-    #: the sender's clock, and sender minus receiver, kept for diagnosis only
-    sent_at = UnicodeAttribute(null=True)
-    offset_s = NumberAttribute(null=True)
-    #: collector time a declared pause ends, and why
-    paused_until = UnicodeAttribute(null=True)
-    pause_reason = UnicodeAttribute(null=True)
     ttl_epoch = NumberAttribute(null=True)
-    #: the host's latest sample of the rank's process tree, its receive time,
-    #: and the receive times of the latest samples showing real I/O / any work
-    proc = FastJSONAttribute(null=True)
-    sampled_at = UnicodeAttribute(null=True)
-    io_at = UnicodeAttribute(null=True)
-    active_at = UnicodeAttribute(null=True)
-    #: ... showing real-rate writes (a checkpoint); the end and length of the
-    #: rank's last long silence, as its agent reported them
-    wrote_at = UnicodeAttribute(null=True)
-    resumed_at = UnicodeAttribute(null=True)
-    resumed_gap_s = NumberAttribute(null=True)
-    #: the last collective the rank arrived at (the culprit's evidence)
-    arrived_seq = NumberAttribute(null=True)
-    arrived_name = UnicodeAttribute(null=True)
+    #: raw map, ``h12`` -> rank 12's heard_at, ``s12`` -> its step, ...: the
+    #: collector's receive time (the only time that decides liveness), the
+    #: beat's time on it, the step, a declared pause, the host's latest
+    #: process sample and its times, the rank's last collective
+    ranks: MapAttribute[str, Any] = MapAttribute(null=True)
 
 
 class CollectorModel(Model):

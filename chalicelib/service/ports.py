@@ -179,10 +179,12 @@ class JobTables(Jobs, Attempts, Outbox, Transitions, Pipelines, Protocol):
 
 
 class HeartbeatStore(Protocol):
-    """One record per rank of an attempt, in and out as domain/stall.py's Beat."""
+    """One record per rank of an attempt, in and out as domain/stall.py's Beat
+    (stored together per host: ``first_rank_of``, node -> its lowest rank in
+    the attempt, names the host's record)."""
 
     def record(self, job_id: str, attempt: int, entries: Sequence[Beat],
-               now: datetime) -> None:
+               now: datetime, first_rank_of: Mapping[str, int]) -> None:
         """What one post said of its ranks, received at ``now``: each beat
         (``heard_at`` set) replaces its rank's record; each other entry (a
         declared pause, a process sample) is merged into it, the last beat's

@@ -229,7 +229,8 @@ def test_a_throttled_write_is_503_with_retry_after(iso, iso_client, tenants, run
     dispatch = SharedConnection.dispatch
 
     def throttled(self, operation, request):
-        if operation == "BatchWriteItem":  # what botocore raises once its retries are spent
+        # what botocore raises once its retries are spent
+        if operation == "UpdateItem" and "heartbeats" in request["TableName"]:
             raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException",
                                          "Message": "slow"}}, operation)
         return dispatch(self, operation, request)
@@ -367,3 +368,45 @@ def test_a_ranks_token_is_bound_to_its_job_and_page_size_is_checked(iso, iso_cli
     for bad in ("0", "65537", "x"):
         r = iso_client.http.get(f"/v1/jobs/{job_id}/ranks?page_size={bad}", headers=h)
         assert r.status_code == 400 and r.json_body["field"] == "page_size"
+
+
+def test_a_hosts_beat_of_8_ranks_is_one_write_of_one_item_under_1_kb(iso, iso_client, tenants,
+                                                                      monkeypatch):
+    """The floor of docs/deploy.md: what a host's post must make durable (each
+    rank's last step, the collector's receive time) is one item of under 1 KB,
+    1 WRU, written by one request, whatever the agent sends beside it."""
+    import boto3
+
+    from bench.harness import item_size
+    from chalicelib.adapters.aws import SharedConnection
+    from chalicelib.adapters.models import HeartbeatModel
+
+    iso.nodes.register(AGENT, "n8", {"gpus": 8})
+    job_id, by_node = placed(iso, iso_client, tenants, ranks=8)
+    assert list(by_node) == ["n8"]
+    event(iso_client, tenants, job_id, 1, {"type": "STARTED", "ranks": by_node["n8"],
+                                           "node_id": "n8"})
+    writes: list[str] = []
+    dispatch = SharedConnection.dispatch
+
+    def counted(self, operation, request):
+        if "heartbeats" in str(request.get("TableName")):
+            writes.append(operation)
+        return dispatch(self, operation, request)
+
+    monkeypatch.setattr(SharedConnection, "dispatch", counted)
+    for step in (10**9, 10**9 + 1):  # the first makes the item, the second is the steady state
+        writes.clear()
+        r = beat(iso_client, tenants, job_id, list(range(8)), step=step, age_s=0.25,
+                 sent_at="2026-12-01T03:04:05.678Z")
+        assert r.status_code == 202
+    assert writes == ["UpdateItem"]
+    dynamodb = boto3.client("dynamodb", endpoint_url=iso.config.endpoint_url,
+                            region_name="us-east-1")
+    [item] = dynamodb.scan(TableName=HeartbeatModel.Meta.table_name,
+                           ScanFilter={"shard_key": {"ComparisonOperator": "BEGINS_WITH",
+                                                     "AttributeValueList": [{"S": job_id}]}}
+                           )["Items"]
+    assert item_size(item) < 1024, f"{item_size(item)} bytes: more than 1 WRU a beat"
+    [view] = [v for v in ranks_view(iso_client, tenants, job_id)["ranks"] if v["rank"] == 7]
+    assert view["step"] == 10**9 + 1

@@ -15,6 +15,15 @@ def _placement(ports, ranks: int) -> tuple[str, dict[int, str]]:
     return ports.job().job_id, {r: ports.node_id(r % 2) for r in range(ranks)}
 
 
+def _record(ports, job_id: str, node_of: dict[int, str], entries: list[Beat], at) -> None:
+    """One post of attempt 1, with each node's lowest rank as the heartbeat
+    service passes it."""
+    first: dict[str, int] = {}
+    for rank, node in sorted(node_of.items(), reverse=True):
+        first[node] = rank
+    ports.beats.record(job_id, 1, entries, at, first)
+
+
 def _beat(node_of: dict[int, str], rank: int, at, **fields) -> Beat:
     """A beat of ``rank`` received at ``at``."""
     return Beat(rank, node_of[rank], heard_at=at, **fields)
@@ -29,11 +38,11 @@ def test_each_rank_reads_back_its_own_last_beat(ports):
     """Invariant 4 rests on it: the scan judges each rank by its own receive time."""
     job_id, node_of = _placement(ports, 4)
     t0 = utcnow()
-    ports.beats.record(job_id, 1, [_beat(node_of, 0, t0, step=7,
+    _record(ports, job_id, node_of, [_beat(node_of, 0, t0, step=7,
                                          beat_at=t0 - timedelta(seconds=1)),
                                    _beat(node_of, 2, t0, step=3)], t0)
     t5 = t0 + timedelta(seconds=5)
-    ports.beats.record(job_id, 1, [_beat(node_of, 1, t5, step=9)], t5)
+    _record(ports, job_id, node_of, [_beat(node_of, 1, t5, step=9)], t5)
     beats = ports.beats.read(job_id, 1, node_of)
     assert [(b.rank, b.node_id) for b in beats] == sorted(node_of.items())
     assert [b.heard_at for b in beats] == [ms(t0), ms(t5), ms(t0), None]
@@ -46,10 +55,10 @@ def test_a_new_beat_replaces_the_last_one(ports):
     job_id, node_of = _placement(ports, 1)
     t0 = utcnow()
     until = t0 + timedelta(seconds=60)
-    ports.beats.record(job_id, 1, [_beat(node_of, 0, t0, step=1, paused_until=until,
+    _record(ports, job_id, node_of, [_beat(node_of, 0, t0, step=1, paused_until=until,
                                          pause_reason="eval")], t0)
     t3 = t0 + timedelta(seconds=3)
-    ports.beats.record(job_id, 1, [_beat(node_of, 0, t3, step=2)], t3)
+    _record(ports, job_id, node_of, [_beat(node_of, 0, t3, step=2)], t3)
     [beat] = ports.beats.read(job_id, 1, node_of)
     assert (beat.step, beat.heard_at, beat.paused_until) == (2, ms(t3), None)
 
@@ -57,15 +66,15 @@ def test_a_new_beat_replaces_the_last_one(ports):
 def test_a_pause_or_a_sample_does_not_touch_the_last_beat(ports):
     job_id, node_of = _placement(ports, 2)
     t0 = utcnow()
-    ports.beats.record(job_id, 1, [_beat(node_of, 0, t0, step=5)], t0)
+    _record(ports, job_id, node_of, [_beat(node_of, 0, t0, step=5)], t0)
     until = t0 + timedelta(seconds=600)
     t1 = t0 + timedelta(seconds=1)
-    ports.beats.record(job_id, 1, [_note(node_of, 0, paused_until=until,
+    _record(ports, job_id, node_of, [_note(node_of, 0, paused_until=until,
                                          pause_reason="checkpoint"),
                                    _note(node_of, 1, paused_until=until,
                                          pause_reason="checkpoint")], t1)
     sampled = t0 + timedelta(seconds=2)
-    ports.beats.record(job_id, 1, [_note(node_of, 0, proc={"cpu": 0.5}, sampled_at=sampled,
+    _record(ports, job_id, node_of, [_note(node_of, 0, proc={"cpu": 0.5}, sampled_at=sampled,
                                          active_at=sampled)], sampled)
     paused, never = ports.beats.read(job_id, 1, node_of)
     assert (paused.heard_at, paused.step, paused.paused_until) == (ms(t0), 5, ms(until))
@@ -79,10 +88,10 @@ def test_a_later_sample_keeps_the_earlier_samples_times_it_has_none_of(ports):
     active: an idle sample must not erase the evidence of a checkpoint."""
     job_id, node_of = _placement(ports, 1)
     t0 = utcnow()
-    ports.beats.record(job_id, 1, [_note(node_of, 0, proc={"io_bps": 1 << 30}, sampled_at=t0,
+    _record(ports, job_id, node_of, [_note(node_of, 0, proc={"io_bps": 1 << 30}, sampled_at=t0,
                                          io_at=t0, wrote_at=t0, active_at=t0)], t0)
     t9 = t0 + timedelta(seconds=9)
-    ports.beats.record(job_id, 1, [_note(node_of, 0, proc={"cpu": 0.0}, sampled_at=t9)], t9)
+    _record(ports, job_id, node_of, [_note(node_of, 0, proc={"cpu": 0.0}, sampled_at=t9)], t9)
     [beat] = ports.beats.read(job_id, 1, node_of)
     assert (beat.proc, beat.sampled_at) == ({"cpu": 0.0}, ms(t9))
     assert (beat.io_at, beat.wrote_at, beat.active_at) == (ms(t0), ms(t0), ms(t0))
@@ -94,7 +103,7 @@ def test_a_pause_in_a_beat_is_kept_with_it(ports):
     t0 = utcnow()
     until = t0 + timedelta(seconds=60)
     wrote, resumed = t0 - timedelta(seconds=3), t0 - timedelta(seconds=1)
-    ports.beats.record(job_id, 1, [_beat(node_of, 0, t0, step=1, paused_until=until,
+    _record(ports, job_id, node_of, [_beat(node_of, 0, t0, step=1, paused_until=until,
                                          pause_reason="eval", arrived_seq=4,
                                          arrived_name="all_reduce", wrote_at=wrote,
                                          resumed_at=resumed, resumed_gap_s=12.5,
@@ -111,7 +120,7 @@ def test_every_beat_of_a_post_larger_than_one_batch_is_stored(ports):
     shards: a rank whose beat was dropped would be judged silent."""
     job_id, node_of = _placement(ports, SHARD_RANKS + 40)
     t0 = utcnow()
-    ports.beats.record(job_id, 1, [_beat(node_of, r, t0, step=r) for r in node_of], t0)
+    _record(ports, job_id, node_of, [_beat(node_of, r, t0, step=r) for r in node_of], t0)
     beats = ports.beats.read(job_id, 1, node_of)
     assert [b.step for b in beats] == list(node_of)
     assert {b.heard_at for b in beats} == {ms(t0)}

@@ -1,5 +1,6 @@
 """The scan's read of an attempt's heartbeats (adapters/heartbeat_store.py):
-raw items through the codec, every page of every shard, strongly consistent."""
+raw items through the codec, each a host's ranks, every page of every shard,
+strongly consistent."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -10,9 +11,14 @@ from chalicelib.adapters.models import HeartbeatModel
 T0 = datetime(2026, 12, 1, 3, 4, 5, 678000, tzinfo=timezone.utc)
 
 
-def _item(rank: int, **values) -> dict:
+def _item(rank: int, proc: dict | None = None) -> dict:
+    """A host holding one rank (here: each rank its own host, so the pages cut
+    between hosts), its record as the store writes it."""
+    ranks = {f"h{rank}": "2026-12-01T03:04:05.678Z", f"s{rank}": rank}
+    if proc is not None:
+        ranks[f"c{rank}"] = proc
     return HeartbeatModel(shard_key=f"j#1#{rank // SHARD_RANKS}", rank=rank, node_id="n",
-                          heard_at="2026-12-01T03:04:05.678Z", **values).serialize()
+                          ranks=ranks).serialize()
 
 
 class _Pages:
@@ -39,7 +45,7 @@ def test_every_page_of_every_shard_is_read_strongly_consistent():
     later page missed would be judged never heard, a false stall."""
     ranks = [0, 1, 2, 3, 4, SHARD_RANKS, SHARD_RANKS + 1]
     world = SHARD_RANKS + 3
-    conn = _Pages([_item(r, step=r, proc={"cpu": 0.5} if r == 4 else None) for r in ranks])
+    conn = _Pages([_item(r, proc={"cpu": 0.5} if r == 4 else None) for r in ranks])
     beats = DynamoHeartbeatStore(conn).read("j", 1, {r: f"n{r % 2}" for r in range(world)})
     assert [b.rank for b in beats if b.heard_at is not None] == ranks
     assert all(b.heard_at == T0 for b in beats if b.rank in ranks)

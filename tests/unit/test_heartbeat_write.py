@@ -1,88 +1,107 @@
-"""The heartbeat store's writes (adapters/heartbeat_store.py), as requests:
-a post's beats in BatchWriteItems of 25 with what DynamoDB leaves unprocessed
-sent again, and an entry that is not a beat as one update of what it has."""
+"""The heartbeat store's writes (adapters/heartbeat_store.py), as requests: a
+host's post is one UpdateItem of the host's item (the floor of docs/deploy.md:
+one item per host per beat), a beat replaces its rank's record, an entry that
+is not a beat sets only what it has, and a host's first write makes its item."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-import pytest
-from pynamodb.exceptions import PutError
+from botocore.exceptions import ClientError
 
-from chalicelib.adapters.dynamo import BATCH_SENDS
-from chalicelib.adapters.dynamo_errors import dependency_failure
-from chalicelib.adapters.heartbeat_store import DynamoHeartbeatStore
+from chalicelib.adapters.heartbeat_store import RANKS_PER_WRITE, DynamoHeartbeatStore
 from chalicelib.domain.stall import Beat
 
 T0 = datetime(2026, 12, 1, 3, 4, 5, 678000, tzinfo=timezone.utc)
 
 
-class _Unprocessed:
-    """A connection whose BatchWriteItem leaves the last ``left[i]`` items of
-    its i-th request unprocessed (none once the list is spent)."""
+class _Connection:
+    """Records every request; the first ``missing`` conditional updates fail
+    as DynamoDB answers when the host's item does not exist yet."""
 
-    def __init__(self, *left: int) -> None:
-        self.left, self.requests = list(left), []
+    def __init__(self, missing: int = 0) -> None:
+        self.requests: list[tuple[str, dict]] = []
+        self.missing = missing
 
     def dispatch(self, operation: str, request: dict) -> dict:
         self.requests.append((operation, request))
-        if operation != "BatchWriteItem":
-            return {}
-        [(table, puts)] = request["RequestItems"].items()
-        n = self.left.pop(0) if self.left else 0
-        return {"UnprocessedItems": {table: puts[len(puts) - n:]} if n else {}}
+        if self.missing and "ConditionExpression" in request:
+            self.missing -= 1
+            raise ClientError({"Error": {"Code": "ConditionalCheckFailedException"}},
+                              operation)
+        return {}
 
 
-def _beats(n: int) -> list[Beat]:
-    return [Beat(r, "n", heard_at=T0, step=r) for r in range(n)]
+def _set(request: dict) -> dict[str, dict]:
+    """The ``ranks`` entries a request SETs: key -> raw value."""
+    names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
+    sets = request["UpdateExpression"].split(" REMOVE ")[0].removeprefix("SET ").split(", ")
+    out = {}
+    for clause in sets:
+        path, value = clause.split(" = ")
+        if path.startswith("#ranks."):
+            out[names[path.removeprefix("#ranks.")]] = values[value]
+    return out
 
 
-def _ranks(request: dict) -> list[int]:
-    [puts] = request["RequestItems"].values()
-    return [int(p["PutRequest"]["Item"]["rank"]["N"]) for p in puts]
+def _removed(request: dict) -> set[str]:
+    names = request["ExpressionAttributeNames"]
+    _, _, removes = request["UpdateExpression"].partition(" REMOVE ")
+    return {names[p.removeprefix("#ranks.")] for p in removes.split(", ") if p}
 
 
-def test_a_post_is_written_25_items_a_request_and_the_unprocessed_sent_again():
-    conn = _Unprocessed(0, 3)
-    DynamoHeartbeatStore(conn).record("j", 1, _beats(30), T0)
-    sent = [_ranks(r) for _, r in conn.requests]
-    assert sent == [list(range(25)), list(range(25, 30)), [27, 28, 29]]
+def test_a_hosts_post_of_8_ranks_is_one_update_of_its_one_item():
+    conn = _Connection()
+    node_of = {r: "n1" if r < 8 else "n2" for r in range(16)}
+    beats = [Beat(r, node_of[r], heard_at=T0, step=r) for r in range(8)]
+    DynamoHeartbeatStore(conn).record("j", 1, beats, T0, {"n1": 0, "n2": 8})
+    [(op, request)] = conn.requests
+    assert op == "UpdateItem" and request["Key"] == {"shard_key": {"S": "j#1#0"},
+                                                     "rank": {"N": "0"}}
+    assert {k: v for k, v in _set(request).items() if k.startswith("s")} == {
+        f"s{r}": {"N": str(r)} for r in range(8)}
+    assert request["ConditionExpression"] == "attribute_exists(#ranks)"
 
 
-def test_items_still_unprocessed_after_every_send_are_a_503_not_a_lost_beat():
-    """A beat must never vanish silently: the agent is told to retry."""
-    conn = _Unprocessed(*[1] * BATCH_SENDS)
-    with pytest.raises(PutError) as e:
-        DynamoHeartbeatStore(conn).record("j", 1, _beats(2), T0)
-    assert len(conn.requests) == BATCH_SENDS
-    assert dependency_failure(e.value)
+def test_a_host_with_more_ranks_than_one_write_takes_writes_of_its_item():
+    conn = _Connection()
+    beats = [Beat(r, "n", heard_at=T0, step=r) for r in range(30)]
+    DynamoHeartbeatStore(conn).record("j", 1, beats, T0, {"n": 0})
+    assert len(conn.requests) == -(-30 // RANKS_PER_WRITE)
+    assert {r["Key"]["rank"]["N"] for _, r in conn.requests} == {"0"}, "one item"
+    steps = {k for _, r in conn.requests for k in _set(r) if k.startswith("s")}
+    assert steps == {f"s{r}" for r in range(30)}
 
 
-def test_a_beat_item_holds_the_receive_time_and_the_sender_offset_beside_it():
-    conn = _Unprocessed()
+def test_a_beat_holds_the_receive_time_and_the_sender_offset_and_keys_by_the_hosts_rank():
+    conn = _Connection()
     sent = T0 + timedelta(seconds=2.5)
-    DynamoHeartbeatStore(conn).record("j", 1, [Beat(600, "n7", heard_at=T0, sent_at=sent)], T0)
+    DynamoHeartbeatStore(conn).record("j", 1, [Beat(600, "n7", heard_at=T0, sent_at=sent)],
+                                      T0, {"n7": 520})
     [(_, request)] = conn.requests
-    [puts] = request["RequestItems"].values()  # the one table, whatever name it is bound to
-    [put] = puts
-    item = put["PutRequest"]["Item"]
-    assert (item["shard_key"], item["node_id"], item["heard_at"]) == (
-        {"S": "j#1#1"}, {"S": "n7"}, {"S": "2026-12-01T03:04:05.678Z"})
-    assert (item["offset_s"], item["ttl_epoch"]) == (
-        {"N": "2.5"}, {"N": str(int((T0 + timedelta(days=7)).timestamp()))})
+    assert request["Key"] == {"shard_key": {"S": "j#1#1"}, "rank": {"N": "520"}}
+    written = _set(request)
+    assert (written["h600"], written["o600"]) == ({"S": "2026-12-01T03:04:05.678Z"},
+                                                  {"N": "2.5"})
+    values = request["ExpressionAttributeValues"]
+    assert (values[":node_id"], values[":ttl_epoch"]) == (
+        {"S": "n7"}, {"N": str(int((T0 + timedelta(days=7)).timestamp()))})
+    assert "p600" in _removed(request), "a beat replaces the rank's record: its pause ends"
 
 
-def test_an_entry_that_is_not_a_beat_updates_only_what_it_has():
-    conn = _Unprocessed()
+def test_an_entry_that_is_not_a_beat_sets_only_what_it_has():
+    conn = _Connection()
     DynamoHeartbeatStore(conn).record("j", 1, [
         Beat(0, "n", paused_until=T0, pause_reason="ckpt"),
-        Beat(1, "n", proc={"cpu": 1.0}, sampled_at=T0, active_at=T0)], T0)
-    (op0, pause), (op1, sample) = conn.requests
-    assert op0 == op1 == "UpdateItem"
-    assert pause["UpdateExpression"] == ("SET #node_id = :node_id, #ttl_epoch = :ttl_epoch, "
-                                         "#paused_until = :paused_until, "
-                                         "#pause_reason = :pause_reason")
-    assert sample["UpdateExpression"] == ("SET #node_id = :node_id, #ttl_epoch = :ttl_epoch, "
-                                          "#proc = :proc, #sampled_at = :sampled_at, "
-                                          "#active_at = :active_at")
-    assert "#heard_at" not in pause["ExpressionAttributeNames"], "the last beat stands"
-    assert sample["Key"] == {"shard_key": {"S": "j#1#0"}, "rank": {"N": "1"}}
+        Beat(1, "n", proc={"cpu": 1.0}, sampled_at=T0, active_at=T0)], T0, {"n": 0})
+    [(_, request)] = conn.requests
+    assert set(_set(request)) == {"p0", "pr0", "c1", "sa1", "a1"}
+    assert not _removed(request), "the last beat stands"
+
+
+def test_a_hosts_first_write_makes_its_item_then_writes():
+    conn = _Connection(missing=1)
+    DynamoHeartbeatStore(conn).record("j", 1, [Beat(3, "n", heard_at=T0, step=1)], T0,
+                                      {"n": 3})
+    (_, first), (_, make), (_, again) = conn.requests
+    assert make["UpdateExpression"] == "SET #ranks = if_not_exists(#ranks, :empty)"
+    assert first == again and make["Key"] == first["Key"]

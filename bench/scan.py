@@ -14,7 +14,7 @@ services, except for the history:
 * ``plain`` (Stage ``sc0``): 50 nodes of 64 h100 GPUs register; 50 jobs of 64
   ranks x 1 GPU are created, placed by ``services.placer.run()`` (one node
   each), report STARTED for all their ranks and post one heartbeat for every
-  rank (``services.heartbeats.ingest``): 50 RUNNING jobs, 3,200 heartbeat items.
+  rank (``services.heartbeats.ingest``): 50 RUNNING jobs, 3,200 ranks in 50 host items.
 * ``history`` (Stage ``sc1``): first one job runs to the end through the
   services: created, placed, STARTED, a heartbeat for every rank, then EXITED
   0 for every rank, so it is SUCCEEDED and its heartbeat items (stamped a
@@ -299,11 +299,18 @@ class Stack:
         return sum(page["Count"] for page in self.ddb.get_paginator("scan").paginate(
             TableName=table, Select="COUNT"))
 
+    def rank_records(self) -> int:
+        """The ranks the heartbeats table holds a beat of (an item is a host's)."""
+        return sum(sum(1 for k in item.get("ranks", {}).get("M", {})
+                       if k[0] == "h" and k[1:].isdigit())
+                   for page in self.ddb.get_paginator("scan").paginate(
+                       TableName=self.cfg.heartbeats_table) for item in page["Items"])
+
     def check(self, running: int, ranks: int, history: int, history_ranks: int) -> None:
         from chalicelib.adapters.models import NodeModel
 
         self.items = {"jobs": self.count(self.cfg.jobs_table),
-                      "heartbeats": self.count(self.cfg.heartbeats_table),
+                      "heartbeats": self.rank_records(),
                       "attempts": self.count(self.cfg.attempts_table),
                       "outbox": self.count(self.cfg.outbox_table)}
         want = {"jobs": running + history, "heartbeats": running * ranks

@@ -45,8 +45,6 @@ import re
 import sys
 from typing import Any
 
-import _quiet  # noqa: F401 - first: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -314,6 +312,7 @@ class Bench:
         out["node_call_in"] = self.count(call_in, period, http=1)
         for ranks in SIZES:
             out[f"scan_{ranks}"] = sub(out[f"scan_{ranks}"], out["scan_idle"])
+        out["bench_nodes"] = self.nodes + 1
         out["item_bytes"] = {"job": self.job_bytes,
                              "node": self.size(s.config.nodes_table,
                                                {"node_id": {"S": SPARE}})}
@@ -406,7 +405,7 @@ def measure() -> dict:
 def table(counts: dict) -> None:
     print(f"{'operation':<22} {'HTTP':>5} {'WRU':>7} {'RRU':>7}  DynamoDB / SQS requests")
     for name, c in counts.items():
-        if "requests" in c and "keys" in c:
+        if isinstance(c, dict) and "keys" in c:
             reqs = ", ".join(f"{k.split(':')[1]} {v:g}" for k, v in c["requests"].items())
             print(f"{name:<22} {c['http']:>5g} {c['wru']:>7g} {c['rru']:>7g}  {reqs}")
     p = counts["per_host_interval"]
@@ -416,6 +415,8 @@ def table(counts: dict) -> None:
 
 
 def main() -> None:
+    import _quiet  # noqa: F401 - before the app: no INFO logs or EMF records unless GPUJOBS_VERBOSE=1
+
     ap = harness.parser(__doc__)
     ap.add_argument("--write", metavar="FILE", help="record the counts (docs/op_counts.json)")
     args = ap.parse_args()

@@ -112,27 +112,22 @@ class Meter(harness.write_units):
                 print(f"!! read meter failed on {operation}: {e!r}", file=sys.stderr)
 
     def _after(self, status: int, targets: list) -> None:
-        table0 = dict(self.by_table)
-        super()._after(status, targets)
-        for name, units in self.by_table.items():
-            gained = units - table0.get(name, 0)
-            if gained:
-                self.keys["w"][self._key_name(name, targets)] += gained
+        for target in targets:   # one at a time: each item's units go to its own key
+            table0 = dict(self.by_table)
+            super()._after(status, [target])
+            for name, units in self.by_table.items():
+                if units - table0.get(name, 0):
+                    self.keys["w"][self._key_name(name, target)] += units - table0.get(name, 0)
 
-    def _key_name(self, name: str, targets: list) -> str:
-        """``table|hash key`` or ``table/index|index hash key`` of the write
-        (the first target's, when one request wrote several items of a table)."""
+    def _key_name(self, name: str, target: tuple) -> str:
+        """``table|hash key`` or ``table/index|index hash key`` of a written item."""
         table, _, index = name.partition("/")
         schema = self.schema(table)
         attr = schema["indexes"][index] if index else schema["hash"]
-        for t, key, _tx, _check, old in targets:
-            if t != table:
-                continue
-            new = harness.moto_item(table, key) or {}
-            value = new.get(attr) or (old or {}).get(attr) or key.get(attr)
-            if value is not None:
-                return f"{name}|{generic(next(iter(value.values())))}"
-        return f"{name}|?"
+        _, key, _tx, _check, old = target
+        new = harness.moto_item(table, key) or {}
+        value = new.get(attr) or (old or {}).get(attr) or key.get(attr)
+        return f"{name}|{generic(next(iter(value.values()))) if value else '?'}"
 
     _schemas: dict[str, dict] = {}
 
@@ -159,7 +154,8 @@ class Meter(harness.write_units):
                 units = read_units([item_size(item)], consistent, per_item=True)
                 units *= 2 if operation == "TransactGetItems" else 1
                 self.rru += units
-                self.keys["r"][f"{table}|{generic(next(iter(key[self.schema(table)['hash']].values())))}"] += units
+                value = key[self.schema(table)["hash"]]
+                self.keys["r"][f"{table}|{generic(next(iter(value.values())))}"] += units
             return
         texts = [params.get("KeyConditionExpression", "")]
         again = _used(params, texts)

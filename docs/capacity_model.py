@@ -2,10 +2,15 @@
 
     python docs/capacity_model.py            # the tables in docs/deploy.md
 
-Every input is a named constant below; change one and re-run. Prices are
-AWS us-east-1 list prices as of the author's knowledge (late 2024 / 2025),
-without free tiers, savings plans or reserved capacity: check the current
-pricing pages before relying on them.
+What each operation costs (HTTP requests, DynamoDB and SQS requests, write
+and read units, and the keys it writes and reads) is not typed in here: it is
+counted on moto by running the real service code, ``python bench/op_counts.py
+--write docs/op_counts.json``, and read from that file
+(tests/test_capacity_model.py fails when the file differs from a fresh count).
+The inputs below are the fleet, the workload mix, Lambda's durations and the
+prices. Prices are AWS us-east-1 list prices as of the author's knowledge
+(late 2024 / 2025), without free tiers, savings plans or reserved capacity:
+check the current pricing pages before relying on them.
 """
 from __future__ import annotations
 
@@ -17,30 +22,30 @@ from datetime import datetime, timezone
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 # the fan-out's own threshold, shard sizing and packing, so the model cannot drift from it
+from chalicelib.adapters import heartbeat_store  # noqa: E402
 from chalicelib.domain.jobs import Job  # noqa: E402
 from chalicelib.domain.states import JobState  # noqa: E402
+from chalicelib.service.scan import MAX_JOBS_PER_SCAN  # noqa: E402
 from chalicelib.service.scan_fanout import RANK_COST_S, ScanFanout  # noqa: E402
 
+COUNTS_FILE = pathlib.Path(__file__).resolve().parent / "op_counts.json"
 SCALES = (1_000, 10_000, 100_000)          # GPUs
 GPUS_PER_HOST = 8
 INTERVAL_S = 10                           # rank heartbeat interval (one POST per host)
 NODE_INTERVAL_S = 10                      # node call-in (PUT /v1/nodes/{id}) per host
 SECONDS_PER_MONTH = 730 * 3600            # AWS bills a month as 730 hours
 
-# Job mix: share of GPUs, ranks (1 GPU each, 8 per host), mean run time (h)
+# Job mix: share of GPUs, ranks (1 GPU each, 8 per host), mean run time (h);
+# bench/op_counts.py counts a job of each of these sizes
 MIX = {"large": (0.50, 256, 24.0), "medium": (0.30, 64, 4.0), "small": (0.20, 8, 1.0)}
 GET_PER_RUNNING_JOB_PER_MIN = 1           # users and dashboards reading a job
 CANCEL_SHARE = 0.10                       # host-starts that later get a CANCEL
+POLLS_PER_HOST_PER_MIN = 3                # the agent's 20-s SQS long polls of its inbox
+ESM_POLLS_PER_MIN = 5 * 3                 # the event source mappings' polls
 
-# Item sizes (bytes) and per-call work, read from the code (see docs/deploy.md)
-HEARTBEAT_ITEM = 250
-JOB_ITEM = 3_000
-NODE_ITEM = 600
-JOB_GET_RRU = {"large": 2, "medium": 1, "small": 1}   # consistent GetItem of the job
-ATTEMPT_RRU = {"large": 3, "medium": 1, "small": 1}   # consistent GetItem of the attempt
-NODE_GSIS_WRITTEN_PER_CALL_IN = 2         # ready_by_type + ready_any, ProjectionType ALL
-WRU_PER_JOB, WRU_PER_HOST_START = 50, 34  # lifecycle writes incl. transactions' 2x and GSIs
-MAX_JOBS_PER_SCAN = 5000                  # scan.py
+# DynamoDB's per-partition limits, and the targets of issue 30 (at 100,000 GPUs)
+KEY_WRITES_PER_S, KEY_READS_PER_S = 1_000, 3_000
+TARGET_MONTH, TARGET_PER_1000_GPU_H = 9_500, 0.13
 
 # Lambda: memory (GB) and mean billed duration (s)
 API_GB, HB_S, NODE_S, OTHER_S = 0.5, 0.035, 0.035, 0.060
@@ -60,7 +65,6 @@ SCAN_GET_S, SCAN_QUERY_S = 0.005, 0.010   # DynamoDB latency: GetItem; Query of 
 HB_SHARD_RANKS = 512                      # heartbeat_store.SHARD_RANKS
 PLACE_RUN_S = 0.5
 API_CONCURRENCY_PER_RPS = 0.036           # ~ mean duration: containers per request/s
-ENSURE_EVERY_S = 600                      # nodes.py: CreateQueue per node per process
 
 # Prices, us-east-1 list (USD)
 APIGW_REST_TIERS = [(333e6, 3.50), (667e6, 2.80), (19e9, 2.38), (math.inf, 1.51)]
@@ -122,56 +126,100 @@ def scan(running: dict[str, float]) -> dict:
             "sequential_s": SCAN_FIXED_S + sum(judge_s(r, shard=False) for r in ranks.values())}
 
 
-def model(gpus: int) -> dict:
-    hosts = gpus / GPUS_PER_HOST
-    running = {k: gpus * share / ranks for k, (share, ranks, _) in MIX.items()}
-    jobs = sum(running.values())
-    starts_h = sum(running[k] / MIX[k][2] for k in MIX)
-    host_starts_h = sum(running[k] / MIX[k][2] * MIX[k][1] / GPUS_PER_HOST for k in MIX)
-    host_share = {k: gpus * MIX[k][0] / GPUS_PER_HOST / hosts for k in MIX}
+def counts() -> dict:
+    return json.loads(COUNTS_FILE.read_text())
 
-    hb = hosts / INTERVAL_S
+
+def load(c: dict, counted: dict, rates: list[tuple[str, float, float, float]]) -> dict:
+    """Writes/s and reads/s on every key, from each operation's counted keys and
+    its rate: ``(operation, per s in all, per s on one job, per s on one node)``.
+    A key with ``<job>`` in it takes the one-job rate (the largest job's
+    operations), ``<node>`` the one-node rate, any other (a constant such as
+    ``"1"`` or a state, or ``<tenant>``: one tenant's all) the whole rate."""
+    keys: dict[str, list[float]] = {}
+    for op, total, job, node in rates:
+        for rw, i in (("w", 0), ("r", 1)):
+            for key, units in counted[op]["keys"][rw].items():
+                rate = job if "<job>" in key else node if "<node>" in key else total
+                if key.endswith("nodes|<scan>"):   # the nodes table is read whole
+                    units *= c["hosts"] / counted["bench_nodes"]
+                keys.setdefault(key.split("-", 2)[-1], [0.0, 0.0])[i] += units * rate
+    return keys
+
+
+def model(gpus: int, counted: dict | None = None) -> dict:
+    k = counted or counts()
+    hosts = gpus / GPUS_PER_HOST
+    running = {m: gpus * share / ranks for m, (share, ranks, _) in MIX.items()}
+    size = {m: MIX[m][1] for m in MIX}
+    jobs = sum(running.values())
+    starts_h = sum(running[m] / MIX[m][2] for m in MIX)
+    host_starts_h = sum(running[m] / MIX[m][2] * size[m] / GPUS_PER_HOST for m in MIX)
+    # a job's life, counted for a job of one host and of two: per job and per host
+    one, two = k["lifecycle_1_host"], k["lifecycle_2_host"]
+    per_host = {f: two[f] - one[f] for f in ("http", "wru", "rru")}
+    per_job = {f: one[f] - per_host[f] for f in per_host}
+    sqs_host = {q: two["requests"].get(q, 0) - one["requests"].get(q, 0)
+                for q in two["requests"] if q.startswith("sqs:")}
+    sqs_job = {q: one["requests"].get(q, 0) - sqs_host.get(q, 0)
+               for q in one["requests"] if q.startswith("sqs:")}
+
+    hb = {m: running[m] * size[m] / GPUS_PER_HOST / INTERVAL_S for m in MIX}  # posts/s
     node = hosts / NODE_INTERVAL_S
-    gets = jobs * GET_PER_RUNNING_JOB_PER_MIN / 60
-    lifecycle = (starts_h + 2 * host_starts_h) / 3600     # create + STARTED/EXITED per host
-    api = hb + node + gets + lifecycle
+    gets = {m: running[m] * GET_PER_RUNNING_JOB_PER_MIN / 60 for m in MIX}
+    life = {f: (per_job[f] * starts_h + per_host[f] * host_starts_h) / 3600 for f in per_job}
+
+    def per_op(field: str) -> dict:
+        return {"hb": sum(hb[m] * k[f"heartbeat_post_{size[m]}"][field] for m in MIX),
+                "node": node * k["node_call_in"][field],
+                "gets": sum(gets[m] * k[f"get_job_{size[m]}"][field] for m in MIX),
+                "life": life[field]}
+
+    http = per_op("http")
+    api = sum(http.values())
     containers = api * API_CONCURRENCY_PER_RPS
 
     sc = scan(running)
-    reconcile_s = 0.1 + hosts * NODE_ITEM / 1e6 * 0.1    # Scan pages of 1 MB, ~0.1 s each
+    node_bytes = k["item_bytes"]["node"]
+    reconcile_s = 0.1 + hosts * node_bytes / 1e6 * 0.1   # Scan pages of 1 MB, ~0.1 s each
     nudges = starts_h / 3600                             # place_on_nudge, unbatched
     invocations = api + (3 + sc["shards"]) / 60 + nudges
-    gb_s = (API_GB * (hb * HB_S + node * NODE_S + (gets + lifecycle) * OTHER_S)
+    gb_s = (API_GB * ((http["hb"] * HB_S + http["node"] * NODE_S)
+                      + (http["gets"] + http["life"]) * OTHER_S)
             + (SCAN_GB * sc["scan_total_s"] + PLACE_GB * PLACE_RUN_S
                + RECONCILE_GB * reconcile_s) / 60
             + PLACE_GB * PLACE_RUN_S * nudges)
 
-    # DynamoDB writes per second
-    w_beats = hb * GPUS_PER_HOST * math.ceil(HEARTBEAT_ITEM / 1024)
-    w_nodes = node * (1 + NODE_GSIS_WRITTEN_PER_CALL_IN)
-    w_marks = min(containers, api)                       # <= 1/s per container, 8 keys
-    w_life = (WRU_PER_JOB * starts_h + WRU_PER_HOST_START * host_starts_h) / 3600
-    wru = w_beats + w_nodes + w_marks + w_life + 1 / 60
-    # DynamoDB reads per second
-    r_beats = hb * sum(host_share[k] * JOB_GET_RRU[k] for k in MIX)
-    r_nodes = node * 2                                   # two consistent GetItems per call-in
-    r_gets = gets * 1.5
-    scan_hb = sum(running[k] * math.ceil(MIX[k][1] * HEARTBEAT_ITEM / 4096) for k in MIX)
-    scan_att = sum(running[k] * ATTEMPT_RRU[k] for k in MIX)   # every scan (issue 11)
-    scan_idx = jobs * JOB_ITEM / 4096 * 0.5
-    scan_jobs = sum(running[k] * JOB_GET_RRU[k] for k in MIX) if sc["shards"] else 0
-    r_scan = (scan_hb + scan_att + scan_idx + scan_jobs + 5) / 60
-    r_reconcile = hosts * NODE_ITEM / 4096 * 0.5 / 60
-    rru = r_beats + r_nodes + r_gets + r_scan + r_reconcile
+    def scheduled(field: str) -> float:
+        """The scan, placement and reconcile runs, once a minute, per second;
+        a fanned-out scan's shards read each of their jobs again."""
+        judged = sum(running[m] * k[f"scan_{size[m]}"][field] for m in MIX)
+        again = sum(running[m] * k[f"get_job_{size[m]}"][field] for m in MIX) \
+            if sc["shards"] and field == "rru" else 0
+        nodes_scan = sum(v for key, v in k["reconcile"]["keys"]["r"].items()
+                         if key.endswith("nodes|<scan>")) if field == "rru" else 0
+        reconcile = k["reconcile"][field] + nodes_scan * (hosts / k["bench_nodes"] - 1)
+        return (k["scan_idle"][field] + judged + again + k["placement_idle"][field]
+                + reconcile) / 60
+
+    writes, reads = per_op("wru"), per_op("rru")
+    w_marks = min(containers, api)   # the ingest mark: <= 1 PutItem/s per container, < 1 KB
+    wru = sum(writes.values()) + w_marks + scheduled("wru")
+    rru = sum(reads.values()) + scheduled("rru")
 
     # SQS requests per month
-    sends = (host_starts_h * (1 + CANCEL_SHARE) + starts_h) * 730 + sc["shards"] * 60 * 730
-    polls = hosts * 3 * 60 * 730                         # 20 s long polls, idle inbox
-    deletes = host_starts_h * (1 + CANCEL_SHARE) * 730
-    esm = 5 * 3 * 60 * 730
-    create_queue = min(node, containers / 2 * hosts / ENSURE_EVERY_S) * SECONDS_PER_MONTH
-
     m = SECONDS_PER_MONTH
+    sends = ((sqs_job.get("sqs:SendMessage", 0) * starts_h
+              + sqs_host.get("sqs:SendMessage", 0) * host_starts_h
+              + CANCEL_SHARE * host_starts_h) / 3600 + sc["shards"] / 60) * m
+    polls = hosts * POLLS_PER_HOST_PER_MIN / 60 * m
+    deletes = host_starts_h * (1 + CANCEL_SHARE) / 3600 * m
+    esm = ESM_POLLS_PER_MIN / 60 * m
+    # CreateQueue: counted per call-in with one process serving the node; call-ins
+    # spread over containers / 2 processes each ensure the node on their own
+    per_call_in = k["node_call_in"]["requests"].get("sqs:CreateQueue", 0)
+    create_queue = node * min(1.0, per_call_in * max(1.0, containers / 2)) * m
+
     cost = {
         "API Gateway (REST)": tiered(api * m, APIGW_REST_TIERS),
         "Lambda requests": invocations * m / 1e6 * LAMBDA_PER_M,
@@ -182,23 +230,70 @@ def model(gpus: int) -> dict:
         "CloudWatch Logs (platform lines only)":
             invocations * m * LOG_BYTES_PER_INVOCATION / 1e9 * LOGS_PER_GB,
     }
+    largest = max(MIX, key=lambda x: size[x])
+    big = size[largest]
+    keys = load({"hosts": hosts}, k, [
+        (f"heartbeat_post_{size[x]}", hb[x], hb[x] / running[x] if x == largest else 0,
+         1 / INTERVAL_S) for x in MIX] + [
+        ("node_call_in", node, 0, 1 / NODE_INTERVAL_S)] + [
+        (f"get_job_{size[x]}", gets[x], GET_PER_RUNNING_JOB_PER_MIN / 60 if x == largest else 0,
+         0) for x in MIX] + [
+        (f"scan_{size[x]}", running[x] / 60, 1 / 60 if x == largest else 0, 0) for x in MIX] + [
+        ("scan_idle", 1 / 60, 0, 0), ("placement_idle", 1 / 60, 0, 0),
+        ("reconcile", 1 / 60, 0, 0),
+        ("lifecycle_1_host", starts_h / 3600, 1 / (MIX[largest][2] * 3600), 0),
+        ("lifecycle_2_host", (host_starts_h - starts_h) / 3600, 0, 0),
+        ("lifecycle_1_host", -(host_starts_h - starts_h) / 3600, 0, 0)])
+    # the ingest marks (left out of the counted operations: at most one a second
+    # per container, whatever it serves), spread over their shards' keys
+    shards = getattr(heartbeat_store, "INGEST_SHARDS", 1)
+    keys[f"collector|ingest#<0..{shards - 1}>"] = [w_marks / shards, 0.0]
+    total = sum(cost.values())
     return {
         "gpus": gpus, "hosts": hosts, "running_jobs": jobs, "starts_h": starts_h,
-        "host_starts_h": host_starts_h, "hb": hb, "node": node, "gets": gets,
-        "lifecycle": lifecycle, "api": api, "api_month": api * m, "containers": containers,
+        "host_starts_h": host_starts_h, "hb": sum(hb.values()), "node": node,
+        "gets": sum(gets.values()), "lifecycle": life["http"], "api": api,
+        "api_month": api * m, "containers": containers,
         "invocations": invocations, "invocations_month": invocations * m, "gb_s": gb_s,
         "gb_s_month": gb_s * m, **sc, "reconcile_s": reconcile_s,
-        "w_beats": w_beats, "w_nodes": w_nodes, "w_marks": w_marks, "w_life": w_life,
-        "wru": wru, "r_beats": r_beats, "r_nodes": r_nodes, "r_gets": r_gets,
-        "r_scan": r_scan, "r_reconcile": r_reconcile, "rru": rru,
+        "w_beats": writes["hb"], "w_nodes": writes["node"], "w_marks": w_marks,
+        "w_life": writes["life"], "w_scheduled": scheduled("wru"), "wru": wru,
+        "r_beats": reads["hb"], "r_nodes": reads["node"], "r_gets": reads["gets"],
+        "r_life": reads["life"], "r_scheduled": scheduled("rru"), "rru": rru,
         "sends": sends, "polls": polls, "deletes": deletes, "esm": esm,
-        "create_queue": create_queue, "cost": cost, "total": sum(cost.values()),
+        "create_queue": create_queue, "cost": cost, "total": total,
+        "per_1000_gpu_h": total / (gpus * 730) * 1000,
         "http_api": tiered(api * m, APIGW_HTTP_TIERS),
         "ddb_provisioned_writes": wru / 0.7 * DDB_WCU_HOUR * 730,
-        "ready_gsi_wps": node,                          # writes/s on ONE GSI key ("1")
-        "job_key_rru": JOB_GET_RRU["large"] * MIX["large"][1] / GPUS_PER_HOST / INTERVAL_S,
-        "hb_key_wps": 512 / INTERVAL_S,
+        "keys": keys, "largest_ranks": big,
     }
+
+
+def hottest(keys: dict) -> dict[str, tuple[str, float, float]]:
+    """Each table's and index's hottest key: (key, writes/s, reads/s)."""
+    out: dict[str, tuple[str, float, float]] = {}
+    for name, (w, r) in keys.items():
+        where, key = name.split("|", 1)
+        if key == "<scan>":   # a Scan reads every partition, no one key
+            continue
+        load_now = max(w / KEY_WRITES_PER_S, r / KEY_READS_PER_S)
+        if where not in out or load_now > max(out[where][1] / KEY_WRITES_PER_S,
+                                              out[where][2] / KEY_READS_PER_S):
+            out[where] = (key, w, r)
+    return dict(sorted(out.items()))
+
+
+def verdict(row: dict) -> str:
+    missed = []
+    if row["total"] > TARGET_MONTH:
+        missed.append(f"${row['total']:,.0f}/month > ${TARGET_MONTH:,}")
+    if row["per_1000_gpu_h"] > TARGET_PER_1000_GPU_H:
+        missed.append(f"${row['per_1000_gpu_h']:.3f} per 1,000 GPU-hours > "
+                      f"${TARGET_PER_1000_GPU_H}")
+    for where, (key, w, r) in hottest(row["keys"]).items():
+        if w > KEY_WRITES_PER_S or r > KEY_READS_PER_S:
+            missed.append(f"{where} key {key!r}: {w:,.0f} writes/s, {r:,.0f} reads/s")
+    return "targets met" if not missed else "targets NOT met: " + "; ".join(missed)
 
 
 def main() -> None:
@@ -235,24 +330,40 @@ def main() -> None:
     line("  one sequential scan instead (s)", d1, "sequential_s")
     line("reconcile duration (s)", d2, "reconcile_s")
     line("**DynamoDB WRU / s**", n, "wru")
-    line("  heartbeats (8 items per POST)", n, "w_beats")
-    line("  node call-ins (1 + 2 GSIs)", n, "w_nodes")
+    line("  heartbeat POSTs", n, "w_beats")
+    line("  node call-ins", n, "w_nodes")
     line("  collector ingest marks (<= 1/s/container)", d1, "w_marks")
     line("  job lifecycle", d1, "w_life")
+    line("  scan, placement, reconcile (per minute / 60)", d1, "w_scheduled")
     line("**DynamoDB RRU / s**", n, "rru")
-    line("  heartbeat POST: consistent GetItem of the job", n, "r_beats")
-    line("  node call-in: 2 consistent GetItems", n, "r_nodes")
-    line("  scan (per minute / 60)", d1, "r_scan")
-    line("  reconcile nodes Scan (per minute / 60)", d2, "r_reconcile")
+    line("  heartbeat POSTs", n, "r_beats")
+    line("  node call-ins", n, "r_nodes")
+    line("  job reads; job lifecycle", lambda r: r, lambda r: f"{r['r_gets']:.1f}; {r['r_life']:.1f}")
+    line("  scan, placement, reconcile (per minute / 60)", d1, "r_scheduled")
     line("SQS requests / month", mil, lambda r: r["sends"] + r["polls"] + r["deletes"] + r["esm"] + r["create_queue"])
     line("  of which agent long polls", mil, "polls")
     line("  of which CreateQueue (per-process ensure)", mil, "create_queue")
     for item in rows[0]["cost"]:
         line(item, usd, lambda r, item=item: r["cost"][item])
     line("**total / month (on-demand, REST API)**", usd, "total")
+    line("**$ per 1,000 GPU-hours**", lambda x: f"${x:.3f}", "per_1000_gpu_h")
     line("  API Gateway if HTTP API instead", usd, "http_api")
     line("  DynamoDB writes if provisioned at 70 % use", usd, "ddb_provisioned_writes")
-    line("writes/s on the ready_any GSI key (limit 1,000)", n, "ready_gsi_wps")
+
+    top = rows[-1]
+    print(f"\nHottest key of every table and index at {top['gpus']:,} GPUs (per-partition limits "
+          f"{KEY_WRITES_PER_S:,} writes/s, {KEY_READS_PER_S:,} reads/s; <job> is the "
+          f"{top['largest_ranks']}-rank job):\n")
+    print("| table / index | hottest key | writes/s | reads/s | |")
+    print("|---|---|---:|---:|---|")
+    for where, (key, w, r) in hottest(top["keys"]).items():
+        over = "**over**" if w > KEY_WRITES_PER_S or r > KEY_READS_PER_S else "ok"
+        print(f"| {where} | `{key}` | {w:,.1f} | {r:,.1f} | {over} |")
+    k = counts()["per_host_interval"]
+    print(f"\nper host-interval: requests {k['requests']:g}, WRU {k['wru']:g}, RRU {k['rru']:g} "
+          f"(floor: {k['floor']['requests']} request, {k['floor']['wru']} WRU)")
+    print(f"at {top['gpus']:,} GPUs: ${top['total']:,.0f}/month, "
+          f"${top['per_1000_gpu_h']:.3f} per 1,000 GPU-hours: {verdict(top)}")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,10 @@ EXPECTED = {
                   r"reads_per_job_1000=\d+\.\d$"],
     "load": [r"^load-bench: clients=5 rps=\d+\.\d p99_ms=\d+\.\d errors_5xx=0 "
              r"retry_after_503=\d+$"],
+    "op_counts": [r"^OPCOUNTS \{.*\}$",
+                  r"^per host-interval: requests \S+, WRU \S+, RRU \S+ \(floor: 1 request, 1 WRU\)$",
+                  r"^opcounts-bench: requests_per_host_interval=\S+ wru_per_host_interval=\S+ "
+                  r"rru_per_host_interval=\S+$"],
     "first_request": [r"^first-request: worst \+\d+\.\d ms \(\w+\)$"],
     "stall_sim": [r"^stall-bench: fp_per_hour=\d+\.\d+ median_delay_vs_fixed=\d+\.\d+ "
                   r"culprit_accuracy=\d+\.\d+$",

@@ -61,11 +61,14 @@ class ApiClient:
     def put_node(self, node_id: str, gpus: int, gpu_type: str,
                  labels: dict[str, str], address: str | None = None,
                  isolation: str | None = None,
-                 running: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 running: list[dict[str, Any]] | None = None,
+                 inbox_missing: bool = False) -> dict[str, Any]:
         """Register or refresh the node (also its heartbeat); returns the node.
 
         ``running``: the attempts ({"job_id", "attempt"}) this agent still runs
-        ranks of; the answer's ``attempts`` are those the server still waits for."""
+        ranks of; the answer's ``attempts`` are those the server still waits for.
+        ``inbox_missing``: the inbox's receive was told the queue does not exist
+        (the server makes it again)."""
         body: dict[str, Any] = {"gpus": gpus, "gpu_type": gpu_type, "labels": labels}
         if address:
             body["address"] = address
@@ -73,6 +76,8 @@ class ApiClient:
             body["isolation"] = isolation
         if running is not None:
             body["running"] = running
+        if inbox_missing:
+            body["inbox_missing"] = True
         return self._request("PUT", f"/v1/nodes/{_seg(node_id)}", body)
 
     def post_event(self, job_id: str, attempt: int, event: dict[str, Any]) -> dict[str, Any]:

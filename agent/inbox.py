@@ -20,6 +20,9 @@ from .backoff import retry_delay
 
 log = logging.getLogger("gpujobs.agent.inbox")
 
+#: what SQS answers a receive from a queue that does not exist (JSON and query protocols)
+_NO_QUEUE = {"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"}
+
 
 @dataclass(frozen=True)
 class InboxMessage:
@@ -53,12 +56,23 @@ class SqsInbox:
                 config=Config(connect_timeout=5, read_timeout=self._wait_s + 10,
                               retries={"max_attempts": 3, "mode": "standard"}))
         self._sqs = client
+        #: the last receive was told the queue does not exist (deleted by hand):
+        #: the next call-in says so (``inbox_missing``) and the server makes it again
+        self.missing = False
 
     def receive(self, max_messages: int = 10) -> list[InboxMessage]:
         """Long-poll for up to ``wait_s`` seconds; [] when nothing arrived."""
-        response = self._sqs.receive_message(
-            QueueUrl=self.queue_url, MaxNumberOfMessages=max_messages,
-            WaitTimeSeconds=self._wait_s, MessageSystemAttributeNames=["ApproximateReceiveCount"])
+        try:
+            response = self._sqs.receive_message(
+                QueueUrl=self.queue_url, MaxNumberOfMessages=max_messages,
+                WaitTimeSeconds=self._wait_s,
+                MessageSystemAttributeNames=["ApproximateReceiveCount"])
+        except Exception as e:
+            code = getattr(e, "response", {}).get("Error", {}).get("Code")
+            if code in _NO_QUEUE:
+                self.missing = True
+            raise
+        self.missing = False
         return [InboxMessage(body=m.get("Body", ""), receipt_handle=m["ReceiptHandle"],
                              message_id=m.get("MessageId", ""),
                              receive_count=int(m.get("Attributes", {})

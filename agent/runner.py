@@ -123,9 +123,13 @@ def run(settings: Settings, stop: threading.Event, *,
                 # what runs here, as it was when the call went out: the answer
                 # judges only these (ranks never outlive their attempt)
                 running = agent.running_attempts()
+                # the inbox is made once per node: one deleted by hand comes
+                # back when the agent says its receive found no queue
+                missing = bool(getattr(agent.inbox, "missing", False))
                 node = api.put_node(settings.node_id, settings.gpus, settings.gpu_type,
                                     settings.labels, address=settings.address,
-                                    isolation=isolation_name(isolated), running=running)
+                                    isolation=isolation_name(isolated), running=running,
+                                    inbox_missing=missing)
                 try:
                     agent.registered(node, running)
                 except Exception:  # noqa: BLE001 - the registration itself succeeded

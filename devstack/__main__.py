@@ -324,9 +324,9 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
         os.environ.update(resources.deploy(moto.endpoint_url))
         snapshots = Snapshots(state, moto.app.lock)
         restored = snapshots.restore()
-        if restored:  # saved by an older checkout: the indexes added since
+        if restored:  # saved by an older checkout: the indexes added or changed since
             for index in resources.add_missing_indexes(moto.endpoint_url):
-                log.info("added the index %s to the restored state", index)
+                log.info("made the index %s of the restored state", index)
         snapshots.start()
         os.environ.update({
             "GPUJOBS_TOKENS_FILE": _with_agent_tokens(tokens_file, agents.token_entries(),

@@ -66,7 +66,9 @@ def _enable_ttl(endpoint_url: str, region: str, stage: str) -> None:
 def add_missing_indexes(endpoint_url: str, *, stage: str = "local",
                         region: str = "us-east-1") -> list[str]:
     """Give restored tables the global indexes the template added since they
-    were saved (state from an older checkout); the names of those added."""
+    were saved (state from an older checkout), and make again those whose
+    projection it changed since (DynamoDB cannot change one in place: the
+    nodes' placement indexes, issue 30); the names of those made."""
     ddb = _client("dynamodb", endpoint_url, region)
     template = yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader)
     added = []
@@ -75,11 +77,15 @@ def add_missing_indexes(endpoint_url: str, *, stage: str = "local",
         if resource["Type"] != "AWS::DynamoDB::Table" or not props.get("GlobalSecondaryIndexes"):
             continue
         table = props["TableName"].replace("${Stage}", stage)
-        have = {i["IndexName"] for i in ddb.describe_table(TableName=table)["Table"].get(
-            "GlobalSecondaryIndexes", [])}
+        have = {i["IndexName"]: _projection(i["Projection"]) for i in ddb.describe_table(
+            TableName=table)["Table"].get("GlobalSecondaryIndexes", [])}
         for index in props["GlobalSecondaryIndexes"]:
-            if index["IndexName"] in have:
+            name = index["IndexName"]
+            if have.get(name) == _projection(index["Projection"]):
                 continue
+            if name in have:
+                ddb.update_table(TableName=table, GlobalSecondaryIndexUpdates=[
+                    {"Delete": {"IndexName": name}}])
             keys = {k["AttributeName"] for k in index["KeySchema"]}
             ddb.update_table(
                 TableName=table,
@@ -90,6 +96,10 @@ def add_missing_indexes(endpoint_url: str, *, stage: str = "local",
                     "Projection": index["Projection"]}}])
             added.append(f"{table}/{index['IndexName']}")
     return added
+
+
+def _projection(projection: dict) -> tuple[str, frozenset[str]]:
+    return projection["ProjectionType"], frozenset(projection.get("NonKeyAttributes", ()))
 
 
 class _CfnLoader(yaml.SafeLoader):

@@ -19,7 +19,7 @@ from pynamodb.attributes import (
     UnicodeSetAttribute,
 )
 from pynamodb.connection import Connection
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
 from .. import fastjson
@@ -189,10 +189,16 @@ class AttemptModel(Model):
     node_types = FastJSONAttribute(null=True)
 
 
+#: what the placer reads of a READY node besides the keys (adapters/node_store
+#: candidate_from_item): not ``last_seen_at``, so a call-in that only proves
+#: liveness writes neither placement index (infra/template.yaml says the same)
+READY_PROJECTED = ["gpus", "gpu_type", "address", "inbox_queue_url"]
+
+
 class NodesReadyByType(GlobalSecondaryIndex["NodeModel"]):
     class Meta:
         index_name = "ready_by_type"
-        projection = AllProjection()
+        projection = IncludeProjection(READY_PROJECTED)
     ready_type = UnicodeAttribute(hash_key=True)
     gpus_free = NumberAttribute(range_key=True)
 
@@ -200,7 +206,7 @@ class NodesReadyByType(GlobalSecondaryIndex["NodeModel"]):
 class NodesReadyAny(GlobalSecondaryIndex["NodeModel"]):
     class Meta:
         index_name = "ready_any"
-        projection = AllProjection()
+        projection = IncludeProjection(READY_PROJECTED)
     ready_any = UnicodeAttribute(hash_key=True)
     gpus_free = NumberAttribute(range_key=True)
 

@@ -5,7 +5,7 @@ the summaries) and sent by dynamo.Dynamo; the models are the schema only.
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Iterator
 
 from pynamodb.connection import Connection
@@ -34,8 +34,14 @@ CANDIDATE_PAGE = 50
 NODES = Table(NodeModel)
 _READY_BY_TYPE = NodeModel.ready_by_type.Meta.index_name
 _READY_ANY = NodeModel.ready_any_index.Meta.index_name
-#: ready_any's one partition: every READY node
+#: ready_any's one partition: every READY node. Written only when a node
+#: enters or leaves READY or its free GPUs change (not by a call-in that only
+#: proves liveness): a few writes a second at 100,000 GPUs, so one key is
+#: enough (docs/deploy.md, "Node call-ins at 100,000 GPUs")
 _ANY = "1"
+#: what a placement candidate (candidate_from_item) has for the times the
+#: indexes do not project
+_UNPROJECTED_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _READY, _DOWN, _DRAINING = (NodeState.READY.value, NodeState.DOWN.value,
                             NodeState.DRAINING.value)
 _TRIES = 5
@@ -44,6 +50,18 @@ _TRIES = 5
 def _cordon_is(cordoned: bool) -> str:
     """The condition that the node's cordon is (or is not) still as read."""
     return "attribute_exists(#cordon)" if cordoned else "attribute_not_exists(#cordon)"
+
+
+def candidate_from_item(item: dict) -> Node:
+    """A READY node as the placement indexes project it (models.READY_PROJECTED):
+    what the placer reads. ``last_seen_at`` and ``registered_at`` are not
+    projected (the epoch here), nor labels, isolation or attempts: read the
+    node (get) for those."""
+    v = NODES.values(item)
+    return Node(node_id=v["node_id"], gpus=int(v["gpus"]), gpus_free=int(v["gpus_free"]),
+                gpu_type=v["gpu_type"], state=NodeState.READY,
+                inbox_queue_url=v["inbox_queue_url"], last_seen_at=_UNPROJECTED_TIME,
+                registered_at=_UNPROJECTED_TIME, address=v["address"] or v["node_id"])
 
 
 def node_from_item(item: dict) -> Node:
@@ -127,13 +145,21 @@ class DynamoNodeStore:
     def _update(self, current: Node, gpus: int, gpu_type: str, labels: dict, address: str,
                 url: str, now: datetime, isolation: str) -> Node:
         """Refresh a registered node; a change of capacity or type, or a
-        return from DOWN, moves the summaries in the same transaction."""
+        return from DOWN, moves the summaries in the same transaction.
+
+        Only what differs from ``current`` is SET: a call-in that changed
+        nothing SETs ``last_seen_at`` alone, which no placement index
+        projects, so it writes the base item and neither index."""
         node_id, old_gpus, old_type, old_state = (current.node_id, current.gpus,
                                                   current.gpu_type, current.state)
         delta = gpus - old_gpus
-        changes = (Changes(NODES).set("last_seen_at", iso(now)).set("labels", labels)
-                   .set("address", address).set("inbox_queue_url", url)
-                   .set("isolation", isolation))
+        changes = Changes(NODES).set("last_seen_at", iso(now))
+        for name, new, old in (("labels", labels, current.labels),
+                               ("address", address, current.address),
+                               ("inbox_queue_url", url, current.inbox_queue_url),
+                               ("isolation", isolation, current.isolation)):
+            if new != old:
+                changes.set(name, new)
         #: GPU type -> the change of its registered GPUs
         with_fleet: dict[str, int] = {}
         cordoned = current.cordon is not None
@@ -142,13 +168,20 @@ class DynamoNodeStore:
             # returned; a cordon it had holds on
             changes.set("state", _DRAINING if cordoned else _READY)
         if delta or gpu_type != old_type:
-            changes.set("gpus", gpus).set("gpu_type", gpu_type).add("gpus_free", delta)
+            if delta:
+                changes.set("gpus", gpus).add("gpus_free", delta)
+            if gpu_type != old_type:
+                changes.set("gpu_type", gpu_type)
             deltas = {old_type: -old_gpus, ALL_TYPES: delta}
             deltas[gpu_type] = deltas.get(gpu_type, 0) + gpus
             # ALL_TYPES always moves on: its generation says "some type changed"
             with_fleet = {t: d for t, d in deltas.items() if d or t == ALL_TYPES}
-        if not cordoned and old_state in (NodeState.READY, NodeState.DOWN):  # READY now
+        # READY now: a READY node (not cordoned, the condition says) holds its
+        # keys already, written when it became READY; they change with its type
+        if not cordoned and old_state is NodeState.DOWN:
             changes.set("ready_type", gpu_type).set("ready_any", _ANY)
+        elif not cordoned and old_state is NodeState.READY and gpu_type != old_type:
+            changes.set("ready_type", gpu_type)
         #: the fleets whose registered GPUs changed: their generation moves
         reshaped = set(with_fleet)
         room = room_types(gpu_type)
@@ -288,7 +321,8 @@ class DynamoNodeStore:
         at a time (no empty pages).
 
         The index is eventually consistent: the conditional writes of a
-        reservation are what decide, not this read.
+        reservation are what decide, not this read. Its nodes are placement
+        candidates (candidate_from_item), not whole nodes.
         """
         free = {":free": NODES.value("gpus_free", min_free)}
         if gpu_type:
@@ -301,7 +335,7 @@ class DynamoNodeStore:
                                   limit=CANDIDATE_PAGE, forward=False)
         for items in self._dynamo.pages(request):
             if items:
-                yield [node_from_item(i) for i in items]
+                yield [candidate_from_item(i) for i in items]
 
     def silent_since(self, before: datetime) -> list[Node]:
         """Nodes not DOWN that have not called in since ``before``, by id."""

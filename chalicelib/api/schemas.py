@@ -219,6 +219,11 @@ NODE_PUT = {
                    "additionalProperties": {"type": "string", "maxLength": 256}},
         "address": {"type": "string", "minLength": 1, "maxLength": 255},
         "isolation": {"enum": ["user", "none"]},
+        "inbox_missing": {"type": "boolean",
+                          "description": "true: the agent's receive was told its inbox does not "
+                                         "exist (it was deleted): the server makes it again. The "
+                                         "inbox is otherwise made once per node, not on every "
+                                         "call-in."},
         "running": {"type": "array", "maxItems": 4096, "items": {
             "type": "object", "additionalProperties": False, "required": ["job_id", "attempt"],
             "properties": {"job_id": {"type": "string", "minLength": 1, "maxLength": 128},

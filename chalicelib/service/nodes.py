@@ -1,7 +1,7 @@
 """Node registration and reads."""
 from __future__ import annotations
 
-from datetime import datetime
+import logging
 from typing import Callable
 
 from ..domain.clock import Clock, utcnow
@@ -11,17 +11,21 @@ from ..domain.principal import Principal
 from .ports import CollectorStore, Inbox, NodeStore
 
 DEFAULT_GPU_TYPE = "generic"
-ENSURE_EVERY_S = 600
+
+log = logging.getLogger(__name__)
 
 
 class NodesService:
     def __init__(self, nodes: NodeStore, inbox: Inbox, collector: CollectorStore,
                  clock: Clock = utcnow,
-                 confirm_gone: Callable[[str, int, str], None] | None = None) -> None:
+                 confirm_gone: Callable[[str, int, str], None] | None = None,
+                 inbox_name: Callable[[str], str] | None = None) -> None:
         self.nodes, self.inbox, self.collector, self._clock = nodes, inbox, collector, clock
         #: (job_id, attempt, node_id): the agent no longer runs that attempt's ranks
         self._confirm_gone = confirm_gone
-        self._ensured: dict[str, datetime] = {}
+        #: node id -> the name of the inbox this stage makes for it (SqsInbox.queue_name);
+        #: None: any recorded URL is taken as this stage's
+        self._inbox_name = inbox_name
 
     def authorize(self, principal: Principal, node_id: str) -> None:
         if not principal.may_act_for_node(node_id):
@@ -34,16 +38,7 @@ class NodesService:
         self.authorize(principal, node_id)
         current = self.nodes.get(node_id)
         now = self._clock()
-        # CreateQueue is idempotent but a node calls in every few seconds: it
-        # runs on first registration, on a return from DOWN, and otherwise at
-        # most every ENSURE_EVERY per process (an inbox deleted by hand comes back)
-        last = self._ensured.get(node_id)
-        if current is None or current.state is NodeState.DOWN or last is None \
-                or (now - last).total_seconds() > ENSURE_EVERY_S:
-            url = self.inbox.ensure(node_id)
-            self._ensured[node_id] = now
-        else:
-            url = current.inbox_queue_url
+        url = self._inbox_of(node_id, current, bool(body.get("inbox_missing")))
         node = self.nodes.register(
             node_id, gpus=body["gpus"], gpu_type=body.get("gpu_type", DEFAULT_GPU_TYPE),
             labels=body.get("labels", {}), address=body.get("address", node_id),
@@ -55,6 +50,31 @@ class NodesService:
         if running is not None and node.lost and self._confirm_gone is not None:
             node = self._settle_lost(node, {f"{r['job_id']}#{r['attempt']}" for r in running})
         return node
+
+    def _inbox_of(self, node_id: str, current: Node | None, missing: bool) -> str:
+        """The node's inbox URL. CreateQueue (idempotent) runs once per node,
+        not per call-in: on its first registration, on a return from DOWN,
+        when the recorded URL is empty or not this stage's inbox, and when
+        the agent says its inbox is gone (``inbox_missing``: its receive was
+        told the queue does not exist, as after a deletion by hand)."""
+        recorded = current.inbox_queue_url if current is not None else ""
+        if current is not None and current.state is not NodeState.DOWN and recorded \
+                and self._is_ours(node_id, recorded) and not missing:
+            return recorded
+        if not missing or current is None or not recorded:
+            return self.inbox.ensure(node_id)
+        try:
+            return self.inbox.ensure(node_id)
+        except Exception as e:  # noqa: BLE001 - the call-in (liveness) must not fail with it
+            # SQS refuses the name for 60 s after a deletion; the agent says
+            # "missing" again on its next call-in
+            log.warning("re-creating the inbox of node %s failed (%s); kept %s", node_id, e,
+                        recorded)
+            return recorded
+
+    def _is_ours(self, node_id: str, url: str) -> bool:
+        """Is ``url`` the inbox this stage makes for the node (its queue name)?"""
+        return self._inbox_name is None or url.rsplit("/", 1)[-1] == self._inbox_name(node_id)
 
     def _settle_lost(self, node: Node, running: set[str]) -> Node:
         """Attempts lost with the node (DOWN) that its agent no longer runs have

@@ -121,3 +121,13 @@ def test_timed_out_is_posted_as_the_other_events_and_a_409_ends_its_reports(serv
     assert handler.seen[0] == ("POST", "/v1/jobs/job_1/attempts/3/events", "Bearer tok", event)
     with pytest.raises(AttemptGone):
         api.post_event("job_1", 3, event)
+
+
+def test_a_registration_says_when_the_inbox_is_missing(server):
+    httpd, handler = server
+    handler.answers = [(200, {}, {"node_id": "n"}), (200, {}, {"node_id": "n"})]
+    api = ApiClient(f"http://127.0.0.1:{httpd.server_address[1]}", "tok")
+    api.put_node("n", 8, "h100", {}, inbox_missing=True)
+    api.put_node("n", 8, "h100", {})
+    assert [seen[3].get("inbox_missing") for seen in handler.seen] == [True, None], \
+        "sent only when missing: an ordinary call-in is as before"

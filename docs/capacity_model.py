@@ -177,6 +177,13 @@ def model(gpus: int, counted: dict | None = None) -> dict:
 
     http = per_op("http")
     api = sum(http.values())
+    # Agents call the agents' HTTP API, tenants the REST API (docs/deploy.md,
+    # "Agent traffic on an HTTP API"). A job's life is one tenant request per
+    # job (its create: the count per job of the 1- and 2-host lifecycles) and
+    # agent requests per host (STARTED, EXITED: the count per host).
+    agent_life = per_host["http"] * host_starts_h / 3600
+    agent_api = http["hb"] + http["node"] + agent_life
+    tenant_api = api - agent_api                      # job reads, creates
     containers = api * API_CONCURRENCY_PER_RPS
 
     sc = scan(running)
@@ -221,7 +228,8 @@ def model(gpus: int, counted: dict | None = None) -> dict:
     create_queue = node * min(1.0, per_call_in * max(1.0, containers / 2)) * m
 
     cost = {
-        "API Gateway (REST)": tiered(api * m, APIGW_REST_TIERS),
+        "API Gateway HTTP API (agents)": tiered(agent_api * m, APIGW_HTTP_TIERS),
+        "API Gateway REST API (tenants)": tiered(tenant_api * m, APIGW_REST_TIERS),
         "Lambda requests": invocations * m / 1e6 * LAMBDA_PER_M,
         "Lambda GB-s": gb_s * m * LAMBDA_GB_S,
         "DynamoDB writes": wru * m / 1e6 * DDB_WRU_PER_M,
@@ -254,6 +262,7 @@ def model(gpus: int, counted: dict | None = None) -> dict:
         "host_starts_h": host_starts_h, "hb": sum(hb.values()), "node": node,
         "gets": sum(gets.values()), "lifecycle": life["http"], "api": api,
         "api_month": api * m, "containers": containers,
+        "agent_api": agent_api, "tenant_api": tenant_api, "agent_lifecycle": agent_life,
         "invocations": invocations, "invocations_month": invocations * m, "gb_s": gb_s,
         "gb_s_month": gb_s * m, **sc, "reconcile_s": reconcile_s,
         "w_beats": writes["hb"], "w_nodes": writes["node"], "w_marks": w_marks,
@@ -264,6 +273,7 @@ def model(gpus: int, counted: dict | None = None) -> dict:
         "create_queue": create_queue, "cost": cost, "total": total,
         "per_1000_gpu_h": total / (gpus * 730) * 1000,
         "http_api": tiered(api * m, APIGW_HTTP_TIERS),
+        "rest_api": tiered(api * m, APIGW_REST_TIERS),
         "ddb_provisioned_writes": wru / 0.7 * DDB_WCU_HOUR * 730,
         "keys": keys, "largest_ranks": big,
     }
@@ -317,6 +327,8 @@ def main() -> None:
     line("  rank heartbeats (hosts / 10 s)", d1, "hb")
     line("  node call-ins (hosts / 10 s)", d1, "node")
     line("  job reads; job lifecycle", lambda r: r, lambda r: f"{r['gets']:.2f}; {r['lifecycle']:.3f}")
+    line("  of which agents (HTTP API); tenants (REST API)", lambda r: r,
+         lambda r: f"{r['agent_api']:,.1f}; {r['tenant_api']:.2f}")
     line("API requests / month", mil, "api_month")
     line("**Lambda invocations / month**", mil, "invocations_month")
     line("Lambda GB-s / s; / month", lambda r: r, lambda r: f"{r['gb_s']:.2f}; {r['gb_s_month'] / 1e6:,.2f} M")
@@ -345,9 +357,10 @@ def main() -> None:
     line("  of which CreateQueue (per-process ensure)", mil, "create_queue")
     for item in rows[0]["cost"]:
         line(item, usd, lambda r, item=item: r["cost"][item])
-    line("**total / month (on-demand, REST API)**", usd, "total")
+    line("**total / month (on-demand)**", usd, "total")
     line("**$ per 1,000 GPU-hours**", lambda x: f"${x:.3f}", "per_1000_gpu_h")
-    line("  API Gateway if HTTP API instead", usd, "http_api")
+    line("  API Gateway if all on the REST API (before)", usd, "rest_api")
+    line("  API Gateway if tenants too on an HTTP API", usd, "http_api")
     line("  DynamoDB writes if provisioned at 70 % use", usd, "ddb_provisioned_writes")
 
     top = rows[-1]

@@ -22,7 +22,16 @@ key, anything else is replaced), so the merge template carries:
   names of the SSM parameters that hold the secrets;
 - for every ``@app.on_sqs_message``: the template's queue as
   ``{"Fn::Sub": "${<Queue>.Arn}"}`` and ``FunctionResponseTypes:
-  [ReportBatchItemFailures]``.
+  [ReportBatchItemFailures]``;
+- the agents' API (:data:`AGENT_ROUTES`, see docs/deploy.md, "Agent traffic
+  on an HTTP API"): an API Gateway HTTP API, plain CloudFormation
+  (``AWS::ApiGatewayV2::*``), whose only routes are the agent routes, each
+  an ``AWS_PROXY`` integration of payload format 1.0 to the same
+  ``APIHandler`` function the REST API calls (1.0 is the REST API's proxy
+  event, which Chalice routes), its ``$default`` stage, the permission for
+  it to invoke the function, and the output ``AgentApiUrl``. Tenants keep
+  the REST API (Chalice's ``RestAPI``, ``EndpointURL``), which keeps every
+  route.
 
 After packaging it checks that each such queue's visibility timeout is at
 least its function's timeout, drops the working tree's ``__pycache__`` that
@@ -66,6 +75,17 @@ EXTRA_OUTPUT_ENV = {"PendingQueueName": "GPUJOBS_PENDING_QUEUE_NAME",
                     "ScanQueueName": "GPUJOBS_SCAN_QUEUE_NAME"}
 
 SQS_RESPONSE_TYPES = ["ReportBatchItemFailures"]
+
+#: The routes agents call (agent/api.py), and nothing else: served by the
+#: agents' HTTP API as well as by the REST API. Each must be a route of the
+#: app; the HTTP API is generated from this list alone (:func:`agent_api`).
+AGENT_ROUTES = (
+    ("PUT", "/v1/nodes/{node_id}"),                             # register, call in
+    ("POST", "/v1/jobs/{job_id}/attempts/{attempt}/events"),    # STARTED, EXITED, ...
+    ("POST", "/v1/jobs/{job_id}/heartbeats"),                   # the ranks' beats
+)
+AGENT_API = "AgentApi"
+AGENT_API_OUTPUT = "AgentApiUrl"
 
 
 # -- CloudFormation YAML ------------------------------------------------------
@@ -190,6 +210,56 @@ def queue_resource(template: dict, stage: str, queue: str | None, queue_arn: str
                      "does not declare")
 
 
+# -- the agents' HTTP API ---------------------------------------------------------
+def agent_api(app, routes=AGENT_ROUTES) -> tuple[dict, dict]:
+    """The agents' HTTP API: (resources, outputs) for the merge template.
+
+    Payload format 1.0 is the REST API's Lambda proxy event (``resource``,
+    ``path``, ``httpMethod``, ``headers``, ``multiValueHeaders``,
+    ``queryStringParameters``, ``pathParameters``, ``requestContext`` with
+    ``resourcePath``, ``httpMethod`` and ``stage`` ``$default``, ``body``,
+    ``isBase64Encoded``), so the one handler, ``app.app``, routes it as it
+    routes the REST API's (tests/api/test_agent_http_api.py). Only the
+    routes named here exist on it: any other request is API Gateway's own
+    404, and never reaches the function."""
+    resources: dict = {
+        AGENT_API: {"Type": "AWS::ApiGatewayV2::Api", "Properties": {
+            "Name": {"Fn::Sub": "gpujobs-${Stage}-agents"},
+            "ProtocolType": "HTTP",
+            "Description": "gpujobs agents: node call-ins, attempt events, heartbeats "
+                           "(tenants use the REST API)"}},
+        f"{AGENT_API}Integration": {"Type": "AWS::ApiGatewayV2::Integration", "Properties": {
+            "ApiId": {"Ref": AGENT_API},
+            "IntegrationType": "AWS_PROXY",
+            "IntegrationUri": {"Fn::GetAtt": ["APIHandler", "Arn"]},
+            "PayloadFormatVersion": "1.0"}},
+        f"{AGENT_API}Stage": {"Type": "AWS::ApiGatewayV2::Stage", "Properties": {
+            "ApiId": {"Ref": AGENT_API}, "StageName": "$default", "AutoDeploy": True}},
+        f"{AGENT_API}InvokePermission": {"Type": "AWS::Lambda::Permission", "Properties": {
+            "FunctionName": {"Ref": "APIHandler"},
+            "Action": "lambda:InvokeFunction",
+            "Principal": "apigateway.amazonaws.com",
+            "SourceArn": {"Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:"
+                                     "${AWS::AccountId}:${%s}/*" % AGENT_API}}},
+    }
+    from chalice.utils import to_cfn_resource_name
+
+    for method, path in routes:
+        entry = app.routes.get(path, {}).get(method)
+        if entry is None:
+            raise SystemExit(f"agent route {method} {path} is no route of app.py")
+        resources[f"{AGENT_API}Route" + to_cfn_resource_name(entry.view_name)] = {
+            "Type": "AWS::ApiGatewayV2::Route", "Properties": {
+                "ApiId": {"Ref": AGENT_API},
+                "RouteKey": f"{method} {path}",
+                "AuthorizationType": "NONE",  # the handler checks the agent token
+                "Target": {"Fn::Sub": "integrations/${%sIntegration}" % AGENT_API}}}
+    outputs = {AGENT_API_OUTPUT: {
+        "Description": "the agents' API (agent --api); tenants use EndpointURL",
+        "Value": {"Fn::GetAtt": [AGENT_API, "ApiEndpoint"]}}}
+    return resources, outputs
+
+
 # -- the merge template -----------------------------------------------------------
 def merge_template(stage: str) -> dict:
     template = load_template()
@@ -217,6 +287,12 @@ def merge_template(stage: str) -> dict:
                 "FunctionResponseTypes": SQS_RESPONSE_TYPES,
             }}}
         merge["Resources"][logical_id] = {"Properties": props}
+    resources, outputs = agent_api(app)
+    for logical_id in [*resources, *outputs]:
+        if logical_id in merge["Resources"] or logical_id in merge["Outputs"]:
+            raise SystemExit(f"{logical_id}: both the agents' API and a template name")
+    merge["Resources"].update(resources)
+    merge["Outputs"].update(outputs)
     return merge
 
 

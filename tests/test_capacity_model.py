@@ -51,6 +51,28 @@ def test_the_model_follows_the_counts():
     assert "ready_any" not in cm.verdict(cm.model(100_000, more))
 
 
+def test_agents_pay_http_api_tiers_and_tenants_rest_api_tiers():
+    """Beats, call-ins and attempt events go to the agents' HTTP API; job
+    reads and creates stay on the REST API (docs/deploy.md)."""
+    cm = _model()
+    counted = cm.counts()
+    row = cm.model(100_000, counted)
+    one, two = counted["lifecycle_1_host"]["http"], counted["lifecycle_2_host"]["http"]
+    assert one - (two - one) == counted["job_create"]["http"]  # a job's own: its create
+    assert row["agent_api"] == pytest.approx(row["hb"] + row["node"] + row["agent_lifecycle"])
+    assert row["agent_lifecycle"] == pytest.approx((two - one) * row["host_starts_h"] / 3600)
+    assert row["tenant_api"] == pytest.approx(
+        row["gets"] + counted["job_create"]["http"] * row["starts_h"] / 3600)
+    assert row["agent_api"] + row["tenant_api"] == pytest.approx(row["api"])
+    month = cm.SECONDS_PER_MONTH
+    assert row["cost"]["API Gateway HTTP API (agents)"] == pytest.approx(
+        cm.tiered(row["agent_api"] * month, cm.APIGW_HTTP_TIERS))
+    assert row["cost"]["API Gateway REST API (tenants)"] == pytest.approx(
+        cm.tiered(row["tenant_api"] * month, cm.APIGW_REST_TIERS))
+    apigw = sum(v for k, v in row["cost"].items() if k.startswith("API Gateway"))
+    assert apigw < row["rest_api"]
+
+
 @pytest.mark.moto  # runs the bench: a moto server of its own, ~40 s
 def test_the_recorded_counts_equal_what_the_code_does_now(tmp_path):
     fresh = tmp_path / "op_counts.json"

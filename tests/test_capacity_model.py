@@ -35,6 +35,17 @@ def test_the_model_types_in_no_per_operation_count():
         assert gone not in text
 
 
+def test_deploy_md_shows_what_the_model_prints_now():
+    """The bill in docs/deploy.md is the model's output on the recorded counts,
+    not an older run's: re-run `python docs/capacity_model.py` into it."""
+    printed = subprocess.run([sys.executable, "docs/capacity_model.py"], cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout
+    doc = (ROOT / "docs/deploy.md").read_text()
+    shown = doc.split("<!-- capacity_model.py output -->\n", 1)[1].split(
+        "\n<!-- end of capacity_model.py output -->", 1)[0]
+    assert shown == printed.rstrip("\n")
+
+
 def test_the_model_follows_the_counts():
     cm = _model()
     counted = cm.counts()

@@ -966,6 +966,7 @@ def job_panel(job: "Job") -> "RenderableType":
     lines = [health, *(verdict_lines(h.verdict) if h.verdict else [])]
     if h.first_stalled_rank is not None:
         lines.append(silence_note(h))
+        lines.append(stalled_ranks_text(h))
     t.add_row("health", "\n".join(lines))
     if job.exit is not None:
         t.add_row("exit", escape(lifecycle.exit_text(job.exit.raw)))
@@ -1206,6 +1207,17 @@ def ranks_table(ranks: "Ranks", max_rows: int | None = None,
     return t
 
 
+def stalled_ranks_text(h: "JobHealth") -> str:
+    """``stalled ranks: 0-63`` when the record lists them all; ``65,536
+    stalled (first: 0-63)`` when it lists only its first few (the server keeps
+    at most 64: the count is the whole)."""
+    listed = ranges(h.stalled_ranks) or str(h.first_stalled_rank)
+    count = h.raw.get("stalled_count")
+    if isinstance(count, int) and count > len(h.stalled_ranks):
+        return f"{count:,} stalled (first: {listed})"
+    return f"stalled ranks: {listed}"
+
+
 def stall_callout(job: "Job", ranks: "Ranks | None") -> str | None:
     """What `ranks` and `watch` print about a stall: the verdict first, then,
     labelled as such, the rank silent longest."""
@@ -1215,8 +1227,7 @@ def stall_callout(job: "Job", ranks: "Ranks | None") -> str | None:
     if v is None and h.status == "STALLED":
         lines.append("[bold red]STALLED[/]: the server names no rank that stopped")
     if h.first_stalled_rank is not None:
-        lines.append(f"[dim]{silence_note(h)}; stalled ranks: "
-                     f"{ranges(h.stalled_ranks) or h.first_stalled_rank}[/]")
+        lines.append(f"[dim]{silence_note(h)}; {stalled_ranks_text(h)}[/]")
     elif v is None and ranks is not None and ranks.stalled:
         lines.append(f"[red]{len(ranks.stalled)} rank(s) over the threshold[/], not yet flagged "
                      "by the stall scan.")

@@ -1321,3 +1321,19 @@ def test_json_output_carries_the_preemption_as_the_server_sends_it(run, fake, cl
     assert job["preempting"] == {"jobs": [victim["id"]], "at": fake.now(), "class": "urgent"}
     story = json_out(run("describe", urgent["id"], "-o", "json"))
     assert [e["jobs"] for e in story["events"] if e["type"] == "preempting"] == [[victim["id"]]]
+
+
+@pytest.mark.parametrize("count, listed, said", [
+    (65536, list(range(64)), "65,536 stalled (first: 0-63)"),
+    (3, [4, 5, 6], "stalled ranks: 4-6"),
+    (None, [4, 5, 6], "stalled ranks: 4-6"),
+])
+def test_the_stalled_ranks_say_the_whole_count_when_the_record_lists_its_first_few(
+        count, listed, said):
+    """Invariant: a health record lists at most 64 stalled ranks; what the CLI
+    prints of them never passes the first few off as all of them (a whole-job
+    hang of 2,048 ranks once read "stalled ranks: 0-63")."""
+    from gpujobs_client.models import JobHealth
+    h = JobHealth.from_json({"status": "STALLED", "first_stalled_rank": listed[0],
+                             "stalled_ranks": listed, "stalled_count": count})
+    assert cli_module.stalled_ranks_text(h) == said

@@ -108,6 +108,16 @@ function gridView(size) {
   return { el: h('div', {}, legend, grid, status), show, failed };
 }
 
+/** The stalled ranks as listed, or, when the record lists only its first
+ * few (at most 64), the whole count first: "65,536 stalled (first: 0-63)". */
+function stalledRanks(hl) {
+  const listed = hl.stalled_ranks || [];
+  if (!listed.length) return null;
+  const count = hl.stalled_count;
+  return typeof count === 'number' && count > listed.length
+    ? `${count.toLocaleString('en-US')} stalled (first: ${ranges(listed)})` : ranges(listed);
+}
+
 function healthFacts(hl) {
   if (!hl) return [];
   const co = (hl.co_first || []).map((c) => (typeof c === 'object' ? c.rank : c));
@@ -117,7 +127,7 @@ function healthFacts(hl) {
     ['Silent longest', hl.first_stalled_rank != null ? `rank ${hl.first_stalled_rank}` : null],
     ['Also silent as long (jitter band)', co.length ? ranges(co) : null],
     ['Suspect node', hl.suspect_node],
-    ['Stalled ranks', (hl.stalled_ranks || []).length ? ranges(hl.stalled_ranks) : null],
+    ['Stalled ranks', stalledRanks(hl)],
     ['Last heard', hl.last_heard_at ? time(hl.last_heard_at) : null],
     ['Detected', hl.detected_at ? time(hl.detected_at) : null],
   ];

@@ -501,11 +501,7 @@ class FakeJobStore:
             self.t.count_pending(job.tenant, -1)
             if job.parent_id is not None:
                 self._parent_add(job.parent_id, placed=+1)
-            n = len(gpus)
-            self._event(job.job_id, f"placed#{attempt}", ev.event(
-                "placed", now, attempt=attempt,
-                reason=f"placed on {n} node{'s' if n != 1 else ''}",
-                nodes={node: sorted(r) for node, r in plan.ranks_by_node.items()}))
+            self._event(job.job_id, f"placed#{attempt}", ev.placed(now, attempt, plan.ranks_by_node))
             self.t.attempts[(job.job_id, attempt)] = Attempt(
                 job_id=job.job_id, attempt=attempt, state=JobState.SCHEDULED.value,
                 placement=plan.placement(), node_ranks=copy.deepcopy(plan.ranks_by_node),

@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 from pynamodb.exceptions import TransactWriteError
 
 from ..domain import events as ev
-from ..domain.attempts import Attempt
+from ..domain.attempts import Attempt, from_runs, placement_of
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from .dynamo import Changes, ConditionFailed, Dynamo, Table
@@ -44,9 +44,10 @@ def _t(value: str | None) -> datetime | None:
 def attempt_from_item(item: dict) -> Attempt:
     """The Attempt of an attempt's raw item."""
     v = ATTEMPTS.values(item)
+    node_ranks = {n: from_runs(runs) for n, runs in v["node_ranks"].items()}
     return Attempt(
         job_id=v["job_id"], attempt=int(v["attempt"]), state=v["state"],
-        placement=v["placement"], node_ranks=v["node_ranks"], node_gpus=v["node_gpus"],
+        placement=placement_of(node_ranks), node_ranks=node_ranks, node_gpus=v["node_gpus"],
         world_size=int(v["world_size"]), created_at=parse_iso(v["created_at"]),
         finished_at=_t(v["finished_at"]), exit=v["exit"],
         started=set(map(int, v["started"] or ())), exited=set(map(int, v["exited"] or ())),

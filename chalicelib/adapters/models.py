@@ -168,8 +168,9 @@ class AttemptModel(Model):
     job_id = UnicodeAttribute(hash_key=True)
     attempt = NumberAttribute(range_key=True)
     state = UnicodeAttribute()
-    placement = FastJSONAttribute()
-    #: node id -> its ranks / its reserved GPUs / its inbox
+    #: node id -> its ranks as runs (domain/attempts.rank_runs: [[first, last], ...]),
+    #: where each rank runs (the API's per-rank placement is worked out from
+    #: them) / its reserved GPUs / its inbox
     node_ranks = FastJSONAttribute()
     node_gpus = FastJSONAttribute()
     world_size = NumberAttribute()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from ..domain.attempts import from_runs, rank_runs
 from ..domain.clock import iso, parse_iso
 from ..domain.intents import Intent
 from ..service.ports import OutboxEntry
@@ -22,7 +23,8 @@ def outbox_item(intent: Intent, now: datetime, due_at: datetime) -> dict:
     return OUTBOX.item(dict(
         job_id=intent.job_id, intent_id=intent.intent_id, attempt=intent.attempt,
         kind=intent.kind, message=intent.message, targets=intent.targets,
-        node_ranks=intent.node_ranks or None, unacked=set(intent.targets) or None,
+        node_ranks={n: rank_runs(r) for n, r in intent.node_ranks.items()} or None,
+        unacked=set(intent.targets) or None,
         created_at=iso(now), pending=_PENDING if intent.targets else None,
         due_at=iso(due_at), sends=1))
 
@@ -44,7 +46,8 @@ class DynamoOutbox(OnDynamo):
             for item in page:
                 v = OUTBOX.values(item)
                 intent = Intent(v["job_id"], int(v["attempt"]), v["kind"], v["message"],
-                                v["targets"], v["node_ranks"] or {})
+                                v["targets"], {n: from_runs(r) for n, r in
+                                               (v["node_ranks"] or {}).items()})
                 out.append(OutboxEntry(intent, frozenset(v["unacked"] or ()),
                                        parse_iso(v["due_at"]), int(v["sends"])))
                 if len(out) == limit:

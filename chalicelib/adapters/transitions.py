@@ -12,7 +12,7 @@ from pynamodb.exceptions import TransactWriteError
 
 from ..domain import events as ev
 from ..domain.arrays import ENDED_COUNTER
-from ..domain.attempts import Attempt
+from ..domain.attempts import Attempt, rank_runs
 from ..domain.clock import iso, parse_iso
 from ..domain.health import clear_incident, frozen_health
 from ..domain.intents import LAUNCH, Intent, intent_id
@@ -57,14 +57,11 @@ def place_writes(job: Job, plan: Plan, intent: Intent, now: datetime,
         .set("active_state", scheduled.value).set("attempt", attempt) \
         .set("inboxes", intent.targets).remove("pending_reason", "waiting_on", "pending_since", "preempting") \
         .set("health", clear_incident(job.health)).set("updated_at", iso(now)) \
-        .event(f"placed#{attempt}", ev.event(
-            "placed", now, attempt=attempt,
-            reason=f"placed on {len(nodes)} node{'s' if len(nodes) != 1 else ''}",
-            nodes={n: sorted(r) for n, r in plan.ranks_by_node.items()}))
+        .event(f"placed#{attempt}", ev.placed(now, attempt, plan.ranks_by_node))
     condition, values = leaving(Event.PLACE, attempt=job.attempt)
     new_attempt = ATTEMPTS.item(dict(
         job_id=job.job_id, attempt=attempt, state=scheduled.value,
-        placement=plan.placement(), node_ranks=plan.ranks_by_node, node_gpus=gpus,
+        node_ranks={n: rank_runs(r) for n, r in plan.ranks_by_node.items()}, node_gpus=gpus,
         world_size=job.spec["ranks"], created_at=iso(now), node_types=node_types or None,
         exit_codes={}))
     items = [{"Put": ATTEMPTS.put_new(new_attempt)},

@@ -8,12 +8,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Iterable
 
 from .states import Event
 
 #: the exit code recorded for ranks lost with their node (outside any real
 #: exit status, which agents report within -255..255)
 LOST = -1000
+
+
+def rank_runs(ranks: Iterable[int]) -> list[list[int]]:
+    """``[[0, 3], [7, 7]]`` for 0, 1, 2, 3, 7: a node's ranks as stored (a
+    65,536-rank job's placement is a few KB of runs, not 450 KB of numbers)."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return runs
+
+
+def from_runs(runs: Iterable) -> list[int]:
+    """The ranks of :func:`rank_runs`' runs (a plain rank among them, as
+    items written before runs hold, is itself)."""
+    out: list[int] = []
+    for run in runs:
+        if isinstance(run, list):
+            out.extend(range(int(run[0]), int(run[1]) + 1))
+        else:
+            out.append(int(run))
+    return out
+
+
+def placement_of(node_ranks: dict[str, list[int]]) -> list[dict]:
+    """``[{"rank", "node_id"}, ...]`` by rank: where each rank runs."""
+    return sorted(({"rank": r, "node_id": n} for n, rs in node_ranks.items() for r in rs),
+                  key=lambda p: p["rank"])
 
 
 @dataclass

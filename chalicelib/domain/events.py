@@ -42,6 +42,16 @@ def event(kind: str, at: datetime, *, attempt: int | None = None,
     return {k: v for k, v in out.items() if v is not None}
 
 
+def placed(at: datetime, attempt: int, ranks_by_node: dict[str, list[int]]) -> dict:
+    """The event of a placement: its nodes, each with its ranks as a span
+    (``{"node-1": "0-1023"}``, a few KB at 65,536 ranks)."""
+    n = len(ranks_by_node)
+    return event("placed", at, attempt=attempt,
+                 reason=f"placed on {n} node{'s' if n != 1 else ''}",
+                 nodes={node: span(ranks, max_runs=len(ranks))
+                        for node, ranks in ranks_by_node.items()})
+
+
 def attempt_end(at: datetime, attempt: int, state: str, exit_: dict | None) -> tuple[str, dict]:
     """(key, event) of an attempt's end: ``finished`` when the job ends with it
     (``state`` terminal), else ``retried#<attempt>``; either carries the end's

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generator, Iterable
 
+from .attempts import placement_of
 from .clock import iso, parse_iso
 
 # the attempt's rendezvous port is part of the wire schema (the agent's default too)
@@ -39,8 +40,7 @@ class Plan:
         return {n: len(r) * self.gpus_per_rank for n, r in self.ranks_by_node.items()}
 
     def placement(self) -> list[dict]:
-        return sorted(({"rank": r, "node_id": n} for n, rs in self.ranks_by_node.items()
-                       for r in rs), key=lambda p: p["rank"])
+        return placement_of(self.ranks_by_node)
 
 
 def plan(ranks: int, gpus_per_rank: int, candidates: Iterable[Candidate]) -> Plan | None:

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from . import stacks
+from .attempts import rank_runs
 from .clock import iso
 
 if TYPE_CHECKING:  # the judgement's own types; imported by stall.py at run time
@@ -48,12 +49,7 @@ MAX_RUNS = 8
 def span(ranks: list[int], max_runs: int = MAX_RUNS) -> str:
     """``0-3,7`` for [0, 1, 2, 3, 7]; past ``max_runs`` runs, the rest counted:
     ``0,2,4,6,8,10,12,14 and 32,760 more``."""
-    runs: list[list[int]] = []
-    for r in sorted(ranks):
-        if runs and r == runs[-1][1] + 1:
-            runs[-1][1] = r
-        else:
-            runs.append([r, r])
+    runs = rank_runs(ranks)
     shown = ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs[:max_runs])
     rest = sum(b - a + 1 for a, b in runs[max_runs:])
     return f"{shown} and {rest:,} more" if rest else shown

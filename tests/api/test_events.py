@@ -200,3 +200,35 @@ def test_an_agent_token_cannot_report_for_a_job_placed_elsewhere(iso, iso_client
         assert r.status_code == 403
     j = iso_client.http.get(f"/v1/jobs/{job_id}", headers=tenants.headers()).json_body
     assert j["state"] == "SCHEDULED" and j["exit"] is None
+
+
+def test_a_job_of_65536_ranks_is_placed_in_items_of_a_few_kb(iso, iso_client, tenants):
+    """The API takes 65,536 ranks: its placement (on 64 nodes of 1,024 GPUs)
+    must fit DynamoDB's 400 KB items. The attempt, its LAUNCH intent and the
+    job's placed event hold each node's ranks as runs, not 65,536 numbers."""
+    import boto3
+
+    from bench.harness import item_size
+    from chalicelib.adapters.models import AttemptModel, JobModel, OutboxModel
+
+    nodes = [f"big-{i:02d}" for i in range(64)]
+    for n in nodes:
+        iso.nodes.register(AGENT, n, {"gpus": 1024, "gpu_type": "b200"})
+    job_id, by_node = placed(iso, iso_client, tenants, ranks=65536, gpu_type="b200")
+    assert sorted(r for rs in by_node.values() for r in rs) == list(range(65536))
+    attempt = iso.store.attempt(job_id, 1)
+    assert sorted(attempt.node_ranks) == nodes and attempt.rank_nodes()[65535] in nodes
+    dynamodb = boto3.client("dynamodb", endpoint_url=iso.config.endpoint_url,
+                            region_name="us-east-1")
+    items = {
+        "attempt": dynamodb.get_item(TableName=AttemptModel.Meta.table_name, Key={
+            "job_id": {"S": job_id}, "attempt": {"N": "1"}})["Item"],
+        "intent": dynamodb.get_item(TableName=OutboxModel.Meta.table_name, Key={
+            "job_id": {"S": job_id}, "intent_id": {"S": "LAUNCH#1"}})["Item"],
+        "job": dynamodb.get_item(TableName=JobModel.Meta.table_name, Key={
+            "job_id": {"S": job_id}})["Item"]}
+    sizes = {k: item_size(v) for k, v in items.items()}
+    assert all(size < 32 * 1024 for size in sizes.values()), sizes
+    r = iso_client.http.get(f"/v1/jobs/{job_id}/attempts", headers=tenants.headers())
+    [shown] = r.json_body["attempts"]
+    assert [p["rank"] for p in shown["placement"]] == list(range(65536))

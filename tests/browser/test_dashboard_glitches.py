@@ -123,7 +123,7 @@ FAILED_EVENTS = {"events": [
     {"type": "created", "time": "2026-01-01T00:00:00.000Z", "reason": "submitted",
      "tenant": "e2e-tenant", "attempt": None},
     {"type": "placed", "time": "2026-01-01T00:00:01.000Z", "attempt": 1,
-     "reason": "placed on 2 nodes", "nodes": {"node-0": [0, 1], "node-1": [2, 3]}},
+     "reason": "placed on 2 nodes", "nodes": {"node-0": "0-1", "node-1": "2-3"}},
     {"type": "rank_exited", "time": "2026-01-01T00:02:09.000Z", "attempt": 1,
      "reason": "rank 3 exited with code 1", "ranks": [3], "exit_code": 1, "node_id": "node-1"},
     {"type": "finished", "time": "2026-01-01T00:02:10.000Z", "attempt": 1, "state": "FAILED",

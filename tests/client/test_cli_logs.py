@@ -124,7 +124,7 @@ def test_describe_shows_attempts_health_and_the_story(run, fake):
         {"type": "created", "time": "2030-01-01T00:00:00.000Z", "attempt": None,
          "reason": "submitted"},
         {"type": "placed", "time": "2030-01-01T00:00:01.000Z", "attempt": 1,
-         "reason": "placed on 1 node", "nodes": {"n1": [0, 1]}}]
+         "reason": "placed on 1 node", "nodes": {"n1": "0-1"}}]
     r = run("describe", job["id"])
     assert r.exit_code == 0, r.output
     for text in ("attempts", "n1: 0-1", "events", "created", "placed on 1 node"):

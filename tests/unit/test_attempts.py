@@ -1,7 +1,9 @@
 """What an attempt's per-rank progress means for its job."""
 from datetime import datetime, timezone
 
-from chalicelib.domain.attempts import LOST, Attempt, exit_info, outcome
+from hypothesis import given, strategies as st
+
+from chalicelib.domain.attempts import LOST, Attempt, exit_info, from_runs, outcome, rank_runs
 from chalicelib.domain.states import Event
 
 
@@ -59,3 +61,15 @@ def test_ranks_lost_with_their_node_are_done_but_not_confirmed_gone():
 def test_ranks_that_exited_or_stopped_as_reported_are_confirmed_gone():
     assert attempt(exited={0}, exit_codes={0: 3}, stopped={1}).node_confirmed("a")
     assert not attempt(exited={0}, exit_codes={0: 0}).node_confirmed("a")
+
+
+def test_a_nodes_ranks_are_stored_as_runs():
+    assert rank_runs([7, 0, 1, 2, 3]) == [[0, 3], [7, 7]]
+    assert rank_runs(range(1024, 2048)) == [[1024, 2047]]
+    assert from_runs([[0, 3], [7, 7]]) == [0, 1, 2, 3, 7]
+    assert from_runs([0, 1, 5]) == [0, 1, 5], "an item written before runs: plain ranks"
+
+
+@given(st.sets(st.integers(0, 65535), max_size=300))
+def test_runs_give_back_the_ranks_they_were_made_of(ranks):
+    assert from_runs(rank_runs(ranks)) == sorted(ranks)

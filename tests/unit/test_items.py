@@ -100,18 +100,19 @@ def test_a_new_item_gets_the_models_defaults_and_refuses_a_missing_required_valu
 
 
 @settings(max_examples=60, deadline=None)
-@given(placement=json_values.filter(lambda v: v is not None), labels=st.dictionaries(text, text, max_size=4),
-       gpus=st.integers(1, 1024))
-def test_json_and_number_attributes_round_trip_through_the_codec(placement, labels, gpus):
+@given(node_ranks=st.dictionaries(text, json_values.filter(lambda v: v is not None),
+                                  max_size=4),
+       labels=st.dictionaries(text, text, max_size=4), gpus=st.integers(1, 1024))
+def test_json_and_number_attributes_round_trip_through_the_codec(node_ranks, labels, gpus):
     node = NodeModel("n1", gpus=gpus, gpus_free=gpus, gpu_type="H100", state="READY",
                      address="10.0.0.1", labels=labels, inbox_queue_url="https://q",
                      last_seen_at="t", registered_at="t")
     codec = Codec(NodeModel)
     assert codec.item(codec.values(node.serialize())) == node.serialize()
-    attempt = AttemptModel("j", 1, state="RUNNING", placement=placement, node_ranks={},
+    attempt = AttemptModel("j", 1, state="RUNNING", node_ranks=node_ranks,
                            node_gpus={}, world_size=1, created_at="t", exit_codes={})
     values = Codec(AttemptModel).values(attempt.serialize())
-    assert values["placement"] == placement
+    assert values["node_ranks"] == node_ranks
     assert Codec(AttemptModel).item(values) == attempt.serialize()
 
 

@@ -230,7 +230,7 @@ class Scale:
         DynamoHeartbeatStore(shared).record(
             job.job_id, 1, [Beat(r, node_of[r], heard_at=now, step=10**15 + r, sent_at=now,
                                  beat_at=now - timedelta(seconds=r % 50)) for r in range(ranks)],
-            now, {n: rs[0] for n, rs in node_ranks.items()})
+            now, node_of)
         pages, sizes, seen, token = 0, [], [], None
         while True:
             r = self.get(f"/v1/jobs/{job.job_id}/ranks" +

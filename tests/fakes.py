@@ -985,7 +985,7 @@ class FakeHeartbeatStore:
         self._lock = threading.Lock()
 
     def record(self, job_id: str, attempt: int, entries: Sequence[Beat],
-               now: datetime, first_rank_of: Mapping[str, int]) -> None:
+               now: datetime, node_of: Mapping[int, str]) -> None:
         """Beats replace their rank's record, then other entries merge into it
         (records by rank: how the adapter groups them by host is its own)."""
         with self._lock:

@@ -1,11 +1,12 @@
-"""Heartbeats on DynamoDB: one item per host of an attempt, sharded by rank.
+"""Heartbeats on DynamoDB: one item per host of an attempt (per 8 of its
+ranks), sharded by rank.
 
 A host's post writes one item (1 WRU for 8 ranks' beats, the floor of
 docs/deploy.md): every rank's record sits in the item's ``ranks`` map under
-short keys, ``<code><rank>`` (FIELDS). The item is keyed by the host's lowest
-rank, ``<job>#<attempt>#<rank // 512>`` and that rank: placement never changes
-within an attempt, so a host always writes the same item; a shard holds at
-most 512 ranks' hosts (64 hosts of 8 ranks, 6 writes/s at a 10 s interval).
+short keys, ``<code><rank>`` (FIELDS). The item is keyed by its lowest rank,
+``<job>#<attempt>#<rank // 512>`` and that rank: placement never changes
+within an attempt, so a host always writes the same items; a shard holds at
+most 512 ranks' items (64 of 8 ranks, 6 writes/s at a 10 s interval).
 A scan reads O(ranks), one strongly consistent Query per shard, whatever the
 history in the table.
 
@@ -32,8 +33,12 @@ SHARD_RANKS = 512
 #: heartbeat items outlive their attempt by this much, then TTL removes them
 KEEP = timedelta(days=7)
 INGEST_SHARDS = 8
-#: ranks one UpdateItem writes (an expression stays under DynamoDB's 4 KB)
-RANKS_PER_WRITE = 8
+#: ranks of one item, written by one UpdateItem: a host's 8 ranks are one
+#: item of under 1 KB; a bigger host's are several (an expression stays under
+#: DynamoDB's 4 KB, and an item far under 400 KB with every rank's stack)
+RANKS_PER_ITEM = 8
+#: attempts whose item layout a process keeps worked out
+_ATTEMPTS_KEPT = 1024
 
 _HEARTBEATS = Table(HeartbeatModel)
 _COLLECTOR = Table(CollectorModel)
@@ -72,14 +77,17 @@ def shard_key(job_id: str, attempt: int, rank: int) -> str:
 class DynamoHeartbeatStore:
     def __init__(self, connection: Connection) -> None:
         self._dynamo = Dynamo(connection)
+        self._items: dict[tuple[str, int], dict[int, int]] = {}
+        self._lock = threading.Lock()
 
     def record(self, job_id: str, attempt: int, entries: Sequence[Beat], now: datetime,
-               first_rank_of: Mapping[str, int]) -> None:
-        """One UpdateItem per host in the post (per RANKS_PER_WRITE of its
-        ranks): a beat replaces its rank's record (the fields it has set, the
-        others removed; the last of a rank's beats in the post counts); each
-        other entry then sets what it has, the last beat's time untouched. A
-        host's first write makes its item. Items expire KEEP after ``now``."""
+               node_of: Mapping[int, str]) -> None:
+        """One UpdateItem per item the post touches (a host of up to
+        RANKS_PER_ITEM ranks: one): a beat replaces its rank's record (the
+        fields it has set, the others removed; the last of a rank's beats in
+        the post counts); each other entry then sets what it has, the last
+        beat's time untouched. A first write makes its item. Items expire
+        KEEP after ``now``."""
         ttl = int((now + KEEP).timestamp())
         #: rank -> (the beat replaces the record, the fields to set)
         records: dict[int, tuple[bool, dict[str, Any]]] = {}
@@ -90,16 +98,36 @@ class DynamoHeartbeatStore:
                 records[b.rank] = (True, {n: _stored(b, n) for n in FIELDS})
             else:
                 replaced, fields = records.setdefault(b.rank, (False, {}))
-                fields.update((n, v) for n in _NOTED if (v := _stored(b, n)) is not None)
-
-        def host(rank: int) -> int:
-            return first_rank_of.get(nodes[rank], rank)
-
-        for first, group in groupby(sorted(records, key=host), key=host):
+                fields.update((n, v) for n, v in ((n, _stored(b, n)) for n in _NOTED)
+                              if v is not None)
+        item_of = self._items_of(job_id, attempt, node_of)
+        for first, group in groupby(sorted(records, key=lambda r: (item_of.get(r, r), r)),
+                                    key=lambda r: item_of.get(r, r)):
             ranks = list(group)
-            for i in range(0, len(ranks), RANKS_PER_WRITE):
-                self._write(job_id, attempt, first, nodes[ranks[0]],
-                            {r: records[r] for r in ranks[i:i + RANKS_PER_WRITE]}, ttl)
+            self._write(job_id, attempt, first, nodes[ranks[0]],
+                        {r: records[r] for r in ranks}, ttl)
+
+    def _items_of(self, job_id: str, attempt: int, node_of: Mapping[int, str]) -> dict[int, int]:
+        """rank -> the lowest rank of its item: each host's ranks in order, in
+        items of at most RANKS_PER_ITEM (fixed for an attempt; worked out
+        once an attempt per process)."""
+        key = (job_id, attempt)
+        items = self._items.get(key)
+        if items is None or len(items) != len(node_of):
+            by_node: dict[str, list[int]] = {}
+            for rank, node in node_of.items():
+                by_node.setdefault(node, []).append(rank)
+            items = {}
+            for ranks in by_node.values():
+                ranks.sort()
+                for i in range(0, len(ranks), RANKS_PER_ITEM):
+                    for r in ranks[i:i + RANKS_PER_ITEM]:
+                        items[r] = ranks[i]
+            with self._lock:
+                self._items[key] = items
+                while len(self._items) > _ATTEMPTS_KEPT:
+                    self._items.pop(next(iter(self._items)))
+        return items
 
     def _write(self, job_id: str, attempt: int, first: int, node_id: str,
                records: Mapping[int, tuple[bool, dict[str, Any]]], ttl: int) -> None:

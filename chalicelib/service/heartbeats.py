@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from ..domain import cursor, limits
 from ..domain.attempts import Attempt
@@ -29,13 +29,6 @@ _PLACEMENTS_CACHED = 1024
 MAX_RANKS_PAGE = 65536
 
 
-class _Placement(NamedTuple):
-    """An attempt's placement as heartbeats use it: rank -> node, and node
-    -> its lowest rank (the key of that host's heartbeat record)."""
-    node_of: dict[int, str]
-    first_rank_of: dict[str, int]
-
-
 class HeartbeatsServicePorts(Jobs, Attempts, Protocol):
     """What heartbeats read: the job and where its attempt's ranks run."""
 
@@ -48,38 +41,30 @@ class HeartbeatsService:
         self._token_key = page_token_key
         self.telemetry = telemetry
         self._scans_per_hour, self._clock = scans_per_hour, clock
-        # an attempt's placement never changes: remember it, work it out once:
-        # rank -> node, and node -> its lowest rank (the key of its record)
-        self._placements: OrderedDict[tuple[str, int], _Placement] = OrderedDict()
+        # an attempt's placement never changes: remember it, work it out once
+        self._placements: OrderedDict[tuple[str, int], dict[int, str]] = OrderedDict()
 
     def node_of(self, job_id: str, attempt: int) -> dict[int, str]:
         """rank -> node of an attempt ({} for none): fixed for an attempt."""
-        return self._placement(job_id, attempt).node_of
-
-    def _placement(self, job_id: str, attempt: int) -> "_Placement":
         placed = self._cached((job_id, attempt))
         if placed is None:
             a = self.store.attempt(job_id, attempt)
-            placed = _Placement({}, {}) if a is None else self._remember(a)
+            placed = {} if a is None else self._remember(a)
         return placed
 
     def _placed(self, a: Attempt) -> dict[int, str]:
         """rank -> node of an attempt just read, worked out once an attempt."""
         placed = self._cached((a.job_id, a.attempt))
-        return (self._remember(a) if placed is None else placed).node_of
+        return self._remember(a) if placed is None else placed
 
-    def _cached(self, key: tuple[str, int]) -> "_Placement | None":
+    def _cached(self, key: tuple[str, int]) -> dict[int, str] | None:
         placed = self._placements.get(key)
         if placed is not None:
             self._placements.move_to_end(key)
         return placed
 
-    def _remember(self, a: Attempt) -> "_Placement":
-        node_of = a.rank_nodes()
-        first: dict[str, int] = {}
-        for rank, node in node_of.items():
-            first[node] = min(rank, first.get(node, rank))
-        placed = self._placements[(a.job_id, a.attempt)] = _Placement(node_of, first)
+    def _remember(self, a: Attempt) -> dict[int, str]:
+        placed = self._placements[(a.job_id, a.attempt)] = a.rank_nodes()
         if len(self._placements) > _PLACEMENTS_CACHED:
             self._placements.popitem(last=False)
         return placed
@@ -100,8 +85,7 @@ class HeartbeatsService:
             # a PENDING job's attempt number is its last, ended attempt
             raise StaleAttempt(f"attempt {body['attempt']} is not the current attempt "
                                f"({job.attempt}) of job {job_id}", field="attempt")
-        placement = self._placement(job_id, job.attempt)
-        node_of = placement.node_of
+        node_of = self.node_of(job_id, job.attempt)
         entries: list[Beat] = []
         for i, r in enumerate(body["ranks"]):
             rank = r["rank"]
@@ -113,7 +97,7 @@ class HeartbeatsService:
                                 field=f"ranks.{i}.rank")
             entries.append(received(r, node_id=node_of.get(rank, ""), now=now,
                                     sent_at=self._sent_at(r, i)))
-        self.beats.record(job_id, job.attempt, entries, now, placement.first_rank_of)
+        self.beats.record(job_id, job.attempt, entries, now, node_of)
         self.collector.mark_ingest(now)
         self.telemetry.count("HeartbeatsIngested", len(body["ranks"]))
         return now

@@ -180,11 +180,11 @@ class JobTables(Jobs, Attempts, Outbox, Transitions, Pipelines, Protocol):
 
 class HeartbeatStore(Protocol):
     """One record per rank of an attempt, in and out as domain/stall.py's Beat
-    (stored together per host: ``first_rank_of``, node -> its lowest rank in
-    the attempt, names the host's record)."""
+    (``node_of``, where each rank of the attempt runs, lets a store keep a
+    host's records together)."""
 
     def record(self, job_id: str, attempt: int, entries: Sequence[Beat],
-               now: datetime, first_rank_of: Mapping[str, int]) -> None:
+               now: datetime, node_of: Mapping[int, str]) -> None:
         """What one post said of its ranks, received at ``now``: each beat
         (``heard_at`` set) replaces its rank's record; each other entry (a
         declared pause, a process sample) is merged into it, the last beat's

@@ -16,12 +16,9 @@ def _placement(ports, ranks: int) -> tuple[str, dict[int, str]]:
 
 
 def _record(ports, job_id: str, node_of: dict[int, str], entries: list[Beat], at) -> None:
-    """One post of attempt 1, with each node's lowest rank as the heartbeat
+    """One post of attempt 1, with the attempt's placement as the heartbeat
     service passes it."""
-    first: dict[str, int] = {}
-    for rank, node in sorted(node_of.items(), reverse=True):
-        first[node] = rank
-    ports.beats.record(job_id, 1, entries, at, first)
+    ports.beats.record(job_id, 1, entries, at, node_of)
 
 
 def _beat(node_of: dict[int, str], rank: int, at, **fields) -> Beat:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import ClientError
 
-from chalicelib.adapters.heartbeat_store import RANKS_PER_WRITE, DynamoHeartbeatStore
+from chalicelib.adapters.heartbeat_store import RANKS_PER_ITEM, DynamoHeartbeatStore
 from chalicelib.domain.stall import Beat
 
 T0 = datetime(2026, 12, 1, 3, 4, 5, 678000, tzinfo=timezone.utc)
@@ -53,7 +53,7 @@ def test_a_hosts_post_of_8_ranks_is_one_update_of_its_one_item():
     conn = _Connection()
     node_of = {r: "n1" if r < 8 else "n2" for r in range(16)}
     beats = [Beat(r, node_of[r], heard_at=T0, step=r) for r in range(8)]
-    DynamoHeartbeatStore(conn).record("j", 1, beats, T0, {"n1": 0, "n2": 8})
+    DynamoHeartbeatStore(conn).record("j", 1, beats, T0, node_of)
     [(op, request)] = conn.requests
     assert op == "UpdateItem" and request["Key"] == {"shard_key": {"S": "j#1#0"},
                                                      "rank": {"N": "0"}}
@@ -62,21 +62,24 @@ def test_a_hosts_post_of_8_ranks_is_one_update_of_its_one_item():
     assert request["ConditionExpression"] == "attribute_exists(#ranks)"
 
 
-def test_a_host_with_more_ranks_than_one_write_takes_writes_of_its_item():
+def test_a_host_of_more_ranks_holds_them_in_items_of_8_in_rank_order():
+    """An item stays far under 400 KB and its expression under 4 KB, even on a
+    host of 1,024 GPUs whose silent ranks each carry a stack."""
     conn = _Connection()
-    beats = [Beat(r, "n", heard_at=T0, step=r) for r in range(30)]
-    DynamoHeartbeatStore(conn).record("j", 1, beats, T0, {"n": 0})
-    assert len(conn.requests) == -(-30 // RANKS_PER_WRITE)
-    assert {r["Key"]["rank"]["N"] for _, r in conn.requests} == {"0"}, "one item"
-    steps = {k for _, r in conn.requests for k in _set(r) if k.startswith("s")}
-    assert steps == {f"s{r}" for r in range(30)}
+    node_of = {r: "big" if r % 2 else "other" for r in range(60)}  # "big" holds the odd ranks
+    beats = [Beat(r, "big", heard_at=T0, step=r) for r in range(1, 60, 2)]
+    DynamoHeartbeatStore(conn).record("j", 1, beats, T0, node_of)
+    keys = [int(r["Key"]["rank"]["N"]) for _, r in conn.requests]
+    assert keys == [1, 17, 33, 49] and RANKS_PER_ITEM == 8
+    written = [sorted(int(k[1:]) for k in _set(r) if k.startswith("s")) for _, r in conn.requests]
+    assert written[0] == list(range(1, 17, 2)) and written[-1] == list(range(49, 60, 2))
 
 
 def test_a_beat_holds_the_receive_time_and_the_sender_offset_and_keys_by_the_hosts_rank():
     conn = _Connection()
     sent = T0 + timedelta(seconds=2.5)
     DynamoHeartbeatStore(conn).record("j", 1, [Beat(600, "n7", heard_at=T0, sent_at=sent)],
-                                      T0, {"n7": 520})
+                                      T0, {**{r: "n7" for r in range(520, 527)}, 600: "n7"})
     [(_, request)] = conn.requests
     assert request["Key"] == {"shard_key": {"S": "j#1#1"}, "rank": {"N": "520"}}
     written = _set(request)
@@ -92,7 +95,7 @@ def test_an_entry_that_is_not_a_beat_sets_only_what_it_has():
     conn = _Connection()
     DynamoHeartbeatStore(conn).record("j", 1, [
         Beat(0, "n", paused_until=T0, pause_reason="ckpt"),
-        Beat(1, "n", proc={"cpu": 1.0}, sampled_at=T0, active_at=T0)], T0, {"n": 0})
+        Beat(1, "n", proc={"cpu": 1.0}, sampled_at=T0, active_at=T0)], T0, {0: "n", 1: "n"})
     [(_, request)] = conn.requests
     assert set(_set(request)) == {"p0", "pr0", "c1", "sa1", "a1"}
     assert not _removed(request), "the last beat stands"
@@ -101,7 +104,7 @@ def test_an_entry_that_is_not_a_beat_sets_only_what_it_has():
 def test_a_hosts_first_write_makes_its_item_then_writes():
     conn = _Connection(missing=1)
     DynamoHeartbeatStore(conn).record("j", 1, [Beat(3, "n", heard_at=T0, step=1)], T0,
-                                      {"n": 3})
+                                      {3: "n"})
     (_, first), (_, make), (_, again) = conn.requests
     assert make["UpdateExpression"] == "SET #ranks = if_not_exists(#ranks, :empty)"
     assert first == again and make["Key"] == first["Key"]

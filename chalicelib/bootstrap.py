@@ -130,9 +130,7 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
     return Services(
         config=config, store=store, node_store=node_store, jobs=jobs,
         nodes=NodesService(node_store, inbox, collector, clock=clock,
-                           confirm_gone=attempts.confirm_gone,
-                           # another inbox (tests) names its queues its own way
-                           inbox_name=sqs_inbox.queue_name if inbox is sqs_inbox else None),
+                           confirm_gone=attempts.confirm_gone),
         attempts=attempts,
         placer=Placer(store, node_store, dispatcher,
                       resend_after_s=config.cancel_resend_after_s, clock=clock,

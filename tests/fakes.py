@@ -1053,6 +1053,9 @@ class FakeInbox:
             self.queues.setdefault(url, [])
         return url
 
+    def is_current(self, node_id: str, url: str) -> bool:
+        return url == self.prefix + node_id
+
     def send(self, queue_url: str, message: dict) -> None:
         if queue_url in self.failing:
             raise ConnectionError(f"sending to {queue_url} failed")
@@ -1083,6 +1086,9 @@ class FailingInbox:
 
     def ensure(self, node_id: str) -> str:
         return self.real.ensure(node_id)
+
+    def is_current(self, node_id: str, url: str) -> bool:
+        return self.real.is_current(node_id, url)
 
     def send(self, queue_url: str, message: dict) -> None:
         self.attempts += 1

@@ -43,6 +43,11 @@ class SqsInbox:
                         "VisibilityTimeout": "60",
                         "ReceiveMessageWaitTimeSeconds": "20"})["QueueUrl"]
 
+    def is_current(self, node_id: str, url: str) -> bool:
+        endpoint = self.client.meta.endpoint_url.rstrip("/")
+        return url.startswith(endpoint + "/") and url.rsplit("/", 1)[-1] == \
+            self.queue_name(node_id)
+
     def send(self, queue_url: str, message: dict) -> None:
         self.client.send_message(QueueUrl=queue_url,
                                MessageBody=json.dumps(message, separators=(",", ":")))

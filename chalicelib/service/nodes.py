@@ -18,14 +18,10 @@ log = logging.getLogger(__name__)
 class NodesService:
     def __init__(self, nodes: NodeStore, inbox: Inbox, collector: CollectorStore,
                  clock: Clock = utcnow,
-                 confirm_gone: Callable[[str, int, str], None] | None = None,
-                 inbox_name: Callable[[str], str] | None = None) -> None:
+                 confirm_gone: Callable[[str, int, str], None] | None = None) -> None:
         self.nodes, self.inbox, self.collector, self._clock = nodes, inbox, collector, clock
         #: (job_id, attempt, node_id): the agent no longer runs that attempt's ranks
         self._confirm_gone = confirm_gone
-        #: node id -> the name of the inbox this stage makes for it (SqsInbox.queue_name);
-        #: None: any recorded URL is taken as this stage's
-        self._inbox_name = inbox_name
 
     def authorize(self, principal: Principal, node_id: str) -> None:
         if not principal.may_act_for_node(node_id):
@@ -54,12 +50,13 @@ class NodesService:
     def _inbox_of(self, node_id: str, current: Node | None, missing: bool) -> str:
         """The node's inbox URL. CreateQueue (idempotent) runs once per node,
         not per call-in: on its first registration, on a return from DOWN,
-        when the recorded URL is empty or not this stage's inbox, and when
+        when the recorded URL is empty or not what this process would make
+        (another stage's, another endpoint's), and when
         the agent says its inbox is gone (``inbox_missing``: its receive was
         told the queue does not exist, as after a deletion by hand)."""
         recorded = current.inbox_queue_url if current is not None else ""
         if current is not None and current.state is not NodeState.DOWN and recorded \
-                and self._is_ours(node_id, recorded) and not missing:
+                and self.inbox.is_current(node_id, recorded) and not missing:
             return recorded
         if not missing or current is None or not recorded:
             return self.inbox.ensure(node_id)
@@ -71,10 +68,6 @@ class NodesService:
             log.warning("re-creating the inbox of node %s failed (%s); kept %s", node_id, e,
                         recorded)
             return recorded
-
-    def _is_ours(self, node_id: str, url: str) -> bool:
-        """Is ``url`` the inbox this stage makes for the node (its queue name)?"""
-        return self._inbox_name is None or url.rsplit("/", 1)[-1] == self._inbox_name(node_id)
 
     def _settle_lost(self, node: Node, running: set[str]) -> Node:
         """Attempts lost with the node (DOWN) that its agent no longer runs have

@@ -243,6 +243,12 @@ class Inbox(Protocol):
     def send(self, queue_url: str, message: dict) -> None: ...
     def ensure(self, node_id: str) -> str: ...
 
+    def is_current(self, node_id: str, url: str) -> bool:
+        """Is ``url`` what ``ensure(node_id)`` answers here: this stage's
+        queue of the node, at the endpoint this process sends to (a local
+        stack restarted on another port has another)?"""
+        ...
+
 
 @dataclass(frozen=True)
 class LogPage:

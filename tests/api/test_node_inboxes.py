@@ -61,6 +61,22 @@ def test_a_recorded_url_that_is_not_this_stages_inbox_is_made_again(make_service
     assert NodeModel.get(node_id).inbox_queue_url == url
 
 
+def test_a_recorded_url_at_another_endpoint_is_made_again(make_services, created):
+    """The local stack restarted on the state it saved serves SQS on another
+    port: a node's recorded inbox there is a dead URL, and its agents would
+    poll it for ever (CI: every README job stayed SCHEDULED after a restart)."""
+    node_id = _node_id()
+    nodes = make_services().nodes
+    url = nodes.register(AGENT, node_id, {"gpus": 8}).inbox_queue_url
+    scheme, rest = url.split("://", 1)
+    host, path = rest.split("/", 1)
+    moved = f"{scheme}://{host.split(':')[0]}:1/{path}"  # the same queue, another port
+    NodeModel(node_id).update(actions=[NodeModel.inbox_queue_url.set(moved)])
+    created.clear()
+    assert make_services().nodes.register(AGENT, node_id, {"gpus": 8}).inbox_queue_url == url
+    assert len(created) == 1 and NodeModel.get(node_id).inbox_queue_url == url
+
+
 def test_a_return_from_down_makes_sure_of_the_inbox(clock, make_services, created):
     node_id = _node_id()
     services = make_services()

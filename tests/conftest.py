@@ -250,3 +250,28 @@ def torch_python() -> str:
             pytest.fail(why)
         pytest.skip(why)
     return path
+
+
+@pytest.fixture(scope="session")
+def chrome():
+    """One headless Chromium a worker session (tests/browser, e2e pages),
+    stopped by its own handle."""
+    import shutil
+    import tempfile
+
+    from devstack.browser import CHROMEDRIVER, CHROMIUM, start_chrome
+
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("!!! BROWSER TESTS NOT RUN: chromium and chromedriver are not installed; "
+                    "`make test` installs them (apt-get install chromium chromium-driver) !!!")
+    profile = tempfile.mkdtemp(prefix="gpujobs-chromium-")
+    driver, service = start_chrome(profile, browser_log=True)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        try:
+            driver.quit()
+        finally:
+            service.stop()
+            shutil.rmtree(profile, ignore_errors=True)

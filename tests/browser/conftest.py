@@ -4,14 +4,11 @@ does, with real agents. Every process is stopped by its own handle."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 import uuid
 
 import pytest
 
-from devstack.browser import CHROMEDRIVER, CHROMIUM, start_chrome
 from tests.stacks import Api
 
 TENANT_TOKEN = "e2e-tenant"
@@ -27,24 +24,6 @@ def pytest_collection_modifyitems(items):
 def browser_stack(agent_stack):
     """The session's stack with real agents (tests/conftest.py)."""
     return agent_stack
-
-
-@pytest.fixture(scope="session")
-def chrome():
-    if not (CHROMIUM and CHROMEDRIVER):
-        pytest.skip("!!! BROWSER TESTS NOT RUN: chromium and chromedriver are not installed; "
-                    "`make test` installs them (apt-get install chromium chromium-driver) !!!")
-    profile = tempfile.mkdtemp(prefix="gpujobs-chromium-")
-    driver, service = start_chrome(profile, browser_log=True)
-    driver.set_page_load_timeout(30)
-    try:
-        yield driver
-    finally:
-        try:
-            driver.quit()
-        finally:
-            service.stop()
-            shutil.rmtree(profile, ignore_errors=True)
 
 
 @pytest.fixture

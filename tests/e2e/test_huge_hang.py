@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -34,7 +32,7 @@ import boto3
 import pytest
 from selenium.webdriver.common.by import By
 
-from devstack.browser import find, sign_in, start_chrome
+from devstack.browser import find, sign_in
 from tests.agent.conftest import wait_until
 from tests.stacks import ROOT, TOKENS, Api, start_stack
 
@@ -63,21 +61,6 @@ def hang_stack(tmp_path_factory):
         yield s
     finally:
         s.stop()
-
-
-@pytest.fixture(scope="module")
-def chrome():
-    profile = tempfile.mkdtemp(prefix="gpujobs-hang-chromium-")
-    driver, service = start_chrome(profile)
-    driver.set_page_load_timeout(30)
-    try:
-        yield driver
-    finally:
-        try:
-            driver.quit()
-        finally:
-            service.stop()
-            shutil.rmtree(profile, ignore_errors=True)
 
 
 def poll(what: str, fn, timeout: float = 120):

@@ -299,12 +299,13 @@ class Scale:
         """Untimed: the node maps of the placed jobs, no node over capacity, and
         no waiting job that fits what is left."""
         from chalicelib.adapters.models import AttemptModel, NodeModel
+        from chalicelib.domain.attempts import from_runs
 
         plans = {}
         used: collections.Counter = collections.Counter()
         for job_id in placed:
             a = AttemptModel.get(job_id, 1, consistent_read=True)
-            plans[job_id] = {n: list(r) for n, r in a.node_ranks.items()}
+            plans[job_id] = {n: from_runs(r) for n, r in a.node_ranks.items()}
             used.update({n: int(g) for n, g in a.node_gpus.items()})
         self.touched |= set(used)
         free = {}

@@ -209,6 +209,7 @@ class Scale:
         from chalicelib.adapters import aws
         from chalicelib.adapters.heartbeat_store import DynamoHeartbeatStore
         from chalicelib.adapters.models import AttemptModel, JobModel
+        from chalicelib.domain.attempts import rank_runs
         from chalicelib.domain.clock import iso
         from chalicelib.domain.stall import Beat
         from chalicelib.domain.states import JobState
@@ -220,7 +221,8 @@ class Scale:
         per_node = 8
         node_ranks = {f"node-{n:05d}-" + "x" * 52: list(range(n * per_node, (n + 1) * per_node))
                       for n in range(ranks // per_node)}  # node ids of 63 characters
-        AttemptModel(job.job_id, 1, state="RUNNING", placement=[], node_ranks=node_ranks,
+        AttemptModel(job.job_id, 1, state="RUNNING",
+                     node_ranks={n: rank_runs(rs) for n, rs in node_ranks.items()},
                      node_gpus={n: per_node for n in node_ranks}, world_size=ranks,
                      created_at=iso(timestamp(0.01)), exit_codes={}).save()
         node_of = {r: n for n, rs in node_ranks.items() for r in rs}

@@ -159,6 +159,12 @@ export function eventLabels(type, extra) {
 
 const isRanks = (v) => Array.isArray(v) && v.every((x) => Number.isInteger(x));
 const rankList = (v) => `${noun(v.length, 'rank')} ${ranges(v)}`;
+// a span as the placed event gives a node's ranks: "0-1023" or "0-3,7"
+const isSpan = (v) => typeof v === 'string' && /^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(v);
+const spanRanks = (v) => v.split(',').flatMap((run) => {
+  const [a, b = a] = run.split('-').map(Number);
+  return Array.from({ length: b - a + 1 }, (_, i) => a + i);
+});
 
 const LABEL = {
   attempt: (v) => `attempt ${v}`,
@@ -173,7 +179,8 @@ const LABEL = {
   by: (v) => `by ${v}`,
   tenant: (v) => `tenant ${v}`,
   nodes: (v) => (Array.isArray(v) ? `${noun(v.length, 'node')} ${v.join(', ')}`
-    : `on ${Object.entries(v).map(([n, rs]) => (isRanks(rs) ? `${n} (${rankList(rs)})` : n)).join(', ')}`),
+    : `on ${Object.entries(v).map(([n, rs]) => (isRanks(rs) ? `${n} (${rankList(rs)})`
+      : isSpan(rs) ? `${n} (${rankList(spanRanks(rs))})` : n)).join(', ')}`),
 };
 
 /** Any other field: "its name value", a list joined, an object as its keys' labels. */

@@ -53,8 +53,12 @@ def main() -> int:
         hb.beat(step)
         r = hb.read(os.environ["GPUJOBS_HEARTBEAT_FILE"])
         print(f"step {step} seq {r.collective_seq} name {r.collective_name}", flush=True)
-    dist.destroy_process_group()
-    return 0
+    # both ranks finished their last all-reduce; tearing gloo down with
+    # destroy_process_group() sometimes aborted one rank at exit
+    # ("terminate called without an active exception", SIGABRT: twice in
+    # fresh clones), and a barrier first would be one more marked collective.
+    # The rank has nothing left to do: it leaves without the teardown.
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -42,14 +42,16 @@ def flood_stack(tmp_path_factory):
 
 def _launched_within_one_run(api: Api) -> float:
     """Submit SMALL; the seconds until it runs, failing past one placement
-    period (and three seconds of slack for the agent to start it on a busy
-    machine: CI runs the torch tests beside it); then its end."""
+    period (and five seconds of slack for the agent to start it on a busy
+    machine: CI runs the torch tests beside it, and a fresh clone once missed
+    three by a hair; a job held behind the flood waits many periods); then
+    its end."""
     start = time.monotonic()
     r = api.post("/v1/jobs", json=SMALL)
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
     poll(f"{job_id} RUNNING within one placement run",
-         lambda: job(api, job_id)["state"] in ("RUNNING", "SUCCEEDED"), PERIOD_S + 3)
+         lambda: job(api, job_id)["state"] in ("RUNNING", "SUCCEEDED"), PERIOD_S + 5)
     took = time.monotonic() - start
     poll(f"{job_id} ends", lambda: job(api, job_id)["state"] == "SUCCEEDED", 60)
     return took

@@ -301,8 +301,8 @@ class Stack:
 
     def rank_records(self) -> int:
         """The ranks the heartbeats table holds a beat of (an item is a host's)."""
-        return sum(sum(1 for k in item.get("ranks", {}).get("M", {})
-                       if k[0] == "h" and k[1:].isdigit())
+        return sum(sum(1 for r in item.get("ranks", {}).get("M", {}).values()
+                       if "h" in r["M"])
                    for page in self.ddb.get_paginator("scan").paginate(
                        TableName=self.cfg.heartbeats_table) for item in page["Items"])
 

@@ -145,8 +145,8 @@ class Setup:
                           "ExpressionAttributeValues": {":k": {"S": f"{job_id}#1#{shard}"}}}
                 while True:
                     page = query(**kwargs)
-                    items += sum(1 for i in page["Items"] for k in i["ranks"]["M"]
-                                 if k[0] == "h" and k[1:].isdigit())  # a host's ranks
+                    items += sum(1 for i in page["Items"] for r in i["ranks"]["M"].values()
+                                 if "h" in r["M"])  # a host's ranks
                     if "LastEvaluatedKey" not in page:
                         break
                     kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -401,11 +401,14 @@ class Changes:
         self.values[ref] = self.table.value(name, {key: value})["M"][key]
         return self
 
-    def remove_entry(self, name: str, key: str) -> "Changes":
-        """REMOVE one entry of the map attribute ``name`` (none there: no-op)."""
-        placeholder = f"#k{len(self.keys)}"
-        self.keys[placeholder] = key
-        self._remove.append(f"#{name}.{placeholder}")
+    def entry_field(self, name: str, key: str, field: str, value: Any) -> "Changes":
+        """SET one field of the map held under ``key`` in the map attribute
+        ``name`` (that map must exist: DynamoDB makes no parent of a path)."""
+        n = len(self.keys)
+        outer, inner, ref = f"#k{n}", f"#k{n + 1}", f":k{n}"
+        self.keys[outer], self.keys[inner] = key, field
+        self._set.append(f"#{name}.{outer}.{inner} = {ref}")
+        self.values[ref] = self.table.value(name, {key: {field: value}})["M"][key]["M"][field]
         return self
 
     def event(self, key: str, value: dict) -> "Changes":

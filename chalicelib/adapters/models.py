@@ -274,7 +274,7 @@ class TenantModel(Model):
 
 class HeartbeatModel(Model):
     """One item per host of an attempt: the ranks it runs, each rank's record
-    in ``ranks`` under ``<code><rank>`` keys (adapters/heartbeat_store.FIELDS)."""
+    a map in ``ranks`` under its rank (adapters/heartbeat_store.FIELDS)."""
     class Meta(_Meta):
         table_name = "gpujobs-unbound-heartbeats"
 
@@ -284,7 +284,7 @@ class HeartbeatModel(Model):
     rank = NumberAttribute(range_key=True)
     node_id = UnicodeAttribute()
     ttl_epoch = NumberAttribute(null=True)
-    #: raw map, ``h12`` -> rank 12's heard_at, ``s12`` -> its step, ...: the
+    #: raw map, ``12`` -> rank 12's record, ``{"h": heard_at, "s": step, ...}``: the
     #: collector's receive time (the only time that decides liveness), the
     #: beat's time on it, the step, a declared pause, the host's latest
     #: process sample and its times, the rank's last collective

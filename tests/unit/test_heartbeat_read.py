@@ -14,9 +14,10 @@ T0 = datetime(2026, 12, 1, 3, 4, 5, 678000, tzinfo=timezone.utc)
 def _item(rank: int, proc: dict | None = None) -> dict:
     """A host holding one rank (here: each rank its own host, so the pages cut
     between hosts), its record as the store writes it."""
-    ranks = {f"h{rank}": "2026-12-01T03:04:05.678Z", f"s{rank}": rank}
+    record = {"h": "2026-12-01T03:04:05.678Z", "s": rank}
     if proc is not None:
-        ranks[f"c{rank}"] = proc
+        record["c"] = proc
+    ranks = {str(rank): record}
     return HeartbeatModel(shard_key=f"j#1#{rank // SHARD_RANKS}", rank=rank, node_id="n",
                           ranks=ranks).serialize()
 

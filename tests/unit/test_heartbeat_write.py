@@ -1,7 +1,8 @@
 """The heartbeat store's writes (adapters/heartbeat_store.py), as requests: a
 host's post is one UpdateItem of the host's item (the floor of docs/deploy.md:
 one item per host per beat), a beat replaces its rank's record, an entry that
-is not a beat sets only what it has, and a host's first write makes its item."""
+is not a beat sets only what it has, and a host's first write makes its item
+with a record for each of its ranks."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -31,22 +32,31 @@ class _Connection:
         return {}
 
 
-def _set(request: dict) -> dict[str, dict]:
-    """The ``ranks`` entries a request SETs: key -> raw value."""
+def _records(request: dict) -> dict[int, dict]:
+    """The rank records a request SETs whole: rank -> raw map."""
     names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
-    sets = request["UpdateExpression"].split(" REMOVE ")[0].removeprefix("SET ").split(", ")
     out = {}
-    for clause in sets:
+    for clause in request["UpdateExpression"].removeprefix("SET ").split(", "):
         path, value = clause.split(" = ")
-        if path.startswith("#ranks."):
-            out[names[path.removeprefix("#ranks.")]] = values[value]
+        parts = path.split(".")
+        if parts[0] == "#ranks" and len(parts) == 2:
+            out[int(names[parts[1]])] = values[value]["M"]
     return out
 
 
-def _removed(request: dict) -> set[str]:
-    names = request["ExpressionAttributeNames"]
-    _, _, removes = request["UpdateExpression"].partition(" REMOVE ")
-    return {names[p.removeprefix("#ranks.")] for p in removes.split(", ") if p}
+def _set(request: dict) -> dict[str, dict]:
+    """Every field a request SETs in a rank's record, whole or one by one:
+    ``<code><rank>`` -> raw value."""
+    names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
+    assert " REMOVE " not in request["UpdateExpression"]
+    out = {f"{code}{rank}": v for rank, record in _records(request).items()
+           for code, v in record.items()}
+    for clause in request["UpdateExpression"].removeprefix("SET ").split(", "):
+        path, value = clause.split(" = ")
+        parts = path.split(".")
+        if parts[0] == "#ranks" and len(parts) == 3:
+            out[f"{names[parts[2]]}{names[parts[1]]}"] = values[value]
+    return out
 
 
 def test_a_hosts_post_of_8_ranks_is_one_update_of_its_one_item():
@@ -88,7 +98,8 @@ def test_a_beat_holds_the_receive_time_and_the_sender_offset_and_keys_by_the_hos
     values = request["ExpressionAttributeValues"]
     assert (values[":node_id"], values[":ttl_epoch"]) == (
         {"S": "n7"}, {"N": str(int((T0 + timedelta(days=7)).timestamp()))})
-    assert "p600" in _removed(request), "a beat replaces the rank's record: its pause ends"
+    assert "p600" not in written and 600 in _records(request), \
+        "a beat replaces the rank's whole record: its pause ends"
 
 
 def test_an_entry_that_is_not_a_beat_sets_only_what_it_has():
@@ -98,13 +109,18 @@ def test_an_entry_that_is_not_a_beat_sets_only_what_it_has():
         Beat(1, "n", proc={"cpu": 1.0}, sampled_at=T0, active_at=T0)], T0, {0: "n", 1: "n"})
     [(_, request)] = conn.requests
     assert set(_set(request)) == {"p0", "pr0", "c1", "sa1", "a1"}
-    assert not _removed(request), "the last beat stands"
+    assert not _records(request), "the last beat stands"
 
 
 def test_a_hosts_first_write_makes_its_item_then_writes():
+    """A field's path needs its rank's record: the made item holds an empty
+    one for each rank of the host, so a sample before any beat lands."""
     conn = _Connection(missing=1)
-    DynamoHeartbeatStore(conn).record("j", 1, [Beat(3, "n", heard_at=T0, step=1)], T0,
-                                      {3: "n"})
+    DynamoHeartbeatStore(conn).record("j", 1, [Beat(3, "n", proc={"cpu": 1.0}, sampled_at=T0)],
+                                      T0, {r: "n" for r in range(2, 6)})
     (_, first), (_, make), (_, again) = conn.requests
     assert make["UpdateExpression"] == "SET #ranks = if_not_exists(#ranks, :empty)"
+    assert make["ExpressionAttributeValues"][":empty"] == {
+        "M": {str(r): {"M": {}} for r in range(2, 6)}}
     assert first == again and make["Key"] == first["Key"]
+    assert set(_set(first)) == {"c3", "sa3"}

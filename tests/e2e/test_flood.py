@@ -41,17 +41,19 @@ def flood_stack(tmp_path_factory):
 
 
 def _launched_within_one_run(api: Api) -> float:
-    """Submit SMALL; the seconds until it runs, failing past one placement
-    period (and five seconds of slack for the agent to start it on a busy
-    machine: CI runs the torch tests beside it, and a fresh clone once missed
-    three by a hair; a job held behind the flood waits many periods); then
-    its end."""
+    """Submit SMALL; the seconds until it is launched (placed, its LAUNCH
+    sent: SCHEDULED or later), failing past one placement period and five
+    seconds of slack for a busy machine (CI runs the torch tests beside it);
+    a job held behind the flood waits many periods. Then it must run and end:
+    the agent's inbox poll and its STARTED report wait their turn at the
+    embedded moto's one lock with the flood's writes, which is the stack's
+    pace, not placement's, so that gets a minute."""
     start = time.monotonic()
     r = api.post("/v1/jobs", json=SMALL)
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
-    poll(f"{job_id} RUNNING within one placement run",
-         lambda: job(api, job_id)["state"] in ("RUNNING", "SUCCEEDED"), PERIOD_S + 5)
+    poll(f"{job_id} launched within one placement run",
+         lambda: job(api, job_id)["state"] != "PENDING", PERIOD_S + 5)
     took = time.monotonic() - start
     poll(f"{job_id} ends", lambda: job(api, job_id)["state"] == "SUCCEEDED", 60)
     return took

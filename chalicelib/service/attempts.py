@@ -73,11 +73,15 @@ class AttemptsService:
                                           ranks, body.get("exit_code"), node_id,
                                           body.get("stacks") if kind == "STOPPED" else None)
         self._acknowledge(attempt, node_id)
-        self.settle_node(attempt, node_id)
-        if attempt_no != job.attempt:
-            raise StaleAttempt(f"attempt {attempt_no} of job {job_id} is no longer "
-                               f"current (current: {job.attempt})", field="attempt")
-        return self.advance(job, attempt, started=kind == "STARTED")
+        try:
+            if attempt_no != job.attempt:
+                raise StaleAttempt(f"attempt {attempt_no} of job {job_id} is no longer "
+                                   f"current (current: {job.attempt})", field="attempt")
+            return self.advance(job, attempt, started=kind == "STARTED")
+        finally:
+            # the GPUs go back once the job has moved on its ranks' end, so a
+            # job placed on them never reads as placed before that job ended
+            self.settle_node(attempt, node_id)
 
     def _timed_out_report(self, principal: Principal, job_id: str, attempt_no: int,
                           body: dict) -> Job:
@@ -163,10 +167,10 @@ class AttemptsService:
         attempt = self.store.record_ranks(job.job_id, attempt.attempt, "exited", lost, LOST,
                                           node_id)
         self._acknowledge(attempt, node_id)
-        self.settle_node(attempt, node_id)
-        if attempt.attempt != job.attempt:
-            return job
-        return self.advance(job, attempt)
+        try:
+            return job if attempt.attempt != job.attempt else self.advance(job, attempt)
+        finally:
+            self.settle_node(attempt, node_id)  # after the move, as in report()
 
     def advance(self, job: Job, attempt: Attempt, *, started: bool = False) -> Job:
         """Move the job as the attempt's progress says; safe against racing reports."""

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+from devstack.agents import agent_environment, isolated, make_traversable, write_token_file
 from tests.agent.conftest import stop_agent, wait_until
 from tests.stacks import ROOT, Api
 
@@ -22,26 +23,42 @@ def agent_token(node: str) -> str:
 
 
 def start_agent(api_url: str, node: str, gpus: int, gpu_type: str, base: Path, log, *,
-                grace_s: float = 2.0) -> subprocess.Popen:
-    """A real agent process for ``node`` (its token :func:`agent_token`, its
-    state in ``base/node``, its log to ``log``); the caller stops it by its pid
-    (:func:`stop_agent`). Ranks run as the test's user."""
+                grace_s: float = 2.0, extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    """A real agent process for ``node``, set up as ``make up`` sets up its
+    own (devstack/agents.py): its token (:func:`agent_token`) in a 0600 file,
+    not its environment; the stack's environment less what is not for agents;
+    and, as root, each job's ranks run as a uid of the default pool, through
+    a state folder (``base/node``) they can pass through but not list. Its
+    log goes to ``log``, ``extra`` are more of its options; the caller stops
+    it by its pid (:func:`stop_agent`)."""
+    env = agent_environment({**os.environ, "AWS_ACCESS_KEY_ID": "local",
+                             "AWS_SECRET_ACCESS_KEY": "local",
+                             "AWS_DEFAULT_REGION": "us-east-1"})
+    state = base / node
+    if isolated(env):
+        make_traversable(state)
+    token_file = write_token_file(base / f"{node}-secret", agent_token(node), traversable=False)
     return subprocess.Popen(
         [sys.executable, "-m", "agent", "--node-id", node, "--gpus", str(gpus),
-         "--gpu-type", gpu_type, "--api", api_url, "--state-dir", str(base / node),
+         "--gpu-type", gpu_type, "--api", api_url, "--state-dir", str(state),
+         "--token-file", str(token_file),
          "--grace-s", str(grace_s), "--poll-wait-s", "1", "--node-heartbeat-s", "0.5",
-         "--log-level", "INFO", "--rank-uids", ""],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
-        env={**os.environ, "GPUJOBS_AGENT_TOKEN": agent_token(node),
-             "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-             "AWS_DEFAULT_REGION": "us-east-1"})
+         "--log-level", "INFO", *extra],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, env=env)
+
+
+#: what a node of :func:`start_agent` reports: as root, ranks run as uids of their own
+ISOLATION = "user" if os.geteuid() == 0 else "none"
 
 
 def nodes_ready(api_url: str, nodes) -> None:
+    """Every node READY, reporting the isolation ``make up`` gives (:data:`ISOLATION`)."""
     reader = Api(api_url, "e2e-tenant")
-    poll("every node READY", lambda: all(
+    ready = poll("every node READY", lambda: all(
         (r := reader.get(f"/v1/nodes/{n}")).status_code == 200
-        and r.json()["state"] == "READY" for n in nodes))
+        and r.json()["state"] == "READY" for n in nodes) and [
+            reader.get(f"/v1/nodes/{n}").json() for n in nodes])
+    assert {n["isolation"] for n in ready} == {ISOLATION}, ready
 
 
 @contextlib.contextmanager

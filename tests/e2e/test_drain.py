@@ -94,11 +94,10 @@ def uncordon_all(ops: Api) -> None:
 
 
 def test_a_drained_node_s_job_saves_its_checkpoint_requeues_and_resumes_elsewhere(
-        tenant, ops, tmp_path):
-    shared = tmp_path / "shared"
+        tenant, ops, shared_dir):
     job_id = submit(tenant, [sys.executable, EXAMPLE, "--steps", STEPS, "--step-s", "0.05",
                              "--save-every", "1000"],  # saves only when told to stop
-                    checkpoint_dir=str(shared))
+                    checkpoint_dir=str(shared_dir))
     first = running_on(tenant, job_id)
     poll("a few steps done", lambda: any("starting from step 0" in line
                                          for line in log_lines(tenant, job_id, 1)))
@@ -131,7 +130,7 @@ def test_a_drained_node_s_job_saves_its_checkpoint_requeues_and_resumes_elsewher
         second = poll("attempt 2's log", lambda: (got := log_lines(tenant, job_id, 2))
                       and f"0: rank 0: done at step {STEPS}" in got and got)
         assert f"0: rank 0 attempt 2: resuming from step {step}" in second, second
-        assert json.loads(Path(shared, job_id, "rank-0.json").read_text())["step"] == int(STEPS)
+        assert json.loads(Path(shared_dir, job_id, "rank-0.json").read_text())["step"] == int(STEPS)
         assert node(tenant, first)["state"] == "DRAINING", "it stays out until uncordoned"
     finally:
         uncordon_all(ops)

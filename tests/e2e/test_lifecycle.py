@@ -168,11 +168,10 @@ def test_an_exit_code_listed_as_fail_now_fails_on_the_first_attempt(life_stack, 
     assert "rule 1 says fail" in shown, shown
 
 
-def test_a_retried_job_resumes_from_its_checkpoint(life_stack, tenant, tmp_path):
-    shared = tmp_path / "shared"
+def test_a_retried_job_resumes_from_its_checkpoint(life_stack, tenant, shared_dir):
     job_id = submit(tenant, [sys.executable, EXAMPLE, "--steps", "6", "--step-s", "0.1",
                              "--save-every", "1", "--fail-first-attempt-at", "3"],
-                    ranks=2, max_attempts=2, checkpoint_dir=str(shared))
+                    ranks=2, max_attempts=2, checkpoint_dir=str(shared_dir))
     done = ended(tenant, job_id)
     # its second counted attempt (a node taken for lost on a loaded machine
     # would add an uncounted one)
@@ -187,5 +186,5 @@ def test_a_retried_job_resumes_from_its_checkpoint(life_stack, tenant, tmp_path)
     [resumed] = [line for line in second if line.startswith(f"0: rank 0 attempt {last}: ")]
     assert resumed.startswith(f"0: rank 0 attempt {last}: resuming from step "), second
     assert int(resumed.rsplit(" ", 1)[1]) >= 3, "from what the first attempt saved, or later"
-    saved = json.loads(Path(shared, job_id, "rank-0.json").read_text())
+    saved = json.loads(Path(shared_dir, job_id, "rank-0.json").read_text())
     assert saved["step"] == 6

@@ -11,9 +11,7 @@ started by the test (the stack starts none) so the test can pause it by its pid.
 """
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,11 +20,13 @@ import pytest
 
 from tests.agent.conftest import alive, stop_agent, wait_until
 from tests.hostile_ranks import HOSTILE, KINDS, steady
-from tests.stacks import ROOT, TOKENS, Api, start_stack
+from tests.stacks import TOKENS, Api, start_stack
+
+from .jobs import ISOLATION, agent_token, start_agent
 
 pytestmark = pytest.mark.e2e
 
-NODE, GPU_TYPE, AGENT_TOKEN = "lost-1", "lostgpu", "e2e-lost-agent"
+NODE, GPU_TYPE = "lost-1", "lostgpu"
 #: twelve call-ins (every 0.5 s): at 3 s, a fresh clone's run on 2 busy cores
 #: once saw the node DOWN again and again, its jobs at attempt 10 after 2 min
 DOWN_AFTER_S = 6
@@ -49,7 +49,7 @@ time.sleep(3600)
 @pytest.fixture(scope="module")
 def loss_stack(tmp_path_factory):
     s = start_stack(tmp_path_factory.mktemp("node-loss"),
-                    TOKENS + [{"token": AGENT_TOKEN, "agent": NODE}],
+                    TOKENS + [{"token": agent_token(NODE), "agent": NODE}],
                     GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S="0.5",
                     GPUJOBS_NODE_DOWN_AFTER_S=str(DOWN_AFTER_S))
     try:
@@ -62,19 +62,11 @@ def loss_stack(tmp_path_factory):
 def agent_proc(loss_stack, tmp_path, request):
     """A real agent for NODE (2 GPUs, or the parameter's), stopped by its own pid,
     and every rank its state file records killed, also when the test fails."""
-    state_dir = tmp_path / "agent"
+    state_dir = tmp_path / NODE
     log = open(tmp_path / "agent.log", "w")
-    gpus = str(getattr(request, "param", 2))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agent", "--node-id", NODE, "--gpus", gpus,
-         "--gpu-type", GPU_TYPE, "--api", loss_stack.api, "--state-dir", str(state_dir),
-         "--grace-s", "1", "--poll-wait-s", "1", "--node-heartbeat-s", "0.5",
-         "--log-level", "INFO", "--watchdog-s", "1",  # a slow pass is in the log
-         "--rank-uids", ""],  # ranks as the test's user
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
-        env={**os.environ, "GPUJOBS_AGENT_TOKEN": AGENT_TOKEN,
-             "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-             "AWS_DEFAULT_REGION": "us-east-1"})
+    proc = start_agent(loss_stack.api, NODE, getattr(request, "param", 2), GPU_TYPE,
+                       tmp_path, log, grace_s=1,
+                       extra=("--watchdog-s", "1"))  # a slow pass is in the log
     try:
         yield proc
     finally:
@@ -108,14 +100,13 @@ def state(tenant: Api, job_id: str) -> dict:
 
 
 def test_an_agent_paused_past_down_stops_the_failed_attempts_ranks_when_resumed(
-        loss_stack, agent_proc, tmp_path):
+        loss_stack, agent_proc, shared_dir):
     tenant = Api(loss_stack.api, "e2e-tenant")
     poll("the agent's registration", lambda: (node(tenant) or {}).get("state") == "READY")
-    pids_dir = tmp_path / "pids"
-    pids_dir.mkdir()
-    first = submit(tenant, [sys.executable, "-c", RANK, str(pids_dir)])
+    assert node(tenant)["isolation"] == ISOLATION, "ranks run as make up's agents run them"
+    first = submit(tenant, [sys.executable, "-c", RANK, str(shared_dir)])
     poll("the first job RUNNING", lambda: state(tenant, first)["state"] == "RUNNING")
-    paths = [pids_dir / f"rank-{r}.pid" for r in (0, 1)]
+    paths = [shared_dir / f"rank-{r}.pid" for r in (0, 1)]
     poll("both ranks' pids", lambda: all(p.exists() for p in paths))
     pids = [int(Path(p).read_text()) for p in paths]
     assert all(alive(p) for p in pids)
@@ -189,7 +180,7 @@ def test_ranks_that_replace_their_heartbeat_files_never_take_their_node_down(
     except AssertionError as e:
         raise AssertionError(f"{e}: {[state(tenant, j) for j in every]} {node(tenant)} "
                              f"{slow_passes()}") from None
-    logs = {kind: tmp_path / "agent" / "logs" / j / "1" / "rank-0.log"
+    logs = {kind: tmp_path / NODE / "logs" / j / "1" / "rank-0.log"
             for kind, j in hostile.items()}
     try:  # a loaded machine (the whole suite on 2 cores) starts ranks slowly
         poll("every hostile rank replaced its file",

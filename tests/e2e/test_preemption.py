@@ -59,12 +59,11 @@ def submit(api: Api, command: list[str], **spec) -> str:
 
 
 def test_an_urgent_job_preempts_a_batch_one_which_checkpoints_and_resumes_later(
-        prio_stack, agent, tmp_path):
+        prio_stack, agent, shared_dir):
     acme, globex = Api(prio_stack.api, "e2e-tenant"), Api(prio_stack.api, "e2e-other")
-    shared = tmp_path / "shared"
     batch = submit(acme, [sys.executable, EXAMPLE, "--steps", STEPS, "--step-s", "0.05",
                           "--save-every", "1000"],  # saves only when told to stop
-                   priority_class="batch", checkpoint_dir=str(shared))
+                   priority_class="batch", checkpoint_dir=str(shared_dir))
     poll("the batch job trains", lambda: any(
         "starting from step 0" in line for line in log_lines(acme, batch, 1)))
     urgent = submit(globex, [sys.executable, "-c", "import time; time.sleep(2)"],
@@ -88,6 +87,6 @@ def test_an_urgent_job_preempts_a_batch_one_which_checkpoints_and_resumes_later(
     second = poll("attempt 2's log", lambda: (got := log_lines(acme, batch, 2))
                   and f"0: rank 0: done at step {STEPS}" in got and got)
     assert f"0: rank 0 attempt 2: resuming from step {step}" in second, second
-    assert json.loads(Path(shared, batch, "rank-0.json").read_text())["step"] == int(STEPS)
+    assert json.loads(Path(shared_dir, batch, "rank-0.json").read_text())["step"] == int(STEPS)
     [placed_again] = [e for e in events(acme, batch, "placed") if e["attempt"] == 2]
     assert placed_again["time"] >= done["finished_at"], "it waited while the urgent job ran"

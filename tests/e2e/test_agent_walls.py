@@ -21,7 +21,8 @@ import sys
 
 import pytest
 
-from tests.e2e.jobs import ended
+from tests.agent.conftest import alive
+from tests.e2e.jobs import ended, poll
 from tests.stacks import Api
 
 pytestmark = pytest.mark.e2e
@@ -222,3 +223,60 @@ def test_a_rank_that_finds_the_moto_endpoint_and_the_state_gets_nothing(agent_st
     nodes = tenant.get("/v1/nodes").json()["nodes"]
     assert {n["isolation"] for n in nodes if n["node_id"] in agents} == {"user"}
     assert tenant.get(f"/v1/jobs/{job['id']}").status_code == 200, "moto was not reset"
+
+
+#: argv: a folder every uid may write. Leaves a daemon of its uid behind, out
+#: of its group and session (double fork, setsid, every descriptor closed),
+#: writes "<its pid> <its uid>" to daemon.pid there, and exits 0
+LEAVES_A_DAEMON = r'''
+import os, sys, time
+path = os.path.join(sys.argv[1], "daemon.pid")
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(path + ".tmp", "w") as f:
+            f.write(f"{os.getpid()} {os.getuid()}")
+        os.replace(path + ".tmp", path)
+        os.closerange(0, 1024)
+        time.sleep(600)
+    os._exit(0)
+os.wait()
+while not os.path.exists(path):
+    time.sleep(0.05)
+print("left a daemon as uid", os.getuid(), flush=True)
+'''
+
+
+def test_a_uid_returns_to_the_pool_only_after_every_process_of_it_is_gone(
+        agent_stack, agents, shared_dir):
+    """Issue 24, items 2 and 8, on make up's own agents: a job's rank leaves
+    a daemon of its uid that its process group and session do not reach. The
+    job succeeds; the agent kills the daemon, and only then marks the uid
+    free in its state: at no look is the uid free while the daemon lives."""
+    tenant = Api(agent_stack.api, "e2e-tenant")
+    job = tenant.post("/v1/jobs", json={
+        "command": [sys.executable, "-c", LEAVES_A_DAEMON, str(shared_dir)],
+        "ranks": 1, "name": "walls-daemon"}).json()
+    daemon = None
+    try:
+        done = ended(tenant, job["id"], 60)
+        assert done["state"] == "SUCCEEDED", done
+        pid, uid = map(int, (shared_dir / "daemon.pid").read_text().split())
+        daemon = pid
+        assert uid >= 70000, f"the rank ran as uid {uid}, not one of the pool's"
+        [attempt] = tenant.get(f"/v1/jobs/{job['id']}/attempts").json()["attempts"]
+        [node] = {p["node_id"] for p in attempt["placement"]}
+        argv = argv_of(agents[node])
+        state_file = os.path.join(argv[argv.index("--state-dir") + 1], "state.json")
+
+        def freed() -> bool:
+            with open(state_file) as f:
+                record = json.load(f)["attempts"].get(f"{job['id']}/1")
+            is_free = record is None or record["uid_freed"]
+            assert not (is_free and alive(pid)), f"uid {uid} free while its daemon {pid} lives"
+            return is_free
+        poll("the attempt's uid freed", freed, 60)
+        assert not alive(pid), "the daemon was killed"
+    finally:
+        if daemon is not None and alive(daemon):
+            os.kill(daemon, 9)

@@ -14,7 +14,8 @@ host, which
 - tries to steal an agent's token: its ``/proc/<pid>/environ`` and its token
   file (named on its command line);
 - then replaces its own heartbeat file with a FIFO, which once blocked an
-  agent's loop for good.
+  agent's loop for good (and, in a test of their own, a link to /dev/zero
+  and a 10 GiB sparse file).
 
 It must manage none of it, and find the victim (the test could fail); the
 victim's steps keep advancing, its health stays OK, and both nodes keep
@@ -32,7 +33,7 @@ from datetime import datetime
 import pytest
 
 from tests.e2e.jobs import poll
-from tests.hostile_ranks import steady
+from tests.hostile_ranks import HOSTILE as REPLACES, steady
 from tests.stacks import Api
 
 pytestmark = pytest.mark.e2e
@@ -122,13 +123,24 @@ def _step(api: Api, job_id: str) -> int | None:
     return ranks[0].get("step")
 
 
+def _called_in_since(api: Api, t: float) -> bool:
+    """Both of the stack's nodes READY, each having called in after ``t``."""
+    return all(n["state"] == "READY" and datetime.fromisoformat(
+        n["last_seen_at"].replace("Z", "+00:00")).timestamp() > t
+        for n in api.get("/v1/nodes").json()["nodes"] if n["node_id"] in ("local-1", "local-2"))
+
+
+def _isolated_or_skip(api: Api) -> None:
+    nodes = api.get("/v1/nodes").json()["nodes"]
+    if {n["isolation"] for n in nodes if n["node_id"] in ("local-1", "local-2")} != {"user"}:
+        pytest.skip("the stack's agents isolate ranks only as root")
+
+
 def test_a_hostile_rank_cannot_read_kill_frame_or_rob_another_job_or_stall_its_node(
         agent_stack):
     victim_api, hostile_api = Api(agent_stack.api, "e2e-other"), Api(agent_stack.api,
                                                                      "e2e-tenant")
-    nodes = victim_api.get("/v1/nodes").json()["nodes"]
-    if {n["isolation"] for n in nodes if n["node_id"] in ("local-1", "local-2")} != {"user"}:
-        pytest.skip("the stack's agents isolate ranks only as root")
+    _isolated_or_skip(victim_api)
     marker = f"victim-{uuid.uuid4().hex[:12]}"
     victim = victim_api.post("/v1/jobs", json={
         "name": "walls-victim", "command": [sys.executable, "-c", steady(0.2), marker],
@@ -159,15 +171,49 @@ def test_a_hostile_rank_cannot_read_kill_frame_or_rob_another_job_or_stall_its_n
         poll("the victim's steps advance", lambda: (
             _step(victim_api, victim["id"]) or 0) > (before or 0) + 10)
 
-        def called_in_since_fifo() -> bool:
-            return all(n["state"] == "READY" and datetime.fromisoformat(
-                n["last_seen_at"].replace("Z", "+00:00")).timestamp() > fifo_at + 5
-                for n in victim_api.get("/v1/nodes").json()["nodes"]
-                if n["node_id"] in ("local-1", "local-2"))
-        poll("both nodes call in after the FIFO", called_in_since_fifo, 60)
+        poll("both nodes call in after the FIFO",
+             lambda: _called_in_since(victim_api, fifo_at + 5), 60)
         job = victim_api.get(f"/v1/jobs/{victim['id']}").json()
         assert job["state"] == "RUNNING" and job["attempt"] == 1, job
         assert job["health"]["status"] == "OK", job["health"]
+    finally:
+        for api, j in ((victim_api, victim), (hostile_api, hostile)):
+            if j is not None:
+                api.post(f"/v1/jobs/{j['id']}/cancel", json={"reason": "test over"})
+
+
+@pytest.mark.parametrize("kind", ["devzero", "sparse"])
+def test_a_heartbeat_file_made_a_link_to_dev_zero_or_a_sparse_file_stalls_no_node(
+        agent_stack, kind):
+    """The FIFO's siblings (tests/hostile_ranks.py), through make up's own
+    agents: a rank replaces its heartbeat file with a link to /dev/zero or a
+    10 GiB sparse file; both nodes keep calling in, the other tenant's job
+    keeps beating with health OK, and the hostile job's beats stop there."""
+    victim_api, hostile_api = Api(agent_stack.api, "e2e-other"), Api(agent_stack.api,
+                                                                     "e2e-tenant")
+    _isolated_or_skip(victim_api)
+    victim = victim_api.post("/v1/jobs", json={
+        "name": f"walls-{kind}-victim", "command": [sys.executable, "-c", steady(0.2)],
+        "ranks": 1, "heartbeat": {"interval_s": 0.5}}).json()
+    hostile = None
+    try:
+        poll("the victim beats", lambda: (_step(victim_api, victim["id"]) or 0) > 3)
+        hostile = hostile_api.post("/v1/jobs", json={
+            "name": f"walls-{kind}", "command": [sys.executable, "-c", REPLACES, kind],
+            "ranks": 1, "heartbeat": {"interval_s": 0.5}}).json()
+        poll(f"the hostile rank's {kind} in place",
+             lambda: f"REPLACED {kind}" in _lines(hostile_api, hostile["id"]))
+        replaced_at = time.time()
+        before = _step(victim_api, victim["id"])
+        poll("the victim's steps advance", lambda: (
+            _step(victim_api, victim["id"]) or 0) > (before or 0) + 10)
+        poll(f"both nodes call in after the {kind}",
+             lambda: _called_in_since(victim_api, replaced_at + 5), 60)
+        job = victim_api.get(f"/v1/jobs/{victim['id']}").json()
+        assert job["state"] == "RUNNING" and job["health"]["status"] == "OK", job
+        rank = hostile_api.get(f"/v1/jobs/{hostile['id']}/ranks").json()["ranks"][0]
+        assert (rank["step"] or 0) <= 4 and rank["silence_s"] >= 5, (
+            "no record read from that file", rank)
     finally:
         for api, j in ((victim_api, victim), (hostile_api, hostile)):
             if j is not None:

@@ -1,8 +1,8 @@
 """Jobs use cases: idempotent create, read, keyset listing, cancel as an intent."""
 from __future__ import annotations
 
-import time
 from dataclasses import replace
+from datetime import datetime
 from typing import Callable, Protocol, Sequence
 
 from ..domain import arrays, cursor, dependencies, idempotency, limits, placement, quotas
@@ -80,15 +80,17 @@ class RecentFleets:
     conditioned on the fleet's generation, which fails if a node came
     meanwhile (FleetChanged), and then the fleet is read again (:meth:`forget`)."""
 
-    def __init__(self, read: Callable[[str | None], Fleet], ttl_s: float = FLEET_TTL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, read: Callable[[str | None], Fleet], clock: Clock,
+                 ttl_s: float = FLEET_TTL_S) -> None:
+        """``clock``: the service's (a clock moved by a test or a bench moves
+        this cache's time too); one that went back counts as expired."""
         self._read, self._ttl_s, self._clock = read, ttl_s, clock
-        self._seen: dict[str | None, tuple[float, Fleet]] = {}
+        self._seen: dict[str | None, tuple[datetime, Fleet]] = {}
 
     def __call__(self, gpu_type: str | None) -> Fleet:
         now = self._clock()
         seen = self._seen.get(gpu_type)
-        if seen is None or now - seen[0] > self._ttl_s:
+        if seen is None or not 0 <= (now - seen[0]).total_seconds() <= self._ttl_s:
             seen = (now, self._read(gpu_type))
             self._seen[gpu_type] = seen
         return seen[1]
@@ -114,7 +116,7 @@ class JobsService:
         #: a GPU type's registered fleet (NodeStore.fleet_of), as read at most
         #: FLEET_TTL_S ago: a job that can never fit it is made parked; None:
         #: every job is left to the placer
-        self._fleets = RecentFleets(fleet_of) if fleet_of is not None else None
+        self._fleets = RecentFleets(fleet_of, clock) if fleet_of is not None else None
         self.pipelines, self.canceller = pipelines, canceller
         self._limits, self._classes = limits, classes
         self.telemetry = telemetry

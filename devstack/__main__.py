@@ -105,24 +105,32 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-#: the state folders: their owner's alone, except that a rank user may pass
-#: through to the heartbeat folder its agent made for it (agent/isolation.py)
-STATE_DIR_MODE = 0o711
+#: the state folders (the snapshot, the tokens, the page-token key): their
+#: owner's alone; the agents' homes are beside them (devstack.agents.agents_folder)
+STATE_DIR_MODE = 0o700
+
+
+def _state_root() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("GPUJOBS_STATE_DIR") or ROOT / ".gpujobs-local")
 
 
 def _state_dir() -> tuple[pathlib.Path, bool]:
     """(the folder this stack keeps its state in, whether to remove it at the end)."""
-    root = pathlib.Path(os.environ.get("GPUJOBS_STATE_DIR") or ROOT / ".gpujobs-local")
+    root = _state_root()
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, STATE_DIR_MODE)
-    from devstack.agents import sweep
+    from devstack.agents import agents_folder, sweep
 
     # throwaway stacks that were killed: stop what they left, remove them
     for old in root.glob("ephemeral-*"):
         pid = old.name.rpartition("-")[2]
         if pid.isdigit() and not _pid_alive(int(pid)):
-            sweep(old / "agents")
+            sweep(agents_folder(root, old))
+            shutil.rmtree(agents_folder(root, old), ignore_errors=True)
             shutil.rmtree(old, ignore_errors=True)
+    if (root / "agents").is_dir():  # an older checkout kept them in the state folder
+        sweep(root / "agents")
+        shutil.rmtree(root / "agents", ignore_errors=True)
     if os.environ.get("GPUJOBS_EPHEMERAL", "") not in ("", "0"):
         state = root / f"ephemeral-{os.getpid()}"
         state.mkdir()
@@ -162,14 +170,13 @@ def _write_cli_file(state: pathlib.Path, api_url: str, token: str | None) -> pat
     return path
 
 
-def _with_agent_tokens(path: str, entries: list[dict], workdir: str) -> str:
-    """The API reads the user's tokens plus one per simulated agent; the
-    user's file is left as it is."""
+def _with_agent_tokens(path: str, entries: list[dict], merged: str) -> str:
+    """The API reads the user's tokens plus one per simulated agent, from
+    ``merged`` (0600); the user's file is left as it is."""
     if not entries:
         return path
     with open(path, encoding="utf-8") as f:
         tokens = json.load(f)
-    merged = os.path.join(workdir, "tokens.json")
     with open(os.open(merged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump(tokens + entries, f)
     return merged
@@ -279,15 +286,20 @@ def main(argv: list[str] | None = None) -> int:
     gpus_per_agent = _int_env("GPUJOBS_GPUS_PER_AGENT", 8, minimum=1)
     scan_period_s = _float_env("GPUJOBS_SCAN_PERIOD_S", 5)
     state, ephemeral = _state_dir()
+    from devstack.agents import agents_folder
+
+    workdir = agents_folder(_state_root(), state)
     try:
-        return _run(port, agents_count, gpus_per_agent, scan_period_s, state, ephemeral)
+        return _run(port, agents_count, gpus_per_agent, scan_period_s, state, workdir,
+                    ephemeral)
     finally:
         if ephemeral:
+            shutil.rmtree(workdir, ignore_errors=True)
             shutil.rmtree(state, ignore_errors=True)
 
 
 def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float,
-         state: pathlib.Path, ephemeral: bool) -> int:
+         state: pathlib.Path, workdir: pathlib.Path, ephemeral: bool) -> int:
     held = _lock(state)  # noqa: F841 - held until the process ends
     tokens_file = _tokens_file(state)
 
@@ -299,14 +311,13 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     from devstack import resources
-    from devstack.agents import Agents, describe, sweep
+    from devstack.agents import AGENTS_DIR_MODE, Agents, describe, sweep
     from devstack.motoauth import owners
     from devstack.motoserver import MotoServer
     from devstack.persist import Snapshots
 
-    workdir = state / "agents"
-    workdir.mkdir(exist_ok=True)
-    os.chmod(workdir, STATE_DIR_MODE)
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.chmod(workdir, AGENTS_DIR_MODE)
     agent_tokens = state / "agent-tokens.json"
     agents = Agents(agents_count, gpus_per_agent, workdir,
                     json.loads(agent_tokens.read_text()) if agent_tokens.exists() else None)
@@ -330,7 +341,7 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
         snapshots.start()
         os.environ.update({
             "GPUJOBS_TOKENS_FILE": _with_agent_tokens(tokens_file, agents.token_entries(),
-                                                      str(workdir)),
+                                                      str(state / "api-tokens.json")),
             "GPUJOBS_SCAN_PERIOD_S": str(scan_period_s),
             # the agents ship rank logs to the embedded moto (botocore's own variable)
             "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS": moto.endpoint_url,

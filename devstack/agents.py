@@ -53,6 +53,20 @@ def sweep(workdir: pathlib.Path, keep: tuple[str, ...] = ()) -> int:
     return swept
 
 
+#: the agents' folder: a rank's uid passes through it (never lists it) to the
+#: heartbeat folder and HOME its agent made for it (agent/isolation.py)
+AGENTS_DIR_MODE = 0o711
+
+
+def agents_folder(root: pathlib.Path, state: pathlib.Path) -> pathlib.Path:
+    """Where a stack's agents keep their homes (token, state, logs): beside
+    the stack's state folder ``root`` (``<root>-agents``), never in it, so
+    that stays 0700 while a rank's uid passes through this one; a throwaway
+    stack's (``state``, below ``root``) in a folder of its name there."""
+    base = root.with_name(root.name + "-agents")
+    return base if state == root else base / state.name
+
+
 def agent_environment(environ: dict[str, str]) -> dict[str, str]:
     """What an agent process starts with: the stack's environment, less what
     is not for agents (:data:`NOT_FOR_AGENTS`). As root, each job's ranks

@@ -184,7 +184,8 @@ seen = {"reset": post("/moto-api/reset", {}),
         "list tables": post("/", {"X-Amz-Target": "DynamoDB_20120810.ListTables",
                                   "Content-Type": "application/x-amz-json-1.0",
                                   "Authorization": fake})}
-for name in ("moto-state.pickle", "agent-tokens.json", "page-token-key", "tokens.json"):
+for name in ("moto-state.pickle", "agent-tokens.json", "page-token-key", "tokens.json",
+             "api-tokens.json"):
     try:
         with open(os.path.join(state, name), "rb") as f:
             f.read(1)

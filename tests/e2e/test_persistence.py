@@ -13,6 +13,7 @@ import time
 
 import requests
 
+from devstack.agents import agents_folder, sweep
 from tests.e2e.jobs import ended
 from tests.stacks import ROOT, Api, start_stack  # noqa: F401
 
@@ -95,10 +96,11 @@ def test_kill_9_and_sigterm_restarts_keep_every_job_node_and_token(tmp_path):
     # what the stack keeps is its owner's: the snapshot holds every job's env
     # and log line; the folders only let a rank user pass through to its own
     assert stat.S_IMODE(os.stat(snapshot).st_mode) == 0o600
-    for secret in ("tokens.json", "agent-tokens.json", "page-token-key"):
+    for secret in ("tokens.json", "api-tokens.json", "agent-tokens.json", "page-token-key"):
         assert stat.S_IMODE(os.stat(state / secret).st_mode) == 0o600, secret
-    for folder in (state, state / "agents"):
-        assert stat.S_IMODE(os.stat(folder).st_mode) & 0o066 == 0, folder
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o700, "the state folder is its owner's"
+    assert not (state / "agents").exists(), "the agents' homes are beside it, not in it"
+    assert stat.S_IMODE(os.stat(agents_folder(state, state)).st_mode) == 0o711
 
     third = start_stack(tmp_path, [], **env)
     try:
@@ -117,10 +119,13 @@ def test_a_throwaway_stack_removes_its_state_when_it_stops(tmp_path):
     s = start_stack(tmp_path, [{"token": "tk", "tenant": "t"}],
                     GPUJOBS_STATE_DIR=str(root), GPUJOBS_EPHEMERAL="1")
     try:
-        assert [p.name for p in root.glob("ephemeral-*")], "state in a folder of its own"
+        [state] = root.glob("ephemeral-*")  # state in a folder of its own
+        assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
+        assert agents_folder(root, state).is_dir(), "its agents' homes beside the state"
     finally:
         assert s.stop(signal.SIGTERM, timeout=60) == 0
     assert not list(root.glob("ephemeral-*"))
+    assert not list(agents_folder(root, root).glob("ephemeral-*")), "and theirs"
 
 
 def test_a_stack_signalled_again_and_again_still_stops_within_seconds(tmp_path):
@@ -175,7 +180,6 @@ def test_running_jobs_run_on_through_a_restart_and_the_next_stack_adopts_them(tm
     is down and one that ends after the restart both SUCCEED in attempt 1,
     with no stall. While it runs, its cli.toml tells the CLI where it is;
     once it stopped, nothing does."""
-    from devstack.agents import sweep
 
     state = tmp_path / "state"
     script = tmp_path / "beat_until.py"
@@ -253,7 +257,7 @@ def test_running_jobs_run_on_through_a_restart_and_the_next_stack_adopts_them(tm
         finally:
             assert second.stop(signal.SIGTERM, timeout=60) == 0
     finally:
-        sweep(state / "agents")  # whatever a failure left running
+        sweep(agents_folder(state, state))  # whatever a failure left running
 
 
 #: prints "line 00000" to "line <N-1>" at a steady rate, then exits 0
@@ -301,7 +305,6 @@ def test_lines_shipped_just_before_a_kill_9_are_kept_once_each(tmp_path):
     the restored store lacks; the rank prints on while no stack runs. After
     the restarts the job's log is every line, each once, in the order
     printed."""
-    from devstack.agents import sweep
 
     state = tmp_path / "state"
     script = tmp_path / "print_lines.py"
@@ -345,4 +348,4 @@ def test_lines_shipped_just_before_a_kill_9_are_kept_once_each(tmp_path):
             assert stack.stop(signal.SIGTERM, timeout=60) == 0
     finally:
         stack.stop()  # (a no-op once stopped)
-        sweep(state / "agents")  # whatever a failure left running
+        sweep(agents_folder(state, state))  # whatever a failure left running

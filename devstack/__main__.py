@@ -317,7 +317,8 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
     from devstack.persist import Snapshots
 
     workdir.mkdir(parents=True, exist_ok=True)
-    os.chmod(workdir, AGENTS_DIR_MODE)
+    for folder in (workdir, workdir.parent) if ephemeral else (workdir,):
+        os.chmod(folder, AGENTS_DIR_MODE)  # a throwaway stack's is in a shared one
     agent_tokens = state / "agent-tokens.json"
     agents = Agents(agents_count, gpus_per_agent, workdir,
                     json.loads(agent_tokens.read_text()) if agent_tokens.exists() else None)

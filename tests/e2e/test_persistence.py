@@ -122,6 +122,8 @@ def test_a_throwaway_stack_removes_its_state_when_it_stops(tmp_path):
         [state] = root.glob("ephemeral-*")  # state in a folder of its own
         assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
         assert agents_folder(root, state).is_dir(), "its agents' homes beside the state"
+        for folder in (agents_folder(root, state), agents_folder(root, root)):
+            assert stat.S_IMODE(os.stat(folder).st_mode) == 0o711, folder
     finally:
         assert s.stop(signal.SIGTERM, timeout=60) == 0
     assert not list(root.glob("ephemeral-*"))

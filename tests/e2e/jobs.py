@@ -54,10 +54,13 @@ ISOLATION = "user" if os.geteuid() == 0 else "none"
 def nodes_ready(api_url: str, nodes) -> None:
     """Every node READY, reporting the isolation ``make up`` gives (:data:`ISOLATION`)."""
     reader = Api(api_url, "e2e-tenant")
-    ready = poll("every node READY", lambda: all(
-        (r := reader.get(f"/v1/nodes/{n}")).status_code == 200
-        and r.json()["state"] == "READY" for n in nodes) and [
-            reader.get(f"/v1/nodes/{n}").json() for n in nodes])
+
+    def every_node_ready() -> list[dict] | None:
+        got = [reader.get(f"/v1/nodes/{n}") for n in nodes]
+        if all(r.status_code == 200 and r.json()["state"] == "READY" for r in got):
+            return [r.json() for r in got]
+        return None
+    ready = poll("every node READY", every_node_ready)
     assert {n["isolation"] for n in ready} == {ISOLATION}, ready
 
 

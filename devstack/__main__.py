@@ -296,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         if ephemeral:
             shutil.rmtree(workdir, ignore_errors=True)
             shutil.rmtree(state, ignore_errors=True)
+        # stopping already: Python's finalization puts back the default action
+        # of a signal it handled, so a repeated SIGTERM would turn this clean
+        # exit into a death by signal; an ignored one stays ignored
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float,

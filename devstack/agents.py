@@ -30,6 +30,20 @@ TOKEN_FILE = "token"
 NOT_FOR_AGENTS = ("GPUJOBS_TOKENS_FILE", "GPUJOBS_PAGE_TOKEN_KEY", "GPUJOBS_AGENT_TOKEN")
 
 
+def agent_command(node: str, gpus: int, gpu_type: str, api_url: str,
+                  state_dir: pathlib.Path, token_file: pathlib.Path, *,
+                  grace_s: float | str, node_heartbeat_s: float | str, log_level: str,
+                  extra: tuple[str, ...] = ()) -> list[str]:
+    """The command line of one agent process (``python -m agent``), as
+    ``make up`` starts its own and the end-to-end tests theirs; ``extra``
+    are more of its options."""
+    return [sys.executable, "-m", "agent", "--node-id", node, "--gpus", str(gpus),
+            "--gpu-type", gpu_type, "--api", api_url, "--state-dir", str(state_dir),
+            "--token-file", str(token_file), "--poll-wait-s", "1",
+            "--grace-s", str(grace_s), "--node-heartbeat-s", str(node_heartbeat_s),
+            "--log-level", log_level, *extra]
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGKILL when the stack dies, however it dies
     (the ranks it leaves are stopped by the sweep at the next start)."""
@@ -165,15 +179,13 @@ class Agents:
             home = self._workdir / node
             token_file = write_token_file(home, self.tokens[node], traversable=traversable)
             self._procs.append(subprocess.Popen(
-                [sys.executable, "-m", "agent", "--node-id", node, "--gpus", str(self._gpus),
-                 "--token-file", str(token_file),
-                 "--gpu-type", os.environ.get("GPUJOBS_AGENT_GPU_TYPE", "h100"),
-                 "--api", api_url, "--state-dir", str(home / "state"),
-                 "--log-dir", str(home / "logs"), "--poll-wait-s", "1",
-                 "--address", "127.0.0.1",
-                 "--grace-s", os.environ.get("GPUJOBS_AGENT_GRACE_S", "3"),
-                 "--node-heartbeat-s", os.environ.get("GPUJOBS_AGENT_NODE_HEARTBEAT_S", "5"),
-                 "--log-level", os.environ.get("GPUJOBS_AGENT_LOG_LEVEL", "WARNING")],
+                agent_command(node, self._gpus, os.environ.get("GPUJOBS_AGENT_GPU_TYPE", "h100"),
+                              api_url, home / "state", token_file,
+                              grace_s=os.environ.get("GPUJOBS_AGENT_GRACE_S", "3"),
+                              node_heartbeat_s=os.environ.get(
+                                  "GPUJOBS_AGENT_NODE_HEARTBEAT_S", "5"),
+                              log_level=os.environ.get("GPUJOBS_AGENT_LOG_LEVEL", "WARNING"),
+                              extra=("--log-dir", str(home / "logs"), "--address", "127.0.0.1")),
                 cwd=ROOT, env=env, preexec_fn=_die_with_parent))
 
     def stop(self, timeout: float = 10, *, keep_ranks: bool = False) -> None:

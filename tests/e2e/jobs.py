@@ -6,11 +6,16 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Iterator
 
-from devstack.agents import agent_environment, isolated, make_traversable, write_token_file
+from devstack.agents import (
+    agent_command,
+    agent_environment,
+    isolated,
+    make_traversable,
+    write_token_file,
+)
 from tests.agent.conftest import stop_agent, wait_until
 from tests.stacks import ROOT, Api
 
@@ -39,11 +44,8 @@ def start_agent(api_url: str, node: str, gpus: int, gpu_type: str, base: Path, l
         make_traversable(state)
     token_file = write_token_file(base / f"{node}-secret", agent_token(node), traversable=False)
     return subprocess.Popen(
-        [sys.executable, "-m", "agent", "--node-id", node, "--gpus", str(gpus),
-         "--gpu-type", gpu_type, "--api", api_url, "--state-dir", str(state),
-         "--token-file", str(token_file),
-         "--grace-s", str(grace_s), "--poll-wait-s", "1", "--node-heartbeat-s", "0.5",
-         "--log-level", "INFO", *extra],
+        agent_command(node, gpus, gpu_type, api_url, state, token_file, grace_s=grace_s,
+                      node_heartbeat_s=0.5, log_level="INFO", extra=extra),
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, env=env)
 
 

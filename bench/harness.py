@@ -135,8 +135,9 @@ def moto_server():
 CALLS: list[tuple[str, str]] = []
 #: CPU seconds spent creating clients, by service
 CLIENT_CREATION_S: dict[str, float] = {}
-#: the active meter (a ``write_units``, bench/endpoints.py's FleetReads), if any: told of every DynamoDB request
-#: before it is sent and after it is answered (``install_request_counter``)
+#: the active meter (a ``write_units``, bench/endpoints.py's FleetReads), if
+#: any: told of every DynamoDB request before it is sent and after it is
+#: answered (``install_request_counter``)
 WRITE_METER: list = [None]
 
 

@@ -90,6 +90,6 @@ def test_a_flood_of_never_fitting_jobs_holds_back_no_other_tenant(flood_stack, t
         with cf.ThreadPoolExecutor(CLIENTS) as pool:
             took = list(pool.map(cancel, made[:40]))
         # seconds, not the timeouts (15 s) of before; the median is 0.3 s on a
-    # quiet machine (bench/flood.py), and a fresh clone beside the torch tests
-    # once took 5.2 s for the slowest of 40
-    assert max(took) < 10, f"cancels of the flood's jobs took up to {max(took):.1f} s"
+        # quiet machine (bench/flood.py), and a fresh clone beside the torch
+        # tests once took 5.2 s for the slowest of 40
+        assert max(took) < 10, f"cancels of the flood's jobs took up to {max(took):.1f} s"

@@ -25,6 +25,7 @@ from chalicelib.api.validation import MAX_HEARTBEATS_BYTES
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import iso
+from chalicelib.domain.principal import Principal
 
 app = RestApp(app_name="gpujobs")  # Chalice, one pass per request (chalicelib/api/rest.py)
 http = Edge(app)  # the error boundary and the request helpers (chalicelib/api/edge.py)
@@ -106,8 +107,14 @@ def report_attempt_event(job_id: str, attempt: str):
 def post_heartbeats(job_id: str):
     principal = services().auth.agent(http.authorization())
     body = http.body("HEARTBEATS", required=True, max_bytes=MAX_HEARTBEATS_BYTES)
+    call_in = body.get("call_in")
+    if call_in is not None:  # the node's call-in, carried: one request, not two
+        services().nodes.authorize(principal, call_in["node_id"], field="call_in.node_id")
     received_at = services().heartbeats.ingest(principal, job_id, body)
-    return ok({"received_at": iso(received_at)}, 202)
+    out: dict[str, object] = {"received_at": iso(received_at)}
+    if call_in is not None:
+        out["node"] = _called_in(principal, call_in["node_id"], call_in)
+    return ok(out, 202)
 
 
 @endpoint("/v1/jobs/{job_id}/ranks", "GET")
@@ -122,10 +129,14 @@ def get_ranks(job_id: str):
 def put_node(node_id: str):
     principal = services().auth.authenticate(http.authorization())
     services().nodes.authorize(principal, node_id)
-    body = http.body("NODE_PUT", required=True)
+    return ok(_called_in(principal, node_id, http.body("NODE_PUT", required=True)))
+
+
+def _called_in(principal: Principal, node_id: str, body: dict) -> dict:
+    """A node's call-in (a PUT, or carried by a heartbeat POST) and its answer."""
     node = node_registration_json(services().nodes.register(principal, node_id, body))
     # where the node's agent ships its ranks' output (agent/logship.py)
-    return ok({**node, "log_group": services().config.log_group})
+    return {**node, "log_group": services().config.log_group}
 
 
 @endpoint("/v1/nodes/{node_id}", "GET")

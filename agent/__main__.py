@@ -120,8 +120,10 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     opt("grace-s", "seconds between SIGTERM and SIGKILL on cancel", type=_positive(float),
         default=10.0)
     opt("poll-wait-s", "SQS long-poll wait, 0..20 s", type=_poll_wait, default=20)
-    opt("node-heartbeat-s", "seconds between node heartbeats (PUT /v1/nodes/{id})",
-        type=_positive(float), default=10.0)
+    opt("node-heartbeat-s", "seconds between node heartbeats (PUT /v1/nodes/{id}, or on "
+        "a heartbeat POST of its ranks)", type=_positive(float), default=10.0)
+    opt("busy-call-in-s", "seconds between node heartbeats while the ranks' heartbeat POSTs "
+        "succeed (they show the node alive)", type=_positive(float), default=300.0)
     opt("address", "where other nodes reach this one (MASTER_ADDR when it holds rank 0); "
         "default: the node id as a host name")
     opt("watchdog-s", "warn when a pass of the agent's main loop takes longer than this "
@@ -164,7 +166,8 @@ def parse_settings(argv: list[str] | None = None,
                         api=args.api, token=token, state_dir=args.state_dir,
                         log_dir=args.log_dir, labels=dict(args.labels or []),
                         grace_s=args.grace_s, poll_wait_s=args.poll_wait_s,
-                        node_heartbeat_s=args.node_heartbeat_s, address=args.address,
+                        node_heartbeat_s=args.node_heartbeat_s,
+                        busy_call_in_s=args.busy_call_in_s, address=args.address,
                         watchdog_s=args.watchdog_s, log_quota_bytes=args.log_quota_bytes)
     try:
         settings.rank_uids = parse_range(args.rank_uids)

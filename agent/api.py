@@ -64,21 +64,15 @@ class ApiClient:
                  running: list[dict[str, Any]] | None = None,
                  inbox_missing: bool = False) -> dict[str, Any]:
         """Register or refresh the node (also its heartbeat); returns the node.
+        The arguments are ``call_in_body``'s."""
+        body = call_in_body(node_id, gpus, gpu_type, labels, address=address, isolation=isolation,
+                       running=running, inbox_missing=inbox_missing)
+        return self.call_in(body)
 
-        ``running``: the attempts ({"job_id", "attempt"}) this agent still runs
-        ranks of; the answer's ``attempts`` are those the server still waits for.
-        ``inbox_missing``: the inbox's receive was told the queue does not exist
-        (the server makes it again)."""
-        body: dict[str, Any] = {"gpus": gpus, "gpu_type": gpu_type, "labels": labels}
-        if address:
-            body["address"] = address
-        if isolation:
-            body["isolation"] = isolation
-        if running is not None:
-            body["running"] = running
-        if inbox_missing:
-            body["inbox_missing"] = True
-        return self._request("PUT", f"/v1/nodes/{_seg(node_id)}", body)
+    def call_in(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``PUT /v1/nodes/{id}`` with a ``call_in_body``; returns the node."""
+        put = {k: v for k, v in body.items() if k != "node_id"}
+        return self._request("PUT", f"/v1/nodes/{_seg(body['node_id'])}", put)
 
     def post_event(self, job_id: str, attempt: int, event: dict[str, Any]) -> dict[str, Any]:
         """Report STARTED / EXITED / STOPPED / TIMED_OUT for ranks of an attempt;
@@ -87,11 +81,15 @@ class ApiClient:
         return self._request("POST", f"/v1/jobs/{_seg(job_id)}/attempts/{int(attempt)}/events",
                              event)
 
-    def post_heartbeats(self, job_id: str, attempt: int, ranks: list[dict[str, Any]]
-                        ) -> dict[str, Any]:
-        """Post beats of this node's ranks of an attempt (1 to 1024 entries)."""
-        return self._request("POST", f"/v1/jobs/{_seg(job_id)}/heartbeats",
-                             {"attempt": int(attempt), "ranks": ranks})
+    def post_heartbeats(self, job_id: str, attempt: int, ranks: list[dict[str, Any]],
+                        call_in: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Post beats of this node's ranks of an attempt (1 to 1024 entries).
+        ``call_in`` (a ``call_in_body``) carries the node's call-in too: the
+        answer's ``node`` is then PUT /v1/nodes/{id}'s answer."""
+        body: dict[str, Any] = {"attempt": int(attempt), "ranks": ranks}
+        if call_in is not None:
+            body["call_in"] = call_in
+        return self._request("POST", f"/v1/jobs/{_seg(job_id)}/heartbeats", body)
 
     def _request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(
@@ -110,6 +108,30 @@ class ApiClient:
             # URLError, refused/reset connections and timeouts are all OSErrors
             raise ApiError(f"{method} {path}: no answer: {e}", retryable=True) from None
         return _json_object(raw)
+
+
+def call_in_body(node_id: str, gpus: int, gpu_type: str, labels: dict[str, str], *,
+            address: str | None = None, isolation: str | None = None,
+            running: list[dict[str, Any]] | None = None,
+            inbox_missing: bool = False) -> dict[str, Any]:
+    """A node's call-in, as a heartbeat POST carries it (PUT /v1/nodes/{id}
+    sends it without ``node_id``, which is in its path).
+
+    ``running``: the attempts ({"job_id", "attempt"}) this agent still runs
+    ranks of; the answer's ``attempts`` are those the server still waits for.
+    ``inbox_missing``: the inbox's receive was told the queue does not exist
+    (the server makes it again)."""
+    body: dict[str, Any] = {"node_id": node_id, "gpus": gpus, "gpu_type": gpu_type,
+                            "labels": labels}
+    if address:
+        body["address"] = address
+    if isolation:
+        body["isolation"] = isolation
+    if running is not None:
+        body["running"] = running
+    if inbox_missing:
+        body["inbox_missing"] = True
+    return body
 
 
 def _seg(value: str) -> str:

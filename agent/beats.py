@@ -26,6 +26,9 @@ its attempt runs as a uid of the pool (``AttemptRecord.uid``, uidpool.py) a
 record must also be a file of that uid: another job's rank, which could not
 write it, cannot hard-link one of its own there either.
 
+The node's call-in rides on one of these posts when one goes out as it is due
+(``tick``'s ``call_in``: one request an interval, not two, on a busy node).
+
 A failed post is retried at the next visit (beats are idempotent: the newest
 overwrites); 409 stale_attempt / already_finished ends posting for the attempt
 and tells ``on_gone`` (the agent stops its ranks: nobody waits for them).
@@ -39,7 +42,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 from .api import ApiError, AttemptGone
 from .procs import ProcSampler
@@ -80,21 +83,37 @@ class BeatPoster:
         self._pending_beat_ns: dict[int, int] = {}  # rank -> beat_ns of this visit's entries
         self._next: dict[str, int] = {}                 # attempt key -> next visit (ns)
         self._gone: set[str] = set()
+        self._posted_ns: int | None = None              # the last post answered 2xx
 
-    def tick(self, attempts: Iterable[AttemptRecord]) -> int:
-        """Post what is due; returns how many rank entries went out."""
+    def posted_within(self, seconds: float) -> bool:
+        """Whether a post was answered 2xx in the last ``seconds``: the node's
+        agent is alive for the server (reconciler), whatever its call-ins."""
+        return self._posted_ns is not None and self._mono() - self._posted_ns <= seconds * 1e9
+
+    def tick(self, attempts: Iterable[AttemptRecord], call_in: CallIn | None = None
+             ) -> dict | None:
+        """Post what is due. ``call_in``: the node's call-in rides on the
+        first post that goes out (an attempt not yet due is visited early for
+        it, and keeps that phase); returns its answer, None if none carried it."""
         now = self._mono()
-        sent = 0
-        live = set()
-        for rec in attempts:
-            if rec.phase != RUNNING or rec.quiet or rec.cancelled or rec.key in self._gone:
-                continue
-            live.add(rec.key)
-            if now < self._next.get(rec.key, 0):
-                continue
+        live = [rec for rec in attempts if rec.phase == RUNNING and not rec.quiet
+                and not rec.cancelled and rec.key not in self._gone]
+        due = [rec for rec in live if now >= self._next.get(rec.key, 0)]
+        if call_in is not None and not due and live:
+            due = [min(live, key=lambda rec: self._next.get(rec.key, 0))]
+        node = None
+        for rec in due:
             self._next[rec.key] = now + int(rec.heartbeat_interval_s * 1e9)
-            sent += self._post(rec, now)
-        for key in set(self._next) - live:  # forget ended attempts
+            carry = call_in if node is None else None
+            answer = self._post(rec, now, carry)
+            if carry is not None and answer is not None:
+                node = answer
+        self._forget({rec.key for rec in live})
+        return node
+
+    def _forget(self, live: set[str]) -> None:
+        """Drops what is kept of attempts no longer ``live``."""
+        for key in set(self._next) - live:
             self._next.pop(key, None)
         self._sampler.forget(k for k in self._sampler.keys()
                              if isinstance(k, tuple) and k[0] not in live)
@@ -104,7 +123,6 @@ class BeatPoster:
         for known in (self._beat_ns, self._resumed):
             for k in [k for k in known if k[0] not in live]:
                 del known[k]
-        return sent
 
     def _entries(self, rec: AttemptRecord, now: int) -> tuple[list[dict], dict[int, int]]:
         entries, seqs = [], {}
@@ -178,30 +196,46 @@ class BeatPoster:
         stack = self._stacks.latest(key) if proc is not None else None
         return {**proc, "stack": stack} if proc is not None and stack else proc
 
-    def _post(self, rec: AttemptRecord, now: int) -> int:
+    def _post(self, rec: AttemptRecord, now: int, call_in: CallIn | None = None
+              ) -> dict | None:
+        """Posts the attempt's entries, the first post carrying ``call_in``;
+        returns the answer to the call-in (None: none went out, or it failed)."""
         entries, seqs = self._entries(rec, now)
-        i = 0
+        node, carry = None, call_in
         for chunk in _chunks(entries):
+            body = carry.body() if carry is not None else None
             try:
-                self._api.post_heartbeats(rec.job_id, rec.attempt, chunk)
+                answer = self._api.post_heartbeats(rec.job_id, rec.attempt, chunk, call_in=body)
             except AttemptGone as e:
                 log.info("%s: heartbeats answered %s: the attempt is over", rec.key, e.code)
                 self._gone.add(rec.key)
                 self._on_gone(rec.job_id, rec.attempt)
-                return i
+                return node
             except ApiError as e:
                 # the next visit posts the newest beats; nothing is lost but time
                 log.warning("%s: posting heartbeats failed (%s); retrying next interval",
                             rec.key, e)
                 self._next[rec.key] = now
-                return i
+                return node
+            self._posted_ns = self._mono()
+            if carry is not None and body is not None and isinstance(answer.get("node"), dict):
+                node = carry.answered(answer["node"], body)
+            carry = None  # the first post carries it
             for entry in chunk:
                 if entry["rank"] in seqs:
                     self._posted[(rec.key, entry["rank"])] = seqs[entry["rank"]]
                 if entry["rank"] in self._pending_beat_ns:
                     self._beat_ns[(rec.key, entry["rank"])] = self._pending_beat_ns[entry["rank"]]
-            i += len(chunk)
-        return len(entries)
+        return node
+
+
+class CallIn(Protocol):
+    """The node's call-in (runner.CallIn): its body, made as it goes out, and
+    what the agent does with the answer to it."""
+
+    def body(self) -> dict: ...
+
+    def answered(self, node: dict, body: dict) -> dict: ...
 
 
 def _chunks(entries: list[dict]) -> Iterable[list[dict]]:

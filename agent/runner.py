@@ -3,9 +3,12 @@
 Two threads: the inbox poller (inbox.Poller), which only receives, and this
 loop, which alone acts: it hands each received message to ``Agent.handle``,
 calls ``Agent.tick`` about four times a second (rank exits, grace deadlines,
-pending reports) and repeats ``PUT /v1/nodes/{id}`` every ``node_heartbeat_s``
-as the node's heartbeat. A third, the watchdog (watchdog.py), warns when a
-pass of this loop takes longer than ``--watchdog-s``.
+pending reports) and calls in as the node's heartbeat: every
+``node_heartbeat_s`` by ``PUT /v1/nodes/{id}`` while idle; every
+``busy_call_in_s`` while its ranks' heartbeat POSTs are answered (they show
+the node alive), on one of those POSTs (one request an interval, not two).
+A third, the watchdog (watchdog.py), warns when a pass of this loop takes
+longer than ``--watchdog-s``.
 
 One agent per state directory: a second one would launch the same messages
 twice, so an exclusive ``flock`` on ``<state-dir>/agent.lock`` is held for the
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .api import ApiClient, ApiError
+from .api import ApiClient, ApiError, call_in_body
 from .backoff import retry_delay
 from .beats import BeatPoster
 from .core import Agent, Paths
@@ -53,6 +56,10 @@ class Settings:
     grace_s: float = 10.0
     poll_wait_s: int = 20
     node_heartbeat_s: float = 10.0
+    #: between call-ins while the ranks' heartbeat POSTs succeed: those show
+    #: the node alive (the reconciler takes a node for DOWN only when its
+    #: call-ins and its posts stopped)
+    busy_call_in_s: float = 300.0
     tick_s: float = 0.25
     address: str | None = None
     #: the uids attempts run as, one each (uidpool.py, checked by the caller);
@@ -119,23 +126,11 @@ def run(settings: Settings, stop: threading.Event, *,
             # adopted ranks are watched from the start, also while the API is away
             agent.recover()
 
+            call_in = CallIn(agent, settings, isolation_name(isolated))
+
             def register() -> dict:
-                # what runs here, as it was when the call went out: the answer
-                # judges only these (ranks never outlive their attempt)
-                running = agent.running_attempts()
-                # the inbox is made once per node: one deleted by hand comes
-                # back when the agent says its receive found no queue
-                missing = bool(getattr(agent.inbox, "missing", False))
-                node = api.put_node(settings.node_id, settings.gpus, settings.gpu_type,
-                                    settings.labels, address=settings.address,
-                                    isolation=isolation_name(isolated), running=running,
-                                    inbox_missing=missing)
-                try:
-                    agent.registered(node, running)
-                except Exception:  # noqa: BLE001 - the registration itself succeeded
-                    log.exception("acting on the registration's answer failed; the next "
-                                  "one tries again")
-                return node
+                body = call_in.body()
+                return call_in.answered(api.call_in(body), body)
 
             node = _register(register, agent, stop, settings.tick_s, rng, watchdog=watchdog)
             if node is None:
@@ -156,8 +151,26 @@ def run(settings: Settings, stop: threading.Event, *,
             if on_ready is not None:
                 on_ready(node)
             beats = BeatPoster(api, on_gone=agent.attempt_gone, stacks=stacks)
+
+            def post_beats(carry: bool) -> bool:
+                """The beats due; ``carry``: one of their posts carries the
+                node's call-in (True: it did, and its answer was acted on)."""
+                node = beats.tick(agent.state.attempts.values(),
+                                  call_in=call_in if carry else None)
+                if node is not None:
+                    _check_inbox(node, inbox_url)
+                return node is not None
+
+            def resting() -> bool:
+                """The call-in may wait: the ranks' posts show the node alive
+                (one answered within 1.5 node heartbeats: the server hears of
+                this node at least every 2.5, far inside its DOWN delay)."""
+                return beats.posted_within(1.5 * settings.node_heartbeat_s) and \
+                    call_in.age_s() < settings.busy_call_in_s and \
+                    not getattr(agent.inbox, "missing", False)
+
             _loop(agent, poller, stop, settings, lambda: _beat(register, inbox_url),
-                  lambda: beats.tick(agent.state.attempts.values()), watchdog=watchdog)
+                  post_beats, watchdog=watchdog, resting=resting)
         finally:
             if watchdog is not None:
                 watchdog.stop()
@@ -237,8 +250,13 @@ def _register(register: Callable[[], dict], agent: Agent, stop: threading.Event,
 
 
 def _loop(agent: Agent, poller: Poller, stop: threading.Event, settings: Settings,
-          beat: Callable[[], None], post_beats: Callable[[], object] = lambda: None,
-          watchdog: Watchdog | None = None) -> None:
+          beat: Callable[[], None], post_beats: Callable[[bool], bool] = lambda carry: False,
+          watchdog: Watchdog | None = None,
+          resting: Callable[[], bool] = lambda: False) -> None:
+    """``beat``: the node's call-in (PUT /v1/nodes); ``post_beats(carry)``: the
+    ranks' beats due, and with ``carry`` the call-in on one of their posts
+    (True: it went out so), so that a busy node makes one request an interval;
+    ``resting()``: a call-in due may wait one more ``node_heartbeat_s``."""
     next_beat = time.monotonic() + settings.node_heartbeat_s
     step = watchdog.step if watchdog is not None else lambda what: None
     while not stop.is_set():
@@ -252,24 +270,63 @@ def _loop(agent: Agent, poller: Poller, stop: threading.Event, settings: Setting
                 poller.done()
         step("tick (rank exits, grace periods, reports)")
         _step(agent.tick, stop)
-        step("posting the ranks' beats")
-        _step(post_beats, stop)
-        if time.monotonic() >= next_beat:
+        due = time.monotonic() >= next_beat
+        if due and resting():
+            due, next_beat = False, time.monotonic() + settings.node_heartbeat_s
+        step("posting the ranks' beats" + (" with the node's call-in" if due else ""))
+        carried = _step(functools.partial(post_beats, due), stop)
+        if due:
             next_beat = time.monotonic() + settings.node_heartbeat_s
-            step("calling in (PUT /v1/nodes)")
-            beat()
+            if not carried:  # no beat went out to carry it (or its post failed)
+                step("calling in (PUT /v1/nodes)")
+                beat()
         if watchdog is not None:
             watchdog.passed()
 
 
-def _step(fn: Callable[[], object], stop: threading.Event) -> None:
-    """One step of the agent; an unexpected error (a full disk, a bug) is logged and
-    the agent goes on: ranks keep being watched, a message not deleted comes back."""
+def _step(fn: Callable[[], object], stop: threading.Event) -> object:
+    """One step of the agent, and what it returned; an unexpected error (a
+    full disk, a bug) is logged, the step returns None and the agent goes on:
+    ranks keep being watched, a message not deleted comes back."""
     try:
-        fn()
+        return fn()
     except Exception:  # noqa: BLE001 - see the docstring
         log.exception("agent step failed; going on")
         stop.wait(1.0)
+        return None
+
+
+class CallIn:
+    """The node's call-in: its body, made as it goes out (PUT /v1/nodes/{id},
+    or carried by a heartbeat POST), and what the agent does with the answer."""
+
+    def __init__(self, agent: Agent, settings: Settings, isolation: str,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._agent, self._settings, self._isolation = agent, settings, isolation
+        self._mono, self._answered = monotonic, -float("inf")
+
+    def age_s(self) -> float:
+        """Seconds since a call-in was last answered (inf: never)."""
+        return self._mono() - self._answered
+
+    def body(self) -> dict:
+        s = self._settings
+        # what runs here, as it was when the call went out: the answer
+        # judges only these (ranks never outlive their attempt); the inbox is
+        # made once per node: one deleted by hand comes back when the agent
+        # says its receive found no queue
+        return call_in_body(s.node_id, s.gpus, s.gpu_type, s.labels, address=s.address,
+                            isolation=self._isolation, running=self._agent.running_attempts(),
+                            inbox_missing=bool(getattr(self._agent.inbox, "missing", False)))
+
+    def answered(self, node: dict, body: dict) -> dict:
+        """Acts on the answer ``node`` to the call-in ``body``; returns it."""
+        self._answered = self._mono()
+        try:
+            self._agent.registered(node, body["running"])
+        except Exception:  # noqa: BLE001 - the call-in itself succeeded
+            log.exception("acting on the call-in's answer failed; the next one tries again")
+        return node
 
 
 def _beat(register: Callable[[], dict], inbox_url: str) -> None:
@@ -278,6 +335,10 @@ def _beat(register: Callable[[], dict], inbox_url: str) -> None:
     except ApiError as e:
         log.warning("node heartbeat failed: %s", e)
         return
+    _check_inbox(node, inbox_url)
+
+
+def _check_inbox(node: dict, inbox_url: str) -> None:
     if node.get("inbox_queue_url") not in (None, inbox_url):
         log.error("the server now names inbox %s, not %s: restart the agent to follow it",
                   node.get("inbox_queue_url"), inbox_url)

@@ -28,8 +28,10 @@ recorded with its ids replaced by ``<job>``, ``<node>``, ``<tenant>``: what
 the model needs to find each table's and index's hottest key.
 
 Operations (after a warm-up, caches as in steady state): one host's heartbeat
-POST (8 ranks of an 8-, 64- and 256-rank job), a node call-in with nothing
-changed (averaged over one ``ensure`` period of call-ins), GET job, a stall
+POST (8 ranks of an 8-, 64- and 256-rank job), the same POST carrying the
+node's call-in (a busy host's one request an interval: 8 ranks of the 8-rank
+job), a node call-in by PUT with nothing changed (an idle host's; both
+averaged over one ``ensure`` period of call-ins), GET job, a stall
 scan with one running job of 8, 64 and 256 ranks (``Scanner.run``, minus an
 idle scan), an idle placement run, the reconcile, and a job's lifecycle
 (create, placement, STARTED and EXITED per host) of 1 and 2 hosts.
@@ -49,6 +51,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from agent.runner import Settings  # noqa: E402
 from bench import harness  # noqa: E402
 from bench.harness import Fail, item_size  # noqa: E402
 
@@ -58,6 +61,9 @@ RANKS_PER_HOST = 8
 INTERVAL_S = 10
 SIZES = (8, 64, 256)
 SPARE = "oc-node-spare"
+#: a busy agent's call-in period (its posts show it alive in between)
+BUSY_CALL_IN_S = Settings.busy_call_in_s
+RECONCILE_PERIOD_S = 60      # app.py: the reconcile runs once a minute
 KEY_IDS = ((re.compile(r"job_[0-9A-Za-z]+"), "<job>"), (re.compile(r"oc-node-[\w-]+"), "<node>"),
            (re.compile(TENANT), "<tenant>"))
 #: the floor per host per interval: one request, one item under 1 KB
@@ -238,16 +244,21 @@ class Bench:
         self.call("PUT", f"/v1/nodes/{node_id}", {"gpus": RANKS_PER_HOST, "gpu_type": "H100",
                                                   "labels": {}}, agent=True)
 
+    @staticmethod
+    def call_in(node_id: str) -> dict:
+        """The call-in of ``node`` as a heartbeat POST carries it."""
+        return {"node_id": node_id, "gpus": RANKS_PER_HOST, "gpu_type": "H100", "labels": {}}
+
     def add_nodes(self, n: int) -> None:
         for _ in range(n):
             self.nodes += 1
             self.node(f"oc-node-{self.nodes}")
 
-    def refresh(self) -> None:
-        """Every node calls in (untimed), so none is taken for lost."""
-        for i in range(1, self.nodes + 1):
-            self.node(f"oc-node-{i}")
-        self.node(SPARE)
+    def refresh(self, but: str | None = None) -> None:
+        """Every node (``but`` one) calls in (untimed), so none is taken for lost."""
+        for node_id in [f"oc-node-{i}" for i in range(1, self.nodes + 1)] + [SPARE]:
+            if node_id != but:
+                self.node(node_id)
 
     def create(self, ranks: int) -> str:
         return self.call("POST", "/v1/jobs", {
@@ -268,9 +279,12 @@ class Bench:
             body["exit_code"] = 0
         self.call("POST", f"/v1/jobs/{job_id}/attempts/1/events", body, agent=True)
 
-    def beat(self, job_id: str, ranks: list[int], step: int) -> None:
-        self.call("POST", f"/v1/jobs/{job_id}/heartbeats",
-                  {"attempt": 1, "ranks": [{"rank": r, "step": step} for r in ranks]}, agent=True)
+    def beat(self, job_id: str, ranks: list[int], step: int, call_in: dict | None = None
+             ) -> None:
+        body: dict = {"attempt": 1, "ranks": [{"rank": r, "step": step} for r in ranks]}
+        if call_in is not None:
+            body["call_in"] = call_in
+        self.call("POST", f"/v1/jobs/{job_id}/heartbeats", body, agent=True)
 
     def beat_all(self, job_id: str, step: int) -> None:
         for _, ranks in self.hosts(job_id):
@@ -310,11 +324,16 @@ class Bench:
         out["item_bytes"] = {"job": self.job_bytes,
                              "node": self.size(s.config.nodes_table,
                                                {"node_id": {"S": SPARE}})}
-        beat = out["heartbeat_post_8"]
-        out["per_host_interval"] = {
-            "requests": beat["http"] + out["node_call_in"]["http"],
-            "wru": beat["wru"] + out["node_call_in"]["wru"],
-            "rru": beat["rru"] + out["node_call_in"]["rru"], "floor": FLOOR}
+        self.reconcile_alone = out["reconcile"]
+        out.update(self.busy_host(4))
+        # a busy host's interval: one request, its beat; its call-in rides on
+        # one beat in BUSY_CALL_IN_S / INTERVAL_S, and the reconcile (once a
+        # minute) reads when it last posted
+        beat, carried = out["heartbeat_post_8"], out["heartbeat_call_in_8"]
+        out["per_host_interval"] = {"requests": beat["http"], "floor": FLOOR, **{
+            f: beat[f] + (carried[f] - beat[f]) * INTERVAL_S / BUSY_CALL_IN_S
+            + out["reconcile_busy_host"][f] * INTERVAL_S / RECONCILE_PERIOD_S
+            for f in ("wru", "rru")}}
         return round_all(out)
 
     def lifecycle(self, hosts: int) -> tuple[dict, dict]:
@@ -354,6 +373,36 @@ class Bench:
         self.job_bytes = self.size(s.config.jobs_table, {"job_id": {"S": job}})
         for n, r in self.hosts(job):
             self.event(job, "EXITED", n, list(r))
+        return out
+
+    def busy_host(self, times: int) -> dict:
+        """A busy host (last: its clock would make the scans above see a
+        paused collector): the beat of an 8-rank job carrying its node's
+        call-in, nothing changed, as a busy agent sends it every
+        BUSY_CALL_IN_S; and the reconcile that finds the host silent by its
+        call-ins and its beats arriving (the cost of one such host, the
+        reconcile of no such host taken out)."""
+        s = self.services
+        self.refresh()
+        job = self.create(RANKS_PER_HOST)
+        self.place(job)
+        [(host, ranks)] = self.hosts(job)
+        self.event(job, "STARTED", host, list(ranks))
+        steps = iter(range(1, 10**6))
+        self.beat(job, list(ranks), next(steps), call_in=self.call_in(host))
+
+        def carried():
+            self.clock.advance(BUSY_CALL_IN_S)
+            s.scanner.collector._last_mark = self.clock.t   # as in node_call_in's
+            self.beat(job, list(ranks), next(steps), call_in=self.call_in(host))
+        out = {"heartbeat_call_in_8": self.count(carried, times, http=1)}
+        self.clock.advance(s.config.node_down_after_s + 1)
+        self.beat(job, list(ranks), next(steps))
+        self.refresh(but=host)
+        idle = self.count(s.reconciler.run)
+        if idle["wru"]:
+            raise Fail(f"a node was marked DOWN: {idle}")
+        out["reconcile_busy_host"] = sub(idle, self.reconcile_alone)
         return out
 
     def size(self, table: str, key: dict) -> int:

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 # the fan-out's own threshold, shard sizing and packing, so the model cannot drift from it
+from agent.runner import Settings  # noqa: E402
 from chalicelib.adapters import heartbeat_store  # noqa: E402
 from chalicelib.domain.jobs import Job  # noqa: E402
 from chalicelib.domain.states import JobState  # noqa: E402
@@ -32,7 +33,12 @@ COUNTS_FILE = pathlib.Path(__file__).resolve().parent / "op_counts.json"
 SCALES = (1_000, 10_000, 100_000)          # GPUs
 GPUS_PER_HOST = 8
 INTERVAL_S = 10                           # rank heartbeat interval (one POST per host)
-NODE_INTERVAL_S = 10                      # node call-in (PUT /v1/nodes/{id}) per host
+# A busy host's agent calls in every BUSY_CALL_IN_S (its heartbeat POSTs show
+# it alive in between), on one of those POSTs; the reconcile, once a minute,
+# reads when each host silent by its call-ins last posted (the fleet below is
+# busy; an idle host calls in every 10 s by PUT)
+BUSY_CALL_IN_S = Settings.busy_call_in_s
+DOWN_AFTER_S = 60                         # GPUJOBS_NODE_DOWN_AFTER_S's default
 SECONDS_PER_MONTH = 730 * 3600            # AWS bills a month as 730 hours
 
 # Job mix: share of GPUs, ranks (1 GPU each, 8 per host), mean run time (h);
@@ -48,7 +54,8 @@ KEY_WRITES_PER_S, KEY_READS_PER_S = 1_000, 3_000
 TARGET_MONTH, TARGET_PER_1000_GPU_H = 9_500, 0.13
 
 # Lambda: memory (GB) and mean billed duration (s)
-API_GB, HB_S, NODE_S, OTHER_S = 0.5, 0.035, 0.035, 0.060
+API_GB, HB_S, OTHER_S = 0.5, 0.035, 0.060
+CARRIED_S = 0.015   # a carried call-in's two more DynamoDB round trips (GetItem, UpdateItem)
 SCAN_GB, PLACE_GB, RECONCILE_GB = 1.769, 0.5, 0.5
 # The stall scan is paid per running *rank*, not per job (issue 16): judging a
 # rank costs 45 us of client CPU (bench/scan_rank_cost.py: the slope of
@@ -130,6 +137,16 @@ def counts() -> dict:
     return json.loads(COUNTS_FILE.read_text())
 
 
+def minus(a: dict, b: dict) -> dict:
+    """What operation ``a`` costs more than ``b`` (requests, units and keys)."""
+    def diff(x: dict, y: dict) -> dict:
+        out = {k: x.get(k, 0) - y.get(k, 0) for k in set(x) | set(y)}
+        return {k: v for k, v in out.items() if abs(v) > 1e-9}
+    return {"http": a["http"] - b["http"], "wru": a["wru"] - b["wru"],
+            "rru": a["rru"] - b["rru"], "requests": diff(a["requests"], b["requests"]),
+            "keys": {rw: diff(a["keys"][rw], b["keys"][rw]) for rw in ("r", "w")}}
+
+
 def load(c: dict, counted: dict, rates: list[tuple[str, float, float, float]]) -> dict:
     """Writes/s and reads/s on every key, from each operation's counted keys and
     its rate: ``(operation, per s in all, per s on one job, per s on one node)``.
@@ -148,7 +165,10 @@ def load(c: dict, counted: dict, rates: list[tuple[str, float, float, float]]) -
 
 
 def model(gpus: int, counted: dict | None = None) -> dict:
-    k = counted or counts()
+    k = dict(counted or counts())
+    # a busy host's call-in rides on its heartbeat POST: what it adds to the
+    # POST (no request of its own)
+    k["call_in_carried"] = minus(k["heartbeat_call_in_8"], k["heartbeat_post_8"])
     hosts = gpus / GPUS_PER_HOST
     running = {m: gpus * share / ranks for m, (share, ranks, _) in MIX.items()}
     size = {m: MIX[m][1] for m in MIX}
@@ -165,13 +185,15 @@ def model(gpus: int, counted: dict | None = None) -> dict:
                for q in one["requests"] if q.startswith("sqs:")}
 
     hb = {m: running[m] * size[m] / GPUS_PER_HOST / INTERVAL_S for m in MIX}  # posts/s
-    node = hosts / NODE_INTERVAL_S
+    node = hosts / BUSY_CALL_IN_S                          # carried call-ins / s
+    # hosts silent by their call-ins (the reconcile reads their last post)
+    silent = hosts * max(0.0, 1 - DOWN_AFTER_S / BUSY_CALL_IN_S)
     gets = {m: running[m] * GET_PER_RUNNING_JOB_PER_MIN / 60 for m in MIX}
     life = {f: (per_job[f] * starts_h + per_host[f] * host_starts_h) / 3600 for f in per_job}
 
     def per_op(field: str) -> dict:
         return {"hb": sum(hb[m] * k[f"heartbeat_post_{size[m]}"][field] for m in MIX),
-                "node": node * k["node_call_in"][field],
+                "node": node * k["call_in_carried"][field],
                 "gets": sum(gets[m] * k[f"get_job_{size[m]}"][field] for m in MIX),
                 "life": life[field]}
 
@@ -188,10 +210,11 @@ def model(gpus: int, counted: dict | None = None) -> dict:
 
     sc = scan(running)
     node_bytes = k["item_bytes"]["node"]
-    reconcile_s = 0.1 + hosts * node_bytes / 1e6 * 0.1   # Scan pages of 1 MB, ~0.1 s each
+    # Scan pages of 1 MB, ~0.1 s each; BatchGetItems of 100 host items, ~10 ms each
+    reconcile_s = 0.1 + hosts * node_bytes / 1e6 * 0.1 + silent / 100 * 0.01
     nudges = starts_h / 3600                             # place_on_nudge, unbatched
     invocations = api + (3 + sc["shards"]) / 60 + nudges
-    gb_s = (API_GB * ((http["hb"] * HB_S + http["node"] * NODE_S)
+    gb_s = (API_GB * ((http["hb"] * HB_S + node * CARRIED_S)
                       + (http["gets"] + http["life"]) * OTHER_S)
             + (SCAN_GB * sc["scan_total_s"] + PLACE_GB * PLACE_RUN_S
                + RECONCILE_GB * reconcile_s) / 60
@@ -205,7 +228,8 @@ def model(gpus: int, counted: dict | None = None) -> dict:
             if sc["shards"] and field == "rru" else 0
         nodes_scan = sum(v for key, v in k["reconcile"]["keys"]["r"].items()
                          if key.endswith("nodes|<scan>")) if field == "rru" else 0
-        reconcile = k["reconcile"][field] + nodes_scan * (hosts / k["bench_nodes"] - 1)
+        reconcile = (k["reconcile"][field] + nodes_scan * (hosts / k["bench_nodes"] - 1)
+                     + silent * k["reconcile_busy_host"][field])
         return (k["scan_idle"][field] + judged + again + k["placement_idle"][field]
                 + reconcile) / 60
 
@@ -224,7 +248,7 @@ def model(gpus: int, counted: dict | None = None) -> dict:
     esm = ESM_POLLS_PER_MIN / 60 * m
     # CreateQueue: counted per call-in with one process serving the node; call-ins
     # spread over containers / 2 processes each ensure the node on their own
-    per_call_in = k["node_call_in"]["requests"].get("sqs:CreateQueue", 0)
+    per_call_in = k["call_in_carried"]["requests"].get("sqs:CreateQueue", 0)
     create_queue = node * min(1.0, per_call_in * max(1.0, containers / 2)) * m
 
     cost = {
@@ -243,7 +267,9 @@ def model(gpus: int, counted: dict | None = None) -> dict:
     keys = load({"hosts": hosts}, k, [
         (f"heartbeat_post_{size[x]}", hb[x], hb[x] / running[x] if x == largest else 0,
          1 / INTERVAL_S) for x in MIX] + [
-        ("node_call_in", node, 0, 1 / NODE_INTERVAL_S)] + [
+        ("call_in_carried", node, 0, 1 / BUSY_CALL_IN_S),
+        ("reconcile_busy_host", silent / 60, silent / hosts * big / GPUS_PER_HOST / 60,
+         silent / hosts / 60)] + [
         (f"get_job_{size[x]}", gets[x], GET_PER_RUNNING_JOB_PER_MIN / 60 if x == largest else 0,
          0) for x in MIX] + [
         (f"scan_{size[x]}", running[x] / 60, 1 / 60 if x == largest else 0, 0) for x in MIX] + [
@@ -325,7 +351,7 @@ def main() -> None:
     line("job starts / h; host starts / h", lambda r: r, lambda r: f"{r['starts_h']:,.0f}; {r['host_starts_h']:,.0f}")
     line("**API requests / s**", d1, "api")
     line("  rank heartbeats (hosts / 10 s)", d1, "hb")
-    line("  node call-ins (hosts / 10 s)", d1, "node")
+    line(f"  node call-ins (hosts / {BUSY_CALL_IN_S:.0f} s, on a heartbeat POST)", d2, "node")
     line("  job reads; job lifecycle", lambda r: r, lambda r: f"{r['gets']:.2f}; {r['lifecycle']:.3f}")
     line("  of which agents (HTTP API); tenants (REST API)", lambda r: r,
          lambda r: f"{r['agent_api']:,.1f}; {r['tenant_api']:.2f}")

@@ -210,7 +210,11 @@ def agent_stack(tmp_path_factory):
 
     s = start_stack(tmp_path_factory.mktemp("agents"), TOKENS, GPUJOBS_AGENTS="2",
                     GPUJOBS_GPUS_PER_AGENT="4", GPUJOBS_SCAN_PERIOD_S="1",
-                    GPUJOBS_AGENT_GRACE_S="2", GPUJOBS_AUTO_CORDON_FAILURES="0")
+                    GPUJOBS_AGENT_GRACE_S="2", GPUJOBS_AUTO_CORDON_FAILURES="0",
+                    # a busy node calls in every 2 s, not 5 minutes: the
+                    # walls tests read its call-ins as its loop going on
+                    # (tests/e2e/test_node_loss.py keeps the default)
+                    GPUJOBS_AGENT_BUSY_CALL_IN_S="2")
     try:
         yield s
     finally:

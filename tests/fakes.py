@@ -34,7 +34,7 @@ import json
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 from pynamodb.exceptions import TransactWriteError
 
@@ -50,7 +50,7 @@ from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parke
 from chalicelib.domain.health import clear_incident, frozen_health, incident
 from chalicelib.domain.intents import Intent
 from chalicelib.domain.jobs import Job, JobView, view_of
-from chalicelib.domain.nodes import Node, NodeState, failures_since
+from chalicelib.domain.nodes import Node, NodeState, failures_since, fresh_call_in
 from chalicelib.domain.placement import Plan, queue_key
 from chalicelib.domain.priority import DEFAULT_MIN_RUNTIME_S, NO_CLASSES, PriorityClasses
 from chalicelib.domain.stall import Beat
@@ -252,7 +252,9 @@ class FakeJobStore:
             self.t.job_events[job.job_id][ev.waiting_key(job.attempt, reason)] = ev.event(
                 "waiting", job.created_at, reason=reason)
 
-    def get(self, job_id: str) -> Job | None:
+    def get(self, job_id: str, *, consistent: bool = True) -> Job | None:
+        # always the latest: what an eventually consistent read returns too,
+        # once the write is a second old
         with self.t.lock:
             job = self._job(job_id)
             return copy.deepcopy(job)
@@ -831,13 +833,20 @@ class FakeNodeStore:
 
     def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
                  address: str, inbox_queue_url: str, now: datetime,
-                 current: Node | None, isolation: str = "none") -> Node:
+                 current: Node | None, isolation: str = "none",
+                 fresh_s: float = 0.0) -> Node:
         """Create or update a node; capacity moves gpus_free and the fleet by the
         same delta, and a new generation of every fleet whose registered GPUs
-        changed (``current`` is only a hint here: the fake reads its own)."""
+        changed (``current`` is only a hint here: the fake reads its own); a
+        call-in that changes nothing within ``fresh_s`` writes nothing."""
         now = ms(now)
         with self.t.lock:
             node = self.t.nodes.get(node_id)
+            if node is not None and fresh_call_in(
+                    node, gpus=gpus, gpu_type=gpu_type, labels=labels, address=address,
+                    inbox_queue_url=inbox_queue_url, isolation=isolation, now=now,
+                    fresh_s=fresh_s):
+                return copy.deepcopy(node)
             if node is None:
                 self.t.nodes[node_id] = Node(
                     node_id=node_id, gpus=gpus, gpus_free=gpus, gpu_type=gpu_type,
@@ -982,6 +991,8 @@ class FakeHeartbeatStore:
 
     def __init__(self) -> None:
         self.items: dict[tuple[str, int, int], dict] = {}
+        #: (job_id, attempt, node_id) -> the last post's ``now``
+        self.posts: dict[tuple[str, int, str], datetime] = {}
         self._lock = threading.Lock()
 
     def record(self, job_id: str, attempt: int, entries: Sequence[Beat],
@@ -989,6 +1000,8 @@ class FakeHeartbeatStore:
         """Beats replace their rank's record, then other entries merge into it
         (records by rank: how the adapter groups them by host is its own)."""
         with self._lock:
+            for node_id in {b.node_id for b in entries}:
+                self.posts[(job_id, attempt, node_id)] = ms(now)
             for b in entries:
                 if b.heard_at is not None:
                     self.items[(job_id, attempt, b.rank)] = _kept(b, _READ_BACK)
@@ -1001,6 +1014,16 @@ class FakeHeartbeatStore:
         with self._lock:
             return [Beat(rank, node_of[rank], **{k: copy.deepcopy(v) for k, v in self.items.get(
                 (job_id, attempt, rank), {}).items()}) for rank in range(len(node_of))]
+
+    def last_posts(self, attempts: Mapping[tuple[str, int], Mapping[int, str]],
+                   nodes: Collection[str]) -> dict[str, datetime]:
+        with self._lock:
+            out: dict[str, datetime] = {}
+            for (job_id, attempt, node_id), at in self.posts.items():
+                if (job_id, attempt) in attempts and node_id in nodes and (
+                        node_id not in out or at > out[node_id]):
+                    out[node_id] = at
+            return out
 
     def seed(self, job_id: str, attempt: int, beats: dict[int, Beat]) -> None:
         """Records as a test wants them, as read back (heard_at and all)."""
@@ -1239,7 +1262,7 @@ class World:
         return FakeServices(
             store=self.store, nodes_store=self.nodes, jobs=jobs,
             nodes=NodesService(self.nodes, self.inbox, self.collector, clock=clock,
-                               confirm_gone=attempts.confirm_gone),
+                               confirm_gone=attempts.confirm_gone, down_after_s=down_after_s),
             attempts=attempts,
             placer=Placer(self.store, self.nodes, dispatcher, resend_after_s=resend_after_s,
                           clock=clock, limits=limits, settle_s=settle_s, classes=classes,
@@ -1247,7 +1270,8 @@ class World:
                           preempt_min_runtime_s=preempt_min_runtime_s, pipelines=pipelines),
             reconciler=Reconciler(self.store, self.nodes, dispatcher, attempts,
                                   resend_after_s=resend_after_s, down_after_s=down_after_s,
-                                  pipelines=pipelines, clock=clock),
+                                  pipelines=pipelines, beats=self.beats,
+                                  placed=heartbeats.node_of, clock=clock),
             heartbeats=heartbeats,
             scanner=Scanner(self.store, heartbeats, self.collector, attempts,
                             period_s=period_s, telemetry=self.telemetry, clock=clock),

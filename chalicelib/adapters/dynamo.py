@@ -118,9 +118,12 @@ class Table:
         return dict(found)
 
     # -- requests ---------------------------------------------------------------
-    def get(self, key: dict, *, attributes: Iterable[str] | None = None) -> dict:
-        """A strongly consistent GetItem (of only ``attributes`` if given)."""
-        request: dict[str, Any] = {"TableName": self.name, "Key": key, "ConsistentRead": True}
+    def get(self, key: dict, *, attributes: Iterable[str] | None = None,
+            consistent: bool = True) -> dict:
+        """A GetItem (of only ``attributes`` if given), strongly consistent
+        unless ``consistent`` is False (half the read units)."""
+        request: dict[str, Any] = {"TableName": self.name, "Key": key,
+                                   "ConsistentRead": consistent}
         if attributes is not None:
             projection = ", ".join(f"#{a}" for a in attributes)
             request["ProjectionExpression"] = projection

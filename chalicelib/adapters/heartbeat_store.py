@@ -22,7 +22,7 @@ import random
 import threading
 from datetime import datetime, timedelta
 from itertools import groupby
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 from pynamodb.connection import Connection
 
@@ -107,7 +107,7 @@ class DynamoHeartbeatStore:
                                     key=lambda r: item_of.get(r, r)):
             ranks = list(group)
             self._write(job_id, attempt, first, nodes[ranks[0]],
-                        {r: records[r] for r in ranks}, item_of, ttl)
+                        {r: records[r] for r in ranks}, item_of, ttl, iso(now))
 
     def _items_of(self, job_id: str, attempt: int, node_of: Mapping[int, str]) -> dict[int, int]:
         """rank -> the lowest rank of its item: each host's ranks in order, in
@@ -133,10 +133,11 @@ class DynamoHeartbeatStore:
 
     def _write(self, job_id: str, attempt: int, first: int, node_id: str,
                records: Mapping[int, tuple[bool, dict[str, Any]]],
-               item_of: Mapping[int, int], ttl: int) -> None:
+               item_of: Mapping[int, int], ttl: int, posted_at: str) -> None:
         """The item whose lowest rank is ``first``: a beat's record in one
         clause, an entry that is not a beat a clause per field it has."""
-        changes = Changes(_HEARTBEATS).set("node_id", node_id).set("ttl_epoch", ttl)
+        changes = Changes(_HEARTBEATS).set("node_id", node_id).set("ttl_epoch", ttl) \
+            .set("posted_at", posted_at)
         for rank, (replaces, fields) in records.items():
             present = {FIELDS[n]: v for n, v in fields.items() if v is not None}
             if replaces:
@@ -170,6 +171,28 @@ class DynamoHeartbeatStore:
                         heard[int(key)] = {_FIELD_OF[c]: v for c, v in record.items()
                                            if c in _FIELD_OF}
         return [self._beat(rank, node_of[rank], heard.get(rank)) for rank in range(world)]
+
+    def last_posts(self, attempts: Mapping[tuple[str, int], Mapping[int, str]],
+                   nodes: Collection[str]) -> dict[str, datetime]:
+        """When each of ``nodes`` last posted beats for any of ``attempts``
+        (``(job_id, attempt)`` -> where its ranks run), by the collector's
+        clock; a node that never did is left out. BatchGetItem, 100 host
+        items a request, eventually consistent (a second late at most: far
+        inside the minute a node has before DOWN), ``posted_at`` alone."""
+        keys = []
+        for (job_id, attempt), node_of in attempts.items():
+            firsts = {first for rank, first in self._items_of(job_id, attempt, node_of).items()
+                      if node_of[rank] in nodes}
+            keys += [_HEARTBEATS.key(shard_key(job_id, attempt, f), f) for f in sorted(firsts)]
+        out: dict[str, datetime] = {}
+        for i in range(0, len(keys), 100):
+            for item in self._dynamo.get_all(_HEARTBEATS, keys[i:i + 100],
+                                             attributes=("node_id", "posted_at")):
+                v = _HEARTBEATS.values(item)
+                at = _t(v["posted_at"])
+                if at is not None and (v["node_id"] not in out or at > out[v["node_id"]]):
+                    out[v["node_id"]] = at
+        return out
 
     @staticmethod
     def _beat(rank: int, node_id: str, h: dict[str, Any] | None) -> Beat:

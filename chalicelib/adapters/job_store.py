@@ -224,8 +224,8 @@ class DynamoJobs(OnDynamo):
                 raise IdempotencyConflict(None) from None
             raise
 
-    def get(self, job_id: str) -> Job | None:
-        return self._read_job(job_id)
+    def get(self, job_id: str, *, consistent: bool = True) -> Job | None:
+        return self._read_job(job_id, consistent)
 
     def view(self, job_id: str) -> JobView | None:
         """The job as it is shown (domain/jobs.py JobView), or None."""

@@ -221,8 +221,8 @@ class OnDynamo:
     def _now(self) -> datetime:
         return self._clock()
 
-    def _read_job(self, job_id: str) -> Job | None:
-        item = self._dynamo.get(JOBS.get(JOBS.key(job_id)))
+    def _read_job(self, job_id: str, consistent: bool = True) -> Job | None:
+        item = self._dynamo.get(JOBS.get(JOBS.key(job_id), consistent=consistent))
         return job_from_item(item) if item else None
 
     def _update_if(self, job_id: str, changes: Changes, condition: str,

@@ -284,6 +284,10 @@ class HeartbeatModel(Model):
     rank = NumberAttribute(range_key=True)
     node_id = UnicodeAttribute()
     ttl_epoch = NumberAttribute(null=True)
+    #: the collector's receive time of the host's last post: its node is alive
+    #: (the reconciler takes a node silent by its call-ins for DOWN only
+    #: when its beats stopped too)
+    posted_at = UnicodeAttribute(null=True)
     #: raw map, ``12`` -> rank 12's record, ``{"h": heard_at, "s": step, ...}``: the
     #: collector's receive time (the only time that decides liveness), the
     #: beat's time on it, the step, a declared pause, the host's latest

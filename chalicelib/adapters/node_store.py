@@ -14,7 +14,7 @@ from pynamodb.exceptions import TransactWriteError
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from ..domain.fleet import Fleet, fleet_key
-from ..domain.nodes import Node, NodeState, failures_since
+from ..domain.nodes import Node, NodeState, failures_since, fresh_call_in
 from .dynamo import Changes, ConditionFailed, Dynamo, Table
 from .dynamo_errors import tx_lost
 from .fleet import (
@@ -100,8 +100,11 @@ class DynamoNodeStore:
 
     def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
                  address: str, inbox_queue_url: str, now: datetime,
-                 current: Node | None, isolation: str = "none") -> Node:
-        """Create or update a node; a repeat only refreshes ``last_seen_at``.
+                 current: Node | None, isolation: str = "none",
+                 fresh_s: float = 0.0) -> Node:
+        """Create or update a node; a repeat only refreshes ``last_seen_at``,
+        and not even that (no write at all) while the recorded one is less
+        than ``fresh_s`` old.
 
         ``current`` is the node as the caller just read it (None: not
         registered). Capacity changes move ``gpus_free`` by the same delta, and
@@ -115,6 +118,10 @@ class DynamoNodeStore:
                 if current is None:
                     return self._create(node_id, gpus, gpu_type, labels, address,
                                         inbox_queue_url, now, isolation)
+                if fresh_call_in(current, gpus=gpus, gpu_type=gpu_type, labels=labels,
+                                 address=address, inbox_queue_url=inbox_queue_url,
+                                 isolation=isolation, now=now, fresh_s=fresh_s):
+                    return current
                 return self._update(current, gpus, gpu_type, labels, address,
                                     inbox_queue_url, now, isolation)
             except NodeRaced:

@@ -4,6 +4,8 @@
 """
 from __future__ import annotations
 
+from typing import Any, cast
+
 from ..domain import (
     arrays as _arrays,
     dependencies as _deps,
@@ -231,6 +233,16 @@ NODE_PUT = {
     },
 }
 
+#: a node call-in carried by a heartbeat POST (``call_in``): the PUT
+#: /v1/nodes/{node_id} body and the node's id, so that a busy agent makes one
+#: request an interval, not two
+NODE_CALL_IN: dict[str, Any] = {
+    **NODE_PUT,
+    "required": ["node_id", "gpus"],
+    "properties": {"node_id": {"type": "string", "minLength": 1, "maxLength": 63},
+                   **cast(dict, NODE_PUT["properties"])},
+}
+
 #: a rank's sampled Python stack, innermost frame first, each as py-spy prints
 #: it (``forward (train.py:88)``); domain/stacks.py reads them
 STACK_FRAMES = {"type": "array", "maxItems": 16, "items": {"type": "string", "maxLength": 200}}
@@ -274,6 +286,12 @@ HEARTBEATS = {
     "required": ["attempt", "ranks"],
     "properties": {
         "attempt": {"type": "integer", "minimum": 1, "maximum": 1000000},
+        "call_in": {**NODE_CALL_IN,
+                    "description": "An extension of the contract: the node's call-in "
+                                   "(the PUT /v1/nodes/{node_id} body, with its node_id), "
+                                   "carried by this request. The answer then has `node`, "
+                                   "PUT's answer. The beats are checked first and nothing "
+                                   "is recorded when they are refused."},
         "ranks": {
             "type": "array", "minItems": 1, "maxItems": 1024,
             "items": {

@@ -75,5 +75,18 @@ class Node:
         return sorted(self.attempts - self.lost)
 
 
+def fresh_call_in(node: Node, *, gpus: int, gpu_type: str, labels: dict, address: str,
+                  inbox_queue_url: str, isolation: str, now: datetime, fresh_s: float) -> bool:
+    """True for a call-in that would change nothing of ``node`` but its
+    ``last_seen_at``, while the recorded one is less than ``fresh_s`` old: it
+    needs no write (a node is taken for silent only ``down_after_s`` after
+    it, several times ``fresh_s``)."""
+    return (fresh_s > 0 and node.state is not NodeState.DOWN and node.gpus == gpus
+            and node.gpu_type == gpu_type and node.labels == labels
+            and node.address == address and node.inbox_queue_url == inbox_queue_url
+            and node.isolation == isolation
+            and (now - node.last_seen_at).total_seconds() < fresh_s)
+
+
 def is_node_id(s: str) -> bool:
     return bool(NODE_ID_RE.match(s))

@@ -24,7 +24,11 @@ from ..domain.stall import Beat, Verdict, judge, received
 from ..domain.states import PLACED, JobState
 from .ports import Attempts, CollectorStore, HeartbeatStore, Jobs, Telemetry
 
-_PLACEMENTS_CACHED = 1024
+#: attempts whose placement a process keeps: more than run at once (about
+#: 3,200 at 100,000 GPUs), since the reconciler looks up every attempt a node
+#: silent by its call-ins holds, each minute; at most one entry a running
+#: rank in all (~10 MB at 100,000 ranks)
+_PLACEMENTS_CACHED = 16384
 #: ranks one page of the ranks view may ask for (the largest world size)
 MAX_RANKS_PAGE = 65536
 
@@ -73,7 +77,7 @@ class HeartbeatsService:
         now = self._clock()
         if principal.kind != "agent":
             raise Forbidden("heartbeats take an agent token", field="Authorization")
-        job = self.store.get(job_id) if is_job_id(job_id) else None
+        job = self._current(job_id, body["attempt"]) if is_job_id(job_id) else None
         if job is None or (principal.name != "*" and principal.name not in set(
                 self.node_of(job_id, body["attempt"]).values())):
             # the same answer for a job that does not exist: an agent token must
@@ -101,6 +105,17 @@ class HeartbeatsService:
         self.collector.mark_ingest(now)
         self.telemetry.count("HeartbeatsIngested", len(body["ranks"]))
         return now
+
+    def _current(self, job_id: str, attempt: int) -> Job | None:
+        """The job the beats are for. Read eventually consistent first (half
+        the units, on every POST): beats a read a second stale accepts for
+        an attempt that just ended are stored and never read. A refusal is
+        decided on a strongly consistent read (its 409 stops the ranks)."""
+        job = self.store.get(job_id, consistent=False)
+        if job is None or job.state.terminal or job.attempt != attempt or \
+                job.state not in PLACED:
+            job = self.store.get(job_id)
+        return job
 
     @staticmethod
     def _sent_at(r: dict, i: int) -> datetime | None:

@@ -18,17 +18,25 @@ log = logging.getLogger(__name__)
 class NodesService:
     def __init__(self, nodes: NodeStore, inbox: Inbox, collector: CollectorStore,
                  clock: Clock = utcnow,
-                 confirm_gone: Callable[[str, int, str], None] | None = None) -> None:
+                 confirm_gone: Callable[[str, int, str], None] | None = None,
+                 down_after_s: float = 0.0) -> None:
         self.nodes, self.inbox, self.collector, self._clock = nodes, inbox, collector, clock
+        #: a call-in that changes nothing is written only once the recorded
+        #: ``last_seen_at`` is this old (a lease renewed a quarter of the way
+        #: to DOWN: at 10-s call-ins and DOWN after 60 s, every 20 s), so a
+        #: node is written half as often, and still seen far from DOWN
+        self._fresh_s = down_after_s / 4
         #: (job_id, attempt, node_id): the agent no longer runs that attempt's ranks
         self._confirm_gone = confirm_gone
 
-    def authorize(self, principal: Principal, node_id: str) -> None:
+    def authorize(self, principal: Principal, node_id: str, field: str = "node_id") -> None:
+        """``field``: where the request names the node (a heartbeat POST's
+        ``call_in.node_id``, the path's ``node_id``)."""
         if not principal.may_act_for_node(node_id):
-            raise Forbidden(f"this token may not act for node {node_id}", field="node_id")
+            raise Forbidden(f"this token may not act for node {node_id}", field=field)
         if not is_node_id(node_id):
             raise InvalidArgument("node_id must be 1 to 63 of [A-Za-z0-9._-], starting "
-                                  "with a letter or digit", field="node_id")
+                                  "with a letter or digit", field=field)
 
     def register(self, principal: Principal, node_id: str, body: dict) -> Node:
         self.authorize(principal, node_id)
@@ -39,7 +47,7 @@ class NodesService:
             node_id, gpus=body["gpus"], gpu_type=body.get("gpu_type", DEFAULT_GPU_TYPE),
             labels=body.get("labels", {}), address=body.get("address", node_id),
             inbox_queue_url=url, now=now, current=current,
-            isolation=body.get("isolation", "none"))
+            isolation=body.get("isolation", "none"), fresh_s=self._fresh_s)
         # a node calling in shows the ingest path works, even if no rank beats
         self.collector.mark_ingest(now)
         running = body.get("running")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterator, Mapping, Protocol, Sequence
+from typing import Collection, Iterator, Mapping, Protocol, Sequence
 
 from ..domain.attempts import Attempt
 from ..domain.fleet import Fleet
@@ -86,7 +86,9 @@ class Jobs(Protocol):
     def create(self, job: Job, claim: IdemClaim | None, *,
                reclaim: IdemRecord | None = None, max_pending: int | None = None,
                parked: Fleet | None = None) -> None: ...
-    def get(self, job_id: str) -> Job | None: ...
+    def get(self, job_id: str, *, consistent: bool = True) -> Job | None:
+        """The job; ``consistent=False``: eventually consistent (half the read
+        units; it may miss the last second's writes)."""
     def view(self, job_id: str) -> JobView | None: ...
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[JobView], str | None]: ...
@@ -196,6 +198,13 @@ class HeartbeatStore(Protocol):
         ``sent_at`` and ``pause_reason`` are not read back."""
         ...
 
+    def last_posts(self, attempts: Mapping[tuple[str, int], Mapping[int, str]],
+                   nodes: Collection[str]) -> dict[str, datetime]:
+        """When each of ``nodes`` last posted beats (of any entries) for any
+        of ``attempts`` (``(job_id, attempt)`` -> where its ranks run), by the
+        collector's clock (a ``record``'s ``now``); absent: it never did."""
+        ...
+
 
 class CollectorStore(Protocol):
     def mark_ingest(self, now: datetime) -> None: ...
@@ -210,7 +219,8 @@ class NodeStore(Protocol):
     def all(self) -> list[Node]: ...
     def register(self, node_id: str, *, gpus: int, gpu_type: str, labels: dict,
                  address: str, inbox_queue_url: str, now: datetime,
-                 current: Node | None, isolation: str = "none") -> Node: ...
+                 current: Node | None, isolation: str = "none",
+                 fresh_s: float = 0.0) -> Node: ...
     def fleet_of(self, gpu_type: str | None) -> Fleet: ...
     def fleets(self) -> list[Fleet]: ...
     def mark_swept(self, fleet: Fleet) -> None: ...

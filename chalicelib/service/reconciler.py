@@ -2,7 +2,9 @@
 
 - Intents some agent has not acknowledged in time are sent again (to the
   nodes that have not acknowledged only).
-- A node that stopped calling in is marked DOWN; the attempts it held lose its
+- A node that stopped calling in, and whose agent stopped posting its ranks'
+  beats too, is marked DOWN (a busy node calls in only now and then: its
+  beats are its lease); the attempts it held lose its
   ranks (failed, or re-queued while attempts remain) and a CANCEL waits in its
   inbox. Its GPUs come back only once its agent confirms those ranks gone
   (AttemptsService.settle_node, NodesService.register). Every step of that can
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ..domain import intents
 from ..domain.clock import Clock, plus, utcnow
@@ -23,7 +25,7 @@ from ..domain.nodes import Node
 from .attempts import AttemptsService
 from .dispatch import Dispatcher
 from .pipelines import PipelinesService
-from .ports import Attempts, Jobs, NodeStore, Outbox
+from .ports import Attempts, HeartbeatStore, Jobs, NodeStore, Outbox
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +37,12 @@ class ReconcilerPorts(Jobs, Attempts, Outbox, Protocol):
 class Reconciler:
     def __init__(self, store: ReconcilerPorts, nodes: NodeStore, dispatcher: Dispatcher,
                  attempts: AttemptsService, *, resend_after_s: float, down_after_s: float,
-                 pipelines: PipelinesService, clock: Clock = utcnow) -> None:
+                 pipelines: PipelinesService, beats: HeartbeatStore,
+                 placed: Callable[[str, int], dict[int, str]], clock: Clock = utcnow) -> None:
+        """``placed(job_id, attempt)``: where the attempt's ranks run (fixed
+        for an attempt: HeartbeatsService.node_of, which remembers them)."""
         self.store, self.nodes, self.dispatcher, self.attempts = store, nodes, dispatcher, attempts
-        self.pipelines = pipelines
+        self.pipelines, self.beats, self._placed = pipelines, beats, placed
         self._resend_after_s, self._down_after_s, self._clock = resend_after_s, down_after_s, clock
 
     def run(self) -> dict:
@@ -54,8 +59,13 @@ class Reconciler:
 
     def mark_silent_nodes_down(self) -> list[str]:
         now = self._clock()
+        since = now - timedelta(seconds=self._down_after_s)
+        silent = self.nodes.silent_since(since)
+        posting = self._posting(silent, since)
         down = []
-        for node in self.nodes.silent_since(now - timedelta(seconds=self._down_after_s)):
+        for node in silent:
+            if node.node_id in posting:
+                continue  # busy: its beats arrive, so its agent is alive
             if not self.nodes.mark_down(node):
                 continue  # it called in meanwhile
             down.append(node.node_id)
@@ -71,6 +81,20 @@ class Reconciler:
                 self._lose_attempts(node, [(k.rpartition("#")[0], int(k.rpartition("#")[2]))
                                            for k in unfinished])
         return down
+
+    def _posting(self, silent: list[Node], since) -> set[str]:
+        """The nodes of ``silent`` whose agent posted beats for an attempt
+        they hold after ``since``, by the collector's clock: an agent calls
+        in only every few minutes while its posts show it alive
+        (agent/runner.py), so these are silent by their call-ins alone."""
+        held = {(job_id, int(n)) for node in silent for key in node.live_attempts
+                for job_id, _, n in (key.rpartition("#"),)}
+        if not held:
+            return set()
+        attempts = {key: self._placed(*key) for key in sorted(held)}
+        last = self.beats.last_posts({k: v for k, v in attempts.items() if v},
+                                     {node.node_id for node in silent})
+        return {node_id for node_id, at in last.items() if at > since}
 
     def _lose_attempts(self, node: Node, attempts: list[tuple[str, int]]) -> None:
         for job_id, attempt_no in attempts:

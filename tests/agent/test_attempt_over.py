@@ -24,7 +24,7 @@ class GoneBeats:
     def __init__(self) -> None:
         self.calls = 0
 
-    def post_heartbeats(self, job_id, attempt, ranks):
+    def post_heartbeats(self, job_id, attempt, ranks, call_in=None):
         self.calls += 1
         raise AttemptGone("HTTP 409 stale_attempt", status=409, code="stale_attempt")
 

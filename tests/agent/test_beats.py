@@ -12,12 +12,15 @@ import gpujobs_heartbeat as hb  # noqa: E402
 
 class FakeApi:
     def __init__(self, fail=None):
-        self.posts, self.fail = [], fail
+        self.posts, self.fail, self.calls_in = [], fail, []
 
-    def post_heartbeats(self, job_id, attempt, ranks):
+    def post_heartbeats(self, job_id, attempt, ranks, call_in=None):
         if self.fail:
             raise self.fail
         self.posts.append((job_id, attempt, ranks))
+        self.calls_in.append(call_in)
+        return {"received_at": "2026-01-01T00:00:00.000Z"} if call_in is None else \
+            {"received_at": "2026-01-01T00:00:00.000Z", "node": {"node_id": call_in["node_id"]}}
 
 
 class Clock:
@@ -155,3 +158,67 @@ def test_a_gap_only_from_a_failed_post_is_not_a_long_silence(tmp_path, monkeypat
     w.write(3)
     poster.tick([rec])
     assert "resumed" not in api.posts[-1][2][0], "two intervals between posted beats is no silence"
+
+
+class CallIn:
+    """runner.CallIn's shape: a body made as it goes out, the answers acted on."""
+
+    def __init__(self):
+        self.made, self.answers = 0, []
+
+    def body(self):
+        self.made += 1
+        return {"node_id": "n1", "gpus": 8, "running": [{"job_id": "job_x", "attempt": 1}]}
+
+    def answered(self, node, body):
+        self.answers.append((node, body["running"]))
+        return node
+
+
+def test_a_call_in_rides_on_the_first_post_due_and_its_answer_is_acted_on(tmp_path):
+    """One request an interval on a busy node: the call-in is carried by a
+    heartbeat POST that goes out anyway, once, and its answer is the node's."""
+    rec, clock, api, call_in = attempt(tmp_path), Clock(), FakeApi(), CallIn()
+    poster = BeatPoster(api, monotonic_ns=clock)
+    writer(rec, 0).write(1)
+    writer(rec, 1).write(1)
+    node = poster.tick([rec], call_in=call_in)
+    assert node == {"node_id": "n1"} and call_in.answers == [(node, [{"job_id": "job_x",
+                                                                      "attempt": 1}])]
+    assert len(api.posts) == 1 and api.calls_in[0]["node_id"] == "n1"
+    assert poster.tick([rec]) is None and len(api.posts) == 1, "not due: nothing posted"
+
+
+def test_a_call_in_brings_an_attempt_not_yet_due_forward(tmp_path):
+    """The attempt's next visit is pulled forward to carry the call-in, so the
+    node's two clocks fall into one phase: no second request that interval."""
+    rec, clock, api, call_in = attempt(tmp_path), Clock(), FakeApi(), CallIn()
+    poster, w0 = BeatPoster(api, monotonic_ns=clock), writer(rec, 0)
+    w0.write(1)
+    poster.tick([rec])
+    clock.ns += int(0.4e9)       # 0.6 s before the attempt's next visit
+    w0.write(2)
+    assert poster.tick([rec], call_in=call_in) == {"node_id": "n1"}
+    assert [c is not None for c in api.calls_in] == [False, True]
+    clock.ns += int(0.9e9)       # the visit the call-in moved: 1 s after it, not before
+    w0.write(3)
+    poster.tick([rec])
+    assert len(api.posts) == 2
+    clock.ns += int(0.1e9)
+    poster.tick([rec])
+    assert len(api.posts) == 3
+
+
+def test_a_call_in_nothing_could_carry_is_left_to_the_caller(tmp_path):
+    """No beat to post (the ranks are silent, unsampled), a failed post, or an
+    attempt that is over: None, and the runner calls in by PUT."""
+    rec, clock, call_in = attempt(tmp_path), Clock(), CallIn()
+    api = FakeApi()
+    assert BeatPoster(api, monotonic_ns=clock).tick([rec], call_in=call_in) is None
+    assert api.posts == [] and call_in.made == 0
+    writer(rec, 0).write(1)
+    for fail in (ApiError("HTTP 503", status=503, retryable=True),
+                 AttemptGone("HTTP 409 stale_attempt", status=409, code="stale_attempt")):
+        poster = BeatPoster(FakeApi(fail=fail), monotonic_ns=clock)
+        assert poster.tick([rec], call_in=call_in) is None
+    assert call_in.answers == []

@@ -7,8 +7,8 @@ then replaces its own heartbeat file with a FIFO (the incident: the agent
 blocked for ever in ``open``, the node went DOWN), a symbolic link to
 /dev/zero, or a 10 GiB sparse file. The other job's rank beats on.
 
-For each: the agent's loop keeps going (it keeps calling in and posting the
-other job's beats, advancing), the hostile rank's record is no record (no
+For each: the agent's loop keeps going (it keeps calling in, every second
+here on its heartbeat posts, and posting the other job's beats, advancing), the hostile rank's record is no record (no
 beat posted for it any more; its process samples still are, so its job alone
 goes silent), one WARNING names the file (not one a tick), and the agent's
 peak memory does not grow.
@@ -44,7 +44,10 @@ def node(sqs):
     # a pool's uid cannot reach the test's own interpreter (under /root)
     python = rank_python(PY)
     with FakeControlPlane(sqs[1], flaky=0) as plane:
+        # a busy node calls in every --busy-call-in-s: 1 s, so its call-ins
+        # show the loop going on
         agent = AgentProcess(plane.url, home / "state", "--watchdog-s", "5",
+                             "--busy-call-in-s", "1",
                              "--rank-uids", DEFAULT_RANK_UIDS if isolated else "")
         try:
             agent.wait_ready()
@@ -61,6 +64,12 @@ def peak_rss_kib(pid: int) -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     raise AssertionError("no VmHWM")
+
+
+def calls_in(plane: FakeControlPlane) -> int:
+    """The node's call-ins: PUTs and those carried by heartbeat posts."""
+    with plane.lock:
+        return len(plane.puts) + len(plane.carried)
 
 
 def steps(plane: FakeControlPlane, job_id: str) -> list[int]:
@@ -90,10 +99,10 @@ def test_a_rank_that_replaces_its_heartbeat_file_stalls_nothing_but_its_own_job(
     peak_before = peak_rss_kib(agent.proc.pid)
     time.sleep(0.5)  # a post of the last record may still be on its way
     hostile_steps = len(steps(plane, "job_hostile"))
-    puts, steady = len(plane.puts), max(steps(plane, "job_steady"), default=-1)
+    calls, steady = calls_in(plane), max(steps(plane, "job_steady"), default=-1)
 
     # the loop goes on: it calls in, and posts the other job's new beats
-    wait_until(lambda: len(plane.puts) >= puts + 6
+    wait_until(lambda: calls_in(plane) >= calls + 3
                and max(steps(plane, "job_steady"), default=-1) >= steady + 20, timeout=60,
                what="more node heartbeats and new beats of the steady job")
     assert agent.proc.poll() is None, "the agent runs on"

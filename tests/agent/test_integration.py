@@ -29,7 +29,7 @@ class FakeControlPlane:
     """PUT /v1/nodes/{id}, POST .../events and POST .../heartbeats, the first
     ``flaky`` PUTs and POSTs answered 503."""
 
-    def __init__(self, queue_url: str, flaky: int = 2) -> None:
+    def __init__(self, queue_url: str, flaky: int = 2, carries: bool = True) -> None:
         self.queue_url = queue_url
         self.lock = threading.Lock()
         self.puts: list[dict] = []
@@ -37,6 +37,9 @@ class FakeControlPlane:
         self.beats: list[tuple[str, dict]] = []  # (job, body) of each heartbeats post
         self.failures = {"PUT": flaky, "POST": flaky}
         self.unavailable = 0
+        #: answer a call-in carried by a heartbeat POST (False: an older
+        #: server, which ignores it); the call-ins so answered
+        self.carries, self.carried = carries, []
         plane = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,16 +66,18 @@ class FakeControlPlane:
                     beats = BEATS_PATH.match(self.path)
                     if self.command == "PUT" and node:
                         plane.puts.append(body)
-                        return self._send(200, {
-                            "node_id": node["node"], "gpus": body["gpus"], "gpus_free": 0,
-                            "gpu_type": body["gpu_type"], "state": "READY",
-                            "inbox_queue_url": plane.queue_url, "last_seen_at": "now"})
+                        return self._send(200, plane.node(node["node"], body))
                     if self.command == "POST" and event:
                         plane.events.append((event["job"], int(event["attempt"]), body))
                         return self._send(200, {"id": event["job"]})
                     if self.command == "POST" and beats:
                         plane.beats.append((beats["job"], body))
-                        return self._send(202, {"received_at": "now"})
+                        carried = body.get("call_in")
+                        if carried is None or not plane.carries:
+                            return self._send(202, {"received_at": "now"})
+                        plane.carried.append(carried)
+                        return self._send(202, {"received_at": "now", "node": plane.node(
+                            carried["node_id"], carried)})
                 return self._send(404, {"status": 404, "code": "not_found"})
 
             do_PUT = do_POST = _handle
@@ -83,6 +88,12 @@ class FakeControlPlane:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def node(self, node_id: str, body: dict) -> dict:
+        """The answer to a call-in (no ``attempts``: as an older server's)."""
+        return {"node_id": node_id, "gpus": body["gpus"], "gpus_free": 0,
+                "gpu_type": body["gpu_type"], "state": "READY",
+                "inbox_queue_url": self.queue_url, "last_seen_at": "now"}
 
     def rank_beats(self, job_id: str) -> list[dict]:
         """Every rank entry posted for ``job_id``, in order."""
@@ -215,6 +226,47 @@ def test_the_agent_runs_and_cancels_ranks_through_the_inbox(sqs, agents, tmp_pat
 
         agent.proc.send_signal(signal.SIGTERM)
         assert agent.proc.wait(15) == 0
+
+
+@pytest.mark.parametrize("carries", [True, False], ids=["server-carries", "older-server"])
+def test_a_busy_node_calls_in_on_its_heartbeat_posts_one_request_an_interval(
+        sqs, agents, tmp_path, carries):
+    """While its ranks' posts succeed, the node calls in only every
+    ``--busy-call-in-s`` (its posts show it alive), and then on one of those
+    posts (one request, not two), saying what runs; a server that does not
+    answer it, or a node whose ranks are gone, gets the PUT as before."""
+    with FakeControlPlane(sqs[1], flaky=0, carries=carries) as plane:
+        agent = agents(plane.url, "--busy-call-in-s", "1.5")   # node heartbeats: 0.5 s
+        agent.wait_ready()
+        beating = [PY, "-c", "import gpujobs_heartbeat as hb, time\n"
+                   "for i in range(600):\n    hb.beat(i); time.sleep(0.05)"]
+        send(sqs, {"type": "LAUNCH", "job_id": "job_beats", "attempt": 1, "ranks": [0],
+                   "world_size": 1, "command": beating, "env": {},
+                   "heartbeat_interval_s": 0.5})
+        wait_until(lambda: len(plane.rank_beats("job_beats")) >= 8, timeout=30,
+                   what="the rank's beats posted")
+        with plane.lock:
+            puts, beats = len(plane.puts), len(plane.beats)
+            carried = [b["call_in"] for _, b in plane.beats if "call_in" in b]
+        wait_until(lambda: len(plane.beats) >= beats + 8, timeout=30, what="eight more posts")
+        with plane.lock:
+            more_puts = len(plane.puts) - puts
+            more_carried = sum("call_in" in b for _, b in plane.beats[beats:])
+        assert carried and carried[-1]["node_id"] == "node-1"
+        assert carried[-1]["running"] == [{"job_id": "job_beats", "attempt": 1}]
+        # eight posts in about 4 s: a call-in every 1.5 s, not one every 0.5 s
+        assert 1 <= more_carried <= 5, f"{more_carried} of 8 posts carried a call-in"
+        if carries:
+            assert more_puts == 0, f"{more_puts} PUTs while the call-ins rode on beats"
+            assert plane.carried and plane.carried[-1]["gpus"] == 4
+        else:
+            assert more_puts >= 1, "an older server's answer has no node: the PUT follows"
+        send(sqs, {"type": "CANCEL", "job_id": "job_beats", "attempt": 1, "reason": "done"})
+        wait_until(lambda: plane.of("STOPPED", "job_beats"), timeout=30, what="STOPPED")
+        with plane.lock:
+            puts = len(plane.puts)
+        wait_until(lambda: len(plane.puts) >= puts + 2, timeout=30,
+                   what="the PUTs of an idle node")
 
 
 @pytest.mark.parametrize("sqs", [2], indirect=True)

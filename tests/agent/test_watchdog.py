@@ -116,12 +116,13 @@ def test_the_agents_loop_under_a_watchdog_thread_reports_a_stuck_step(caplog):
     calls_in: list[int] = []
     agent = SimpleNamespace(tick=lambda: None, handle=lambda m: None)
 
-    def post_beats():
+    def post_beats(carry):
         passes.append(1)
         if len(passes) == 3:
             release.wait(20)
         if len(passes) >= 6:
             stop.set()
+        return False  # no beat carried the call-in: the loop calls in by PUT
 
     settings = Settings(node_id="n", gpus=1, gpu_type="t", api="http://x", token="t",
                         state_dir="/nonexistent", tick_s=0.01, node_heartbeat_s=0.01)

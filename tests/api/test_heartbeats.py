@@ -410,3 +410,86 @@ def test_a_hosts_beat_of_8_ranks_is_one_write_of_one_item_under_1_kb(iso, iso_cl
     assert item_size(item) < 1024, f"{item_size(item)} bytes: more than 1 WRU a beat"
     [view] = [v for v in ranks_view(iso_client, tenants, job_id)["ranks"] if v["rank"] == 7]
     assert view["step"] == 10**9 + 1
+
+
+def test_a_beat_carrying_the_call_in_answers_as_put_does_and_records_both(iso, iso_client,
+                                                                         tenants, running):
+    """One request an interval for a busy node: the heartbeat POST's
+    ``call_in`` is the node's call-in, answered with PUT /v1/nodes's answer."""
+    job_id, by_node, clock = running
+    clock.advance(16)   # past the node's fresh lease (a quarter of the 60 s to DOWN)
+    call_in = {"node_id": "n1", "gpus": 2, "running": [{"job_id": job_id, "attempt": 1}]}
+    assert "node" not in beat(iso_client, tenants, job_id, by_node["n1"]).json_body
+    body = {"attempt": 1, "ranks": [{"rank": r} for r in by_node["n1"]], "call_in": call_in}
+    r = iso_client.http.post(f"/v1/jobs/{job_id}/heartbeats", body=json.dumps(body),
+                             headers=tenants.headers("agents"))
+    assert r.status_code == 202 and r.json_body["received_at"] == rfc3339(clock.t)
+    assert iso.nodes.get("n1").last_seen_at == clock.t
+    put = iso_client.http.put("/v1/nodes/n1", headers=tenants.headers("agents"),
+                              body=json.dumps({k: v for k, v in call_in.items()
+                                               if k != "node_id"})).json_body
+    assert r.json_body["node"] == put, "the same answer as PUT /v1/nodes/n1"
+    assert r.json_body["node"]["attempts"] == [{"job_id": job_id, "attempt": 1}]
+    assert {x["rank"]: x["last_heard_at"] for x in ranks_view(iso_client, tenants, job_id)[
+        "ranks"] if x["rank"] in by_node["n1"]} == {x: rfc3339(clock.t) for x in by_node["n1"]}
+
+
+@pytest.mark.parametrize("who, call_in, status, field", [
+    ("agent", {"node_id": "n1", "gpus": 2}, 403, "call_in.node_id"),   # node-1's token
+    ("agents", {"node_id": "n1"}, 400, "call_in.gpus"),                # no gpus
+    ("agents", {"node_id": "n1", "gpus": 0}, 400, "call_in.gpus"),
+    ("agents", {"node_id": "-bad", "gpus": 2}, 400, "call_in.node_id"),
+    ("agents", {"node_id": "n1", "gpus": 2, "extra": 1}, 400, "call_in.extra"),
+])
+def test_a_bad_carried_call_in_is_refused_by_name_and_records_nothing(
+        iso, iso_client, tenants, running, who, call_in, status, field):
+    job_id, by_node, clock = running
+    seen = iso.nodes.get("n1").last_seen_at
+    clock.advance(16)   # past the fresh lease: a call-in recorded would show
+    body = {"attempt": 1, "ranks": [{"rank": by_node["n1"][0], "step": 5}], "call_in": call_in}
+    r = iso_client.http.post(f"/v1/jobs/{job_id}/heartbeats", body=json.dumps(body),
+                             headers=tenants.headers(who))
+    assert r.status_code == status and r.json_body["field"] == field, r.json_body
+    assert iso.nodes.get("n1").last_seen_at == seen
+    [row] = [x for x in ranks_view(iso_client, tenants, job_id)["ranks"]
+             if x["rank"] == by_node["n1"][0]]
+    assert row["last_heard_at"] is None, "no beat recorded either"
+
+
+def test_refused_beats_carry_no_call_in(iso, iso_client, tenants, running):
+    """A stale attempt's beats are refused before anything is written: the
+    node is not called in (the agent then calls in by PUT)."""
+    job_id, by_node, clock = running
+    seen = iso.nodes.get("n1").last_seen_at
+    clock.advance(16)   # past the fresh lease: a call-in recorded would show
+    body = {"attempt": 2, "ranks": [{"rank": by_node["n1"][0]}],
+            "call_in": {"node_id": "n1", "gpus": 2}}
+    r = iso_client.http.post(f"/v1/jobs/{job_id}/heartbeats", body=json.dumps(body),
+                             headers=tenants.headers("agents"))
+    assert r.status_code == 409 and r.json_body["code"] == "stale_attempt"
+    assert iso.nodes.get("n1").last_seen_at == seen
+
+
+def test_beats_read_the_job_eventually_consistent_and_refuse_only_on_a_consistent_read(
+        iso, iso_client, tenants, running, monkeypatch):
+    """Half the read units on every POST, and no 409 (which stops ranks) or
+    403 from a stale read: a refusal is read again strongly consistent."""
+    job_id, by_node, _ = running
+    store, reads, stale = iso.heartbeats.store, [], [False]
+    get = store.get
+
+    def recorded(job_id, *, consistent=True):
+        reads.append(consistent)
+        # stale: what an eventually consistent read may return for a job
+        # written a moment ago (here: not there yet)
+        return None if stale[0] and not consistent else get(job_id, consistent=consistent)
+    monkeypatch.setattr(store, "get", recorded)
+    assert beat(iso_client, tenants, job_id, [0]).status_code == 202
+    assert reads == [False], "one eventually consistent read"
+    reads.clear()
+    stale[0] = True
+    assert beat(iso_client, tenants, job_id, [0]).status_code == 202
+    assert reads == [False, True], "the stale answer was read again, consistently"
+    reads.clear()
+    assert beat(iso_client, tenants, job_id, [0], attempt=2).json_body["code"] == "stale_attempt"
+    assert reads == [False, True]

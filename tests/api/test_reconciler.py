@@ -222,3 +222,30 @@ def test_a_lost_response_to_the_release_of_a_lost_node_gives_its_gpus_back_once(
     assert lost.hits == 1
     assert node["gpus_free"] == 4 and free("n1") == 4
     assert put_node(iso_client, tenants, "n1", running=[])["gpus_free"] == 4
+
+
+def test_a_busy_node_silent_by_call_ins_stays_up_while_its_beats_arrive(clock, iso, iso_client,
+                                                                         tenants, sqs):
+    """A busy agent calls in only every few minutes: its beats are its lease.
+    It goes DOWN once both are older than GPUJOBS_NODE_DOWN_AFTER_S (a beat
+    from its neighbour, for the same attempt, does not keep it up)."""
+    from .test_heartbeats import beat
+
+    for n in ("n1", "n2"):
+        iso.nodes.register(AGENT, n, {"gpus": 2})
+    job_id, by_node = placed(iso, iso_client, tenants, max_attempts=2)
+    for n, ranks in by_node.items():
+        event(iso_client, tenants, job_id, 1, {"type": "STARTED", "ranks": ranks, "node_id": n})
+    down_after = iso.config.node_down_after_s
+    for _ in range(3):   # three DOWN periods without a call-in, beating
+        clock.advance(down_after / 2)
+        for ranks in by_node.values():
+            assert beat(iso_client, tenants, job_id, ranks).status_code == 202
+        clock.advance(down_after / 2)
+        assert iso.reconciler.mark_silent_nodes_down() == []
+    assert {iso.nodes.get(n).state.value for n in by_node} == {"READY"}
+    clock.advance(1)
+    assert beat(iso_client, tenants, job_id, by_node["n2"]).status_code == 202
+    clock.advance(down_after / 2)
+    assert iso.reconciler.mark_silent_nodes_down() == ["n1"], "n1's beats stopped"
+    assert iso.nodes.get("n2").state.value == "READY"

@@ -159,3 +159,24 @@ def test_each_node_has_one_inbox_and_gets_what_is_sent_there(ports):
     assert got[0] in ({"type": "CANCEL", "job_id": "j", "attempt": 1, "reason": None},
                       {"type": "CANCEL", "job_id": "j", "attempt": 2, "reason": "x"})
     assert ports.drain(other) == [] and ports.drain(url) == []
+
+
+def test_a_nodes_last_post_is_when_any_of_its_items_was_last_written(ports):
+    """The reconciler's second proof of life (a node silent by its call-ins
+    whose beats still arrive is not DOWN): per node, the collector's time of
+    its last post to any of the attempts asked about, whatever entries it
+    had (a process sample too); another attempt's posts do not count."""
+    job_id, node_of = _placement(ports, 32)   # 16 ranks a node: two host items each
+    n0, n1 = ports.node_id(0), ports.node_id(1)
+    t0 = utcnow()
+    assert ports.beats.last_posts({(job_id, 1): node_of}, {n0, n1}) == {}
+    _record(ports, job_id, node_of, [_beat(node_of, 0, t0, step=1)], t0)
+    t5 = t0 + timedelta(seconds=5)
+    # only node 0's ranks of its second item (ranks 16..30, even), a sample alone
+    _record(ports, job_id, node_of, [_note(node_of, 30, proc={"cpu": 1.0}, sampled_at=t5)], t5)
+    ports.beats.record(job_id, 2, [_beat(node_of, 1, t5 + timedelta(seconds=5))],
+                       t5 + timedelta(seconds=5), node_of)
+    assert ports.beats.last_posts({(job_id, 1): node_of}, {n0, n1}) == {n0: ms(t5)}
+    assert ports.beats.last_posts({(job_id, 1): node_of}, {n1}) == {}
+    assert ports.beats.last_posts({(job_id, 2): node_of}, {n1}) == {
+        n1: ms(t5 + timedelta(seconds=5))}

@@ -146,3 +146,20 @@ def test_a_return_from_down_puts_the_node_back_in_the_indexes(real):
     assert [n.node_id for p in real.nodes.ready_pages(real.gpu_type(), 1) for n in p] == [
         node.node_id]
     assert real.nodes.fleet_of(real.gpu_type()).room_version > room, "room appeared"
+
+
+def test_a_call_in_within_its_fresh_lease_changing_nothing_writes_nothing(ports):
+    """Half the node writes (issue 30): a call-in that changes nothing is not
+    written while the recorded ``last_seen_at`` is younger than ``fresh_s``;
+    past it, or with anything changed, it is written as before."""
+    first = _register(ports)
+    t0 = first.last_seen_at
+    kept = _register(ports, now=t0 + timedelta(seconds=10), fresh_s=15)
+    assert kept == first and ports.nodes.get(first.node_id).last_seen_at == t0
+    renewed = _register(ports, now=t0 + timedelta(seconds=20), fresh_s=15)
+    assert renewed.last_seen_at == t0 + timedelta(seconds=20)
+    assert ports.nodes.get(first.node_id) == renewed
+    relabelled = _register(ports, now=t0 + timedelta(seconds=21), fresh_s=15,
+                           labels={"zone": "b"})
+    assert relabelled.labels == {"zone": "b"}
+    assert relabelled.last_seen_at == t0 + timedelta(seconds=21), "a change is written at once"

@@ -39,7 +39,8 @@ def _called_by_the_agent(bundle) -> set[str]:
 
     client = Recording("https://example.invalid", "token")
     samples = {"node_id": "node-1", "job_id": "job_1", "attempt": 1, "gpus": 8,
-               "gpu_type": "h100", "labels": {}, "event": {"type": "STARTED"}, "ranks": []}
+               "gpu_type": "h100", "labels": {}, "event": {"type": "STARTED"}, "ranks": [],
+               "body": {"node_id": "node-1", "gpus": 8}}
     methods = [m for m, _ in inspect.getmembers(ApiClient, inspect.isfunction)
                if not m.startswith("_")]
     assert methods, "ApiClient has no request methods"

@@ -163,9 +163,9 @@ def run(settings: Settings, stop: threading.Event, *,
 
             def resting() -> bool:
                 """The call-in may wait: the ranks' posts show the node alive
-                (one answered within 1.5 node heartbeats: the server hears of
-                this node at least every 2.5, far inside its DOWN delay)."""
-                return beats.posted_within(1.5 * settings.node_heartbeat_s) and \
+                (one answered within 3 node heartbeats; the server hears of
+                this node at least every 4, 40 s, inside its 60 s to DOWN)."""
+                return beats.posted_within(3 * settings.node_heartbeat_s) and \
                     call_in.age_s() < settings.busy_call_in_s and \
                     not getattr(agent.inbox, "missing", False)
 

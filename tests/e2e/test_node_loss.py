@@ -144,31 +144,30 @@ def test_a_busy_node_whose_call_ins_rest_is_kept_up_by_its_beats(loss_stack, age
                                                                   tmp_path):
     """Invariant (issue 30): a busy agent calls in only every few minutes, on
     a heartbeat POST (one request an interval); its posts keep its node up.
-    Its last call-in grows far older than GPUJOBS_NODE_DOWN_AFTER_S, and the
-    node stays READY in the API and in `gpujobs nodes`, its job RUNNING."""
+    Its last call-in grows older than GPUJOBS_NODE_DOWN_AFTER_S, by far, and
+    the node stays READY in the API and in `gpujobs nodes`, its job RUNNING."""
     from .test_huge_hang import gpujobs
 
     tenant = Api(loss_stack.api, "e2e-tenant")
     poll("the agent's registration", lambda: (node(tenant) or {}).get("state") == "READY")
     job = submit_one(tenant, [sys.executable, "-c", STEADY])
-    poll("the job RUNNING and beating", lambda: state(tenant, job)["state"] == "RUNNING"
-         and (rank0(tenant, job)["step"] or 0) > 0)
-    called_in = node(tenant)["last_seen_at"]
-    until = time.monotonic() + 3 * DOWN_AFTER_S
-    while time.monotonic() < until:  # every look: READY, the job running
-        n = node(tenant)
-        assert n["state"] == "READY" and state(tenant, job)["state"] == "RUNNING", n
-        time.sleep(0.3)
-    n = node(tenant)
-    now = tenant.get(f"/v1/jobs/{job}/ranks").json()["now"]
-    silent_s = (parse(now) - parse(n["last_seen_at"])).total_seconds()
-    assert n["last_seen_at"] == called_in and silent_s > 2 * DOWN_AFTER_S, (n, now)
-    [row] = [line for line in gpujobs(loss_stack.api, tmp_path, "nodes").stdout.splitlines()
-             if line.startswith(NODE)]
-    assert "READY" in row.split(), row
-    # its GPU back for the next test of the module
-    assert tenant.post(f"/v1/jobs/{job}/cancel").status_code == 202
-    poll("the job cancelled", lambda: state(tenant, job)["state"] == "CANCELLED")
+    try:
+        poll("the job RUNNING and beating", lambda: state(tenant, job)["state"] == "RUNNING"
+             and (rank0(tenant, job)["step"] or 0) > 0)
+        longest, until = 0.0, time.monotonic() + 4 * DOWN_AFTER_S
+        while time.monotonic() < until:  # every look: READY, the job running
+            n = node(tenant)
+            assert n["state"] == "READY" and state(tenant, job)["state"] == "RUNNING", n
+            now = tenant.get(f"/v1/jobs/{job}/ranks").json()["now"]
+            longest = max(longest, (parse(now) - parse(n["last_seen_at"])).total_seconds())
+            time.sleep(0.3)
+        assert longest > 2 * DOWN_AFTER_S, f"the last call-in was never older than {longest} s"
+        [row] = [line for line in gpujobs(loss_stack.api, tmp_path, "nodes").stdout.splitlines()
+                 if line.startswith(NODE)]
+        assert "READY" in row.split(), row
+    finally:  # its GPU back for the next test of the module
+        tenant.post(f"/v1/jobs/{job}/cancel")
+        poll("the job cancelled", lambda: state(tenant, job)["state"] == "CANCELLED")
 
 
 

@@ -64,9 +64,12 @@ def _named(request: dict) -> set[str]:
 
 
 def _register(ports: Ports, n: int = 0, **kw):
+    """A call-in of node ``n``, its inbox a real queue: the node stays READY
+    on the shared stack, where another test's placer may send to it (and
+    tests/test_iam_policy.py holds every send to the policy)."""
     node_id = ports.node_id(n)
     args = {"gpus": 8, "gpu_type": ports.gpu_type(), "labels": {"zone": "a"},
-            "address": f"10.0.0.{n}", "inbox_queue_url": f"https://sqs/000/{node_id}",
+            "address": f"10.0.0.{n}", "inbox_queue_url": ports.inbox.ensure(node_id),
             "now": utcnow(), "isolation": "none", **kw}
     return ports.nodes.register(node_id, current=ports.nodes.get(node_id), **args)
 

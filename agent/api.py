@@ -58,19 +58,9 @@ class ApiClient:
         self._token = token
         self._timeout = timeout_s
 
-    def put_node(self, node_id: str, gpus: int, gpu_type: str,
-                 labels: dict[str, str], address: str | None = None,
-                 isolation: str | None = None,
-                 running: list[dict[str, Any]] | None = None,
-                 inbox_missing: bool = False) -> dict[str, Any]:
-        """Register or refresh the node (also its heartbeat); returns the node.
-        The arguments are ``call_in_body``'s."""
-        body = call_in_body(node_id, gpus, gpu_type, labels, address=address, isolation=isolation,
-                       running=running, inbox_missing=inbox_missing)
-        return self.call_in(body)
-
     def call_in(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``PUT /v1/nodes/{id}`` with a ``call_in_body``; returns the node."""
+        """Register or refresh the node (also its heartbeat): ``PUT
+        /v1/nodes/{id}`` with a ``call_in_body``; returns the node."""
         put = {k: v for k, v in body.items() if k != "node_id"}
         return self._request("PUT", f"/v1/nodes/{_seg(body['node_id'])}", put)
 

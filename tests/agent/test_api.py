@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agent.api import ApiClient, ApiError, AttemptGone, classify
+from agent.api import ApiClient, ApiError, AttemptGone, call_in_body, classify
 
 
 @pytest.mark.parametrize("status,code,retryable", [
@@ -71,7 +71,7 @@ def test_requests_carry_the_token_and_the_agreed_paths(server):
     handler.answers = [(200, {}, {"node_id": "n/1", "inbox_queue_url": "http://q"}),
                        (200, {}, {"id": "job_1"})]
     api = ApiClient(f"http://127.0.0.1:{httpd.server_address[1]}/", "tok")
-    assert api.put_node("n/1", 8, "h100", {"zone": "a"})["inbox_queue_url"] == "http://q"
+    assert api.call_in(call_in_body("n/1", 8, "h100", {"zone": "a"}))["inbox_queue_url"] == "http://q"
     api.post_event("job_1", 2, {"type": "STARTED", "ranks": [0], "node_id": "n/1"})
     assert handler.seen == [
         ("PUT", "/v1/nodes/n%2F1", "Bearer tok", {"gpus": 8, "gpu_type": "h100",
@@ -97,7 +97,8 @@ def test_no_answer_at_all_is_retryable():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(ApiError) as e:
-        ApiClient(f"http://127.0.0.1:{port}", "tok", timeout_s=2).put_node("n", 1, "h100", {})
+        ApiClient(f"http://127.0.0.1:{port}", "tok", timeout_s=2).call_in(
+            call_in_body("n", 1, "h100", {}))
     assert e.value.retryable and e.value.status is None
 
 
@@ -106,7 +107,7 @@ def test_a_registration_says_which_attempts_run_here(server):
     handler.answers = [(200, {}, {"node_id": "n", "attempts": []})]
     api = ApiClient(f"http://127.0.0.1:{httpd.server_address[1]}", "tok")
     running = [{"job_id": "job_1", "attempt": 2}]
-    assert api.put_node("n", 8, "h100", {}, running=running)["attempts"] == []
+    assert api.call_in(call_in_body("n", 8, "h100", {}, running=running))["attempts"] == []
     assert handler.seen[0][3] == {"gpus": 8, "gpu_type": "h100", "labels": {},
                                   "running": running}
 
@@ -127,7 +128,7 @@ def test_a_registration_says_when_the_inbox_is_missing(server):
     httpd, handler = server
     handler.answers = [(200, {}, {"node_id": "n"}), (200, {}, {"node_id": "n"})]
     api = ApiClient(f"http://127.0.0.1:{httpd.server_address[1]}", "tok")
-    api.put_node("n", 8, "h100", {}, inbox_missing=True)
-    api.put_node("n", 8, "h100", {})
+    api.call_in(call_in_body("n", 8, "h100", {}, inbox_missing=True))
+    api.call_in(call_in_body("n", 8, "h100", {}))
     assert [seen[3].get("inbox_missing") for seen in handler.seen] == [True, None], \
         "sent only when missing: an ordinary call-in is as before"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from chalicelib.domain.clock import parse_iso
 from tests.agent.conftest import alive, stop_agent, wait_until
 from tests.hostile_ranks import HOSTILE, KINDS, steady
 from tests.stacks import TOKENS, Api, start_stack
@@ -159,7 +160,8 @@ def test_a_busy_node_whose_call_ins_rest_is_kept_up_by_its_beats(loss_stack, age
             n = node(tenant)
             assert n["state"] == "READY" and state(tenant, job)["state"] == "RUNNING", n
             now = tenant.get(f"/v1/jobs/{job}/ranks").json()["now"]
-            longest = max(longest, (parse(now) - parse(n["last_seen_at"])).total_seconds())
+            longest = max(longest, (parse_iso(now) - parse_iso(n["last_seen_at"])
+                                    ).total_seconds())
             time.sleep(0.3)
         assert longest > 2 * DOWN_AFTER_S, f"the last call-in was never older than {longest} s"
         [row] = [line for line in gpujobs(loss_stack.api, tmp_path, "nodes").stdout.splitlines()
@@ -242,7 +244,3 @@ def test_ranks_that_replace_their_heartbeat_files_never_take_their_node_down(
     for reason in ("a FIFO", "a symbolic link", "10737418240 bytes"):
         assert sum(reason in line for line in refused) == 1, (reason, refused)
 
-
-def parse(t: str):
-    from datetime import datetime
-    return datetime.fromisoformat(t.replace("Z", "+00:00"))

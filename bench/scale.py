@@ -224,7 +224,7 @@ class Scale:
         AttemptModel(job.job_id, 1, state="RUNNING",
                      node_ranks={n: rank_runs(rs) for n, rs in node_ranks.items()},
                      node_gpus={n: per_node for n in node_ranks}, world_size=ranks,
-                     created_at=iso(timestamp(0.01)), exit_codes={}).save()
+                     created_at=iso(timestamp(0.01))).save()
         node_of = {r: n for n, rs in node_ranks.items() for r in rs}
         now = timestamp()
         cfg = self.services.config

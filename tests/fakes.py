@@ -43,7 +43,7 @@ from chalicelib.adapters.jobs_table import ARRAY, WAITING, active_partition
 from chalicelib.adapters.log_reader import MAX_STREAM_NAMES
 from chalicelib.domain import events as ev, idempotency, quotas
 from chalicelib.domain.arrays import ENDED_COUNTER, ArraySpec, Counts
-from chalicelib.domain.attempts import Attempt
+from chalicelib.domain.attempts import Attempt, reported
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
 from chalicelib.domain.errors import RecordTooLarge
 from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parked_partition
@@ -738,14 +738,14 @@ class FakeJobStore:
             stored = self.t.attempts.get((job_id, attempt))
             if stored is None:
                 raise ConditionFailed()  # the adapter's: its update's condition was false
-            if ranks:
-                getattr(stored, kind).update(ranks)
-                if kind == "exited":
-                    stored.exit_codes.update({r: exit_code for r in ranks})  # type: ignore[misc]
+            if ranks:  # the report's event, once; the progress is worked out from them all
                 code = exit_code if kind == "exited" else None
-                self.t.attempt_events[(job_id, attempt)].setdefault(
-                    ev.ranks_key(kind, ranks, code),
-                    ev.rank_event(kind, self._clock(), attempt, ranks, code, node_id, stacks))
+                events = self.t.attempt_events[(job_id, attempt)]
+                events.setdefault(ev.ranks_key(kind, ranks, code),
+                                  ev.rank_event(kind, self._clock(), attempt, ranks, code,
+                                                node_id, stacks))
+                for key, value in reported(events.values()).items():
+                    setattr(stored, key, value)
             return copy.deepcopy(stored)
 
     def release(self, attempt: Attempt, node_id: str) -> bool:

@@ -1,6 +1,6 @@
 """The Attempts port on DynamoDB: one placement of a job each, what its ranks
-reported (sets that only grow), and the GPUs it holds until each node gives
-them back."""
+reported (one event per node report, domain/attempts.reported), and the GPUs
+it holds until each node gives them back."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 from pynamodb.exceptions import TransactWriteError
 
 from ..domain import events as ev
-from ..domain.attempts import Attempt, from_runs, placement_of
+from ..domain.attempts import Attempt, from_runs, placement_of, reported
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from .dynamo import Changes, ConditionFailed, Dynamo, Table
@@ -22,7 +22,7 @@ NODES = Table(NodeModel)
 
 #: a release that keeps losing to concurrent transactions on the summary: 503
 _RELEASE_RETRIES = 5
-#: the sets of ranks a report adds to
+#: the progress a report adds to
 RANK_SETS = ("started", "exited", "stopped")
 
 
@@ -45,14 +45,16 @@ def attempt_from_item(item: dict) -> Attempt:
     """The Attempt of an attempt's raw item."""
     v = ATTEMPTS.values(item)
     node_ranks = {n: from_runs(runs) for n, runs in v["node_ranks"].items()}
+    progress = reported((v["events"] or {}).values())
+    for kind in RANK_SETS:  # sets an attempt written before its events held them has
+        progress[kind] |= set(map(int, v[kind] or ()))
+    progress["exit_codes"] = {**{int(k): int(c) for k, c in (v["exit_codes"] or {}).items()},
+                              **progress["exit_codes"]}
     return Attempt(
         job_id=v["job_id"], attempt=int(v["attempt"]), state=v["state"],
         placement=placement_of(node_ranks), node_ranks=node_ranks, node_gpus=v["node_gpus"],
         world_size=int(v["world_size"]), created_at=parse_iso(v["created_at"]),
-        finished_at=_t(v["finished_at"]), exit=v["exit"],
-        started=set(map(int, v["started"] or ())), exited=set(map(int, v["exited"] or ())),
-        stopped=set(map(int, v["stopped"] or ())),
-        exit_codes={int(k): int(c) for k, c in (v["exit_codes"] or {}).items()},
+        finished_at=_t(v["finished_at"]), exit=v["exit"], **progress,
         released=set(v["released"] or ()), node_types=v["node_types"] or {},
     )
 
@@ -85,8 +87,10 @@ class DynamoAttempts(OnDynamo):
     def record_ranks(self, job_id: str, attempt: int, kind: str, ranks: list[int],
                      exit_code: int | None = None, node_id: str | None = None,
                      stacks: list[dict] | None = None) -> Attempt:
-        """Add ranks to the attempt's ``started``, ``exited`` or ``stopped`` set;
-        adding is idempotent, so a repeated report changes nothing. Raises
+        """Record a report of ranks that ``started``, ``exited`` or ``stopped``:
+        one event under the report's key, set once, so a repeated report
+        changes nothing; the attempt's progress is worked out from its
+        events (domain/attempts.reported). Raises
         dynamo.ConditionFailed when there is no such attempt. A stop's
         ``stacks`` go into its event; should they take the item past
         DynamoDB's 400 KB (an attempt of many nodes, each cancelled with
@@ -104,11 +108,7 @@ class DynamoAttempts(OnDynamo):
         now = self._now()
 
         def update(with_stacks: list[dict] | None) -> dict:
-            changes = Changes(ATTEMPTS).add(kind, set(ranks))
-            if kind == "exited":
-                for r in ranks:
-                    changes.entry("exit_codes", str(r), exit_code)
-            changes.event(ev.ranks_key(kind, ranks, code),
+            changes = Changes(ATTEMPTS).event(ev.ranks_key(kind, ranks, code),
                           ev.rank_event(kind, now, attempt, ranks, code, node_id, with_stacks))
             return self._dynamo.update(changes.update(
                 key, condition="attribute_exists(#job_id)", return_new=True))

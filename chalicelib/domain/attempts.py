@@ -1,8 +1,13 @@
 """An attempt: one placement of a job, and what its ranks have reported.
 
-Per-rank progress only ever grows (sets that agents add to, idempotently), so
-repeated or reordered reports cannot undo each other. What the job does next
-follows from that progress alone (:func:`outcome`).
+Per-rank progress only ever grows, so repeated or reordered reports cannot
+undo each other: it is worked out (:func:`reported`) from the attempt's rank
+events, one per node report, each stored once under a key that names the
+report (domain/events.py), with its ranks as runs. An attempt's record thus
+grows with its reports, not its ranks: a 65,536-rank attempt on 64 nodes
+holds a few hundred runs, not four sets of 65,536 numbers (over DynamoDB's
+400 KB). What the job does next follows from that progress alone
+(:func:`outcome`).
 """
 from __future__ import annotations
 
@@ -38,6 +43,31 @@ def from_runs(runs: Iterable) -> list[int]:
             out.extend(range(int(run[0]), int(run[1]) + 1))
         else:
             out.append(int(run))
+    return out
+
+
+#: a rank event's type -> the progress it adds to
+RANK_EVENTS = {"rank_started": "started", "rank_exited": "exited", "rank_stopped": "stopped"}
+
+
+def reported(events: Iterable[dict]) -> dict:
+    """``started``, ``exited``, ``stopped`` (sets of ranks) and ``exit_codes``
+    (rank -> code) of an attempt's rank events. A rank reported exited twice
+    keeps its later code, and of two at the same millisecond its real code
+    over :data:`LOST` (its agent's word over the reconciler's guess)."""
+    out: dict = {"started": set(), "exited": set(), "stopped": set(), "exit_codes": {}}
+    exits = []
+    for e in events:
+        kind = RANK_EVENTS.get(e.get("type", ""))
+        if kind is None:
+            continue
+        ranks = from_runs(e.get("ranks") or ())
+        out[kind].update(ranks)
+        if kind == "exited":
+            code = int(e["exit_code"])
+            exits.append((e["time"], code != LOST, code, ranks))
+    for _, _, code, ranks in sorted(exits, key=lambda x: x[:2]):
+        out["exit_codes"].update(dict.fromkeys(ranks, code))
     return out
 
 

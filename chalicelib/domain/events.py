@@ -11,7 +11,9 @@ Job item keys: ``created``, ``waiting#<attempt>#<reason hash>``,
 ``stalled#<incident>``, ``retried#<attempt>``, ``finished``.
 Attempt item keys: ``<kind>#<exit code>#<ranks hash>`` for each report of
 ranks that started, exited or stopped (one per node report, so an attempt holds
-about as many as it has nodes). A ``rank_stopped`` event may carry ``stacks``,
+about as many as it has nodes). They are the attempt's progress
+(domain/attempts.reported): their ``ranks`` are stored as runs
+(``[[0, 1023]]``) and served as the ranks themselves. A ``rank_stopped`` event may carry ``stacks``,
 ``[{"rank", "where", "frames"}]``: where each rank was when its agent took its
 stack, just before SIGTERM (a cancel or a stall restart).
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
-from .attempts import LOST
+from .attempts import LOST, RANK_EVENTS, from_runs, rank_runs
 from .clock import iso
 from .stacks import where
 from .verdict import span
@@ -93,7 +95,7 @@ def rank_event(kind: str, at: datetime, attempt: int, ranks: list[int],
         reason = f"{who} exited with code {exit_code}"
     else:
         reason = f"{who} {verb}"
-    return event(f"rank_{verb}", at, attempt=attempt, reason=reason, ranks=ranks,
+    return event(f"rank_{verb}", at, attempt=attempt, reason=reason, ranks=rank_runs(ranks),
                  exit_code=exit_code if kind == "exited" else None, node_id=node_id,
                  stacks=_stacks(stacks) if kind == "stopped" and stacks else None)
 
@@ -106,8 +108,16 @@ def _stacks(stacks: list[dict]) -> list[dict] | None:
     return out or None
 
 
+def served(e: dict) -> dict:
+    """An event as the API serves it: a rank event's runs as its ranks."""
+    out = {"attempt": None, "reason": None, **e}
+    if out["type"] in RANK_EVENTS and "ranks" in out:
+        out["ranks"] = from_runs(out["ranks"])
+    return out
+
+
 def timeline(*maps: dict | None) -> list[dict]:
-    """Events of the job's and its attempts' maps, oldest first."""
-    events = [{"attempt": None, "reason": None, **e} for m in maps for e in (m or {}).values()]
+    """Events of the job's and its attempts' maps, oldest first, as served."""
+    events = [served(e) for m in maps for e in (m or {}).values()]
     events.sort(key=lambda e: (e["time"], e.get("attempt") or 0, _ORDER.get(e["type"], 5)))
     return events

@@ -10,6 +10,7 @@ from pynamodb.exceptions import TransactWriteError
 
 from chalicelib.adapters.dynamo import ConditionFailed
 from chalicelib.domain import idempotency
+from chalicelib.domain.attempts import LOST
 from chalicelib.domain.clock import utcnow
 from chalicelib.domain.errors import RecordTooLarge
 from chalicelib.domain.intents import cancel_intent
@@ -465,3 +466,41 @@ def test_an_ended_attempt_records_the_stop_for_the_nodes_still_running(whole):
                             {"reason": "rank_failed", "exit_code": 1, "rank": 0}, now, stop)
     [due] = whole.store.due_intents(now, 10)
     assert (due.intent.intent_id, due.unacked) == ("CANCEL#1", {whole.node_id(0)})
+
+
+def test_a_65536_rank_attempt_records_every_report_and_stays_one_item(ports):
+    """Invariant (issue 30): an attempt's record grows with its nodes' reports,
+    not its ranks. 65,536 ranks on 64 nodes of 1,024 GPUs start, then stop,
+    one report a node: every rank is recorded, on both sides of the contract
+    (as four sets of every rank, the attempt item went past DynamoDB's 400 KB
+    and the reports failed)."""
+    nodes, gpus = 64, 1024
+    by_node = {}
+    for n in range(nodes):
+        ports.node(n, gpus=gpus)
+        by_node[ports.node_id(n)] = list(range(n * gpus, (n + 1) * gpus))
+    job, _ = ports.place(ports.created(ranks=nodes * gpus), by_node)
+    for kind in ("started", "stopped"):
+        for node, ranks in by_node.items():
+            got = ports.store.record_ranks(job.job_id, 1, kind, ranks, node_id=node)
+    assert got.started == got.stopped == set(range(nodes * gpus))
+    assert got.done == got.started and got.exit_codes == {}
+    rank_events = [e for e in ports.store.events(job.job_id) if e["type"].startswith("rank_")]
+    assert len(rank_events) == 2 * nodes
+    assert sorted(r for e in rank_events if e["type"] == "rank_stopped"
+                  for r in e["ranks"]) == list(range(nodes * gpus)), "served as the ranks"
+
+
+def test_a_rank_reported_exited_twice_keeps_its_later_code(ports):
+    """Invariant: the reconciler's LOST, then the agent's real code for the
+    same rank: the real code stands (later, or at the same millisecond), and
+    a repeat of the LOST report changes nothing (a report is recorded once),
+    so the node is confirmed done."""
+    job, _ = ports.running(ranks=1)
+    node = ports.node_id(0)
+    ports.store.record_ranks(job.job_id, 1, "exited", [0], LOST, node)
+    lost = ports.store.attempt(job.job_id, 1)
+    assert lost.exit_codes == {0: LOST} and lost.node_confirmed(node) is False
+    ports.store.record_ranks(job.job_id, 1, "exited", [0], 0, node)
+    again = ports.store.record_ranks(job.job_id, 1, "exited", [0], LOST, node)
+    assert again.exit_codes == {0: 0} and again.node_confirmed(node) is True

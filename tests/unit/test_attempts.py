@@ -3,7 +3,17 @@ from datetime import datetime, timezone
 
 from hypothesis import given, strategies as st
 
-from chalicelib.domain.attempts import LOST, Attempt, exit_info, from_runs, outcome, rank_runs
+from chalicelib.domain.attempts import (
+    LOST,
+    Attempt,
+    exit_info,
+    from_runs,
+    outcome,
+    rank_runs,
+    reported,
+)
+from chalicelib.domain.clock import parse_iso
+from chalicelib.domain.events import rank_event, served
 from chalicelib.domain.states import Event
 
 
@@ -73,3 +83,37 @@ def test_a_nodes_ranks_are_stored_as_runs():
 @given(st.sets(st.integers(0, 65535), max_size=300))
 def test_runs_give_back_the_ranks_they_were_made_of(ranks):
     assert from_runs(rank_runs(ranks)) == sorted(ranks)
+
+
+def _report(kind: str, at: str, ranks: list[int], code: int | None = None) -> dict:
+    return rank_event(kind, parse_iso(at), 1, ranks, code, "n1")
+
+
+def test_progress_is_the_union_of_the_reports_ranks():
+    """Invariant: an attempt's progress is what its rank events say, whatever
+    their order; other events add nothing."""
+    events = [_report("started", "2026-01-01T00:00:01.000Z", [0, 1, 2, 3]),
+              _report("exited", "2026-01-01T00:00:05.000Z", [2, 3], 0),
+              _report("stopped", "2026-01-01T00:00:06.000Z", [0]),
+              {"type": "started", "time": "2026-01-01T00:00:01.000Z"}]
+    for order in (events, events[::-1]):
+        got = reported(order)
+        assert (got["started"], got["exited"], got["stopped"]) == ({0, 1, 2, 3}, {2, 3}, {0})
+        assert got["exit_codes"] == {2: 0, 3: 0}
+
+
+def test_a_later_exit_code_wins_and_a_real_one_wins_a_tie_with_lost():
+    lost = _report("exited", "2026-01-01T00:00:05.000Z", [1], LOST)
+    real_then = _report("exited", "2026-01-01T00:00:04.000Z", [1], 137)
+    real_same = _report("exited", "2026-01-01T00:00:05.000Z", [1], 137)
+    assert reported([lost, real_then])["exit_codes"] == {1: LOST}, "the later report wins"
+    assert reported([real_same, lost])["exit_codes"] == {1: 137}, "the agent's word wins a tie"
+
+
+def test_a_report_of_a_whole_node_is_one_run_however_many_ranks():
+    e = rank_event("started", parse_iso("2026-01-01T00:00:01.000Z"), 1, list(range(1024, 2048)),
+                   None, "n1")
+    assert e["ranks"] == [[1024, 2047]]
+    assert served(e)["ranks"] == list(range(1024, 2048))
+    assert reported([{"type": "rank_started", "time": e["time"], "ranks": [5, 6]}])["started"] \
+        == {5, 6}, "an event stored before runs (plain ranks) reads alike"

@@ -35,7 +35,7 @@ def test_ranks_lost_with_their_node_read_as_such_not_as_an_exit_code():
     from chalicelib.domain.attempts import LOST
     e = rank_event("exited", AT, 2, [3, 2], LOST, "local-2")
     assert e["reason"] == "ranks 2-3 lost with node local-2"
-    assert e["exit_code"] == LOST and e["ranks"] == [2, 3] and e["node_id"] == "local-2"
+    assert e["exit_code"] == LOST and e["ranks"] == [[2, 3]] and e["node_id"] == "local-2"
     assert rank_event("exited", AT, 2, [1], LOST)["reason"] == "rank 1 lost with their node"
     assert "-1000" not in rank_event("exited", AT, 2, [1], LOST, "n1")["reason"]
 

@@ -339,12 +339,16 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
                       owners=owners()).start()
     try:
         os.environ.update(resources.deploy(moto.endpoint_url))
-        snapshots = Snapshots(state, moto.app.lock)
-        restored = snapshots.restore()
+        # a throwaway stack's state folder is its process's alone and goes
+        # with it: nothing would ever read a snapshot of it, and each one
+        # holds every write back while it pickles the whole emulator
+        snapshots = None if ephemeral else Snapshots(state, moto.app.lock)
+        restored = snapshots is not None and snapshots.restore()
         if restored:  # saved by an older checkout: the indexes added or changed since
             for index in resources.add_missing_indexes(moto.endpoint_url):
                 log.info("made the index %s of the restored state", index)
-        snapshots.start()
+        if snapshots is not None:
+            snapshots.start()
         os.environ.update({
             "GPUJOBS_TOKENS_FILE": _with_agent_tokens(tokens_file, agents.token_entries(),
                                                       str(state / "api-tokens.json")),

@@ -7,8 +7,8 @@ stack's moto answers a connection only when the socket that opened it
 belongs to the stack's own user (or root): the kernel says whose a local TCP
 socket is (the uid of the process that made it, which ``ss -e`` and
 ``/proc/net/tcp`` show; asked here with one sock_diag query for that socket),
-and a rank runs as a uid of its own (agent/isolation.py). Its request is refused with a 403 before moto sees it, whatever credentials it
-signs with.
+and a rank runs as a uid of its own (agent/isolation.py). Its request is
+refused with a 403 before moto sees it, whatever credentials it signs with.
 
 Why not a key of the stack's own, checked on every request's signature: a
 process that could not be refused by its uid runs as the stack's user, and
@@ -68,9 +68,10 @@ def socket_owner(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
             nl.send(_diag_request(family, local, remote))
             answer = nl.recv(4096)
             kind = struct.unpack_from("=H", answer, 4)[0]
+            if kind == NLMSG_ERROR:  # no such socket (ENOENT) in this family
+                continue
             if kind == SOCK_DIAG_BY_FAMILY and len(answer) >= _UID_AT + 4:
                 return struct.unpack_from("=I", answer, _UID_AT)[0]
-            # NLMSG_ERROR: no such socket (ENOENT) in this family
     return None
 
 

@@ -73,6 +73,25 @@ def test_the_kernel_names_a_local_socket_s_owner():
         assert socket_owner(("127.0.0.1", 1), where) is None, "no such socket"
 
 
+def test_the_kernel_names_the_owner_of_ipv6_and_v4_mapped_sockets():
+    """A server listening on IPv6 holds an IPv4 client's connection as a
+    v4-mapped IPv6 socket: both ends, and a plain IPv6 connection, are found."""
+    listener = socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+    port = listener.getsockname()[1]
+    with listener, socket.create_connection(("127.0.0.1", port)) as v4, \
+            socket.create_connection(("::1", port)) as v6:
+        accepted = [listener.accept()[0] for _ in range(2)]
+        try:
+            assert socket_owner(v4.getsockname()[:2], ("127.0.0.1", port)) == os.geteuid()
+            assert socket_owner(("127.0.0.1", port), v4.getsockname()[:2]) == os.geteuid(), \
+                "the server's end, a v4-mapped IPv6 socket"
+            assert socket_owner(v6.getsockname()[:2], ("::1", port)) == os.geteuid()
+            assert socket_owner(("::1", 1), ("::1", port)) is None, "no such socket"
+        finally:
+            for a in accepted:
+                a.close()
+
+
 def test_the_owner_s_own_clients_are_answered(server):
     """DynamoDB, SQS (a queue URL with a path) and CloudWatch Logs."""
     client(server).put_item(TableName=TABLE, Item={"k": {"S": "own"}})

@@ -13,9 +13,10 @@ Attempt item keys: ``<kind>#<exit code>#<ranks hash>`` for each report of
 ranks that started, exited or stopped (one per node report, so an attempt holds
 about as many as it has nodes). They are the attempt's progress
 (domain/attempts.reported): their ``ranks`` are stored as runs
-(``[[0, 1023]]``) and served as the ranks themselves. A ``rank_stopped`` event may carry ``stacks``,
-``[{"rank", "where", "frames"}]``: where each rank was when its agent took its
-stack, just before SIGTERM (a cancel or a stall restart).
+(``[[0, 1023]]``) and served as the ranks themselves. A ``rank_stopped``
+event may carry ``stacks``, ``[{"rank", "where", "frames"}]``: where each rank
+was when its agent took its stack, just before SIGTERM (a cancel or a stall
+restart).
 """
 from __future__ import annotations
 

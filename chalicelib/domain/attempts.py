@@ -63,7 +63,7 @@ def reported(events: Iterable[dict]) -> dict:
             continue
         ranks = from_runs(e.get("ranks") or ())
         out[kind].update(ranks)
-        if kind == "exited":
+        if kind == "exited" and e.get("exit_code") is not None:  # EXITED needs one (the API)
             code = int(e["exit_code"])
             exits.append((e["time"], code != LOST, code, ranks))
     for _, _, code, ranks in sorted(exits, key=lambda x: x[:2]):

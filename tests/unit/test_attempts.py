@@ -117,3 +117,6 @@ def test_a_report_of_a_whole_node_is_one_run_however_many_ranks():
     assert served(e)["ranks"] == list(range(1024, 2048))
     assert reported([{"type": "rank_started", "time": e["time"], "ranks": [5, 6]}])["started"] \
         == {5, 6}, "an event stored before runs (plain ranks) reads alike"
+    # a stored exit without its code still reads: the rank exited, no code is made up
+    got = reported([{"type": "rank_exited", "time": e["time"], "ranks": [[1, 2]]}])
+    assert (got["exited"], got["exit_codes"]) == ({1, 2}, {})

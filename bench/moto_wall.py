@@ -4,7 +4,7 @@ The stack's moto answers only its owner's processes (devstack/motoauth.py),
 and werkzeug's server closes every connection after its answer, so the owner
 is looked up once a request. A busy stack leaves thousands of sockets in
 TIME_WAIT; the lookup must not grow with them. This bench first leaves
-``--sockets`` of them (connections to a local listener, closed by the client),
+``--sockets`` of them (connections to a local listener, opened and closed),
 then times UpdateItems (a heartbeat-like item: a map of 8 ranks' records)
 through boto3 against two embedded moto servers of devstack/motoserver.py, one
 walled (``owners``), one open, in interleaved rounds. Ends with ``moto-wall-bench:
@@ -33,8 +33,8 @@ TABLE = "moto-wall"
 
 
 def leave_time_waits(count: int) -> int:
-    """Open and close ``count`` connections (the client closing first, so
-    each leaves a socket in TIME_WAIT); returns how many the host now has."""
+    """Open and close ``count`` connections (the side that closes first keeps
+    a socket in TIME_WAIT); returns how many the host now has."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         where = listener.getsockname()
         for _ in range(count):

@@ -39,8 +39,12 @@ NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, NLMSG_ERROR = 4, 20, 1, 2
 #: a request naming one socket by its addresses: header, then inet_diag_req_v2
 _REQUEST = struct.Struct("=IHHII" "BBBBI" "2s2s16s16s" "III")  # ports and addresses big-endian
 _NOCOOKIE = 0xFFFFFFFF
-#: where inet_diag_msg's idiag_uid sits in an answer (after its 16-byte header)
-_UID_AT = 16 + 4 + 48 + 12
+#: where inet_diag_msg's idiag_state and idiag_uid sit in an answer (after
+#: its 16-byte header)
+_STATE_AT, _UID_AT = 16 + 1, 16 + 4 + 48 + 12
+#: a connected socket (linux/tcp_states.h): a closed one in TIME_WAIT (or an
+#: orphan in FIN_WAIT2, kept as one) has no owner left and reads as uid 0
+TCP_ESTABLISHED = 1
 
 
 def _diag_request(family: int, local: tuple[str, int], remote: tuple[str, int]) -> bytes:
@@ -57,11 +61,13 @@ def _diag_request(family: int, local: tuple[str, int], remote: tuple[str, int]) 
 
 
 def socket_owner(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
-    """The uid owning the TCP socket bound at ``local`` and connected to
-    ``remote``, or None when there is none (closed meanwhile, or not on this
-    host). One sock_diag query for that one socket, as ``ss`` asks the
-    kernel: its cost does not grow with the host's sockets (reading
-    /proc/net/tcp did, 7 ms a request with 3,000 sockets in TIME_WAIT)."""
+    """The uid owning the connected TCP socket bound at ``local`` and
+    connected to ``remote``, or None when there is none (not on this host,
+    or closed meanwhile: a client that sent its request and closed at once
+    leaves a socket the kernel names as uid 0, root's, which must not pass).
+    One sock_diag query for that one socket, as ``ss`` asks the kernel: its
+    cost does not grow with the host's sockets (reading /proc/net/tcp did,
+    7 ms a request with 3,000 sockets in TIME_WAIT)."""
     families = [socket.AF_INET6] if ":" in local[0] else [socket.AF_INET, socket.AF_INET6]
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
         for family in families:  # an IPv4 peer may hold an IPv6 socket (v4-mapped)
@@ -71,6 +77,8 @@ def socket_owner(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
             if kind == NLMSG_ERROR:  # no such socket (ENOENT) in this family
                 continue
             if kind == SOCK_DIAG_BY_FAMILY and len(answer) >= _UID_AT + 4:
+                if answer[_STATE_AT] != TCP_ESTABLISHED:
+                    return None
                 return struct.unpack_from("=I", answer, _UID_AT)[0]
     return None
 

@@ -92,6 +92,35 @@ def test_the_kernel_names_the_owner_of_ipv6_and_v4_mapped_sockets():
                 a.close()
 
 
+def test_a_socket_closed_after_its_request_has_no_owner_not_root():
+    """Invariant: another uid's client that sends its request and closes at
+    once leaves a socket the kernel lists as uid 0 (TIME_WAIT keeps no
+    owner); looked up after that, it is no one's, never root's, so the
+    request it left behind is refused."""
+    if os.geteuid() != 0:
+        pytest.skip("a process of another uid takes root to start")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        where = listener.getsockname()
+        code = (f"import socket, sys; c = socket.create_connection({where!r}); "
+                "print(c.getsockname()[1], flush=True); sys.stdin.readline(); "
+                "c.sendall(b'POST /moto-api/reset'); c.close()")
+        proc = subprocess.Popen(["/usr/bin/python3", "-I", "-c", code], user=OTHER_UID,
+                                group=OTHER_UID, extra_groups=[], cwd="/", text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            client = ("127.0.0.1", int(proc.stdout.readline()))
+            accepted, _ = listener.accept()
+            with accepted:
+                assert socket_owner(client, where) == OTHER_UID, "while it is connected"
+                proc.communicate("go\n", timeout=30)
+                while accepted.recv(64):  # its request, then its close (EOF)
+                    pass
+                assert socket_owner(client, where) is None
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 def test_the_owner_s_own_clients_are_answered(server):
     """DynamoDB, SQS (a queue URL with a path) and CloudWatch Logs."""
     client(server).put_item(TableName=TABLE, Item={"k": {"S": "own"}})

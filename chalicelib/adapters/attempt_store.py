@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 from pynamodb.exceptions import TransactWriteError
 
 from ..domain import events as ev
-from ..domain.attempts import Attempt, from_runs, placement_of, reported
+from ..domain.attempts import RANK_EVENTS, Attempt, from_runs, placement_of, reported
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
 from .dynamo import Changes, ConditionFailed, Dynamo, Table
@@ -22,8 +22,8 @@ NODES = Table(NodeModel)
 
 #: a release that keeps losing to concurrent transactions on the summary: 503
 _RELEASE_RETRIES = 5
-#: the progress a report adds to
-RANK_SETS = ("started", "exited", "stopped")
+#: the progress a report adds to: started, exited, stopped
+RANK_SETS = tuple(RANK_EVENTS.values())
 
 
 class _Contended(Exception):

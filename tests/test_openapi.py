@@ -567,6 +567,11 @@ def test_pipeline_and_array_jobs_and_their_events_conform_to_the_schemas(doc):
     waits = [submit(depends_on=[{"job_id": first}]),
              submit(depends_on=[{"job_id": first, "condition": "failed"}])]
     after = submit(depends_on=[{"job_id": waits[0], "condition": "ended"}])
+    # prepare is placed before the sweep exists: a child's id carries its
+    # parent's millisecond, so in the same millisecond it may sort (queue)
+    # ahead of prepare and the two children would take both GPUs
+    svc.placer.run()
+    assert svc.store.get(first).state is JobState.SCHEDULED
     sweep = submit(name="sweep", max_attempts=1,
                    array={"size": 5, "max_parallel": 2, "max_failed_indexes": 0,
                           "env": {"LR": ["1", "2", "3", "4", "5"]}})
@@ -576,7 +581,7 @@ def test_pipeline_and_array_jobs_and_their_events_conform_to_the_schemas(doc):
     views = [pending, *(shown(j) for j in waits)]
     assert views[1]["waiting_for"] == [first]
     assert views[1]["pending_reason"] == f"waiting for {first} to succeed"
-    svc.placer.run()  # prepare and the sweep's first index (2 GPUs)
+    svc.placer.run()  # the sweep's first index, on the GPU prepare left
     running = shown(sweep)
     assert running["state"] == "RUNNING" and running["array"]["materialized"] == 2
     children, _ = svc.jobs.list("acme", state=None, page_size=50, page_token=None,

@@ -1,16 +1,20 @@
-"""Heartbeats on DynamoDB: one item per host of an attempt (per 8 of its
+"""Heartbeats on DynamoDB: one item per host of an attempt (per 32 of its
 ranks), sharded by rank.
 
 A host's post writes one item (1 WRU for 8 ranks' beats, the floor of
 docs/deploy.md): each rank's record is one map in the item's ``ranks`` map,
-under the rank's number, its fields under short codes (FIELDS). A beat sets
-its rank's whole record, one clause (a clause per field made an UpdateItem
-of 8 ranks 120 clauses, some 20 times slower on moto). The item is keyed by its lowest rank,
-``<job>#<attempt>#<rank // 512>`` and that rank: placement never changes
-within an attempt, so a host always writes the same items; a shard holds at
-most 512 ranks' items (64 of 8 ranks, 6 writes/s at a 10 s interval).
-A scan reads O(ranks), one strongly consistent Query per shard, whatever the
-history in the table.
+under the rank's number, its fields under short codes (FIELDS). A post that
+beats every rank of an item, as a healthy host's every post does, sets the
+whole map in one clause; otherwise a beat sets its rank's whole record, one
+clause a rank. (A clause per field made an UpdateItem of 8 ranks 120
+clauses, some 20 times slower on moto; a clause a rank, 2 ms each on moto,
+kept a 65,536-rank job from beating on time on the local stack.)
+
+The item is keyed by its lowest rank, ``<job>#<attempt>#<rank // 512>`` and
+that rank: placement never changes within an attempt, so a host always
+writes the same items; a shard holds at most 512 ranks' items (64 hosts of
+8 ranks, 6 writes/s at a 10 s interval). A scan reads O(ranks), one
+strongly consistent Query per shard, whatever the history in the table.
 
 Every request is built by adapters/dynamo.py from the models' schema and sent
 through its :class:`~.dynamo.Dynamo`; what goes in and comes out is the
@@ -35,10 +39,14 @@ SHARD_RANKS = 512
 #: heartbeat items outlive their attempt by this much, then TTL removes them
 KEEP = timedelta(days=7)
 INGEST_SHARDS = 8
-#: ranks of one item, written by one UpdateItem: a host's 8 ranks are one
-#: item of under 1 KB; a bigger host's are several (an expression stays under
-#: DynamoDB's 4 KB, and an item far under 400 KB with every rank's stack)
-RANKS_PER_ITEM = 8
+#: ranks of one item: a host's 8 ranks are one item of under 1 KB; a bigger
+#: host's are items of 32, each far under DynamoDB's 400 KB with every rank's
+#: stack (domain/stacks.MAX_STACK_BYTES: a record stays under 6 KB)
+RANKS_PER_ITEM = 32
+#: clauses of one UpdateItem: an entry that is not a beat sets a clause per
+#: field, under 30 characters each, and an expression must stay under
+#: DynamoDB's 4 KB; an item's write of more is several UpdateItems
+MAX_CLAUSES = 96
 #: attempts whose item layout a process keeps worked out
 _ATTEMPTS_KEPT = 1024
 
@@ -79,13 +87,14 @@ def shard_key(job_id: str, attempt: int, rank: int) -> str:
 class DynamoHeartbeatStore:
     def __init__(self, connection: Connection) -> None:
         self._dynamo = Dynamo(connection)
-        self._items: dict[tuple[str, int], dict[int, int]] = {}
+        self._items: dict[tuple[str, int], tuple[dict[int, int], dict[int, list[int]]]] = {}
         self._lock = threading.Lock()
 
     def record(self, job_id: str, attempt: int, entries: Sequence[Beat], now: datetime,
                node_of: Mapping[int, str]) -> None:
         """One UpdateItem per item the post touches (a host of up to
-        RANKS_PER_ITEM ranks: one): a beat replaces its rank's record (the
+        RANKS_PER_ITEM ranks: one; more only for more than MAX_CLAUSES
+        clauses): a beat replaces its rank's record (the
         last of a rank's beats in the post counts); each other entry then
         sets what it has, the last beat's time untouched. A first write makes
         its item, with an empty record for each of its ranks. Items expire
@@ -102,61 +111,77 @@ class DynamoHeartbeatStore:
                 replaced, fields = records.setdefault(b.rank, (False, {}))
                 fields.update((n, v) for n, v in ((n, _stored(b, n)) for n in _NOTED)
                               if v is not None)
-        item_of = self._items_of(job_id, attempt, node_of)
+        item_of, held = self._items_of(job_id, attempt, node_of)
         for first, group in groupby(sorted(records, key=lambda r: (item_of.get(r, r), r)),
                                     key=lambda r: item_of.get(r, r)):
             ranks = list(group)
             self._write(job_id, attempt, first, nodes[ranks[0]],
-                        {r: records[r] for r in ranks}, item_of, ttl, iso(now))
+                        {r: records[r] for r in ranks}, held.get(first, ranks), ttl, iso(now))
 
-    def _items_of(self, job_id: str, attempt: int, node_of: Mapping[int, str]) -> dict[int, int]:
-        """rank -> the lowest rank of its item: each host's ranks in order, in
-        items of at most RANKS_PER_ITEM (fixed for an attempt; worked out
-        once an attempt per process)."""
+    def _items_of(self, job_id: str, attempt: int, node_of: Mapping[int, str]
+                  ) -> tuple[dict[int, int], dict[int, list[int]]]:
+        """rank -> the lowest rank of its item, and each item's ranks by its
+        lowest: each host's ranks in order, in items of at most
+        RANKS_PER_ITEM (fixed for an attempt; worked out once an attempt per
+        process)."""
         key = (job_id, attempt)
-        items = self._items.get(key)
-        if items is None or len(items) != len(node_of):
+        layout = self._items.get(key)
+        if layout is None or len(layout[0]) != len(node_of):
             by_node: dict[str, list[int]] = {}
             for rank, node in node_of.items():
                 by_node.setdefault(node, []).append(rank)
-            items = {}
+            items: dict[int, int] = {}
+            held: dict[int, list[int]] = {}
             for ranks in by_node.values():
                 ranks.sort()
                 for i in range(0, len(ranks), RANKS_PER_ITEM):
-                    for r in ranks[i:i + RANKS_PER_ITEM]:
-                        items[r] = ranks[i]
+                    held[ranks[i]] = ranks[i:i + RANKS_PER_ITEM]
+                    items.update(dict.fromkeys(held[ranks[i]], ranks[i]))
+            layout = (items, held)
             with self._lock:
-                self._items[key] = items
+                self._items[key] = layout
                 while len(self._items) > _ATTEMPTS_KEPT:
                     self._items.pop(next(iter(self._items)))
-        return items
+        return layout
 
     def _write(self, job_id: str, attempt: int, first: int, node_id: str,
                records: Mapping[int, tuple[bool, dict[str, Any]]],
-               item_of: Mapping[int, int], ttl: int, posted_at: str) -> None:
-        """The item whose lowest rank is ``first``: a beat's record in one
-        clause, an entry that is not a beat a clause per field it has."""
-        changes = Changes(_HEARTBEATS).set("node_id", node_id).set("ttl_epoch", ttl) \
-            .set("posted_at", posted_at)
-        for rank, (replaces, fields) in records.items():
-            present = {FIELDS[n]: v for n, v in fields.items() if v is not None}
-            if replaces:
-                changes.entry("ranks", str(rank), present)
-            else:
-                for code, value in present.items():
-                    changes.entry_field("ranks", str(rank), code, value)
+               held: Sequence[int], ttl: int, posted_at: str) -> None:
+        """The item whose lowest rank is ``first`` (holding the ranks
+        ``held``): a beat of each of them sets the whole map, one clause;
+        otherwise a beat's record is one clause, an entry that is not a beat
+        a clause per field it has."""
+        def changes() -> Changes:
+            return Changes(_HEARTBEATS).set("node_id", node_id).set("ttl_epoch", ttl) \
+                .set("posted_at", posted_at)
+        present = {rank: {FIELDS[n]: v for n, v in fields.items() if v is not None}
+                   for rank, (_, fields) in records.items()}
         key = _HEARTBEATS.key(shard_key(job_id, attempt, first), first)
-        request = changes.update(key, condition="attribute_exists(#ranks)")
-        try:
-            self._dynamo.update(request)
-        except ConditionFailed:
-            # the host's first write: make the item, a record for each of its
-            # ranks (a field's path needs its record), then write
-            held = [r for r, f in item_of.items() if f == first] or list(records)
-            self._dynamo.update(_HEARTBEATS.update(
-                key, "SET #ranks = if_not_exists(#ranks, :empty)",
-                values={":empty": _HEARTBEATS.value("ranks", {str(r): {} for r in held})}))
-            self._dynamo.update(request)
+        if len(records) == len(held) and all(replaces for replaces, _ in records.values()):
+            self._dynamo.update(changes().set("ranks", {str(r): present[r] for r in held})
+                                .update(key))
+            return
+        #: (rank, field code, value): the whole record where the code is None
+        clauses = [c for rank, (replaces, _) in records.items()
+                   for c in ([(rank, None, present[rank])] if replaces else
+                             [(rank, code, v) for code, v in present[rank].items()])]
+        for i in range(0, len(clauses), MAX_CLAUSES):
+            part = changes()
+            for rank, code, value in clauses[i:i + MAX_CLAUSES]:
+                if code is None:
+                    part.entry("ranks", str(rank), value)
+                else:
+                    part.entry_field("ranks", str(rank), code, value)
+            request = part.update(key, condition="attribute_exists(#ranks)")
+            try:
+                self._dynamo.update(request)
+            except ConditionFailed:
+                # the host's first write: make the item, a record for each of
+                # its ranks (a field's path needs its record), then write
+                self._dynamo.update(_HEARTBEATS.update(
+                    key, "SET #ranks = if_not_exists(#ranks, :empty)",
+                    values={":empty": _HEARTBEATS.value("ranks", {str(r): {} for r in held})}))
+                self._dynamo.update(request)
 
     def read(self, job_id: str, attempt: int, node_of: Mapping[int, str]) -> list[Beat]:
         """Every rank of the attempt (never-heard ranks too), strongly consistent:
@@ -181,7 +206,7 @@ class DynamoHeartbeatStore:
         inside the minute a node has before DOWN), ``posted_at`` alone."""
         keys = []
         for (job_id, attempt), node_of in attempts.items():
-            firsts = {first for rank, first in self._items_of(job_id, attempt, node_of).items()
+            firsts = {first for rank, first in self._items_of(job_id, attempt, node_of)[0].items()
                       if node_of[rank] in nodes}
             keys += [_HEARTBEATS.key(shard_key(job_id, attempt, f), f) for f in sorted(firsts)]
         out: dict[str, datetime] = {}

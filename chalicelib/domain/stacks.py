@@ -30,6 +30,25 @@ _RENDEZVOUS = ("init_process_group", "rendezvous", "_store_based_barrier",
 _WRAPPERS = ("wrapper", "inner", "_fn", "decorate_context")
 
 
+#: what a stored stack's frames and source line may take, UTF-8: 16 frames
+#: of 200 ASCII characters and the line fit whole; wider characters lose the
+#: outermost frames, so a host's heartbeat item (32 ranks) stays far under
+#: DynamoDB's 400 KB whatever a rank's code is named
+MAX_STACK_BYTES = 4096
+
+
+def bounded(stack: dict) -> dict:
+    """``stack`` (api/schemas.py STACK, validated: a line of at most 200
+    characters, 800 bytes) within MAX_STACK_BYTES: its innermost frames, as
+    many as fit beside its source line."""
+    room = MAX_STACK_BYTES - len(stack.get("code", "").encode("utf-8"))
+    for i, frame in enumerate(stack["frames"]):
+        room -= len(frame.encode("utf-8"))
+        if room < 0:
+            return {**stack, "frames": stack["frames"][:i]}
+    return stack
+
+
 def parse(frame: str) -> tuple[str, str, int] | None:
     """``(func, file, line)`` of one frame, or None if it is not py-spy's form."""
     m = _FRAME.match(frame)

@@ -138,6 +138,8 @@ def received(entry: dict, *, node_id: str, now: datetime,
     its ``heard_at`` is None, and storing it leaves the rank's last beat as
     it was. A beat is work done (``active_at``)."""
     proc, pause = entry.get("proc"), entry.get("pause")
+    if proc is not None and "stack" in proc:
+        proc = {**proc, "stack": stacks.bounded(proc["stack"])}
     resumed, collective = entry.get("resumed"), entry.get("collective")
     is_beat = "step" in entry or (pause is None and proc is None)
     return Beat(

@@ -1,16 +1,18 @@
 """The heartbeat store's writes (adapters/heartbeat_store.py), as requests: a
 host's post is one UpdateItem of the host's item (the floor of docs/deploy.md:
 one item per host per beat), a beat replaces its rank's record, an entry that
-is not a beat sets only what it has, and a host's first write makes its item
-with a record for each of its ranks."""
+is not a beat sets only what it has, a host's first write makes its item
+with a record for each of its ranks, and no request or item outgrows
+DynamoDB's limits on the biggest host."""
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import ClientError
 
 from chalicelib.adapters.heartbeat_store import RANKS_PER_ITEM, DynamoHeartbeatStore
-from chalicelib.domain.stall import Beat
+from chalicelib.domain.stall import Beat, received
 
 T0 = datetime(2026, 12, 1, 3, 4, 5, 678000, tzinfo=timezone.utc)
 
@@ -33,13 +35,16 @@ class _Connection:
 
 
 def _records(request: dict) -> dict[int, dict]:
-    """The rank records a request SETs whole: rank -> raw map."""
+    """The rank records a request SETs whole (one by one, or the whole map of
+    the item's ranks): rank -> raw map."""
     names, values = request["ExpressionAttributeNames"], request["ExpressionAttributeValues"]
     out = {}
     for clause in request["UpdateExpression"].removeprefix("SET ").split(", "):
         path, value = clause.split(" = ")
         parts = path.split(".")
-        if parts[0] == "#ranks" and len(parts) == 2:
+        if parts == ["#ranks"]:
+            out.update((int(rank), record["M"]) for rank, record in values[value]["M"].items())
+        elif parts[0] == "#ranks" and len(parts) == 2:
             out[int(names[parts[1]])] = values[value]["M"]
     return out
 
@@ -60,6 +65,8 @@ def _set(request: dict) -> dict[str, dict]:
 
 
 def test_a_hosts_post_of_8_ranks_is_one_update_of_its_one_item():
+    """A beat of every rank of the item sets the whole map: one clause, no
+    condition (it makes the item too), whatever the host's size."""
     conn = _Connection()
     node_of = {r: "n1" if r < 8 else "n2" for r in range(16)}
     beats = [Beat(r, node_of[r], heard_at=T0, step=r) for r in range(8)]
@@ -69,20 +76,75 @@ def test_a_hosts_post_of_8_ranks_is_one_update_of_its_one_item():
                                                      "rank": {"N": "0"}}
     assert {k: v for k, v in _set(request).items() if k.startswith("s")} == {
         f"s{r}": {"N": str(r)} for r in range(8)}
+    assert "#ranks = :ranks" in request["UpdateExpression"]
+    assert "ConditionExpression" not in request
+
+
+def test_a_post_of_some_of_an_items_ranks_keeps_the_others_records():
+    """A rank that did not beat (its process hung) keeps its last record: the
+    beats that came set their own records, one clause each."""
+    conn = _Connection()
+    node_of = {r: "n1" for r in range(8)}
+    DynamoHeartbeatStore(conn).record("j", 1, [Beat(r, "n1", heard_at=T0, step=r)
+                                               for r in range(7)], T0, node_of)
+    [(_, request)] = conn.requests
+    assert "#ranks = :ranks" not in request["UpdateExpression"]
+    assert sorted(_records(request)) == list(range(7))
     assert request["ConditionExpression"] == "attribute_exists(#ranks)"
 
 
-def test_a_host_of_more_ranks_holds_them_in_items_of_8_in_rank_order():
-    """An item stays far under 400 KB and its expression under 4 KB, even on a
-    host of 1,024 GPUs whose silent ranks each carry a stack."""
+def test_a_host_of_more_ranks_holds_them_in_items_of_32_in_rank_order():
     conn = _Connection()
-    node_of = {r: "big" if r % 2 else "other" for r in range(60)}  # "big" holds the odd ranks
-    beats = [Beat(r, "big", heard_at=T0, step=r) for r in range(1, 60, 2)]
+    node_of = {r: "big" if r % 2 else "other" for r in range(140)}  # "big": the odd ranks
+    beats = [Beat(r, "big", heard_at=T0, step=r) for r in range(1, 140, 2)]
     DynamoHeartbeatStore(conn).record("j", 1, beats, T0, node_of)
     keys = [int(r["Key"]["rank"]["N"]) for _, r in conn.requests]
-    assert keys == [1, 17, 33, 49] and RANKS_PER_ITEM == 8
+    assert keys == [1, 65, 129] and RANKS_PER_ITEM == 32
     written = [sorted(int(k[1:]) for k in _set(r) if k.startswith("s")) for _, r in conn.requests]
-    assert written[0] == list(range(1, 17, 2)) and written[-1] == list(range(49, 60, 2))
+    assert written[0] == list(range(1, 65, 2)) and written[-1] == list(range(129, 140, 2))
+
+
+def _widest_sample(rank: int) -> dict:
+    """A heartbeat entry of a silent rank at the schema's every limit, in
+    four-byte characters where the schema allows any (a rank's own code
+    names its frames)."""
+    wide = "\U0001F600"
+    return {"rank": rank, "pause": {"reason": wide * 128, "remaining_s": 60},
+            "collective": {"seq": 2**63 - 1, "name": wide * 32},
+            "proc": {"cpu": 65536, "io_bps": 1e13, "write_bps": 1e13, "state": wide * 8,
+                     "procs": 1000000, "gpu_util": 100, "gpu_mem_b": 2**63 - 1,
+                     "wchan": wide * 64,
+                     "stack": {"frames": [f"{wide * 180} ({wide * 10}:1)"] * 16,
+                               "code": wide * 200, "age_s": 3600}}}
+
+
+def test_no_request_or_item_outgrows_dynamodbs_limits_on_the_biggest_host():
+    """Invariant: on a host of 1,024 GPUs whose every rank is silent and sends
+    the widest sample the API takes, after a beat of every rank, each
+    UpdateExpression stays under DynamoDB's 4 KB and each item (every field
+    of its ranks' records, counted as UTF-8 JSON, more than DynamoDB counts)
+    under 400 KB."""
+    conn = _Connection()
+    node_of = {r: "big" for r in range(1024)}
+    store = DynamoHeartbeatStore(conn)
+    store.record("j", 1, [Beat(r, "big", heard_at=T0, step=2**63 - 1, beat_at=T0,
+                               sent_at=T0 + timedelta(days=1)) for r in range(1024)],
+                 T0, node_of)
+    store.record("j", 1, [received(_widest_sample(r), node_id="big", now=T0)
+                          for r in range(1024)], T0, node_of)
+    items: dict[str, dict[int, dict]] = {}
+    for _, request in conn.requests:
+        assert len(request["UpdateExpression"].encode()) < 4096, request["UpdateExpression"]
+        records = items.setdefault(request["Key"]["rank"]["N"], {})
+        for rank, record in _records(request).items():
+            records[rank] = dict(record)
+        for field, value in _set(request).items():
+            code, rank = field.rstrip("0123456789"), int(field[len(field.rstrip("0123456789")):])
+            records.setdefault(rank, {})[code] = value
+    assert len(items) == 1024 // RANKS_PER_ITEM
+    sizes = [len(json.dumps(records, ensure_ascii=False).encode()) for records in items.values()]
+    assert max(sizes) < 400 * 1024, max(sizes)
+    assert all(len(r) == RANKS_PER_ITEM for r in items.values())
 
 
 def test_a_beat_holds_the_receive_time_and_the_sender_offset_and_keys_by_the_hosts_rank():

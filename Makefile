@@ -96,7 +96,7 @@ test-fast: $(STAMP)
 ## bench: ratios against a baseline measured in the same run, each script's
 ## time after it (docs/benchmarks.md: about 7 minutes on 2 cores); V=1 shows
 ## the services' INFO logs and EMF metrics
-BENCHES := endpoints placement arrays scan scan_rank_cost stall_sim beat_cost telemetry_cost moto_wall dashboard load scale
+BENCHES := endpoints placement arrays scan scan_rank_cost stall_sim beat_cost beat_write telemetry_cost moto_wall dashboard load scale
 bench: export GPUJOBS_VERBOSE = $(V)
 bench: $(STAMP) browser
 	@total=0; for b in $(BENCHES); do start=$$(date +%s); \

@@ -66,6 +66,8 @@ EXPECTED = {
     "beat_cost": [r"^beat-bench: us_per_beat=\d+\.\d\d ratio_vs_pwrite=\d+\.\d\d$",
                   r"^marker-bench: us_per_arrive=\d+\.\d\d arrive_vs_beat=\d+\.\d\d "
                   r"collective_cm_vs_beat=\d+\.\d\d$"],
+    "beat_write": [r"^beat-write-bench: ranks=\d+ requests=\d+ ms_whole=\d+\.\d "
+                   r"ms_clauses=\d+\.\d ratio=\d+\.\d\d$"],
     "moto_wall": [r"^moto-wall-bench: sockets=\d+ us_lookup=\d+\.\d ms_open=\d+\.\d\d "
                   r"ms_walled=\d+\.\d\d ratio=\d+\.\d\d$"],
     "telemetry_cost": [r"^telemetry-bench: us_gpujobs=\d+\.\d us_powertools=\d+\.\d "

@@ -1293,6 +1293,12 @@ def watch_view(job: "Job", rk: "Ranks | None", note: str | None, interval: float
     return Group(*parts)
 
 
+#: a job of more ranks is watched by its health alone (the verdict, the
+#: first stalled ranks, the counts): its every rank, each refresh, would be
+#: megabytes a read (a 65,536-rank view is some 13 MB, past Lambda's 6 MB)
+WATCH_MAX_RANKS = 4096
+
+
 def snapshot(client: "Client", job_id: str) -> tuple["Job", "Ranks | None", str | None]:
     job = client.get_job(job_id)
     if job.array is not None:  # an array runs no ranks of its own: its indexes by state
@@ -1303,6 +1309,9 @@ def snapshot(client: "Client", job_id: str) -> tuple["Job", "Ranks | None", str 
     if job.attempt == 0 or job.state == "PENDING":
         return job, None, "waiting for placement" + (
             f": {job.pending_reason}" if job.pending_reason else "")
+    if (job.ranks or 0) > WATCH_MAX_RANKS:
+        return job, None, (f"{job.ranks:,} ranks: each rank's row is in `gpujobs ranks "
+                           f"{job.id}` and on the dashboard's rank heatmap")
     try:
         return job, client.get_ranks(job_id), None
     except ApiError as e:  # ranks are extra: the job itself was read

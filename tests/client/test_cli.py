@@ -497,6 +497,24 @@ def test_watch_of_a_pending_job_does_not_ask_for_ranks_and_times_out_with_7(run,
     assert fake.sent("GET", r"/v1/jobs/.*/ranks") == []
 
 
+def test_watch_of_a_job_of_more_than_4096_ranks_reads_its_health_not_every_rank(run, fake):
+    """Invariant: a 65,536-rank job is watched by its bounded health record
+    (the verdict and the whole count), never by a per-rank view of megabytes
+    each refresh; the screen says where each rank's row is."""
+    job = fake.add_job(ranks=65536)
+    fake.place(job["id"], ["node-1"])
+    fake.update_job(job["id"], health={
+        "status": "STALLED", "first_stalled_rank": 65024, "last_heard_at": fake.now(),
+        "detected_at": fake.now(), "stalled_ranks": list(range(65024, 65088)),
+        "stalled_count": 65536, "verdict": COLLECTIVE})
+    r = run("watch", job["id"], "--interval", "0", "--timeout", "0")
+    assert r.exit_code == 7, r.output
+    assert fake.sent("GET", r"/v1/jobs/.*/ranks") == []
+    out = " ".join(r.stdout.split())
+    assert f"Verdict: {COLLECTIVE['text']}" in out and "65,536 stalled (first: 65024-65087)" in out
+    assert f"65,536 ranks: each rank's row is in `gpujobs ranks {job['id']}`" in out
+
+
 def test_watch_of_an_unknown_job_exits_3(run):
     assert run("watch", "job_nope").exit_code == 3
 

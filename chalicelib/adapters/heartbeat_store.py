@@ -186,13 +186,19 @@ class DynamoHeartbeatStore:
     def read(self, job_id: str, attempt: int, node_of: Mapping[int, str]) -> list[Beat]:
         """Every rank of the attempt (never-heard ranks too), strongly consistent:
         a stale read could fake a stall. Raw items, no model instance (the
-        scan reads every running rank, every period: docs/benchmarks.md)."""
+        scan reads every running rank, every period: docs/benchmarks.md).
+        A rank held by two items (an attempt that began under items of 8
+        ranks and beat on under items of 32) is as its later beat says."""
         world = len(node_of)
         heard: dict[int, dict[str, Any]] = {}
         for shard in range(-(-world // SHARD_RANKS)):
             for item in self._shard_items(f"{job_id}#{attempt}#{shard}"):
                 for key, record in (_HEARTBEATS.values(item)["ranks"] or {}).items():
-                    if key.isdigit() and isinstance(record, dict):
+                    if not (key.isdigit() and isinstance(record, dict)):
+                        continue
+                    seen = heard.get(int(key))
+                    # receive times are API text of one width: they sort as times
+                    if seen is None or record.get("h", "") >= seen.get("heard_at", ""):
                         heard[int(key)] = {_FIELD_OF[c]: v for c, v in record.items()
                                            if c in _FIELD_OF}
         return [self._beat(rank, node_of[rank], heard.get(rank)) for rank in range(world)]

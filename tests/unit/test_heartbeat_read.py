@@ -55,3 +55,16 @@ def test_every_page_of_every_shard_is_read_strongly_consistent():
     assert beats[SHARD_RANKS + 2].heard_at is None and beats[7].node_id == "n1"
     assert all(op == "Query" and r["ConsistentRead"] is True for op, r in conn.requests)
     assert len(conn.requests) == 3 + 1, "three pages of shard 0, one of shard 1"
+
+
+def test_a_rank_held_by_an_older_item_too_is_read_as_its_later_beat_says():
+    """Invariant: an attempt that beat under items of 8 ranks and, after a
+    deploy, under items of 32 (the item of ranks 0-31 shares its key with the
+    old one of 0-7, those of 8-15, ... stay) reads each rank's latest record:
+    the stale items read last must not make ranks 8-31 look silent."""
+    old = {str(r): {"h": "2026-12-01T03:00:00.000Z", "s": 1} for r in range(8, 16)}
+    new = {str(r): {"h": "2026-12-01T03:04:05.678Z", "s": 9} for r in range(32)}
+    items = [HeartbeatModel(shard_key="j#1#0", rank=first, node_id="n", ranks=ranks).serialize()
+             for first, ranks in ((0, new), (8, old))]
+    beats = DynamoHeartbeatStore(_Pages(items)).read("j", 1, {r: "n" for r in range(32)})
+    assert {b.heard_at for b in beats} == {T0} and {b.step for b in beats} == {9}

@@ -41,7 +41,7 @@ def main() -> None:
     from chalicelib.adapters.heartbeat_store import RANKS_PER_ITEM
     from chalicelib.domain.stall import Beat
 
-    store = harness.deploy("bench-beat-write", install=False).heartbeats.beats
+    store = harness.deploy("beatwrite", install=False).heartbeats.beats
     node_of = {r: "host" for r in range(args.ranks)}
     #: a rank an item left out of the clause-a-rank post
     left_out = set(range(RANKS_PER_ITEM - 1, args.ranks, RANKS_PER_ITEM))

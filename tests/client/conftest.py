@@ -139,16 +139,17 @@ def cli_runner(api_url: str, config_home):
     return run
 
 
-def logs_until(gpujobs, job_id: str, pattern: str, count: int, timeout: float = 60) -> str:
-    """`gpujobs logs JOB` once it shows ``count`` lines matching ``pattern``
-    (the agents ship the ranks' output every second or two), polled."""
+def logs_until(gpujobs, job_id: str, pattern: str, count: int, timeout: float = 60,
+               *args: str) -> str:
+    """`gpujobs logs JOB [args]` once it shows ``count`` lines matching
+    ``pattern`` (the agents ship the ranks' output every second or two), polled."""
     import re
     import time
 
     deadline = time.monotonic() + timeout
     out = ""
     while time.monotonic() < deadline:
-        r = gpujobs("logs", job_id, ranks_output=True)
+        r = gpujobs("logs", job_id, *args, ranks_output=True)
         assert r.returncode == 0, r.stderr
         out = r.stdout + r.stderr
         if len(re.findall(pattern, out)) >= count:

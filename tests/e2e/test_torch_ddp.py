@@ -24,6 +24,7 @@ import time
 
 import pytest
 
+from agent.rendezvous import PORT_IN_USE
 from tests.client.conftest import cli_runner, logs_until
 
 pytestmark = pytest.mark.e2e
@@ -222,15 +223,32 @@ def hang_line() -> str:
 
 def assert_ran_through_without_an_alarm(gpujobs, job_id: str, watched) -> None:
     """The job SUCCEEDED (as ``watched``, its `gpujobs watch`, printed) in one
-    attempt, with no stalled event, no false alarm and no verdict."""
+    attempt that ran, with no stalled event, no false alarm and no verdict.
+
+    An earlier attempt whose ranks never ran is no restart of the job: the
+    rendezvous port (fixed by the job id and the attempt) was taken on rank
+    0's host, so the agent started none of them (agent/rendezvous.py, exit
+    code 98) and the next attempt got another port. A host whose ephemeral
+    port range reaches below 32768 hands such ports to its own outgoing
+    connections (FIELD-NOTES). It says nothing of the pause under test, so
+    it is let through, by that exit code and the agent's reason in the
+    rank's log alone. (A CI run once found two attempts here, no stall
+    among its events; what it printed fits this cause, a first attempt over
+    before its ranks ran, and did not show which. The message below now
+    does: the job's story as `gpujobs describe` tells it.)"""
     assert "Job finished: SUCCEEDED (succeeded, exit code 0)" in watched.stdout, \
         watched.stdout + watched.stderr + gpujobs("logs", job_id, ranks_output=True).stdout
     assert not [e for e in events(gpujobs, job_id) if e["type"] == "stalled"]
     health = job(gpujobs, job_id)["health"]
     assert health["false_alarms"] == 0 and health.get("verdict") is None, health
-    attempts = json.loads(gpujobs("attempts", job_id, "-o", "json").stdout)
-    attempts = attempts["attempts"] if isinstance(attempts, dict) else attempts
-    assert len(attempts) == 1, attempts
+    attempts = json.loads(gpujobs("attempts", job_id, "-o", "json").stdout)["attempts"]
+    story = gpujobs("describe", job_id).stdout  # on failure: why it retried
+    assert attempts and attempts[-1]["state"] == "SUCCEEDED", story
+    for earlier in attempts[:-1]:
+        assert (earlier.get("exit") or {}).get("exit_code") == PORT_IN_USE, story
+        out = logs_until(gpujobs, job_id, r"MASTER_PORT \d+ is in use on this host", 1, 60,
+                         "--attempt", str(earlier["attempt"]))
+        assert "were not started (exit code 98)" in out, out
 
 
 def test_a_30s_checkpoint_of_rank_0_is_no_stall(gpujobs, tmp_path, torch_python, shared_dir):

@@ -36,6 +36,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.moto)
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Say so when this host's ephemeral port range reaches the rendezvous
+    ports (chalicelib/domain/wire.py): any outgoing connection may then hold
+    an attempt's MASTER_PORT, and a torch test's job may need a second
+    attempt (tests/e2e/test_torch_ddp.py, assert_ran_through_without_an_alarm)."""
+    from agent.rendezvous import ephemeral_range
+    from chalicelib.domain.wire import MASTER_PORT_MIN, MASTER_PORT_SPAN
+
+    eph = ephemeral_range()
+    last = MASTER_PORT_MIN + MASTER_PORT_SPAN - 1
+    if eph is not None and eph[0] <= last and MASTER_PORT_MIN <= eph[1]:
+        terminalreporter.write_line(
+            f"host: ephemeral ports {eph[0]}-{eph[1]} (net.ipv4.ip_local_port_range) overlap "
+            f"the rendezvous ports {MASTER_PORT_MIN}-{last}: an attempt's MASTER_PORT may be "
+            "taken by an outgoing connection")
+
+
 @pytest.fixture(scope="session")
 def moto_server():
     from devstack.motoserver import MotoServer

@@ -1240,8 +1240,10 @@ def stall_callout(job: "Job", ranks: "Ranks | None") -> str | None:
 def ranks(job_id: str) -> None:
     """Per-rank liveness of the current attempt, longest silent first.
 
-    The server's verdict (which rank stopped, and why) comes first, its ranks
-    marked in the table; stalled ranks are highlighted.
+    Every rank: the pages the server cuts a big attempt's view into are all
+    read (each rank's silence as of its page's read). The server's verdict
+    (which rank stopped, and why) comes first, its ranks marked in the
+    table; stalled ranks are highlighted.
     """
     client = make_client()
     job = client.get_job(job_id)

@@ -474,9 +474,29 @@ class Client:
 
     # -- ranks and heartbeats ---------------------------------------------------
     def get_ranks(self, job_id: str) -> Ranks:
-        """``GET /v1/jobs/{job_id}/ranks``: the current attempt's ranks, longest
-        silent first."""
-        return Ranks.from_json(self._json("GET", f"/v1/jobs/{_seg(job_id)}/ranks"))
+        """``GET /v1/jobs/{job_id}/ranks``, every page: the current attempt's
+        ranks, longest silent first (ties by rank).
+
+        The server cuts a big attempt's view (tens of thousands of ranks) into
+        pages of rank ranges, each in silence order; the pages are read to the
+        end and their ranks put in that order together. Each rank's silence is
+        as of its own page's read, and the other fields (``now``, the verdict)
+        are the first page's."""
+        path = f"/v1/jobs/{_seg(job_id)}/ranks"
+        first = self._json("GET", path)
+        rows = list(first.get("ranks") or [])
+        token, seen = first.get("next_page_token"), set()
+        while token:
+            if token in seen:
+                raise InvalidResponse("the server returned a page token twice")
+            seen.add(token)
+            page = self._json("GET", path, params={"page_token": token})
+            rows += page.get("ranks") or []
+            token = page.get("next_page_token")
+        if seen:
+            rows.sort(key=lambda r: (-float(r.get("silence_s") or 0), r.get("rank", 0)))
+            first = {**first, "ranks": rows, "next_page_token": None}
+        return Ranks.from_json(first)
 
     def post_heartbeats(self, job_id: str, attempt: int,
                         ranks: Iterable[Mapping[str, Any] | Sequence[int]]) -> HeartbeatAck:

@@ -103,6 +103,9 @@ class FakeApi:
         #: job id -> rank -> the status /ranks says (unset: no status, as an
         #: older server)
         self.rank_statuses: dict[str, dict[int, str]] = {}
+        #: ranks a /ranks page holds, as the server cuts a big attempt's view
+        #: (None: every rank in one page)
+        self.ranks_page_size: int | None = None
         self.nodes: dict[str, dict[str, Any]] = {}
         #: job id -> its log lines ({"rank", "stream", "time", "line", "id", "attempt"})
         self.logs: dict[str, list[dict[str, Any]]] = {}
@@ -708,7 +711,7 @@ class FakeApi:
                                           for a in self.attempts.get(job_id, [])]}, {}
             if sub == "/ranks" and method == "GET":
                 job = self._job_for(tenant(), job_id)
-                return 200, self._ranks(job), {}
+                return 200, self._ranks_page(job, query.get("page_token", [None])[0]), {}
             if sub == "/heartbeats" and method == "POST":
                 agent()
                 job = self._job_for_agent(job_id)
@@ -861,6 +864,18 @@ class FakeApi:
                        + int(action == "retry_uncounted"))
             event["next_attempt"] = job["attempt"] + 1
         self.events.setdefault(job["id"], []).append(event)
+
+    def _ranks_page(self, job: dict[str, Any], token: str | None) -> dict[str, Any]:
+        """A page of /ranks as the server cuts one (HeartbeatService.ranks_page):
+        the ranks ``[first, first + ranks_page_size)``, in silence order; the
+        token names the next page's first rank (every rank at once by default)."""
+        view = self._ranks(job)
+        world = job["spec"]["ranks"]
+        first = int(token) if token is not None else 0
+        last = min(world, first + (self.ranks_page_size or world))
+        view["ranks"] = [r for r in view["ranks"] if first <= r["rank"] < last]
+        view["next_page_token"] = str(last) if last < world else None
+        return view
 
     def _ranks(self, job: dict[str, Any]) -> dict[str, Any]:
         threshold = job["health"]["threshold_s"]

@@ -385,6 +385,24 @@ def test_ranks_json_has_the_ranks_and_the_job_health(run, fake):
     assert out["verdict"] is None
 
 
+def test_ranks_reads_every_page_of_a_big_view_in_silence_order(run, fake):
+    """Invariant: `gpujobs ranks` shows every rank of an attempt whose view
+    the server cuts into pages of rank ranges (a job of tens of thousands of
+    ranks), each once, longest silent first across the pages: the rank silent
+    longest may be on the last page."""
+    job = stalled_job(fake)
+    fake.ranks_page_size = 3  # pages: ranks 0-2, then 3
+    fake.beats[(job["id"], 1)][3] = {"at": 10.0, "step": 100, "sent_at": None}
+    r = run("ranks", job["id"])
+    assert r.exit_code == 0, r.output
+    assert list(rank_rows(r.stdout)) == ["3", "2", "1", "0"], r.stdout
+    assert "90.0s" in rank_rows(r.stdout)["3"]
+    out = json_out(run("ranks", job["id"], "-o", "json"))
+    assert [x["rank"] for x in out["ranks"]] == [3, 2, 1, 0]
+    assert out["next_page_token"] is None
+    assert len(fake.sent("GET", r"/v1/jobs/.*/ranks")) == 4  # two pages, twice
+
+
 def test_ranks_headline_is_the_verdict_text_and_its_rank_is_marked(run, fake):
     """Invariant: the first thing `ranks` says about a stall is verdict.text,
     before the table; the named rank's row, and only it, carries the mark; the

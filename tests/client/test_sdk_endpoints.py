@@ -68,6 +68,16 @@ def test_a_token_that_comes_back_twice_is_an_error_not_a_loop(fake, sdk):
     assert len(fake.sent("GET", "/v1/jobs")) == 2
 
 
+def test_a_ranks_page_token_that_comes_back_twice_is_an_error_not_a_loop(fake, sdk):
+    job = fake.add_job(ranks=2)
+    body = json.dumps({"attempt": 1, "ranks": [], "next_page_token": "same"}).encode()
+    fake.fail("GET", r"/v1/jobs/.*/ranks", status=200, ctype="application/json", body=body,
+              times=5)
+    with pytest.raises(InvalidResponse):
+        sdk.get_ranks(job["id"])
+    assert len(fake.sent("GET", r"/v1/jobs/.*/ranks")) == 2
+
+
 def test_a_tampered_token_is_invalid_page_token(fake, sdk):
     with pytest.raises(InvalidPageToken) as err:
         sdk.list_jobs(page_token="garbage")

@@ -67,7 +67,26 @@ export const api = {
     get('v1/jobs', { parent: parentId, state, page_size: pageSize, page_token: pageToken }),
   job: (jobId) => get(`v1/jobs/${id(jobId)}`),
   attempts: (jobId) => get(`v1/jobs/${id(jobId)}/attempts`),
-  ranks: (jobId) => get(`v1/jobs/${id(jobId)}/ranks`),
+  /** Every rank of the current attempt, longest silent first (ties by rank):
+   * the pages the server cuts a big attempt's view into (rank ranges, each in
+   * that order) read to the end and put in that order together; the rest of
+   * the answer is the first page's. */
+  ranks: async (jobId) => {
+    const path = `v1/jobs/${id(jobId)}/ranks`;
+    const first = await get(path);
+    let rows = first.ranks || [];
+    const seen = new Set();
+    for (let t = first.next_page_token; t; ) {
+      if (seen.has(t)) throw new ApiError(502, { detail: 'the server returned a ranks page token twice' });
+      seen.add(t);
+      const page = await get(path, { page_token: t });
+      rows = rows.concat(page.ranks || []);
+      t = page.next_page_token;
+    }
+    if (!seen.size) return first;
+    rows.sort((a, b) => (b.silence_s || 0) - (a.silence_s || 0) || a.rank - b.rank);
+    return { ...first, ranks: rows, next_page_token: null };
+  },
   nodes: () => get('v1/nodes'),
   /** POST /v1/jobs under an Idempotency-Key: the same key and body answer the same job. */
   submit: (body, idempotencyKey) =>

@@ -159,7 +159,7 @@ EXPECT: dict[str, Expect] = {
         Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
     "gpujobs attempts $JOB": Expect(shows=(r"local-\d",)),
     "gpujobs watch $JOB --timeout 5": Expect(rc=7, shows=(r"RUNNING",)),
-    "gpujobs ranks $JOB # longest silent first": Expect(shows=(r"local-\d",)),
+    "gpujobs ranks $JOB # every rank": Expect(shows=(r"local-\d",)),
     "gpujobs describe $JOB # spec, pending reason":
         Expect(shows=(r"RUNNING", r"local-\d", r"started")),
     "gpujobs logs $JOB --all-ranks": Expect(shows=(r"\[rank 0\] started", r"\[rank 1\] started")),

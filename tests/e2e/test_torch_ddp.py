@@ -223,12 +223,13 @@ def hang_line() -> str:
 
 def assert_ran_through_without_an_alarm(gpujobs, job_id: str, watched) -> None:
     """The job SUCCEEDED (as ``watched``, its `gpujobs watch`, printed) in one
-    attempt that ran, with no stalled event, no false alarm and no verdict.
+    attempt that trained, with no stalled event, no false alarm and no verdict.
 
-    An earlier attempt whose ranks never ran is no restart of the job: the
+    An earlier attempt that never trained is no restart of the job: the
     rendezvous port (fixed by the job id and the attempt) was taken on rank
-    0's host, so the agent started none of them (agent/rendezvous.py, exit
-    code 98) and the next attempt got another port. A host whose ephemeral
+    0's host, so that agent started none of its ranks (agent/rendezvous.py,
+    exit code 98), the other node's waited for a store that never came and
+    were stopped, and the next attempt got another port. A host whose ephemeral
     port range reaches below 32768 hands such ports to its own outgoing
     connections (FIELD-NOTES). It says nothing of the pause under test, so
     it is let through, by that exit code and the agent's reason in the

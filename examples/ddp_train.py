@@ -42,6 +42,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -167,14 +168,20 @@ def main() -> int:
     return 0
 
 
-if __name__ == "__main__":
-    code = main()
-    # The rank is done. torch keeps the gloo group alive in C++ past
-    # destroy_process_group() (a dozen references, checked on 2.13), so its
-    # threads were torn down by the interpreter's and the C++ runtime's exit
-    # handlers, which now and then aborted a rank that had finished ("terminate
-    # called without an active exception", exit code 134: a healthy job FAILED
-    # once in CI). Leave without that teardown, every output flushed first.
+def leave(code: int) -> NoReturn:
+    """Exit a rank that is done with ``code``, every output flushed, without
+    the interpreter's teardown. torch keeps the gloo group alive in C++ past
+    destroy_process_group() (a dozen references, checked on 2.13), so its
+    threads were torn down by the interpreter's and the C++ runtime's exit
+    handlers, which now and then aborted a rank that had finished ("terminate
+    called without an active exception", exit code 134: a healthy job FAILED
+    in CI, this script's once and the Hugging Face example's once, after
+    every rank printed its last step). The trainer examples leave this way
+    too."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    leave(main())

@@ -25,14 +25,13 @@ checkpoints.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 
 import gpujobs_heartbeat
 import torch
 import torch.distributed as dist
-from ddp_train import PacedFile
+from ddp_train import PacedFile, leave
 from transformers import Trainer, TrainingArguments
 
 
@@ -112,4 +111,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())  # without the teardown that can abort a finished rank (ddp_train.leave)

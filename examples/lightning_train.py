@@ -26,14 +26,13 @@ usual pattern. Other checkpoints are written at full speed. ``CKPT_DIR``
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 
 import gpujobs_heartbeat
 import lightning.pytorch as pl
 import torch
-from ddp_train import PacedFile
+from ddp_train import PacedFile, leave
 from lightning.fabric.plugins.environments import TorchElasticEnvironment
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -114,4 +113,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())  # without the teardown that can abort a finished rank (ddp_train.leave)

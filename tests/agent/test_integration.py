@@ -8,6 +8,7 @@ import pathlib
 import queue
 import re
 import signal
+import socket
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -158,8 +159,23 @@ def agents(tmp_path):
 
 
 def send(sqs, body: dict) -> None:
+    """Put ``body`` in the agent's inbox. A LAUNCH that names no rendezvous
+    port is given one that is free on this host now (kept in ``body``, so a
+    resend carries the same): the port its job id would give is fixed, and
+    on a shared test host something else held that one once (fresh clone,
+    job_beats' 21924), so the rank never started (exit 98) and a test of the
+    agent's loop failed for a port. tests/agent/test_rendezvous.py tests
+    that case itself."""
+    if body.get("type") == "LAUNCH":
+        body.setdefault("master_port", free_port())
     client, url = sqs
     client.send_message(QueueUrl=url, MessageBody=json.dumps(body))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return s.getsockname()[1]
 
 
 def queue_is_empty(sqs) -> bool:

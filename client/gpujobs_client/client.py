@@ -334,17 +334,26 @@ class Client:
                    page_token: str | None = None,
                    parent: str | None = None) -> Iterator[JobPage]:
         """Every page from ``page_token`` (or the first) to the end."""
+        for data in self._follow("/v1/jobs", {"state": state, "page_size": page_size,
+                                              "page_token": page_token, "parent": parent}):
+            yield JobPage.from_json(data)
+
+    def _follow(self, path: str, params: dict[str, Any]) -> Iterator[Any]:
+        """Every page of ``GET path`` from ``params``' page_token (or the
+        first) to the one without a ``next_page_token``; a token the server
+        returns twice is :class:`InvalidResponse`, not a loop. A bare list
+        (an older server's unpaged answer) is the one page."""
         seen: set[str] = set()
         while True:
-            page = self.list_jobs(state=state, page_size=page_size, page_token=page_token,
-                                  parent=parent)
-            yield page
-            if page.next_page_token is None:
+            data = self._json("GET", path, params=params)
+            yield data
+            token = data.get("next_page_token") if isinstance(data, dict) else None
+            if not token:
                 return
-            if page.next_page_token in seen:
+            if token in seen:
                 raise InvalidResponse("the server returned a page token twice")
-            seen.add(page.next_page_token)
-            page_token = page.next_page_token
+            seen.add(token)
+            params = {**params, "page_token": token}
 
     def iter_jobs(self, *, state: str | None = None, page_size: int | None = None,
                   limit: int | None = None, parent: str | None = None) -> Iterator[Job]:
@@ -482,18 +491,9 @@ class Client:
         end and their ranks put in that order together. Each rank's silence is
         as of its own page's read, and the other fields (``now``, the verdict)
         are the first page's."""
-        path = f"/v1/jobs/{_seg(job_id)}/ranks"
-        first = self._json("GET", path)
-        rows = list(first.get("ranks") or [])
-        token, seen = first.get("next_page_token"), set()
-        while token:
-            if token in seen:
-                raise InvalidResponse("the server returned a page token twice")
-            seen.add(token)
-            page = self._json("GET", path, params={"page_token": token})
-            rows += page.get("ranks") or []
-            token = page.get("next_page_token")
-        if seen:
+        first, *rest = self._follow(f"/v1/jobs/{_seg(job_id)}/ranks", {})
+        if rest:
+            rows = [r for page in (first, *rest) for r in page.get("ranks") or []]
             rows.sort(key=lambda r: (-float(r.get("silence_s") or 0), r.get("rank", 0)))
             first = {**first, "ranks": rows, "next_page_token": None}
         return Ranks.from_json(first)
@@ -539,18 +539,8 @@ class Client:
     def list_nodes(self) -> list[Node]:
         """``GET /v1/nodes``. Accepts ``{"nodes": [...]}`` (following a
         ``next_page_token`` if the server pages) or a bare list."""
-        nodes: list[Node] = []
-        token: str | None = None
-        seen: set[str] = set()
-        while True:
-            data = self._json("GET", "/v1/nodes", params={"page_token": token})
-            if isinstance(data, list):
-                return [Node.from_json(n) for n in data]
-            nodes.extend(Node.from_json(n) for n in data.get("nodes") or [])
-            token = data.get("next_page_token")
-            if not token or token in seen:
-                return nodes
-            seen.add(token)
+        return [Node.from_json(n) for data in self._follow("/v1/nodes", {})
+                for n in (data if isinstance(data, list) else data.get("nodes") or [])]
 
     def get_node(self, node_id: str) -> Node:
         """``GET /v1/nodes/{node_id}``."""

@@ -140,7 +140,7 @@ def cli_runner(api_url: str, config_home):
 
 
 def logs_until(gpujobs, job_id: str, pattern: str, count: int, timeout: float = 60,
-               *args: str) -> str:
+               args: tuple[str, ...] = ()) -> str:
     """`gpujobs logs JOB [args]` once it shows ``count`` lines matching
     ``pattern`` (the agents ship the ranks' output every second or two), polled."""
     import re

@@ -247,8 +247,8 @@ def assert_ran_through_without_an_alarm(gpujobs, job_id: str, watched) -> None:
     assert attempts and attempts[-1]["state"] == "SUCCEEDED", story
     for earlier in attempts[:-1]:
         assert (earlier.get("exit") or {}).get("exit_code") == PORT_IN_USE, story
-        out = logs_until(gpujobs, job_id, r"MASTER_PORT \d+ is in use on this host", 1, 60,
-                         "--attempt", str(earlier["attempt"]))
+        out = logs_until(gpujobs, job_id, r"MASTER_PORT \d+ is in use on this host", 1,
+                         args=("--attempt", str(earlier["attempt"])))
         assert "were not started (exit code 98)" in out, out
 
 

@@ -44,6 +44,7 @@ from chalicelib.domain.errors import (
     RequestTimeout,
     UriTooLong,
 )
+from devstack.settings import PATH as SETTINGS_PATH, Settings, SettingsError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: API Gateway's limits: 8 KiB of URL, 10 KiB of headers; 29 s integration
@@ -146,7 +147,33 @@ class ProblemRequestHandler(ChaliceRequestHandler):
             self.connection.settimeout(self.timeout)
         return b"".join(chunks)
 
+    def _local_settings(self, settings: Settings) -> None:
+        """``PUT /_local/settings`` (devstack/settings.py): only with the
+        stack's settings token, else it is a path like any unrouted one."""
+        # the body is not read: the connection closes with the answer
+        if not settings.allows(self.headers.get("Authorization")):
+            return self._send_problem(NotFound(f"no route for {self.path}"))
+        if self.command != "PUT":
+            return self._send_problem(MethodNotAllowed(
+                f"{self.command} is not served here", allow="PUT"))
+        length = self._checked_length()
+        if isinstance(length, ApiError):
+            return self._send_problem(length)
+        body = self._read_body(length) if 0 < length <= MAX_ANY_BODY_BYTES else None
+        try:
+            changes = json.loads(body or b"")
+            if not isinstance(changes, dict):
+                raise SettingsError("the body is a JSON object of settings")
+            now = settings.apply(changes)
+        except (ValueError, SettingsError) as e:  # JSONDecodeError is a ValueError
+            return self._send_problem(InvalidArgument(str(e), field="body"), close=False)
+        self._send_http_response(200, {"Content-Type": "application/json"},
+                                 json.dumps(now).encode())
+
     def _edge(self) -> None:
+        settings = getattr(self.server, "local_settings", None)
+        if settings is not None and self.path == SETTINGS_PATH:
+            return self._local_settings(settings)
         if len(self.path.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
             return self._send_problem(UriTooLong(f"the path exceeds {MAX_PATH_BYTES} bytes"))
         size = sum(len(k) + len(v) + 4 for k, v in self.headers.items())
@@ -202,7 +229,8 @@ class _Server(ThreadedHTTPServer):
         super().handle_error(request, client_address)
 
 
-def make_server(app, host: str, port: int, stage: str = "dev") -> LocalDevServer:
+def make_server(app, host: str, port: int, stage: str = "dev",
+                settings: Settings | None = None) -> LocalDevServer:
     # as chalice.local.create_local_server does: a thread-local current_request,
     # since this server handles requests on many threads at once
     if not isinstance(app, LocalChalice):
@@ -211,5 +239,7 @@ def make_server(app, host: str, port: int, stage: str = "dev") -> LocalDevServer
     config = ChaliceConfig.create(
         chalice_stage=stage, app_name=app.app_name, project_dir=str(ROOT),
         config_from_disk=json.loads((ROOT / ".chalice" / "config.json").read_text()))
-    return LocalDevServer(app, config, host, port, handler_cls=ProblemRequestHandler,
-                          server_cls=_Server)
+    server = LocalDevServer(app, config, host, port, handler_cls=ProblemRequestHandler,
+                            server_cls=_Server)
+    server.server.local_settings = settings
+    return server

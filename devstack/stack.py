@@ -1,25 +1,29 @@
 """The local stack as `make up` starts it (``python -m devstack``: a real
 process, real HTTP), started from Python: ``start_stack`` runs it on a free
 port with the given tokens and returns once its ready line is out, ``Api``
-calls it as a tenant or agent. The end-to-end tests (tests/stacks.py) and the
+calls it as a tenant or agent. The end-to-end tests (tests/support/stacks.py) and the
 benchmarks (bench/dashboard.py) start it this way; stop it by its
 ``Stack.stop``, which signals its own process only."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import queue
 import re
+import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Mapping
 
 import requests
+
+from devstack.settings import PATH as SETTINGS_PATH, TOKEN_ENV as SETTINGS_TOKEN_ENV
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 READY = re.compile(r"ready: API (http://\S+) \| AWS \(moto\) (http://\S+)")
@@ -32,6 +36,24 @@ class Stack:
     aws: str
     lines: "queue.Queue[str]"
     ready_line: str = ""
+    #: the bearer of PUT /_local/settings (devstack/settings.py); "": not served
+    settings_token: str = ""
+
+    @contextlib.contextmanager
+    def settings(self, **values: str) -> Iterator[dict[str, str | None]]:
+        """The stack runs with ``values`` (devstack/settings.py RUNTIME) inside
+        the block, and with its own again after it, also when the block fails."""
+        try:
+            yield self._put_settings(values)
+        finally:
+            self._put_settings(dict.fromkeys(values))
+
+    def _put_settings(self, values: Mapping[str, str | None]) -> dict[str, str | None]:
+        r = requests.put(self.api + SETTINGS_PATH, json=values, timeout=30,
+                         headers={"Authorization": f"Bearer {self.settings_token}"})
+        if r.status_code != 200:
+            raise RuntimeError(f"the stack refused the settings {values}: {r.text}")
+        return r.json()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
         if self.proc.poll() is None:
@@ -49,10 +71,16 @@ class Stack:
 
 
 def start_stack(tmp: pathlib.Path, tokens: list[dict], **env: str) -> Stack:
+    """A throwaway stack with ``tokens`` and ``env``, no agents unless ``env``
+    says, whose settings :meth:`Stack.settings` can change while it runs."""
     tokens_file = tmp / "tokens.json"
     tokens_file.write_text(json.dumps(tokens))
-    return launch({**os.environ, "PORT": "0", "GPUJOBS_TOKENS_FILE": str(tokens_file),
-                   "GPUJOBS_AGENTS": "0", "GPUJOBS_EPHEMERAL": "1", **env})
+    token = secrets.token_urlsafe(16)
+    stack = launch({**os.environ, "PORT": "0", "GPUJOBS_TOKENS_FILE": str(tokens_file),
+                    "GPUJOBS_AGENTS": "0", "GPUJOBS_EPHEMERAL": "1", SETTINGS_TOKEN_ENV: token,
+                    **env})
+    stack.settings_token = token
+    return stack
 
 
 def launch(env: dict[str, str], *, timeout: float = 90,

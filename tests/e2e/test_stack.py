@@ -8,7 +8,7 @@ import sys
 import pytest
 import requests
 
-from tests.stacks import ROOT, TOKENS, start_stack
+from tests.support.stacks import ROOT, TOKENS, start_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -62,3 +62,43 @@ def test_a_bad_setting_stops_the_stack_with_a_message(tmp_path, var, value):
                        text=True, timeout=60, env={**__import__("os").environ, var: value})
     assert r.returncode != 0
     assert var in r.stderr
+
+
+def test_settings_change_on_the_running_stack_and_come_back_after(stack):
+    """Invariant (devstack/settings.py): what a test varies is set on the
+    worker's running stack, not by starting another; a change takes effect on
+    the next request, goes back when the block ends, and a refused change
+    (a name that cannot change, a value the services refuse) is a 400 naming
+    it that changes nothing. Without the stack's settings token the path is
+    not there."""
+    import json
+
+    from tests.support.stacks import Api
+
+    tenant = Api(stack.api, "e2e-tenant")
+    job = {"command": ["true"], "ranks": 1, "gpu_type": "none-settings",
+           "priority_class": "settings-test"}
+
+    def created() -> int:
+        return tenant.post("/v1/jobs", json=job).status_code
+
+    assert created() == 400, "no such class yet"
+    url = stack.api + "/_local/settings"
+    for token in (None, "not-the-token", "e2e-ops"):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        r = requests.put(url, json={"GPUJOBS_NODE_DOWN_AFTER_S": "1"}, headers=headers,
+                         timeout=10)
+        assert r.status_code == 404, r.text
+    classes = json.dumps({"settings-test": {"value": 5}})
+    with stack.settings(GPUJOBS_PRIORITY_CLASSES=classes) as now:
+        assert now["GPUJOBS_PRIORITY_CLASSES"] == classes
+        assert created() == 201, "the services were built again with the new classes"
+        owner = {"Authorization": f"Bearer {stack.settings_token}"}
+        for bad, named in (({"GPUJOBS_JOBS_TABLE": "x"}, "GPUJOBS_JOBS_TABLE"),
+                           ({"GPUJOBS_PRIORITY_CLASSES": "{"}, "GPUJOBS_PRIORITY_CLASSES"),
+                           ({"GPUJOBS_SCAN_PERIOD_S": "0"}, "GPUJOBS_SCAN_PERIOD_S"),
+                           ({"GPUJOBS_NODE_DOWN_AFTER_S": 6}, "GPUJOBS_NODE_DOWN_AFTER_S")):
+            r = requests.put(url, json=bad, headers=owner, timeout=10)
+            assert r.status_code == 400 and named in r.json()["detail"], r.text
+        assert created() == 201, "a refused change changed nothing"
+    assert created() == 400, "the stack's own classes again after the block"

@@ -3,31 +3,46 @@
 # runs each job's ranks as a uid of its own, and a job's `python` is the
 # virtualenv's (devstack/interpreter.py says how it picks; PYTHON=... overrides)
 PYTHON ?= $(shell python3 devstack/interpreter.py)
-VENV   ?= .venv
+# ... and those uids must pass through every folder above a virtualenv, which a
+# checkout under a folder others cannot search (a 0700 /root, mktemp -d) never
+# lets them: as root there, the virtualenvs live in /var/tmp/gpujobs-<hash of
+# the checkout's path>/ instead, .venv and .venv-torch in the checkout linking to
+# them; anywhere else, in the checkout (devstack/reach.py). VENV=... overrides
+VENV   ?= $(shell python3 -m devstack.reach .venv)
+VENV   := $(VENV)
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml | cksum | cut -d' ' -f1)
+# the rank-side helper is copied into it too: a job's `python` imports it also
+# where the agent's own copy (agent/rankside, first on the ranks' PYTHONPATH) is
+# out of the ranks' reach
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml agent/rankside/gpujobs_heartbeat.py | cksum | cut -d' ' -f1)
 
 STAGE  ?= dev
 
 # the real-torch tests' own virtualenv (requirements-torch.txt and the rank-side
 # helper, agent/rankside), kept across runs: a machine pays for torch once
-TORCH_VENV  ?= .venv-torch
+TORCH_VENV  ?= $(shell python3 -m devstack.reach .venv-torch)
+TORCH_VENV  := $(TORCH_VENV)
+ifeq ($(and $(VENV),$(TORCH_VENV)),)
+$(error no place for the virtualenvs: devstack/reach.py says why above)
+endif
 TORCH_PY    := $(TORCH_VENV)/bin/python
 TORCH_STAMP := $(TORCH_VENV)/.installed-$(shell cat requirements-torch.txt agent/rankside/pyproject.toml agent/rankside/gpujobs_heartbeat.py | cksum | cut -d' ' -f1)
 
-.PHONY: up test test-fast lint fmt bench bench-quick record-torch clean package browser torch-venv
+.PHONY: up test test-fast lint fmt bench bench-quick bench-scale record-torch clean package browser torch-venv
 
 # bash for pipefail: the install's output is filtered to one line a package
 SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml agent/rankside/gpujobs_heartbeat.py
 	@test -x $(PY) || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	@echo "==> installing requirements-dev.txt into $(VENV), pinned by constraints.txt" \
 	      "($$(grep -c '==' constraints.txt) pins; a few minutes on a fresh machine)"
 	@$(PY) -m pip install --disable-pip-version-check --progress-bar off \
 	    -r requirements-dev.txt -c constraints.txt \
 	  | sed -un -e 's/^Collecting \([^ ]*\).*/    \1/p' -e 's/^Successfully installed.*/    done/p'
+	@install -m 0644 agent/rankside/gpujobs_heartbeat.py \
+	    "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -82,16 +97,17 @@ test: $(STAMP) $(TORCH_STAMP) lint browser package
 	@echo "==> running every test on 2 workers (pytest prints how long they took)"
 	@rm -rf $(IAM_RECORDS) && mkdir -p $(IAM_RECORDS)
 	IAM_RECORD_DIR=$(IAM_RECORDS) GPUJOBS_BUNDLE=build/$(STAGE) \
-	  GPUJOBS_TORCH_PYTHON=$(CURDIR)/$(TORCH_PY) GPUJOBS_REQUIRE_TORCH=1 \
-	  $(PY) -m pytest -n 2 --dist loadfile -m "not iam_last"
+	  GPUJOBS_TORCH_PYTHON=$(abspath $(TORCH_PY)) GPUJOBS_REQUIRE_TORCH=1 \
+	  $(PY) -m pytest -n 2 --dist loadfile -m "not iam_last and not scale"
 	@echo "==> the IAM policies against every AWS call recorded above"
 	IAM_RECORD_DIR=$(IAM_RECORDS) $(PY) -m pytest -q tests/test_iam_policy.py -m iam_last
 
 ## test-fast: the domain, the service logic on the in-memory fakes and the fakes'
-## side of the contract suite; no moto, no stack, no processes (well under 60 s)
+## side of the contract suite; no moto, no stack, no processes, and not the few
+## tests marked slow (their largest sizes; make test runs them): under 15 s
 FAST_TESTS := tests/unit tests/service tests/contract tests/test_openapi.py
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not moto and not e2e" $(FAST_TESTS)
+	$(PY) -m pytest -q -m "not moto and not e2e and not slow" $(FAST_TESTS)
 
 ## bench: ratios against a baseline measured in the same run, each script's
 ## time after it (docs/benchmarks.md: about 7 minutes on 2 cores); V=1 shows
@@ -104,6 +120,15 @@ bench: $(STAMP) browser
 	  total=$$(( total + took )); echo "== bench/$$b.py: $$took s"; done; \
 	  echo "== make bench: $$total s"
 
+## bench-scale: the runs at the API's largest sizes, each with its verdict (pass or
+## fail) and its time: the 65,536-rank whole-job hang on every surface (the tests
+## marked scale; make test runs their 1,024-rank size) and bench/arrays.py's
+## 10,000-index arrays (docs/benchmarks.md: about 15 minutes on 2 cores)
+bench-scale: export GPUJOBS_VERBOSE = $(V)
+bench-scale: $(STAMP) browser
+	$(PY) -m pytest -m scale --durations=0 -p no:cacheprovider tests
+	$(PY) bench/arrays.py
+
 ## bench-quick: every script with --quick, as the test suite runs them (about a minute)
 bench-quick: $(STAMP)
 	$(PY) -m pytest tests/test_bench_smoke.py -q
@@ -111,7 +136,7 @@ bench-quick: $(STAMP)
 ## record-torch: re-record bench/traces/torch_ddp.json, the real DDP runs bench/stall_sim.py
 ## draws its torch-shaped scenario from and compares against (6 to 9 minutes on 2 cores)
 record-torch: $(STAMP) $(TORCH_STAMP)
-	GPUJOBS_TORCH_PYTHON=$(CURDIR)/$(TORCH_PY) $(PY) bench/record_torch.py
+	GPUJOBS_TORCH_PYTHON=$(abspath $(TORCH_PY)) $(PY) bench/record_torch.py
 
 ## package: the deployable bundle of STAGE (default dev): build/STAGE/sam.json, deployment.zip
 package: $(STAMP)

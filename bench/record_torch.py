@@ -56,10 +56,11 @@ if str(ROOT) not in sys.path:
 
 import _quiet  # noqa: E402,F401 - no INFO logs unless GPUJOBS_VERBOSE=1
 
+from devstack.reach import examples  # noqa: E402
 from devstack.stack import Api, start_stack  # noqa: E402
 
 TOKENS = [{"token": "bench", "tenant": "bench"}]
-DDP = str(ROOT / "examples" / "ddp_train.py")
+DDP = str(examples() / "ddp_train.py")  # where the ranks can read it (devstack/reach.py)
 OUT = ROOT / "bench" / "traces" / "torch_ddp.json"
 #: the agent_stack fixture's settings (tests/conftest.py)
 STACK_ENV = {"GPUJOBS_AGENTS": "2", "GPUJOBS_GPUS_PER_AGENT": "4", "GPUJOBS_SCAN_PERIOD_S": "1",

@@ -12,7 +12,10 @@ on while the stack is down, as on a real host, and the next stack's agents
 adopt them. GPUJOBS_EPHEMERAL=1 runs a throwaway stack in a folder of its
 own, whose ranks stop with it and which is removed when it stops (and by the
 next start if it was killed). Nothing is written to the system's temporary
-folder.
+folder. As root in a checkout other users cannot reach, the agents' folders
+(which ranks pass through) are in its folder of devstack/reach.py instead,
+and the agents run there, beside a copy of examples/ (devstack/agents.py,
+ranks_side); the stack says so in one line as it starts them.
 """
 from __future__ import annotations
 
@@ -188,6 +191,13 @@ class Timer(threading.Thread):
     def __init__(self, name: str, period_s: float, fn, stop: threading.Event) -> None:
         super().__init__(name=f"timer-{name}", daemon=True)
         self._period, self._fn, self._halt = period_s, fn, stop
+        self._next_at = time.monotonic() + period_s
+
+    def set_period(self, period_s: float) -> None:
+        """Runs every ``period_s`` from now on (devstack/settings.py); the next
+        run is no later than one new period away."""
+        self._period = period_s
+        self._next_at = min(self._next_at, time.monotonic() + period_s)
 
     def run(self) -> None:
         event = {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events",
@@ -195,16 +205,18 @@ class Timer(threading.Thread):
                  "detail": {}, "id": "local", "time": ""}
         # runs start at fixed period boundaries, as EventBridge's do: a slow run
         # shortens the wait before the next one instead of pushing it back (a
-        # run that overran whole periods skips the starts it missed)
-        next_at = time.monotonic() + self._period
-        while not self._halt.wait(max(0.0, next_at - time.monotonic())):
+        # run that overran whole periods skips the starts it missed); the wait
+        # is cut in half-seconds so that a shorter period (set_period) applies
+        while not self._halt.wait(min(0.5, max(0.0, self._next_at - time.monotonic()))):
+            if time.monotonic() < self._next_at:
+                continue
             try:
                 self._fn(event, None)
             except ServiceUnavailable as e:
                 log.warning("scheduled function %s: %s", self.name, e.detail)
             except Exception:  # noqa: BLE001 - keep the timer alive, say what broke
                 log.exception("scheduled function %s failed", self.name)
-            next_at = next_period_start(next_at, self._period, time.monotonic())
+            self._next_at = next_period_start(self._next_at, self._period, time.monotonic())
 
 
 def next_period_start(last_start: float, period: float, now: float) -> float:
@@ -285,10 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     agents_count = _int_env("GPUJOBS_AGENTS", 2)
     gpus_per_agent = _int_env("GPUJOBS_GPUS_PER_AGENT", 8, minimum=1)
     scan_period_s = _float_env("GPUJOBS_SCAN_PERIOD_S", 5)
-    state, ephemeral = _state_dir()
     from devstack.agents import agents_folder
+    from devstack.reach import Refused
 
-    workdir = agents_folder(_state_root(), state)
+    try:
+        state, ephemeral = _state_dir()
+        workdir = agents_folder(_state_root(), state)
+    except Refused as e:  # devstack/reach.py: a folder there not to trust
+        sys.exit(f"gpujobs: {e}")
     try:
         return _run(port, agents_count, gpus_per_agent, scan_period_s, state, workdir,
                     ephemeral)
@@ -363,8 +379,16 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
 
         import app as gpujobs  # the same app object Lambda runs
         from devstack.server import make_server
+        from devstack.settings import Settings
 
-        server = make_server(gpujobs.app, "127.0.0.1", port)
+        timers: list[Timer] = []
+        # tests set what they vary on a running stack (devstack/settings.py)
+        def scan_period(period_s: float) -> None:
+            for timer in timers:
+                timer.set_period(period_s)
+
+        settings = Settings.from_env(scan_period)
+        server = make_server(gpujobs.app, "127.0.0.1", port, settings=settings)
         port = server.server.server_address[1]
         threading.Thread(target=server.server.serve_forever, name="api", daemon=True).start()
         from chalicelib.bootstrap import services
@@ -390,10 +414,11 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
                 print("gpujobs: the simulated agents did not register", file=sys.stderr,
                       flush=True)
                 return 1
+        timers += [Timer("place", scan_period_s, gpujobs.place, stop),
+                   Timer("reconcile", scan_period_s, gpujobs.reconcile, stop),
+                   Timer("scan", scan_period_s, gpujobs.scan, stop)]
         workers = [
-            Timer("place", scan_period_s, gpujobs.place, stop),
-            Timer("reconcile", scan_period_s, gpujobs.reconcile, stop),
-            Timer("scan", scan_period_s, gpujobs.scan, stop),
+            *timers,
             QueueConsumer("place_on_nudge", os.environ["GPUJOBS_PENDING_QUEUE_URL"],
                           gpujobs.place_on_nudge, stop, endpoint_url=moto.endpoint_url),
             QueueConsumer("scan_shard", os.environ["GPUJOBS_SCAN_QUEUE_URL"],

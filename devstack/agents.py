@@ -76,8 +76,14 @@ def agents_folder(root: pathlib.Path, state: pathlib.Path) -> pathlib.Path:
     """Where a stack's agents keep their homes (token, state, logs): beside
     the stack's state folder ``root`` (``<root>-agents``), never in it, so
     that stays 0700 while a rank's uid passes through this one; a throwaway
-    stack's (``state``, below ``root``) in a folder of its name there."""
+    stack's (``state``, below ``root``) in a folder of its name there. One
+    the checkout would hold, in a checkout out of the ranks' reach, is in
+    its folder of devstack/reach.py, under the same name."""
+    from devstack import reach
+
     base = root.with_name(root.name + "-agents")
+    if base.resolve().is_relative_to(ROOT):
+        base = reach.place(str(base.resolve().relative_to(ROOT)))
     return base if state == root else base / state.name
 
 
@@ -90,28 +96,56 @@ def agent_environment(environ: dict[str, str]) -> dict[str, str]:
     loudly (docs/security.md).
 
     Its PATH starts with the stack's own interpreter's folder (the
-    virtualenv's ``bin``), so a job's ``python`` is that one: made from a
+    virtualenv's ``bin``, its real path: not through the checkout's ``.venv``
+    link, devstack/reach.py), so a job's ``python`` is that one: made from a
     python3 every user can run (devstack/interpreter.py), which a rank's uid
     can start, and what ``make up``'s user has in mind."""
     env = {k: v for k, v in environ.items() if k not in NOT_FOR_AGENTS}
-    own = os.path.dirname(sys.executable)
+    own = own_bin()
     env["PATH"] = os.pathsep.join(
         [own, *(p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != own)])
     return env
 
 
+def own_bin() -> str:
+    """The real folder of the stack's own interpreter: a job's ``python``."""
+    return os.path.realpath(os.path.dirname(sys.executable))
+
+
 def unreachable_python(python: str) -> str | None:
     """What to tell the user when a job's ``python`` (the stack's own, first
     on the agents' PATH) is one a rank's uid cannot start: a virtualenv made
-    before the Makefile chose a python3 every user can run."""
+    before the Makefile chose a python3 every user can run, or in a checkout
+    out of other users' reach (devstack/reach.py)."""
     from devstack.interpreter import reachable_by_others
 
     if reachable_by_others(python, want=stat.S_IXOTH):
         return None
     return (f"gpujobs: WARNING: ranks run as uids of their own, and cannot start this "
-            f"stack's python ({os.path.realpath(python)} is out of other users' reach): a "
-            f"job's `python` will fail with 'Permission denied'. Make the virtualenvs again "
-            f"from a python3 every user can run: rm -rf .venv .venv-torch && make up")
+            f"stack's python ({python} is out of other users' reach): a job's `python` "
+            f"will fail with 'Permission denied'. Make the virtualenvs again where every "
+            f"user can run them: rm -rf .venv .venv-torch && make up")
+
+
+def ranks_side(env: dict[str, str]) -> tuple[pathlib.Path, str | None]:
+    """The agents' working directory (a rank's, unless its job names one)
+    and what to tell the user at start. In a checkout others can reach, or
+    not as root: the checkout, nothing to say. Else (devstack/reach.py) its
+    folder there, which holds a copy of ``examples/`` (a job's ``python3
+    examples/hang.py`` runs it), and ``env`` gets the checkout on its
+    PYTHONPATH (``python -m agent`` no longer starts in it; the agent's
+    PYTHONPATH never reaches a rank)."""
+    from devstack import reach
+
+    if not reach.needed():
+        return ROOT, None
+    where = reach.examples().parent
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    walled = "; a job's ranks, uids of their own, cannot read any other file of the checkout"
+    return where, (
+        f"gpujobs: this checkout is out of other users' reach ({reach.out_of_reach()} lacks "
+        f"o+x): the virtualenvs, the agents' folders and a copy of examples/ (the agents' "
+        f"working directory) are in {where}{walled if isolated(env) else ''}")
 
 
 def isolated(env: dict[str, str]) -> bool:
@@ -170,9 +204,12 @@ class Agents:
     def start(self, api_url: str) -> None:
         env = agent_environment(dict(os.environ))
         traversable = isolated(env)
+        cwd, notice = ranks_side(env) if self.nodes else (ROOT, None)
+        if notice:
+            print(notice, flush=True)
         if traversable:
             make_traversable(self._workdir)
-            warning = unreachable_python(sys.executable)
+            warning = unreachable_python(os.path.join(own_bin(), os.path.basename(sys.executable)))
             if warning:
                 print(warning, file=sys.stderr, flush=True)
         for node in self.nodes:
@@ -186,7 +223,7 @@ class Agents:
                                   "GPUJOBS_AGENT_NODE_HEARTBEAT_S", "5"),
                               log_level=os.environ.get("GPUJOBS_AGENT_LOG_LEVEL", "WARNING"),
                               extra=("--log-dir", str(home / "logs"), "--address", "127.0.0.1")),
-                cwd=ROOT, env=env, preexec_fn=_die_with_parent))
+                cwd=cwd, env=env, preexec_fn=_die_with_parent))
 
     def stop(self, timeout: float = 10, *, keep_ranks: bool = False) -> None:
         """Stop the agents. Their ranks keep running, as on a real host, for

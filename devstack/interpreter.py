@@ -28,23 +28,34 @@ PROBE = ("import sys, sysconfig, venv, ensurepip; "
          "print(sys.version_info >= (3, 11)); print(sysconfig.get_paths()['stdlib'])")
 
 
+def blocking_folder(folder: str) -> str | None:
+    """The first of ``folder`` and the folders above it that others may not
+    search (no o+x, or not there), or None when they all may."""
+    while True:
+        try:
+            if not os.stat(folder).st_mode & stat.S_IXOTH:
+                return folder
+        except OSError:
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
 def reachable_by_others(path: str, *, want: int = stat.S_IROTH) -> bool:
     """``path`` (its real file) has ``want`` for others, and every folder
-    above it lets others search it."""
+    above it lets others search it: above the path as given (a virtualenv's
+    ``bin/python`` is a link, reached through the virtualenv's folders) and
+    above the real file it names."""
     real = os.path.realpath(path)
     try:
         if not os.stat(real).st_mode & want:
             return False
-        folder = os.path.dirname(real)
-        while True:
-            if not os.stat(folder).st_mode & stat.S_IXOTH:
-                return False
-            parent = os.path.dirname(folder)
-            if parent == folder:
-                return True
-            folder = parent
     except OSError:
         return False
+    return all(blocking_folder(os.path.dirname(p)) is None
+               for p in (os.path.abspath(path), real))
 
 
 def why_not(python: str) -> str | None:

@@ -56,7 +56,7 @@ def test_a_job_s_python_is_the_stack_s_own_interpreter():
     interpreter, once; the rest of the PATH follows in its order."""
     import sys
 
-    own = os.path.dirname(sys.executable)
+    own = os.path.realpath(os.path.dirname(sys.executable))  # not through a .venv link
     env = agent_environment({"PATH": f"/usr/bin:{own}:/bin"})
     assert env["PATH"] == f"{own}:/usr/bin:/bin"
 

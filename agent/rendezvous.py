@@ -1,8 +1,9 @@
 """The rendezvous port on the node that holds rank 0: checked free, then held.
 
 Every node of an attempt reads the same ``MASTER_PORT`` from its LAUNCH (the
-control plane derives it from the job id and the attempt,
-``chalicelib/domain/wire.py`` ``master_port``, below Linux's ephemeral range);
+control plane draws it at random when it places the attempt,
+``chalicelib/domain/wire.py`` ``new_master_port``, below Linux's ephemeral
+range, so that no other tenant can tell it beforehand from the job id);
 rank 0 listens on it (torch's TCPStore) and every other rank connects to it.
 Only the node holding rank 0 can see whether the port is free, and it cannot
 tell the other nodes about another port: a LAUNCH has no field for it and the

@@ -56,6 +56,7 @@ import gc
 import json
 import pathlib
 import random
+import re
 import statistics
 import sys
 import time
@@ -233,7 +234,7 @@ class Scale:
             intent = launch_intent(job, attempt, plan.ranks_by_node,
                                    {n: self.urls[n] for n in plan.ranks_by_node},
                                    master_addr=first,
-                                   master_port=placement.master_port(job.job_id, attempt))
+                                   master_port=placement.new_master_port())
             now = utcnow()
             items = place_writes(job, plan, intent, now,
                                  plus(now, self.cfg.cancel_resend_after_s),
@@ -359,10 +360,9 @@ class Scale:
             raise Fail(f"parity N={self.n_nodes}: placement lowered the tenant's PENDING "
                        f"count by {theirs['PENDING count']}, the baseline by {pending}")
         ours = self.items(job_ids)
-        from chalicelib.domain.placement import master_port
-
-        # a LAUNCH message's port is derived from the job id
-        ids = [f'"master_port":{master_port(j, 1)}' for j in theirs["ids"] + ours["ids"]]
+        # a LAUNCH message's port is drawn when its attempt is placed
+        held = json.dumps([theirs, ours], default=str)
+        ids = sorted({f'"master_port":{p}' for p in re.findall(r'master_port\\":(\d+)', held)})
         ids += theirs["ids"] + ours["ids"]
         compared = 0
         for index in job_ids:

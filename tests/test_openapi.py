@@ -41,10 +41,10 @@ from chalicelib.domain.ids import JOB_ID_RE, new_job_id  # noqa: E402
 from chalicelib.domain.intents import cancel_intent, launch_intent  # noqa: E402
 from chalicelib.domain.jobs import Job, with_defaults  # noqa: E402
 from chalicelib.domain.nodes import NODE_ID_RE, Node, NodeState, cordon_of  # noqa: E402
-from chalicelib.domain.placement import master_port  # noqa: E402
 from chalicelib.domain.principal import Principal  # noqa: E402
 from chalicelib.domain.stall import Beat  # noqa: E402
 from chalicelib.domain.states import Event, JobState  # noqa: E402
+from chalicelib.domain.wire import master_port  # noqa: E402
 from chalicelib.service.attempts import AttemptsService  # noqa: E402
 from chalicelib.service.dispatch import Dispatcher  # noqa: E402
 from chalicelib.service.heartbeats import HeartbeatsService  # noqa: E402

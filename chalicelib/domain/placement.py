@@ -15,7 +15,7 @@ from .attempts import placement_of
 from .clock import iso, parse_iso
 
 # the attempt's rendezvous port is part of the wire schema (the agent's default too)
-from .wire import master_port as master_port
+from .wire import new_master_port as new_master_port
 
 #: TransactWriteItems holds 100 items: the job, its attempt, its LAUNCH intent,
 #: one capacity update per node, and the tenant's PENDING count

@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 LAUNCH, CANCEL = "LAUNCH", "CANCEL"
 
 #: job ids become directory names on the hosts (logs, exit files), so the agent
 #: holds them to a conservative alphabet; every id ids.new_job_id makes fits it
 JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-#: rendezvous ports derived from the job and attempt: 20000..32767, below
+#: rendezvous ports: 20000..32767, below
 #: Linux's default ephemeral range (net.ipv4.ip_local_port_range, 32768-60999),
 #: from which every outgoing connection on the host takes its local port, so
 #: no connection can already hold the port by chance; the agent holding rank 0
@@ -56,11 +57,18 @@ class MessageError(ValueError):
     """The message cannot be acted on as it is."""
 
 
+def new_master_port(randbelow: Callable[[int], int] = secrets.randbelow) -> int:
+    """A new attempt's rendezvous port, sent in its LAUNCH to every node: any
+    of the range, drawn when the attempt is placed, so that nobody can tell
+    it from the job id beforehand (job ids are visible in ``ps``) and hold it
+    to fail another tenant's attempt."""
+    return MASTER_PORT_MIN + randbelow(MASTER_PORT_SPAN)
+
+
 def master_port(job_id: str, attempt: int) -> int:
-    """The attempt's rendezvous port: the one the control plane sends, and the
-    one an agent takes for a LAUNCH that names none. The same on every node
-    without coordination (a CRC, not Python's ``hash()``, which is salted per
-    process)."""
+    """The port an agent takes for a LAUNCH that names none (one sent before
+    LAUNCHes carried the port). The same on every node without coordination
+    (a CRC, not Python's ``hash()``, which is salted per process)."""
     return MASTER_PORT_MIN + zlib.crc32(f"{job_id}#{attempt}".encode()) % MASTER_PORT_SPAN
 
 

@@ -493,7 +493,7 @@ class Placer:
                 job, attempt, plan.ranks_by_node,
                 {n: pool.node(n).inbox_queue_url for n in plan.ranks_by_node},
                 master_addr=pool.node(first).address,
-                master_port=placement.master_port(job.job_id, attempt))
+                master_port=placement.new_master_port())
             now = self._clock()
             try:
                 # the LAUNCH intent is durable before it is sent: a placer that

@@ -20,8 +20,8 @@ from chalicelib.domain.health import initial_health
 from chalicelib.domain.ids import new_job_id
 from chalicelib.domain.intents import cancel_intent, launch_intent
 from chalicelib.domain.jobs import Job, with_defaults
-from chalicelib.domain.placement import master_port
 from chalicelib.domain.states import JobState
+from chalicelib.domain.wire import master_port
 from chalicelib.service.dispatch import Dispatcher
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

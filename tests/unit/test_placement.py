@@ -4,8 +4,8 @@ from hypothesis import given, strategies as st
 from chalicelib.domain.placement import (
     MAX_NODES_PER_GANG,
     Candidate,
-    master_port,
     never_fits,
+    new_master_port,
     plan,
     queue_key,
 )
@@ -62,9 +62,13 @@ def test_queue_key_orders_by_priority_then_age():
                             queue_key(0, "job_B"), queue_key(-3, "job_0")]
 
 
-def test_the_rendezvous_port_is_stable_and_in_range():
-    assert master_port("job_x", 1) == master_port("job_x", 1)
-    assert 20000 <= master_port("job_x", 2) < 32768
+def test_a_new_attempts_rendezvous_port_is_drawn_over_the_whole_range():
+    """Invariant: the port is in 20000..32767, both ends included, and drawn
+    from the source of randomness, not from anything a tenant can read."""
+    assert new_master_port(lambda n: 0) == 20000
+    assert new_master_port(lambda n: n - 1) == 32767
+    drawn = {new_master_port() for _ in range(64)}
+    assert all(20000 <= p <= 32767 for p in drawn) and len(drawn) > 32
 
 
 # -- issue 9: fairness between tenants --------------------------------------------

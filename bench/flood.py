@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import harness  # noqa: E402
 from devstack.stack import Api, start_stack  # noqa: E402
-from tests.e2e.jobs import real_agents  # noqa: E402
+from tests.support.agents import real_agents  # noqa: E402
 
 #: real_agents reads its nodes as e2e-tenant; its agent token is e2e-<node>-agent
 TOKENS = [{"token": "e2e-tenant", "tenant": "e2e"}, {"token": "globex", "tenant": "globex"},

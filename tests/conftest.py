@@ -9,6 +9,10 @@ import pytest
 
 pytest_plugins = ["tests.iam_recorder"]
 
+# the shared helpers' asserts explain their failures as a test's own do
+pytest.register_assert_rewrite("tests.support", "tests.agent.harness", "tests.contract.ports",
+                               "tests.service.helpers")
+
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -16,7 +20,7 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 #: fixtures that start the moto server, or the local stack, for a test
 _MOTO_FIXTURES = frozenset({"moto_server", "aws_env", "fresh_env", "_whole_table_env"})
-_E2E_FIXTURES = frozenset({"stack", "agent_stack"})
+_E2E_FIXTURES = frozenset({"stack", "nodes_stack", "agent_stack"})
 _E2E_DIRS = frozenset({"e2e", "browser", "package"})
 
 
@@ -204,9 +208,25 @@ def client(services):
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory):
     """No agents: jobs stay PENDING, and a cancel is the control plane's alone."""
-    from tests.stacks import TOKENS, start_stack
+    from tests.support.stacks import TOKENS, start_stack
 
     s = start_stack(tmp_path_factory.mktemp("stack"), TOKENS)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="session")
+def nodes_stack(tmp_path_factory):
+    """For the modules that start real agents of their own, each for nodes
+    and a GPU type no other test uses (tests/support/agents.py), and set
+    what they vary on it while they run (tests/support/stacks.py borrowed).
+    Not ``stack``: other tests' jobs that take any GPU type wait there, and
+    would take these nodes the moment they register."""
+    from tests.support.stacks import TOKENS, start_stack
+
+    s = start_stack(tmp_path_factory.mktemp("nodes"), TOKENS)
     try:
         yield s
     finally:
@@ -223,7 +243,7 @@ def agent_stack(tmp_path_factory):
     out of service (issue 28's FailureWatch) for every later test of the
     session, which then waits for GPUs that never come. tests/e2e/test_drain.py
     tests the auto-cordon on a stack of its own."""
-    from tests.stacks import TOKENS, start_stack
+    from tests.support.stacks import TOKENS, start_stack
 
     s = start_stack(tmp_path_factory.mktemp("agents"), TOKENS, GPUJOBS_AGENTS="2",
                     GPUJOBS_GPUS_PER_AGENT="4", GPUJOBS_SCAN_PERIOD_S="1",

@@ -8,8 +8,10 @@ import sys
 
 from agent.api import AttemptGone
 from agent.beats import BeatPoster
+from tests.support.procs import alive
+from tests.support.waits import wait_until
 
-from .conftest import alive, group_commands, launch, message, run_until, wait_until
+from .harness import group_commands, launch, message, run_until
 
 NODE = {"node_id": "node-1"}
 #: beats once, then sleeps; ignores SIGTERM, so only the SIGKILL after the grace ends it

@@ -12,8 +12,10 @@ from agent.core import Outcome
 from agent.messages import master_port
 from agent.ranks import ProcTable
 from agent.records import lines_of
+from tests.support.procs import alive
+from tests.support.waits import wait_until
 
-from .conftest import PY, RecordingLauncher, alive, cancel, launch, message, run_until, wait_until
+from .harness import PY, RecordingLauncher, cancel, launch, message, run_until
 
 NODE = {"node_id": "node-1"}
 

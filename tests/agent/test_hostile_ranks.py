@@ -25,8 +25,10 @@ import pytest
 
 from agent.uidpool import DEFAULT_RANK_UIDS
 from tests.hostile_ranks import HOSTILE, rank_python, steady
+from tests.support.procs import kill_ranks_in_state, stop_process
+from tests.support.waits import wait_until
 
-from .conftest import PY, kill_ranks_in_state, stop_process, wait_until
+from .harness import PY
 from .test_integration import AgentProcess, FakeControlPlane, send
 
 STEADY = steady(0.05)

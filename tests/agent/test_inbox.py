@@ -7,8 +7,7 @@ import threading
 import pytest
 
 from agent.inbox import InboxMessage, Poller, SqsInbox, endpoint_from_queue_url
-
-from .conftest import wait_until
+from tests.support.waits import wait_until
 
 
 @pytest.mark.parametrize("url,endpoint", [

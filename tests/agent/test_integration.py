@@ -16,8 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agent.records import lines_of
+from tests.support.procs import alive, kill_ranks_in_state, stop_process
+from tests.support.waits import wait_until
 
-from .conftest import PY, alive, kill_ranks_in_state, stop_process, wait_until
+from .harness import PY
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOKEN = "agent-token-1"

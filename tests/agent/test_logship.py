@@ -14,8 +14,9 @@ import pytest
 from agent import core, logship
 from agent.logship import Shipper
 from agent.records import agent_record
+from tests.support.waits import wait_until
 
-from .conftest import launch, message, run_until, wait_until
+from .harness import launch, message, run_until
 
 
 class Clock:

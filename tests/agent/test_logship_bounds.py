@@ -23,8 +23,9 @@ from botocore.exceptions import ClientError
 from agent import logship
 from agent.logship import Shipper
 from agent.records import agent_record
+from tests.support.waits import wait_until
 
-from .conftest import launch, message, run_until, wait_until
+from .harness import launch, message, run_until
 
 #: PutLogEvents' documented limits
 AWS_EVENT_BYTES, AWS_BATCH_BYTES, AWS_BATCH_EVENTS, AWS_OVERHEAD = 262_144, 1_048_576, 10_000, 26

@@ -13,8 +13,10 @@ from agent.ranks import LOST_EXIT_CODE, Launcher, ProcTable, Rank, catches, read
 from agent.records import lines_of, parse_file
 from agent.shim import FORWARDED, WARNINGS, read_exit_file
 from chalicelib.domain.wire import WARN_SIGNALS
+from tests.support.procs import alive
+from tests.support.waits import wait_until
 
-from .conftest import PY, alive, wait_until
+from .harness import PY
 
 
 def start(launched, tmp_path, command, name="r", env=None) -> Rank:

@@ -15,7 +15,7 @@ from agent.rendezvous import PORT_IN_USE, PortInUse, PortReservations, ephemeral
 from agent.shim import read_exit_file
 from chalicelib.domain import wire
 
-from .conftest import PY, launch, message, run_until
+from .harness import PY, launch, message, run_until
 from .test_core import phase
 
 NODE = {"node_id": "node-1"}

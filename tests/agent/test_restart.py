@@ -7,18 +7,10 @@ import pytest
 
 from agent.api import ApiError
 from agent.ranks import find_shims
+from tests.support.procs import alive
+from tests.support.waits import wait_until
 
-from .conftest import (
-    FakeApi,
-    RecordingLauncher,
-    alive,
-    cancel,
-    group_commands,
-    launch,
-    message,
-    run_until,
-    wait_until,
-)
+from .harness import FakeApi, RecordingLauncher, cancel, group_commands, launch, message, run_until
 
 NODE = {"node_id": "node-1"}
 

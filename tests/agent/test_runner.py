@@ -9,8 +9,10 @@ import pytest
 from agent.api import ApiError
 from agent.ranks import ProcTable
 from agent.runner import StateDirBusy, StateDirLock, _register, kill_recorded_ranks
+from tests.support.procs import alive
+from tests.support.waits import wait_until
 
-from .conftest import alive, launch, message, run_until, wait_until
+from .harness import launch, message, run_until
 
 
 class TickCounter:

@@ -17,8 +17,9 @@ from agent import shim
 from agent.ranks import Launcher
 from agent.records import Record, agent_record, lines_of, parse, parse_file
 from tests.hostile_ranks import bare_identity
+from tests.support.waits import wait_until
 
-from .conftest import PY, wait_until
+from .harness import PY
 
 
 def run(launched, tmp_path: Path, script: str, launcher: Launcher | None = None,

@@ -29,8 +29,9 @@ from agent.stacks import (
     report_stacks,
     source_line,
 )
+from tests.support.waits import wait_until
 
-from .conftest import cancel, launch, message, run_until, wait_until
+from .harness import cancel, launch, message, run_until
 from .test_beats import FakeApi, attempt, hb, writer
 
 PY_SPY = find_py_spy()

@@ -18,18 +18,18 @@ from agent.isolation import RankIdentity, give_checkpoint_dir
 from agent.shim import read_exit_file
 from agent.uidpool import UidPool, UidRange
 from tests.hostile_ranks import TEST_UID, bare_identity
+from tests.support.procs import alive
+from tests.support.waits import wait_until
 
-from .conftest import (
+from .harness import (
     PY,
     RecordingLauncher,
     World,
-    alive,
     cancel,
     group_commands,
     launch,
     message,
     run_until,
-    wait_until,
 )
 from .test_core import DUMP_ENV, read_envs
 

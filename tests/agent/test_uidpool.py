@@ -28,8 +28,9 @@ from agent.uidpool import (
     processes_by_uid,
 )
 from tests.hostile_ranks import rank_python
+from tests.support.waits import wait_until
 
-from .conftest import PY, RecordingLauncher, World, launch, message, run_until, wait_until
+from .harness import PY, RecordingLauncher, World, launch, message, run_until
 
 #: uids no passwd entry has, outside the default pool, for these tests alone
 FIRST = 79900

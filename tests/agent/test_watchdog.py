@@ -14,8 +14,8 @@ from agent import rankfiles
 from agent.__main__ import parse_settings
 from agent.runner import Settings, _loop
 from agent.watchdog import STALL_S, Watchdog
+from tests.support.waits import wait_until
 
-from .conftest import wait_until
 from .test_cli import REQUIRED, TOKEN
 
 

@@ -14,7 +14,7 @@ from selenium.webdriver.common.keys import Keys
 
 from devstack.browser import wide_job
 from tests.browser import ui
-from tests.browser.conftest import TENANT_TOKEN, submit, unique, wait_state
+from tests.support.browser import TENANT_TOKEN, submit, unique, wait_state
 
 XSS = "<img src=x onerror=alert(1)>"
 BLACK = [0, 0, 0]  # --hm-named: the outline of the verdict's cells, nowhere else in the map

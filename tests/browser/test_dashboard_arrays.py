@@ -11,7 +11,7 @@ import re
 from selenium.webdriver.common.by import By
 
 from tests.browser import ui
-from tests.browser.conftest import submit, unique, wait_state
+from tests.support.browser import submit, unique, wait_state
 
 ENDED = {"SUCCEEDED", "FAILED", "CANCELLED"}
 #: each index waits for its gate file, then exits with its OUTCOME (array.env)

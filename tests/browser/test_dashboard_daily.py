@@ -12,11 +12,11 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 
 from tests.browser import ui
-from tests.browser.conftest import submit, unique, wait_state
 from tests.browser.test_dashboard_glitches import answered
-from tests.stacks import Api
+from tests.support.browser import submit, unique, wait_state
+from tests.support.stacks import Api
 
-OTHER_TOKEN = "e2e-other"  # a second tenant of tests/stacks.TOKENS
+OTHER_TOKEN = "e2e-other"  # a second tenant of tests/support/stacks.TOKENS
 ENDED = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 

@@ -12,8 +12,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from tests.browser import ui
-from tests.browser.conftest import TENANT_TOKEN, submit, unique, wait_state
 from tests.browser.test_dashboard import fed
+from tests.support.browser import TENANT_TOKEN, submit, unique, wait_state
 
 
 def _cancel(api, job_id: str) -> None:

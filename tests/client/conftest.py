@@ -1,19 +1,13 @@
 """Fixtures for the SDK and CLI tests: a fake API server per test, stopped by
-its own handle; the client package importable even before `pip install -e`."""
+its own handle; the client package importable even before `pip install -e`
+(tests/support/cli.py puts it on ``sys.path``)."""
 from __future__ import annotations
-
-import pathlib
-import sys
 
 import pytest
 
-CLIENT_DIR = pathlib.Path(__file__).resolve().parents[2] / "client"
-try:
-    import gpujobs_client  # noqa: F401
-except ImportError:  # not installed into this interpreter: use the source tree
-    sys.path.insert(0, str(CLIENT_DIR))
+import tests.support.cli  # noqa: F401 - the client package on sys.path, if not installed
 
-from .fakeserver import FakeApi  # noqa: E402
+from .fakeserver import FakeApi
 
 
 @pytest.fixture
@@ -112,47 +106,3 @@ def agent_sdk(fake, policy):
         yield c
     finally:
         c.close()
-
-
-def cli_runner(api_url: str, config_home):
-    """Run ``gpujobs`` as a user does: a subprocess with the API URL and a tenant
-    token from the environment and an empty config directory. No traceback may
-    ever reach the user: ``ranks_output=True`` only where what is printed is
-    the ranks' own output (``gpujobs logs``), whose tracebacks are the job's."""
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOBS_")}
-    env.update({"GPUJOBS_API_URL": api_url, "GPUJOBS_TOKEN": "e2e-tenant",
-                "XDG_CONFIG_HOME": str(config_home), "COLUMNS": "200", "NO_COLOR": "1",
-                "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(CLIENT_DIR), env.get("PYTHONPATH")) if p)})
-
-    def run(*args: str, ranks_output: bool = False,
-            **extra_env: str) -> subprocess.CompletedProcess:
-        r = subprocess.run([sys.executable, "-m", "gpujobs_client.cli", *args],
-                           capture_output=True, text=True, timeout=120,
-                           env={**env, **extra_env})
-        assert ranks_output or "Traceback" not in r.stderr + r.stdout
-        return r
-    return run
-
-
-def logs_until(gpujobs, job_id: str, pattern: str, count: int, timeout: float = 60,
-               args: tuple[str, ...] = ()) -> str:
-    """`gpujobs logs JOB [args]` once it shows ``count`` lines matching
-    ``pattern`` (the agents ship the ranks' output every second or two), polled."""
-    import re
-    import time
-
-    deadline = time.monotonic() + timeout
-    out = ""
-    while time.monotonic() < deadline:
-        r = gpujobs("logs", job_id, *args, ranks_output=True)
-        assert r.returncode == 0, r.stderr
-        out = r.stdout + r.stderr
-        if len(re.findall(pattern, out)) >= count:
-            return out
-        time.sleep(0.5)
-    raise AssertionError(f"never {count} lines of {pattern!r} in the logs:\n{out}")

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from .conftest import CLIENT_DIR, cli_runner
+from tests.support.cli import CLIENT_DIR, cli_runner
 
 _ids = itertools.count(1)
 

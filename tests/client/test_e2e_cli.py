@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from .conftest import cli_runner
+from tests.support.cli import cli_runner
 
 pytestmark = pytest.mark.e2e
 

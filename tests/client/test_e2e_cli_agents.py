@@ -3,16 +3,16 @@ ranks naming a hung rank, cancel --wait of a running job."""
 from __future__ import annotations
 
 import json
-import pathlib
 import re
 import time
 
 import pytest
 
-from .conftest import cli_runner, logs_until
+from tests.support.cli import cli_runner, logs_until
+from tests.support.reach import example
 
 pytestmark = pytest.mark.e2e
-HANG = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "hang.py")
+HANG = example("hang.py")
 
 
 @pytest.fixture

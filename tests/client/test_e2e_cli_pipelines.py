@@ -14,7 +14,8 @@ import re
 
 import pytest
 
-from .conftest import cli_runner, logs_until
+from tests.support.cli import cli_runner, logs_until
+
 from .test_cli import panel
 
 pytestmark = pytest.mark.e2e

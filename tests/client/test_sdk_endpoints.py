@@ -207,7 +207,7 @@ def test_importing_the_package_does_not_import_requests_or_rich():
     import subprocess
     import sys
 
-    from .conftest import CLIENT_DIR
+    from tests.support.cli import CLIENT_DIR
     code = ("import sys, gpujobs_client, gpujobs_client.cli; "
             "print(sorted(m for m in ('requests', 'rich', 'yaml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

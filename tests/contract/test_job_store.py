@@ -468,6 +468,7 @@ def test_an_ended_attempt_records_the_stop_for_the_nodes_still_running(whole):
     assert (due.intent.intent_id, due.unacked) == ("CANCEL#1", {whole.node_id(0)})
 
 
+@pytest.mark.slow
 def test_a_65536_rank_attempt_records_every_report(ports):
     """Invariant (issue 30): an attempt's record grows with its nodes' reports,
     not its ranks. 65,536 ranks on 64 nodes of 1,024 GPUs start, then stop,

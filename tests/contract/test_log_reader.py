@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from chalicelib.adapters.log_reader import MAX_STREAM_NAMES
-from tests.contract.conftest import IMPLEMENTATIONS
+from tests.contract.ports import IMPLEMENTATIONS
 
 
 class Logs:

@@ -14,7 +14,7 @@ from botocore.client import BaseClient
 from chalicelib.adapters import models
 from chalicelib.domain.clock import utcnow
 from chalicelib.domain.nodes import NodeState
-from tests.contract.conftest import Ports, _real
+from tests.contract.ports import Ports, real_ports
 
 TEMPLATE = "infra/template.yaml"
 INDEXES = ("ready_by_type", "ready_any")
@@ -22,7 +22,7 @@ INDEXES = ("ready_by_type", "ready_any")
 
 @pytest.fixture
 def real(aws_env) -> Ports:
-    return _real(aws_env)
+    return real_ports(aws_env)
 
 
 @pytest.fixture

@@ -22,9 +22,10 @@ import sys
 import pytest
 
 from agent.uidpool import DEFAULT_RANK_UIDS, parse_range
-from tests.agent.conftest import alive
-from tests.e2e.jobs import ended, poll
-from tests.stacks import Api
+from tests.support.agents import ended
+from tests.support.procs import alive
+from tests.support.stacks import Api
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
 

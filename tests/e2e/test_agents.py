@@ -6,8 +6,10 @@ import time
 
 import pytest
 
-from tests.e2e.jobs import poll
-from tests.stacks import Api
+from tests.support.agents import reached
+from tests.support.reach import example
+from tests.support.stacks import Api
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
 
@@ -15,16 +17,6 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def tenant(agent_stack):
     return Api(agent_stack.api, "e2e-tenant")
-
-
-def wait_for(api: Api, job_id: str, states: set[str], timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = api.get(f"/v1/jobs/{job_id}").json()
-        if job["state"] in states:
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"{job_id} still {job['state']} after {timeout}s: {job}")
 
 
 def processes(marker: str) -> list[str]:
@@ -41,7 +33,7 @@ def test_the_agents_register_their_nodes(tenant):
 def test_a_two_rank_hello_reaches_succeeded(tenant):
     job = tenant.post("/v1/jobs", json={"command": ["python", "-c", "print('hello')"],
                                         "ranks": 2}).json()
-    done = wait_for(tenant, job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
+    done = reached(tenant, job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
     assert done["state"] == "SUCCEEDED", done
     assert done["exit"] == {"reason": "succeeded", "exit_code": 0}
     # the GPUs go back just after the job has ended (service/attempts.py: a job
@@ -54,7 +46,7 @@ def test_a_two_rank_hello_reaches_succeeded(tenant):
 def test_a_gang_wider_than_one_node_spans_two(tenant):
     job = tenant.post("/v1/jobs", json={"command": ["python", "-c", "pass"],
                                         "ranks": 6}).json()
-    assert wait_for(tenant, job["id"], {"SUCCEEDED", "FAILED"})["state"] == "SUCCEEDED"
+    assert reached(tenant, job["id"], {"SUCCEEDED", "FAILED"})["state"] == "SUCCEEDED"
     [attempt] = tenant.get(f"/v1/jobs/{job['id']}/attempts").json()["attempts"]
     assert {p["node_id"] for p in attempt["placement"]} == {"local-1", "local-2"}
 
@@ -63,7 +55,7 @@ def test_a_failing_rank_fails_the_job_with_its_exit_code(tenant):
     job = tenant.post("/v1/jobs", json={"command": ["python", "-c",
                                                     "import os,sys; sys.exit(3 if os.environ['RANK']=='1' else 0)"],
                                         "ranks": 2}).json()
-    done = wait_for(tenant, job["id"], {"SUCCEEDED", "FAILED"})
+    done = reached(tenant, job["id"], {"SUCCEEDED", "FAILED"})
     assert done["state"] == "FAILED"
     assert done["exit"]["exit_code"] == 3 and done["exit"]["rank"] == 1
 
@@ -71,12 +63,12 @@ def test_a_failing_rank_fails_the_job_with_its_exit_code(tenant):
 def test_a_cancelled_sleep_stops_within_seconds_and_its_processes_are_gone(tenant):
     marker = "sleep 613"
     job = tenant.post("/v1/jobs", json={"command": ["sleep", "613"], "ranks": 2}).json()
-    wait_for(tenant, job["id"], {"RUNNING"})
+    reached(tenant, job["id"], {"RUNNING"})
     assert processes(marker), "the ranks run as real processes"
     asked = time.monotonic()
     r = tenant.post(f"/v1/jobs/{job['id']}/cancel", json={"reason": "e2e"})
     assert r.status_code == 202
-    done = wait_for(tenant, job["id"], {"CANCELLED"}, timeout=20)
+    done = reached(tenant, job["id"], {"CANCELLED"}, timeout=20)
     assert time.monotonic() - asked < 10
     assert done["cancel_reason"] == "e2e"
     deadline = time.monotonic() + 5
@@ -116,7 +108,7 @@ def test_a_hung_rank_is_named_first_and_the_ranks_behind_it_after(tenant):
         "command": ["python", "-c", HANG], "ranks": 4,
         "heartbeat": {"interval_s": 1, "startup_grace_s": 10}}).json()
     try:
-        wait_for(tenant, job["id"], {"RUNNING"})
+        reached(tenant, job["id"], {"RUNNING"})
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             health = tenant.get(f"/v1/jobs/{job['id']}").json()["health"]
@@ -138,7 +130,7 @@ def test_a_hung_rank_is_named_first_and_the_ranks_behind_it_after(tenant):
         tenant.post(f"/v1/jobs/{job['id']}/cancel")
 
 
-RING = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "ring.py")
+RING = example("ring.py")
 
 
 def test_the_ring_names_the_rank_that_never_arrived_at_the_collective(tenant):
@@ -150,7 +142,7 @@ def test_the_ring_names_the_rank_that_never_arrived_at_the_collective(tenant):
         "env": {"HANG_RANK": "2", "HANG_STEP": "15", "STEP_S": "0.05"},
         "heartbeat": {"interval_s": 1, "startup_grace_s": 10}}).json()
     try:
-        wait_for(tenant, job["id"], {"RUNNING"})
+        reached(tenant, job["id"], {"RUNNING"})
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             health = tenant.get(f"/v1/jobs/{job['id']}").json()["health"]
@@ -185,7 +177,7 @@ def test_an_uninstrumented_sleep_is_watched_not_convicted_and_an_exited_rank_not
         "command": ["python", "-c", "import os,time\nif os.environ['RANK']=='1': time.sleep(600)"],
         "ranks": 2, "heartbeat": {"interval_s": 1, "startup_grace_s": 2}}).json()
     try:
-        wait_for(tenant, job["id"], {"RUNNING"})
+        reached(tenant, job["id"], {"RUNNING"})
         deadline = time.monotonic() + 60
         view = {}
         while time.monotonic() < deadline:

@@ -15,33 +15,28 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.conftest import cli_runner
-from tests.stacks import ROOT, TOKENS, Api, start_stack
-
-from .jobs import agent_token as token, job, log_lines, poll, real_agents
+from tests.support.agents import job, log_lines, real_agents
+from tests.support.cli import cli_runner
+from tests.support.reach import example
+from tests.support.stacks import Api, borrowed
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
 
 GPU_TYPE, FLAKY = "draingpu", "flakygpu"
 NODES = {"drain-1": GPU_TYPE, "drain-2": GPU_TYPE, "flaky-1": FLAKY}
 OPERATOR = "e2e-operator"
-EXAMPLE = str(ROOT / "examples" / "resume_training.py")
+EXAMPLE = example("resume_training.py")
 #: 10 s of steps: longer than a loaded machine takes to ship the first line
 #: and drain (at 40 steps of 0.1 s, a fresh clone's job once finished first)
 STEPS = "200"
 
 
 @pytest.fixture(scope="module")
-def drain_stack(tmp_path_factory):
-    s = start_stack(tmp_path_factory.mktemp("drain"),
-                    TOKENS + [{"token": token(n), "agent": n} for n in NODES]
-                    + [{"token": OPERATOR, "operator": "ops-oncall"}],
-                    GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S="0.5",
-                    GPUJOBS_AUTO_CORDON_FAILURES="2")
-    try:
+def drain_stack(nodes_stack):
+    with borrowed(nodes_stack, NODES, GPUJOBS_SCAN_PERIOD_S="0.5",
+                  GPUJOBS_AUTO_CORDON_FAILURES="2") as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from tests.stacks import TOKENS, Api, start_stack
-
-from .jobs import agent_token, job, poll, real_agents
+from tests.support.agents import agent_token, job, real_agents
+from tests.support.stacks import TOKENS, Api, start_stack
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
 
@@ -31,6 +31,8 @@ SMALL = {"name": "small", "command": ["sleep", "1"], "ranks": 1, "gpus_per_rank"
 
 @pytest.fixture(scope="module")
 def flood_stack(tmp_path_factory):
+    # a stack of its own: the flood's 520 never-fitting jobs stay queued, and
+    # no later module's placement run should have to pass them
     s = start_stack(tmp_path_factory.mktemp("flood"),
                     TOKENS + [{"token": agent_token(NODE), "agent": NODE}],
                     GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S=str(PERIOD_S))

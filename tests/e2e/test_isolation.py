@@ -17,12 +17,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
-from tests.agent.conftest import stop_agent
-from tests.stacks import ROOT, Api, start_stack
+from tests.support.agents import reached
+from tests.support.procs import stop_agent
+from tests.support.stacks import ROOT, Api, start_stack
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
 
@@ -128,34 +129,23 @@ def node_agent(iso_stack):
         shutil.rmtree(home, ignore_errors=True)
 
 
-def wait_for(fn, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_hostile_rank_finds_no_agent_credential_and_cannot_fail_another_tenants_job(
         iso_stack, node_agent):
     proc, home, user = node_agent
     a, b = Api(iso_stack.api, "iso-a"), Api(iso_stack.api, "iso-b")
-    node = wait_for(lambda: (r := b.get(f"/v1/nodes/{NODE}")).status_code == 200 and r.json(),
-                    "the node to register")
+    node = poll("the node to register",
+                lambda: (r := b.get(f"/v1/nodes/{NODE}")).status_code == 200 and r.json(), 60)
     assert node["isolation"] == ("user" if user else "none")
 
     victim = b.post("/v1/jobs", json={"command": ["sleep", "600"], "ranks": 1,
                                       "gpu_type": "iso"}).json()["id"]
-    wait_for(lambda: b.get(f"/v1/jobs/{victim}").json()["state"] == "RUNNING", "victim runs")
+    poll("victim runs", lambda: b.get(f"/v1/jobs/{victim}").json()["state"] == "RUNNING", 60)
     python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
     hostile = a.post("/v1/jobs", json={
         "command": [python, "-c", HOSTILE], "ranks": 1, "gpu_type": "iso",
         "env": {"API": iso_stack.api, "VICTIM": victim, "PLANTED": "planted-secret-42"}}
     ).json()["id"]
-    done = wait_for(lambda: (j := a.get(f"/v1/jobs/{hostile}").json())["state"] in (
-        "SUCCEEDED", "FAILED") and j, "the hostile rank to finish", timeout=120)
+    done = reached(a, hostile, {"SUCCEEDED", "FAILED"}, timeout=120)
     log = (home / "state" / "logs" / hostile / "1" / "rank-0.log").read_text()
     assert done["state"] == "SUCCEEDED", log
     report = json.loads(log.split("REPORT ", 1)[1])

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.conftest import cli_runner
-from tests.stacks import ROOT, TOKENS, Api, start_stack
-
-from .jobs import agent_token as token, ended, events, job, log_lines, poll, real_agents
+from tests.support.agents import ended, events, job, log_lines, real_agents
+from tests.support.cli import cli_runner
+from tests.support.reach import example
+from tests.support.stacks import Api, borrowed
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
 
@@ -29,19 +30,14 @@ GPU_TYPE, NODES = "lifegpu", ("life-1", "life-2")
 #: short enough for the lost-node test, long enough that a loaded machine
 #: does not take a live agent for lost (that would add uncounted retries)
 DOWN_AFTER_S = 6
-EXAMPLE = str(ROOT / "examples" / "resume_training.py")
+EXAMPLE = example("resume_training.py")
 
 
 @pytest.fixture(scope="module")
-def life_stack(tmp_path_factory):
-    s = start_stack(tmp_path_factory.mktemp("lifecycle"),
-                    TOKENS + [{"token": token(n), "agent": n} for n in NODES],
-                    GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S="0.5",
-                    GPUJOBS_NODE_DOWN_AFTER_S=str(DOWN_AFTER_S))
-    try:
+def life_stack(nodes_stack):
+    with borrowed(nodes_stack, NODES, GPUJOBS_SCAN_PERIOD_S="0.5",
+                  GPUJOBS_NODE_DOWN_AFTER_S=str(DOWN_AFTER_S)) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")

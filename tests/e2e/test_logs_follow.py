@@ -20,10 +20,10 @@ from datetime import datetime
 
 import pytest
 
-from tests.client.conftest import CLIENT_DIR
-from tests.stacks import TOKENS, Api, start_stack
-
-from .jobs import ended, job, poll, real_agents, start_agent
+from tests.support.agents import ended, job, real_agents, start_agent
+from tests.support.cli import CLIENT_DIR
+from tests.support.stacks import Api, borrowed
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
 
@@ -47,15 +47,13 @@ LINE_RE = re.compile(r"\[rank (\d)\] rank (\d) line (\d{5})")
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    """A stack of the module's own: on the session's, other tests' jobs that
-    take any GPU type (and wait, no node being there) took the follow nodes
-    the moment they registered, and this job never ran."""
-    s = start_stack(tmp_path_factory.mktemp("follow"), TOKENS, GPUJOBS_AGENTS="0")
-    try:
+def stack(nodes_stack):
+    """The stack for nodes of a module's own (tests/conftest.py): on the
+    session's agentless one, other tests' jobs that take any GPU type (and
+    wait, no node being there) took the follow nodes the moment they
+    registered, and this job never ran."""
+    with borrowed(nodes_stack, NODES) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 
 from chalicelib.domain.clock import parse_iso
-from tests.agent.conftest import alive, stop_agent, wait_until
 from tests.hostile_ranks import HOSTILE, KINDS, steady
-from tests.stacks import TOKENS, Api, start_stack
-
-from .jobs import ISOLATION, agent_token, start_agent
+from tests.support.agents import ISOLATION, start_agent
+from tests.support.cli import cli_runner
+from tests.support.procs import alive, stop_agent
+from tests.support.stacks import Api, borrowed
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
 
@@ -48,15 +49,10 @@ time.sleep(3600)
 
 
 @pytest.fixture(scope="module")
-def loss_stack(tmp_path_factory):
-    s = start_stack(tmp_path_factory.mktemp("node-loss"),
-                    TOKENS + [{"token": agent_token(NODE), "agent": NODE}],
-                    GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S="0.5",
-                    GPUJOBS_NODE_DOWN_AFTER_S=str(DOWN_AFTER_S))
-    try:
+def loss_stack(nodes_stack):
+    with borrowed(nodes_stack, [NODE], GPUJOBS_SCAN_PERIOD_S="0.5",
+                  GPUJOBS_NODE_DOWN_AFTER_S=str(DOWN_AFTER_S)) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture
@@ -73,11 +69,6 @@ def agent_proc(loss_stack, tmp_path, request):
     finally:
         stop_agent(proc, state_dir)
         log.close()
-
-
-def poll(what: str, fn, timeout: float = 60):
-    """wait_until with the question first, as these steps read."""
-    return wait_until(fn, timeout, 0.2, what)
 
 
 def node(tenant: Api) -> dict | None:
@@ -103,12 +94,13 @@ def state(tenant: Api, job_id: str) -> dict:
 def test_an_agent_paused_past_down_stops_the_failed_attempts_ranks_when_resumed(
         loss_stack, agent_proc, shared_dir):
     tenant = Api(loss_stack.api, "e2e-tenant")
-    poll("the agent's registration", lambda: (node(tenant) or {}).get("state") == "READY")
+    poll("the agent's registration", lambda: (node(tenant) or {}).get("state") == "READY",
+         timeout=60)
     assert node(tenant)["isolation"] == ISOLATION, "ranks run as make up's agents run them"
     first = submit(tenant, [sys.executable, "-c", RANK, str(shared_dir)])
-    poll("the first job RUNNING", lambda: state(tenant, first)["state"] == "RUNNING")
+    poll("the first job RUNNING", lambda: state(tenant, first)["state"] == "RUNNING", timeout=60)
     paths = [shared_dir / f"rank-{r}.pid" for r in (0, 1)]
-    poll("both ranks' pids", lambda: all(p.exists() for p in paths))
+    poll("both ranks' pids", lambda: all(p.exists() for p in paths), timeout=60)
     pids = [int(Path(p).read_text()) for p in paths]
     assert all(alive(p) for p in pids)
 
@@ -137,7 +129,7 @@ def test_an_agent_paused_past_down_stops_the_failed_attempts_ranks_when_resumed(
     assert {p["node_id"] for p in attempt["placement"]} == {NODE}
     back = poll("the node READY with every GPU free",
                 lambda: (lambda n: n if n["state"] == "READY" and n["gpus_free"] == 2
-                         else None)(node(tenant)))
+                         else None)(node(tenant)), timeout=60)
     assert back["gpus"] == 2
     assert agent_proc.poll() is None, "the agent runs on"
 
@@ -147,14 +139,13 @@ def test_a_busy_node_whose_call_ins_rest_is_kept_up_by_its_beats(loss_stack, age
     a heartbeat POST (one request an interval); its posts keep its node up.
     Its last call-in grows older than GPUJOBS_NODE_DOWN_AFTER_S, by far, and
     the node stays READY in the API and in `gpujobs nodes`, its job RUNNING."""
-    from .test_huge_hang import gpujobs
-
     tenant = Api(loss_stack.api, "e2e-tenant")
-    poll("the agent's registration", lambda: (node(tenant) or {}).get("state") == "READY")
+    poll("the agent's registration", lambda: (node(tenant) or {}).get("state") == "READY",
+         timeout=60)
     job = submit_one(tenant, [sys.executable, "-c", STEADY])
     try:
         poll("the job RUNNING and beating", lambda: state(tenant, job)["state"] == "RUNNING"
-             and (rank0(tenant, job)["step"] or 0) > 0)
+             and (rank0(tenant, job)["step"] or 0) > 0, timeout=60)
         longest, until = 0.0, time.monotonic() + 4 * DOWN_AFTER_S
         while time.monotonic() < until:  # every look: READY, the job running
             n = node(tenant)
@@ -164,12 +155,13 @@ def test_a_busy_node_whose_call_ins_rest_is_kept_up_by_its_beats(loss_stack, age
                                     ).total_seconds())
             time.sleep(0.3)
         assert longest > 2 * DOWN_AFTER_S, f"the last call-in was never older than {longest} s"
-        [row] = [line for line in gpujobs(loss_stack.api, tmp_path, "nodes").stdout.splitlines()
+        gpujobs = cli_runner(loss_stack.api, tmp_path)
+        [row] = [line for line in gpujobs("nodes").stdout.splitlines()
                  if line.startswith(NODE)]
         assert "READY" in row.split(), row
     finally:  # its GPU back for the next test of the module
         tenant.post(f"/v1/jobs/{job}/cancel")
-        poll("the job cancelled", lambda: state(tenant, job)["state"] == "CANCELLED")
+        poll("the job cancelled", lambda: state(tenant, job)["state"] == "CANCELLED", timeout=60)
 
 
 
@@ -201,7 +193,7 @@ def test_ranks_that_replace_their_heartbeat_files_never_take_their_node_down(
 
     tenant = Api(loss_stack.api, "e2e-tenant")
     poll("the agent's registration", lambda: (node(tenant) or {}).get("state") == "READY"
-         and node(tenant)["gpus"] == 4)
+         and node(tenant)["gpus"] == 4, timeout=60)
     steady = submit_one(tenant, [sys.executable, "-c", STEADY])
     hostile = {kind: submit_one(tenant, [sys.executable, "-c", HOSTILE, kind])
                for kind in KINDS}
@@ -233,7 +225,7 @@ def test_ranks_that_replace_their_heartbeat_files_never_take_their_node_down(
         time.sleep(0.3)
     assert seen == {"READY"}
     assert poll("the steady job's beats advancing",
-                lambda: (rank0(tenant, steady)["step"] or 0) >= first + 20)
+                lambda: (rank0(tenant, steady)["step"] or 0) >= first + 20, timeout=60)
     for kind, j in hostile.items():
         r = rank0(tenant, j)
         assert (r["step"] or 0) <= 4 and r["silence_s"] >= 2 * DOWN_AFTER_S, (kind, r)

@@ -14,8 +14,10 @@ import time
 import requests
 
 from devstack.agents import agents_folder, sweep
-from tests.e2e.jobs import ended
-from tests.stacks import ROOT, Api, start_stack  # noqa: F401
+from tests.support.agents import ended
+from tests.support.procs import alive
+from tests.support.stacks import ROOT, Api, start_stack  # noqa: F401
+from tests.support.waits import wait_until
 
 
 def children(pid: int) -> set[int]:
@@ -26,23 +28,6 @@ def children(pid: int) -> set[int]:
         except OSError:
             pass
     return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def poll(cond, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def log_lines(api: str, job_id: str, auth: dict) -> list[str]:
@@ -69,13 +54,14 @@ def test_kill_9_and_sigterm_restarts_keep_every_job_node_and_token(tmp_path):
                 for _ in range(3)]
         written = time.time()
         snapshot = state / "moto-state.pickle"
-        poll(lambda: snapshot.exists() and snapshot.stat().st_mtime > written, 10,
-             "a snapshot after the last create")
+        wait_until(lambda: snapshot.exists() and snapshot.stat().st_mtime > written, 10, 0.05,
+                   "a snapshot after the last create")
         agents = children(first.proc.pid)
         assert agents, "the stack runs an agent process"
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(10)
-        poll(lambda: not any(alive(p) for p in agents), 15, "agents to die with the stack")
+        wait_until(lambda: not any(alive(p) for p in agents), 15, 0.05,
+                   "agents to die with the stack")
     finally:
         first.stop()
 
@@ -89,8 +75,8 @@ def test_kill_9_and_sigterm_restarts_keep_every_job_node_and_token(tmp_path):
         more = requests.post(second.api + "/v1/jobs", headers=auth, timeout=30,
                              json={"command": ["echo", "kept across restarts"],
                                    "ranks": 1}).json()["id"]
-        poll(lambda: log_lines(second.api, more, auth) == ["kept across restarts"], 60,
-             "the job's line shipped")
+        wait_until(lambda: log_lines(second.api, more, auth) == ["kept across restarts"], 60,
+                   0.05, "the job's line shipped")
     finally:
         assert second.stop(signal.SIGTERM, timeout=120) == 0
     # what the stack keeps is its owner's: the snapshot holds every job's env
@@ -217,16 +203,19 @@ def test_running_jobs_run_on_through_a_restart_and_the_next_stack_adopts_them(tm
             assert cli_file.stat().st_mode & 0o077 == 0
             early, late = submit(first.api, "early"), submit(first.api, "late")
             for j in (early, late):
-                poll(lambda j=j: job(first.api, j)["state"] == "RUNNING", 60, f"{j} RUNNING")
+                wait_until(lambda j=j: job(first.api, j)["state"] == "RUNNING", 60, 0.05,
+                           f"{j} RUNNING")
                 try:
-                    poll(lambda j=j: beating(first.api, j), 60, f"{j}'s ranks beating")
+                    wait_until(lambda j=j: beating(first.api, j), 60, 0.05,
+                               f"{j}'s ranks beating")
                 except AssertionError as e:  # what the job and its ranks say instead
                     ranks = requests.get(f"{first.api}/v1/jobs/{j}/ranks", headers=auth,
                                          timeout=30).text
                     raise AssertionError(f"{e}: {job(first.api, j)} {ranks[:3000]}") from None
             snapshot = state / "moto-state.pickle"
             written = time.time()
-            poll(lambda: snapshot.stat().st_mtime > written, 10, "a snapshot of them running")
+            wait_until(lambda: snapshot.stat().st_mtime > written, 10, 0.05,
+                       "a snapshot of them running")
         finally:
             assert first.stop(signal.SIGINT, timeout=60) == 0
         assert not cli_file.exists(), "a stopped stack leaves the CLI no address"
@@ -241,14 +230,17 @@ def test_running_jobs_run_on_through_a_restart_and_the_next_stack_adopts_them(tm
         (tmp_path / "early.done").touch()
         second = start_stack(tmp_path, tokens, **env)
         try:
-            poll(lambda: job(second.api, early)["state"] == "SUCCEEDED", 60, "early SUCCEEDED")
-            poll(lambda: beating(second.api, late), 60, "the adopted late ranks beating again")
+            wait_until(lambda: job(second.api, early)["state"] == "SUCCEEDED", 60, 0.05,
+                       "early SUCCEEDED")
+            wait_until(lambda: beating(second.api, late), 60, 0.05,
+                       "the adopted late ranks beating again")
             # several scans over the adopted job: the restart's silence convicts nobody
             scans = time.monotonic()
-            poll(lambda: time.monotonic() - scans > 6 and job(second.api, late)["state"]
-                 == "RUNNING", 30, "six seconds of scans")
+            wait_until(lambda: time.monotonic() - scans > 6 and job(second.api, late)["state"]
+                       == "RUNNING", 30, 0.05, "six seconds of scans")
             (tmp_path / "late.done").touch()
-            poll(lambda: job(second.api, late)["state"] == "SUCCEEDED", 60, "late SUCCEEDED")
+            wait_until(lambda: job(second.api, late)["state"] == "SUCCEEDED", 60, 0.05,
+                       "late SUCCEEDED")
             for j in (early, late):
                 got = job(second.api, j)
                 assert got["attempt"] == 1 and got["exit"]["exit_code"] == 0, got
@@ -326,11 +318,13 @@ def test_lines_shipped_just_before_a_kill_9_are_kept_once_each(tmp_path):
             "name": "printer", "ranks": 1, "command": ["python3", str(script), str(count)]})
         assert r.status_code == 201, r.text
         job_id = r.json()["id"]
-        poll(lambda: shipped(stack.api) >= 100, 60, "the first hundred lines shipped")
+        wait_until(lambda: shipped(stack.api) >= 100, 60, 0.05,
+                   "the first hundred lines shipped")
         kills = []  # (lines the API showed, lines the snapshot kept)
         while len(kills) < 6 and not any(kept < seen for seen, kept in kills):
             before = shipped(stack.api)
-            poll(lambda api=stack.api, n=before: shipped(api) > n, 15, "a new batch shipped")
+            wait_until(lambda api=stack.api, n=before: shipped(api) > n, 15, 0.05,
+                       "a new batch shipped")
             seen = shipped(stack.api)
             stack.proc.send_signal(signal.SIGKILL)
             stack.proc.wait(10)

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tests.e2e.test_races import THREADS, race
-from tests.stacks import Api
+from tests.support.stacks import Api
 
 pytestmark = pytest.mark.e2e
 

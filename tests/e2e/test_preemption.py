@@ -16,31 +16,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.stacks import ROOT, TOKENS, Api, start_stack
-
-from .jobs import agent_token, events, job, log_lines, poll, real_agents
+from tests.support.agents import events, job, log_lines, real_agents
+from tests.support.reach import example
+from tests.support.stacks import Api, borrowed
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
 
 NODE, GPU_TYPE = "prio-1", "priogpu"
 CLASSES = {"urgent": {"value": 1000, "preempts": True}, "batch": {"value": -100}}
-EXAMPLE = str(ROOT / "examples" / "resume_training.py")
+EXAMPLE = example("resume_training.py")
 #: 10 s of steps: longer than a loaded machine takes to ship the first line
 #: and preempt it (at 40 steps of 0.1 s, a fresh clone's drained job once finished first)
 STEPS = "200"
 
 
 @pytest.fixture(scope="module")
-def prio_stack(tmp_path_factory):
-    s = start_stack(tmp_path_factory.mktemp("prio"),
-                    TOKENS + [{"token": agent_token(NODE), "agent": NODE}],
-                    GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S="0.5",
-                    GPUJOBS_PRIORITY_CLASSES=json.dumps(CLASSES),
-                    GPUJOBS_PREEMPT_MIN_RUNTIME_S="1")
-    try:
+def prio_stack(nodes_stack):
+    with borrowed(nodes_stack, [NODE], GPUJOBS_SCAN_PERIOD_S="0.5",
+                  GPUJOBS_PRIORITY_CLASSES=json.dumps(CLASSES),
+                  GPUJOBS_PREEMPT_MIN_RUNTIME_S="1") as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")

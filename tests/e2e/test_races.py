@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.stacks import Api
+from tests.support.stacks import Api
 
 pytestmark = pytest.mark.e2e
 THREADS = 32

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import pytest
 import requests
 
-from tests.stacks import ROOT, Stack, launch
+from tests.support.stacks import ROOT, Stack, launch
 
 pytestmark = pytest.mark.e2e
 

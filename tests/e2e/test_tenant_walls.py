@@ -32,9 +32,9 @@ from datetime import datetime
 
 import pytest
 
-from tests.e2e.jobs import poll
 from tests.hostile_ranks import HOSTILE as REPLACES, steady
-from tests.stacks import Api
+from tests.support.stacks import Api
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
 

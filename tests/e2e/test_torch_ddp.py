@@ -24,32 +24,20 @@ import time
 
 import pytest
 
-from agent.rendezvous import PORT_IN_USE
-from tests.client.conftest import cli_runner, logs_until
+from tests.support.cli import logs_until
+from tests.support.torch_jobs import (
+    DDP,
+    JOB_TIMEOUT_S,
+    assert_ran_through_without_an_alarm,
+    ddp_spec,
+    events,
+    job,
+    submit,
+    watch,
+)
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.e2e
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-DDP = str(ROOT / "examples" / "ddp_train.py")
-# loaded CI machines start torch slowly (several seconds an import, 4 at once)
-JOB_TIMEOUT_S = 300
-
-
-@pytest.fixture
-def gpujobs(agent_stack, tmp_path):
-    return cli_runner(agent_stack.api, tmp_path / "xdg")
-
-
-def submit(gpujobs, tmp_path, spec: dict) -> str:
-    path = tmp_path / "spec.json"
-    path.write_text(json.dumps(spec))
-    r = gpujobs("submit", "-o", "json", "--file", str(path))
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)["id"]
-
-
-def ddp_spec(python: str, heartbeat: dict | None = None, **env: str) -> dict:
-    return {"name": "ddp-e2e", "command": [python, DDP], "ranks": 4, "gpus_per_rank": 2,
-            "env": env, "heartbeat": {"interval_s": 1, **(heartbeat or {})}}
 
 
 def hung_spec(python: str, heartbeat: dict | None = None, **env: str) -> dict:
@@ -59,14 +47,9 @@ def hung_spec(python: str, heartbeat: dict | None = None, **env: str) -> dict:
                     **env)
 
 
-def watch(gpujobs, job_id: str):
-    return gpujobs("watch", job_id, "--interval", "1", "--timeout", str(JOB_TIMEOUT_S))
-
-
 def exits(gpujobs, job_id: str) -> dict[int, int]:
     """rank -> exit code, from the job's rank_exited events."""
-    events = json.loads(gpujobs("describe", job_id, "-o", "json").stdout)["events"]
-    return {r: e["exit_code"] for e in events if e["type"] == "rank_exited"
+    return {r: e["exit_code"] for e in events(gpujobs, job_id) if e["type"] == "rank_exited"
             for r in e["ranks"]}
 
 
@@ -128,16 +111,6 @@ def test_a_rank_that_exits_1_is_named_by_its_exit(gpujobs, tmp_path,
     assert exits(gpujobs, job_id)[3] == 1
     out = logs_until(gpujobs, job_id, r"rank 3: failing before it joins", 1)
     assert "replicas in sync" not in out
-
-
-def job(gpujobs, job_id: str) -> dict:
-    r = gpujobs("get", job_id, "-o", "json")
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
-
-
-def events(gpujobs, job_id: str) -> list[dict]:
-    return json.loads(gpujobs("describe", job_id, "-o", "json").stdout)["events"]
 
 
 def nodes_of_ranks(gpujobs, job_id: str) -> dict[int, str]:
@@ -204,14 +177,11 @@ def pid_of(gpujobs, job_id: str, rank: int) -> int:
 
 def wait_for_steps(gpujobs, job_id: str, rank: int, steps: int) -> None:
     """Until ``rank`` has beaten ``steps`` steps (the job is training)."""
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while time.monotonic() < deadline:
+    def reached() -> bool:
         view = json.loads(gpujobs("ranks", job_id, "-o", "json").stdout)
         step = next((r.get("step") for r in view["ranks"] if r["rank"] == rank), None)
-        if step is not None and step >= steps:
-            return
-        time.sleep(1)
-    raise AssertionError(f"rank {rank} never reached step {steps}")
+        return step is not None and step >= steps
+    wait_until(reached, JOB_TIMEOUT_S, 1, f"rank {rank} to reach step {steps}")
 
 
 def hang_line() -> str:
@@ -219,37 +189,6 @@ def hang_line() -> str:
     lines = pathlib.Path(DDP).read_text().splitlines()
     n = next(i for i, line in enumerate(lines, 1) if line.strip() == "time.sleep(3600)")
     return f"ddp_train.py:{n} in hang → time.sleep(3600)"
-
-
-def assert_ran_through_without_an_alarm(gpujobs, job_id: str, watched) -> None:
-    """The job SUCCEEDED (as ``watched``, its `gpujobs watch`, printed) in one
-    attempt that trained, with no stalled event, no false alarm and no verdict.
-
-    An earlier attempt that never trained is no restart of the job: the
-    rendezvous port (fixed by the job id and the attempt) was taken on rank
-    0's host, so that agent started none of its ranks (agent/rendezvous.py,
-    exit code 98), the other node's waited for a store that never came and
-    were stopped, and the next attempt got another port. A host whose ephemeral
-    port range reaches below 32768 hands such ports to its own outgoing
-    connections (FIELD-NOTES). It says nothing of the pause under test, so
-    it is let through, by that exit code and the agent's reason in the
-    rank's log alone. (A CI run once found two attempts here, no stall
-    among its events; what it printed fits this cause, a first attempt over
-    before its ranks ran, and did not show which. The message below now
-    does: the job's story as `gpujobs describe` tells it.)"""
-    assert "Job finished: SUCCEEDED (succeeded, exit code 0)" in watched.stdout, \
-        watched.stdout + watched.stderr + gpujobs("logs", job_id, ranks_output=True).stdout
-    assert not [e for e in events(gpujobs, job_id) if e["type"] == "stalled"]
-    health = job(gpujobs, job_id)["health"]
-    assert health["false_alarms"] == 0 and health.get("verdict") is None, health
-    attempts = json.loads(gpujobs("attempts", job_id, "-o", "json").stdout)["attempts"]
-    story = gpujobs("describe", job_id).stdout  # on failure: why it retried
-    assert attempts and attempts[-1]["state"] == "SUCCEEDED", story
-    for earlier in attempts[:-1]:
-        assert (earlier.get("exit") or {}).get("exit_code") == PORT_IN_USE, story
-        out = logs_until(gpujobs, job_id, r"MASTER_PORT \d+ is in use on this host", 1,
-                         args=("--attempt", str(earlier["attempt"])))
-        assert "were not started (exit code 98)" in out, out
 
 
 def test_a_30s_checkpoint_of_rank_0_is_no_stall(gpujobs, tmp_path, torch_python, shared_dir):

@@ -21,18 +21,16 @@ import time
 
 import pytest
 
-from tests.client.conftest import logs_until
-from tests.e2e.test_torch_ddp import (
-    ROOT,
+from tests.support.cli import logs_until
+from tests.support.reach import example
+from tests.support.torch_jobs import (
     assert_ran_through_without_an_alarm,
     ddp_spec,
-    gpujobs,
     submit,
     watch,
 )
 
 pytestmark = pytest.mark.e2e
-__all__ = ["gpujobs"]  # the fixture, shared with test_torch_ddp
 STEPS = 8
 
 
@@ -66,7 +64,7 @@ def watch_ranks(gpujobs, job_id: str):
 def trainer_spec(python: str, script: str, ckpt_dir) -> dict:
     spec = ddp_spec(python, STEPS=str(STEPS), CKPT_EVERY="5", CKPT_STEP="5", CKPT_S="30",
                     CKPT_DIR=str(ckpt_dir), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    spec.update(name=script.replace("_", "-"), command=[python, str(ROOT / "examples" / f"{script}.py")],
+    spec.update(name=script.replace("_", "-"), command=[python, example(f"{script}.py")],
                 on_stall="restart", max_attempts=2)  # a false alarm would restart it
     return spec
 

@@ -7,7 +7,7 @@ from chalicelib.domain.errors import Forbidden, StaleAttempt
 from chalicelib.domain.principal import Principal
 from chalicelib.domain.states import JobState
 
-from .conftest import AGENTS, placed, register, submit
+from .helpers import AGENTS, placed, register, submit
 
 
 def test_a_failed_rank_with_attempts_left_stops_the_rest_and_requeues(svc, world):

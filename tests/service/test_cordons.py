@@ -9,7 +9,7 @@ from chalicelib.domain.nodes import NodeState
 from chalicelib.domain.principal import Principal
 from chalicelib.domain.states import JobState
 
-from .conftest import AGENTS, placed, register, submit
+from .helpers import AGENTS, placed, register, submit
 
 OPS = Principal("operator", "ops-oncall")
 

@@ -12,7 +12,7 @@ from chalicelib.domain.errors import (
 )
 from chalicelib.domain.states import JobState
 
-from .conftest import AGENTS, register, submit
+from .helpers import AGENTS, register, submit
 
 
 def test_the_same_key_and_body_replay_the_first_job(svc, world):

@@ -7,7 +7,7 @@ import pytest
 from chalicelib.domain import deadlines
 from chalicelib.domain.states import JobState
 
-from .conftest import AGENTS, placed, register, submit
+from .helpers import AGENTS, placed, register, submit
 
 
 def _started(svc, job, attempt=1):

@@ -16,7 +16,7 @@ from chalicelib.service import logs as logs_module
 from chalicelib.service.logs import LogScope, LogsService, parse_since
 from tests.fakes import FakeLogReader
 
-from .conftest import register, submit
+from .helpers import register, submit
 
 KEY = b"fake-page-key"
 
@@ -314,6 +314,7 @@ def heavy_logs(request, svc, clock):
     return service, reader, job, expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page_size", [1000, 10_000])
 def test_every_page_fits_lambdas_6_mb_and_the_pages_resume_without_loss_or_repeat(
         heavy_logs, page_size):

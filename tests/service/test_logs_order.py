@@ -126,6 +126,7 @@ def test_a_token_resumes_right_after_its_last_line_while_lines_are_appended(job)
     assert len(every) == 13 and "[1] late and older" in said(every)
 
 
+@pytest.mark.slow
 def test_more_lines_in_one_millisecond_than_a_page_still_make_progress(svc, clock):
     """Invariant: 2,500 lines in one millisecond over 2 ranks (more than a
     page) come page by page, each once, in (rank, seq) order: each page

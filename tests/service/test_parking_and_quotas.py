@@ -13,7 +13,7 @@ from chalicelib.domain.fleet import SETTLE_S
 from chalicelib.domain.quotas import Limits, TenantLimits
 from chalicelib.domain.states import JobState
 
-from .conftest import register, submit
+from .helpers import register, submit
 
 
 def _ids(jobs) -> list[str]:

@@ -11,7 +11,7 @@ from chalicelib.domain.quotas import Limits, TenantLimits
 from chalicelib.domain.states import JobState
 from chalicelib.service.pipelines import RECHECK_S
 
-from .conftest import AGENTS, register, submit
+from .helpers import AGENTS, register, submit
 
 
 def _run(svc, job_id: str, exit_code: int = 0):
@@ -289,6 +289,7 @@ def test_children_are_listed_in_index_order_with_the_jobs_cursors(nodes):
     assert e.value.field == "parent"
 
 
+@pytest.mark.slow
 def test_a_1000_index_array_with_max_parallel_8_never_has_more_than_8_open(world):
     """However fast its indexes end, and with room for 64: never more than 8
     made and not ended, every index run once."""

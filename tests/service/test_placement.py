@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from chalicelib.domain.states import JobState
 
-from .conftest import AGENTS, register, submit
+from .helpers import AGENTS, register, submit
 
 
 def test_a_gang_is_placed_whole_most_free_nodes_first(svc, world):

@@ -8,7 +8,7 @@ from chalicelib.domain.errors import InvalidArgument
 from chalicelib.domain.priority import PriorityClasses
 from chalicelib.domain.states import JobState
 
-from .conftest import AGENTS, register, submit
+from .helpers import AGENTS, register, submit
 
 CLASSES = PriorityClasses.parse(
     '{"urgent": {"value": 1000, "preempts": true}, "high": {"value": 100},'

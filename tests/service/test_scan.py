@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from chalicelib.domain.states import JobState
 
-from .conftest import AGENTS, register, submit
+from .helpers import AGENTS, register, submit
 
 
 def _running(svc, world, clock):

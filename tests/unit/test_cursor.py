@@ -30,6 +30,7 @@ def test_any_single_character_change_is_rejected(key, data):
 ANY_CHAR = st.characters(codec="utf-8")
 
 
+@pytest.mark.slow
 @settings(deadline=None)  # a decode per character of the token: ~200 a case, slow when busy
 @given(keys, st.data())
 def test_every_position_changed_to_any_character_is_rejected(key, data):

@@ -1,13 +1,13 @@
-"""What the end-to-end tests of the lifecycle, drains and preemption share:
-real agents a test module starts and stops by pid, and reads of a job as a
-tenant makes them (its state, events, ranks' log lines)."""
+"""Real agents a test starts and stops by pid, and reads of a job as a tenant
+makes them (its state, events, ranks' log lines): what the end-to-end tests
+of the lifecycle, drains and preemption share."""
 from __future__ import annotations
 
 import contextlib
 import os
 import subprocess
 from pathlib import Path
-from typing import Iterator
+from typing import Collection, Iterator
 
 from devstack.agents import (
     agent_command,
@@ -16,8 +16,9 @@ from devstack.agents import (
     make_traversable,
     write_token_file,
 )
-from tests.agent.conftest import stop_agent, wait_until
-from tests.stacks import ROOT, Api
+from tests.support.procs import stop_agent
+from tests.support.stacks import ROOT, Api
+from tests.support.waits import poll, wait_until
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
@@ -35,7 +36,7 @@ def start_agent(api_url: str, node: str, gpus: int, gpu_type: str, base: Path, l
     and, as root, each job's ranks run as a uid of the default pool, through
     a state folder (``base/node``) they can pass through but not list. Its
     log goes to ``log``, ``extra`` are more of its options; the caller stops
-    it by its pid (:func:`stop_agent`)."""
+    it by its pid (:func:`tests.support.procs.stop_agent`)."""
     env = agent_environment({**os.environ, "AWS_ACCESS_KEY_ID": "local",
                              "AWS_SECRET_ACCESS_KEY": "local",
                              "AWS_DEFAULT_REGION": "us-east-1"})
@@ -90,18 +91,29 @@ def real_agents(api_url: str, nodes: dict[str, tuple[int, str]], base: Path, *,
             log.close()
 
 
-def poll(what: str, fn, timeout: float = 90):
-    return wait_until(fn, timeout, 0.2, what)
-
-
 def job(api: Api, job_id: str) -> dict:
     return api.get(f"/v1/jobs/{job_id}").json()
 
 
+def reached(api: Api, job_id: str, states: Collection[str], timeout: float = 60) -> dict:
+    """The job once its state is one of ``states``, polled; a failure names
+    the state it was in and shows the job."""
+    last: dict = {}
+
+    def there() -> dict | None:
+        nonlocal last
+        last = job(api, job_id)
+        return last if last["state"] in states else None
+
+    try:
+        return wait_until(there, timeout, 0.2, f"{job_id} in {'/'.join(sorted(states))}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; still {last.get('state')}: {last}") from None
+
+
 def ended(api: Api, job_id: str, timeout: float = 90) -> dict:
     """The job once it is in a terminal state."""
-    return poll(f"{job_id} ends",
-                lambda: (j := job(api, job_id))["state"] in TERMINAL and j, timeout)
+    return reached(api, job_id, TERMINAL, timeout)
 
 
 def events(api: Api, job_id: str, kind: str) -> list[dict]:

@@ -11,7 +11,6 @@ import pathlib
 import shutil
 import stat
 import sys
-import tempfile
 
 import pytest
 
@@ -26,15 +25,18 @@ def mode(path) -> int:
 
 
 @pytest.fixture
-def open_tmp():
+def open_tmp(shared_dir):
     """A folder under /tmp every user may pass through (pytest's are under a
-    0700 one), removed after the test."""
-    path = pathlib.Path(tempfile.mkdtemp(prefix="gpujobs-reach-", dir="/tmp"))
-    os.chmod(path, 0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    0700 one): tests/conftest.py's shared_dir, removed after the test."""
+    return shared_dir
+
+
+@pytest.fixture
+def private_main(open_tmp):
+    """A checkout under a 0700 folder, as a clone in root's home or mktemp -d is."""
+    private = open_tmp / "private"
+    private.mkdir(mode=0o700)
+    return checkout(private / "main")
 
 
 def checkout(at: pathlib.Path) -> pathlib.Path:
@@ -66,10 +68,9 @@ def test_a_checkout_others_can_reach_keeps_everything_in_itself(open_tmp, base):
 
 
 @as_root
-def test_under_a_0700_folder_the_ranks_side_is_in_a_folder_of_its_own(open_tmp, base):
-    private = open_tmp / "private"
-    private.mkdir(mode=0o700)
-    main = checkout(private / "main")
+def test_under_a_0700_folder_the_ranks_side_is_in_a_folder_of_its_own(open_tmp, private_main, base):
+    main = private_main
+    private = main.parent
     assert reach.out_of_reach(main) == str(private) and reach.needed(main)
     where = reach.place(".venv", main, base)
     own = where.parent
@@ -87,19 +88,15 @@ def test_under_a_0700_folder_the_ranks_side_is_in_a_folder_of_its_own(open_tmp, 
     assert reach.place(".venv", open_tmp / "link" / "main", base) == where
 
 
-def test_not_as_root_the_ranks_are_the_user_s_own_processes(open_tmp, base, monkeypatch):
-    private = open_tmp / "private"
-    private.mkdir(mode=0o700)
-    main = checkout(private / "main")
+def test_not_as_root_the_ranks_are_the_user_s_own_processes(open_tmp, private_main, base, monkeypatch):
+    main = private_main
     monkeypatch.setattr(reach.os, "geteuid", lambda: 1000)
     assert not reach.needed(main) and reach.place(".venv", main, base) == main / ".venv"
 
 
 @as_root
-def test_the_examples_are_copied_whole_and_kept_current(open_tmp, base):
-    private = open_tmp / "private"
-    private.mkdir(mode=0o700)
-    main = checkout(private / "main")
+def test_the_examples_are_copied_whole_and_kept_current(open_tmp, private_main, base):
+    main = private_main
     copy = reach.examples(main, base)
     assert copy == reach.folder(main, base) / "examples"
     assert (copy / "ring.py").read_text() == "print('ring')\n"
@@ -111,10 +108,8 @@ def test_the_examples_are_copied_whole_and_kept_current(open_tmp, base):
 
 
 @as_root
-def test_the_checkout_s_name_links_to_where_it_went(open_tmp, base):
-    private = open_tmp / "private"
-    private.mkdir(mode=0o700)
-    main = checkout(private / "main")
+def test_the_checkout_s_name_links_to_where_it_went(open_tmp, private_main, base):
+    main = private_main
     where = reach.linked(".venv", main, base)
     assert where == str(reach.place(".venv", main, base))
     assert os.readlink(main / ".venv") == where
@@ -124,10 +119,8 @@ def test_the_checkout_s_name_links_to_where_it_went(open_tmp, base):
 
 
 @as_root
-def test_a_link_planted_where_the_folder_goes_is_refused(open_tmp, base):
-    private = open_tmp / "private"
-    private.mkdir(mode=0o700)
-    main = checkout(private / "main")
+def test_a_link_planted_where_the_folder_goes_is_refused(open_tmp, private_main, base):
+    main = private_main
     own = reach.folder(main, base)
     shutil.rmtree(own)
     target = open_tmp / "theirs"
@@ -140,10 +133,8 @@ def test_a_link_planted_where_the_folder_goes_is_refused(open_tmp, base):
 
 @as_root
 @pytest.mark.parametrize("owner, folder_mode", [(65534, 0o711), (0, 0o777), (0, 0o731)])
-def test_a_folder_someone_else_made_or_may_write_is_refused(open_tmp, base, owner, folder_mode):
-    private = open_tmp / "private"
-    private.mkdir(mode=0o700)
-    main = checkout(private / "main")
+def test_a_folder_someone_else_made_or_may_write_is_refused(open_tmp, private_main, base, owner, folder_mode):
+    main = private_main
     own = reach.folder(main, base)
     shutil.rmtree(own)
     own.mkdir()
@@ -155,10 +146,9 @@ def test_a_folder_someone_else_made_or_may_write_is_refused(open_tmp, base, owne
 
 
 @as_root
-def test_a_base_others_may_replace_entries_of_or_cannot_pass_is_refused(open_tmp):
-    private = open_tmp / "private"
-    private.mkdir(mode=0o700)
-    main = checkout(private / "main")
+def test_a_base_others_may_replace_entries_of_or_cannot_pass_is_refused(open_tmp, private_main):
+    main = private_main
+    private = main.parent
     loose = open_tmp / "loose"
     loose.mkdir()
     os.chmod(loose, 0o777)  # no sticky bit: anyone may rename root's folder away

@@ -11,10 +11,7 @@ PYTHON ?= $(shell python3 devstack/interpreter.py)
 VENV   ?= $(shell python3 -m devstack.reach .venv)
 VENV   := $(VENV)
 PY     := $(VENV)/bin/python
-# the rank-side helper is copied into it too: a job's `python` imports it also
-# where the agent's own copy (agent/rankside, first on the ranks' PYTHONPATH) is
-# out of the ranks' reach
-STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml agent/rankside/gpujobs_heartbeat.py | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml | cksum | cut -d' ' -f1)
 
 STAGE  ?= dev
 
@@ -34,15 +31,13 @@ TORCH_STAMP := $(TORCH_VENV)/.installed-$(shell cat requirements-torch.txt agent
 SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml agent/rankside/gpujobs_heartbeat.py
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt client/pyproject.toml
 	@test -x $(PY) || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	@echo "==> installing requirements-dev.txt into $(VENV), pinned by constraints.txt" \
 	      "($$(grep -c '==' constraints.txt) pins; a few minutes on a fresh machine)"
 	@$(PY) -m pip install --disable-pip-version-check --progress-bar off \
 	    -r requirements-dev.txt -c constraints.txt \
 	  | sed -un -e 's/^Collecting \([^ ]*\).*/    \1/p' -e 's/^Successfully installed.*/    done/p'
-	@install -m 0644 agent/rankside/gpujobs_heartbeat.py \
-	    "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -110,8 +110,26 @@ from .state import (
 from .uidpool import PoolExhausted, UidPool
 
 log = logging.getLogger("gpujobs.agent")
-#: the rank-side helper's directory (gpujobs_heartbeat), put on ranks' PYTHONPATH
+#: the rank-side helper's directory (gpujobs_heartbeat), as this agent is installed
 RANKSIDE = str(Path(__file__).resolve().parent / "rankside")
+HELPER = "gpujobs_heartbeat.py"
+
+
+def publish_rankside(folder: Path) -> str:
+    """``folder``, holding the agent's copy of the rank-side helper, which is
+    put first on every rank's PYTHONPATH: the agent's own files may be out of
+    a rank's reach (a checkout under a 0700 home, as root, while ranks run as
+    uids of their own), ``folder`` in the agent's state folder is not (ranks
+    pass through it to their heartbeat folders). Root's when the agent is,
+    0755 and 0644; the copy is written whole and renamed over the last one.
+    Ranks cannot write in the state folder, so nothing there is theirs."""
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    os.chmod(folder, 0o755)
+    tmp = folder / f".{HELPER}.{os.getpid()}"
+    shutil.copyfile(Path(RANKSIDE) / HELPER, tmp)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, folder / HELPER)
+    return str(folder)
 
 #: all a rank keeps of the agent's own environment: the host's basics. Nothing
 #: else of it reaches a rank (an allow-list, issue 24): not the agent's AWS
@@ -164,6 +182,11 @@ class Paths:
     def exit_file(self, job_id: str, attempt: int, rank: int) -> Path:
         return self.state_dir / "exits" / job_id / str(attempt) / f"rank-{rank}.json"
 
+    @property
+    def rankside_dir(self) -> Path:
+        """The agent's copy of the rank-side helper (:func:`publish_rankside`)."""
+        return self.state_dir / "rankside"
+
     def heartbeat_file(self, job_id: str, attempt: int, rank: int) -> Path:
         return self.state_dir / "heartbeats" / job_id / str(attempt) / f"rank-{rank}"
 
@@ -190,12 +213,14 @@ def visible_devices(gpus_per_rank: int, local_rank: int, slots: list[int],
 
 def rank_env(base: Mapping[str, str], launch: Launch, rank: int, local_rank: int,
              slots: list[int], heartbeat_file: str, node_id: str,
-             identity=None, node_slots: list[int] | None = None) -> dict[str, str]:
+             identity=None, node_slots: list[int] | None = None,
+             rankside: str = RANKSIDE) -> dict[str, str]:
     """The rank's environment: the host's basics from ``base``, the agent's
     environment (:data:`RANK_HOST_ENV`, nothing else of it), the job's, then
     ours: torchrun's variables (agent/README.md, "What a rank gets", says what
     reads each), the rendezvous and our own. ``node_slots``: every slot of the
-    attempt on this node in local-rank order (default: the rank's own)."""
+    attempt on this node in local-rank order (default: the rank's own);
+    ``rankside``: where the rank imports the helper from (:func:`publish_rankside`)."""
     env = {k: v for k, v in base.items()
            if k in RANK_HOST_ENV or k.startswith(RANK_HOST_ENV_PREFIXES)}
     env.update(launch.env)
@@ -230,7 +255,7 @@ def rank_env(base: Mapping[str, str], launch: Launch, rank: int, local_rank: int
         "CUDA_VISIBLE_DEVICES": ",".join(str(s) for s in visible),
         "GPUJOBS_HEARTBEAT_FILE": heartbeat_file,
         # `from gpujobs_heartbeat import beat` works in every rank
-        "PYTHONPATH": os.pathsep.join(p for p in (RANKSIDE, env.get("PYTHONPATH")) if p),
+        "PYTHONPATH": os.pathsep.join(p for p in (rankside, env.get("PYTHONPATH")) if p),
     })
     if launch.checkpoint_dir is not None:  # the job's, the same in every attempt
         env["GPUJOBS_CHECKPOINT_DIR"] = launch.checkpoint_dir
@@ -267,6 +292,7 @@ class Agent:
         self._backoff = (backoff_base, backoff_cap)
         self._clock, self._rng = clock, rng or random.Random()
         self._base_env = dict(os.environ if base_env is None else base_env)
+        self._rankside = publish_rankside(paths.rankside_dir)
         self.state: AgentState = self._file.load()
         self._ranks: dict[tuple[str, int], Rank] = {}
         self._api_failures = 0
@@ -430,7 +456,8 @@ class Agent:
             except OSError as e:  # the rank can run without; its heartbeats cannot
                 log.warning("%s rank %s: no heartbeat directory: %s", rec.key, r, e)
             env = rank_env(self._base_env, m, r, p.local_rank, p.slots, p.heartbeat_file,
-                           self.node_id, identity, node_slots=node_slots)
+                           self.node_id, identity, node_slots=node_slots,
+                           rankside=self._rankside)
             rank = self._launcher.launch(list(m.command), env, p.log_file, p.exit_file,
                                          cwd=m.working_dir, identity=identity)
             p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time

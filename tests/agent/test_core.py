@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -212,8 +213,7 @@ def test_a_rank_gets_the_hosts_basics_its_jobs_env_and_ours_and_nothing_else(wor
         sorted(set(e) ^ (set(HOST_BASICS) | set(job_env) | SET_FOR_RANKS))
     assert {k: e[k] for k in HOST_BASICS} == HOST_BASICS
     assert (e["MY_SETTING"], e["AWS_REGION"]) == ("mine", "eu-west-1"), "the job's own env"
-    from agent.core import RANKSIDE
-    assert e["PYTHONPATH"] == os.pathsep.join([RANKSIDE, "/job/lib"])
+    assert e["PYTHONPATH"] == os.pathsep.join([str(world.paths.rankside_dir), "/job/lib"])
     leaked = {k: v for k, v in AGENT_CONFIG.items()  # (short values match by chance)
               if len(v) >= 6 and any(v in value for value in e.values())}
     assert not leaked, f"the agent's values reached the rank: {leaked}"
@@ -421,3 +421,24 @@ def test_a_launch_that_failed_half_way_is_finished_when_the_message_comes_back(w
     assert len(inner.launched) == 2  # rank 1 started now, rank 0 not again
     assert phase(world) == "RUNNING" and world.inbox.deleted == ["m-2"]
     assert world.api.of("STARTED") == [{"type": "STARTED", "ranks": [0, 1], **NODE}]
+
+
+def test_ranks_import_the_agents_copy_of_the_helper_from_its_state_folder(world):
+    """Invariant: the rank-side helper a rank imports is a copy in the agent's
+    state folder (which ranks pass through), never only the agent's install,
+    which may be out of a rank's reach (a checkout under a 0700 home, as
+    root); the copy is the agent's own file, 0644 in a 0755 folder, written
+    again whole at each start."""
+    import stat
+
+    from agent.core import HELPER, RANKSIDE
+
+    copy = world.paths.rankside_dir / HELPER
+    world.agent()
+    assert copy.read_bytes() == (Path(RANKSIDE) / HELPER).read_bytes()
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o644
+    assert stat.S_IMODE(copy.parent.stat().st_mode) == 0o755
+    copy.write_text("stale")
+    world.agent()
+    assert copy.read_bytes() == (Path(RANKSIDE) / HELPER).read_bytes(), "renewed at start"
+    assert sorted(p.name for p in copy.parent.iterdir()) == [HELPER], "no temporary left"

@@ -19,6 +19,7 @@ from agent.api import ApiError, AttemptGone
 from agent.core import Agent, Paths
 from agent.inbox import InboxMessage
 from agent.ranks import Launcher, ProcTable, Rank
+from tests.support.ports import free_port
 from tests.support.procs import kill_ranks_in_state
 from tests.support.waits import wait_until
 
@@ -44,6 +45,9 @@ def message(body: dict | str, n: int = 0) -> InboxMessage:
 
 def launch(job_id: str = "job_a", attempt: int = 1, ranks=(0,), world_size: int | None = None,
            command=("sleep", "30"), **extra) -> dict:
+    """A LAUNCH; its rendezvous port the OS's unless ``extra`` names one (a
+    job id's port is the same in both pytest workers, whose agents hold it)."""
+    extra.setdefault("master_port", free_port())
     return {"type": "LAUNCH", "job_id": job_id, "attempt": attempt, "ranks": list(ranks),
             "world_size": world_size or (max(ranks) + 1), "command": list(command),
             "env": extra.pop("env", {}), **extra}

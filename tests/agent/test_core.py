@@ -269,7 +269,9 @@ def test_master_address_and_port_defaults(world, tmp_path):
     out = tmp_path / "env"
     out.mkdir()
     agent = world.agent()
-    agent.handle(message(launch("job_d", attempt=2, command=[PY, "-c", DUMP_ENV, str(out)]), 1))
+    portless = launch("job_d", attempt=2, command=[PY, "-c", DUMP_ENV, str(out)])
+    del portless["master_port"]  # a LAUNCH from before they carried one
+    agent.handle(message(portless, 1))
     e = read_envs(out, [0])[0]
     assert (e["MASTER_ADDR"], e["MASTER_PORT"], e["CUDA_VISIBLE_DEVICES"]) == \
         ("127.0.0.1", str(master_port("job_d", 2)), "0")

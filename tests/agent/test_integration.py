@@ -8,7 +8,6 @@ import pathlib
 import queue
 import re
 import signal
-import socket
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agent.records import lines_of
+from tests.support.ports import free_port
 from tests.support.procs import alive, kill_ranks_in_state, stop_process
 from tests.support.waits import wait_until
 
@@ -172,12 +172,6 @@ def send(sqs, body: dict) -> None:
         body.setdefault("master_port", free_port())
     client, url = sqs
     client.send_message(QueueUrl=url, MessageBody=json.dumps(body))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return s.getsockname()[1]
 
 
 def queue_is_empty(sqs) -> bool:

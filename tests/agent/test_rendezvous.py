@@ -14,6 +14,7 @@ from agent.records import lines_of
 from agent.rendezvous import PORT_IN_USE, PortInUse, PortReservations, ephemeral_range
 from agent.shim import read_exit_file
 from chalicelib.domain import wire
+from tests.support import ports as os_ports
 
 from .harness import PY, launch, message, run_until
 from .test_core import phase
@@ -32,9 +33,7 @@ LISTENER = (
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return os_ports.free_port("127.0.0.1")
 
 
 def can_bind(port: int) -> bool:

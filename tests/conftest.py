@@ -208,13 +208,10 @@ def client(services):
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory):
     """No agents: jobs stay PENDING, and a cancel is the control plane's alone."""
-    from tests.support.stacks import TOKENS, start_stack
+    from tests.support.stacks import running
 
-    s = start_stack(tmp_path_factory.mktemp("stack"), TOKENS)
-    try:
+    with running(tmp_path_factory.mktemp("stack")) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="session")
@@ -224,13 +221,10 @@ def nodes_stack(tmp_path_factory):
     what they vary on it while they run (tests/support/stacks.py borrowed).
     Not ``stack``: other tests' jobs that take any GPU type wait there, and
     would take these nodes the moment they register."""
-    from tests.support.stacks import TOKENS, start_stack
+    from tests.support.stacks import running
 
-    s = start_stack(tmp_path_factory.mktemp("nodes"), TOKENS)
-    try:
+    with running(tmp_path_factory.mktemp("nodes")) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="session")
@@ -242,20 +236,18 @@ def agent_stack(tmp_path_factory):
     ``rank_failed`` on purpose, and three of them on one node would take it
     out of service (issue 28's FailureWatch) for every later test of the
     session, which then waits for GPUs that never come. tests/e2e/test_drain.py
-    tests the auto-cordon on a stack of its own."""
-    from tests.support.stacks import TOKENS, start_stack
+    tests the auto-cordon on ``nodes_stack``, with its own setting. Not
+    ``stack``: its jobs that take any GPU type would run here."""
+    from tests.support.stacks import running
 
-    s = start_stack(tmp_path_factory.mktemp("agents"), TOKENS, GPUJOBS_AGENTS="2",
-                    GPUJOBS_GPUS_PER_AGENT="4", GPUJOBS_SCAN_PERIOD_S="1",
-                    GPUJOBS_AGENT_GRACE_S="2", GPUJOBS_AUTO_CORDON_FAILURES="0",
-                    # a busy node calls in every 2 s, not 5 minutes: the
-                    # walls tests read its call-ins as its loop going on
-                    # (tests/e2e/test_node_loss.py keeps the default)
-                    GPUJOBS_AGENT_BUSY_CALL_IN_S="2")
-    try:
+    with running(tmp_path_factory.mktemp("agents"), GPUJOBS_AGENTS="2",
+                 GPUJOBS_GPUS_PER_AGENT="4", GPUJOBS_SCAN_PERIOD_S="1",
+                 GPUJOBS_AGENT_GRACE_S="2", GPUJOBS_AUTO_CORDON_FAILURES="0",
+                 # a busy node calls in every 2 s, not 5 minutes: the
+                 # walls tests read its call-ins as its loop going on
+                 # (tests/e2e/test_node_loss.py keeps the default)
+                 GPUJOBS_AGENT_BUSY_CALL_IN_S="2") as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.agents import job, log_lines, real_agents
+from tests.support.agents import job, log_lines, real_agents, submitted
 from tests.support.cli import cli_runner
 from tests.support.reach import example
 from tests.support.stacks import Api, borrowed
@@ -63,11 +63,7 @@ def ops(drain_stack, agents):
 
 
 def submit(tenant: Api, command: list[str], **spec) -> str:
-    body = {"command": command, "ranks": 2, "gpu_type": GPU_TYPE, "max_attempts": 1,
-            "heartbeat": {"mode": "off"}, **spec}
-    r = tenant.post("/v1/jobs", json=body)
-    assert r.status_code == 201, r.text
-    return r.json()["id"]
+    return submitted(tenant, command, **{"gpu_type": GPU_TYPE, **spec})
 
 
 def node(tenant: Api, node_id: str) -> dict:

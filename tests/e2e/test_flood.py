@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tests.support.agents import agent_token, job, real_agents
-from tests.support.stacks import TOKENS, Api, start_stack
+from tests.support.agents import job, real_agents
+from tests.support.stacks import Api, running
 from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
@@ -33,13 +33,8 @@ SMALL = {"name": "small", "command": ["sleep", "1"], "ranks": 1, "gpus_per_rank"
 def flood_stack(tmp_path_factory):
     # a stack of its own: the flood's 520 never-fitting jobs stay queued, and
     # no later module's placement run should have to pass them
-    s = start_stack(tmp_path_factory.mktemp("flood"),
-                    TOKENS + [{"token": agent_token(NODE), "agent": NODE}],
-                    GPUJOBS_AGENTS="0", GPUJOBS_SCAN_PERIOD_S=str(PERIOD_S))
-    try:
+    with running(tmp_path_factory.mktemp("flood"), GPUJOBS_SCAN_PERIOD_S=str(PERIOD_S)) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def _launched_within_one_run(api: Api) -> float:

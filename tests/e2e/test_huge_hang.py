@@ -37,7 +37,7 @@ from selenium.webdriver.common.by import By
 from devstack.browser import find, sign_in
 from gpujobs_client.cli import WATCH_MAX_RANKS
 from tests.support.cli import cli_runner
-from tests.support.stacks import TOKENS, Api, start_stack
+from tests.support.stacks import TOKENS, Api, running
 from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
@@ -78,18 +78,14 @@ SIZES = {"1024-ranks": Size(16, 64, {"interval_s": 5}, 120, 512),
 def hang_stack(tmp_path_factory):
     # a stack of its own: its job stays RUNNING and silent, and on the shared
     # stack every later scan would judge each of its ranks again
-    s = start_stack(tmp_path_factory.mktemp("huge-hang"),
-                    TOKENS + [{"token": AGENT_TOKEN, "agent": "*"}],
-                    GPUJOBS_AGENTS="0",
-                    # a scan of 65,536 ranks takes some 15 s on moto: one
-                    # every 5 s leaves the API room
-                    GPUJOBS_SCAN_PERIOD_S="5",
-                    # the nodes' agents are alive (only their ranks hang): no node loss
-                    GPUJOBS_NODE_DOWN_AFTER_S="3600")
-    try:
+    with running(tmp_path_factory.mktemp("huge-hang"),
+                 TOKENS + [{"token": AGENT_TOKEN, "agent": "*"}],
+                 # a scan of 65,536 ranks takes some 15 s on moto: one
+                 # every 5 s leaves the API room
+                 GPUJOBS_SCAN_PERIOD_S="5",
+                 # the nodes' agents are alive (only their ranks hang): no node loss
+                 GPUJOBS_NODE_DOWN_AFTER_S="3600") as s:
         yield s
-    finally:
-        s.stop()
 
 
 def launches(stack, inboxes: dict[str, str], job_id: str, world: int) -> dict[str, dict]:

@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.agents import reached
 from tests.support.procs import stop_agent
-from tests.support.stacks import ROOT, Api, start_stack
+from tests.support.stacks import ROOT, Api, running
 from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
@@ -91,11 +91,10 @@ print("REPORT " + json.dumps({"uid": os.getuid(), "read": read, "found": sorted(
 
 @pytest.fixture(scope="module")
 def iso_stack(tmp_path_factory):
-    s = start_stack(tmp_path_factory.mktemp("iso"), TOKENS, GPUJOBS_SCAN_PERIOD_S="1")
-    try:
+    # a stack of its own: the agent's token is made afresh here, so that no
+    # file a rank could read (this repository's) names it
+    with running(tmp_path_factory.mktemp("iso"), TOKENS, GPUJOBS_SCAN_PERIOD_S="1") as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.agents import events, job, log_lines, real_agents
+from tests.support.agents import events, job, log_lines, real_agents, submitted
 from tests.support.reach import example
 from tests.support.stacks import Api, borrowed
 from tests.support.waits import poll
@@ -47,11 +47,7 @@ def agent(prio_stack, tmp_path_factory):
 
 
 def submit(api: Api, command: list[str], **spec) -> str:
-    body = {"command": command, "ranks": 2, "gpu_type": GPU_TYPE, "max_attempts": 1,
-            "heartbeat": {"mode": "off"}, **spec}
-    r = api.post("/v1/jobs", json=body)
-    assert r.status_code == 201, r.text
-    return r.json()["id"]
+    return submitted(api, command, **{"gpu_type": GPU_TYPE, **spec})
 
 
 def test_an_urgent_job_preempts_a_batch_one_which_checkpoints_and_resumes_later(

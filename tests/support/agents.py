@@ -126,3 +126,14 @@ def log_lines(api: Api, job_id: str, attempt: int) -> list[str]:
     r = api.get(f"/v1/jobs/{job_id}/logs", params={"attempt": attempt})
     assert r.status_code == 200, r.text
     return [f"{line['rank']}: {line['line']}" for line in r.json()["lines"]]
+
+
+def submitted(api: Api, command: list[str], **spec) -> str:
+    """The id of a new job of two ranks, one attempt and no heartbeats unless
+    ``spec`` says otherwise: the jobs of the modules whose own agents run a
+    GPU type of theirs (lifecycle, drains, preemption), which ``spec`` names."""
+    body = {"command": command, "ranks": 2, "max_attempts": 1, "heartbeat": {"mode": "off"},
+            **spec}
+    r = api.post("/v1/jobs", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]

@@ -4,11 +4,13 @@ is started is devstack/stack.py's (bench/ starts it the same way)."""
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Iterable, Iterator
 
 from devstack.stack import READY, ROOT, Api, Stack, launch, start_stack
 
-__all__ = ["READY", "ROOT", "TOKENS", "Api", "Stack", "borrowed", "launch", "start_stack"]
+__all__ = ["READY", "ROOT", "TOKENS", "Api", "Stack", "borrowed", "launch", "running",
+           "start_stack"]
 
 #: the nodes whose real agents the end-to-end modules start on the shared
 #: stack (tests/support/agents.py), each with its agent token e2e-<node>-agent
@@ -28,6 +30,17 @@ TOKENS = [{"token": "e2e-tenant", "tenant": "e2e"},
           {"token": OPERATOR, "operator": OPERATOR},
           # tests/e2e/test_drain.py's on-call operator, named in its cordons
           {"token": "e2e-operator", "operator": "ops-oncall"}]
+
+
+@contextlib.contextmanager
+def running(folder: Path, tokens: list[dict] = TOKENS, **env: str) -> Iterator[Stack]:
+    """A throwaway stack (devstack/stack.py start_stack) for a fixture's
+    scope, stopped by its own process id at the end, also when a test fails."""
+    s = start_stack(folder, tokens, **env)
+    try:
+        yield s
+    finally:
+        s.stop()
 
 
 @contextlib.contextmanager

@@ -163,7 +163,8 @@ def test_a_rank_gets_no_endpoint_table_credential_or_token_of_its_agent(
     else:
         assert rank["HOME"] == agent_env["HOME"]
     assert rank["JOB_OWN"] == "mine"
-    assert rank["PYTHONPATH"].split(os.pathsep)[0].endswith(os.path.join("agent", "rankside"))
+    # the agent's copy of the helper, in its state folder (agent/core.py publish_rankside)
+    assert rank["PYTHONPATH"].split(os.pathsep)[0].endswith(os.path.join("state", "rankside"))
 
 
 #: a rank that found the stack's moto (a port scan would) and its state

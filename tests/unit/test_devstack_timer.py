@@ -30,3 +30,23 @@ def test_slow_runs_start_at_fixed_period_starts():
     assert len(gaps) == 3
     # waiting a period after each run would make every gap 0.32 s
     assert all(g < 0.28 for g in gaps), gaps
+
+
+def test_a_shorter_period_set_on_a_running_timer_applies_within_half_a_second():
+    """Invariant (devstack/settings.py): a test that sets a shorter scan period
+    on the shared stack does not wait out the period the stack started with."""
+    from tests.support.waits import wait_until
+
+    runs: list[float] = []
+    stop = threading.Event()
+    t = Timer("set", 3600, lambda event, context: runs.append(time.monotonic()), stop)
+    t.start()
+    try:
+        set_at = time.monotonic()
+        t.set_period(0.05)
+        wait_until(lambda: len(runs) >= 3, timeout=30, what="three runs at the new period")
+        assert runs[0] - set_at < 5, "the hour's wait was cut to the new period"
+    finally:
+        stop.set()
+        t.join(10)
+    assert not t.is_alive()

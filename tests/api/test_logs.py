@@ -167,6 +167,11 @@ def test_a_since_outside_its_documented_forms_is_a_400_naming_since(iso, iso_cli
 
 #: Lambda's limit on what a function answers, its whole proxy payload
 LAMBDA_BYTES = 6_291_456
+#: rank 0's control bytes, each \\u0001 (6 bytes) in JSON: more than six bounds' worth
+RANK0_CHARS = 7_000_000
+#: rank 1's one line of é, 2 bytes each in UTF-8: one line longer than the bound
+RANK1_CHARS = 3_500_000
+assert RANK0_CHARS * 6 > 6 * LAMBDA_BYTES and RANK1_CHARS * 2 > LAMBDA_BYTES
 
 
 def proxy_payload_bytes(r) -> int:
@@ -180,19 +185,21 @@ def test_logs_of_control_bytes_and_long_lines_come_in_responses_under_6_mb_on_mo
         iso, iso_client, tenants, cluster, fresh_env, tmp_path):
     """Invariant: on moto, which takes events of any size and answers a read
     with all of them, every /logs response fits Lambda's 6 MB whatever the
-    ranks wrote: 20 MB of \\x01 (a 120 MB body before), a 10 MB line of
-    non-ASCII (a 10.5 MB body before, as ASCII), 1.2 MB events an agent
-    before issue 25 shipped, and a 10 MB event no agent writes (shown cut to
-    262,144 characters, ``cut: true``); followed by its tokens, each line
-    comes once, in order, and the lines joined are what the ranks wrote."""
+    ranks wrote: 7 MB of \\x01 (a 42 MB body before: over six times the
+    bound), a 7 MB line of non-ASCII (more than the bound on its own), 1.2 MB
+    events an agent before issue 25 shipped, and a 2 MB event no agent
+    writes (shown cut to 262,144 characters, ``cut: true``); followed by its
+    tokens, each line comes once, in order, and the lines joined are what
+    the ranks wrote. (Sizes are the smallest that still cross each bound:
+    the 20 MB and 10 MB of before took a minute and proved no more.)"""
     job_id, _ = placed(iso, iso_client, tenants)
     group = fresh_env["GPUJOBS_LOG_GROUP"]
     logs = boto3.client("logs", endpoint_url=fresh_env["GPUJOBS_AWS_ENDPOINT_URL"],
                         region_name="us-east-1")
     d = tmp_path / "logs" / job_id / "1"
     d.mkdir(parents=True)
-    (d / "rank-0.log").write_bytes(b"\x01" * 20_000_000 + b"\n")
-    (d / "rank-1.log").write_text("\u00e9" * 5_000_000 + "\n", encoding="utf-8")
+    (d / "rank-0.log").write_bytes(b"\x01" * RANK0_CHARS + b"\n")
+    (d / "rank-1.log").write_text("\u00e9" * RANK1_CHARS + "\n", encoding="utf-8")
     shipper = Shipper(tmp_path / "logs", tmp_path / "state", group,
                       client_factory=lambda: logs)
     while shipper.tick():
@@ -202,7 +209,7 @@ def test_logs_of_control_bytes_and_long_lines_come_in_responses_under_6_mb_on_mo
     logs.create_log_stream(logGroupName=group, logStreamName=f"{job_id}/1/rank-2")
     logs.put_log_events(logGroupName=group, logStreamName=f"{job_id}/1/rank-2",
                         logEvents=[{"timestamp": now, "message": old}] * 5
-                        + [{"timestamp": now + 1, "message": "\x01" * 10_000_000},
+                        + [{"timestamp": now + 1, "message": "\x01" * 2_000_000},
                            {"timestamp": now + 2, "message": "the end"}])
 
     lines, token, ids = [], None, set()
@@ -221,8 +228,8 @@ def test_logs_of_control_bytes_and_long_lines_come_in_responses_under_6_mb_on_mo
         token = page["next_page_token"]
         if token is None:
             break
-    assert "".join(x["line"] for x in lines if x["rank"] == 0) == "\x01" * 20_000_000
-    assert "".join(x["line"] for x in lines if x["rank"] == 1) == "\u00e9" * 5_000_000
+    assert "".join(x["line"] for x in lines if x["rank"] == 0) == "\x01" * RANK0_CHARS
+    assert "".join(x["line"] for x in lines if x["rank"] == 1) == "\u00e9" * RANK1_CHARS
     two = [x for x in lines if x["rank"] == 2]
     assert [x["line"] for x in two] == ["\x01" * 200_000] * 5 + ["\x01" * 262_144, "the end"]
     assert [x.get("cut", False) for x in two] == [False] * 5 + [True, False]

@@ -255,11 +255,17 @@ def test_running_jobs_run_on_through_a_restart_and_the_next_stack_adopts_them(tm
 
 
 #: prints "line 00000" to "line <N-1>" at a steady rate, then exits 0
+#: prints numbered lines until its stop file appears (or the most, about
+#: 45 s of them), then how many it printed: the last line tells what all of
+#: them must be, so the test stops the rank as soon as the kills are done
 PRINT_LINES = """\
-import sys, time
-for i in range(int(sys.argv[1])):
+import os, sys, time
+stop, most, i = sys.argv[1], int(sys.argv[2]), 0
+while i < most and not os.path.exists(stop):
     print(f"line {i:05d}", flush=True)
+    i += 1
     time.sleep(0.01)
+print(f"printed {i}", flush=True)
 """
 
 
@@ -306,8 +312,8 @@ def test_lines_shipped_just_before_a_kill_9_are_kept_once_each(tmp_path):
     env = {"GPUJOBS_STATE_DIR": str(state), "GPUJOBS_EPHEMERAL": "0", "GPUJOBS_AGENTS": "1"}
     tokens = [{"token": "tk", "tenant": "acme"}]
     auth = {"Authorization": "Bearer tk"}
-    count = 4000  # about 45 s of lines: the restarts happen while they come
-    expected = [f"line {i:05d}" for i in range(count)]
+    count = 4000  # at most about 45 s of lines: the restarts happen while they come
+    stop = tmp_path / "stop"
 
     def shipped(api: str) -> int:
         return len(every_line(api, job_id))
@@ -315,7 +321,7 @@ def test_lines_shipped_just_before_a_kill_9_are_kept_once_each(tmp_path):
     stack = start_stack(tmp_path, tokens, **env)
     try:
         r = requests.post(stack.api + "/v1/jobs", headers=auth, timeout=30, json={
-            "name": "printer", "ranks": 1, "command": ["python3", str(script), str(count)]})
+            "name": "printer", "ranks": 1, "command": ["python3", str(script), str(stop), str(count)]})
         assert r.status_code == 201, r.text
         job_id = r.json()["id"]
         wait_until(lambda: shipped(stack.api) >= 100, 60, 0.05,
@@ -333,9 +339,13 @@ def test_lines_shipped_just_before_a_kill_9_are_kept_once_each(tmp_path):
             stack = start_stack(tmp_path, tokens, **env)
         assert any(kept < seen for seen, kept in kills), (
             f"no kill came between a batch and its snapshot: {kills}")
+        stop.touch()
         try:
             ended(Api(stack.api, "tk"), job_id, 120)
             lines = every_line(stack.api, job_id)
+            printed = int(lines[-1].removeprefix("printed ")) if lines and \
+                lines[-1].startswith("printed ") else count
+            expected = [f"line {i:05d}" for i in range(printed)] + [f"printed {printed}"]
             missing = sorted(set(expected) - set(lines))
             repeated = len(lines) - len(set(lines))
             assert (missing[:10], len(missing), repeated) == ([], 0, 0), kills

@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+from devstack.agents import make_traversable
 from tests.support.cli import cli_runner, logs_until
 
 from .test_cli import panel
@@ -64,6 +65,9 @@ def test_a_pipeline_runs_each_step_after_the_one_before_and_a_failed_step_ends_w
     fails (exit 3), so evaluate still runs (any end will do) and succeeds,
     and export (--after-ok train) ends FAILED, dependency_failed. prepare
     waits for a file the test makes, so the waiting is seen for sure."""
+    # the rank, a uid of its own, must reach the file: pytest's folders are
+    # 0700 (unseen, prepare waited out its 90 s and the test took 100 s)
+    make_traversable(tmp_path)
     go = tmp_path / "go"
     prep = submit(gpujobs, "--ranks", "1", "--name", "prepare", "--", "sh", "-c",
                   f"for i in $(seq 900); do [ -e {go} ] && break; sleep 0.1; done; "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import os
 import pathlib
 import re
@@ -153,6 +154,21 @@ def test_quick_run_exits_0_and_prints_its_machine_line(script, quick_runs):
     for pattern in EXPECTED[script]:
         assert any(re.search(pattern, line) for line in lines), \
             f"bench/{script} --quick printed no line matching {pattern!r}:\n{tail}"
+
+
+def test_the_recorded_op_counts_equal_what_the_code_does_now(quick_runs):
+    """docs/capacity_model.py reads docs/op_counts.json: it must equal what the
+    code costs now, as op_counts.py counts it (its counts do not depend on
+    --quick; the one run serves both this and the smoke case above)."""
+    done = quick_runs["op_counts"].result()
+    assert done.returncode == 0, done.stdout[-4000:]
+    fresh = [line.removeprefix("OPCOUNTS ") for line in done.stdout.splitlines()
+             if line.startswith("OPCOUNTS ")]
+    assert len(fresh) == 1, done.stdout[-4000:]
+    recorded = json.loads((ROOT / "docs/op_counts.json").read_text())
+    assert json.loads(fresh[0]) == recorded, (
+        "docs/op_counts.json differs from what the code costs now: run "
+        "`python bench/op_counts.py --write docs/op_counts.json`")
 
 
 # -- the parity check itself must be able to fail ----------------------------------------

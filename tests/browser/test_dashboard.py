@@ -319,23 +319,33 @@ def test_the_heatmap_draws_16384_ranks_by_node(page, browser_stack, pages):
         page.get(browser_stack.api + f"/#/jobs/{job['id']}/ranks")
         page.refresh()  # the script applies from the next document on
         meta = ui.text_in(page, "#heatmap-meta", "16,384 ranks on 64 nodes")
-        summary = page.find_element(By.ID, "stall-summary")
-        lines = summary.find_elements(By.TAG_NAME, "p")
-        assert lines[0].text == "rank 9000 on node-35 went quiet first, 0.5 s before ranks 9001, 9003"
-        assert lines[0].value_of_css_property("font-weight") == "600", "the headline is bold"
-        assert "co-first): ranks 9001, 9003" in summary.text
-        assert "Suspect node: node-35" in summary.text
-        canvas = page.find_element(By.ID, "heatmap")
-        assert canvas.get_attribute("data-cells") == "16384"
-        assert canvas.get_attribute("data-named") == "9000"
+
+        def drawn(d):  # the summary and the heatmap, read from one drawing
+            summary = d.find_element(By.ID, "stall-summary")
+            first = summary.find_elements(By.TAG_NAME, "p")[0]
+            canvas = d.find_element(By.ID, "heatmap")
+            return (first.text, first.value_of_css_property("font-weight"), summary.text,
+                    canvas.get_attribute("data-cells"), canvas.get_attribute("data-named"),
+                    canvas.size["height"])
+        headline, weight, summary, cells, named, height = ui.read(page, drawn)
+        assert headline == "rank 9000 on node-35 went quiet first, 0.5 s before ranks 9001, 9003"
+        assert weight == "600", "the headline is bold"
+        assert "co-first): ranks 9001, 9003" in summary
+        assert "Suspect node: node-35" in summary
+        assert (cells, named) == ("16384", "9000")
         assert outline_colour(page, 9000) == BLACK
-        assert canvas.size["height"] <= 760, "about one screen"
+        assert height <= 760, "about one screen"
         ui.screenshot(page, "ranks-16384")
         page.find_element(By.ID, "table-toggle").click()
-        rows = page.find_elements(By.CSS_SELECTOR, "#rank-table tbody tr")
-        assert len(rows) == 500 and rows[0].get_attribute("data-rank") == "9000"
-        assert "(named)" in rows[0].text and "(named)" not in rows[1].text
-        assert "more of 15884" in page.find_element(By.ID, "more-ranks").text
+
+        def table(d):
+            rows = d.find_elements(By.CSS_SELECTOR, "#rank-table tbody tr")
+            return ([(r.get_attribute("data-rank"), r.text) for r in rows[:2]], len(rows),
+                    d.find_element(By.ID, "more-ranks").text)
+        (first, second), count, more = ui.read(page, table)
+        assert count == 500 and first[0] == "9000"
+        assert "(named)" in first[1] and "(named)" not in second[1]
+        assert "more of 15884" in more
         print(f"16,384-rank heatmap: {meta}")
 
 

@@ -6,14 +6,15 @@ import contextlib
 import os
 import pathlib
 
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.wait import WebDriverWait
 
 from devstack.browser import find, present, sign_in, wait
 
 __all__ = ["console_errors", "fetched", "find", "never", "on_every_document", "present",
-           "screenshot", "sign_in", "text_in", "wait", "watch_fetches"]
+           "read", "screenshot", "sign_in", "text_in", "wait", "watch_fetches"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: where screenshots go: build/ by default, so a test run leaves the tree clean;
@@ -24,6 +25,14 @@ SHOTS = ROOT / os.environ.get("GPUJOBS_SCREENSHOTS", "build/screenshots")
 def text_in(driver, css: str, text: str, timeout: float = 30) -> str:
     wait(driver, timeout).until(EC.text_to_be_present_in_element((By.CSS_SELECTOR, css), text))
     return driver.find_element(By.CSS_SELECTOR, css).text
+
+
+def read(driver, what, timeout: float = 30):
+    """``what(driver)``, read whole from one drawing of the page: read again
+    when the page drew anew meanwhile (its refresh replaces the elements, and
+    an element found before it is stale), however slow the machine."""
+    return WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)) \
+        .until(lambda d: (what(d),))[0]
 
 
 def screenshot(driver, name: str) -> pathlib.Path:

@@ -46,9 +46,12 @@ def sqs_event(queue: str, bodies: list[str]) -> dict:
 
 
 @pytest.fixture
-def telemetry(make_services):
+def telemetry(make_services, fresh_env):
+    # emptied tables: a scheduled function reads whole tables, and the
+    # session's shared ones hold every other test's jobs (a reconcile of
+    # them took 20 s, and timed out reading moto on a loaded machine)
     t = RecordingTelemetry()
-    make_services(telemetry=t)
+    make_services(fresh_env, telemetry=t)
     return t
 
 

@@ -2,8 +2,9 @@
 HTTP on a local stack of its own, as ``make up`` runs it: while another
 tenant creates 520 jobs that can never fit (a GPU type no node has, priority
 1,000,000, 8 at a time), and after, a tenant's 1-GPU job of a node's type is
-launched within one placement run; a cancel of the flood's jobs is answered
-in seconds. The stack and the agent are stopped by their own ids, also when
+launched, not held behind them; a cancel of the flood's jobs is answered
+in seconds. How fast (a ratio to the quiet stack's, in one run) is
+bench/flood.py's to measure, not this test's. The stack and the agent are stopped by their own ids, also when
 the test fails.
 """
 from __future__ import annotations
@@ -23,6 +24,13 @@ NODE, GPU_TYPE = "flood-1", "floodgpu"
 FLOOD_JOBS, CLIENTS = 520, 8
 #: the placement timer's period on this stack (make up's default)
 PERIOD_S = 5.0
+#: how long the small job may take to be launched. Held behind the flood it
+#: would wait for ever (none of the flood can fit, and each outranks it);
+#: launched, it takes one period or less on a quiet machine. Six periods
+#: leave a machine five times slower nowhere near the boundary (two fresh
+#: clones' suites side by side crossed the old bound, a period + 5 s), and
+#: still tell "launched" from "held".
+LAUNCH_WITHIN_S = 6 * PERIOD_S
 FLOOD = {"name": "flood", "command": ["sleep", "1"], "ranks": 1, "gpus_per_rank": 1,
          "gpu_type": "no-such-gpu", "priority": 1_000_000}
 SMALL = {"name": "small", "command": ["sleep", "1"], "ranks": 1, "gpus_per_rank": 1,
@@ -37,11 +45,9 @@ def flood_stack(tmp_path_factory):
         yield s
 
 
-def _launched_within_one_run(api: Api) -> float:
+def _launched(api: Api) -> float:
     """Submit SMALL; the seconds until it is launched (placed, its LAUNCH
-    sent: SCHEDULED or later), failing past one placement period and five
-    seconds of slack for a busy machine (CI runs the torch tests beside it);
-    a job held behind the flood waits many periods. Then it must run and end:
+    sent: SCHEDULED or later), failing past LAUNCH_WITHIN_S. Then it must run and end:
     the agent's inbox poll and its STARTED report wait their turn at the
     embedded moto's one lock with the flood's writes, which is the stack's
     pace, not placement's, so that gets a minute."""
@@ -49,8 +55,8 @@ def _launched_within_one_run(api: Api) -> float:
     r = api.post("/v1/jobs", json=SMALL)
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
-    poll(f"{job_id} launched within one placement run",
-         lambda: job(api, job_id)["state"] != "PENDING", PERIOD_S + 5)
+    poll(f"{job_id} launched, not held behind the flood",
+         lambda: job(api, job_id)["state"] != "PENDING", LAUNCH_WITHIN_S)
     took = time.monotonic() - start
     poll(f"{job_id} ends", lambda: job(api, job_id)["state"] == "SUCCEEDED", 60)
     return took
@@ -67,14 +73,14 @@ def test_a_flood_of_never_fitting_jobs_holds_back_no_other_tenant(flood_stack, t
         made.append(r.json()["id"])
 
     with real_agents(flood_stack.api, {NODE: (1, GPU_TYPE)}, tmp_path):
-        _launched_within_one_run(api)  # the quiet stack
+        _launched(api)  # the quiet stack
         with cf.ThreadPoolExecutor(CLIENTS) as pool:
             futures = [pool.submit(create, i) for i in range(FLOOD_JOBS)]
             poll("half the flood in", lambda: len(made) >= FLOOD_JOBS // 2, 120)
-            _launched_within_one_run(api)  # during the flood
+            _launched(api)  # during the flood
             for f in futures:
                 f.result()
-        _launched_within_one_run(api)  # after it
+        _launched(api)  # after it
         flooded = job(clients[0], made[0])
         assert flooded["state"] == "PENDING"
         assert flooded["pending_reason"].startswith("can never fit")

@@ -34,8 +34,13 @@ NODES, GPU_TYPE = ("follow-1", "follow-2"), "followgpu"
 LINES, RATE = 9_000, 150
 #: how long a killed agent stays dead: the lines its rank writes meanwhile
 DEAD_LINES = 450
-#: `logs -f` ends within this of the job's end (it reads to the end once more)
-END_WITHIN_S = 4.0
+#: `logs -f` ends within this of the job's end: one poll interval (0.5 s), then
+#: one more read to the end, which reads again the last 30 s of lines
+#: (FOLLOW_LOOKBACK_S: up to 9,000 of them here, some pages) and takes about
+#: 2 s on a quiet machine; 10 s leaves a machine several times slower room,
+#: where 4 s was crossed under doubled load. A follow that waited for
+#: anything else (another attempt, a timeout) would take far longer.
+END_WITHIN_S = 10.0
 
 WRITER = f"""
 import os, sys, time

@@ -24,6 +24,7 @@ to ``kill(pid, 0)`` and does without the start-time check.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -39,6 +40,9 @@ from .shim import CANNOT_START, FORWARDED, read_exit_file, status_to_exit_code, 
 log = logging.getLogger("gpujobs.agent.ranks")
 
 SHIM = Path(__file__).resolve().with_name("shim.py")
+#: the whole environment of the shim itself: nothing of the job's (its env
+#: goes to the command alone, through the shim's stdin)
+SHIM_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
 PROC = Path("/proc")
 # the shim vanished without recording an exit code: it was SIGKILLed (the OOM
 # killer, or a person); reported as 128 + SIGKILL, the likeliest cause
@@ -275,15 +279,17 @@ class Launcher:
         drop = [] if identity is None else [
             "--uid", str(identity.uid), "--gid", str(identity.gid)]
         where = [] if cwd is None else ["--cwd", cwd]
-        argv = [self._python, "-I", str(SHIM), "--exit-file", exit_file, *drop, *where, "--",
-                *command]
+        argv = [self._python, "-I", str(SHIM), "--exit-file", exit_file, *drop, *where,
+                "--env-stdin", "--", *command]
         try:
             for path in (log_file, exit_file):
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             out = open_log_file(log_file)
             try:
-                popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=out, env=env,
+                # the shim (root, with isolation) starts with SHIM_ENV: the
+                # rank's environment reaches only the command (shim.py)
+                popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out,
+                                         stderr=out, env=SHIM_ENV,
                                          start_new_session=True, close_fds=True)
             except (OSError, ValueError) as e:
                 os.write(out, agent_record("stderr", f"gpujobs-agent: cannot start the rank: {e}"))
@@ -297,6 +303,11 @@ class Launcher:
             except OSError:
                 pass  # exit_code() still says CANNOT_START for a rank without a pid
             return Rank(pid=None, pgid=None, start_time=None, exit_file=exit_file)
+        try:
+            with popen.stdin:
+                popen.stdin.write(json.dumps(env).encode())
+        except OSError as e:  # the shim is gone already: its exit says the rest
+            log.error("cannot give the rank its environment (%s): %s", exit_file, e)
         stat = read_stat(popen.pid)
         return Rank(pid=popen.pid, pgid=popen.pid,
                     start_time=stat.start_time if stat is not None else None,

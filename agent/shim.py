@@ -1,6 +1,6 @@
 """The supervisor shim: one per rank, between the agent and the rank's command.
 
-    python -I agent/shim.py --exit-file F [--uid U --gid G] -- command [args...]
+    python -I agent/shim.py --exit-file F [--uid U --gid G] [--cwd DIR] [--env-stdin] -- command...
 
 Why it exists: the agent must learn every rank's exit code, also of ranks that a
 previous agent process started (after a restart they are no longer its children,
@@ -21,6 +21,16 @@ limit's warning may be (:data:`WARNINGS`) the agent sends to the whole group
 itself; the shim catches them only to survive them, doing nothing (a handler,
 not SIG_IGN: exec resets a handled signal to its default, so the command gets
 the default disposition or installs its own).
+
+Privilege: the shim runs as the agent (root, on a host with isolation) and
+nothing a tenant controls reaches that part. The agent starts it with a fixed
+environment of its own; the rank's environment (the job's ``env``: loader
+variables such as ``LD_PRELOAD`` included) comes as JSON on stdin
+(``--env-stdin``) and is given only to the command's ``execve``. In the
+child, privileges drop first (groups, gid, uid, then no new privileges),
+then it enters the working directory (``--cwd``) as the rank's uid, and only
+then the command runs: a folder the rank's uid cannot enter is a rank that
+cannot start, whatever root could enter.
 
 Exit codes written: the command's own; ``128 + N`` when it was killed by signal
 N (the shell's convention); 127 when it could not be started at all, with the
@@ -133,12 +143,14 @@ def status_to_exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-USAGE = "usage: shim.py --exit-file FILE [--uid UID --gid GID] [--cwd DIR] -- command [args...]"
+USAGE = ("usage: shim.py --exit-file FILE [--uid UID --gid GID] [--cwd DIR] [--env-stdin] "
+         "-- command [args...]")
 
 
-def _parse(argv: list[str]) -> tuple[str, list[str], tuple[int, int] | None, str | None]:
+def _parse(argv: list[str]) -> tuple[str, list[str], tuple[int, int] | None, str | None, bool]:
     """(exit file, command, (uid, gid) the command runs as or None, the
-    directory it runs in or None: the shim's own)."""
+    directory it runs in or None: the shim's own, whether the command's
+    environment comes on stdin: else it is the shim's own)."""
     if len(argv) < 4 or argv[0] != "--exit-file":
         raise SystemExit(USAGE)
     run_as = None
@@ -156,9 +168,48 @@ def _parse(argv: list[str]) -> tuple[str, list[str], tuple[int, int] | None, str
         if len(rest) < 2:
             raise SystemExit(USAGE)
         cwd, rest = rest[1], rest[2:]
+    env_stdin = rest[:1] == ["--env-stdin"]
+    if env_stdin:
+        rest = rest[1:]
     if len(rest) < 2 or rest[0] != "--":
         raise SystemExit(USAGE)
-    return argv[1], rest[1:], run_as, cwd
+    return argv[1], rest[1:], run_as, cwd, env_stdin
+
+
+def read_env(stream) -> dict[str, str]:
+    """The command's environment, a JSON object of strings read to EOF."""
+    env = json.loads(stream.read() or b"{}")
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError("the environment on stdin is no JSON object of strings")
+    return env
+
+
+#: prctl(2)'s PR_SET_NO_NEW_PRIVS: no exec after it gains privileges (setuid
+#: binaries, file capabilities)
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def entering(cwd: str | None) -> Callable[[], None]:
+    """What the child does after it dropped privileges (subprocess runs it
+    after setgroups, setregid and setreuid, before exec): no new privileges,
+    then the working directory, entered as the rank's uid. On failure it says
+    why on its stderr (the rank's log) and exits 127. The shim has one thread,
+    so running Python between fork and exec is safe here."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def enter() -> None:
+        try:
+            if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+            if cwd is not None:
+                os.chdir(cwd)
+        except OSError as e:
+            os.write(2, f"gpujobs-shim: cannot start: {e}\n".encode())
+            os._exit(CANNOT_START)
+    return enter
 
 
 #: the longest content of one record: a longer line is cut into P pieces (docstring)
@@ -367,7 +418,7 @@ def pump(child: subprocess.Popen, pipes: dict[int, str], writer: RecordWriter,
 
 
 def main(argv: list[str] | None = None) -> int:
-    exit_file, command, run_as, cwd = _parse(sys.argv[1:] if argv is None else argv)
+    exit_file, command, run_as, cwd, env_stdin = _parse(sys.argv[1:] if argv is None else argv)
     received: list[int] = []
     own_copies: dict[int, int] = {}  # by signal: our own forwarded copies still to arrive
     writer = RecordWriter(sys.stdout.fileno())
@@ -400,8 +451,17 @@ def main(argv: list[str] | None = None) -> int:
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, survive)
 
+    env, bad_env = None, None
+    if env_stdin:
+        try:
+            env = read_env(sys.stdin.buffer)
+        except ValueError as e:  # (json's errors are ValueErrors too)
+            bad_env = str(e)
     if received:  # stopped before the command even started: do not start it
         code = 128 + received[0]
+    elif bad_env is not None:
+        writer.message(f"gpujobs-shim: cannot start {command[0]!r}: {bad_env}")
+        code = CANNOT_START
     else:
         out_r, out_w = _pipe()
         err_r, err_w = _pipe()
@@ -411,9 +471,12 @@ def main(argv: list[str] | None = None) -> int:
             # umask, and of its output only the two pipes
             drop: dict[str, Any] = {} if run_as is None else {
                 "user": run_as[0], "group": run_as[1], "extra_groups": [], "umask": 0o022}
-            # in the job's working_dir when it has one: a relative path in the
-            # command is the job's, not the agent's
-            child = subprocess.Popen(command, cwd=cwd, stdout=out_w, stderr=err_w, **drop)
+            # the job's working_dir (a relative path in the command is the
+            # job's, not the agent's) is entered after the drop, not by
+            # Popen's cwd, which chdirs before it; the environment is only
+            # the command's
+            child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=out_w,
+                                     stderr=err_w, preexec_fn=entering(cwd), **drop)
         except (OSError, ValueError) as e:
             for fd in (out_r, err_r, out_w, err_w):
                 os.close(fd)

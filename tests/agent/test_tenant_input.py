@@ -1,0 +1,120 @@
+"""Nothing a tenant controls runs or is entered with privilege (issue 41,
+items 1 and 3), with real processes, as root, each rank as a bare uid of its
+own (tests/hostile_ranks.py):
+
+- the job's environment reaches the rank's command only, never the root
+  shim: a library named in ``LD_PRELOAD`` (one an earlier job of the same
+  tenant dropped in /tmp) runs in the rank as the rank's uid, never as root;
+- the working directory is entered as the rank's uid, after the drop: a
+  folder another tenant keeps 0700 is a rank that cannot start, with the
+  reason in its log, not a way into that folder;
+- the command runs with no new privileges (no setuid binary raises it).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agent.ranks import Launcher, ProcTable, Rank
+from agent.records import lines_of
+from tests.hostile_ranks import TEST_UID, bare_identity
+from tests.support.waits import wait_until
+
+#: a library whose constructor appends the effective uid of every process
+#: that loads it to the file compiled in (%s)
+PRELOAD_C = r"""
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void who(void) {
+    FILE *f = fopen("%s", "a");
+    if (f) { fprintf(f, "%%d\n", (int)geteuid()); fclose(f); }
+}
+"""
+
+
+@pytest.fixture
+def identity():
+    identity = bare_identity()
+    assert identity is not None, "these tests run ranks as a uid of their own: run them as root"
+    return identity
+
+
+def start(launched: list[Rank], where: Path, command: list[str], identity, *,
+          env: dict[str, str] | None = None, cwd: str | None = None) -> Rank:
+    rank = Launcher().launch(command, {"PATH": "/usr/bin:/bin", **(env or {})},
+                             str(where / "r.log"), str(where / "r.exit"), cwd=cwd,
+                             identity=identity)
+    launched.append(rank)
+    return rank
+
+
+def ended(rank: Rank) -> int:
+    return wait_until(lambda: rank.exit_code() is not None and (rank.exit_code(),),
+                      what="the rank's exit")[0]
+
+
+def test_a_library_the_job_preloads_runs_only_in_the_rank_as_its_uid(
+        launched, shared_dir, identity):
+    """The attack of issue 41, item 1: ``"env": {"LD_PRELOAD": ...}`` ran the
+    library's constructor in the shim, as uid 0."""
+    who = shared_dir / "who"
+    who.touch()
+    os.chmod(who, 0o666)
+    source = shared_dir / "who.c"
+    source.write_text(PRELOAD_C % who)
+    library = shared_dir / "who.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    os.chmod(library, 0o755)
+    rank = start(launched, shared_dir, ["/bin/true"], identity, env={"LD_PRELOAD": str(library)})
+    assert ended(rank) == 0
+    uids = who.read_text().split()
+    assert uids, "the rank never loaded the library: the job's LD_PRELOAD did not reach it"
+    assert set(uids) == {str(TEST_UID)}, f"the library ran as uids {uids} (0 is root)"
+
+
+def test_the_shim_has_none_of_the_jobs_environment_and_the_command_all_of_it(
+        launched, shared_dir, identity):
+    rank = start(launched, shared_dir, ["sleep", "30"], identity,
+                 env={"GPUJOBS_TEST_SECRET": "s3cret", "LD_LIBRARY_PATH": "/tmp/lib"})
+    command = wait_until(lambda: [p for p in rank.members(ProcTable.read()) if p != rank.pid],
+                         what="the command started")[0]
+    shim_env = Path(f"/proc/{rank.pid}/environ").read_bytes().split(b"\0")
+    command_env = Path(f"/proc/{command}/environ").read_bytes().split(b"\0")
+    assert not any(b"s3cret" in v or v.startswith(b"LD_") for v in shim_env), shim_env
+    assert b"GPUJOBS_TEST_SECRET=s3cret" in command_env
+    assert b"LD_LIBRARY_PATH=/tmp/lib" in command_env
+    status = Path(f"/proc/{command}/status").read_text()
+    assert "NoNewPrivs:\t1" in status, "the command may gain privileges (setuid binaries)"
+    assert os.stat(f"/proc/{command}").st_uid == TEST_UID
+
+
+def test_a_working_dir_the_ranks_uid_cannot_enter_is_a_rank_that_cannot_start(
+        launched, shared_dir, identity):
+    """The attack of issue 41, item 3: chdir ran as root, before the drop, so
+    a rank started inside another tenant's 0700 folder and read what an
+    absolute path refused it."""
+    private = shared_dir / "tenant-a"
+    private.mkdir(mode=0o700)
+    (private / "secret").write_text("tenant a's secret\n")
+    os.chmod(private / "secret", 0o644)  # the shim's umask 022 makes such files common
+    rank = start(launched, shared_dir, ["cat", "secret"], identity, cwd=str(private))
+    assert ended(rank) == 127
+    said = lines_of((shared_dir / "r.log").read_bytes(), "stderr")
+    text = "\n".join(lines_of((shared_dir / "r.log").read_bytes(), "stdout") + said)
+    assert "tenant a's secret" not in text
+    assert said and "cannot start" in said[0] and "Permission denied" in said[0], said
+
+
+def test_a_working_dir_the_ranks_uid_may_enter_is_where_the_command_runs(
+        launched, shared_dir, identity):
+    mine = shared_dir / "job"
+    mine.mkdir()
+    os.chown(mine, identity.uid, identity.gid)
+    rank = start(launched, shared_dir, ["sh", "-c", "pwd; echo ok > made"], identity,
+                 cwd=str(mine))
+    assert ended(rank) == 0
+    assert lines_of((shared_dir / "r.log").read_bytes(), "stdout") == [str(mine)]
+    assert (mine / "made").stat().st_uid == TEST_UID

@@ -33,6 +33,7 @@ from .isolation import (
     IsolationError,
     isolation_name,
     make_non_dumpable,
+    parse_job_roots,
     read_token_file,
     take_token_from_env,
 )
@@ -75,6 +76,13 @@ def _poll_wait(text: str) -> int:
     return value
 
 
+def _job_roots(text: str) -> tuple[str, ...]:
+    try:
+        return parse_job_roots(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _level(text: str) -> str:
     if text.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise argparse.ArgumentTypeError(f"not a log level: {text!r}")
@@ -115,6 +123,10 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=DEFAULT_RANK_UIDS)
     opt("state-dir", "directory for the state file, exit files and heartbeat files",
         required=True)
+    opt("job-roots", "folders (':'-separated, absolute) of shared storage where the agent, "
+        "as root, makes each job's checkpoint directory and gives it to the job's uid, "
+        "following no link; a checkpoint directory elsewhere is made by the ranks as "
+        "their own uid. Never the state directory", type=_job_roots, default=())
     opt("log-dir", "rank logs go to <log-dir>/<job_id>/<attempt>/rank-<r>.log "
         "(default: <state-dir>/logs)")
     opt("grace-s", "seconds between SIGTERM and SIGKILL on cancel", type=_positive(float),
@@ -168,7 +180,8 @@ def parse_settings(argv: list[str] | None = None,
                         grace_s=args.grace_s, poll_wait_s=args.poll_wait_s,
                         node_heartbeat_s=args.node_heartbeat_s,
                         busy_call_in_s=args.busy_call_in_s, address=args.address,
-                        watchdog_s=args.watchdog_s, log_quota_bytes=args.log_quota_bytes)
+                        watchdog_s=args.watchdog_s, log_quota_bytes=args.log_quota_bytes,
+                        job_roots=args.job_roots)
     try:
         settings.rank_uids = parse_range(args.rank_uids)
     except UidRangeError as e:

@@ -86,7 +86,7 @@ from typing import Any, Callable, Mapping, Protocol
 from .api import ApiError, AttemptGone
 from .backoff import retry_delay
 from .inbox import InboxMessage
-from .isolation import give_checkpoint_dir, give_rank_dir
+from .isolation import give_checkpoint_dir, give_rank_dir, job_root
 from .messages import Cancel, Launch, MessageError, parse, parse_launch
 from .procs import own_processes
 from .ranks import Launcher, ProcTable, Rank, open_log_file, read_stat
@@ -273,8 +273,11 @@ class Agent:
                  base_env: Mapping[str, str] | None = None,
                  ports: PortReservations | None = None,
                  stacks: StackSampler | None = None, logs: LogShipping | None = None,
-                 pool: UidPool | None = None) -> None:
+                 pool: UidPool | None = None, job_roots: tuple[str, ...] = ()) -> None:
         self.node_id, self.gpus = node_id, gpus
+        #: folders the operator allows the agent to make jobs' checkpoint
+        #: directories in, as root (isolation.give_checkpoint_dir)
+        self._job_roots = job_roots
         #: the uids attempts run as (uidpool.py); None: as the agent (isolation "none")
         self.pool = pool
         #: ships the ranks' log files (logship.Shipper); None: nothing to wait for.
@@ -436,7 +439,7 @@ class Agent:
                 return
             if m.env.get(HOLD_PORT_ENV) == "0":  # checked, but not held (rendezvous.py)
                 self._ports.release(rec.key)
-        checkpoints_ready, identity = False, None
+        checkpoints_ready, identity, make_dir = False, None, None
         for r, p in rec.procs.items():
             if p.pid is not None or p.ended:
                 continue
@@ -450,7 +453,7 @@ class Agent:
             if not checkpoints_ready:  # once, before the first rank that starts
                 checkpoints_ready = True
                 identity = self._identity(rec)
-                self._make_checkpoint_dir(rec, m, identity)
+                make_dir = self._make_checkpoint_dir(rec, m, identity)
             try:
                 give_rank_dir(Path(p.heartbeat_file).parent, self._paths.state_dir, identity)
             except OSError as e:  # the rank can run without; its heartbeats cannot
@@ -459,7 +462,8 @@ class Agent:
                            self.node_id, identity, node_slots=node_slots,
                            rankside=self._rankside)
             rank = self._launcher.launch(list(m.command), env, p.log_file, p.exit_file,
-                                         cwd=m.working_dir, identity=identity)
+                                         cwd=m.working_dir, identity=identity,
+                                         make_dir=make_dir)
             p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time
             self._ranks[(rec.key, r)] = rank
 
@@ -473,19 +477,27 @@ class Agent:
         self.pool.make_home(rec.uid)
         return self.pool.identity(rec.uid)
 
-    def _make_checkpoint_dir(self, rec: AttemptRecord, m: Launch, identity) -> None:
-        """The job's checkpoint directory, made (and given to the attempt's
-        uid, with what earlier attempts' uids left in it) if the LAUNCH names
-        one; a failure is logged and the ranks start anyway: it may be on
-        shared storage already, or the job may not need it."""
+    def _make_checkpoint_dir(self, rec: AttemptRecord, m: Launch, identity) -> str | None:
+        """The job's checkpoint directory, if the LAUNCH names one. Under a
+        root the operator allows (``--job-roots``) the agent makes it (and
+        gives it to the attempt's uid, with what earlier attempts' uids left
+        in it), walking it without following links; a failure is logged and
+        the ranks start anyway: it may be on shared storage already, or the
+        job may not need it. Outside every root it is the ranks' own to make,
+        as their uid: returned, for the shims (issue 41)."""
         if m.checkpoint_dir is None:
-            return
+            return None
+        root = job_root(m.checkpoint_dir, self._job_roots)
+        if root is None:
+            return m.checkpoint_dir
         try:
             give_checkpoint_dir(m.checkpoint_dir, m.job_id, identity,
-                                self.pool.range if self.pool is not None else None)
+                                self.pool.range if self.pool is not None else None,
+                                root=root, state_dir=self._paths.state_dir)
         except OSError as e:
             log.warning("%s: cannot prepare the checkpoint directory %s (%s); the ranks "
                         "start anyway", rec.key, m.checkpoint_dir, e)
+        return None
 
     def _not_started(self, rec: AttemptRecord, why: str, code: int = PORT_IN_USE) -> None:
         """Record every rank of ``rec`` here as exited with ``code`` without

@@ -101,19 +101,69 @@ def lock_down_state_dir(state_dir: Path) -> None:
 
 def give_rank_dir(directory: Path, state_dir: Path, identity: RankIdentity | None) -> None:
     """Create ``directory`` (under ``state_dir``) for a rank to write in: the
-    directories above it traversable only, itself 0700 and the rank's uid's."""
-    directory.mkdir(parents=True, exist_ok=True)
-    if identity is None:
-        return
-    for parent in directory.relative_to(state_dir).parents:
-        if str(parent) != ".":
-            os.chmod(state_dir / parent, 0o711)
-    os.chown(directory, identity.uid, identity.gid)
-    os.chmod(directory, 0o700)
+    directories above it traversable only, itself 0700 and the rank's uid's.
+
+    Walked down from ``state_dir`` one component at a time, each made and
+    opened ``O_NOFOLLOW`` and changed through its descriptor: a link a rank
+    put anywhere on the way (in a folder it was given earlier) is an OSError,
+    never followed as root (issue 41)."""
+    parts = directory.relative_to(state_dir).parts
+    fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for n, name in enumerate(parts):
+            parent, fd = fd, -1
+            fd = _enter(parent, name)
+            if identity is not None:
+                if n == len(parts) - 1:
+                    os.fchown(fd, identity.uid, identity.gid)
+                    os.fchmod(fd, 0o700)
+                else:
+                    os.fchmod(fd, 0o711)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+#: a directory walked into as root: never through a link, never a device's
+#: node or a FIFO that would block the open
+WALKED = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _enter(parent: int, name: str, mode: int = 0o755) -> int:
+    """The descriptor of directory ``name`` in ``parent`` (made, ``mode``, if it is
+    not there), opened without following a link; ``parent`` is closed."""
+    try:
+        if name in (".", ".."):
+            raise OSError(errno.EINVAL, "a path with . or .. is not walked", name)
+        try:
+            os.mkdir(name, mode, dir_fd=parent)
+        except FileExistsError:
+            pass
+        return os.open(name, WALKED, dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+def parse_job_roots(text: str) -> tuple[str, ...]:
+    """``GPUJOBS_AGENT_JOB_ROOTS``: absolute folders, ``:``-separated."""
+    roots = tuple(os.path.normpath(r) for r in text.split(":") if r)
+    for root in roots:
+        if not os.path.isabs(root):
+            raise ValueError(f"{root!r} is not an absolute path")
+    return roots
+
+
+def job_root(directory: str, roots: tuple[str, ...]) -> str | None:
+    """The operator's root (``--job-roots``) ``directory`` lies under, as written
+    (a ``..`` in it never climbs out: it is refused when walked); None: none."""
+    for root in roots:
+        if directory.startswith(root.rstrip("/") + "/"):
+            return root
+    return None
 
 
 def give_checkpoint_dir(directory: str, job_id: str, identity: RankIdentity | None,
-                        pool=None) -> None:
+                        pool=None, *, root: str, state_dir: Path) -> None:
     """Create the job's checkpoint directory (the LAUNCH's checkpoint_dir,
     ``<shared storage>/<job_id>``), parents too, unless it is there already (an
     earlier attempt's, maybe another node's); with an identity, make it that
@@ -121,12 +171,17 @@ def give_checkpoint_dir(directory: str, job_id: str, identity: RankIdentity | No
     another uid of the pool than the attempt that wrote its files. Raises
     OSError when it cannot.
 
-    The path comes from a job's spec and the directory's parent may be one a
-    rank can write in (shared storage), so its last component, the job's own
-    id, is never followed as a symbolic link: it is opened ``O_NOFOLLOW`` and
-    changed through that descriptor, so a rank that put a link there (to
-    ``/etc``) gets nothing changed but its job's own directory. Any real
-    directory of that name is the job's: job ids are unique. So a directory
+    Only under ``root``, a folder the operator allows for it (``--job-roots``,
+    docs/security.md): a path outside every root is made by the rank's own
+    shim, as the rank's uid (shim.py ``--mkdir``), never by root. The path
+    comes from a job's spec and any folder below the root may be one a rank
+    can write in (shared storage), so it is walked down from the root one
+    component at a time, each opened ``O_NOFOLLOW`` and changed through its
+    descriptor: a link a rank put anywhere on the way (to ``/etc``) is an
+    OSError, nothing is changed through it. A walk that passes through the
+    agent's own state directory (``state_dir``) is refused: the heartbeat
+    folders there are never a job's to own. Any real directory whose last
+    component is the job's id is the job's (ids are unique), so a directory
     whose last component is not ``job_id`` is not given to the rank's uid.
 
     Inside it (:func:`_give_contents`) only what an earlier attempt's uid owns
@@ -138,17 +193,18 @@ def give_checkpoint_dir(directory: str, job_id: str, identity: RankIdentity | No
     if identity is not None and path.name != job_id:
         raise OSError(errno.EINVAL, f"not the job's own directory (<...>/{job_id}): not "
                       "given to the rank's uid", directory)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    state = os.stat(state_dir)
+    if Path(os.path.realpath(root)).is_relative_to(os.path.realpath(state_dir)):
+        raise OSError(errno.EPERM, "the job root is in the agent's state directory", root)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        try:
-            os.mkdir(path.name, 0o755, dir_fd=parent)
-        except FileExistsError:
-            pass
-        fd = os.open(path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
-    finally:
-        os.close(parent)
-    try:
+        for name in path.relative_to(root).parts:
+            parent, fd = fd, -1
+            fd = _enter(parent, name)
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (state.st_dev, state.st_ino):
+                raise OSError(errno.EPERM, "in the agent's state directory: never a job's",
+                              directory)
         if identity is not None:
             st = os.fstat(fd)
             if (st.st_uid, st.st_gid) != (identity.uid, identity.gid):
@@ -158,7 +214,8 @@ def give_checkpoint_dir(directory: str, job_id: str, identity: RankIdentity | No
             if pool is not None:
                 _give_contents(fd, identity, pool)
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 NOT_FOLLOWED = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(

@@ -267,18 +267,23 @@ class Launcher:
         self._python = python
 
     def launch(self, command: list[str], env: dict[str, str], log_file: str,
-               exit_file: str, cwd: str | None = None, identity=None) -> Rank:
+               exit_file: str, cwd: str | None = None, identity=None,
+               make_dir: str | None = None) -> Rank:
         """Start one rank, in ``cwd`` when given; its stdout and stderr become
         records in ``log_file`` (appended; shim.py writes them, records.py
         reads them, agent/logship.py ships them). A ``cwd`` that is not there
         is a rank that cannot start. ``identity`` (isolation.RankIdentity):
         the uid and gid the command runs as; None: as the agent itself.
+        ``make_dir``: a directory made (parents too) as that uid before the
+        command starts (the job's checkpoint directory outside the operator's
+        roots: isolation.give_checkpoint_dir).
 
         Never raises for a rank that cannot start: the rank then has exit code 127
         (recorded in its exit file, the reason in its log), as for a command not found."""
         drop = [] if identity is None else [
             "--uid", str(identity.uid), "--gid", str(identity.gid)]
-        where = [] if cwd is None else ["--cwd", cwd]
+        where = ([] if cwd is None else ["--cwd", cwd]) + (
+            [] if make_dir is None else ["--mkdir", make_dir])
         argv = [self._python, "-I", str(SHIM), "--exit-file", exit_file, *drop, *where,
                 "--env-stdin", "--", *command]
         try:

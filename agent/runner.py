@@ -69,6 +69,9 @@ class Settings:
     watchdog_s: float = STALL_S
     #: what each rank may ship to CloudWatch Logs in one attempt (logship.py)
     log_quota_bytes: int = LOG_QUOTA_BYTES
+    #: folders in which the agent makes jobs' checkpoint directories as root
+    #: (isolation.give_checkpoint_dir); elsewhere the ranks make their own
+    job_roots: tuple[str, ...] = ()
 
 
 class StateDirBusy(RuntimeError):
@@ -120,7 +123,8 @@ def run(settings: Settings, stop: threading.Event, *,
             if settings.rank_uids is not None else None
         agent = Agent(node_id=settings.node_id, gpus=settings.gpus, api=api, inbox=None,
                       paths=paths, grace_s=settings.grace_s, rng=rng,
-                      launcher=Launcher(), stacks=stacks, pool=pool)
+                      launcher=Launcher(), stacks=stacks, pool=pool,
+                      job_roots=settings.job_roots)
         watchdog = Watchdog(settings.watchdog_s).start() if settings.watchdog_s > 0 else None
         try:
             # adopted ranks are watched from the start, also while the API is away

@@ -1,6 +1,7 @@
 """The supervisor shim: one per rank, between the agent and the rank's command.
 
-    python -I agent/shim.py --exit-file F [--uid U --gid G] [--cwd DIR] [--env-stdin] -- command...
+    python -I agent/shim.py --exit-file F [--uid U --gid G] [--cwd DIR] [--mkdir DIR]
+                            [--env-stdin] -- command...
 
 Why it exists: the agent must learn every rank's exit code, also of ranks that a
 previous agent process started (after a restart they are no longer its children,
@@ -28,9 +29,10 @@ environment of its own; the rank's environment (the job's ``env``: loader
 variables such as ``LD_PRELOAD`` included) comes as JSON on stdin
 (``--env-stdin``) and is given only to the command's ``execve``. In the
 child, privileges drop first (groups, gid, uid, then no new privileges),
-then it enters the working directory (``--cwd``) as the rank's uid, and only
-then the command runs: a folder the rank's uid cannot enter is a rank that
-cannot start, whatever root could enter.
+then it makes the job's checkpoint directory (``--mkdir``, when no root the
+operator allows holds it) and enters the working directory (``--cwd``), both
+as the rank's uid, and only then the command runs: a folder the rank's uid
+cannot enter is a rank that cannot start, whatever root could enter.
 
 Exit codes written: the command's own; ``128 + N`` when it was killed by signal
 N (the shell's convention); 127 when it could not be started at all, with the
@@ -82,6 +84,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 CANNOT_START = 127
@@ -143,18 +146,30 @@ def status_to_exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-USAGE = ("usage: shim.py --exit-file FILE [--uid UID --gid GID] [--cwd DIR] [--env-stdin] "
-         "-- command [args...]")
+USAGE = ("usage: shim.py --exit-file FILE [--uid UID --gid GID] [--cwd DIR] [--mkdir DIR] "
+         "[--env-stdin] -- command [args...]")
 
 
-def _parse(argv: list[str]) -> tuple[str, list[str], tuple[int, int] | None, str | None, bool]:
-    """(exit file, command, (uid, gid) the command runs as or None, the
-    directory it runs in or None: the shim's own, whether the command's
-    environment comes on stdin: else it is the shim's own)."""
+@dataclass(frozen=True)
+class Options:
+    exit_file: str
+    command: list[str]
+    #: (uid, gid) the command runs as; None: as the shim
+    run_as: tuple[int, int] | None = None
+    #: the directory the command runs in; None: the shim's own
+    cwd: str | None = None
+    #: a directory made (parents too) as the command's user before it starts:
+    #: the job's checkpoint directory when no root the operator allows holds it
+    make_dir: str | None = None
+    #: the command's environment comes on stdin; else it is the shim's own
+    env_stdin: bool = False
+
+
+def _parse(argv: list[str]) -> Options:
     if len(argv) < 4 or argv[0] != "--exit-file":
         raise SystemExit(USAGE)
+    exit_file, rest = argv[1], argv[2:]
     run_as = None
-    rest = argv[2:]
     if rest[:1] == ["--uid"]:
         if len(rest) < 5 or rest[2] != "--gid":
             raise SystemExit(USAGE)
@@ -163,17 +178,19 @@ def _parse(argv: list[str]) -> tuple[str, list[str], tuple[int, int] | None, str
         except ValueError:
             raise SystemExit(USAGE) from None
         rest = rest[4:]
-    cwd = None
-    if rest[:1] == ["--cwd"]:
-        if len(rest) < 2:
-            raise SystemExit(USAGE)
-        cwd, rest = rest[1], rest[2:]
+    paths: dict[str, str] = {}
+    for flag in ("--cwd", "--mkdir"):
+        if rest[:1] == [flag]:
+            if len(rest) < 2:
+                raise SystemExit(USAGE)
+            paths[flag], rest = rest[1], rest[2:]
     env_stdin = rest[:1] == ["--env-stdin"]
     if env_stdin:
         rest = rest[1:]
     if len(rest) < 2 or rest[0] != "--":
         raise SystemExit(USAGE)
-    return argv[1], rest[1:], run_as, cwd, env_stdin
+    return Options(exit_file, rest[1:], run_as, paths.get("--cwd"), paths.get("--mkdir"),
+                   env_stdin)
 
 
 def read_env(stream) -> dict[str, str]:
@@ -190,12 +207,14 @@ def read_env(stream) -> dict[str, str]:
 PR_SET_NO_NEW_PRIVS = 38
 
 
-def entering(cwd: str | None) -> Callable[[], None]:
+def entering(cwd: str | None, make_dir: str | None = None) -> Callable[[], None]:
     """What the child does after it dropped privileges (subprocess runs it
     after setgroups, setregid and setreuid, before exec): no new privileges,
-    then the working directory, entered as the rank's uid. On failure it says
-    why on its stderr (the rank's log) and exits 127. The shim has one thread,
-    so running Python between fork and exec is safe here."""
+    then ``make_dir`` made, then the working directory entered, both as the
+    rank's uid. A directory it cannot make is said on its stderr (the rank's
+    log) and the command starts anyway (it may not need it); a failure of the
+    rest is said there too and exits 127. The shim has one thread, so running
+    Python between fork and exec is safe here."""
     import ctypes
 
     prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -204,6 +223,12 @@ def entering(cwd: str | None) -> Callable[[], None]:
         try:
             if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
                 raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+            if make_dir is not None:
+                try:
+                    os.makedirs(make_dir, exist_ok=True)
+                except OSError as e:
+                    os.write(2, f"gpujobs-shim: cannot make {make_dir}: {e}; starting "
+                                "anyway\n".encode())
             if cwd is not None:
                 os.chdir(cwd)
         except OSError as e:
@@ -418,7 +443,8 @@ def pump(child: subprocess.Popen, pipes: dict[int, str], writer: RecordWriter,
 
 
 def main(argv: list[str] | None = None) -> int:
-    exit_file, command, run_as, cwd, env_stdin = _parse(sys.argv[1:] if argv is None else argv)
+    options = _parse(sys.argv[1:] if argv is None else argv)
+    exit_file, command, run_as = options.exit_file, options.command, options.run_as
     received: list[int] = []
     own_copies: dict[int, int] = {}  # by signal: our own forwarded copies still to arrive
     writer = RecordWriter(sys.stdout.fileno())
@@ -452,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGCHLD, survive)
 
     env, bad_env = None, None
-    if env_stdin:
+    if options.env_stdin:
         try:
             env = read_env(sys.stdin.buffer)
         except ValueError as e:  # (json's errors are ValueErrors too)
@@ -476,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
             # Popen's cwd, which chdirs before it; the environment is only
             # the command's
             child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=out_w,
-                                     stderr=err_w, preexec_fn=entering(cwd), **drop)
+                                     stderr=err_w,
+                                     preexec_fn=entering(options.cwd, options.make_dir), **drop)
         except (OSError, ValueError) as e:
             for fd in (out_r, err_r, out_w, err_w):
                 os.close(fd)

@@ -89,7 +89,8 @@ def agents_folder(root: pathlib.Path, state: pathlib.Path) -> pathlib.Path:
 
 def agent_environment(environ: dict[str, str]) -> dict[str, str]:
     """What an agent process starts with: the stack's environment, less what
-    is not for agents (:data:`NOT_FOR_AGENTS`). As root, each job's ranks
+    is not for agents (:data:`NOT_FOR_AGENTS`), with ``/tmp`` as the root of
+    jobs' checkpoint directories unless the stack names others. As root, each job's ranks
     run as a uid of the agent's default pool (agent/uidpool.py; the agents
     of one host share it, each uid claimed host-wide); only
     ``GPUJOBS_AGENT_RANK_UIDS=''`` turns that off, and the agents say so
@@ -101,6 +102,10 @@ def agent_environment(environ: dict[str, str]) -> dict[str, str]:
     python3 every user can run (devstack/interpreter.py), which a rank's uid
     can start, and what ``make up``'s user has in mind."""
     env = {k: v for k, v in environ.items() if k not in NOT_FOR_AGENTS}
+    # /tmp is the local stack's shared storage: checkpoint directories there
+    # are made by the agents (walked without following links), given to each
+    # job's uid with what an earlier attempt's uid wrote (agent/isolation.py)
+    env.setdefault("GPUJOBS_AGENT_JOB_ROOTS", "/tmp")
     own = own_bin()
     env["PATH"] = os.pathsep.join(
         [own, *(p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != own)])

@@ -133,7 +133,10 @@ JOB_CREATE = {
                         "description": "The directory every rank runs in (an absolute path "
                                        "on the hosts); a relative path in the command is "
                                        "read against it. Default: the agent's own "
-                                       "working directory."},
+                                       "working directory. It is entered as the rank's "
+                                       "uid, after root is dropped: a directory that uid "
+                                       "cannot pass fails the rank at start (exit code "
+                                       "127, the reason in its log)."},
         "env": {"type": "object", "maxProperties": 512,
                 "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,254}$"},
                 "additionalProperties": {"type": "string", "maxLength": 8192}},
@@ -171,7 +174,10 @@ JOB_CREATE = {
                            "description": "Shared storage every node mounts: each rank of "
                                           "every attempt gets GPUJOBS_CHECKPOINT_DIR="
                                           "<checkpoint_dir>/<job_id>, the same across "
-                                          "attempts, made by the agent if missing."},
+                                          "attempts, made if missing: by the agent under a "
+                                          "root its operator allows (--job-roots), else by "
+                                          "the ranks as their own uid; never through a "
+                                          "symbolic link, never in the agent's state."},
         "heartbeat": HEARTBEAT,
         "on_stall": {"enum": ["report", "restart"]},
         "depends_on": DEPENDS_ON,

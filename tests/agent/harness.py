@@ -106,8 +106,10 @@ class RecordingLauncher(Launcher):
         super().__init__()
         self.launched: list[Rank] = []
 
-    def launch(self, command, env, log_file, exit_file, cwd=None, identity=None) -> Rank:
-        rank = super().launch(command, env, log_file, exit_file, cwd=cwd, identity=identity)
+    def launch(self, command, env, log_file, exit_file, cwd=None, identity=None,
+               make_dir=None) -> Rank:
+        rank = super().launch(command, env, log_file, exit_file, cwd=cwd, identity=identity,
+                              make_dir=make_dir)
         self.launched.append(rank)
         return rank
 
@@ -127,12 +129,12 @@ class World:
 
     def agent(self, *, gpus: int = 8, grace_s: float = 10.0, api=None,
               base_env: dict | None = None, launcher: RecordingLauncher | None = None,
-              pool=None) -> Agent:
+              pool=None, job_roots: tuple[str, ...] = ()) -> Agent:
         launcher = launcher or RecordingLauncher()
         self.launchers.append(launcher)
         return Agent(node_id="node-1", gpus=gpus, api=api or self.api, inbox=self.inbox,
                      paths=self.paths, launcher=launcher, grace_s=grace_s, clock=self.clock,
-                     backoff_base=0.01, backoff_cap=0.05, pool=pool,
+                     backoff_base=0.01, backoff_cap=0.05, pool=pool, job_roots=job_roots,
                      base_env=base_env if base_env is not None else dict(os.environ))
 
     def state(self) -> dict:

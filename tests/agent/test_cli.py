@@ -18,6 +18,14 @@ def test_defaults():
     assert (settings.grace_s, settings.poll_wait_s, settings.node_heartbeat_s) == (10.0, 20, 10.0)
     assert settings.log_dir is None and settings.labels == {} and level == "INFO"
     assert settings.log_quota_bytes == 1 << 30, "each rank may ship 1 GiB an attempt"
+    assert settings.job_roots == (), "no folder where the agent makes jobs' folders as root"
+
+
+def test_job_roots_are_absolute_folders_from_the_command_line_or_the_environment():
+    env = {**TOKEN, "GPUJOBS_AGENT_JOB_ROOTS": "/mnt/ckpt/:/scratch"}
+    assert parse_settings(REQUIRED, environ=env)[0].job_roots == ("/mnt/ckpt", "/scratch")
+    assert parse_settings(REQUIRED + ["--job-roots", "/data"],
+                          environ=env)[0].job_roots == ("/data",)
 
 
 def test_the_log_quota_comes_from_the_command_line_or_the_environment():
@@ -65,6 +73,8 @@ def test_the_command_line_wins_over_the_environment():
     (REQUIRED, {"GPUJOBS_AGENT_LOG_QUOTA_BYTES": "-1"}),
     (REQUIRED, {"GPUJOBS_AGENT_GPUS": "many"}),
     (REQUIRED, {"GPUJOBS_AGENT_LABELS": "zone"}),
+    (REQUIRED + ["--job-roots", "/mnt:relative"], {}),
+    (REQUIRED, {"GPUJOBS_AGENT_JOB_ROOTS": "relative"}),
 ])
 def test_bad_arguments_exit_with_status_2(argv, env, capsys):
     with pytest.raises(SystemExit) as e:

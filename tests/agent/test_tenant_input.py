@@ -1,6 +1,6 @@
-"""Nothing a tenant controls runs or is entered with privilege (issue 41,
-items 1 and 3), with real processes, as root, each rank as a bare uid of its
-own (tests/hostile_ranks.py):
+"""Nothing a tenant controls is run, entered or followed with privilege
+(issue 41, item 1 and its three attacks), with real processes, as root, each
+rank as a bare uid of its own (tests/hostile_ranks.py):
 
 - the job's environment reaches the rank's command only, never the root
   shim: a library named in ``LD_PRELOAD`` (one an earlier job of the same
@@ -8,20 +8,30 @@ own (tests/hostile_ranks.py):
 - the working directory is entered as the rank's uid, after the drop: a
   folder another tenant keeps 0700 is a rank that cannot start, with the
   reason in its log, not a way into that folder;
-- the command runs with no new privileges (no setuid binary raises it).
+- the command runs with no new privileges (no setuid binary raises it);
+- a job's ``checkpoint_dir`` is made by the agent only under a root the
+  operator allows, walked without following a link, never in the agent's
+  state; elsewhere the rank makes it as its own uid. So a checkpoint
+  directory set to the agent's heartbeat folder never becomes the rank's,
+  and a link planted where the agent makes a folder is never followed.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from agent.isolation import give_checkpoint_dir, give_rank_dir
 from agent.ranks import Launcher, ProcTable, Rank
 from agent.records import lines_of
+from agent.uidpool import UidPool, UidRange
 from tests.hostile_ranks import TEST_UID, bare_identity
 from tests.support.waits import wait_until
+
+from .harness import World, launch, message, run_until
 
 #: a library whose constructor appends the effective uid of every process
 #: that loads it to the file compiled in (%s)
@@ -118,3 +128,103 @@ def test_a_working_dir_the_ranks_uid_may_enter_is_where_the_command_runs(
     assert ended(rank) == 0
     assert lines_of((shared_dir / "r.log").read_bytes(), "stdout") == [str(mine)]
     assert (mine / "made").stat().st_uid == TEST_UID
+
+
+# -- paths a job names: checkpoint_dir ---------------------------------------------
+def a_root_dir(where: Path) -> Path:
+    """A folder of root's, 0755: what a link planted by a rank points at."""
+    where.mkdir(mode=0o755)
+    os.chmod(where, 0o755)
+    return where
+
+
+def test_a_link_below_the_root_is_never_followed_to_make_a_checkpoint_dir(shared_dir, identity):
+    target = a_root_dir(shared_dir / "etc")
+    (shared_dir / "ckpt").symlink_to(target)  # what a rank can do in shared storage
+    with pytest.raises(OSError):
+        give_checkpoint_dir(str(shared_dir / "ckpt" / "job_x"), "job_x", identity,
+                            root=str(shared_dir), state_dir=a_root_dir(shared_dir / "state"))
+    assert list(target.iterdir()) == []
+    st = target.stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o755)
+
+
+def test_a_checkpoint_dir_in_the_agents_state_is_refused_even_under_a_root(
+        shared_dir, identity):
+    state = a_root_dir(shared_dir / "state")
+    beats = a_root_dir(state / "heartbeats")
+    with pytest.raises(OSError, match="state directory"):
+        give_checkpoint_dir(str(beats / "job_x"), "job_x", identity, root=str(shared_dir),
+                            state_dir=state)
+    assert not (beats / "job_x").exists()
+
+
+def test_a_link_planted_where_a_rank_dir_goes_is_never_followed(shared_dir, identity):
+    """The second half of the attack: attempt 1 planted ``<job>/2 -> /root/dir``
+    and attempt 2's heartbeat folder was made, chowned and chmodded through it."""
+    state = a_root_dir(shared_dir / "state")
+    job = state / "heartbeats" / "job_x"
+    job.mkdir(parents=True)
+    target = a_root_dir(shared_dir / "etc")
+    (job / "2").symlink_to(target)
+    with pytest.raises(OSError):
+        give_rank_dir(job / "2", state, identity)
+    st = target.stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o755)
+
+
+PLANT = """
+import os, sys
+where = os.environ["GPUJOBS_CHECKPOINT_DIR"]
+try:
+    os.symlink(sys.argv[1], os.path.join(where, "2"))
+    print("planted", flush=True)
+except OSError as e:
+    print("refused:", e.strerror, flush=True)
+"""
+
+
+@pytest.fixture
+def world(shared_dir):
+    world = World(shared_dir)
+    try:
+        yield world
+    finally:
+        world.cleanup()
+
+
+def pooled_agent(world: World, identity, job_roots: tuple[str, ...]):
+    pool = UidPool(UidRange(identity.uid, identity.uid), world.paths.state_dir,
+                   claims=world.tmp / "claims")
+    return world.agent(base_env={"PATH": "/usr/bin:/bin"}, pool=pool, job_roots=job_roots)
+
+
+@pytest.mark.parametrize("roots", ["none", "one holding the state"])
+def test_a_checkpoint_dir_set_to_the_agents_heartbeat_folder_never_becomes_the_ranks(
+        world, identity, roots):
+    """The attack of issue 41, item 2, with a real agent's launch and a real
+    rank: ``checkpoint_dir`` named ``<state>/heartbeats``, and the heartbeat
+    folder became the rank's, where it planted a link for attempt 2."""
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    agent = pooled_agent(world, identity, () if roots == "none" else (str(world.tmp),))
+    beats = world.paths.state_dir / "heartbeats"
+    target = a_root_dir(world.tmp / "etc")
+    agent.handle(message(launch("job_x", command=[python, "-c", PLANT, str(target)],
+                                checkpoint_dir=str(beats / "job_x")), 1))
+    run_until(agent, lambda: world.api.of("EXITED"), timeout=30, what="the rank's end")
+    said = lines_of(world.paths.log_file("job_x", 1, 0).read_bytes(), "stdout")
+    assert said == ["refused: Permission denied"], said
+    assert (beats / "job_x").stat().st_uid == 0, "the heartbeat folder became the rank's"
+    assert not (beats / "job_x" / "2").is_symlink()
+
+
+def test_a_checkpoint_dir_outside_the_roots_is_made_by_the_rank_as_its_uid(world, identity):
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    agent = pooled_agent(world, identity, ())
+    ckpt = world.tmp / "ckpt" / "job_y"
+    write = "import os; open(os.environ['GPUJOBS_CHECKPOINT_DIR'] + '/step-1.pt', 'w')"
+    agent.handle(message(launch("job_y", command=[python, "-c", write],
+                                checkpoint_dir=str(ckpt)), 1))
+    run_until(agent, lambda: world.api.of("EXITED"), timeout=30, what="the rank's end")
+    assert world.api.of("EXITED")[0]["exit_code"] == 0
+    assert ckpt.stat().st_uid == TEST_UID and (ckpt / "step-1.pt").stat().st_uid == TEST_UID

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent.isolation import RankIdentity, give_checkpoint_dir
+from agent.records import lines_of
 from agent.shim import read_exit_file
 from agent.uidpool import UidPool, UidRange
 from tests.hostile_ranks import TEST_UID, bare_identity
@@ -287,17 +288,26 @@ def test_a_rank_gets_its_jobs_checkpoint_dir_created(world, tmp_path):
     assert (ckpt / "step-10.pt").read_text() == "weights"
 
 
-def test_a_checkpoint_dir_that_cannot_be_made_is_logged_and_the_rank_starts(world, tmp_path,
-                                                                          caplog):
+@pytest.mark.parametrize("under_a_root", [True, False])
+def test_a_checkpoint_dir_that_cannot_be_made_is_logged_and_the_rank_starts(
+        world, tmp_path, caplog, under_a_root):
+    """Under a root the operator allows, the agent makes it and logs its
+    failure; elsewhere the rank's shim makes it, as the rank, and says so in
+    the rank's log. Either way the rank starts."""
     out = tmp_path / "env"
     out.mkdir()
     (tmp_path / "not-a-dir").write_text("")
     ckpt = tmp_path / "not-a-dir" / "job_ck"
-    agent = world.agent()
+    agent = world.agent(job_roots=(str(tmp_path),) if under_a_root else ())
     agent.handle(message(launch("job_ck", command=[PY, "-c", DUMP_ENV, str(out)],
                                 checkpoint_dir=str(ckpt)), 1))
     assert read_envs(out, [0])[0]["GPUJOBS_CHECKPOINT_DIR"] == str(ckpt)
-    assert f"cannot prepare the checkpoint directory {ckpt}" in caplog.text
+    if under_a_root:
+        assert f"cannot prepare the checkpoint directory {ckpt}" in caplog.text
+    else:
+        said = lines_of(world.paths.log_file("job_ck", 1, 0).read_bytes(), "stderr")
+        assert said and said[0].startswith(f"gpujobs-shim: cannot make {ckpt}: "), said
+        assert said[0].endswith("; starting anyway")
 
 
 def rank_identity(uid: int = TEST_UID) -> RankIdentity:
@@ -310,22 +320,26 @@ def rank_identity(uid: int = TEST_UID) -> RankIdentity:
 def test_the_checkpoint_dir_is_given_to_the_ranks_uid_never_through_a_link(tmp_path):
     identity = rank_identity()
     ckpt = tmp_path / "shared" / "job_ck"
-    give_checkpoint_dir(str(ckpt), "job_ck", identity)
+    state = tmp_path / "state"
+    state.mkdir()
+    within = {"root": str(tmp_path), "state_dir": state}
+    give_checkpoint_dir(str(ckpt), "job_ck", identity, **within)
     st = ckpt.stat()
     assert (st.st_uid, st.st_gid) == (identity.uid, identity.gid) and st.st_mode & 0o700 == 0o700
     assert (tmp_path / "shared").stat().st_uid == 0, "only the job's own directory is given"
-    give_checkpoint_dir(str(ckpt), "job_ck", identity)  # there already: fine
+    give_checkpoint_dir(str(ckpt), "job_ck", identity, **within)  # there already: fine
 
     # a rank put a link where the job's directory goes: nothing is changed through it
     target = tmp_path / "etc"
     target.mkdir()
     (tmp_path / "shared" / "job_ln").symlink_to(target)
     with pytest.raises(OSError):
-        give_checkpoint_dir(str(tmp_path / "shared" / "job_ln"), "job_ln", identity)
+        give_checkpoint_dir(str(tmp_path / "shared" / "job_ln"), "job_ln", identity, **within)
     assert target.stat().st_uid == 0
     # nor a directory that is not the job's own (its last component is the job id)
     with pytest.raises(OSError):
-        give_checkpoint_dir(str(tmp_path / "shared" / "job_ck" / ".."), "job_ck", identity)
+        give_checkpoint_dir(str(tmp_path / "shared" / "job_ck" / ".."), "job_ck", identity,
+                            **within)
     assert (tmp_path / "shared").stat().st_uid == 0
 
 
@@ -342,7 +356,7 @@ def test_a_rank_run_as_its_attempts_uid_writes_in_its_checkpoint_dir(tmp_path):
         pool = UidPool(UidRange(identity.uid, identity.uid), world.paths.state_dir,
                        claims=home / "claims")
         agent = world.agent(launcher=RecordingLauncher(), base_env={"PATH": os.environ["PATH"]},
-                            pool=pool)
+                            pool=pool, job_roots=(str(home),))
         ckpt = home / "shared" / "job_ck"
         write = ("import os; open(os.path.join(os.environ['GPUJOBS_CHECKPOINT_DIR'], "
                  "'step-1.pt'), 'w').write(str(os.getuid()))")

@@ -308,9 +308,11 @@ class Launcher:
             except OSError:
                 pass  # exit_code() still says CANNOT_START for a rank without a pid
             return Rank(pid=None, pgid=None, start_time=None, exit_file=exit_file)
+        stdin = popen.stdin
+        assert stdin is not None  # stdin=PIPE
         try:
-            with popen.stdin:
-                popen.stdin.write(json.dumps(env).encode())
+            with stdin:
+                stdin.write(json.dumps(env).encode())
         except OSError as e:  # the shim is gone already: its exit says the rest
             log.error("cannot give the rank its environment (%s): %s", exit_file, e)
         stat = read_stat(popen.pid)

@@ -192,24 +192,48 @@ def check_range(pool: UidRange, *, subuid: str = "/etc/subuid", subgid: str = "/
 
 
 def process_uids(pid: int | str, proc: Path = PROC) -> set[int]:
-    """The real, effective, saved and filesystem uids of ``pid``; empty when
-    it is gone or a zombie (it runs nothing any more, and only its parent,
-    or init, can make it go)."""
+    """The real, effective, saved and filesystem uids of process ``pid``;
+    empty when it is gone or a zombie (it runs nothing any more, and only its
+    parent, or init, can make it go).
+
+    A process whose main thread ended (``SYS_exit``, not ``exit_group``)
+    while other threads run on reads ``State: Z`` in its own status, yet it
+    runs: its live threads' uids are its uids then (issue 41: a daemon that
+    did this kept running after its uid went back to the pool)."""
+    state, uids = _task_status(proc / str(pid) / "status")
+    if state not in (b"Z", b"X"):
+        return uids
     try:
-        with open(proc / str(pid) / "status", "rb") as f:
+        tasks = [t.name for t in os.scandir(proc / str(pid) / "task")]
+    except OSError:
+        return set()
+    live: set[int] = set()
+    for task in tasks:
+        state, uids = _task_status(proc / str(pid) / "task" / task / "status")
+        if state not in (b"Z", b"X"):
+            live |= uids
+    return live
+
+
+def _task_status(path: Path) -> tuple[bytes | None, set[int]]:
+    """(the state letter, the uids) from a ``/proc`` status file; (None,
+    empty) when it cannot be read."""
+    state = None
+    try:
+        with open(path, "rb") as f:
             for line in f:
-                if line.startswith(b"State:") and line.split()[1:2] in ([b"Z"], [b"X"]):
-                    return set()
-                if line.startswith(b"Uid:"):
-                    return {int(u) for u in line.split()[1:5]}
-    except (OSError, ValueError):
+                if line.startswith(b"State:"):
+                    state = line.split()[1]
+                elif line.startswith(b"Uid:"):
+                    return state, {int(u) for u in line.split()[1:5]}
+    except (OSError, ValueError, IndexError):
         pass
-    return set()
+    return None, set()
 
 
 def processes_by_uid(uids: Iterable[int], proc: Path = PROC) -> dict[int, list[int]]:
-    """Live processes (not zombies) having one of ``uids`` as any of their
-    uids, by uid."""
+    """Live processes (not zombies, but those with a live thread) having one
+    of ``uids`` as any of their uids, by uid."""
     want = set(uids)
     out: dict[int, list[int]] = {}
     if not want:

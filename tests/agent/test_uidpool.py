@@ -124,9 +124,19 @@ def test_agents_on_one_host_share_a_uid_for_one_attempt_and_never_for_two(tmp_pa
     assert pool(tmp_path, state="d").allocate(job_at(a, 1, "late"), 1, set()) == FIRST + 1
 
 
-def linger_as(uid: int) -> int:
+#: SYS_exit by machine: ends the calling thread only (exit_group ends all)
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}
+
+
+def linger_as(uid: int, main_thread_exits: bool = False) -> int:
     """A daemon of ``uid`` that left its parent's session and group (what a
-    rank's escaped grandchild is); its pid."""
+    rank's escaped grandchild is); its pid. ``main_thread_exits``: it starts
+    a thread and ends its main thread alone (``SYS_exit``), so its own
+    status reads ``State: Z`` while the thread runs on (issue 41, item 4)."""
+    end_main = (f"import ctypes, threading\n"
+                f"threading.Thread(target=time.sleep, args=(600,)).start()\n"
+                f"ctypes.CDLL(None).syscall({SYS_EXIT[os.uname().machine]}, 0)\n"
+                if main_thread_exits else "")
     script = ("import os, sys, time\n"
               f"os.setgid({uid}); os.setuid({uid})\n"
               "if os.fork(): os._exit(0)\n"
@@ -134,10 +144,34 @@ def linger_as(uid: int) -> int:
               "if os.fork(): os._exit(0)\n"
               "sys.stdout.write(str(os.getpid()) + '\\n'); sys.stdout.flush()\n"
               "os.closerange(0, 1024)\n"
+              + end_main +
               "time.sleep(600)\n")
     out = subprocess.run([rank_python(sys.executable), "-c", script], capture_output=True,
                          text=True, timeout=30, check=True, cwd="/")
     return int(out.stdout.split()[0])
+
+
+@root_only
+def test_a_daemon_whose_main_thread_ended_keeps_its_uid_until_it_is_killed(tmp_path):
+    """The attack of issue 41, item 4: a zombie main thread with a live
+    thread was taken for no process, so its uid went back to the pool (and
+    to the next tenant's job) while the daemon ran on."""
+    p = pool(tmp_path, size=2)
+    uid = p.allocate(job_at(p, 0), 1, set())
+    pid = linger_as(uid, main_thread_exits=True)
+    try:
+        status = Path(f"/proc/{pid}/status")
+        wait_until(lambda: "State:\tZ" in status.read_text(), timeout=10,
+                   what="the daemon's main thread ended")
+        assert processes_by_uid([uid]) == {uid: [pid]}, "its live thread runs as the uid"
+        assert p.release(uid, p.busy()) is False, "a process of it lives"
+        wait_until(lambda: not processes_by_uid([uid]), timeout=10, what="the daemon killed")
+        assert p.release(uid, p.busy()) is True
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
 
 
 @root_only

@@ -90,6 +90,12 @@ class BeatPoster:
         agent is alive for the server (reconciler), whatever its call-ins."""
         return self._posted_ns is not None and self._mono() - self._posted_ns <= seconds * 1e9
 
+    def posting(self) -> bool:
+        """Whether an attempt was being posted for at the last tick (running
+        here, not cancelled, not gone): the server counts a node's posts
+        as signs of life only for attempts it holds there."""
+        return bool(self._next)
+
     def tick(self, attempts: Iterable[AttemptRecord], call_in: CallIn | None = None
              ) -> dict | None:
         """Post what is due. ``call_in``: the node's call-in rides on the

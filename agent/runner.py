@@ -168,8 +168,13 @@ def run(settings: Settings, stop: threading.Event, *,
             def resting() -> bool:
                 """The call-in may wait: the ranks' posts show the node alive
                 (one answered within 3 node heartbeats; the server hears of
-                this node at least every 4, 40 s, inside its 60 s to DOWN)."""
-                return beats.posted_within(3 * settings.node_heartbeat_s) and \
+                this node at least every 4, 40 s, inside its 60 s to DOWN).
+                Only while an attempt is still posted for: once the last one
+                ended or was cancelled here, the server no longer counts its
+                posts, and the node calls in at its next node heartbeat
+                (issue 41; the report that ended it counts as one)."""
+                return beats.posting() and \
+                    beats.posted_within(3 * settings.node_heartbeat_s) and \
                     call_in.age_s() < settings.busy_call_in_s and \
                     not getattr(agent.inbox, "missing", False)
 

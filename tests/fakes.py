@@ -755,8 +755,10 @@ class FakeJobStore:
                     setattr(stored, key, value)
             return clone(stored)
 
-    def release(self, attempt: Attempt, node_id: str) -> bool:
-        """A node's GPUs back from the attempt, exactly once."""
+    def release(self, attempt: Attempt, node_id: str,
+                heard_at: datetime | None = None) -> bool:
+        """A node's GPUs back from the attempt, exactly once (``heard_at``: its
+        last_seen_at too)."""
         with self.t.lock:
             stored = self.t.attempts.get((attempt.job_id, attempt.attempt))
             node = self.t.nodes.get(node_id)
@@ -766,6 +768,8 @@ class FakeJobStore:
             stored.released.add(node_id)
             node.gpus_free += int(attempt.node_gpus.get(node_id, 0))
             node.attempts, node.lost = node.attempts - {key}, node.lost - {key}
+            if heard_at is not None:
+                node.last_seen_at = heard_at
             self.t.bump_room(attempt.node_types.get(node_id), self._clock())
             return True
 

@@ -121,19 +121,22 @@ class DynamoAttempts(OnDynamo):
             answer = update(None)
         return attempt_from_item(answer["Attributes"])
 
-    def release(self, attempt: Attempt, node_id: str) -> bool:
+    def release(self, attempt: Attempt, node_id: str,
+                heard_at: datetime | None = None) -> bool:
         """Give a node back the GPUs this attempt reserved there, exactly once,
         and tell the waiting jobs of its type (the capacity summary) in the
-        same transaction. A transaction that lost only to a concurrent one (on
-        the shared summary item) is tried again."""
+        same transaction. ``heard_at``: the node's agent was heard then (its
+        report or call-in gave them back): the node's ``last_seen_at``, in the
+        same write. A transaction that lost only to a concurrent one (on the
+        shared summary item) is tried again."""
         for _ in range(_RELEASE_RETRIES):
             try:
-                return self._release(attempt, node_id)
+                return self._release(attempt, node_id, heard_at)
             except _Contended:
                 continue
         raise ServiceUnavailable("capacity is being updated concurrently; retry")
 
-    def _release(self, attempt: Attempt, node_id: str) -> bool:
+    def _release(self, attempt: Attempt, node_id: str, heard_at: datetime | None) -> bool:
         gpus = int(attempt.node_gpus.get(node_id, 0))
         now = self._now()
         held = f"{attempt.job_id}#{attempt.attempt}"
@@ -145,9 +148,11 @@ class DynamoAttempts(OnDynamo):
                     ATTEMPTS.key(attempt.job_id, attempt.attempt),
                     condition="attribute_exists(#job_id) AND NOT contains(#released, :node)",
                     values={":node": {"S": node_id}}))
-                tx.update(Changes(NODES).add("gpus_free", gpus).delete("attempts", {held})
-                          .delete("lost", {held}).update(
-                              NODES.key(node_id), condition="attribute_exists(#node_id)"))
+                node = Changes(NODES).add("gpus_free", gpus).delete("attempts", {held}) \
+                    .delete("lost", {held})
+                if heard_at is not None:
+                    node = node.set("last_seen_at", iso(heard_at))
+                tx.update(node.update(NODES.key(node_id), condition="attribute_exists(#node_id)"))
         except TransactWriteError as e:
             codes = [r.code if r is not None else None for r in e.cancellation_reasons or []]
             if "ConditionalCheckFailed" in codes:

@@ -81,7 +81,7 @@ class AttemptsService:
         finally:
             # the GPUs go back once the job has moved on its ranks' end, so a
             # job placed on them never reads as placed before that job ended
-            self.settle_node(attempt, node_id)
+            self.settle_node(attempt, node_id, heard=True)
 
     def _timed_out_report(self, principal: Principal, job_id: str, attempt_no: int,
                           body: dict) -> Job:
@@ -138,10 +138,15 @@ class AttemptsService:
         if attempt.node_done(node_id):
             self.store.ack_intent(attempt.job_id, intents.intent_id(intents.CANCEL, attempt.attempt), node_id)
 
-    def settle_node(self, attempt: Attempt, node_id: str) -> None:
-        """Once every rank on the node is known gone, its GPUs go back, exactly once."""
+    def settle_node(self, attempt: Attempt, node_id: str, *, heard: bool) -> None:
+        """Once every rank on the node is known gone, its GPUs go back, exactly
+        once. ``heard``: the node's agent said so just now (a report or a
+        call-in), which shows it alive as a call-in does: the node's last
+        seen time moves with the release, so a node whose beats kept it up
+        is not taken for silent the moment its last attempt ends (issue 41)."""
         if attempt.node_confirmed(node_id) and node_id not in attempt.released:
-            if self.store.release(attempt, node_id):
+            if self.store.release(attempt, node_id,
+                                  heard_at=self._clock() if heard else None):
                 self.nudge()
 
     def confirm_gone(self, job_id: str, attempt_no: int, node_id: str) -> None:
@@ -155,7 +160,7 @@ class AttemptsService:
         attempt = self.store.record_ranks(job_id, attempt_no, "stopped",
                                           attempt.ranks_on(node_id))
         self._acknowledge(attempt, node_id)
-        self.settle_node(attempt, node_id)
+        self.settle_node(attempt, node_id, heard=True)
 
     def node_lost(self, job: Job, attempt: Attempt, node_id: str) -> Job:
         """The node went DOWN: its ranks count as failed. Its GPUs stay held
@@ -170,7 +175,8 @@ class AttemptsService:
         try:
             return job if attempt.attempt != job.attempt else self.advance(job, attempt)
         finally:
-            self.settle_node(attempt, node_id)  # after the move, as in report()
+            # after the move, as in report(); the server, not the agent, says it
+            self.settle_node(attempt, node_id, heard=False)
 
     def advance(self, job: Job, attempt: Attempt, *, started: bool = False) -> Job:
         """Move the job as the attempt's progress says; safe against racing reports."""

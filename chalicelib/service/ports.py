@@ -143,7 +143,8 @@ class Attempts(Protocol):
     def record_ranks(self, job_id: str, attempt: int, kind: str, ranks: list[int],
                      exit_code: int | None = None, node_id: str | None = None,
                      stacks: list[dict] | None = None) -> Attempt: ...
-    def release(self, attempt: Attempt, node_id: str) -> bool: ...
+    def release(self, attempt: Attempt, node_id: str,
+                heard_at: datetime | None = None) -> bool: ...
 
 
 class Outbox(Protocol):

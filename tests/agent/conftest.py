@@ -41,20 +41,23 @@ def agent_logs_reach_caplog():
     """The agent's loggers (``gpujobs.agent.*``) reach the root logger, where
     caplog listens. An in-process app of an earlier test in this worker
     (chalicelib/adapters/telemetry.py's LambdaTelemetry) stops ``gpujobs``
-    from propagating, as it must on Lambda; no agent runs under it. Every
-    logger of the ``gpujobs`` tree propagates and is enabled for the test,
-    and is put back after it."""
+    from propagating, as it must on Lambda, and sets its level (ERROR, in
+    tests/api/test_handler_context.py); no agent runs under it. Every logger
+    of the ``gpujobs`` tree propagates, is enabled and takes its level from
+    the root for the test, and is put back after it."""
     import logging
 
     tree = [logging.getLogger("gpujobs")] + [
         logger for name, logger in logging.root.manager.loggerDict.items()
         if name.startswith("gpujobs.") and isinstance(logger, logging.Logger)]
-    was = [(logger, logger.propagate, logger.disabled) for logger in tree]
+    was = [(logger, logger.propagate, logger.disabled, logger.level) for logger in tree]
     for logger in tree:
         logger.propagate, logger.disabled = True, False
+        logger.setLevel(logging.NOTSET)
     yield
-    for logger, propagate, disabled in was:
+    for logger, propagate, disabled, level in was:
         logger.propagate, logger.disabled = propagate, disabled
+        logger.setLevel(level)
 
 
 @pytest.fixture(scope="session")

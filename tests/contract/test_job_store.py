@@ -358,6 +358,20 @@ def test_a_node_gets_its_gpus_back_exactly_once(ports):
         "the waiting jobs of its type are told room appeared"
 
 
+def test_a_release_the_nodes_agent_reported_moves_its_last_seen_time_in_the_same_write(ports):
+    """Invariant (issue 41): the report that gives a node's GPUs back shows
+    its agent alive; a release the server makes (a lost node) does not."""
+    heard, silent = ports.node(0).node_id, ports.node(1).node_id
+    job, _ = ports.place(ports.created(ranks=2), {heard: [0], silent: [1]})
+    attempt = ports.store.attempt(job.job_id, job.attempt)
+    before = {n: ports.nodes.get(n).last_seen_at for n in (heard, silent)}
+    at = before[heard] + timedelta(seconds=30)
+    assert ports.store.release(attempt, heard, heard_at=at) is True
+    assert ports.store.release(attempt, silent) is True
+    assert ports.nodes.get(heard).last_seen_at == at
+    assert ports.nodes.get(silent).last_seen_at == before[silent]
+
+
 def test_the_attempt_list_shows_a_started_attempt_running(ports):
     job, _ = ports.running()
     assert [a["state"] for a in ports.store.attempts(job.job_id)] == ["SCHEDULED"]

@@ -160,8 +160,7 @@ def test_a_busy_node_whose_call_ins_rest_is_kept_up_by_its_beats(loss_stack, age
                  if line.startswith(NODE)]
         assert "READY" in row.split(), row
     finally:  # its GPU back for the next test of the module
-        tenant.post(f"/v1/jobs/{job}/cancel")
-        poll("the job cancelled", lambda: state(tenant, job)["state"] == "CANCELLED", timeout=60)
+        end_jobs(tenant, [job])
 
 
 
@@ -173,6 +172,16 @@ def submit_one(tenant: Api, command: list[str]) -> str:
                                       "max_attempts": 1, "heartbeat": {"interval_s": 0.5}})
     assert r.status_code == 201, r.text
     return r.json()["id"]
+
+
+def end_jobs(tenant: Api, jobs: list[str]) -> None:
+    """Cancel ``jobs`` and wait until each is over: their GPUs back before the
+    module's next test starts an agent of its own for the node."""
+    for job in jobs:
+        tenant.post(f"/v1/jobs/{job}/cancel")
+    poll("the jobs over", lambda: all(state(tenant, j)["state"] in ("SUCCEEDED", "CANCELLED",
+                                                                    "FAILED") for j in jobs),
+         timeout=60)
 
 
 def rank0(tenant: Api, job_id: str) -> dict:
@@ -199,40 +208,100 @@ def test_ranks_that_replace_their_heartbeat_files_never_take_their_node_down(
                for kind in KINDS}
     every = [steady, *hostile.values()]
     try:
-        poll("every job RUNNING",
-             lambda: all(state(tenant, j)["state"] == "RUNNING" for j in every), timeout=120)
-    except AssertionError as e:
-        raise AssertionError(f"{e}: {[state(tenant, j) for j in every]} {node(tenant)} "
-                             f"{slow_passes()}") from None
-    logs = {kind: tmp_path / NODE / "logs" / j / "1" / "rank-0.log"
-            for kind, j in hostile.items()}
-    try:  # a loaded machine (the whole suite on 2 cores) starts ranks slowly
-        poll("every hostile rank replaced its file",
-             lambda: all(p.exists() and "REPLACED" in p.read_text() for p in logs.values()),
-             timeout=120)
-    except AssertionError as e:
-        said = {k: p.read_text()[-500:] if p.exists() else None for k, p in logs.items()}
-        raise AssertionError(f"{e}: {said} {[state(tenant, j) for j in every]}") from None
-    first = rank0(tenant, steady)["step"] or 0
+        try:
+            poll("every job RUNNING",
+                 lambda: all(state(tenant, j)["state"] == "RUNNING" for j in every), timeout=120)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {[state(tenant, j) for j in every]} {node(tenant)} "
+                                 f"{slow_passes()}") from None
+        logs = {kind: tmp_path / NODE / "logs" / j / "1" / "rank-0.log"
+                for kind, j in hostile.items()}
+        try:  # a loaded machine (the whole suite on 2 cores) starts ranks slowly
+            poll("every hostile rank replaced its file",
+                 lambda: all(p.exists() and "REPLACED" in p.read_text() for p in logs.values()),
+                 timeout=120)
+        except AssertionError as e:
+            said = {k: p.read_text()[-500:] if p.exists() else None for k, p in logs.items()}
+            raise AssertionError(f"{e}: {said} {[state(tenant, j) for j in every]}") from None
+        first = rank0(tenant, steady)["step"] or 0
 
-    seen, until = set(), time.monotonic() + 3 * DOWN_AFTER_S
-    while time.monotonic() < until:  # every look: READY, nothing failed
+        seen, until = set(), time.monotonic() + 3 * DOWN_AFTER_S
+        while time.monotonic() < until:  # every look: READY, nothing failed
+            n = node(tenant)
+            seen.add(n["state"])
+            assert n["state"] == "READY", (n, slow_passes())
+            for j in every:
+                assert state(tenant, j)["state"] == "RUNNING", (state(tenant, j), slow_passes())
+            time.sleep(0.3)
+        assert seen == {"READY"}
+        assert poll("the steady job's beats advancing",
+                    lambda: (rank0(tenant, steady)["step"] or 0) >= first + 20, timeout=60)
+        for kind, j in hostile.items():
+            r = rank0(tenant, j)
+            assert (r["step"] or 0) <= 4 and r["silence_s"] >= 2 * DOWN_AFTER_S, (kind, r)
+        assert agent_proc.poll() is None, "the agent runs on"
+        log = (tmp_path / "agent.log").read_text()
+        refused = [line for line in log.splitlines() if "not reading" in line]
+        assert len(refused) == len(KINDS), refused
+        for reason in ("a FIFO", "a symbolic link", "10737418240 bytes"):
+            assert sum(reason in line for line in refused) == 1, (reason, refused)
+    finally:  # their GPUs back for the next test of the module
+        end_jobs(tenant, every)
+
+
+#: beats every 0.1 s until ``sys.argv[1]`` exists, then ends (``end``) or
+#: keeps running silent, as all ranks of a hung DDP job do (``hang``)
+BEAT_THEN = """
+import os, sys, time
+from gpujobs_heartbeat import beat
+step = 0
+while not os.path.exists(sys.argv[1]):
+    beat(step)
+    step += 1
+    time.sleep(0.1)
+if sys.argv[2] == "hang":
+    time.sleep(3600)
+"""
+
+
+def node_states_while(tenant: Api, what: str, seconds: float) -> list[str]:
+    """The node's states seen, every 0.2 s, for ``seconds``: the claim is
+    about a whole stretch of time, so it is watched for that long."""
+    seen, until = [], time.monotonic() + seconds
+    while time.monotonic() < until:
         n = node(tenant)
-        seen.add(n["state"])
-        assert n["state"] == "READY", (n, slow_passes())
-        for j in every:
-            assert state(tenant, j)["state"] == "RUNNING", (state(tenant, j), slow_passes())
-        time.sleep(0.3)
-    assert seen == {"READY"}
-    assert poll("the steady job's beats advancing",
-                lambda: (rank0(tenant, steady)["step"] or 0) >= first + 20, timeout=60)
-    for kind, j in hostile.items():
-        r = rank0(tenant, j)
-        assert (r["step"] or 0) <= 4 and r["silence_s"] >= 2 * DOWN_AFTER_S, (kind, r)
-    assert agent_proc.poll() is None, "the agent runs on"
-    log = (tmp_path / "agent.log").read_text()
-    refused = [line for line in log.splitlines() if "not reading" in line]
-    assert len(refused) == len(KINDS), refused
-    for reason in ("a FIFO", "a symbolic link", "10737418240 bytes"):
-        assert sum(reason in line for line in refused) == 1, (reason, refused)
+        seen.append(n["state"] if n else "gone")
+        time.sleep(0.2)
+    return seen
 
+
+@pytest.mark.parametrize("then", ["end", "hang"])
+def test_a_healthy_agent_keeps_its_node_ready_after_a_long_job_and_while_its_ranks_hang(
+        loss_stack, agent_proc, tmp_path, shared_dir, then):
+    """Invariant (issue 41, item 5): a node is DOWN only when its agent is.
+    After a job whose beats kept the node up longer than
+    GPUJOBS_NODE_DOWN_AFTER_S (its call-ins resting), and while its ranks
+    hang silent, the agent calls in: the node stays READY, for three times
+    the DOWN time, and no attempt is lost with it."""
+    tenant = Api(loss_stack.api, "e2e-tenant")
+    poll("the agent's registration", lambda: (node(tenant) or {}).get("state") == "READY",
+         timeout=60)
+    stop = shared_dir / "stop"
+    job = submit_one(tenant, [sys.executable, "-c", BEAT_THEN, str(stop), then])
+    try:
+        poll("the job RUNNING and beating", lambda: state(tenant, job)["state"] == "RUNNING"
+             and (rank0(tenant, job)["step"] or 0) > 0, timeout=60)
+        poll("the node's last call-in older than the DOWN time, its beats keeping it up",
+             lambda: (parse_iso(tenant.get(f"/v1/jobs/{job}/ranks").json()["now"])
+                      - parse_iso(node(tenant)["last_seen_at"])).total_seconds()
+             > DOWN_AFTER_S, timeout=60)
+        stop.touch()
+        if then == "end":
+            poll("the job SUCCEEDED", lambda: state(tenant, job)["state"] == "SUCCEEDED",
+                 timeout=60)
+        seen = node_states_while(tenant, "after" if then == "end" else "while hung",
+                                 3 * DOWN_AFTER_S)
+        assert set(seen) == {"READY"}, f"the node was {sorted(set(seen))}: {seen}"
+        assert state(tenant, job)["state"] == ("SUCCEEDED" if then == "end" else "RUNNING")
+    finally:
+        end_jobs(tenant, [job])

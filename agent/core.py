@@ -505,6 +505,8 @@ class Agent:
         uid free), the reason in its log; the next tick reports them EXITED."""
         log.error("%s: %s: ranks %s not started (exit code %s)", rec.key, why,
                   sorted(rec.procs), code)
+        if code == PORT_IN_USE:
+            rec.not_started = "port_in_use"
         for p in rec.procs.values():
             try:
                 for path in (p.log_file, p.exit_file):
@@ -763,6 +765,8 @@ class Agent:
         event: dict[str, Any] = {"type": kind, "ranks": sorted(ranks), "node_id": self.node_id}
         if exit_code is not None:
             event["exit_code"] = exit_code
+        if kind == "EXITED" and rec.not_started is not None:
+            event["not_started"] = rec.not_started
         if stacks:
             event["stacks"] = stacks
         self.state.pending.append(PendingReport(job_id=rec.job_id, attempt=rec.attempt,

@@ -35,9 +35,12 @@ the port safe instead:
    of the attempt is started (a rank 0 that cannot listen would fail anyway,
    and the other ranks would join whatever listens there, maybe another job's
    store): each is recorded as exited with :data:`PORT_IN_USE` (98, Linux's
-   ``EADDRINUSE``), the reason in its ``rank-<r>.log`` (a stderr record), and reported
-   EXITED like any exit; the job's restart policy decides, and the next
-   attempt has another port. This is safe because every node agrees without
+   ``EADDRINUSE``), the reason in its ``rank-<r>.log`` (a stderr record) and
+   the agent's log, which names the processes holding the port
+   (:func:`holders`), and reported EXITED with ``not_started: port_in_use``:
+   the control plane ends the attempt as ``port_in_use``, a cause outside the
+   job, retried at once without counting by default (never counted by
+   auto-cordon), and the next attempt draws another port. This is safe because every node agrees without
    talking: the port is the LAUNCH's, never one a node picked alone.
 
 After an agent restart the held sockets are gone (the ranks keep running and
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 from pathlib import Path
 
@@ -97,6 +101,40 @@ def bind_reserved(port: int) -> socket.socket:
     return s
 
 
+#: the socket tables that say which socket (by inode) holds which local port
+NET_TABLES = ("net/tcp", "net/tcp6")
+
+
+def holders(port: int, proc: Path = Path("/proc")) -> str:
+    """Who holds TCP ``port`` on this host, for the agent's log: "pid 123
+    (python3, uid 70001), ..." from the socket tables and each process's
+    descriptors (root sees them all); "nobody this agent can see" else."""
+    inodes = set()
+    for table in NET_TABLES:
+        try:
+            lines = (proc / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            if len(fields) > 9 and int(fields[1].rpartition(":")[2], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    found = []
+    for pid in (e.name for e in os.scandir(proc) if e.name.isdigit()) if inodes else ():
+        try:
+            fds = os.listdir(proc / pid / "fd")
+            if not any(os.readlink(proc / pid / "fd" / fd) in inodes for fd in fds):
+                continue
+            comm = (proc / pid / "comm").read_text().strip()
+            uid = (proc / pid).stat().st_uid
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        found.append(f"pid {pid} ({comm}, uid {uid})")
+    return ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "") \
+        if found else "nobody this agent can see"
+
+
 class PortReservations:
     """The rendezvous ports this agent holds, by attempt key."""
 
@@ -121,8 +159,8 @@ class PortReservations:
         try:
             sock = self._bind(port)
         except OSError as e:
-            raise PortInUse(f"MASTER_PORT {port} is in use on this host ({e.strerror or e})"
-                            ) from None
+            raise PortInUse(f"MASTER_PORT {port} is in use on this host ({e.strerror or e}; "
+                            f"held by {holders(port)})") from None
         self.release(key)
         self._held[key] = (port, sock)
 

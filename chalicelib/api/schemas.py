@@ -40,7 +40,8 @@ RETRY = {
     "type": "object",
     "additionalProperties": False,
     "description": "What follows a failed attempt. The first matching rule decides; "
-                   "with none matching, node_lost, preempted and agent_lost are retried "
+                   "with none matching, node_lost, preempted, agent_lost and port_in_use "
+                   "are retried "
                    "without counting, anything else is retried while max_attempts allows.",
     "properties": {
         "rules": {"type": "array", "maxItems": _retry.MAX_RULES, "items": RETRY_RULE},
@@ -277,6 +278,15 @@ ATTEMPT_EVENT = {
         "ranks": {"type": "array", "maxItems": 65536,
                   "items": {"type": "integer", "minimum": 0, "maximum": 65535}},
         "exit_code": {"type": "integer", "minimum": -255, "maximum": 255},
+        "not_started": {"enum": ["port_in_use"],
+                        "description": "An extension of the contract, EXITED only: the "
+                                       "agent did not start these ranks, for a cause "
+                                       "outside the job. `port_in_use`: the attempt's "
+                                       "MASTER_PORT was held on the node of rank 0. The "
+                                       "attempt then ends as `port_in_use`, an "
+                                       "infrastructure cause: retried at once by default, "
+                                       "on a new port, not counted against max_attempts, "
+                                       "and never counted by auto-cordon."},
         "node_id": {"type": "string", "minLength": 1, "maxLength": 63},
         "stacks": {"type": "array", "maxItems": 64, "items": {
             "type": "object", "additionalProperties": False, "required": ["rank", "frames"],

@@ -20,6 +20,10 @@ from .states import Event
 #: the exit code recorded for ranks lost with their node (outside any real
 #: exit status, which agents report within -255..255)
 LOST = -1000
+#: the exit code recorded for ranks their agent did not start because the
+#: attempt's rendezvous port (MASTER_PORT) was held on the node of rank 0
+#: (an EXITED report with ``not_started: port_in_use``): a cause outside the job
+PORT_TAKEN = -1001
 
 
 def rank_runs(ranks: Iterable[int]) -> list[list[int]]:
@@ -168,4 +172,6 @@ def exit_info(attempt: Attempt, event: Event) -> dict:
     node = attempt.rank_nodes().get(rank) if rank is not None else None
     if code == LOST:
         return {"reason": "node_lost", "exit_code": None, "rank": rank, "node_id": node}
+    if code == PORT_TAKEN:
+        return {"reason": "port_in_use", "exit_code": None, "rank": rank, "node_id": node}
     return {"reason": "rank_failed", "exit_code": code, "rank": rank, "node_id": node}

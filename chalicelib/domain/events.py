@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
-from .attempts import LOST, RANK_EVENTS, from_runs, rank_runs
+from .attempts import LOST, PORT_TAKEN, RANK_EVENTS, from_runs, rank_runs
 from .clock import iso
 from .stacks import where
 from .verdict import span
@@ -92,6 +92,9 @@ def rank_event(kind: str, at: datetime, attempt: int, ranks: list[int],
     who = f"rank{'s' if len(ranks) > 1 else ''} {span(ranks)}"
     if kind == "exited" and exit_code == LOST:  # no process exited: its node was lost
         reason = f"{who} lost with node {node_id}" if node_id else f"{who} lost with their node"
+    elif kind == "exited" and exit_code == PORT_TAKEN:  # none started: the port was held
+        reason = (f"{who} not started on node {node_id}: the attempt's rendezvous port "
+                  "(MASTER_PORT) was in use there")
     elif kind == "exited":
         reason = f"{who} exited with code {exit_code}"
     else:

@@ -31,12 +31,16 @@ import signal as _signal
 from dataclasses import dataclass
 
 #: every reason an attempt ends with a failure: a rank's exit, its node's loss,
-#: a stall restart (``on_stall: restart``), the attempt's time limit, and the
+#: a stall restart (``on_stall: restart``), the attempt's time limit, the
 #: causes the scheduler itself makes (a preemption; an agent that lost its
-#: ranks), which rules may name before anything ends an attempt with them
-REASONS = ("rank_failed", "node_lost", "stalled", "timeout", "preempted", "agent_lost")
-#: causes outside the job: retried without counting by default
-INFRA = frozenset({"node_lost", "preempted", "agent_lost"})
+#: ranks), which rules may name before anything ends an attempt with them,
+#: and a rendezvous port found held (no rank started)
+REASONS = ("rank_failed", "node_lost", "stalled", "timeout", "preempted", "agent_lost",
+           "port_in_use")
+#: causes outside the job: retried without counting by default (``port_in_use``:
+#: the attempt's rendezvous port was held on the node of rank 0, maybe by
+#: another tenant's process; the next attempt draws another port)
+INFRA = frozenset({"node_lost", "preempted", "agent_lost", "port_in_use"})
 ACTIONS = ("retry", "retry_uncounted", "fail")
 DEFAULT_MAX_UNCOUNTED = 10
 MAX_RULES = 16

@@ -12,7 +12,7 @@ import logging
 from typing import Callable, Protocol
 
 from ..domain import deadlines, intents, retry
-from ..domain.attempts import LOST, Attempt, exit_info, outcome
+from ..domain.attempts import LOST, PORT_TAKEN, Attempt, exit_info, outcome
 from ..domain.clock import Clock, utcnow
 from ..domain.errors import Forbidden, InvalidArgument, StaleAttempt
 from ..domain.ids import is_job_id
@@ -52,6 +52,8 @@ class AttemptsService:
         kind = body["type"]
         if kind == "EXITED" and "exit_code" not in body:
             raise InvalidArgument("EXITED needs exit_code", field="exit_code")
+        if "not_started" in body and kind != "EXITED":
+            raise InvalidArgument("not_started goes only with EXITED", field="not_started")
         if principal.kind != "agent":
             raise Forbidden("attempt events take an agent token", field="Authorization")
         if kind == TIMED_OUT:
@@ -67,10 +69,12 @@ class AttemptsService:
                             f"node {node_id}", field="ranks")
         if kind == "STOPPED" and not ranks:
             ranks = held  # stopped before, or instead of, launching: all of them
+        # ranks not started for a taken rendezvous port: no exit of the job's
+        code = PORT_TAKEN if body.get("not_started") == "port_in_use" else body.get("exit_code")
         attempt = self.store.record_ranks(job_id, attempt_no,
                                           {"STARTED": "started", "EXITED": "exited",
                                            "STOPPED": "stopped"}[kind],
-                                          ranks, body.get("exit_code"), node_id,
+                                          ranks, code, node_id,
                                           body.get("stacks") if kind == "STOPPED" else None)
         self._acknowledge(attempt, node_id)
         try:

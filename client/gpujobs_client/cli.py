@@ -635,7 +635,8 @@ def load_spec_file(path: str) -> dict[str, Any]:
 @click.option("--retry-on", "retry_on", type=RetryRuleType(), multiple=True,
               metavar="WHAT[=ACTION]",
               help="A retry rule; repeatable, the first matching rule decides. WHAT: a reason "
-                   "(rank_failed, node_lost, stalled, timeout, preempted, agent_lost; several "
+                   "(rank_failed, node_lost, stalled, timeout, preempted, agent_lost, "
+                   "port_in_use; several "
                    "with commas), exit:CODE[,CODE...] or signal:NAME[,NAME...]. ACTION: retry "
                    "(default; counts against --max-attempts), uncounted (retried without "
                    "counting) or fail (no retry). E.g. --retry-on exit:42=fail "
@@ -706,7 +707,7 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
       gpujobs submit --ranks 8 --max-attempts 3 --max-runtime 4h --warn-before 5m \\
         --max-pending 30m --checkpoint-dir /shared/ckpt \\
         --retry-on exit:42=fail --retry-on signal:SIGKILL=uncounted -- python train.py
-    No rule matching, node_lost, preempted and agent_lost are retried without
+    No rule matching, node_lost, preempted, agent_lost and port_in_use are retried without
     counting (up to --max-uncounted-retries), anything else is retried while
     --max-attempts allows.
 

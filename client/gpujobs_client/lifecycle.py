@@ -18,9 +18,10 @@ from typing import Any, Mapping
 from .models import parse_time
 
 #: what an attempt can end with that a retry rule may name
-REASONS = ("rank_failed", "node_lost", "stalled", "timeout", "preempted", "agent_lost")
+REASONS = ("rank_failed", "node_lost", "stalled", "timeout", "preempted", "agent_lost",
+           "port_in_use")
 #: the causes outside the job, retried without counting by default
-INFRA_REASONS = ("node_lost", "preempted", "agent_lost")
+INFRA_REASONS = ("node_lost", "preempted", "agent_lost", "port_in_use")
 #: the rule actions, and what ``--retry-on WHAT=ACTION`` calls them
 ACTIONS = ("retry", "retry_uncounted", "fail")
 ACTION_WORDS = {"retry": "retry", "uncounted": "retry_uncounted",

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -14,6 +17,7 @@ from agent.records import lines_of
 from agent.rendezvous import PORT_IN_USE, PortInUse, PortReservations, ephemeral_range
 from agent.shim import read_exit_file
 from chalicelib.domain import wire
+from tests.hostile_ranks import TEST_UID, rank_python
 from tests.support import ports as os_ports
 
 from .harness import PY, launch, message, run_until
@@ -70,7 +74,9 @@ def test_the_port_rule_lies_below_the_ephemeral_range():
     assert min(ports) >= 20000 and max(ports) <= 32767 and len(ports) > 350
 
 
-def test_a_port_held_by_a_listener_starts_no_rank_and_says_why(world, tmp_path):
+def test_a_port_held_by_a_listener_starts_no_rank_and_says_why(world, tmp_path, caplog):
+    """...and says it as a cause outside the job (``not_started``), naming
+    who holds the port in the agent's log."""
     agent = world.agent()
     marker = tmp_path / "ran"
     with socket.socket() as held:
@@ -81,7 +87,9 @@ def test_a_port_held_by_a_listener_starts_no_rank_and_says_why(world, tmp_path):
                                     command=[PY, "-c", f"open({str(marker)!r}, 'w')"]), 1))
         run_until(agent, lambda: phase(world, "job_p/1") == "DONE", what="job_p done")
     assert world.api.of("EXITED") == [
-        {"type": "EXITED", "ranks": [0, 1], "exit_code": PORT_IN_USE, **NODE}]
+        {"type": "EXITED", "ranks": [0, 1], "exit_code": PORT_IN_USE,
+         "not_started": "port_in_use", **NODE}]
+    assert f"held by pid {os.getpid()} (" in caplog.text, caplog.text
     assert not marker.exists(), "no rank of the attempt started on this node"
     for r in (0, 1):
         err = lines_of(world.paths.log_file("job_p", 1, r).read_bytes(), "stderr")
@@ -171,3 +179,45 @@ def test_reservations_are_idempotent_per_attempt_and_released():
     ports.release("j/1")
     assert ports.held() == {} and can_bind(port)
     ports.close()
+
+
+#: another tenant's process holding many ports (argv[1] of them, each bound
+#: as a plain socket): prints them, then sleeps until killed
+SQUATTER = """
+import socket, sys, time
+held = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("0.0.0.0", 0))
+    s.listen()
+    held.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in held), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_squatter_holding_many_ports_is_named_and_the_attempt_ends_as_not_started(
+        world, caplog):
+    """Issue 41, item 3: a rank of another tenant binds many ports (here 200,
+    as another uid when the tests run as root); the attempt whose port it
+    holds starts nothing here, and the agent's report and log say why and
+    who: the control plane retries it on another port, uncounted."""
+    cmd = [rank_python(sys.executable), "-c", SQUATTER, "200"]
+    squatter = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                user=TEST_UID if os.geteuid() == 0 else None)
+    try:
+        ports = [int(p) for p in squatter.stdout.readline().split()]
+        assert len(ports) == 200
+        agent = world.agent()
+        agent.handle(message(launch("job_sq", ranks=[0, 1], world_size=2,
+                                    master_port=ports[137]), 1))
+        run_until(agent, lambda: world.api.of("EXITED"), what="EXITED")
+        [exited] = world.api.of("EXITED")
+        assert (exited["exit_code"], exited["not_started"]) == (PORT_IN_USE, "port_in_use")
+        uid = TEST_UID if os.geteuid() == 0 else os.getuid()
+        assert f"MASTER_PORT {ports[137]} is in use on this host" in caplog.text
+        assert f"held by pid {squatter.pid} (python" in caplog.text
+        assert f", uid {uid})" in caplog.text
+    finally:
+        squatter.kill()
+        squatter.wait(10)

@@ -247,9 +247,9 @@ def test_a_jobs_gpus_go_back_only_after_it_has_ended(iso, iso_client, tenants, c
     seen = []
     release = iso.store.release
 
-    def noting(attempt, node_id):
+    def noting(attempt, node_id, heard_at=None):
         seen.append((node_id, iso.store.get(job_id).state.value))
-        return release(attempt, node_id)
+        return release(attempt, node_id, heard_at)
     monkeypatch.setattr(iso.store, "release", noting)
     for n, ranks in by_node.items():
         event(iso_client, tenants, job_id, 1,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chalicelib.domain.errors import NotFound
+from chalicelib.domain.errors import InvalidArgument, NotFound
 from chalicelib.domain.nodes import NodeState
 from chalicelib.domain.principal import Principal
 from chalicelib.domain.states import JobState
@@ -175,3 +175,48 @@ def test_failing_jobs_cordon_at_most_a_tenth_of_the_fleet(world, clock):
                                                     "ranks": [0], "exit_code": 1})
     cordoned = [n for n in world.nodes.all() if n.cordon]
     assert len(cordoned) == 2, [n.node_id for n in cordoned]
+
+
+def test_a_taken_rendezvous_port_is_retried_at_once_uncounted_on_a_new_port_and_cordons_nothing(
+        svc, world):
+    """Issue 41, item 3: ranks not started because MASTER_PORT was held (maybe
+    by another tenant's process) end the attempt as ``port_in_use``: a cause
+    outside the job, retried without counting against max_attempts, on a
+    port drawn again, and never a failure of the node's for auto-cordon."""
+    register(svc, "n1", gpus=1)
+    seen_ports: set[int] = set()
+    for _ in range(4):  # more than the auto-cordon count, all on n1
+        job = submit(svc, ranks=1, max_attempts=1)
+        assert svc.placer.run().placed == [job.job_id]
+        [launch] = [m for m in world.inbox.drain(world.inbox.ensure("n1"))
+                    if m["type"] == "LAUNCH"]
+        job = svc.attempts.report(AGENTS, job.job_id, 1, {
+            "type": "EXITED", "node_id": "n1", "ranks": [0], "exit_code": 98,
+            "not_started": "port_in_use"})
+        assert job.state is JobState.PENDING and job.attempt == 1, "retried, not failed"
+        [ended] = [e for e in svc.store.events(job.job_id) if e["type"] == "rank_exited"]
+        assert ended["reason"] == ("rank 0 not started on node n1: the attempt's rendezvous "
+                                   "port (MASTER_PORT) was in use there")
+        assert svc.placer.run().placed == [job.job_id], "placed again at once"
+        [again] = [m for m in world.inbox.drain(world.inbox.ensure("n1"))
+                   if m["type"] == "LAUNCH"]
+        assert again["attempt"] == 2
+        seen_ports.update((launch["master_port"], again["master_port"]))
+        decision = svc.store.attempt(job.job_id, 1).exit["decision"]
+        assert decision == ("port_in_use (rank 0): retried, not counted "
+                            "(uncounted retry 1 of 10)"), decision
+        svc.attempts.report(AGENTS, job.job_id, 2, {"type": "EXITED", "node_id": "n1",
+                                                    "ranks": [0], "exit_code": 0})
+        assert svc.store.get(job.job_id).state is JobState.SUCCEEDED
+    node = world.nodes.get("n1")
+    assert node.state is NodeState.READY and node.failures == frozenset()
+    assert len(seen_ports) > 1, "each attempt draws its port: the taken one is not reused"
+
+
+def test_not_started_goes_only_with_exited(svc, world):
+    job = _started(svc, placed(svc, world, ranks=4))
+    with pytest.raises(InvalidArgument) as e:
+        svc.attempts.report(AGENTS, job.job_id, 1, {"type": "STOPPED", "node_id": "n1",
+                                                    "ranks": [0, 1],
+                                                    "not_started": "port_in_use"})
+    assert e.value.field == "not_started"

@@ -116,6 +116,7 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
                        canceller=canceller, fleet_of=node_store.fleet_of)
     watch = FailureWatch(node_store, failures=config.auto_cordon_failures,
                          window_s=config.auto_cordon_window_s,
+                         tenants=config.auto_cordon_tenants,
                          max_fraction=config.auto_cordon_max_fraction, clock=clock)
     attempts = AttemptsService(store, dispatcher, nudge, clock=clock,
                                failed_on=watch.attempt_failed, on_end=pipelines.ended)

@@ -56,6 +56,8 @@ class Config:
     #: cordoned (service/cordons.py); 0: never
     auto_cordon_failures: int = 3
     auto_cordon_window_s: float = 3600.0
+    #: different tenants whose jobs must have failed on a node (1: any)
+    auto_cordon_tenants: int = 2
     #: at most this share of the fleet (at least one node) auto-cordoned at once
     auto_cordon_max_fraction: float = 0.1
     #: the operator's priority classes (domain/priority.py), and how long a job
@@ -108,6 +110,7 @@ class Config:
             tenant_limits=_tenant_limits(env),
             auto_cordon_failures=_int(env, "GPUJOBS_AUTO_CORDON_FAILURES", 3),
             auto_cordon_window_s=float(env.get("GPUJOBS_AUTO_CORDON_WINDOW_S") or 3600),
+            auto_cordon_tenants=max(1, _int(env, "GPUJOBS_AUTO_CORDON_TENANTS", 2)),
             auto_cordon_max_fraction=float(env.get("GPUJOBS_AUTO_CORDON_MAX_FRACTION") or 0.1),
             priority_classes=_priority_classes(env),
             preempt_min_runtime_s=float(env.get("GPUJOBS_PREEMPT_MIN_RUNTIME_S")

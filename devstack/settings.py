@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Mapping
 #: what may change on a running stack: the names of chalicelib/config.py's
 #: variables that tests vary, and the scan period the timers run at
 RUNTIME = ("GPUJOBS_SCAN_PERIOD_S", "GPUJOBS_NODE_DOWN_AFTER_S", "GPUJOBS_AUTO_CORDON_FAILURES",
-           "GPUJOBS_AUTO_CORDON_WINDOW_S", "GPUJOBS_AUTO_CORDON_MAX_FRACTION",
+           "GPUJOBS_AUTO_CORDON_TENANTS", "GPUJOBS_AUTO_CORDON_WINDOW_S", "GPUJOBS_AUTO_CORDON_MAX_FRACTION",
            "GPUJOBS_PRIORITY_CLASSES", "GPUJOBS_PREEMPT_MIN_RUNTIME_S",
            "GPUJOBS_CANCEL_RESEND_AFTER_S", "GPUJOBS_TENANT_LIMITS",
            "GPUJOBS_TENANT_MAX_PENDING_JOBS", "GPUJOBS_TENANT_MAX_RUNNING_GPUS")

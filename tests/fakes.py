@@ -1236,7 +1236,7 @@ class World:
                  resend_after_s: float = 30.0, down_after_s: float = 60.0,
                  limits: quotas.TenantLimits = quotas.NO_LIMITS,
                  settle_s: float = SETTLE_S, auto_cordon_failures: int = 3,
-                 auto_cordon_window_s: float = 3600.0,
+                 auto_cordon_window_s: float = 3600.0, auto_cordon_tenants: int = 2,
                  classes: PriorityClasses = NO_CLASSES,
                  preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S):
         """The services as bootstrap.build wires them (no fan-out, no logs);
@@ -1264,7 +1264,8 @@ class World:
                            classes=classes, pipelines=pipelines, canceller=canceller,
                            fleet_of=self.nodes.fleet_of)
         watch = FailureWatch(self.nodes, failures=auto_cordon_failures,
-                             window_s=auto_cordon_window_s, clock=clock)
+                             window_s=auto_cordon_window_s, tenants=auto_cordon_tenants,
+                             clock=clock)
         attempts = AttemptsService(self.store, dispatcher, self.nudge, clock=clock,
                                    failed_on=watch.attempt_failed, on_end=pipelines.ended)
         heartbeats = HeartbeatsService(self.store, self.beats, self.collector,

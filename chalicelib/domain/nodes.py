@@ -29,14 +29,22 @@ def cordon_of(reason: str, by: str, at: str, drain: str = KEEP, *, auto: bool = 
     return {"reason": reason, "by": by, "at": at, "drain": drain, "auto": auto}
 
 
-def auto_cordon_reason(jobs: int, window_s: float) -> str:
-    return (f"auto-cordoned: attempts of {jobs} jobs ended rank_failed here within "
-            f"{int(window_s)} s")
+def auto_cordon_reason(jobs: int, tenants: int, window_s: float) -> str:
+    return (f"auto-cordoned: attempts of {jobs} jobs of {tenants} tenants ended rank_failed "
+            f"here within {int(window_s)} s")
 
 
-def failure_entry(at: str, key: str) -> str:
-    """A failure as the node keeps it: "<iso time>|<job_id#attempt>"."""
-    return f"{at}|{key}"
+def failure_entry(at: str, key: str, tenant: str) -> str:
+    """A failure as the node keeps it: "<iso time>|<job_id#attempt>|<tenant>"."""
+    return f"{at}|{key}|{tenant}"
+
+
+def failure_of(entry: str) -> tuple[str, str]:
+    """(job id, tenant) of a failure_entry; an entry written before tenants
+    were kept counts as a tenant of its own job's (as the rule then was)."""
+    _, key, tenant = (entry.split("|", 2) + [""])[:3]
+    job_id = key.rpartition("#")[0]
+    return job_id, tenant or f"job:{job_id}"
 
 
 def failures_since(entries, since: str) -> list[str]:

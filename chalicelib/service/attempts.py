@@ -39,12 +39,12 @@ class AttemptsServicePorts(Jobs, Attempts, Outbox, Transitions, Protocol):
 class AttemptsService:
     def __init__(self, store: AttemptsServicePorts, dispatcher: Dispatcher, nudge: Nudge,
                  clock: Clock = utcnow,
-                 failed_on: Callable[[str, str, int], object] | None = None,
+                 failed_on: Callable[[str, str, int, str], object] | None = None,
                  on_end: Callable[[Job], None] | None = None) -> None:
         self.store, self.dispatcher, self.nudge, self._clock = store, dispatcher, nudge, clock
         #: told each job that ended (PipelinesService.ended: its array, its dependents)
         self._on_end = on_end
-        #: (node_id, job_id, attempt) of each attempt ended rank_failed, for
+        #: (node_id, job_id, attempt, tenant) of each attempt ended rank_failed, for
         #: auto-cordon (cordons.FailureWatch)
         self._failed_on = failed_on
 
@@ -242,7 +242,7 @@ class AttemptsService:
                                      uncounted=uncounted)
         if exit_.get("reason") == "rank_failed" and exit_.get("node_id") and self._failed_on:
             try:
-                self._failed_on(exit_["node_id"], job.job_id, attempt.attempt)
+                self._failed_on(exit_["node_id"], job.job_id, attempt.attempt, job.tenant)
             except Exception:  # noqa: BLE001 - the end is written; auto-cordon is second
                 log.exception("job %s: noting the failure on node %s failed", job.job_id,
                               exit_["node_id"])

@@ -10,9 +10,9 @@ Slurm's ``state=drain reason=...``, NVRx's exclusion of a failing node).
   finish instead.
 - ``uncordon``: placements again.
 
-A node where ``failures`` attempts end ``rank_failed`` within ``window_s``
-is cordoned by :class:`FailureWatch`, the reason saying so, so the retries of
-those jobs go elsewhere.
+A node where attempts of ``failures`` jobs of ``tenants`` different tenants
+end ``rank_failed`` within ``window_s`` is cordoned by :class:`FailureWatch`,
+the reason saying so, so the retries of those jobs go elsewhere.
 
 Each step is one conditional write on the node (store.cordon), and each
 preemption the attempts service's conditional end of the attempt: a repeated
@@ -91,30 +91,35 @@ class Cordons:
 
 
 class FailureWatch:
-    """Cordons a node once attempts of ``failures`` different jobs ended
-    ``rank_failed`` there within ``window_s`` (0 failures: never).
+    """Cordons a node once attempts of ``failures`` different jobs, of
+    ``tenants`` different tenants, ended ``rank_failed`` there within
+    ``window_s`` (0 failures: never).
 
-    Any tenant's failures count, so a tenant could submit failing jobs to
-    take nodes out of service for everyone: different jobs are needed (a
-    crash loop is one job), and at most ``max_fraction`` of the fleet (at
-    least one node) is auto-cordoned at a time; past it the failures are
-    logged, and an operator decides (docs/security.md)."""
+    A node's failures are anyone's, so one tenant could submit failing jobs
+    to take nodes out of service for everyone (issue 41: one tenant
+    cordoned half of a 2-node fleet). So different jobs are needed (a crash
+    loop is one job) of different tenants (one tenant's bad code is that
+    tenant's; ``tenants`` 1 is the operator's say that tenants are trusted
+    that far), and at most ``max_fraction`` of the fleet (at least one node)
+    is auto-cordoned at a time; past it the failures are logged, and an
+    operator decides (docs/security.md)."""
 
     def __init__(self, nodes: NodeStore, *, failures: int, window_s: float,
-                 max_fraction: float = 0.1, clock: Clock = utcnow) -> None:
+                 tenants: int = 2, max_fraction: float = 0.1, clock: Clock = utcnow) -> None:
         self.nodes, self.failures, self.window_s, self._clock = nodes, failures, window_s, clock
-        self.max_fraction = max_fraction
+        self.tenants, self.max_fraction = tenants, max_fraction
 
-    def attempt_failed(self, node_id: str, job_id: str, attempt: int) -> bool:
+    def attempt_failed(self, node_id: str, job_id: str, attempt: int, tenant: str) -> bool:
         """Note the failure; True if it cordoned the node."""
         if self.failures <= 0:
             return False
         now = self._clock()
         recent = self.nodes.record_failure(
-            node_id, node_rules.failure_entry(iso(now), f"{job_id}#{attempt}"),
+            node_id, node_rules.failure_entry(iso(now), f"{job_id}#{attempt}", tenant),
             iso(now - timedelta(seconds=self.window_s)))
-        jobs = {entry.split("|", 1)[1].rpartition("#")[0] for entry in recent}
-        if len(jobs) < self.failures:
+        failed = dict(map(node_rules.failure_of, recent))  # job id -> tenant
+        jobs, tenants = len(failed), len(set(failed.values()))
+        if jobs < self.failures or tenants < self.tenants:
             return False
         node = self.nodes.get(node_id)
         if node is None or node.cordon is not None:
@@ -124,9 +129,9 @@ class FailureWatch:
         if sum(1 for n in fleet if n.cordon and n.cordon.get("auto")) >= cap:
             log.warning("node %s: %d jobs' attempts failed here, but %d nodes are "
                         "auto-cordoned already (the most at once): left for an operator",
-                        node_id, len(jobs), cap)
+                        node_id, jobs, cap)
             return False
-        reason = node_rules.auto_cordon_reason(len(jobs), self.window_s)
+        reason = node_rules.auto_cordon_reason(jobs, tenants, self.window_s)
         self.nodes.cordon(node_id, node_rules.cordon_of(reason, node_rules.AUTO, iso(now),
                                                         auto=True), now)
         log.warning("node %s: %s", node_id, reason)

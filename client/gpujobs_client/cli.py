@@ -1508,8 +1508,8 @@ OPERATOR_HINT = ("cordon, drain and uncordon take an operator token (a tokens fi
 
 def cordon_text(cordon: "Cordon") -> str:
     """``bad ECC (by ops-oncall)``, ``retire (by ops-oncall; drain: jobs
-    preempted)``, ``auto-cordoned: attempts of 3 jobs ended rank_failed here within
-    3600 s (by gpujobs, auto)``: a cordon's reason, who and what it does."""
+    preempted)``, ``auto-cordoned: attempts of 3 jobs of 2 tenants ended rank_failed
+    here within 3600 s (by gpujobs, auto)``: a cordon's reason, who and what it does."""
     notes = [f"by {cordon.by or '?'}" + (", auto" if cordon.auto else "")]
     if cordon.drain in DRAIN_SHORT:
         notes.append(DRAIN_SHORT[cordon.drain])

@@ -223,7 +223,7 @@ def test_the_dashboard_says_a_preemption_and_a_cordon(tmp_path):
              "detail": f"node n1 drained: {why}"}
         exits.append({**e, "decision": retry.decide(spec, e, attempt=1, uncounted=0).text})
     cordons = [nodes.cordon_of("bad ECC", "ops-oncall", "2025-01-31T12:00:00.000Z", nodes.STOP),
-               nodes.cordon_of(nodes.auto_cordon_reason(3, 3600), nodes.AUTO,
+               nodes.cordon_of(nodes.auto_cordon_reason(3, 2, 3600), nodes.AUTO,
                                "2025-01-31T12:00:00.000Z", auto=True),
                nodes.cordon_of("retire", "ops-oncall", "2025-01-31T12:00:00.000Z", nodes.WAIT)]
     said = run_under_node(tmp_path, PREEMPTION_SCRIPT, {"exits": exits, "cordons": cordons})
@@ -236,7 +236,7 @@ def test_the_dashboard_says_a_preemption_and_a_cordon(tmp_path):
     assert said["cordons"] == [
         {"reason": "bad ECC", "who": "by ops-oncall",
          "mode": "drained: its jobs were preempted and requeued"},
-        {"reason": "auto-cordoned: attempts of 3 jobs ended rank_failed here within 3600 s",
+        {"reason": "auto-cordoned: attempts of 3 jobs of 2 tenants ended rank_failed here within 3600 s",
          "who": "by gpujobs (automatic)", "mode": "cordoned: its jobs run on"},
         {"reason": "retire", "who": "by ops-oncall", "mode": "draining: its jobs may finish"}]
     assert said["none"] is None

@@ -565,7 +565,8 @@ def test_nodes_shows_the_state_and_a_cordons_reason_and_who(run, fake):
         "reason": "bad ECC on GPU 3", "by": "ops-oncall", "at": fake.now(), "drain": "keep",
         "auto": False})
     fake.add_node("node-3", state="DRAINING", cordon={
-        "reason": "auto-cordoned: attempts of 3 jobs ended rank_failed here within 3600 s",
+        "reason": "auto-cordoned: attempts of 3 jobs of 2 tenants ended rank_failed here "
+                  "within 3600 s",
         "by": "gpujobs", "at": fake.now(), "drain": "keep", "auto": True})
     fake.add_node("node-4", state="DOWN", cordon={
         "reason": "retire", "by": "ops-oncall", "at": fake.now(), "drain": "stop",
@@ -577,7 +578,8 @@ def test_nodes_shows_the_state_and_a_cordons_reason_and_who(run, fake):
     assert node_row(r, "node-2").split()[4] == "DRAINING"
     assert node_row(r, "node-2").endswith("bad ECC on GPU 3 (by ops-oncall)")
     assert node_row(r, "node-3").endswith(
-        "auto-cordoned: attempts of 3 jobs ended rank_failed here within 3600 s (by gpujobs, auto)")
+        "auto-cordoned: attempts of 3 jobs of 2 tenants ended rank_failed here within 3600 s "
+        "(by gpujobs, auto)")
     assert node_row(r, "node-4").split()[4] == "DOWN"
     assert node_row(r, "node-4").endswith("retire (by ops-oncall; drain: jobs preempted)")
     one = run("nodes", "node-2")

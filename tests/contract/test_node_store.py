@@ -135,15 +135,15 @@ def test_recent_failures_are_kept_and_old_ones_dropped(ports):
     node = ports.node(0)
     t0 = utcnow()
     at = [iso(t0 + timedelta(minutes=m)) for m in (0, 30, 90)]
-    assert ports.nodes.record_failure(node.node_id, failure_entry(at[0], "j#1"), at[0]) == [
-        failure_entry(at[0], "j#1")]
-    assert len(ports.nodes.record_failure(node.node_id, failure_entry(at[1], "j#2"),
+    first = failure_entry(at[0], "j#1", "acme")
+    assert ports.nodes.record_failure(node.node_id, first, at[0]) == [first]
+    assert len(ports.nodes.record_failure(node.node_id, failure_entry(at[1], "j#2", "acme"),
                                           at[0])) == 2
     since = iso(t0 + timedelta(minutes=31))
-    assert ports.nodes.record_failure(node.node_id, failure_entry(at[2], "j#3"), since) == [
-        failure_entry(at[2], "j#3")]
-    assert ports.nodes.get(node.node_id).failures == {failure_entry(at[2], "j#3")}
-    assert ports.nodes.record_failure(ports.node_id(9), failure_entry(at[0], "j#1"),
+    last = failure_entry(at[2], "j#3", "acme")
+    assert ports.nodes.record_failure(node.node_id, last, since) == [last]
+    assert ports.nodes.get(node.node_id).failures == {last}
+    assert ports.nodes.record_failure(ports.node_id(9), failure_entry(at[0], "j#1", "acme"),
                                       at[0]) == []
 
 

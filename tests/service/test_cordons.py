@@ -101,8 +101,8 @@ def test_an_unknown_node_is_a_404(svc):
             act()
 
 
-def _fail_on_n1(svc, world, clock):
-    job = submit(svc, ranks=1)
+def _fail_on_n1(svc, world, clock, tenant: str = "acme"):
+    job = submit(svc, tenant, ranks=1)
     assert svc.placer.run().placed == [job.job_id]
     svc.attempts.report(AGENTS, job.job_id, 1, {"type": "EXITED", "node_id": "n1",
                                                 "ranks": [0], "exit_code": 1})
@@ -111,15 +111,20 @@ def _fail_on_n1(svc, world, clock):
 
 
 def test_a_node_where_attempts_keep_failing_is_cordoned_with_the_reason(svc, world, clock):
+    """Invariant (issue 41, item 7): jobs of two tenants must have failed
+    there; one tenant's failing jobs, however many, cordon nothing."""
     register(svc, "n1", gpus=1)
     for _ in range(2):
         _fail_on_n1(svc, world, clock)
     assert world.nodes.get("n1").state is NodeState.READY, "2 of 3"
-    _fail_on_n1(svc, world, clock)
+    for _ in range(3):
+        _fail_on_n1(svc, world, clock)
+    assert world.nodes.get("n1").state is NodeState.READY, "5 jobs, but of one tenant"
+    _fail_on_n1(svc, world, clock, tenant="globex")
     node = world.nodes.get("n1")
     assert node.state is NodeState.DRAINING
-    assert node.cordon["reason"] == "auto-cordoned: attempts of 3 jobs ended rank_failed " \
-                                    "here within 3600 s"
+    assert node.cordon["reason"] == "auto-cordoned: attempts of 6 jobs of 2 tenants ended " \
+                                    "rank_failed here within 3600 s"
     assert node.cordon["auto"] and node.cordon["by"] == "gpujobs"
     retry = submit(svc, ranks=1)
     assert svc.placer.run().placed == [], "its next attempts go elsewhere"
@@ -163,7 +168,7 @@ def test_one_crash_looping_job_does_not_cordon_its_node(svc, world, clock):
 def test_failing_jobs_cordon_at_most_a_tenth_of_the_fleet(world, clock):
     """A tenant submitting failing jobs everywhere takes out one node in ten,
     not the fleet; past that the failures are left for an operator."""
-    svc = world.services(auto_cordon_failures=1)
+    svc = world.services(auto_cordon_failures=1, auto_cordon_tenants=1)
     for n in range(20):
         register(svc, f"n{n:02d}", gpus=1)
     for _ in range(20):

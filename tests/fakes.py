@@ -710,10 +710,10 @@ class FakeJobStore:
             page = [view_of(clone(j)) for j in jobs[:page_size]]
             return page, (page[-1]["job_id"] if len(jobs) > page_size else None)
 
-    def open_children(self, parent_id: str) -> list[Job]:
+    def open_children(self, parent_id: str, limit: int | None = None) -> list[Job]:
         with self.t.lock:
             return [clone(j) for j in sorted(self.t.jobs.values(), key=lambda j: j.job_id)
-                    if j.parent_id == parent_id and not j.state.terminal]
+                    if j.parent_id == parent_id and not j.state.terminal][:limit]
 
     # -- health ------------------------------------------------------------
     def record_health(self, job: Job, health: dict, *, incident_key: str | None = None) -> bool:

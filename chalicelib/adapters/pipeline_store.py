@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
+from itertools import islice
 from typing import Sequence
 
 from pynamodb.exceptions import TransactWriteError
@@ -218,9 +219,11 @@ class DynamoPipelines(DynamoJobs):
             request = {**request, "ExclusiveStartKey": last}
         return [view_from_item(i) for i in items], last["job_id"]["S"]
 
-    def open_children(self, parent_id: str) -> list[Job]:
-        """The children not ended, in index order."""
+    def open_children(self, parent_id: str, limit: int | None = None) -> list[Job]:
+        """The children not ended, in index order; the first ``limit`` (no
+        page is read past them)."""
         request = JOBS.query(_BY_PARENT, "#parent_id = :parent",
                              {":parent": {"S": parent_id}},
                              filter="attribute_exists(#active_state)")
-        return [job_from_item(i) for page in self._dynamo.pages(request) for i in page]
+        items = (i for page in self._dynamo.pages(request) for i in page)
+        return [job_from_item(i) for i in islice(items, limit)]

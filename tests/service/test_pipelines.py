@@ -386,3 +386,34 @@ def test_a_job_with_all_its_dependents_takes_no_more(nodes, monkeypatch):
     with pytest.raises(InvalidArgument) as e:
         _one(svc, depends_on=[{"job_id": dep.job_id}])
     assert e.value.field == "depends_on.0.job_id" and "already has 2 dependents" in str(e.value)
+
+
+def test_cancelling_an_array_of_many_open_children_answers_at_once_and_the_sweep_ends_them(
+        world):
+    """Issue 41 (medium): a cancel of an array with 999 open children took one
+    request over a minute, a 504 behind API Gateway's 29 s. The request
+    cancels a bounded number itself and answers; the sweep cancels the rest,
+    with the cancel's own reason, a bounded number a run, until the array
+    ends CANCELLED."""
+    from chalicelib.service.pipelines import CANCELS_INLINE, CANCELS_PER_SWEEP
+
+    svc = world.services(limits=TenantLimits(overrides={"acme": Limits(max_pending_jobs=5000)}))
+    size = CANCELS_INLINE + CANCELS_PER_SWEEP + 50
+    parent = _array(svc, size, max_parallel=size)
+    for _ in range(10):  # children are made a bounded number a sweep
+        if len(svc.store.open_children(parent.job_id)) == size:
+            break
+        svc.reconciler.run()
+    assert len(svc.store.open_children(parent.job_id)) == size, "every child made, open"
+    parent = svc.jobs.cancel("acme", parent.job_id, "wrong data")
+    assert parent.cancel_requested_at is not None and not parent.state.terminal
+    assert len(svc.store.open_children(parent.job_id)) == size - CANCELS_INLINE
+    svc.reconciler.run()
+    left = svc.store.open_children(parent.job_id)
+    assert len(left) == 50, "a sweep's bounded share"
+    svc.reconciler.run()
+    parent = svc.store.get(parent.job_id)
+    assert parent.state is JobState.CANCELLED
+    assert parent.array_counts["cancelled"] == size
+    assert svc.store.get(left[0].job_id).cancel_reason == "wrong data", \
+        "the sweep gives the children the cancel's own reason"

@@ -134,6 +134,8 @@ def test_children_are_listed_in_index_order_and_filtered_by_state(ports):
     assert [v["array_index"] for v in ports.store.children(
         parent.job_id, "CANCELLED", 10, None)[0]] == [1]
     assert [j.array_index for j in ports.store.open_children(parent.job_id)] == [0, 2, 3, 4]
+    assert [j.array_index for j in ports.store.open_children(parent.job_id, 2)] == [0, 2], \
+        "the first open ones, in index order"
 
 
 def test_an_array_s_counters_move_with_its_children(ports):

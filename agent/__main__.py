@@ -28,6 +28,7 @@ import threading
 from typing import Mapping
 
 from .api import ApiError
+from .cgroups import DEFAULT_PIDS_MAX
 from .isolation import (
     TOKEN_ENV,
     IsolationError,
@@ -127,6 +128,10 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "as root, makes each job's checkpoint directory and gives it to the job's uid, "
         "following no link; a checkpoint directory elsewhere is made by the ranks as "
         "their own uid. Never the state directory", type=_job_roots, default=())
+    opt("job-pids-max", "processes and threads each job's cgroup may hold on this node "
+        "(agent/cgroups.py; run as root)", type=_positive(int), default=DEFAULT_PIDS_MAX)
+    opt("job-memory-max", "bytes of memory each job's cgroup may use on this node "
+        "(default: no limit)", type=_positive(int))
     opt("log-dir", "rank logs go to <log-dir>/<job_id>/<attempt>/rank-<r>.log "
         "(default: <state-dir>/logs)")
     opt("grace-s", "seconds between SIGTERM and SIGKILL on cancel", type=_positive(float),
@@ -181,7 +186,8 @@ def parse_settings(argv: list[str] | None = None,
                         node_heartbeat_s=args.node_heartbeat_s,
                         busy_call_in_s=args.busy_call_in_s, address=args.address,
                         watchdog_s=args.watchdog_s, log_quota_bytes=args.log_quota_bytes,
-                        job_roots=args.job_roots)
+                        job_roots=args.job_roots, job_pids_max=args.job_pids_max,
+                        job_memory_max=args.job_memory_max)
     try:
         settings.rank_uids = parse_range(args.rank_uids)
     except UidRangeError as e:

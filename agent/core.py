@@ -85,6 +85,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from .api import ApiError, AttemptGone
 from .backoff import retry_delay
+from .cgroups import JobCgroups, cgroup_name
 from .inbox import InboxMessage
 from .isolation import give_checkpoint_dir, give_rank_dir, job_root
 from .messages import Cancel, Launch, MessageError, parse, parse_launch
@@ -273,8 +274,11 @@ class Agent:
                  base_env: Mapping[str, str] | None = None,
                  ports: PortReservations | None = None,
                  stacks: StackSampler | None = None, logs: LogShipping | None = None,
-                 pool: UidPool | None = None, job_roots: tuple[str, ...] = ()) -> None:
+                 pool: UidPool | None = None, job_roots: tuple[str, ...] = (),
+                 cgroups: JobCgroups | None = None) -> None:
         self.node_id, self.gpus = node_id, gpus
+        #: a cgroup around each attempt's ranks here (cgroups.py); None: none
+        self.cgroups = cgroups
         #: folders the operator allows the agent to make jobs' checkpoint
         #: directories in, as root (isolation.give_checkpoint_dir)
         self._job_roots = job_roots
@@ -302,6 +306,7 @@ class Agent:
         self._api_not_before = 0.0
         self._next_prune = 0.0
         self._next_uid_check = 0.0
+        self._next_cgroup_check = 0.0
 
     # ---------------------------------------------------------------- start-up
 
@@ -427,9 +432,18 @@ class Agent:
     def _start_ranks(self, rec: AttemptRecord, m: Launch, shims: dict[str, int]) -> None:
         node_slots = [s for p in sorted(rec.procs.values(), key=lambda p: p.local_rank)
                       for s in p.slots]
-        if 0 in rec.procs and all(p.pid is None and not p.ended and p.exit_file not in shims
-                                  and not os.path.exists(p.exit_file)
-                                  for p in rec.procs.values()):
+        untouched = all(p.pid is None and not p.ended and p.exit_file not in shims
+                        and not os.path.exists(p.exit_file) for p in rec.procs.values())
+        if untouched and self.cgroups is not None:
+            # nothing of the attempt started yet: its cgroup first (cgroups.py)
+            try:
+                self.cgroups.make(cgroup_name(rec.job_id, rec.attempt))
+            except OSError as e:
+                self._not_started(rec, f"cannot make the attempt's cgroup: {e}", CANNOT_START)
+                return
+            rec.cgroup = cgroup_name(rec.job_id, rec.attempt)
+        cgroup = self.cgroups.dirs(rec.cgroup) if self.cgroups and rec.cgroup else []
+        if 0 in rec.procs and untouched:
             # rank 0 is ours and nothing of the attempt started yet: its
             # rendezvous port must be free, and is held from here on
             try:
@@ -463,7 +477,7 @@ class Agent:
                            rankside=self._rankside)
             rank = self._launcher.launch(list(m.command), env, p.log_file, p.exit_file,
                                          cwd=m.working_dir, identity=identity,
-                                         make_dir=make_dir)
+                                         make_dir=make_dir, cgroup=[str(d) for d in cgroup])
             p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time
             self._ranks[(rec.key, r)] = rank
 
@@ -612,8 +626,10 @@ class Agent:
                 for p in rec.procs.values():
                     if not p.ended:
                         self._rank(rec, p).kill()
+                self._kill_cgroup(rec)
             elif rec.phase == RUNNING:
                 changed |= self._enforce_time_limit(rec, now)
+        changed |= self._empty_cgroups(now)
         changed |= self._release_uids(now)
         if now >= self._next_prune:
             changed |= self._prune(now)
@@ -723,13 +739,45 @@ class Agent:
                 for p in rec.procs.values() if not p.ended for s in p.slots}
         return [s for s in range(self.gpus) if s not in used]
 
+    def _kill_cgroup(self, rec: AttemptRecord) -> list[int]:
+        """SIGKILL what is in the attempt's cgroup but its ranks' shims (they
+        write the exit files): daemons that left the ranks' process groups."""
+        if self.cgroups is None or rec.cgroup is None:
+            return []
+        shims = {p.pid for p in rec.procs.values() if p.pid is not None and not p.ended}
+        killed = self.cgroups.kill(rec.cgroup, spare=shims)
+        if killed:
+            log.warning("%s: SIGKILLed %d process(es) left in its cgroup (pids %s)", rec.key,
+                        len(killed), killed[:10])
+        return killed
+
+    def _empty_cgroups(self, now: float) -> bool:
+        """The cgroups of attempts that are DONE here: what is left in them
+        killed, then removed once empty; at most once a second."""
+        if self.cgroups is None or now < self._next_cgroup_check:
+            return False
+        done = [rec for rec in self.state.attempts.values()
+                if rec.phase == DONE and rec.cgroup is not None]
+        if not done:
+            return False
+        self._next_cgroup_check = now + 1.0
+        changed = False
+        for rec in done:
+            assert rec.cgroup is not None
+            self._kill_cgroup(rec)
+            if self.cgroups.remove(rec.cgroup):
+                rec.cgroup, changed = None, True
+        return changed
+
     def _release_uids(self, now: float) -> bool:
         """Give back the uids of attempts that are DONE once no process of
-        theirs is left (those left are killed); at most once a second."""
+        theirs is left (those left are killed) and their cgroup is gone; at
+        most once a second."""
         if self.pool is None or now < self._next_uid_check:
             return False
         waiting = [rec for rec in self.state.attempts.values()
-                   if rec.phase == DONE and rec.uid is not None and not rec.uid_freed]
+                   if rec.phase == DONE and rec.uid is not None and not rec.uid_freed
+                   and rec.cgroup is None]
         if not waiting:
             return False
         self._next_uid_check = now + 1.0

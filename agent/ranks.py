@@ -32,6 +32,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from .rankfiles import open_rank_file
 from .records import agent_record
@@ -268,7 +269,7 @@ class Launcher:
 
     def launch(self, command: list[str], env: dict[str, str], log_file: str,
                exit_file: str, cwd: str | None = None, identity=None,
-               make_dir: str | None = None) -> Rank:
+               make_dir: str | None = None, cgroup: Sequence[str] = ()) -> Rank:
         """Start one rank, in ``cwd`` when given; its stdout and stderr become
         records in ``log_file`` (appended; shim.py writes them, records.py
         reads them, agent/logship.py ships them). A ``cwd`` that is not there
@@ -276,14 +277,16 @@ class Launcher:
         the uid and gid the command runs as; None: as the agent itself.
         ``make_dir``: a directory made (parents too) as that uid before the
         command starts (the job's checkpoint directory outside the operator's
-        roots: isolation.give_checkpoint_dir).
+        roots: isolation.give_checkpoint_dir). ``cgroup``: the directories of
+        the job's cgroup (agent/cgroups.py), joined before the command starts.
 
         Never raises for a rank that cannot start: the rank then has exit code 127
         (recorded in its exit file, the reason in its log), as for a command not found."""
         drop = [] if identity is None else [
             "--uid", str(identity.uid), "--gid", str(identity.gid)]
         where = ([] if cwd is None else ["--cwd", cwd]) + (
-            [] if make_dir is None else ["--mkdir", make_dir])
+            [] if make_dir is None else ["--mkdir", make_dir]) + (
+            ["--cgroup", ":".join(cgroup)] if cgroup else [])
         argv = [self._python, "-I", str(SHIM), "--exit-file", exit_file, *drop, *where,
                 "--env-stdin", "--", *command]
         try:

@@ -30,6 +30,7 @@ from typing import Callable
 from .api import ApiClient, ApiError, call_in_body
 from .backoff import retry_delay
 from .beats import BeatPoster
+from .cgroups import DEFAULT_PIDS_MAX, JobCgroups, Limits
 from .core import Agent, Paths
 from .inbox import Poller, SqsInbox, endpoint_from_queue_url
 from .isolation import isolation_name, lock_down_state_dir
@@ -72,6 +73,10 @@ class Settings:
     #: folders in which the agent makes jobs' checkpoint directories as root
     #: (isolation.give_checkpoint_dir); elsewhere the ranks make their own
     job_roots: tuple[str, ...] = ()
+    #: each job's cgroup limits here (cgroups.py): processes, and memory
+    #: in bytes (None: none)
+    job_pids_max: int = DEFAULT_PIDS_MAX
+    job_memory_max: int | None = None
 
 
 class StateDirBusy(RuntimeError):
@@ -121,10 +126,13 @@ def run(settings: Settings, stop: threading.Event, *,
         stacks = StackSampler(isolated=isolated)
         pool = UidPool(settings.rank_uids, paths.state_dir) \
             if settings.rank_uids is not None else None
+        # a cgroup around every job, when the ranks run as uids of their own
+        cgroups = JobCgroups.detect(f"gpujobs/{settings.node_id}", limits=Limits(
+            settings.job_pids_max, settings.job_memory_max)) if pool is not None else None
         agent = Agent(node_id=settings.node_id, gpus=settings.gpus, api=api, inbox=None,
                       paths=paths, grace_s=settings.grace_s, rng=rng,
                       launcher=Launcher(), stacks=stacks, pool=pool,
-                      job_roots=settings.job_roots)
+                      job_roots=settings.job_roots, cgroups=cgroups)
         watchdog = Watchdog(settings.watchdog_s).start() if settings.watchdog_s > 0 else None
         try:
             # adopted ranks are watched from the start, also while the API is away

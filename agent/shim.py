@@ -23,6 +23,10 @@ itself; the shim catches them only to survive them, doing nothing (a handler,
 not SIG_IGN: exec resets a handled signal to its default, so the command gets
 the default disposition or installs its own).
 
+Containment: with ``--cgroup`` the shim joins the job's cgroup before it
+starts the command (agent/cgroups.py); one it cannot join is a rank that
+cannot start.
+
 Privilege: the shim runs as the agent (root, on a host with isolation) and
 nothing a tenant controls reaches that part. The agent starts it with a fixed
 environment of its own; the rank's environment (the job's ``env``: loader
@@ -147,7 +151,7 @@ def status_to_exit_code(returncode: int) -> int:
 
 
 USAGE = ("usage: shim.py --exit-file FILE [--uid UID --gid GID] [--cwd DIR] [--mkdir DIR] "
-         "[--env-stdin] -- command [args...]")
+         "[--cgroup DIR[:DIR...]] [--env-stdin] -- command [args...]")
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,9 @@ class Options:
     #: a directory made (parents too) as the command's user before it starts:
     #: the job's checkpoint directory when no root the operator allows holds it
     make_dir: str | None = None
+    #: the cgroup directories the shim joins before it starts the command
+    #: (agent/cgroups.py): the command and all it forks are born inside
+    cgroup: tuple[str, ...] = ()
     #: the command's environment comes on stdin; else it is the shim's own
     env_stdin: bool = False
 
@@ -179,7 +186,7 @@ def _parse(argv: list[str]) -> Options:
             raise SystemExit(USAGE) from None
         rest = rest[4:]
     paths: dict[str, str] = {}
-    for flag in ("--cwd", "--mkdir"):
+    for flag in ("--cwd", "--mkdir", "--cgroup"):
         if rest[:1] == [flag]:
             if len(rest) < 2:
                 raise SystemExit(USAGE)
@@ -189,8 +196,9 @@ def _parse(argv: list[str]) -> Options:
         rest = rest[1:]
     if len(rest) < 2 or rest[0] != "--":
         raise SystemExit(USAGE)
+    cgroup = tuple(paths["--cgroup"].split(":")) if "--cgroup" in paths else ()
     return Options(exit_file, rest[1:], run_as, paths.get("--cwd"), paths.get("--mkdir"),
-                   env_stdin)
+                   cgroup, env_stdin)
 
 
 def read_env(stream) -> dict[str, str]:
@@ -200,6 +208,19 @@ def read_env(stream) -> dict[str, str]:
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise ValueError("the environment on stdin is no JSON object of strings")
     return env
+
+
+def join_cgroup(dirs: tuple[str, ...]) -> str | None:
+    """The shim into the job's cgroup (each of its directories), before it
+    starts the command, which is then born inside with all it forks; why
+    not, or None."""
+    try:
+        for d in dirs:
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+    except OSError as e:
+        return str(e)
+    return None
 
 
 #: prctl(2)'s PR_SET_NO_NEW_PRIVS: no exec after it gains privileges (setuid
@@ -487,6 +508,10 @@ def main(argv: list[str] | None = None) -> int:
         code = 128 + received[0]
     elif bad_env is not None:
         writer.message(f"gpujobs-shim: cannot start {command[0]!r}: {bad_env}")
+        code = CANNOT_START
+    elif (cgroup_error := join_cgroup(options.cgroup)) is not None:
+        writer.message(f"gpujobs-shim: cannot start {command[0]!r}: cannot join its "
+                       f"cgroup: {cgroup_error}")
         code = CANNOT_START
     else:
         out_r, out_w = _pipe()

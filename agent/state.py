@@ -88,6 +88,9 @@ class AttemptRecord:
     uid: int | None = None
     #: the uid went back to the pool (no process of it was left)
     uid_freed: bool = False
+    #: the name of its cgroup here while it exists (cgroups.py); None: none,
+    #: or removed once empty
+    cgroup: str | None = None
     #: why its ranks were not started here, for a cause outside the job
     #: (``port_in_use``: rendezvous.py), said in its EXITED report; None: they were
     not_started: str | None = None

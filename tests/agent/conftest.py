@@ -23,6 +23,17 @@ def world(tmp_path):
 
 
 @pytest.fixture
+def shared_world(shared_dir):
+    """A World in a folder every uid reaches (pytest's are 0700): for agents
+    whose ranks run as a pool's uid."""
+    w = World(shared_dir)
+    try:
+        yield w
+    finally:
+        w.cleanup()
+
+
+@pytest.fixture
 def launched():
     """The ranks a test started (append them): each killed, and its shim
     waited for, also when the test fails."""

@@ -19,6 +19,7 @@ from agent.api import ApiError, AttemptGone
 from agent.core import Agent, Paths
 from agent.inbox import InboxMessage
 from agent.ranks import Launcher, ProcTable, Rank
+from agent.uidpool import UidPool, UidRange
 from tests.support.ports import free_port
 from tests.support.procs import kill_ranks_in_state
 from tests.support.waits import wait_until
@@ -107,9 +108,9 @@ class RecordingLauncher(Launcher):
         self.launched: list[Rank] = []
 
     def launch(self, command, env, log_file, exit_file, cwd=None, identity=None,
-               make_dir=None) -> Rank:
+               make_dir=None, cgroup=()) -> Rank:
         rank = super().launch(command, env, log_file, exit_file, cwd=cwd, identity=identity,
-                              make_dir=make_dir)
+                              make_dir=make_dir, cgroup=cgroup)
         self.launched.append(rank)
         return rank
 
@@ -129,12 +130,13 @@ class World:
 
     def agent(self, *, gpus: int = 8, grace_s: float = 10.0, api=None,
               base_env: dict | None = None, launcher: RecordingLauncher | None = None,
-              pool=None, job_roots: tuple[str, ...] = ()) -> Agent:
+              pool=None, job_roots: tuple[str, ...] = (), cgroups=None) -> Agent:
         launcher = launcher or RecordingLauncher()
         self.launchers.append(launcher)
         return Agent(node_id="node-1", gpus=gpus, api=api or self.api, inbox=self.inbox,
                      paths=self.paths, launcher=launcher, grace_s=grace_s, clock=self.clock,
                      backoff_base=0.01, backoff_cap=0.05, pool=pool, job_roots=job_roots,
+                     cgroups=cgroups,
                      base_env=base_env if base_env is not None else dict(os.environ))
 
     def state(self) -> dict:
@@ -152,6 +154,15 @@ class World:
                         rank._popen.wait(timeout=5)
                     except subprocess.TimeoutExpired:
                         pass
+
+
+def pooled_agent(world: World, identity, **kw) -> Agent:
+    """An agent whose ranks run as ``identity``'s uid, a pool of that one
+    uid (``world`` in a folder that uid reaches: the ``shared_world``
+    fixture); ``kw`` as :meth:`World.agent` takes them."""
+    pool = UidPool(UidRange(identity.uid, identity.uid), world.paths.state_dir,
+                   claims=world.tmp / "claims")
+    return world.agent(base_env={"PATH": "/usr/bin:/bin"}, pool=pool, **kw)
 
 
 def run_until(agent: Agent, condition: Callable[[], object], timeout: float = 10.0,

@@ -27,11 +27,10 @@ import pytest
 from agent.isolation import give_checkpoint_dir, give_rank_dir
 from agent.ranks import Launcher, ProcTable, Rank
 from agent.records import lines_of
-from agent.uidpool import UidPool, UidRange
 from tests.hostile_ranks import TEST_UID, bare_identity
 from tests.support.waits import wait_until
 
-from .harness import World, launch, message, run_until
+from .harness import launch, message, pooled_agent, run_until
 
 #: a library whose constructor appends the effective uid of every process
 #: that loads it to the file compiled in (%s)
@@ -184,47 +183,33 @@ except OSError as e:
 """
 
 
-@pytest.fixture
-def world(shared_dir):
-    world = World(shared_dir)
-    try:
-        yield world
-    finally:
-        world.cleanup()
-
-
-def pooled_agent(world: World, identity, job_roots: tuple[str, ...]):
-    pool = UidPool(UidRange(identity.uid, identity.uid), world.paths.state_dir,
-                   claims=world.tmp / "claims")
-    return world.agent(base_env={"PATH": "/usr/bin:/bin"}, pool=pool, job_roots=job_roots)
-
-
 @pytest.mark.parametrize("roots", ["none", "one holding the state"])
 def test_a_checkpoint_dir_set_to_the_agents_heartbeat_folder_never_becomes_the_ranks(
-        world, identity, roots):
+        shared_world, identity, roots):
     """The attack of issue 41, item 2, with a real agent's launch and a real
     rank: ``checkpoint_dir`` named ``<state>/heartbeats``, and the heartbeat
     folder became the rank's, where it planted a link for attempt 2."""
     python = shutil.which("python3", path="/usr/bin:/bin")
-    agent = pooled_agent(world, identity, () if roots == "none" else (str(world.tmp),))
-    beats = world.paths.state_dir / "heartbeats"
-    target = a_root_dir(world.tmp / "etc")
+    agent = pooled_agent(shared_world, identity,
+                         job_roots=() if roots == "none" else (str(shared_world.tmp),))
+    beats = shared_world.paths.state_dir / "heartbeats"
+    target = a_root_dir(shared_world.tmp / "etc")
     agent.handle(message(launch("job_x", command=[python, "-c", PLANT, str(target)],
                                 checkpoint_dir=str(beats / "job_x")), 1))
-    run_until(agent, lambda: world.api.of("EXITED"), timeout=30, what="the rank's end")
-    said = lines_of(world.paths.log_file("job_x", 1, 0).read_bytes(), "stdout")
+    run_until(agent, lambda: shared_world.api.of("EXITED"), timeout=30, what="the rank's end")
+    said = lines_of(shared_world.paths.log_file("job_x", 1, 0).read_bytes(), "stdout")
     assert said == ["refused: Permission denied"], said
     assert (beats / "job_x").stat().st_uid == 0, "the heartbeat folder became the rank's"
     assert not (beats / "job_x" / "2").is_symlink()
 
 
-def test_a_checkpoint_dir_outside_the_roots_is_made_by_the_rank_as_its_uid(world, identity):
+def test_a_checkpoint_dir_outside_the_roots_is_made_by_the_rank_as_its_uid(shared_world, identity):
     python = shutil.which("python3", path="/usr/bin:/bin")
-    agent = pooled_agent(world, identity, ())
-    ckpt = world.tmp / "ckpt" / "job_y"
+    agent = pooled_agent(shared_world, identity)
+    ckpt = shared_world.tmp / "ckpt" / "job_y"
     write = "import os; open(os.environ['GPUJOBS_CHECKPOINT_DIR'] + '/step-1.pt', 'w')"
     agent.handle(message(launch("job_y", command=[python, "-c", write],
                                 checkpoint_dir=str(ckpt)), 1))
-    run_until(agent, lambda: world.api.of("EXITED"), timeout=30, what="the rank's end")
-    assert world.api.of("EXITED")[0]["exit_code"] == 0
+    run_until(agent, lambda: shared_world.api.of("EXITED"), timeout=30, what="the rank's end")
+    assert shared_world.api.of("EXITED")[0]["exit_code"] == 0
     assert ckpt.stat().st_uid == TEST_UID and (ckpt / "step-1.pt").stat().st_uid == TEST_UID

@@ -1,0 +1,118 @@
+"""A cgroup around every attempt's ranks (issue 41, item 2), with real
+processes and the host's real cgroups, as root, each rank as a bare uid of
+its own:
+
+- every process a rank starts is in its attempt's cgroup, also one that left
+  the rank's process group and session;
+- at the attempt's end what is left in the cgroup is frozen and SIGKILLed,
+  the cgroup removed, and only then does the uid go back to the pool;
+- a job's fork bomb stops at its cgroup's pids limit.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from agent.cgroups import JobCgroups, Limits, cgroup_name
+from agent.records import lines_of
+from tests.hostile_ranks import bare_identity
+from tests.support.procs import alive
+from tests.support.waits import wait_until
+
+from .harness import launch, message, pooled_agent, run_until
+
+#: forks a daemon that leaves the rank's group and session, notes its pid in
+#: argv[1], and sleeps; the rank itself then ends at once, exit 0
+ESCAPE = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(sys.argv[1] + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+        os.closerange(0, 1024)
+        time.sleep(600)
+    os._exit(0)
+os.wait()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+"""
+
+#: starts sleepers until the host refuses, then says how many it started
+BOMB = """
+import subprocess
+started = []
+try:
+    for _ in range(200):
+        started.append(subprocess.Popen(["sleep", "60"]))
+except OSError as e:
+    print("refused after", len(started), type(e).__name__, flush=True)
+for p in started:
+    p.kill()
+"""
+
+
+@pytest.fixture
+def identity():
+    identity = bare_identity()
+    assert identity is not None, "cgroups take root: run the agent's tests as root, as CI does"
+    return identity
+
+
+@pytest.fixture
+def cgroups():
+    """The agent's cgroups under a base of this test's own, removed after."""
+    found = JobCgroups.detect(f"gpujobs-test/{uuid.uuid4().hex[:12]}",
+                              limits=Limits(pids_max=24))
+    assert found is not None, "this host has cgroups (v2 with pids, or v1): see the log"
+    yield found
+    for base in found._bases():
+        for d in sorted(base.glob("*"), reverse=True):
+            if d.is_dir():
+                found.kill(d.name)
+                wait_until(lambda d=d: not found.members(d.name), what="the cgroup empty")
+                d.rmdir()
+        base.rmdir()
+
+
+def python() -> str:
+    found = shutil.which("python3", path="/usr/bin:/bin")
+    assert found, "a python3 every uid can run"
+    return found
+
+
+def test_a_daemon_that_left_its_ranks_group_is_in_the_cgroup_and_dies_with_the_attempt(
+        shared_world, identity, cgroups, caplog):
+    agent = pooled_agent(shared_world, identity, cgroups=cgroups)
+    noted = shared_world.tmp / "daemon.pid"
+    agent.handle(message(launch("job_cg", command=[python(), "-c", ESCAPE, str(noted)]), 1))
+    name = cgroup_name("job_cg", 1)
+    daemon = int(wait_until(lambda: noted.exists() and noted.read_text(), what="the daemon"))
+    try:
+        assert daemon in cgroups.members(name), "born inside, whatever group it left for"
+        assert "/gpujobs-test/" in Path(f"/proc/{daemon}/cgroup").read_text()
+        run_until(agent, lambda: shared_world.state()["attempts"]["job_cg/1"]["uid_freed"],
+                  timeout=30, what="the uid back in the pool")
+        assert not alive(daemon), "killed through the cgroup"
+        assert any("left in its cgroup" in r.getMessage() and str(daemon) in r.getMessage()
+                   for r in caplog.records), caplog.text
+        assert not any(d.exists() for d in cgroups.dirs(name)), "the cgroup removed"
+        assert shared_world.state()["attempts"]["job_cg/1"]["cgroup"] is None
+    finally:
+        if alive(daemon):
+            os.kill(daemon, 9)
+
+
+def test_a_fork_bomb_stops_at_its_jobs_pids_limit(shared_world, identity, cgroups):
+    agent = pooled_agent(shared_world, identity, cgroups=cgroups)
+    agent.handle(message(launch("job_fb", command=[python(), "-c", BOMB]), 1))
+    run_until(agent, lambda: shared_world.api.of("EXITED"), timeout=60, what="the bomb's end")
+    said = lines_of(shared_world.paths.log_file("job_fb", 1, 0).read_bytes(), "stdout")
+    assert said and said[0].startswith("refused after "), said
+    started = int(said[0].split()[2])
+    assert started < 24, f"{started} processes started past a pids limit of 24"

@@ -434,15 +434,19 @@ class Agent:
                       for s in p.slots]
         untouched = all(p.pid is None and not p.ended and p.exit_file not in shims
                         and not os.path.exists(p.exit_file) for p in rec.procs.values())
-        if untouched and self.cgroups is not None:
-            # nothing of the attempt started yet: its cgroup first (cgroups.py)
-            try:
-                self.cgroups.make(cgroup_name(rec.job_id, rec.attempt))
-            except OSError as e:
-                self._not_started(rec, f"cannot make the attempt's cgroup: {e}", CANNOT_START)
-                return
+        cgroup: list[str] = []
+        if self.cgroups is not None:
+            # its cgroup before any rank (cgroups.py); made again, as it was,
+            # when a restarted agent finishes the launch
             rec.cgroup = cgroup_name(rec.job_id, rec.attempt)
-        cgroup = self.cgroups.dirs(rec.cgroup) if self.cgroups and rec.cgroup else []
+            try:
+                cgroup = self.cgroups.make(rec.cgroup)
+            except OSError as e:
+                if untouched:
+                    self._not_started(rec, f"cannot make the attempt's cgroup: {e}",
+                                      CANNOT_START)
+                    return
+                log.error("%s: cannot make the attempt's cgroup again: %s", rec.key, e)
         if 0 in rec.procs and untouched:
             # rank 0 is ours and nothing of the attempt started yet: its
             # rendezvous port must be free, and is held from here on
@@ -477,7 +481,7 @@ class Agent:
                            rankside=self._rankside)
             rank = self._launcher.launch(list(m.command), env, p.log_file, p.exit_file,
                                          cwd=m.working_dir, identity=identity,
-                                         make_dir=make_dir, cgroup=[str(d) for d in cgroup])
+                                         make_dir=make_dir, cgroup=cgroup)
             p.pid, p.pgid, p.start_time = rank.pid, rank.pgid, rank.start_time
             self._ranks[(rec.key, r)] = rank
 

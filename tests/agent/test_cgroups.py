@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -116,3 +117,35 @@ def test_a_fork_bomb_stops_at_its_jobs_pids_limit(shared_world, identity, cgroup
     assert said and said[0].startswith("refused after "), said
     started = int(said[0].split()[2])
     assert started < 24, f"{started} processes started past a pids limit of 24"
+
+
+def test_on_cgroup_v2_the_files_written_are_v2s(tmp_path):
+    """This host has v1 only, so v2's side is shown on a tree laid out as
+    cgroup v2 (plain files, not the kernel's): where the limits, the freeze
+    and the membership are read and written, and that a kill spares the
+    shims and thaws after."""
+    (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    (tmp_path / "gpujobs").mkdir()
+    (tmp_path / "gpujobs" / "cgroup.subtree_control").write_text("")
+    (tmp_path / "gpujobs" / "n1").mkdir()
+    (tmp_path / "gpujobs" / "n1" / "cgroup.subtree_control").write_text("")
+    found = JobCgroups.detect("gpujobs/n1", root=tmp_path,
+                              limits=Limits(pids_max=64, memory_max=1 << 30))
+    assert found is not None and found.v2
+    [made] = found.make("job_v2.1")
+    job = Path(made)
+    assert job == tmp_path / "gpujobs" / "n1" / "job_v2.1"
+    assert ((job / "pids.max").read_text(), (job / "memory.max").read_text()) == (
+        "64", str(1 << 30))
+    shim, rank = (subprocess.Popen(["sleep", "60"]) for _ in range(2))
+    try:
+        (job / "cgroup.procs").write_text(f"{shim.pid}\n{rank.pid}\n")
+        assert found.members("job_v2.1") == sorted([shim.pid, rank.pid])
+        assert found.kill("job_v2.1", spare=[shim.pid]) == [rank.pid]
+        assert rank.wait(10) == -9 and shim.poll() is None, "the shim is spared"
+        assert (job / "cgroup.freeze").read_text() == "0", "thawed after"
+    finally:
+        for p in (shim, rank):
+            p.kill()
+            p.wait(10)

@@ -112,7 +112,7 @@ def give_rank_dir(directory: Path, state_dir: Path, identity: RankIdentity | Non
     try:
         for n, name in enumerate(parts):
             parent, fd = fd, -1
-            fd = _enter(parent, name)
+            fd = _enter(parent, name, 0o700)
             if identity is not None:
                 if n == len(parts) - 1:
                     os.fchown(fd, identity.uid, identity.gid)
@@ -129,17 +129,22 @@ def give_rank_dir(directory: Path, state_dir: Path, identity: RankIdentity | Non
 WALKED = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _enter(parent: int, name: str, mode: int = 0o755) -> int:
-    """The descriptor of directory ``name`` in ``parent`` (made, ``mode``, if it is
-    not there), opened without following a link; ``parent`` is closed."""
+def _enter(parent: int, name: str, mode: int) -> int:
+    """The descriptor of directory ``name`` in ``parent`` (made with ``mode``,
+    whatever the umask, if it is not there), opened without following a link;
+    ``parent`` is closed."""
     try:
         if name in (".", ".."):
             raise OSError(errno.EINVAL, "a path with . or .. is not walked", name)
         try:
             os.mkdir(name, mode, dir_fd=parent)
+            made = True
         except FileExistsError:
-            pass
-        return os.open(name, WALKED, dir_fd=parent)
+            made = False
+        fd = os.open(name, WALKED, dir_fd=parent)
+        if made:
+            os.fchmod(fd, mode)  # the agent's umask is 077
+        return fd
     finally:
         os.close(parent)
 
@@ -198,9 +203,11 @@ def give_checkpoint_dir(directory: str, job_id: str, identity: RankIdentity | No
         raise OSError(errno.EPERM, "the job root is in the agent's state directory", root)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for name in path.relative_to(root).parts:
+        parts = path.relative_to(root).parts
+        for n, name in enumerate(parts):
             parent, fd = fd, -1
-            fd = _enter(parent, name)
+            # folders on the way: a rank passes through; the job's own: its alone
+            fd = _enter(parent, name, 0o700 if n == len(parts) - 1 else 0o755)
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) == (state.st_dev, state.st_ino):
                 raise OSError(errno.EPERM, "in the agent's state directory: never a job's",

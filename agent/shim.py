@@ -246,7 +246,7 @@ def entering(cwd: str | None, make_dir: str | None = None) -> Callable[[], None]
                 raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
             if make_dir is not None:
                 try:
-                    os.makedirs(make_dir, exist_ok=True)
+                    os.makedirs(make_dir, 0o700, exist_ok=True)  # the job's alone
                 except OSError as e:
                     os.write(2, f"gpujobs-shim: cannot make {make_dir}: {e}; starting "
                                 "anyway\n".encode())

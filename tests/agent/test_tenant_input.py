@@ -213,3 +213,4 @@ def test_a_checkpoint_dir_outside_the_roots_is_made_by_the_rank_as_its_uid(share
     run_until(agent, lambda: shared_world.api.of("EXITED"), timeout=30, what="the rank's end")
     assert shared_world.api.of("EXITED")[0]["exit_code"] == 0
     assert ckpt.stat().st_uid == TEST_UID and (ckpt / "step-1.pt").stat().st_uid == TEST_UID
+    assert ckpt.stat().st_mode & 0o777 == 0o700, "the job's alone"

@@ -323,10 +323,17 @@ def test_the_checkpoint_dir_is_given_to_the_ranks_uid_never_through_a_link(tmp_p
     state = tmp_path / "state"
     state.mkdir()
     within = {"root": str(tmp_path), "state_dir": state}
-    give_checkpoint_dir(str(ckpt), "job_ck", identity, **within)
+    umask = os.umask(0o077)  # the agent's (agent/__main__.py)
+    try:
+        give_checkpoint_dir(str(ckpt), "job_ck", identity, **within)
+    finally:
+        os.umask(umask)
     st = ckpt.stat()
     assert (st.st_uid, st.st_gid) == (identity.uid, identity.gid) and st.st_mode & 0o700 == 0o700
+    assert st.st_mode & 0o777 == 0o700, "the job's alone: no other tenant reads a checkpoint"
     assert (tmp_path / "shared").stat().st_uid == 0, "only the job's own directory is given"
+    assert (tmp_path / "shared").stat().st_mode & 0o777 == 0o755, \
+        "a folder made on the way: the ranks pass through, whatever the agent's umask"
     give_checkpoint_dir(str(ckpt), "job_ck", identity, **within)  # there already: fine
 
     # a rank put a link where the job's directory goes: nothing is changed through it

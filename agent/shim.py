@@ -1,7 +1,7 @@
 """The supervisor shim: one per rank, between the agent and the rank's command.
 
     python -I agent/shim.py --exit-file F [--uid U --gid G] [--cwd DIR] [--mkdir DIR]
-                            [--env-stdin] -- command...
+                            [--cgroup DIR[:DIR...]] [--env-stdin] -- command...
 
 Why it exists: the agent must learn every rank's exit code, also of ranks that a
 previous agent process started (after a restart they are no longer its children,

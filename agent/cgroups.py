@@ -73,7 +73,7 @@ class JobCgroups:
                         "jobs are not contained in cgroups", root)
             return None
         try:
-            for d in found._bases():
+            for d in found.bases():
                 d.mkdir(parents=True, exist_ok=True)
             if found.v2:
                 found._enable(root)
@@ -84,12 +84,12 @@ class JobCgroups:
         return found
 
     # -- paths ----------------------------------------------------------------
-    def _bases(self) -> list[Path]:
+    def bases(self) -> list[Path]:
         return [self.root / self.base] if self.v2 else [self.root / c / self.base for c in V1]
 
     def dirs(self, name: str) -> list[Path]:
         """The job cgroup's directories: one (v2), or one a v1 hierarchy."""
-        return [b / name for b in self._bases()]
+        return [b / name for b in self.bases()]
 
     def _counting(self, name: str) -> Path:
         return self.dirs(name)[0]  # v2's one, or v1's pids
@@ -161,21 +161,15 @@ class JobCgroups:
         return True
 
     def _enable(self, root: Path) -> None:
-        """v2: the pids and memory controllers down to the agent's base."""
-        parts = Path(self.base).parts
+        """v2: the pids and memory controllers on from the root down to the
+        agent's base, so its jobs' cgroups have them."""
         wanted = {"pids", "memory"} & set((root / "cgroup.controllers").read_text().split())
-        here = root
-        for part in parts:
+        parts = Path(self.base).parts
+        for here in (root.joinpath(*parts[:n]) for n in range(len(parts) + 1)):
             control = here / "cgroup.subtree_control"
-            on = set(control.read_text().split())
-            for c in sorted(wanted - on):
+            for c in sorted(wanted - set(control.read_text().split())):
                 control.write_text(f"+{c}")
-            here = here / part
-        control = here / "cgroup.subtree_control"
-        for c in sorted(wanted - set(control.read_text().split())):
-            control.write_text(f"+{c}")
 
 
 def cgroup_name(job_id: str, attempt: int) -> str:
     return f"{job_id}.{attempt}"
-

@@ -306,7 +306,6 @@ class Agent:
         self._api_not_before = 0.0
         self._next_prune = 0.0
         self._next_uid_check = 0.0
-        self._next_cgroup_check = 0.0
 
     # ---------------------------------------------------------------- start-up
 
@@ -624,16 +623,17 @@ class Agent:
                 changed = True
             elif rec.phase == STOPPING and rec.stop_deadline is not None \
                     and now >= rec.stop_deadline:
-                if not rec.killed:
+                first = not rec.killed
+                if first:
                     log.info("%s: grace period over: SIGKILL", rec.key)
                 rec.killed, changed = True, True
                 for p in rec.procs.values():
                     if not p.ended:
                         self._rank(rec, p).kill()
-                self._kill_cgroup(rec)
+                if first:  # what left the ranks' groups, once; the end empties the rest
+                    self._kill_cgroup(rec)
             elif rec.phase == RUNNING:
                 changed |= self._enforce_time_limit(rec, now)
-        changed |= self._empty_cgroups(now)
         changed |= self._release_uids(now)
         if now >= self._next_prune:
             changed |= self._prune(now)
@@ -755,33 +755,16 @@ class Agent:
                         len(killed), killed[:10])
         return killed
 
-    def _empty_cgroups(self, now: float) -> bool:
-        """The cgroups of attempts that are DONE here: what is left in them
-        killed, then removed once empty; at most once a second."""
-        if self.cgroups is None or now < self._next_cgroup_check:
-            return False
-        done = [rec for rec in self.state.attempts.values()
-                if rec.phase == DONE and rec.cgroup is not None]
-        if not done:
-            return False
-        self._next_cgroup_check = now + 1.0
-        changed = False
-        for rec in done:
-            assert rec.cgroup is not None
-            self._kill_cgroup(rec)
-            if self.cgroups.remove(rec.cgroup):
-                rec.cgroup, changed = None, True
-        return changed
-
     def _release_uids(self, now: float) -> bool:
         """Give back the uids of attempts that are DONE once no process of
-        theirs is left (those left are killed) and their cgroup is gone; at
-        most once a second."""
+        theirs is left: their cgroup's first (killed, then the cgroup
+        removed), then any other of their uid (killed too); at most once a
+        second. (Cgroups are made only with the pool: every attempt in one
+        has a uid.)"""
         if self.pool is None or now < self._next_uid_check:
             return False
         waiting = [rec for rec in self.state.attempts.values()
-                   if rec.phase == DONE and rec.uid is not None and not rec.uid_freed
-                   and rec.cgroup is None]
+                   if rec.phase == DONE and rec.uid is not None and not rec.uid_freed]
         if not waiting:
             return False
         self._next_uid_check = now + 1.0
@@ -789,6 +772,11 @@ class Agent:
         changed = False
         for rec in waiting:
             assert rec.uid is not None
+            if rec.cgroup is not None and self.cgroups is not None:
+                self._kill_cgroup(rec)
+                if not self.cgroups.remove(rec.cgroup):
+                    continue  # the kills land by the next check
+                rec.cgroup, changed = None, True
             if self.pool.release(rec.uid, busy):
                 rec.uid_freed, changed = True, True
                 log.info("%s: uid %s back in the pool", rec.key, rec.uid)

@@ -107,7 +107,7 @@ NET_TABLES = ("net/tcp", "net/tcp6")
 
 def holders(port: int, proc: Path = Path("/proc")) -> str:
     """Who holds TCP ``port`` on this host, for the agent's log: "pid 123
-    (python3, uid 70001), ..." from the socket tables and each process's
+    ('python3', uid 70001), ..." from the socket tables and each process's
     descriptors (root sees them all); "nobody this agent can see" else."""
     inodes = set()
     for table in NET_TABLES:
@@ -120,8 +120,10 @@ def holders(port: int, proc: Path = Path("/proc")) -> str:
             # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
             if len(fields) > 9 and int(fields[1].rpartition(":")[2], 16) == port:
                 inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return "nobody this agent can see"
     found = []
-    for pid in (e.name for e in os.scandir(proc) if e.name.isdigit()) if inodes else ():
+    for pid in (e.name for e in os.scandir(proc) if e.name.isdigit()):
         try:
             fds = os.listdir(proc / pid / "fd")
             if not any(os.readlink(proc / pid / "fd" / fd) in inodes for fd in fds):
@@ -130,9 +132,10 @@ def holders(port: int, proc: Path = Path("/proc")) -> str:
             uid = (proc / pid).stat().st_uid
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        found.append(f"pid {pid} ({comm}, uid {uid})")
-    return ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "") \
-        if found else "nobody this agent can see"
+        found.append(f"pid {pid} ({comm!r}, uid {uid})")  # a rank names its comm: quoted
+    if not found:
+        return "nobody this agent can see"
+    return ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
 
 
 class PortReservations:

@@ -216,7 +216,7 @@ def test_a_squatter_holding_many_ports_is_named_and_the_attempt_ends_as_not_star
         assert (exited["exit_code"], exited["not_started"]) == (PORT_IN_USE, "port_in_use")
         uid = TEST_UID if os.geteuid() == 0 else os.getuid()
         assert f"MASTER_PORT {ports[137]} is in use on this host" in caplog.text
-        assert f"held by pid {squatter.pid} (python" in caplog.text
+        assert f"held by pid {squatter.pid} ('python" in caplog.text
         assert f", uid {uid})" in caplog.text
     finally:
         squatter.kill()

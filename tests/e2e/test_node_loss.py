@@ -264,7 +264,7 @@ if sys.argv[2] == "hang":
 """
 
 
-def node_states_while(tenant: Api, what: str, seconds: float) -> list[str]:
+def node_states_while(tenant: Api, seconds: float) -> list[str]:
     """The node's states seen, every 0.2 s, for ``seconds``: the claim is
     about a whole stretch of time, so it is watched for that long."""
     seen, until = [], time.monotonic() + seconds
@@ -299,8 +299,7 @@ def test_a_healthy_agent_keeps_its_node_ready_after_a_long_job_and_while_its_ran
         if then == "end":
             poll("the job SUCCEEDED", lambda: state(tenant, job)["state"] == "SUCCEEDED",
                  timeout=60)
-        seen = node_states_while(tenant, "after" if then == "end" else "while hung",
-                                 3 * DOWN_AFTER_S)
+        seen = node_states_while(tenant, 3 * DOWN_AFTER_S)
         assert set(seen) == {"READY"}, f"the node was {sorted(set(seen))}: {seen}"
         assert state(tenant, job)["state"] == ("SUCCEEDED" if then == "end" else "RUNNING")
     finally:

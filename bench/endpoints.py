@@ -308,7 +308,7 @@ class Bench:
             self.garbage.append((self.cfg.idempotency_table,
                                  {"idem_id": {"S": idempotency.record_id(TENANT, key)}}))
         if placed:
-            plan = Plan({NODE: list(range(job.spec["ranks"]))}, job.spec["gpus_per_rank"])
+            plan = Plan({NODE: list(range(job.spec.ranks))}, job.spec.gpus_per_rank)
             intent = launch_intent(job, job.attempt + 1, plan.ranks_by_node,
                                    {NODE: self.queue_url}, NODE, 29500)
             job = self.services.store.place(job, plan, intent, utcnow())
@@ -331,13 +331,14 @@ class Bench:
         from chalicelib.domain.clock import utcnow
         from chalicelib.domain.health import initial_health
         from chalicelib.domain.ids import new_job_id
-        from chalicelib.domain.jobs import Job, with_defaults
+        from chalicelib.domain.jobs import Job
         from chalicelib.domain.quotas import DEFAULT_MAX_PENDING_JOBS
+        from chalicelib.domain.spec import JobSpec
         from chalicelib.domain.states import JobState
         from chalicelib.service.ports import IdemClaim
 
         now = utcnow()
-        spec = with_defaults(BODY)
+        spec = JobSpec.parse(BODY)
         claim = IdemClaim(idempotency.record_id(TENANT, key), idempotency.body_hash(BODY))
         job = Job(job_id=new_job_id(), tenant=TENANT, state=JobState.PENDING, spec=spec,
                   created_at=now, updated_at=now, name=BODY["name"],

@@ -228,7 +228,7 @@ class Scale:
 
         out = []
         for index, job in jobs:
-            plan = Plan(self.plans[index], job.spec["gpus_per_rank"])
+            plan = Plan(self.plans[index], job.spec.gpus_per_rank)
             attempt = job.attempt + 1
             first = plan.placement()[0]["node_id"]
             intent = launch_intent(job, attempt, plan.ranks_by_node,
@@ -319,7 +319,7 @@ class Scale:
         untouched = GPUS_PER_NODE * (self.n_nodes - len(used))
         spec = {job.job_id: job.spec for _, job in jobs}
         for job_id in waiting:
-            g, ranks = spec[job_id]["gpus_per_rank"], spec[job_id]["ranks"]
+            g, ranks = spec[job_id].gpus_per_rank, spec[job_id].ranks
             room = sum(f // g for f in free.values()) + untouched // GPUS_PER_NODE * \
                 (GPUS_PER_NODE // g)
             if room >= ranks:

@@ -44,7 +44,7 @@ from datetime import datetime, timedelta, timezone
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "agent" / "rankside"))
 from gpujobs_heartbeat import EXIT_MAX_S  # noqa: E402 - the helper's own exit pause
 
-from chalicelib.domain.jobs import HEARTBEAT_DEFAULTS
+from chalicelib.domain.spec import HeartbeatSpec
 from chalicelib.domain.stall import judge, received
 from chalicelib.domain.threshold import threshold_s
 
@@ -154,8 +154,8 @@ def shape(doc: dict) -> Shape:
         if run["scenario"] == "hang" and run.get("fault_at") is not None:
             hangs.append(_hang_pattern(run, by, env))
     thr = threshold_s(int(doc["ranks"]), 3600.0 / doc["stack"]["scan_period_s"], interval,
-                      HEARTBEAT_DEFAULTS["miss_probability"],
-                      HEARTBEAT_DEFAULTS["false_positive_budget_per_hour"])
+                      HeartbeatSpec.miss_probability,
+                      HeartbeatSpec.false_positive_budget_per_hour)
     recorded = {run["threshold_s"] for run in doc["runs"] if run.get("threshold_s")}
     assert recorded <= {thr}, f"the stack's threshold {recorded} is not threshold_s()'s {thr}"
     sleep = float(doc["runs"][0]["env"].get("STEP_S", 0))
@@ -402,7 +402,7 @@ def _run_job(sh: Shape, rng: random.Random, kind: str) -> dict:
     beat_ns: dict[int, float] = {}
     resumed: dict[int, tuple] = {}
     last_visit: dict[int, float] = {}
-    hb = HEARTBEAT_DEFAULTS
+    hb = HeartbeatSpec()
     out = {"kind": kind, "convictions": 0, "hours": 0.0, "delay": None, "named": None}
     convicted_before = False
     first_beat = min(r.writes[0].t for r in ranks)
@@ -454,9 +454,9 @@ def _run_job(sh: Shape, rng: random.Random, kind: str) -> dict:
         beats = [replace(store[r], ended="exited") if ex.get(r, math.inf) <= t else store[r]
                  for r in sorted(store)]
         v = judge(beats, now=_dt(t), started_at=_dt(0.0),
-                  threshold_s=sh.threshold_s, startup_grace_s=hb["startup_grace_s"],
-                  interval_s=interval, mode="auto", max_busy_s=hb["max_busy_s"],
-                  idle_s=hb["idle_s"],
+                  threshold_s=sh.threshold_s, startup_grace_s=hb.startup_grace_s,
+                  interval_s=interval, mode="auto", max_busy_s=hb.max_busy_s,
+                  idle_s=hb.idle_s,
                   # the scan's own rule: once a rank exited 0 the job is finishing
                   finishing=any(ex.get(r, math.inf) <= t for r in store))
         stalled = bool(v.stalled)

@@ -102,9 +102,10 @@ class Scale:
         from chalicelib.adapters.models import JobModel
         from chalicelib.domain.health import initial_health
         from chalicelib.domain.ids import new_job_id
-        from chalicelib.domain.jobs import Job, with_defaults
+        from chalicelib.domain.jobs import Job
+        from chalicelib.domain.spec import JobSpec
 
-        spec = with_defaults(spec)
+        spec = JobSpec.parse(spec)
         health = initial_health(spec, 60.0)
         at = timestamp(days_ago)
         with JobModel.batch_write() as batch:

@@ -42,7 +42,7 @@ from chalicelib.adapters.dynamo import ConditionFailed
 from chalicelib.adapters.jobs_table import ARRAY, WAITING, active_partition
 from chalicelib.adapters.log_reader import MAX_STREAM_NAMES
 from chalicelib.domain import events as ev, idempotency, quotas
-from chalicelib.domain.arrays import ENDED_COUNTER, ArraySpec, Counts
+from chalicelib.domain.arrays import ENDED_COUNTER, Counts
 from chalicelib.domain.attempts import Attempt, reported
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
 from chalicelib.domain.errors import RecordTooLarge
@@ -286,7 +286,7 @@ class FakeJobStore:
             jobs = sorted((j for j in self.t.jobs.values()
                            if active_partition(j) == state.value
                            and j.job_id not in self.t.parked),
-                          key=lambda j: queue_key(j.spec.get("priority", 0), j.job_id))
+                          key=lambda j: queue_key(j.spec.priority, j.job_id))
             return [clone(j) for j in jobs[:limit]]
 
     def pending(self, limit: int) -> Iterator[Job]:
@@ -302,8 +302,8 @@ class FakeJobStore:
         partition = parked_partition(gpu_type)
         with self.t.lock:
             jobs = sorted((j for j in self.t.jobs.values() if j.job_id in self.t.parked
-                           and parked_partition(j.spec.get("gpu_type")) == partition),
-                          key=lambda j: queue_key(j.spec.get("priority", 0), j.job_id))
+                           and parked_partition(j.spec.gpu_type) == partition),
+                          key=lambda j: queue_key(j.spec.priority, j.job_id))
             out = [clone(j) for j in jobs]
         yield from out
 
@@ -514,7 +514,7 @@ class FakeJobStore:
             self.t.attempts[(job.job_id, attempt)] = Attempt(
                 job_id=job.job_id, attempt=attempt, state=JobState.SCHEDULED.value,
                 placement=plan.placement(), node_ranks=clone(plan.ranks_by_node),
-                node_gpus=gpus, world_size=job.spec["ranks"], created_at=now,
+                node_gpus=gpus, world_size=job.spec.ranks, created_at=now,
                 node_types=dict(node_types or {}))
             self.t.attempt_events[(job.job_id, attempt)] = {}
             self._save_intent(intent, resend_at or now)
@@ -601,7 +601,7 @@ class FakeJobStore:
     def _partition_of(self, partition: str, limit: int) -> list[Job]:
         with self.t.lock:
             jobs = sorted((j for j in self.t.jobs.values() if active_partition(j) == partition),
-                          key=lambda j: queue_key(j.spec.get("priority", 0), j.job_id))
+                          key=lambda j: queue_key(j.spec.priority, j.job_id))
             return [clone(j) for j in jobs[:limit]]
 
     def waiting(self, limit: int) -> list[Job]:
@@ -681,7 +681,7 @@ class FakeJobStore:
                     or Counts.of(current.array_counts or {}).materialized != made \
                     or not self._expire_key_ok(parent):
                 return False
-            a = ArraySpec.of(current.spec)
+            a = current.spec.array
             assert a is not None and current.array_counts is not None
             never = a.size - made
             now = ms(now)

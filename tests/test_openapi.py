@@ -39,9 +39,10 @@ from chalicelib.domain.errors import ApiError  # noqa: E402
 from chalicelib.domain.health import initial_health  # noqa: E402
 from chalicelib.domain.ids import JOB_ID_RE, new_job_id  # noqa: E402
 from chalicelib.domain.intents import cancel_intent, launch_intent  # noqa: E402
-from chalicelib.domain.jobs import Job, with_defaults  # noqa: E402
+from chalicelib.domain.jobs import Job  # noqa: E402
 from chalicelib.domain.nodes import NODE_ID_RE, Node, NodeState, cordon_of  # noqa: E402
 from chalicelib.domain.principal import Principal  # noqa: E402
+from chalicelib.domain.spec import JobSpec  # noqa: E402
 from chalicelib.domain.stall import Beat  # noqa: E402
 from chalicelib.domain.states import Event, JobState  # noqa: E402
 from chalicelib.domain.wire import master_port  # noqa: E402
@@ -392,7 +393,7 @@ def _t(s: str) -> datetime:
 
 
 def _job(**changes) -> Job:
-    spec = with_defaults({"command": ["python", "train.py"], "ranks": 4,
+    spec = JobSpec.parse({"command": ["python", "train.py"], "ranks": 4,
                           "heartbeat": {"interval_s": 2}})
     job = Job(job_id=new_job_id(), tenant="acme", state=JobState.PENDING, spec=spec,
               created_at=_t("2025-01-31T12:00:00.123456"),
@@ -451,7 +452,7 @@ def _attempt(**changes) -> Attempt:
 def _exits() -> dict[str, dict]:
     """Every shape of ``exit`` the domain produces, by reason."""
     everyone = {0, 1, 2}
-    spec = with_defaults({"command": ["x"], "ranks": 3, "max_pending_s": 60})
+    spec = JobSpec.parse({"command": ["x"], "ranks": 3, "max_pending_s": 60})
 
     def decided(exit_: dict, attempt: int = 1) -> dict:
         return {**exit_, "decision": retry.decide(spec, exit_, attempt=attempt,
@@ -677,7 +678,7 @@ def test_inbox_messages_are_documented_components(doc):
 
 def test_launch_messages_conform_to_launch_message_schema(doc):
     """Every member a LAUNCH can carry is documented, the optional ones too."""
-    job = _job(spec=with_defaults({"command": ["python", "train.py"], "ranks": 3,
+    job = _job(spec=JobSpec.parse({"command": ["python", "train.py"], "ranks": 3,
                                    "gpus_per_rank": 2, "env": {"A": "1"},
                                    "working_dir": "/data/run", "max_runtime_s": 3600,
                                    "warn_before_s": 300, "checkpoint_dir": "/shared/ckpt"}))
@@ -749,7 +750,7 @@ T0 = _t("2025-01-31T12:00:00")
 
 def _running(**spec) -> tuple[Job, Attempt]:
     """A RUNNING 4-rank job, ranks 0-1 on node-1 and 2-3 on node-2, attempt 1."""
-    spec = with_defaults({"command": ["python", "train.py"], "ranks": 4,
+    spec = JobSpec.parse({"command": ["python", "train.py"], "ranks": 4,
                           "heartbeat": {"interval_s": 5, "startup_grace_s": 30}, **spec})
     job = _job(spec=spec, health=initial_health(spec, 60.0), state=JobState.RUNNING,
                attempt=1, started_at=T0,
@@ -784,7 +785,7 @@ def _heartbeats(world: World, now: datetime) -> HeartbeatsService:
 
 
 def test_initial_health_members_are_the_job_health_schema_properties(doc):
-    health = initial_health(with_defaults({"command": ["x"], "ranks": 2}), 60.0)
+    health = initial_health(JobSpec.parse({"command": ["x"], "ranks": 2}), 60.0)
     assert set(health) == set(doc["components"]["schemas"]["JobHealth"]["properties"])
     _assert_valid(doc, "JobHealth", health)
     for broken in ({**health, "status": "DEAD"}, {**health, "false_alarms": -1},

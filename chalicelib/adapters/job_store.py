@@ -293,7 +293,7 @@ class DynamoJobs(OnDynamo):
         """Move a PENDING job that can never fit ``fleet`` out of the PENDING
         partition, with its reason, if the fleet is still the generation it was
         judged against (else it stays where it is, to be judged again)."""
-        changes = Changes(JOBS).set("active_state", parked_partition(job.spec.get("gpu_type"))) \
+        changes = Changes(JOBS).set("active_state", parked_partition(job.spec.gpu_type)) \
             .set("parked_generation", fleet.generation).set("pending_reason", reason)
         self._waiting(changes, job, reason)
         condition, values = state_in([JobState.PENDING], attempt=job.attempt)

@@ -16,6 +16,7 @@ from ..domain.clock import Clock, iso, iso_or_none, parse_iso, utcnow
 from ..domain.fleet import Fleet, parked_partition
 from ..domain.jobs import VIEW_FIELDS, Job, JobView, array_values
 from ..domain.placement import queue_key
+from ..domain.spec import JobSpec
 from ..domain.states import Event, JobState, sources
 from ..service.ports import IdemRecord
 from .dynamo import Changes, ConditionFailed, Dynamo, Table
@@ -53,7 +54,7 @@ def job_from_item(item: dict) -> Job:
     v = _JOB.values(item)
     get = v.get
     return Job(
-        job_id=v["job_id"], tenant=v["tenant"], state=_STATES[v["state"]], spec=v["spec"],
+        job_id=v["job_id"], tenant=v["tenant"], state=_STATES[v["state"]], spec=JobSpec.parse(v["spec"]),
         created_at=parse_iso(v["created_at"]), updated_at=parse_iso(v["updated_at"]),
         name=get("name"), attempt=int(get("attempt") or 0), started_at=_t(get("started_at")),
         finished_at=_t(get("finished_at")), cancel_requested_at=_t(get("cancel_requested_at")),
@@ -120,7 +121,7 @@ def job_values(j: Job) -> dict:
     references."""
     return {
         "job_id": j.job_id, "tenant": j.tenant, "state": j.state.value, "name": j.name,
-        "spec": j.spec, "attempt": j.attempt, "created_at": iso(j.created_at),
+        "spec": j.spec.to_json(), "attempt": j.attempt, "created_at": iso(j.created_at),
         "updated_at": iso(j.updated_at), "started_at": iso_or_none(j.started_at),
         "finished_at": iso_or_none(j.finished_at),
         "cancel_requested_at": iso_or_none(j.cancel_requested_at),
@@ -132,7 +133,7 @@ def job_values(j: Job) -> dict:
         "tenant_state": tenant_state(j.tenant, j.state),
         "active_state": active_partition(j),
         "idem_id": j.idem_id, "inboxes": j.inboxes or None,
-        "queue_key": queue_key(j.spec.get("priority", 0), j.job_id),
+        "queue_key": queue_key(j.spec.priority, j.job_id),
     }
 
 
@@ -147,7 +148,7 @@ def new_job_values(job: Job, idem_id: str | None = None,
     if idem_id is not None:
         values["idem_id"] = idem_id
     if parked is not None:
-        values["active_state"] = parked_partition(job.spec.get("gpu_type"))
+        values["active_state"] = parked_partition(job.spec.gpu_type)
         values["parked_generation"] = parked.generation
         reason = job.pending_reason or "can never fit"
         values["events"][ev.waiting_key(job.attempt, reason)] = ev.event(

@@ -22,7 +22,7 @@ from typing import Sequence
 from pynamodb.exceptions import TransactWriteError
 
 from ..domain import events as ev
-from ..domain.arrays import ArraySpec, Counts
+from ..domain.arrays import Counts
 from ..domain.clock import iso
 from ..domain.jobs import Job, JobView
 from ..domain.states import ARRAY_ENDS, Event, JobState, next_state
@@ -167,7 +167,7 @@ class DynamoPipelines(DynamoJobs):
         """End an open array in ``to``, conditioned on its count of made
         children read (none made since); the indexes never made leave the
         tenant's PENDING count and are counted cancelled."""
-        a = ArraySpec.of(parent.spec)
+        a = parent.spec.array
         assert a is not None
         c = Counts.of(parent.array_counts or {})
         never = a.size - c.materialized

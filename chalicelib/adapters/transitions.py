@@ -62,7 +62,7 @@ def place_writes(job: Job, plan: Plan, intent: Intent, now: datetime,
     new_attempt = ATTEMPTS.item(dict(
         job_id=job.job_id, attempt=attempt, state=scheduled.value,
         node_ranks={n: rank_runs(r) for n, r in plan.ranks_by_node.items()}, node_gpus=gpus,
-        world_size=job.spec["ranks"], created_at=iso(now), node_types=node_types or None))
+        world_size=job.spec.ranks, created_at=iso(now), node_types=node_types or None))
     items = [{"Put": ATTEMPTS.put_new(new_attempt)},
              {"Put": OUTBOX.put_new(outbox_item(intent, now, resend_at or now))},
              {"Update": changes.update(JOBS.key(job.job_id), condition=condition,

@@ -16,10 +16,13 @@ transaction as the child's transition that moves it: ``materialized``,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Mapping
 
 from .states import JobState
+
+if TYPE_CHECKING:
+    from .spec import JobSpec
 
 MAX_SIZE = 10_000
 #: open children of an array without max_parallel; children made per call
@@ -41,16 +44,12 @@ ENDED_COUNTER = {JobState.SUCCEEDED: "succeeded", JobState.FAILED: "failed",
 
 @dataclass(frozen=True)
 class ArraySpec:
+    """A spec's ``array`` (domain/spec.py)."""
     size: int
     max_parallel: int | None = None
     max_failed_indexes: int | None = None
-
-    @classmethod
-    def of(cls, spec: Mapping) -> "ArraySpec | None":
-        a = spec.get("array")
-        if not a:
-            return None
-        return cls(a["size"], a.get("max_parallel"), a.get("max_failed_indexes"))
+    #: env values by index: each holds ``size`` values, index i gets the i-th
+    env: Mapping[str, tuple[str, ...]] | None = None
 
     @property
     def window(self) -> int:
@@ -140,19 +139,18 @@ def _tally(a: ArraySpec, c: Counts, never: int) -> str:
     return ", ".join(parts)
 
 
-def child_spec(spec: Mapping, index: int) -> dict:
+def child_spec(spec: JobSpec, index: int) -> JobSpec:
     """The spec of index ``index``: the parent's without ``array`` and
     ``depends_on`` (the parent waited for those), its env with the index,
     the size and each ``array.env`` value chosen for this index."""
-    a = spec["array"]
-    child = {k: v for k, v in spec.items() if k not in ("array", "depends_on")}
-    env = dict(spec.get("env") or {})
-    for name, values in (a.get("env") or {}).items():
+    a = spec.array
+    assert a is not None, "an array's spec"
+    env = dict(spec.env)
+    for name, values in (a.env or {}).items():
         env[name] = values[index]
     env[INDEX_ENV] = str(index)
-    env[SIZE_ENV] = str(a["size"])
-    child["env"] = env
-    return child
+    env[SIZE_ENV] = str(a.size)
+    return replace(spec, array=None, depends_on=None, env=env)
 
 
 def child_name(name: str | None, index: int) -> str | None:

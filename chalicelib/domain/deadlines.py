@@ -20,6 +20,10 @@ Who enforces each, so that either holds when one side fails:
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .spec import JobSpec
 
 #: how long after an attempt's limit the control plane ends it itself: past
 #: the agent's grace period (10 s by default) and its report's way in
@@ -35,19 +39,19 @@ def _past(limit_s: float | None, since: datetime | None, now: datetime,
         and now > since + timedelta(seconds=limit_s + slack_s)
 
 
-def past_runtime_backstop(spec: dict, started_at: datetime | None, now: datetime) -> bool:
+def past_runtime_backstop(spec: JobSpec, started_at: datetime | None, now: datetime) -> bool:
     """Is the attempt so far past its limit that its agents cannot be enforcing it?"""
-    return _past(spec.get("max_runtime_s"), started_at, now, BACKSTOP_S)
+    return _past(spec.max_runtime_s, started_at, now, BACKSTOP_S)
 
 
-def pending_expired(spec: dict, pending_since: datetime | None, now: datetime) -> bool:
+def pending_expired(spec: JobSpec, pending_since: datetime | None, now: datetime) -> bool:
     """Has the job waited longer than its ``max_pending_s`` (strictly)?"""
-    return _past(spec.get("max_pending_s"), pending_since, now)
+    return _past(spec.max_pending_s, pending_since, now)
 
 
-def pending_exit(spec: dict, pending_reason: str | None) -> dict:
+def pending_exit(spec: JobSpec, pending_reason: str | None) -> dict:
     """The exit of a job that waited too long: its limit, and why it waited."""
-    waited = spec["max_pending_s"]
+    waited = spec.max_pending_s
     why = pending_reason or "not placed yet"
     return {"reason": PENDING_TIMEOUT, "exit_code": None,
             "decision": f"waited longer than max_pending_s ({waited} s): {why}"}

@@ -16,9 +16,12 @@ pipelines service (service/pipelines.py) applies these answers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from .states import JobState
+
+if TYPE_CHECKING:
+    from .spec import JobSpec
 
 #: how many jobs one job may depend on
 MAX_DEPENDENCIES = 100
@@ -48,17 +51,11 @@ class Dependency:
         return succeeded if self.condition == "succeeded" else not succeeded
 
 
-def of_spec(spec: Mapping) -> list[Dependency]:
-    """The spec's dependencies (``depends_on``, defaults filled)."""
-    return [Dependency(d["job_id"], d.get("condition", DEFAULT_CONDITION))
-            for d in spec.get("depends_on") or ()]
+def by_id(spec: JobSpec) -> dict[str, Dependency]:
+    return {d.job_id: d for d in spec.depends_on or ()}
 
 
-def by_id(spec: Mapping) -> dict[str, Dependency]:
-    return {d.job_id: d for d in of_spec(spec)}
-
-
-def waiting_reason(spec: Mapping, waiting_for: Iterable[str]) -> str | None:
+def waiting_reason(spec: JobSpec, waiting_for: Iterable[str]) -> str | None:
     """The pending_reason of a job waiting for ``waiting_for``, the first of
     them named: ``waiting for job_x to succeed (and 2 more)``."""
     waiting = list(waiting_for)
@@ -85,12 +82,12 @@ class Outcome:
         return self.failed is None and not self.waiting_for
 
 
-def judge(spec: Mapping, states: Mapping[str, JobState],
+def judge(spec: JobSpec, states: Mapping[str, JobState],
           only: Iterable[str] | None = None) -> Outcome:
     """The outcome of the dependencies named in ``only`` (default: all of
     the spec's), each in the state ``states`` gives it (a job absent from
     ``states`` has not ended)."""
-    deps = of_spec(spec)
+    deps = list(spec.depends_on or ())
     if only is not None:
         keep = set(only)
         deps = [d for d in deps if d.job_id in keep]

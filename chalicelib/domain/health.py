@@ -9,12 +9,15 @@ ended). It stays a plain JSON object: it is stored and shown as it is.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .clock import iso
 from .stall import Verdict
 from .threshold import threshold_s
 from .verdict import MAX_LISTED, by_exit
+
+if TYPE_CHECKING:
+    from .spec import JobSpec
 
 #: the most co_first entries a record keeps (``co_first_count`` says how many)
 MAX_CO_FIRST = 8
@@ -69,15 +72,15 @@ _NO_INCIDENT: dict[str, Any] = {
     "status_counts": {}, "instrumented": None}
 
 
-def initial_health(spec: dict, scans_per_hour: float) -> dict:
+def initial_health(spec: JobSpec, scans_per_hour: float) -> dict:
     """A new job's health (``spec`` with its defaults filled): not judged yet,
     its threshold fixed (domain/threshold.py) for every attempt."""
-    hb = spec["heartbeat"]
+    hb = spec.heartbeat
     return dict(Health(
         status="UNKNOWN",
-        threshold_s=float(threshold_s(spec["ranks"], scans_per_hour, hb["interval_s"],
-                                      hb["miss_probability"],
-                                      hb["false_positive_budget_per_hour"])),
+        threshold_s=float(threshold_s(spec.ranks, scans_per_hour, hb.interval_s,
+                                      hb.miss_probability,
+                                      hb.false_positive_budget_per_hour)),
         first_stalled_rank=None, last_heard_at=None, detected_at=None, stalled_ranks=[],
         stalled_count=0, co_first=[], co_first_count=0, suspect_node=None, detection_s=None,
         false_alarms=0, suppressed=None, verdict=None, ranks_by_status={}, status_counts={},

@@ -1,4 +1,4 @@
-"""The job aggregate and the spec defaults of API.md."""
+"""The job aggregate (its spec: domain/spec.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,52 +8,8 @@ from typing import Any, TypedDict
 from ..fastjson import RawJSON
 from .arrays import COUNTERS
 from .clock import iso, iso_or_none
-from .dependencies import DEFAULT_CONDITION
-from .retry import DEFAULT_MAX_UNCOUNTED
+from .spec import JobSpec
 from .states import JobState
-
-HEARTBEAT_DEFAULTS = {
-    "interval_s": 10,
-    "false_positive_budget_per_hour": 0.001,
-    "miss_probability": 0.01,
-    "startup_grace_s": 120,
-    # what the job is judged by (stall.MODES); how long silence with I/O at a
-    # real rate (a checkpoint) is excused past the threshold; how long process
-    # evidence may show no CPU and no I/O in mode "process"
-    "mode": "auto",
-    "max_busy_s": 900,
-    "idle_s": 300,
-}
-#: no rules of its own: the defaults of domain/retry.py decide
-RETRY_DEFAULTS = {"rules": [], "max_uncounted_retries": DEFAULT_MAX_UNCOUNTED}
-SPEC_DEFAULTS = {"gpus_per_rank": 1, "priority": 0, "max_attempts": 1, "on_stall": "report"}
-
-
-def _copy_json(value):
-    """A copy of a parsed JSON value (dicts, lists and scalars, no cycles, nothing
-    shared): what copy.deepcopy gives, at a fraction of its cost."""
-    if isinstance(value, dict):
-        return {k: _copy_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_json(v) for v in value]
-    return value
-
-
-def with_defaults(body: dict) -> dict:
-    """The spec as submitted, defaults filled (the ``spec`` of the
-    representation); ``body`` is left as it was (its hash is the key's)."""
-    spec = _copy_json(body)
-    for k, v in SPEC_DEFAULTS.items():
-        spec.setdefault(k, v)
-    spec.setdefault("env", {})
-    spec.setdefault("labels", {})
-    spec["heartbeat"] = {**HEARTBEAT_DEFAULTS, **spec.get("heartbeat", {})}
-    spec["retry"] = {**RETRY_DEFAULTS, **spec.get("retry", {})}
-    if "warn_before_s" in spec:
-        spec.setdefault("warn_signal", "SIGUSR1")
-    for dep in spec.get("depends_on") or ():
-        dep.setdefault("condition", DEFAULT_CONDITION)
-    return spec
 
 
 @dataclass
@@ -61,7 +17,7 @@ class Job:
     job_id: str
     tenant: str
     state: JobState
-    spec: dict
+    spec: JobSpec
     created_at: datetime
     updated_at: datetime
     name: str | None = None
@@ -113,7 +69,8 @@ class Job:
         any other job one."""
         if self.array_counts is None:
             return 1
-        return int(self.spec["array"]["size"]) - int(self.array_counts.get("materialized", 0))
+        assert self.spec.array is not None, "an array's spec"
+        return self.spec.array.size - int(self.array_counts.get("materialized", 0))
 
     def __post_init__(self) -> None:
         if self.pending_since is None and self.attempt == 0 \
@@ -182,7 +139,7 @@ def view_of(job: Job) -> JobView:
     """The job as it is shown: what the store's view of the same job is."""
     return {
         "job_id": job.job_id, "tenant": job.tenant, "state": job.state.value,
-        "name": job.name, "spec": RawJSON.of(job.spec), "attempt": job.attempt,
+        "name": job.name, "spec": RawJSON.of(job.spec.to_json()), "attempt": job.attempt,
         "created_at": iso(job.created_at), "updated_at": iso(job.updated_at),
         "started_at": iso_or_none(job.started_at), "finished_at": iso_or_none(job.finished_at),
         "cancel_requested_at": iso_or_none(job.cancel_requested_at),

@@ -81,11 +81,6 @@ def queue_key(priority: int, job_id: str) -> str:
 
 
 # -- fairness between tenants (docs/security.md, "Placement") ---------------------
-def demand(spec: dict) -> int:
-    """The GPUs a job holds while it runs."""
-    return int(spec["ranks"]) * int(spec["gpus_per_rank"])
-
-
 def fair_order(queues: dict[str, list], usage: dict[str, int],
                size, weight=lambda tenant: 1.0) -> Generator[Any, int | None, None]:
     """The order in which one placement run tries jobs: max-min fair share of GPUs

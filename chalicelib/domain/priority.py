@@ -64,10 +64,10 @@ class PriorityClasses:
         """The class a spec names (absent: the default); KeyError if unknown."""
         return self.by_name[name or DEFAULT_CLASS]
 
-    def value_of(self, spec: Mapping) -> int:
-        """The job's class value; an unknown name (a class removed since) is the
-        default's, so nothing already queued is stranded."""
-        cls = self.by_name.get(spec.get("priority_class") or DEFAULT_CLASS)
+    def value_of(self, name: str | None) -> int:
+        """The value of the class a job names; an unknown name (a class removed
+        since) is the default's, so nothing already queued is stranded."""
+        cls = self.by_name.get(name or DEFAULT_CLASS)
         return (cls or self.by_name[DEFAULT_CLASS]).value
 
     def names(self) -> list[str]:

@@ -29,6 +29,10 @@ from __future__ import annotations
 
 import signal as _signal
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .spec import JobSpec, RetryRule
 
 #: every reason an attempt ends with a failure: a rank's exit, its node's loss,
 #: a stall restart (``on_stall: restart``), the attempt's time limit, the
@@ -83,14 +87,10 @@ class Decision:
         return self.action == "retry"
 
 
-def _matches(rule: dict, reason: str, exit_code: int | None) -> bool:
-    if "reasons" in rule and reason not in rule["reasons"]:
-        return False
-    if "exit_codes" in rule and exit_code not in rule["exit_codes"]:
-        return False
-    if "signals" in rule and signal_of(exit_code) not in rule["signals"]:
-        return False
-    return True
+def _matches(rule: RetryRule, reason: str, exit_code: int | None) -> bool:
+    return (rule.reasons is None or reason in rule.reasons) \
+        and (rule.exit_codes is None or exit_code in rule.exit_codes) \
+        and (rule.signals is None or signal_of(exit_code) in rule.signals)
 
 
 def _cause(exit_: dict) -> str:
@@ -107,19 +107,17 @@ def _cause(exit_: dict) -> str:
     return f"{reason} ({', '.join(bits)})" if bits else reason
 
 
-def decide(spec: dict, exit_: dict, *, attempt: int, uncounted: int) -> Decision:
+def decide(spec: JobSpec, exit_: dict, *, attempt: int, uncounted: int) -> Decision:
     """What follows attempt number ``attempt`` of a job with spec ``spec``
     (defaults filled), ended as ``exit_`` says (``reason``, ``exit_code``,
     ``rank``), when ``uncounted`` of its earlier retries did not count."""
-    policy = spec.get("retry") or {}
-    cap = policy.get("max_uncounted_retries", DEFAULT_MAX_UNCOUNTED)
-    max_attempts = spec.get("max_attempts", 1)
+    cap, max_attempts = spec.retry.max_uncounted_retries, spec.max_attempts
     reason, code = exit_.get("reason") or "rank_failed", exit_.get("exit_code")
     cause = _cause(exit_)
     action, by = ("retry_uncounted" if reason in INFRA else "retry"), "default"
-    for i, rule in enumerate(policy.get("rules") or [], 1):
+    for i, rule in enumerate(spec.retry.rules, 1):
         if _matches(rule, reason, code):
-            action, by = rule["action"], f"rule {i}"
+            action, by = rule.action, f"rule {i}"
             break
     if action == "fail":
         return Decision("fail", f"{cause}: not retried ({by} says fail)")

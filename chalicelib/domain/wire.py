@@ -23,7 +23,10 @@ import re
 import secrets
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    from .spec import JobSpec
 
 LAUNCH, CANCEL = "LAUNCH", "CANCEL"
 
@@ -98,19 +101,19 @@ class AttemptLaunch:
     checkpoint_dir: str | None = field(default=None, kw_only=True)
 
     @classmethod
-    def of_spec(cls, job_id: str, attempt: int, spec: dict, *, master_addr: str,
+    def of_spec(cls, job_id: str, attempt: int, spec: JobSpec, *, master_addr: str,
                 master_port: int) -> "AttemptLaunch":
         """The LAUNCH of a job's attempt, from its spec (defaults filled): the
         one place a spec field becomes a message field."""
-        return cls(job_id=job_id, attempt=attempt, world_size=spec["ranks"],
-                   command=tuple(spec["command"]), env=spec.get("env", {}),
-                   gpus_per_rank=spec["gpus_per_rank"], master_addr=master_addr,
-                   master_port=master_port, heartbeat_interval_s=spec["heartbeat"]["interval_s"],
-                   working_dir=spec.get("working_dir"), max_runtime_s=spec.get("max_runtime_s"),
-                   warn_before_s=spec.get("warn_before_s"),
-                   warn_signal=spec.get("warn_signal") if spec.get("warn_before_s") else None,
-                   checkpoint_dir=(f"{spec['checkpoint_dir'].rstrip('/')}/{job_id}"
-                                   if spec.get("checkpoint_dir") else None))
+        return cls(job_id=job_id, attempt=attempt, world_size=spec.ranks,
+                   command=spec.command, env=dict(spec.env),
+                   gpus_per_rank=spec.gpus_per_rank, master_addr=master_addr,
+                   master_port=master_port, heartbeat_interval_s=spec.heartbeat.interval_s,
+                   working_dir=spec.working_dir, max_runtime_s=spec.max_runtime_s,
+                   warn_before_s=spec.warn_before_s,
+                   warn_signal=spec.warn_signal if spec.warn_before_s else None,
+                   checkpoint_dir=(f"{spec.checkpoint_dir.rstrip('/')}/{job_id}"
+                                   if spec.checkpoint_dir else None))
 
     def to_message(self) -> dict[str, Any]:
         """The message as the outbox keeps it (numbers as given: JSON ``10``

@@ -96,7 +96,7 @@ class AttemptsService:
         node_id = self._node(principal, body.get("node_id"), attempt)
         if not attempt.ranks_on(node_id):
             raise not_placed_here(principal, job_id, attempt_no)
-        if job.spec.get("max_runtime_s") is None:  # its LAUNCH carried no limit
+        if job.spec.max_runtime_s is None:  # its LAUNCH carried no limit
             raise InvalidArgument(f"job {job_id} has no max_runtime_s: nothing times out",
                                   field="type")
         self.store.ack_intent(job_id, intents.intent_id(intents.LAUNCH, attempt_no), node_id)

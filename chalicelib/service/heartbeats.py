@@ -18,7 +18,7 @@ from ..domain.clock import Clock, iso, parse_iso, utcnow
 from ..domain.errors import AlreadyFinished, ApiError, Forbidden, InvalidArgument, StaleAttempt
 from ..domain.health import incident_band
 from ..domain.ids import is_job_id
-from ..domain.jobs import HEARTBEAT_DEFAULTS, Job
+from ..domain.jobs import Job
 from ..domain.principal import Principal
 from ..domain.stall import Beat, Verdict, judge, received
 from ..domain.states import PLACED, JobState
@@ -93,8 +93,8 @@ class HeartbeatsService:
         entries: list[Beat] = []
         for i, r in enumerate(body["ranks"]):
             rank = r["rank"]
-            if rank >= job.spec["ranks"]:
-                raise InvalidArgument(f"rank {rank} is outside 0..{job.spec['ranks'] - 1}",
+            if rank >= job.spec.ranks:
+                raise InvalidArgument(f"rank {rank} is outside 0..{job.spec.ranks - 1}",
                                       field=f"ranks.{i}.rank")
             if principal.name != "*" and node_of.get(rank) != principal.name:
                 raise Forbidden(f"rank {rank} is not placed on node {principal.name}",
@@ -150,12 +150,12 @@ class HeartbeatsService:
         if read is None:
             return None
         beats, started, finishing = read
-        hb = {**HEARTBEAT_DEFAULTS, **job.spec["heartbeat"]}
+        hb = job.spec.heartbeat
         return judge(beats, now=now, started_at=started, threshold_s=job.health["threshold_s"],
                      band_floor_s=incident_band(job.health),
-                     startup_grace_s=hb["startup_grace_s"], interval_s=hb["interval_s"],
-                     mode=hb["mode"] if job.state is JobState.RUNNING else "off",
-                     max_busy_s=hb["max_busy_s"], idle_s=hb["idle_s"], finishing=finishing)
+                     startup_grace_s=hb.startup_grace_s, interval_s=hb.interval_s,
+                     mode=hb.mode if job.state is JobState.RUNNING else "off",
+                     max_busy_s=hb.max_busy_s, idle_s=hb.idle_s, finishing=finishing)
 
     def ranks_page(self, job: Job, *, page_size: int | None = None,
                    page_token: str | None = None) -> dict:
@@ -165,7 +165,7 @@ class HeartbeatsService:
         stays inside Lambda's limit. ``next_page_token`` resumes at the first
         rank not sent; ranks are fixed for an attempt, so pages neither skip
         nor repeat a rank, and a token is bound to the job and its attempt."""
-        world = int(job.spec["ranks"])
+        world = job.spec.ranks
         if page_size is not None and not 1 <= page_size <= MAX_RANKS_PAGE:
             raise InvalidArgument(f"page_size must be an integer from 1 to {MAX_RANKS_PAGE}",
                                   field="page_size")
@@ -191,17 +191,18 @@ class HeartbeatsService:
     def ranks(self, job: Job) -> dict:
         """Every rank of the current attempt, silent longest first."""
         now = self._clock()
-        hb = {**HEARTBEAT_DEFAULTS, **job.spec["heartbeat"]}
+        hb = job.spec.heartbeat
         threshold = job.health.get("threshold_s")
-        out: dict[str, Any] = {"attempt": job.attempt, "threshold_s": threshold, "now": iso(now), "ranks": [],
-               "mode": hb["mode"], "judged": job.state is JobState.RUNNING,
-               "threshold_inputs": {
-                   "ranks": job.spec["ranks"], "interval_s": hb["interval_s"],
-                   "miss_probability": hb["miss_probability"],
-                   "false_positive_budget_per_hour": hb["false_positive_budget_per_hour"],
-                   "scans_per_hour": self._scans_per_hour,
-                   "k": None if not threshold else round(threshold / hb["interval_s"]),
-                   "startup_grace_s": hb["startup_grace_s"]}}
+        out: dict[str, Any] = {
+            "attempt": job.attempt, "threshold_s": threshold, "now": iso(now), "ranks": [],
+            "mode": hb.mode, "judged": job.state is JobState.RUNNING,
+            "threshold_inputs": {
+                "ranks": job.spec.ranks, "interval_s": hb.interval_s,
+                "miss_probability": hb.miss_probability,
+                "false_positive_budget_per_hour": hb.false_positive_budget_per_hour,
+                "scans_per_hour": self._scans_per_hour,
+                "k": None if not threshold else round(threshold / hb.interval_s),
+                "startup_grace_s": hb.startup_grace_s}}
         # the scan's answer, the same object as the job's health.verdict: a
         # fresh judgement here could name another rank than every other surface
         out["verdict"] = job.health.get("verdict")

@@ -21,9 +21,10 @@ from ..domain.errors import (
 from ..domain.fleet import Fleet
 from ..domain.health import initial_health
 from ..domain.ids import is_job_id, new_job_id
-from ..domain.jobs import Job, JobView, view_of, with_defaults
+from ..domain.jobs import Job, JobView, view_of
 from ..domain.priority import NO_CLASSES, PriorityClasses
 from ..domain.quotas import TenantLimits
+from ..domain.spec import JobSpec
 from ..domain.states import JobState
 from .cancels import Canceller
 from .dispatch import Dispatcher
@@ -139,18 +140,18 @@ class JobsService:
         if not self._classes.of(name).allows(tenant):
             raise Forbidden(f"tenant {tenant} may not submit to priority class {name}",
                             field="priority_class")
-        spec = with_defaults(body)
+        spec = JobSpec.parse(body)
         waiting_for = self.pipelines.unmet(tenant, spec)
         now = self._clock()
         claim = None if idempotency_key is None else IdemClaim(
             idempotency.record_id(tenant, idempotency_key), idempotency.body_hash(body))
         job = Job(job_id=new_job_id(), tenant=tenant, state=JobState.PENDING, spec=spec,
-                  created_at=now, updated_at=now, name=body.get("name"),
+                  created_at=now, updated_at=now, name=spec.name,
                   health=initial_health(spec, self._scans_per_hour),
                   idem_id=None if claim is None else claim.idem_id,
                   waiting_for=waiting_for or None,
                   pending_reason=dependencies.waiting_reason(spec, waiting_for),
-                  array_counts={k: 0 for k in arrays.COUNTERS} if "array" in spec else None)
+                  array_counts={k: 0 for k in arrays.COUNTERS} if spec.array else None)
         if claim is None:
             job, parked = self._write(job, None)
             return self._created(job, parked), False
@@ -209,7 +210,7 @@ class JobsService:
                 continue  # a create of this tenant moved its count: nothing written
             except FleetChanged:  # a node moved the fleet it was judged on: read it again
                 assert self._fleets is not None
-                self._fleets.forget(job.spec.get("gpu_type"))
+                self._fleets.forget(job.spec.gpu_type)
         raise ServiceUnavailable(f"tenant {job.tenant}'s jobs are being created concurrently; "
                                  "retry")
 
@@ -220,11 +221,11 @@ class JobsService:
         timed (max_pending_s: the placer ends it once it is over)."""
         spec = job.spec
         if self._fleets is None or job.waiting_for or job.is_array \
-                or "max_pending_s" in spec:
+                or spec.max_pending_s is not None:
             return job, None
-        fleet = self._fleets(spec.get("gpu_type"))
-        impossible = placement.never_fits(spec["ranks"], spec["gpus_per_rank"], fleet.gpus,
-                                          fleet.largest_node, spec.get("gpu_type"))
+        fleet = self._fleets(spec.gpu_type)
+        impossible = placement.never_fits(spec.ranks, spec.gpus_per_rank, fleet.gpus,
+                                          fleet.largest_node, spec.gpu_type)
         if impossible is None:
             return job, None
         return replace(job, pending_reason=f"can never fit: {impossible}"), fleet

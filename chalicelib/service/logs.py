@@ -253,7 +253,7 @@ class LogsService:
             raise InvalidArgument(f"job {job_id} has attempts 1 to {job.attempt}"
                                   if job.attempt else f"job {job_id} has not run yet",
                                   field="attempt")
-        ranks = job.spec["ranks"]
+        ranks = job.spec.ranks
         if rank is not None and not 0 <= rank < ranks:
             raise InvalidArgument(f"rank must be from 0 to {ranks - 1}", field="rank")
         filter_key = f"logs:{job_id}:{attempt}:{'' if rank is None else rank}:{since or ''}"

@@ -23,12 +23,13 @@ import logging
 from typing import Protocol, Sequence
 
 from ..domain import arrays, dependencies as deps
-from ..domain.arrays import ArraySpec, Counts
+from ..domain.arrays import Counts
 from ..domain.clock import Clock
 from ..domain.errors import InvalidArgument
 from ..domain.health import initial_health
 from ..domain.ids import child_job_id
 from ..domain.jobs import Job
+from ..domain.spec import JobSpec
 from ..domain.states import JobState
 from .cancels import Canceller
 from .ports import Jobs, Nudge, Pipelines, StateChanged
@@ -57,11 +58,11 @@ class PipelinesService:
         self._running: set[str] = set()
 
     # -- create ------------------------------------------------------------
-    def unmet(self, tenant: str, spec: dict) -> list[str]:
+    def unmet(self, tenant: str, spec: JobSpec) -> list[str]:
         """The dependencies of a new job's spec not met yet, in order. Each
         named job must exist, be the tenant's and have room for one more
         dependent: else a 400 naming it, before anything is written."""
-        named = deps.of_spec(spec)
+        named = spec.depends_on or ()
         if not named:
             return []
         seen: set[str] = set()
@@ -173,7 +174,7 @@ class PipelinesService:
             if parent is None or parent.state.terminal or parent.waiting_for \
                     or not parent.is_array:
                 return []
-            a = ArraySpec.of(parent.spec)
+            a = parent.spec.array
             assert a is not None
             c = Counts.of(parent.array_counts or {})
             cancelled = parent.cancel_requested_at is not None
@@ -264,7 +265,7 @@ class PipelinesService:
         read = {"arrays": 0, "waiting": 0}
         for parent in self.store.arrays(SWEEP_LIMIT):
             read["arrays"] += 1
-            a = ArraySpec.of(parent.spec)
+            a = parent.spec.array
             c = Counts.of(parent.array_counts or {})
             if a is not None and arrays.stopping(a, c, parent.cancel_requested_at is not None) \
                     and c.open:

@@ -155,8 +155,8 @@ class Placer:
         # usage only matters between tenants (one tenant's queue is its own
         # order) and for tenants with a GPU limit
         usage = self._usage() if len(queues) > 1 or self._gpu_limited(queues) else {}
-        order = placement.class_order(queues, usage, lambda j: placement.demand(j.spec),
-                                      lambda j: self.classes.value_of(j.spec),
+        order = placement.class_order(queues, usage, lambda j: j.spec.gpus,
+                                      lambda j: self.classes.value_of(j.spec.priority_class),
                                       lambda t: self.limits.of(t).weight)
         pool = _Pool(self.nodes)
         held = dict(usage)
@@ -174,11 +174,11 @@ class Placer:
             tries += 1
             if self._place(job, pool, marks.get(job.job_id)):
                 report.placed.append(job.job_id)
-                placed_gpus = placement.demand(job.spec)
+                placed_gpus = job.spec.gpus
                 held[job.tenant] = held.get(job.tenant, 0) + placed_gpus
                 by_type = self._seen.get("held")
                 if isinstance(by_type, dict):  # read this run: it holds more now
-                    key = (job.tenant, quotas.type_key(job.spec.get("gpu_type")))
+                    key = (job.tenant, quotas.type_key(job.spec.gpu_type))
                     by_type[key] = by_type.get(key, 0) + placed_gpus
             elif self._preempt_for(job, pool):
                 report.preempting.append(job.job_id)
@@ -192,14 +192,14 @@ class Placer:
         guaranteed GPUs of its type."""
         if self._preempt is None:
             return False
-        cls = self.classes.by_name.get(job.spec.get("priority_class") or DEFAULT_CLASS)
+        cls = self.classes.by_name.get(job.spec.priority_class or DEFAULT_CLASS)
         return (cls is not None and cls.preempts) or self._within_guarantee(job)
 
     def _within_guarantee(self, job: Job) -> bool:
-        key = quotas.type_key(job.spec.get("gpu_type"))
+        key = quotas.type_key(job.spec.gpu_type)
         mine = self.limits.of(job.tenant).guaranteed_gpus.get(key, 0)
         return bool(mine) and (self._held_by_type().get((job.tenant, key), 0)
-                               + placement.demand(job.spec) <= mine)
+                               + job.spec.gpus <= mine)
 
     def _preempt_for(self, job: Job, pool: "_Pool") -> bool:
         """A job that may preempt did not fit: preempt the running jobs that
@@ -214,7 +214,7 @@ class Placer:
         stale_before = iso(plus(now, -PREEMPTION_STALE_S))
         if job.preempting and job.preempting.get("at", "") >= stale_before:
             return False  # its victims are still stopping
-        cls = self.classes.of(job.spec.get("priority_class"))
+        cls = self.classes.of(job.spec.priority_class)
         for candidates, why, detail in (
                 (self._lower_classes(job, cls.value, now) if cls.preempts else [],
                  "of lower priority classes", f"priority class {cls.name}"),
@@ -247,7 +247,7 @@ class Placer:
         if not candidates:
             return None
         spec = job.spec
-        gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
+        gpu_type, g, ranks = spec.gpu_type, spec.gpus_per_rank, spec.ranks
         free = {c.node_id: c.gpus_free for c in pool.candidates(gpu_type, g)}
         for node_id in {n for v in candidates for n in v.gpus_by_node} - set(free):
             node = self.nodes.get(node_id)
@@ -269,9 +269,9 @@ class Placer:
         """Running jobs of classes below ``value`` that ran long enough, on
         nodes of the job's type, in preemption order (an attempt is read only
         for those)."""
-        gpu_type = job.spec.get("gpu_type")
+        gpu_type = job.spec.gpu_type
         victims = (self._victim(r) for r in self._running()
-                   if self.classes.value_of(r.spec) < value and r.started_at is not None
+                   if self.classes.value_of(r.spec.priority_class) < value and r.started_at is not None
                    and (now - r.started_at).total_seconds() >= self._min_runtime_s)
         return priority.eligible([v for v in victims if v is not None and _on_type(v, gpu_type)],
                                  value, now, self._min_runtime_s)
@@ -282,13 +282,13 @@ class Placer:
         first, then the newest; a borrower is preempted down to its
         guarantee, never below, and without waiting for a minimum runtime
         (its GPUs were lent)."""
-        key = quotas.type_key(job.spec.get("gpu_type"))
+        key = quotas.type_key(job.spec.gpu_type)
         left = {t: n - self.limits.of(t).guaranteed_gpus.get(k, 0)
                 for (t, k), n in self._held_by_type().items() if k == key}
         theirs = sorted((r for r in self._running() if r.tenant != job.tenant
                          and r.started_at is not None and left.get(r.tenant, 0) > 0
-                         and quotas.type_key(r.spec.get("gpu_type")) == key),
-                        key=lambda r: (self.classes.value_of(r.spec),
+                         and quotas.type_key(r.spec.gpu_type) == key),
+                        key=lambda r: (self.classes.value_of(r.spec.priority_class),
                                        -r.started_at.timestamp() if r.started_at else 0.0))
         out = []
         for r in theirs:
@@ -327,7 +327,7 @@ class Placer:
                 held = {n: g for n, g in attempt.node_gpus.items() if n not in attempt.released}
                 if held:
                     victims[running.job_id] = priority.Victim(
-                        running.job_id, self.classes.value_of(running.spec),
+                        running.job_id, self.classes.value_of(running.spec.priority_class),
                         running.started_at, held,
                         frozenset(attempt.node_types.get(n, "") for n in held))
         return victims[running.job_id]
@@ -339,8 +339,8 @@ class Placer:
             held: dict[tuple[str, str], int] = {}
             for jobs in self._placed_jobs().values():
                 for j in jobs:
-                    key = (j.tenant, quotas.type_key(j.spec.get("gpu_type")))
-                    held[key] = held.get(key, 0) + placement.demand(j.spec)
+                    key = (j.tenant, quotas.type_key(j.spec.gpu_type))
+                    held[key] = held.get(key, 0) + j.spec.gpus
             self._seen["held"] = held
         return self._seen["held"]  # type: ignore[return-value]
 
@@ -351,7 +351,7 @@ class Placer:
     def _over_gpu_limit(self, job: Job, held: dict[str, int]) -> bool:
         """Would placing the job take its tenant past max_running_gpus? Then its
         pending_reason says so, and it waits without using a placement try."""
-        reason = quotas.gpu_limit_reason(held.get(job.tenant, 0), placement.demand(job.spec),
+        reason = quotas.gpu_limit_reason(held.get(job.tenant, 0), job.spec.gpus,
                                          self.limits.of(job.tenant).max_running_gpus)
         if reason is not None:
             self._note(job, reason)
@@ -385,8 +385,8 @@ class Placer:
 
     def _judge_parked(self, job: Job, fleet: Fleet) -> None:
         spec = job.spec
-        impossible = placement.never_fits(spec["ranks"], spec["gpus_per_rank"], fleet.gpus,
-                                          fleet.largest_node, spec.get("gpu_type"))
+        impossible = placement.never_fits(spec.ranks, spec.gpus_per_rank, fleet.gpus,
+                                          fleet.largest_node, spec.gpu_type)
         if impossible is None:
             self.store.unpark(job)
         elif job.pending_reason != f"can never fit: {impossible}":
@@ -416,14 +416,14 @@ class Placer:
                 report.expired.append(job.job_id)
                 continue
             spec = job.spec
-            gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
+            gpu_type, g, ranks = spec.gpu_type, spec.gpus_per_rank, spec.ranks
             if gpu_type not in fleets:
                 fleets[gpu_type] = self.nodes.fleet_of(gpu_type)
             fleet, now = fleets[gpu_type], self._clock()
             impossible = placement.never_fits(ranks, g, fleet.gpus, fleet.largest_node, gpu_type)
             if impossible:
                 report.never.append(job.job_id)
-                if "max_pending_s" in spec:  # not parked: its wait is timed
+                if spec.max_pending_s is not None:  # not parked: its wait is timed
                     self._note(job, f"can never fit: {impossible}")
                     continue
                 # parked until the fleet changes: later runs do not read it again
@@ -472,14 +472,14 @@ class Placer:
         used: dict[str, int] = {}
         for jobs in self._placed_jobs().values():
             for job in jobs:
-                used[job.tenant] = used.get(job.tenant, 0) + placement.demand(job.spec)
+                used[job.tenant] = used.get(job.tenant, 0) + job.spec.gpus
         return used
 
     def _place(self, job: Job, pool: _Pool, mark: str | None = None) -> bool:
         if self._expired(job):
             return False
         spec = job.spec
-        gpu_type, g, ranks = spec.get("gpu_type"), spec["gpus_per_rank"], spec["ranks"]
+        gpu_type, g, ranks = spec.gpu_type, spec.gpus_per_rank, spec.ranks
         for _ in range(_RESERVE_RETRIES):
             plan = placement.plan(ranks, g, pool.candidates(gpu_type, g))
             if plan is None:

@@ -106,7 +106,7 @@ class Scanner:
         self.telemetry.count("StallsDetected")
         log.warning("job %s attempt %d: %s", job.job_id, job.attempt,
                     (convicted.get("verdict") or {}).get("text"))
-        if job.spec.get("on_stall") == "restart":
+        if job.spec.on_stall == "restart":
             # the job as just recorded: ending the attempt freezes this health
             self.attempts.abandon(replace(job, health=convicted,
                                           incident_key=f"{job.attempt}#{n}"),

@@ -55,7 +55,7 @@ class ScanQueue(Protocol):
 
 
 def ranks_of(job: Job) -> int:
-    return int(job.spec.get("ranks") or 1)
+    return job.spec.ranks
 
 
 def pack(jobs: list[Job], shard_ranks: int) -> list[list[Job]]:

@@ -41,9 +41,9 @@ def place(services, job_id: str, nodes: list[str], gpus: int = 8) -> dict[str, s
     inboxes = {n: services.nodes.register(_agent, n, {"gpus": gpus}).inbox_queue_url
                for n in nodes}
     by_node: dict[str, list[int]] = {n: [] for n in nodes}
-    for rank in range(job.spec["ranks"]):
+    for rank in range(job.spec.ranks):
         by_node[nodes[rank % len(nodes)]].append(rank)
-    plan = Plan({n: r for n, r in by_node.items() if r}, job.spec["gpus_per_rank"])
+    plan = Plan({n: r for n, r in by_node.items() if r}, job.spec.gpus_per_rank)
     intent = launch_intent(job, job.attempt + 1, plan.ranks_by_node,
                            {n: inboxes[n] for n in plan.ranks_by_node}, "127.0.0.1", 29500)
     services.store.place(job, plan, intent, utcnow())
@@ -75,11 +75,12 @@ def flood(services, tenant: str, body: dict, n: int) -> list[str]:
     from chalicelib.adapters.models import JobModel
     from chalicelib.domain.health import initial_health
     from chalicelib.domain.ids import new_job_id
-    from chalicelib.domain.jobs import Job, with_defaults
+    from chalicelib.domain.jobs import Job
+    from chalicelib.domain.spec import JobSpec
     from chalicelib.domain.states import JobState
 
     now = services.clock()
-    spec = with_defaults(body)
+    spec = JobSpec.parse(body)
     jobs = [Job(job_id=new_job_id(), tenant=tenant, state=JobState.PENDING, spec=spec,
                 created_at=now, updated_at=now, name=body.get("name"),
                 health=initial_health(spec, services.config.scans_per_hour))

@@ -215,8 +215,9 @@ def test_the_dashboard_says_a_preemption_and_a_cordon(tmp_path):
     parentheses; a cordon's reason, who and drain mode."""
 
     from chalicelib.domain import nodes, retry
+    from chalicelib.domain.spec import JobSpec
     from gpujobs_client import lifecycle
-    spec = {"max_attempts": 1, "retry": {"rules": [], "max_uncounted_retries": 10}}
+    spec = JobSpec(command=("x",), ranks=1)
     exits = []
     for why in ("bad ECC", "GPU 3 (ECC: double-bit) failing"):
         e = {"reason": "preempted", "exit_code": None, "node_id": "n1",
@@ -270,9 +271,10 @@ def test_the_dashboard_says_a_priority_class_and_a_preemption(tmp_path):
     free text cut out so the page links them, and Resubmit keeping the class."""
 
     from chalicelib.domain import retry
+    from chalicelib.domain.spec import JobSpec
     urgent, victim, other = ("job_01JABCDEFGHJKMNPQRSTVWXYZ0", "job_01JABCDEFGHJKMNPQRSTVWXYZ1",
                              "job_01JABCDEFGHJKMNPQRSTVWXYZ2")
-    spec = {"max_attempts": 1, "retry": {"rules": [], "max_uncounted_retries": 10}}
+    spec = JobSpec(command=("x",), ranks=1)
     exit_ = {"reason": "preempted", "exit_code": None,
              "detail": f"by {urgent}, priority class urgent"}
     exit_["decision"] = retry.decide(spec, exit_, attempt=1, uncounted=0).text
@@ -366,17 +368,20 @@ def test_the_dashboard_says_dependencies_and_arrays(tmp_path):
     while its cells and the counts disagree (the listing lags behind)."""
 
     from chalicelib.domain import arrays, dependencies as deps
+    from chalicelib.domain.spec import JobSpec
     from chalicelib.domain.states import JobState
     a, b = "job_01JABCDEFGHJKMNPQRSTVWXYZ0", "job_01JABCDEFGHJKMNPQRSTVWXYZ1"
-    spec = {"array": {"size": 6, "max_failed_indexes": 0}}
+    spec = JobSpec.parse({"command": ["x"], "ranks": 1,
+                          "array": {"size": 6, "max_failed_indexes": 0},
+                          "depends_on": [{"job_id": a}]})
     running = arrays.Counts(materialized=4, placed=2, succeeded=1, failed=1)
     done = arrays.Counts(materialized=6, succeeded=5, failed=1)
     views = [{"size": 6, "materialized": c.materialized, "counts": c.by_state(6)}
              for c in (running, done)]
-    _, final = arrays.final(arrays.ArraySpec.of(spec), arrays.Counts(materialized=4, failed=1,
+    _, final = arrays.final(spec.array, arrays.Counts(materialized=4, failed=1,
                                                                      succeeded=3), False)
     given = {"a": a, "b": b, "views": views, "final": final,
-             "reason": deps.waiting_reason({"depends_on": [{"job_id": a}]}, [a]),
+             "reason": deps.waiting_reason(spec, [a]),
              "failed": deps.failed_exit(deps.Dependency(a), JobState.FAILED)}
     said = run_under_node(tmp_path, ARRAYS_SCRIPT, given)
     assert said["counts"] == ["2 of 6 indexes done: 1 succeeded, 1 failed; 2 scheduled or "

@@ -284,7 +284,7 @@ class FakeApi:
                 index: int | None = None) -> dict[str, Any]:
         self._seq += 1
         job_id = f"job_{self._seq:026d}"
-        # the defaults of chalicelib/domain/jobs.py with_defaults
+        # the defaults of chalicelib/domain/spec.py (JobSpec.parse)
         hb = {"interval_s": 10, "false_positive_budget_per_hour": 0.001,
               "miss_probability": 0.01, "startup_grace_s": 120, "mode": "auto",
               "max_busy_s": 900, "idle_s": 300, **(body.get("heartbeat") or {})}

@@ -118,14 +118,14 @@ def test_the_decision_of_a_preemption_is_cut_after_its_cause(detail):
     """The cause holds the drain's reason, free text with ": " or parentheses
     of its own: the rest starts after it, as the server wrote it."""
     retry = pytest.importorskip("chalicelib.domain.retry")
+    spec = pytest.importorskip("chalicelib.domain.spec").JobSpec(command=("x",), ranks=1)
     exit_ = {"reason": "preempted", "exit_code": None, "node_id": "n1", "detail": detail}
-    spec = {"max_attempts": 1, "retry": {"rules": [], "max_uncounted_retries": 10}}
     decision = retry.decide(spec, exit_, attempt=1, uncounted=0).text
     assert lc.decision_rest({**exit_, "decision": decision}) == \
         "retried, not counted (uncounted retry 1 of 10)"
     # a rank's cause, no detail: cut after its parenthesis
     exit_ = {"reason": "rank_failed", "exit_code": 137, "rank": 3}
-    decision = retry.decide({"max_attempts": 1}, exit_, attempt=1, uncounted=0).text
+    decision = retry.decide(spec, exit_, attempt=1, uncounted=0).text
     assert lc.decision_rest({**exit_, "decision": decision}) == \
         "not retried (counted attempt 1 of 1, none left)"
 
@@ -151,17 +151,17 @@ def test_the_names_are_the_servers():
      "retry": {"rules": [{"reasons": ["node_lost"], "action": "fail"}]},
      "heartbeat": {"interval_s": 5}, "checkpoint_dir": "/c", "max_pending_s": 9}])
 def test_the_fake_server_fills_the_defaults_the_real_one_does(body):
-    jobs = pytest.importorskip("chalicelib.domain.jobs")
+    spec = pytest.importorskip("chalicelib.domain.spec")
     fake = FakeApi()
     try:
-        assert fake.add_job(**body)["spec"] == jobs.with_defaults(body)
+        assert fake.add_job(**body)["spec"] == spec.JobSpec.parse(body).to_json()
     finally:
         fake.server.server_close()
 
 
 def test_the_fake_server_decides_as_the_real_one_when_no_retry_is_left():
     retry = pytest.importorskip("chalicelib.domain.retry")
-    spec = {"max_attempts": 1, "retry": {"rules": [], "max_uncounted_retries": 10}}
+    spec = pytest.importorskip("chalicelib.domain.spec").JobSpec(command=("x",), ranks=2)
     want = retry.decide(spec, {"reason": "rank_failed", "exit_code": 137, "rank": 1},
                         attempt=1, uncounted=0).text
     fake = FakeApi()

@@ -376,12 +376,13 @@ def test_the_fakes_node_and_cordon_are_the_servers(fake):
 ])
 def test_the_fakes_preemption_decision_is_the_servers(spec, attempt, uncounted):
     retry = pytest.importorskip("chalicelib.domain.retry")
+    JobSpec = pytest.importorskip("chalicelib.domain.spec").JobSpec
     from .fakeserver import _decide
     exit_ = {"reason": "preempted", "exit_code": None, "node_id": "n1",
              "detail": "node n1 drained: bad ECC"}
     full = {"max_attempts": 1, **spec,
             "retry": {"rules": [], "max_uncounted_retries": 10, **spec.get("retry", {})}}
-    want = retry.decide(full, exit_, attempt=attempt, uncounted=uncounted)
+    want = retry.decide(JobSpec.parse({"command": ["x"], "ranks": 1, **spec}), exit_, attempt=attempt, uncounted=uncounted)
     got = _decide({"spec": full, "attempt": attempt, "uncounted_retries": uncounted}, exit_)
     assert got == (want.action, want.text)
 

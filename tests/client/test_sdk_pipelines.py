@@ -268,10 +268,11 @@ def test_the_fakes_job_has_the_servers_members():
     from chalicelib.api.representation import job_view_json
     from chalicelib.domain import arrays
     from chalicelib.domain.health import initial_health
-    from chalicelib.domain.jobs import Job as ServerJob, view_of, with_defaults
+    from chalicelib.domain.jobs import Job as ServerJob, view_of
+    from chalicelib.domain.spec import JobSpec
     from chalicelib.domain.states import JobState
     now = datetime(2025, 1, 31, 12, tzinfo=timezone.utc)
-    spec = with_defaults({"command": ["x"], "ranks": 1, "array": {"size": 4}})
+    spec = JobSpec.parse({"command": ["x"], "ranks": 1, "array": {"size": 4}})
     served = job_view_json(view_of(ServerJob(
         job_id="job_01JJ5D4Z7T3W9XKQ2M8N6P4R5S", tenant="t", state=JobState.PENDING,
         spec=spec, created_at=now, updated_at=now, name="n",
@@ -281,9 +282,9 @@ def test_the_fakes_job_has_the_servers_members():
         mine = fake.add_job(command=["x"], array={"size": 4})
         assert set(mine) == set(served)
         assert mine["array"]["counts"] == served["array"]["counts"]
-        assert mine["spec"] == spec
+        assert mine["spec"] == spec.to_json()
         body = {"command": ["x"], "ranks": 1, "depends_on": [{"job_id": mine["id"]}]}
-        assert fake.add_job(**body)["spec"] == with_defaults(body), "the condition filled in"
+        assert fake.add_job(**body)["spec"] == JobSpec.parse(body).to_json(), "the condition filled in"
     finally:
         fake.server.server_close()
 
@@ -336,7 +337,8 @@ def test_the_fakes_dependency_texts_are_the_servers(condition, ends):
         first, other = fake.add_job(), fake.add_job()
         job = fake.add_job(depends_on=[{"job_id": first["id"], "condition": condition},
                                        {"job_id": other["id"], "condition": "ended"}])
-        assert job["pending_reason"] == deps.waiting_reason(job["spec"], job["waiting_for"])
+        spec = pytest.importorskip("chalicelib.domain.spec").JobSpec.parse(job["spec"])
+        assert job["pending_reason"] == deps.waiting_reason(spec, job["waiting_for"])
         fake.end(first["id"], ends)
         assert job["exit"] == deps.failed_exit(deps.Dependency(first["id"], condition),
                                                JobState(ends))

@@ -15,8 +15,9 @@ from chalicelib.domain.clock import utcnow
 from chalicelib.domain.health import initial_health
 from chalicelib.domain.ids import new_job_id
 from chalicelib.domain.intents import launch_intent
-from chalicelib.domain.jobs import Job, with_defaults
+from chalicelib.domain.jobs import Job
 from chalicelib.domain.placement import Plan
+from chalicelib.domain.spec import JobSpec
 from chalicelib.domain.states import JobState
 
 
@@ -50,10 +51,10 @@ class Ports:
         body = {"command": ["python", "train.py"], "ranks": ranks,
                 "gpus_per_rank": gpus_per_rank, "priority": priority,
                 "gpu_type": gpu_type or self.gpu_type(), **spec}
-        body = with_defaults(body)
+        parsed = JobSpec.parse(body)
         return Job(job_id=new_job_id(), tenant=tenant or self.tenant(), state=JobState.PENDING,
-                   spec=body, created_at=now, updated_at=now, name="contract",
-                   health=initial_health(body, 60.0))
+                   spec=parsed, created_at=now, updated_at=now, name="contract",
+                   health=initial_health(parsed, 60.0))
 
     def created(self, **kw) -> Job:
         job = self.job(**kw)
@@ -72,7 +73,7 @@ class Ports:
     def place(self, job: Job, by_node: dict[str, list[int]], *, now=None, resend_at=None):
         """Place ``job`` on these (registered) nodes; returns (job, intent)."""
         now = now or utcnow()
-        plan = Plan(by_node, job.spec["gpus_per_rank"])
+        plan = Plan(by_node, job.spec.gpus_per_rank)
         inboxes = {n: self.nodes.get(n).inbox_queue_url for n in by_node}
         intent = launch_intent(job, job.attempt + 1, by_node, inboxes, "10.0.0.1", 29500)
         placed = self.store.place(job, plan, intent, now, resend_at or now + timedelta(

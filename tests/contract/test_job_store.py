@@ -134,7 +134,7 @@ def test_a_views_stored_json_is_one_type_and_is_not_read_as_a_dict(ports):
         assert {type(view[k]) for k in ("spec", "health")} == {RawJSON}
         with pytest.raises(TypeError):
             view["spec"]["ranks"]
-        assert view["spec"].value()["ranks"] == kept.spec["ranks"]
+        assert view["spec"].value()["ranks"] == kept.spec.ranks
     assert type(ports.store.view(cancelled.job_id)["exit"]) is RawJSON
     assert ports.store.view(kept.job_id)["exit"] is None
 

@@ -19,7 +19,8 @@ from chalicelib.domain import intents, wire
 from chalicelib.domain.health import initial_health
 from chalicelib.domain.ids import new_job_id
 from chalicelib.domain.intents import cancel_intent, launch_intent
-from chalicelib.domain.jobs import Job, with_defaults
+from chalicelib.domain.jobs import Job
+from chalicelib.domain.spec import JobSpec
 from chalicelib.domain.states import JobState
 from chalicelib.domain.wire import master_port
 from chalicelib.service.dispatch import Dispatcher
@@ -29,7 +30,7 @@ JOB_ID = "job_01ARZ3NDEKTSV4RRFFQ69G5FAV"
 
 
 def job_of(body: dict, job_id: str = JOB_ID, **fields) -> Job:
-    spec = with_defaults(body)
+    spec = JobSpec.parse(body)
     return Job(job_id=job_id, tenant="acme", state=fields.pop("state", JobState.PENDING),
                spec=spec, created_at=NOW, updated_at=NOW, name=None,
                health=initial_health(spec, 60.0), **fields)
@@ -43,15 +44,15 @@ def sent(message: dict) -> str:
 def expected_launch(job: Job, attempt: int, ranks: list[int], addr: str, port: int) -> Launch:
     """The agent's reading of a LAUNCH, field by field from the job's spec."""
     spec = job.spec
-    return Launch(job_id=job.job_id, attempt=attempt, world_size=spec["ranks"],
-                  command=tuple(spec["command"]), env=spec["env"],
-                  gpus_per_rank=spec["gpus_per_rank"], master_addr=addr, master_port=port,
-                  heartbeat_interval_s=float(spec["heartbeat"]["interval_s"]),
-                  working_dir=spec.get("working_dir"), max_runtime_s=spec.get("max_runtime_s"),
-                  warn_before_s=spec.get("warn_before_s"),
-                  warn_signal=spec.get("warn_signal") if spec.get("warn_before_s") else None,
-                  checkpoint_dir=(f"{spec['checkpoint_dir']}/{job.job_id}"
-                                  if spec.get("checkpoint_dir") else None),
+    return Launch(job_id=job.job_id, attempt=attempt, world_size=spec.ranks,
+                  command=tuple(spec.command), env=dict(spec.env),
+                  gpus_per_rank=spec.gpus_per_rank, master_addr=addr, master_port=port,
+                  heartbeat_interval_s=float(spec.heartbeat.interval_s),
+                  working_dir=spec.working_dir, max_runtime_s=spec.max_runtime_s,
+                  warn_before_s=spec.warn_before_s,
+                  warn_signal=spec.warn_signal if spec.warn_before_s else None,
+                  checkpoint_dir=(f"{spec.checkpoint_dir}/{job.job_id}"
+                                  if spec.checkpoint_dir else None),
                   ranks=tuple(sorted(ranks)))
 
 
@@ -120,7 +121,7 @@ def test_a_launch_built_on_the_agent_s_side_is_the_control_plane_s_message():
     built = Launch(job_id=job.job_id, attempt=1, world_size=2,
                    command=("python", "train.py"), env={"B": "2"}, gpus_per_rank=1,
                    master_addr="h0", master_port=master_port(job.job_id, 1),
-                   heartbeat_interval_s=job.spec["heartbeat"]["interval_s"], ranks=(0, 1))
+                   heartbeat_interval_s=job.spec.heartbeat.interval_s, ranks=(0, 1))
     assert sent(built.to_message()) == sent(intent.message_for("n"))
 
 

@@ -181,9 +181,9 @@ def test_an_array_never_runs_more_than_max_parallel_and_succeeds_when_all_did(no
     children = [svc.store.get(j) for j in seen]
     assert sorted(c.array_index for c in children) == list(range(20))
     for c in children:
-        assert c.spec["env"]["GPUJOBS_ARRAY_INDEX"] == str(c.array_index)
-        assert c.spec["env"]["LR"] == str(c.array_index / 100)
-        assert c.name == f"sweep[{c.array_index}]" and "array" not in c.spec
+        assert c.spec.env["GPUJOBS_ARRAY_INDEX"] == str(c.array_index)
+        assert c.spec.env["LR"] == str(c.array_index / 100)
+        assert c.name == f"sweep[{c.array_index}]" and c.spec.array is None
     parent = svc.store.get(parent.job_id)
     assert parent.state is JobState.SUCCEEDED
     assert parent.array_counts == {"materialized": 20, "placed": 0, "succeeded": 20,

@@ -186,7 +186,7 @@ def test_a_class_the_operator_keeps_for_some_tenants_is_refused_to_the_others(wo
     from chalicelib.domain.errors import Forbidden
     svc = world.services(classes=PriorityClasses.parse(
         '{"urgent": {"value": 1000, "preempts": true, "tenants": ["acme"]}}'))
-    assert submit(svc, tenant="acme", priority_class="urgent").spec["priority_class"] == \
+    assert submit(svc, tenant="acme", priority_class="urgent").spec.priority_class == \
         "urgent"
     with pytest.raises(Forbidden) as caught:
         submit(svc, tenant="globex", priority_class="urgent")

@@ -3,11 +3,11 @@ makes of it, and how an incident is cleared and frozen."""
 from datetime import datetime, timedelta, timezone
 
 from chalicelib.domain import health
-from chalicelib.domain.jobs import with_defaults
+from chalicelib.domain.spec import JobSpec
 from chalicelib.domain.stall import Beat, judge
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
-SPEC = with_defaults({"command": ["x"], "ranks": 4})
+SPEC = JobSpec.parse({"command": ["x"], "ranks": 4})
 
 
 def at(s: float) -> datetime:
@@ -96,7 +96,7 @@ def test_a_whole_job_hang_of_65536_ranks_keeps_the_record_a_few_kb():
     beats = [Beat(r, f"n{r // 8}", heard_at=at(60 + (r % 2) * 0.01)) for r in range(world)]
     v = judge(beats, now=at(100), started_at=at(0), threshold_s=30.0, startup_grace_s=60.0,
               interval_s=10.0)
-    spec = with_defaults({"command": ["x"], "ranks": world})
+    spec = JobSpec.parse({"command": ["x"], "ranks": world})
     judged = health.judged(health.initial_health(spec, 60.0), v, None)
     h = health.convicted(judged, v, at(100))
     size = len(json.dumps(h))

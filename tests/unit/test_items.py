@@ -3,6 +3,7 @@
 store and serve the same jobs as every other path."""
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
 
 import pytest
@@ -19,7 +20,8 @@ from chalicelib.adapters.jobs_table import (
 )
 from chalicelib.adapters.models import MODELS, AttemptModel, JobModel, NodeModel, OutboxModel
 from chalicelib.domain.health import initial_health
-from chalicelib.domain.jobs import Job, with_defaults
+from chalicelib.domain.jobs import Job
+from chalicelib.domain.spec import JobSpec
 from chalicelib.domain.states import JobState
 from chalicelib.fastjson import RawJSON
 
@@ -33,7 +35,7 @@ json_values = st.recursive(
 
 
 def _job(**changes) -> Job:
-    spec = with_defaults({"command": ["python", "train.py"], "ranks": 4, "name": "n",
+    spec = JobSpec.parse({"command": ["python", "train.py"], "ranks": 4, "name": "n",
                           "labels": {"team": "ml ✓"}, "env": {"A": "1\n\t\"x\""}})
     values = dict(job_id="j-0123456789abcdef", tenant="acme", state=JobState.PENDING,
                   spec=spec, created_at=T0, updated_at=T0, name="n",
@@ -138,16 +140,17 @@ def test_a_job_read_as_a_view_shows_as_the_job_it_stores(job):
 
 
 @settings(max_examples=60, deadline=None)
-@given(spec=st.dictionaries(text.filter(lambda k: k != "priority"), json_values, max_size=4),
+@given(env=st.dictionaries(text, text, max_size=4), labels=st.dictionaries(text, text, max_size=4),
        health=json_values,
        name=st.none() | text, reason=st.none() | text,
        times=st.lists(st.none() | st.datetimes(timezones=st.just(timezone.utc)),
                       min_size=3, max_size=3))
-def test_any_job_read_as_a_view_shows_as_the_job_it_stores(spec, health, name, reason, times):
+def test_any_job_read_as_a_view_shows_as_the_job_it_stores(env, labels, health, name, reason,
+                                                           times):
     from chalicelib.api.representation import job_json, job_view_json
 
     started, finished, cancelled = times
-    job = _job(spec={**JOBS[0].spec, **spec}, health=health if isinstance(health, dict) else {},
+    job = _job(spec=dataclasses.replace(JOBS[0].spec, env=env, labels=labels), health=health if isinstance(health, dict) else {},
                name=name, cancel_reason=reason, started_at=started, finished_at=finished,
                cancel_requested_at=cancelled)
     stored = job_from_item(new_job_item(job))  # times at milliseconds

@@ -13,8 +13,9 @@ from chalicelib.adapters.store import DynamoStore
 from chalicelib.adapters.transitions import place_writes
 from chalicelib.domain.health import initial_health
 from chalicelib.domain.intents import launch_intent
-from chalicelib.domain.jobs import Job, with_defaults
+from chalicelib.domain.jobs import Job
 from chalicelib.domain.placement import Plan
+from chalicelib.domain.spec import JobSpec
 from chalicelib.domain.states import JobState
 from chalicelib.service.ports import IdemClaim
 
@@ -23,7 +24,7 @@ LATER = datetime(2027, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
 
 
 def _job(**changes) -> Job:
-    spec = with_defaults({"command": ["python", "train.py"], "ranks": 4})
+    spec = JobSpec.parse({"command": ["python", "train.py"], "ranks": 4})
     values = dict(job_id="j-0123456789abcdef", tenant="acme", state=JobState.PENDING,
                   spec=spec, created_at=T0, updated_at=T0, health=initial_health(spec, 60))
     return Job(**{**values, **changes})

@@ -24,8 +24,8 @@ def fits_gang(ranks: int, gpus_per_rank: int = 1):
 def test_classes_parse_with_a_default_of_value_zero():
     classes = PriorityClasses.parse('{"urgent": {"value": 10, "preempts": true}}')
     assert classes.of(None).value == 0 and not classes.of(None).preempts
-    assert classes.of("urgent").preempts and classes.value_of({"priority_class": "urgent"}) == 10
-    assert classes.value_of({"priority_class": "removed-since"}) == 0, "nothing stranded"
+    assert classes.of("urgent").preempts and classes.value_of("urgent") == 10
+    assert classes.value_of("removed-since") == 0, "nothing stranded"
     assert classes.names() == ["urgent", "default"]
 
 

@@ -3,11 +3,11 @@ defaults retry infrastructure causes without counting, and nothing loops."""
 import pytest
 
 from chalicelib.domain import retry
-from chalicelib.domain.jobs import with_defaults
+from chalicelib.domain.spec import JobSpec
 
 
 def spec(**body):
-    return with_defaults({"command": ["x"], "ranks": 2, **body})
+    return JobSpec.parse({"command": ["x"], "ranks": 2, **body})
 
 
 def failed(code=1, rank=0):

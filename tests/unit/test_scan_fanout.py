@@ -10,6 +10,7 @@ import pytest
 
 from chalicelib.domain.clock import iso
 from chalicelib.domain.jobs import Job
+from chalicelib.domain.spec import JobSpec
 from chalicelib.domain.states import JobState
 from chalicelib.service.scan_fanout import RANK_COST_S, ScanFanout, pack
 
@@ -18,7 +19,7 @@ PERIOD_S = 60.0
 
 
 def job(i: int, ranks: int, state: JobState = JobState.RUNNING, attempt: int = 1) -> Job:
-    return Job(job_id=f"j{i:06d}", tenant="t", state=state, spec={"ranks": ranks},
+    return Job(job_id=f"j{i:06d}", tenant="t", state=state, spec=JobSpec(command=("x",), ranks=ranks),
                created_at=NOW, updated_at=NOW, attempt=attempt)
 
 
@@ -56,7 +57,7 @@ def test_100k_ranks_fan_out_into_shards_each_judged_within_the_period():
     sent = [json.loads(b) for b in f.queue.bodies]
     assert sorted(j for m in sent for j, _ in m["jobs"]) == sorted(j.job_id for j in jobs)
     for m in sent:  # each shard's judging fits a fraction of the period
-        ranks = sum(f.store.jobs[j].spec["ranks"] for j, _ in m["jobs"])
+        ranks = sum(f.store.jobs[j].spec.ranks for j, _ in m["jobs"])
         assert ranks * RANK_COST_S <= PERIOD_S / 10
         assert m["scan_at"] == iso(NOW)
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from chalicelib.api import validation
 from chalicelib.api.problems import status_of
 from chalicelib.domain.errors import ApiError, InvalidArgument, PayloadTooLarge
-from chalicelib.domain.jobs import with_defaults
+from chalicelib.domain.spec import JobSpec
 
 GOOD = {"command": ["python", "train.py"], "ranks": 2}
 
@@ -46,7 +46,7 @@ def test_each_bad_field_is_named(body, field):
 
 
 def test_a_good_body_passes_and_defaults_fill_in():
-    spec = with_defaults(check(dict(GOOD)))
+    spec = JobSpec.parse(check(dict(GOOD))).to_json()
     assert spec["gpus_per_rank"] == 1 and spec["max_attempts"] == 1 and spec["priority"] == 0
     assert spec["heartbeat"] == {"interval_s": 10, "false_positive_budget_per_hour": 0.001,
                                  "miss_probability": 0.01, "startup_grace_s": 120,
@@ -99,12 +99,15 @@ def test_defaults_leave_the_submitted_body_as_it_was_and_share_nothing_with_it()
     body = {"command": ["a"], "ranks": 2, "env": {"A": "1"}, "labels": {"t": "x"},
             "heartbeat": {"interval_s": 5}}
     before = copy.deepcopy(body)
-    spec = with_defaults(body)
+    spec = JobSpec.parse(body)
     assert body == before
-    spec["command"].append("b")
-    spec["env"]["B"] = "2"
-    spec["labels"]["u"] = "y"
+    shown = spec.to_json()
+    shown["command"].append("b")
+    shown["env"]["B"] = "2"
+    shown["labels"]["u"] = "y"
     assert body == before
+    assert spec.to_json() == {**shown, "command": ["a"], "env": {"A": "1"},
+                              "labels": {"t": "x"}}, "what is shown is a copy"
 
 
 def test_a_command_whose_program_is_empty_is_refused_naming_the_field():
@@ -125,7 +128,7 @@ def test_a_working_dir_must_be_an_absolute_path_the_hosts_can_enter(where):
 
 
 def test_an_absolute_working_dir_is_kept_in_the_spec():
-    assert with_defaults(check({**GOOD, "working_dir": "/data/run 1"}))["working_dir"] == \
+    assert JobSpec.parse(check({**GOOD, "working_dir": "/data/run 1"})).working_dir == \
         "/data/run 1"
 
 
@@ -160,12 +163,14 @@ def test_a_malformed_retry_rule_or_time_limit_is_a_400_naming_its_field(body, fi
 
 
 def test_the_lifecycle_members_are_kept_with_their_defaults_filled():
-    spec = with_defaults(check({**GOOD, "max_runtime_s": 3600, "warn_before_s": 300,
-                                "max_pending_s": 600, "checkpoint_dir": "/shared/ckpt",
-                                "retry": {"rules": [{"exit_codes": [42], "action": "fail"}]}}))
+    spec = JobSpec.parse(check({
+        **GOOD, "max_runtime_s": 3600, "warn_before_s": 300, "max_pending_s": 600,
+        "checkpoint_dir": "/shared/ckpt",
+        "retry": {"rules": [{"exit_codes": [42], "action": "fail"}]}})).to_json()
     assert spec["retry"] == {"rules": [{"exit_codes": [42], "action": "fail"}],
                              "max_uncounted_retries": 10}
     assert (spec["max_runtime_s"], spec["warn_before_s"], spec["warn_signal"]) == (
         3600, 300, "SIGUSR1")
-    assert with_defaults(check(GOOD))["retry"] == {"rules": [], "max_uncounted_retries": 10}
-    assert "warn_signal" not in with_defaults(check({**GOOD, "max_runtime_s": 60}))
+    assert JobSpec.parse(check(GOOD)).to_json()["retry"] == {"rules": [],
+                                                             "max_uncounted_retries": 10}
+    assert "warn_signal" not in JobSpec.parse(check({**GOOD, "max_runtime_s": 60})).to_json()

@@ -4,11 +4,12 @@ A rank blocked in a gloo collective and one hung in ``time.sleep`` look alike in
 ``/proc`` (state S, no CPU); their stacks tell them apart
 (chalicelib/domain/stacks.py reads them). The agent takes the stack of the
 rank's own command process (the shim's child, procs.py) with
-``py-spy dump --pid P --json --nonblocking`` (it does not stop the rank; about
-10-30 ms), bounded by a timeout, never more often than ``GPUJOBS_STACK_EVERY_S``
-per rank, and only for ranks that went silent or never beat (beats.py), so a
-healthy instrumented job pays nothing. Before a CANCEL's first SIGTERM it takes
-every live rank's stack (core.py), to say where each one was.
+``py-spy dump --pid P --json --nonblocking`` (it does not stop the rank; how
+long a dump takes is in docs/benchmarks.md), bounded by a timeout, never more
+often than ``GPUJOBS_STACK_EVERY_S`` per rank, and only for ranks that went
+silent or never beat (beats.py), so a healthy instrumented job pays nothing.
+Before a CANCEL's first SIGTERM it takes every live rank's stack (core.py), to
+say where each one was.
 
 py-spy is the host's (agent/README.md): ``GPUJOBS_PY_SPY`` names it, else the
 one next to ``sys.executable``, else the one on PATH; without it there are no

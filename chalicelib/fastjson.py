@@ -2,9 +2,10 @@
 wherever orjson would refuse.
 
 A 50-job list page decodes about 150 stored JSON attributes and encodes some
-50 KB of response; with ``json`` that was a fifth of what the app adds to
-the bare DynamoDB Query (docs/benchmarks.md). orjson does both in a fraction
-of the time; what it imports beyond its own extension the app imports anyway.
+50 KB of response; with ``json`` that was a large part of what the app adds
+to the bare DynamoDB Query. orjson does both faster (measured in
+docs/benchmarks.md, "Client side"); what it imports beyond its own extension
+the app imports anyway.
 
 Where the two disagree:
 

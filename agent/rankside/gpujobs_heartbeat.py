@@ -8,9 +8,10 @@
     with pause("checkpoint", max_s=600):
         save_checkpoint()
 
-It costs about a microsecond and makes no network call: it overwrites one small
-record in the file named by GPUJOBS_HEARTBEAT_FILE (set by the host agent for
-each rank), which the agent reads and posts every ``interval_s``. A rank whose
+It is cheap (bench/beat_cost.py; figures in docs/benchmarks.md) and makes no
+network call: it overwrites one small record in the file named by
+GPUJOBS_HEARTBEAT_FILE (set by the host agent for each rank), which the agent
+reads and posts every ``interval_s``. A rank whose
 process is alive but stops calling ``beat`` goes silent; a declared pause does
 not count as silence until ``max_s`` has passed. Outside the agent (no
 variable set, or a file that cannot be opened) every call is a no-op: no
@@ -345,8 +346,8 @@ def declare_checkpoints(*, max_s: float = 1800.0, torch=None, dcp=None) -> list[
 
 
 #: what a callback declares once training ends: the trainer's teardown and the
-#: interpreter's exit take seconds with torch and a framework loaded (1-3 s on an
-#: idle host, more on a loaded one), longer than a short stall threshold, and no
+#: interpreter's exit take seconds with torch and a framework loaded (more on a
+#: loaded host; docs/benchmarks.md), longer than a short stall threshold, and no
 #: rank beats again
 SHUTDOWN = "shutdown"
 

@@ -2,7 +2,7 @@
 
 A botocore session loads the endpoint rules and service models it needs once;
 every client made from it afterwards reuses them. A fresh session pays for all
-of that again (~50 to 150 ms CPU a client), so PynamoDB's default of one
+of that again (docs/benchmarks.md, "First request"), so PynamoDB's default of one
 session and one client per model class, plus boto3's own session for SQS,
 made the first request of a cold Lambda container pay for two to five sessions.
 

@@ -7,8 +7,9 @@ under the rank's number, its fields under short codes (FIELDS). A post that
 beats every rank of an item, as a healthy host's every post does, sets the
 whole map in one clause; otherwise a beat sets its rank's whole record, one
 clause a rank. (A clause per field made an UpdateItem of 8 ranks 120
-clauses, some 20 times slower on moto; a clause a rank, 2 ms each on moto,
-kept a 65,536-rank job from beating on time on the local stack.)
+clauses, far slower on moto; a clause a rank kept a 65,536-rank job from
+beating on time on the local stack: docs/benchmarks.md, "A host's heartbeat
+post on moto".)
 
 The item is keyed by its lowest rank, ``<job>#<attempt>#<rank // 512>`` and
 that rank: placement never changes within an attempt, so a host always

@@ -8,14 +8,14 @@ call: one record per invocation that counted anything.
 
 The records are written here, not by Powertools' Metrics: a request counts
 one or two metrics of a fixed vocabulary, and Powertools validates, logs and
-serialises each through some twenty calls, about 14 us a request against 3 us
-here (bench/telemetry_cost.py; 40 us inside a request's flow, on every create
-and cancel). The record is the one Powertools writes, and
-``POWERTOOLS_METRICS_DISABLED`` still turns metrics off (the benchmarks' and
-the quiet local stack's setting).
+serialises each through some twenty calls, on every create and cancel: work
+this module skips (bench/telemetry_cost.py compares the two; figures in
+docs/benchmarks.md, "Second pass"). The record is the one Powertools writes,
+and ``POWERTOOLS_METRICS_DISABLED`` still turns metrics off (the benchmarks'
+and the quiet local stack's setting).
 
-Imported on first use (bootstrap), not by ``import app``: measured in
-docs/deploy.md, Powertools adds 5-15 ms to a cold start with bytecode.
+Imported on first use (bootstrap), not by ``import app``: Powertools adds to
+a cold start (measured in docs/deploy.md).
 """
 from __future__ import annotations
 

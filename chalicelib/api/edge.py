@@ -147,8 +147,8 @@ class Edge:
     what a route reads of the current request. Takes over the app's HTTP
     settings: no binary media types (the API takes and gives only text:
     JSON, the dashboard's HTML, JS, CSS and SVG; no request or response is
-    checked against Chalice's default list of sixteen, about 10 us a request)
-    and the one middleware, :func:`observed`."""
+    checked against Chalice's default list of sixteen, a cost on every
+    request: docs/benchmarks.md) and the one middleware, :func:`observed`."""
 
     def __init__(self, app: Chalice) -> None:
         self._app = app

@@ -1,5 +1,5 @@
-"""Request parsing and schema validation (fastjsonschema: compiled validators,
-about 3 ms to import, see docs/benchmarks.md), with errors naming the field."""
+"""Request parsing and schema validation (fastjsonschema: compiled validators;
+its import cost is in docs/benchmarks.md, "Cold start"), with errors naming the field."""
 from __future__ import annotations
 
 import json

@@ -15,8 +15,8 @@ def utcnow() -> datetime:
 
 
 def iso(t: datetime) -> str:
-    # isoformat, not strftime: the same text at a third of the cost (up to
-    # five times per job of a list page)
+    # isoformat, not strftime: the same text, cheaper (docs/benchmarks.md);
+    # it runs up to five times per job of a list page
     if t.tzinfo is not timezone.utc:
         t = t.astimezone(timezone.utc)
     return t.isoformat(timespec="milliseconds")[:-6] + "Z"

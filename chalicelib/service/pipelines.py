@@ -238,9 +238,9 @@ class PipelinesService:
         """Record the cancel of an open array, then cancel its first
         :data:`CANCELS_INLINE` open children, as intents; the sweep cancels
         the rest (:data:`CANCELS_PER_SWEEP` a run), so the request answers at
-        once however many children are open (issue 41: 999 took over a
-        minute, past API Gateway's 29 s). It ends CANCELLED once every child
-        has ended."""
+        once however many children are open (issue 41: cancelling them all
+        inline ran past API Gateway's 29 s limit; docs/benchmarks.md). It ends
+        CANCELLED once every child has ended."""
         self.store.request_array_cancel(parent, self._clock(), reason)
         self.ended_all(self.stop_children(parent, reason or "the array was cancelled",
                                           CANCELS_INLINE))

@@ -1,7 +1,7 @@
 """The stall scan, fanned out when one invocation would judge too many ranks.
 
-Judging costs about 65 µs per running rank (``RANK_COST_S``: 45 µs of client
-CPU measured by bench/scan_rank_cost.py, plus the heartbeat reads' latency).
+Judging costs ``RANK_COST_S`` per running rank (client CPU measured by
+bench/scan_rank_cost.py, plus the heartbeat reads' latency).
 When the running ranks would take more than ``SHARD_FRACTION`` of the scan
 period, the scheduled scan judges nothing itself: it packs the RUNNING jobs
 into shards of at most ``shard_ranks`` ranks (30,769 at a 60-s period; a
@@ -10,7 +10,7 @@ larger job alone) and sends one message per shard to the scan queue;
 1), with the same per-job judgement ``Scanner.scan_job``. So 100,000 ranks
 are judged by 4 parallel invocations of at most ~2 s of per-rank work each,
 and a slow job delays only the few jobs of its shard. The per-job part (an
-attempt read, ~2.5 ms of CPU, the reads' round trips) is not in the sizing;
+attempt read, its CPU, the reads' round trips) is not in the sizing;
 ``MAX_JOBS_PER_SHARD`` bounds it. A shard that fails is retried by
 SQS (``batchItemFailures``); one older than a period is dropped, as the next
 scan has judged those jobs again.
@@ -31,18 +31,17 @@ from .ports import Jobs
 
 log = logging.getLogger(__name__)
 
-#: seconds to judge one running rank in a scan function. 45 us of client CPU:
-#: bench/scan_rank_cost.py, the slope of Scanner.scan_job between a 64- and a
-#: 1,024-rank job with moto's CPU taken out, 42.5 to 44.9 us in three runs on
-#: 2026-12-01 (2.6 times the bare heartbeat Queries' 16 to 17 us), rounded up;
-#: on one full vCPU, which the scan functions get at 1,769 MB
-#: (.chalice/config.json; Lambda's CPU share grows with memory). Plus 20 us of
-#: DynamoDB latency: one strongly consistent Query per 512 ranks (~128 KB of
-#: heartbeat items), assumed ~10 ms until CloudWatch measures it. The 137 us
-#: first quoted here (issue 16) included moto's own CPU answering the reads.
-#: Since the heartbeat read skips model instances (docs/benchmarks.md) the
-#: CPU part is about a third lower: kept until re-measured, an overestimate
-#: only ever makes more shards, not fewer.
+#: seconds to judge one running rank in a scan function: the client CPU that
+#: bench/scan_rank_cost.py measures (the slope of Scanner.scan_job between a
+#: 64- and a 1,024-rank job, moto's CPU taken out), rounded up, on one full
+#: vCPU, which the scan functions get at 1,769 MB (.chalice/config.json;
+#: Lambda's CPU share grows with memory); plus the rank's share of the
+#: DynamoDB latency of one strongly consistent Query per 512 ranks (~128 KB
+#: of heartbeat items), an estimate until CloudWatch measures it. The figures
+#: and their runs are in docs/benchmarks.md, "Stall scan: client CPU per
+#: judged rank". The heartbeat read has since got cheaper (no model
+#: instances); the value is kept until re-measured, as an overestimate only
+#: ever makes more shards, not fewer.
 RANK_COST_S = 65e-6
 #: of the scan period, what one invocation may spend judging (2 s of 60 s)
 SHARD_FRACTION = 1 / 30

@@ -49,7 +49,7 @@ from chalicelib.domain.errors import RecordTooLarge
 from chalicelib.domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key, parked_partition
 from chalicelib.domain.health import clear_incident, frozen_health, incident
 from chalicelib.domain.intents import Intent
-from chalicelib.domain.jobs import Job, JobView, view_of
+from chalicelib.domain.jobs import COLUMNS, TIME, Job
 from chalicelib.domain.nodes import Node, NodeState, failures_since, fresh_call_in
 from chalicelib.domain.placement import Plan, queue_key
 from chalicelib.domain.priority import DEFAULT_MIN_RUNTIME_S, NO_CLASSES, PriorityClasses
@@ -74,6 +74,7 @@ from chalicelib.service.ports import (
     PendingLimitReached,
     StateChanged,
 )
+from chalicelib.service.views import JobView, view_of
 
 #: nodes a ready_pages page holds (adapters/node_store.CANDIDATE_PAGE)
 CANDIDATE_PAGE = 50
@@ -94,6 +95,10 @@ def room_types(gpu_type: str | None) -> list[str]:
     """The fleets that room on a node of ``gpu_type`` concerns (adapters/fleet.py)."""
     return [gpu_type, ALL_TYPES] if gpu_type and gpu_type != ALL_TYPES else [ALL_TYPES]
 
+
+
+#: a Job's times (domain/jobs.py declares each field's kind)
+_TIMES = tuple(name for name, column in COLUMNS.items() if column.kind == TIME)
 
 
 def clone(value: Any) -> Any:
@@ -159,7 +164,7 @@ def _state_in(job: Job | None, *events: Event) -> bool:
 
 class FakeJobStore:
     """chalicelib.service.ports.JobTables in memory (adapters/store.DynamoStore).
-    Its views are made by domain/jobs.view_of, whose JSON values are the
+    Its views are made by service/views.view_of, whose JSON values are the
     stored text (fastjson.RawJSON), as the real store's are."""
 
     def __init__(self, tables: Tables | None = None, clock: Clock = utcnow) -> None:
@@ -194,8 +199,7 @@ class FakeJobStore:
     @staticmethod
     def _norm(job: Job) -> Job:
         job = clone(job)
-        for f in ("created_at", "updated_at", "started_at", "finished_at",
-                  "cancel_requested_at", "pending_since"):
+        for f in _TIMES:  # stored at milliseconds, as the store keeps them
             setattr(job, f, _ms(getattr(job, f)))
         return job
 

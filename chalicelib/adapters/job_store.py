@@ -23,7 +23,7 @@ from ..domain.clock import iso, parse_iso
 from ..domain.errors import RecordTooLarge
 from ..domain.fleet import Fleet, parked_partition
 from ..domain.health import incident
-from ..domain.jobs import Job, JobView
+from ..domain.jobs import Job
 from ..domain.states import Event, JobState, next_state
 from ..service.ports import (
     Contended,
@@ -34,6 +34,7 @@ from ..service.ports import (
     PendingLimitReached,
     StateChanged,
 )
+from ..service.views import JobView
 from .attempt_store import ATTEMPTS
 from .dynamo import Changes, ConditionFailed, ItemTooLarge
 from .dynamo_errors import response_code, tx_lost

@@ -8,17 +8,30 @@ PynamoDB model, which is the schema only).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from ..domain import events as ev, idempotency
 from ..domain.arrays import COUNTERS
 from ..domain.clock import Clock, iso, iso_or_none, parse_iso, utcnow
 from ..domain.fleet import Fleet, parked_partition
-from ..domain.jobs import VIEW_FIELDS, Job, JobView, array_values
+from ..domain.jobs import (
+    COLUMNS,
+    COUNTS,
+    NUMBER,
+    SET,
+    SPEC,
+    STATE,
+    STORED_FIELDS,
+    TIME,
+    VIEW_FIELDS,
+    Job,
+    array_values,
+)
 from ..domain.placement import queue_key
 from ..domain.spec import JobSpec
 from ..domain.states import Event, JobState, sources
 from ..service.ports import IdemRecord
+from ..service.views import JobView
 from .dynamo import Changes, ConditionFailed, Dynamo, Table
 from .items import Codec
 from .models import IdempotencyModel, JobModel, TenantModel
@@ -31,15 +44,10 @@ TENANTS = Table(TenantModel)
 TTL_SLACK = timedelta(days=7)
 
 #: what a Job holds of a job's item (not its index keys, queue key or events)
-_JOB = Codec(JobModel, (
-    "job_id", "tenant", "state", "spec", "created_at", "updated_at", "name", "attempt",
-    "started_at", "finished_at", "cancel_requested_at", "cancel_reason", "health", "exit",
-    "idem_id", "inboxes", "pending_reason", "incident_key", "waiting_on",
-    "pending_since", "uncounted_retries", "preempting", "parent_id", "array_index",
-    "waiting_for", "dependents", *(f"array_{k}" for k in COUNTERS)))
+_JOB = Codec(JobModel, STORED_FIELDS)
 #: what a JobView holds: the stored times are the API's text (iso) already,
-#: and the spec, health and exit stay the JSON text they are stored as
-#: (fastjson.RawJSON: domain/jobs.py's one type of a stored JSON value)
+#: and each JSON value stays the JSON text it is stored as (fastjson.RawJSON:
+#: service/views.py's one type of a stored JSON value)
 _VIEW = Codec(JobModel, VIEW_FIELDS, raw_json=True)
 _EVENTS = Codec(JobModel, ("events",))
 _STATES = {state.value: state for state in JobState}
@@ -49,31 +57,47 @@ def _t(value: str | None) -> datetime | None:
     return parse_iso(value) if value else None
 
 
+def _counts(values: dict) -> dict[str, int] | None:
+    if values.get("array_materialized") is None:
+        return None
+    return {k: int(values.get(f"array_{k}") or 0) for k in COUNTERS}
+
+
+def _number(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+#: a field's value in a Job from its stored value, by how it is stored
+#: (domain/jobs.py Column.kind); absent: the value as the codec reads it
+_READ: dict[str, Callable[[Any], Any]] = {
+    TIME: _t, NUMBER: _number, STATE: _STATES.__getitem__, SPEC: JobSpec.parse,
+    SET: lambda value: frozenset(value or ())}
+#: a field's stored value from its value in a Job
+_WRITE: dict[str, Callable[[Any], Any]] = {
+    TIME: iso_or_none, STATE: lambda state: state.value, SPEC: lambda spec: spec.to_json(),
+    SET: lambda value: set(value) or None}
+_FIELDS = tuple(COLUMNS.items())
+
+
 def job_from_item(item: dict) -> Job:
     """The Job of a job's raw item."""
     v = _JOB.values(item)
-    get = v.get
-    return Job(
-        job_id=v["job_id"], tenant=v["tenant"], state=_STATES[v["state"]], spec=JobSpec.parse(v["spec"]),
-        created_at=parse_iso(v["created_at"]), updated_at=parse_iso(v["updated_at"]),
-        name=get("name"), attempt=int(get("attempt") or 0), started_at=_t(get("started_at")),
-        finished_at=_t(get("finished_at")), cancel_requested_at=_t(get("cancel_requested_at")),
-        cancel_reason=get("cancel_reason"), health=get("health") or {}, exit=get("exit"),
-        idem_id=get("idem_id"), inboxes=get("inboxes") or {},
-        pending_reason=get("pending_reason"), incident_key=get("incident_key"),
-        waiting_on=get("waiting_on"), pending_since=_t(get("pending_since")),
-        uncounted_retries=int(get("uncounted_retries") or 0), preempting=get("preempting"),
-        parent_id=get("parent_id"),
-        array_index=None if get("array_index") is None else int(v["array_index"]),
-        array_counts=None if get("array_materialized") is None else {
-            k: int(get(f"array_{k}") or 0) for k in COUNTERS},
-        waiting_for=get("waiting_for"), dependents=frozenset(get("dependents") or ()),
-    )
+    values: dict[str, Any] = {}
+    for name, column in _FIELDS:
+        if column.kind == COUNTS:
+            values[name] = _counts(v)
+            continue
+        value = v[name]
+        if value is None:
+            continue  # the field's default
+        read = _READ.get(column.kind)
+        values[name] = value if read is None else read(value)
+    return Job(**values)
 
 
 def view_from_item(item: dict) -> JobView:
     """The JobView of a job's raw item, its JSON values undecoded."""
-    return _VIEW.values(item)  # type: ignore[return-value]
+    return _VIEW.values(item)
 
 
 def events_from_item(item: dict | None) -> dict:
@@ -116,25 +140,21 @@ def parent_counts(parent_id: str, **deltas: int) -> dict:
 
 
 def job_values(j: Job) -> dict:
-    """A job's item as attribute values: what is shown of it (the JobView's
-    fields, stored under their own names), its index keys, queue key and
-    references."""
-    return {
-        "job_id": j.job_id, "tenant": j.tenant, "state": j.state.value, "name": j.name,
-        "spec": j.spec.to_json(), "attempt": j.attempt, "created_at": iso(j.created_at),
-        "updated_at": iso(j.updated_at), "started_at": iso_or_none(j.started_at),
-        "finished_at": iso_or_none(j.finished_at),
-        "cancel_requested_at": iso_or_none(j.cancel_requested_at),
-        "cancel_reason": j.cancel_reason, "health": j.health, "exit": j.exit,
-        "pending_reason": j.pending_reason, "pending_since": iso_or_none(j.pending_since),
-        "uncounted_retries": j.uncounted_retries, "preempting": j.preempting,
-        "parent_id": j.parent_id, "array_index": j.array_index,
-        "waiting_for": j.waiting_for or None, **array_values(j.array_counts),
-        "tenant_state": tenant_state(j.tenant, j.state),
-        "active_state": active_partition(j),
-        "idem_id": j.idem_id, "inboxes": j.inboxes or None,
-        "queue_key": queue_key(j.spec.priority, j.job_id),
-    }
+    """A job's item as attribute values: every field of the Job (domain/jobs.py
+    declares how each is stored), its index keys and queue key."""
+    values: dict[str, Any] = {}
+    for name, column in _FIELDS:
+        value = getattr(j, name)
+        if column.kind == COUNTS:
+            values.update(array_values(value))
+            continue
+        if column.empty_is_none and not value:
+            value = None
+        write = _WRITE.get(column.kind)
+        values[name] = value if write is None or value is None else write(value)
+    values.update(tenant_state=tenant_state(j.tenant, j.state), active_state=active_partition(j),
+                  queue_key=queue_key(j.spec.priority, j.job_id))
+    return values
 
 
 def new_job_values(job: Job, idem_id: str | None = None,

@@ -24,8 +24,9 @@ from pynamodb.exceptions import TransactWriteError
 from ..domain import events as ev
 from ..domain.arrays import Counts
 from ..domain.clock import iso
-from ..domain.jobs import Job, JobView
+from ..domain.jobs import Job
 from ..domain.states import ARRAY_ENDS, Event, JobState, next_state
+from ..service.views import JobView
 from .dynamo import Changes
 from .dynamo_errors import tx_lost
 from .job_store import DynamoJobs

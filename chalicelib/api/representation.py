@@ -3,41 +3,32 @@ from __future__ import annotations
 
 from ..domain.arrays import COUNTERS, Counts
 from ..domain.clock import iso_or_none
-from ..domain.jobs import Job, JobView, view_of
+from ..domain.jobs import API_NAMES, Job
 from ..domain.nodes import Node
+from ..service.views import JobView, view_of
 
 
 def job_json(job: Job) -> dict:
     return job_view_json(view_of(job))
 
 
+#: what the API shows for a value the job never had
+_EMPTY = {"health": {}, "uncounted_retries": 0}
+#: (stored name, API name) of each field the API's job shows as it is
+_SHOWN = tuple((name, api) for name, api in API_NAMES.items())
+
+
 def job_view_json(v: JobView) -> dict:
-    """The job of API.md, from its view (domain/jobs.py): the one mapping of a
-    job to its JSON, whether the view came from a Job or straight from the
-    store."""
-    return {
-        "id": v["job_id"],
-        "name": v["name"],
-        "state": v["state"],
-        "spec": v["spec"],
-        "attempt": v["attempt"],
-        "created_at": v["created_at"],
-        "updated_at": v["updated_at"],
-        "started_at": v["started_at"],
-        "finished_at": v["finished_at"],
-        "cancel_requested_at": v["cancel_requested_at"],
-        "cancel_reason": v["cancel_reason"],
-        "health": v["health"] or {},
-        "exit": v["exit"],
-        "pending_reason": v["pending_reason"],
-        "pending_since": v["pending_since"],
-        "uncounted_retries": v["uncounted_retries"] or 0,
-        "preempting": v["preempting"],
-        "waiting_for": v["waiting_for"],
-        "parent_id": v["parent_id"],
-        "array_index": v["array_index"],
-        "array": array_json(v),
-    }
+    """The job of API.md, from its view (service/views.py): the one mapping of
+    a job to its JSON, whether the view came from a Job or straight from the
+    store. Its members are the fields domain/jobs.py declares shown, and the
+    array's progress."""
+    out = {api: v[name] for name, api in _SHOWN}
+    for name, empty in _EMPTY.items():
+        if out[name] is None:
+            out[name] = empty
+    out["array"] = array_json(v)
+    return out
 
 
 def array_json(v: JobView) -> dict | None:
@@ -45,7 +36,7 @@ def array_json(v: JobView) -> dict | None:
     each state (RUNNING: SCHEDULED or RUNNING). None for any other job."""
     if v["array_materialized"] is None:
         return None
-    counts = Counts.of({k: v[f"array_{k}"] for k in COUNTERS})  # type: ignore[literal-required]
+    counts = Counts.of({k: v[f"array_{k}"] for k in COUNTERS})
     size = int(v["spec"].value()["array"]["size"])
     return {"size": size, "materialized": counts.materialized, "counts": counts.by_state(size)}
 

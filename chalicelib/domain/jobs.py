@@ -1,62 +1,97 @@
-"""The job aggregate (its spec: domain/spec.py)."""
+"""The job aggregate, its fields declared once (its spec: domain/spec.py).
+
+Each field of :class:`Job` carries its :class:`Column`: how it is stored and
+whether it is shown. The store's codec (adapters/jobs_table.py), the view
+(service/views.py) and the API's job (api/representation.py) are made from
+these declarations, so a field of the job is added here, in the model
+(adapters/models.py) and in the contract (docs/openapi.yaml), and nowhere
+else. Pure: no AWS here."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any
 
-from ..fastjson import RawJSON
 from .arrays import COUNTERS
-from .clock import iso, iso_or_none
 from .spec import JobSpec
 from .states import JobState
+
+#: how a Job's field is stored, and read back (adapters/jobs_table.py)
+TEXT, NUMBER, TIME, JSON, STATE, SPEC, SET, COUNTS = (
+    "text", "number", "time", "json", "state", "spec", "set", "counts")
+
+
+@dataclass(frozen=True)
+class Column:
+    """How one field of a Job is stored and shown: the one declaration the
+    item codec, the view (service/views.py) and the API's job
+    (api/representation.py) are made from."""
+    #: how it is stored (one of TEXT, NUMBER, TIME, JSON, STATE, SPEC, SET,
+    #: COUNTS: one stored number each, ``array_<counter>``)
+    kind: str
+    #: read into a view, to be shown
+    view: bool = True
+    #: its name in the API's job ("" the field's own); None: never shown
+    api: str | None = ""
+    #: an empty value (``{}``, ``[]``, an empty set) is stored as none
+    empty_is_none: bool = False
+
+
+def _col(kind: str, *, view: bool = True, api: str | None = "", empty_is_none: bool = False,
+         **default: Any) -> Any:
+    return field(metadata={"column": Column(kind, view, api, empty_is_none)}, **default)
 
 
 @dataclass
 class Job:
-    job_id: str
-    tenant: str
-    state: JobState
-    spec: JobSpec
-    created_at: datetime
-    updated_at: datetime
-    name: str | None = None
-    attempt: int = 0
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    cancel_requested_at: datetime | None = None
-    cancel_reason: str | None = None
-    health: dict = field(default_factory=dict)
-    exit: dict | None = None
+    job_id: str = _col(TEXT, api="id")
+    #: who owns it: in the view (for who may read it), not in the API's job
+    tenant: str = _col(TEXT, api=None)
+    state: JobState = _col(STATE)
+    spec: JobSpec = _col(SPEC)
+    created_at: datetime = _col(TIME)
+    updated_at: datetime = _col(TIME)
+    name: str | None = _col(TEXT, default=None)
+    attempt: int = _col(NUMBER, default=0)
+    started_at: datetime | None = _col(TIME, default=None)
+    finished_at: datetime | None = _col(TIME, default=None)
+    cancel_requested_at: datetime | None = _col(TIME, default=None)
+    cancel_reason: str | None = _col(TEXT, default=None)
+    health: dict = _col(JSON, default_factory=dict)
+    exit: dict | None = _col(JSON, default=None)
     #: the idempotency record this job was created under, if any
-    idem_id: str | None = None
+    idem_id: str | None = _col(TEXT, view=False, api=None, default=None)
     #: node id -> inbox queue URL, for the nodes holding the current attempt
-    inboxes: dict[str, str] = field(default_factory=dict)
+    inboxes: dict[str, str] = _col(JSON, view=False, api=None, empty_is_none=True,
+                                   default_factory=dict)
     #: why a PENDING job is not placed yet (None when nothing stands in the way)
-    pending_reason: str | None = None
+    pending_reason: str | None = _col(TEXT, default=None)
     #: "<attempt>#<n>" of the last stall incident recorded (one per stall, once)
-    incident_key: str | None = None
+    incident_key: str | None = _col(TEXT, view=False, api=None, default=None)
     #: the placer's note "<fleet room version>@<when>": the job did not fit
     #: then, and need not be tried again until room appears (see placement)
-    waiting_on: str | None = None
+    waiting_on: str | None = _col(TEXT, view=False, api=None, default=None)
     #: when it last became PENDING (its max_pending_s counts from here): its
     #: creation until it is first placed, then each retry's end
-    pending_since: datetime | None = None
+    pending_since: datetime | None = _col(TIME, default=None)
     #: its retries that did not count against max_attempts (domain/retry.py)
-    uncounted_retries: int = 0
+    uncounted_retries: int = _col(NUMBER, default=0)
     #: the preemption it waits on, {"jobs": [...], "at": iso, "class": name}
     #: (domain/priority.py); None once placed
-    preempting: dict | None = None
+    preempting: dict | None = _col(JSON, default=None)
     #: an array's child: its parent's id and its index (domain/arrays.py)
-    parent_id: str | None = None
-    array_index: int | None = None
-    #: an array's counters (arrays.COUNTERS); None for any other job
-    array_counts: dict[str, int] | None = None
+    parent_id: str | None = _col(TEXT, default=None)
+    array_index: int | None = _col(NUMBER, default=None)
+    #: an array's counters (arrays.COUNTERS); None for any other job. Shown
+    #: as the API job's ``array`` (api/representation.py ``array_json``)
+    array_counts: dict[str, int] | None = _col(COUNTS, api=None, default=None)
     #: the dependencies not ended yet, in the spec's order (domain/dependencies.py);
     #: None once none is left (or the job has none)
-    waiting_for: list[str] | None = None
-    #: the jobs waiting on this one (they named it in depends_on)
-    dependents: frozenset[str] = frozenset()
+    waiting_for: list[str] | None = _col(JSON, empty_is_none=True, default=None)
+    #: the jobs waiting on this one (they named it in depends_on): stored, never
+    #: written with the job (each is added by the dependent's create)
+    dependents: frozenset[str] = _col(SET, view=False, api=None, empty_is_none=True,
+                                      default=frozenset())
 
     @property
     def is_array(self) -> bool:
@@ -78,78 +113,21 @@ class Job:
             self.pending_since = self.created_at  # never placed: waiting since created
 
 
-#: a stored JSON value in a JobView: the JSON text the store holds, undecoded
-#: (fastjson.RawJSON), from the store and from :func:`view_of` alike. It is
-#: shown, not read: ``view["spec"]["ranks"]`` fails everywhere, and a service
-#: that must read it decodes it (``view["spec"].value()``), or reads the Job.
-Stored = RawJSON
+#: every field of a Job and how it is stored and shown, in declaration order
+COLUMNS: dict[str, Column] = {f.name: f.metadata["column"] for f in fields(Job)}
 
 
-class JobView(TypedDict):
-    """A job as it is read and shown, not changed: what the representation
-    takes, with its times already as API text (``clock.iso``).
-
-    The store makes these straight from what it holds (for get and a list
-    page: no Job, no time parsed and formatted again, 9 us a job); anything
-    else makes them from a Job with :func:`view_of`. ``health`` may be None
-    where a job never had any (shown as ``{}``).
-
-    ``spec``, ``health`` and ``exit`` are JSON objects to be shown as they
-    are, of one type whoever made the view (:data:`Stored`): the JSON text
-    the store holds, kept undecoded (fastjson.RawJSON, 5 to 8 us a job less
-    on a list page), which the representation's encoder writes out verbatim;
-    :func:`view_of` encodes a Job's dicts to the same text."""
-    job_id: str
-    tenant: str
-    state: str
-    name: str | None
-    spec: Stored
-    attempt: int
-    created_at: str
-    updated_at: str
-    started_at: str | None
-    finished_at: str | None
-    cancel_requested_at: str | None
-    cancel_reason: str | None
-    health: Stored | None
-    exit: Stored | None
-    pending_reason: str | None
-    pending_since: str | None
-    uncounted_retries: int | None
-    preempting: Stored | None
-    parent_id: str | None
-    array_index: int | None
-    waiting_for: Stored | None
-    array_materialized: int | None
-    array_placed: int | None
-    array_succeeded: int | None
-    array_failed: int | None
-    array_cancelled: int | None
+def stored_names(name: str) -> tuple[str, ...]:
+    """The stored attributes of field ``name``: its own, or an array's counters'."""
+    return tuple(f"array_{k}" for k in COUNTERS) if COLUMNS[name].kind == COUNTS else (name,)
 
 
-#: the fields of a JobView, which are also the job's stored attribute names
-VIEW_FIELDS = tuple(JobView.__annotations__)
-
-
-def _stored(value: Any) -> Stored | None:
-    return None if value is None else RawJSON.of(value)
-
-
-def view_of(job: Job) -> JobView:
-    """The job as it is shown: what the store's view of the same job is."""
-    return {
-        "job_id": job.job_id, "tenant": job.tenant, "state": job.state.value,
-        "name": job.name, "spec": RawJSON.of(job.spec.to_json()), "attempt": job.attempt,
-        "created_at": iso(job.created_at), "updated_at": iso(job.updated_at),
-        "started_at": iso_or_none(job.started_at), "finished_at": iso_or_none(job.finished_at),
-        "cancel_requested_at": iso_or_none(job.cancel_requested_at),
-        "cancel_reason": job.cancel_reason, "health": _stored(job.health),
-        "exit": _stored(job.exit), "pending_reason": job.pending_reason,
-        "pending_since": iso_or_none(job.pending_since),
-        "uncounted_retries": job.uncounted_retries, "preempting": _stored(job.preempting),
-        "parent_id": job.parent_id, "array_index": job.array_index,
-        "waiting_for": _stored(job.waiting_for), **array_values(job.array_counts),  # type: ignore[typeddict-item]
-    }
+#: the attributes a Job is read from and written to
+STORED_FIELDS = tuple(n for name in COLUMNS for n in stored_names(name))
+#: the attributes a view holds (service/views.py JobView)
+VIEW_FIELDS = tuple(n for name, c in COLUMNS.items() if c.view for n in stored_names(name))
+#: a field's name in the API's job, for each field shown under its own
+API_NAMES = {name: c.api or name for name, c in COLUMNS.items() if c.api is not None}
 
 
 def array_values(counts: dict[str, int] | None) -> dict[str, int | None]:

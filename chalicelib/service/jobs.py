@@ -21,7 +21,7 @@ from ..domain.errors import (
 from ..domain.fleet import Fleet
 from ..domain.health import initial_health
 from ..domain.ids import is_job_id, new_job_id
-from ..domain.jobs import Job, JobView, view_of
+from ..domain.jobs import Job
 from ..domain.priority import NO_CLASSES, PriorityClasses
 from ..domain.quotas import TenantLimits
 from ..domain.spec import JobSpec
@@ -42,6 +42,7 @@ from .ports import (
     Telemetry,
     Transitions,
 )
+from .views import JobView, view_of
 
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50

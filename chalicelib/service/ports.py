@@ -9,11 +9,12 @@ from typing import Collection, Iterator, Mapping, Protocol, Sequence
 from ..domain.attempts import Attempt
 from ..domain.fleet import Fleet
 from ..domain.intents import Intent
-from ..domain.jobs import Job, JobView
+from ..domain.jobs import Job
 from ..domain.nodes import Node
 from ..domain.placement import Plan
 from ..domain.stall import Beat
 from ..domain.states import JobState
+from .views import JobView
 
 
 @dataclass(frozen=True)

@@ -268,9 +268,10 @@ def test_the_fakes_job_has_the_servers_members():
     from chalicelib.api.representation import job_view_json
     from chalicelib.domain import arrays
     from chalicelib.domain.health import initial_health
-    from chalicelib.domain.jobs import Job as ServerJob, view_of
+    from chalicelib.domain.jobs import Job as ServerJob
     from chalicelib.domain.spec import JobSpec
     from chalicelib.domain.states import JobState
+    from chalicelib.service.views import view_of
     now = datetime(2025, 1, 31, 12, tzinfo=timezone.utc)
     spec = JobSpec.parse({"command": ["x"], "ranks": 1, "array": {"size": 4}})
     served = job_view_json(view_of(ServerJob(

@@ -14,10 +14,10 @@ from chalicelib.domain.attempts import LOST
 from chalicelib.domain.clock import utcnow
 from chalicelib.domain.errors import RecordTooLarge
 from chalicelib.domain.intents import cancel_intent
-from chalicelib.domain.jobs import view_of
 from chalicelib.domain.states import JobState
 from chalicelib.fastjson import RawJSON
 from chalicelib.service.ports import CapacityChanged, IdemClaim, IdempotencyConflict, StateChanged
+from chalicelib.service.views import view_of
 
 
 # -- create and read ---------------------------------------------------------

@@ -12,9 +12,10 @@ from chalicelib.adapters.dynamo import ConditionFailed
 from chalicelib.domain import arrays
 from chalicelib.domain.clock import utcnow
 from chalicelib.domain.ids import child_job_id
-from chalicelib.domain.jobs import Job, view_of
+from chalicelib.domain.jobs import Job
 from chalicelib.domain.states import JobState
 from chalicelib.service.ports import StateChanged
+from chalicelib.service.views import view_of
 
 
 def _parent(ports, size=5, **array) -> Job:

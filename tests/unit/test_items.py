@@ -130,7 +130,7 @@ def test_a_job_read_as_a_view_shows_as_the_job_it_stores(job):
     """get and the list page read views straight from items (no Job, stored
     times passed through): what they show is what the Job shows."""
     from chalicelib.api.representation import job_json, job_view_json
-    from chalicelib.domain.jobs import view_of
+    from chalicelib.service.views import view_of
 
     item = new_job_item(job)
     view = view_from_item(item)

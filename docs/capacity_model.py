@@ -25,6 +25,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from agent.runner import Settings  # noqa: E402
 from chalicelib.adapters import heartbeat_store  # noqa: E402
 from chalicelib.domain.jobs import Job  # noqa: E402
+from chalicelib.domain.spec import JobSpec  # noqa: E402
 from chalicelib.domain.states import JobState  # noqa: E402
 from chalicelib.service.scan import MAX_JOBS_PER_SCAN  # noqa: E402
 from chalicelib.service.scan_fanout import RANK_COST_S, ScanFanout  # noqa: E402
@@ -106,7 +107,7 @@ def scan(running: dict[str, float]) -> dict:
     exactly as chalicelib/service/scan_fanout.py decides and packs."""
     now = datetime(2025, 1, 1, tzinfo=timezone.utc)
     jobs = [Job(job_id=f"{k}{i}", tenant="t", state=JobState.RUNNING,
-                spec={"ranks": MIX[k][1]}, created_at=now, updated_at=now, attempt=1)
+                spec=JobSpec(command=("x",), ranks=MIX[k][1]), created_at=now, updated_at=now, attempt=1)
             for k in MIX for i in range(round(running[k]))][:MAX_JOBS_PER_SCAN]
     ranks = {j.job_id: MIX[j.job_id.rstrip("0123456789")][1] for j in jobs}
 

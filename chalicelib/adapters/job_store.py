@@ -44,11 +44,14 @@ from .jobs_table import (
     KEYS,
     WAITING,
     OnDynamo,
+    active_partition,
     count_pending,
     events_from_item,
     expire_key,
+    in_index,
     job_from_item,
     leaving,
+    moved,
     new_job_item,
     parent_counts,
     pending_weight,
@@ -134,8 +137,7 @@ def _unplaced_end(job: Job, changes: Changes, event: Event, now: datetime) -> li
         values = {**values, ":dependents": {"N": str(len(job.dependents))}}
     else:
         condition += " AND attribute_not_exists(#dependents)"
-    changes.set("state", state.value).set("tenant_state", tenant_state(job.tenant, state)) \
-        .set("updated_at", iso(now)).set("finished_at", iso(now)).remove("active_state")
+    moved(changes, job, state).set("updated_at", iso(now)).set("finished_at", iso(now))
     items = [{"Update": changes.update(JOBS.key(job.job_id), condition=condition,
                                        values=values)},
              {"Update": count_pending(job.tenant, -pending_weight(job))}]
@@ -294,7 +296,7 @@ class DynamoJobs(OnDynamo):
         """Move a PENDING job that can never fit ``fleet`` out of the PENDING
         partition, with its reason, if the fleet is still the generation it was
         judged against (else it stays where it is, to be judged again)."""
-        changes = Changes(JOBS).set("active_state", parked_partition(job.spec.gpu_type)) \
+        changes = in_index(Changes(JOBS), active_partition(job, parked=True)) \
             .set("parked_generation", fleet.generation).set("pending_reason", reason)
         self._waiting(changes, job, reason)
         condition, values = state_in([JobState.PENDING], attempt=job.attempt)
@@ -312,8 +314,7 @@ class DynamoJobs(OnDynamo):
     def unpark(self, job: Job) -> bool:
         """Back into the PENDING partition: the fleet changed so that it may fit."""
         condition, values = state_in([JobState.PENDING], attempt=job.attempt)
-        changes = Changes(JOBS).set("active_state", JobState.PENDING.value) \
-            .remove("parked_generation")
+        changes = in_index(Changes(JOBS), active_partition(job)).remove("parked_generation")
         return self._update_if(job.job_id, changes, condition, values)
 
     def set_pending_reason(self, job: Job, reason: str | None,
@@ -396,9 +397,7 @@ class DynamoJobs(OnDynamo):
     def start(self, job: Job, now: datetime) -> Job:
         """SCHEDULED -> RUNNING when the first ranks of the attempt started."""
         running = JobState.RUNNING
-        changes = Changes(JOBS).set("state", running.value) \
-            .set("tenant_state", tenant_state(job.tenant, running)) \
-            .set("active_state", running.value).set("started_at", iso(now)) \
+        changes = moved(Changes(JOBS), job, running).set("started_at", iso(now)) \
             .set("updated_at", iso(now)) \
             .event(f"started#{job.attempt}", ev.event(
                 "started", now, attempt=job.attempt, reason="the first ranks started"))

@@ -114,15 +114,36 @@ def tenant_state(tenant: str, state: JobState | str) -> str:
 WAITING, ARRAY = "WAITING", "ARRAY"
 
 
-def active_partition(j: Job) -> str | None:
-    """Where a job sits in the active-state index: nowhere once terminal;
-    WAITING while dependencies are left; ARRAY for an array; else its state
-    (PENDING is the placement queue)."""
-    if j.state.terminal:
+def active_partition(j: Job, state: JobState | None = None, *,
+                     parked: bool = False) -> str | None:
+    """Where a job sits in the active-state index, in its state or in
+    ``state``: nowhere once terminal; WAITING while dependencies are left;
+    ARRAY for an array; its type's parked partition when ``parked`` (a
+    PENDING job that can never fit, domain/fleet.py); else its state
+    (PENDING is the placement queue). The one decision of it."""
+    state = j.state if state is None else state
+    if state.terminal:
         return None
     if j.waiting_for:
         return WAITING
-    return ARRAY if j.is_array else j.state.value
+    if j.is_array:
+        return ARRAY
+    return parked_partition(j.spec.gpu_type) if parked else state.value
+
+
+def in_index(changes: Changes, partition: str | None) -> Changes:
+    """The one writer of a job's place in the active-state index
+    (:func:`active_partition` decides it): set, or removed for none."""
+    if partition is None:
+        return changes.remove("active_state")
+    return changes.set("active_state", partition)
+
+
+def moved(changes: Changes, job: Job, state: JobState) -> Changes:
+    """A job moves to ``state``: its state, its list partition and its place
+    in the active-state index."""
+    changes.set("state", state.value).set("tenant_state", tenant_state(job.tenant, state))
+    return in_index(changes, active_partition(job, state))
 
 
 def pending_weight(j: Job) -> int:
@@ -168,7 +189,7 @@ def new_job_values(job: Job, idem_id: str | None = None,
     if idem_id is not None:
         values["idem_id"] = idem_id
     if parked is not None:
-        values["active_state"] = parked_partition(job.spec.gpu_type)
+        values["active_state"] = active_partition(job, parked=True)
         values["parked_generation"] = parked.generation
         reason = job.pending_reason or "can never fit"
         values["events"][ev.waiting_key(job.attempt, reason)] = ev.event(

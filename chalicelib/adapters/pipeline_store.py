@@ -37,8 +37,10 @@ from .jobs_table import (
     active_partition,
     count_pending,
     expire_key,
+    in_index,
     job_from_item,
     leaving,
+    moved,
     new_job_item,
     tenant_state,
     view_from_item,
@@ -105,8 +107,7 @@ class DynamoPipelines(DynamoJobs):
             changes.set("waiting_for", list(waiting_for)).set("pending_reason", reason)
         else:
             released = dataclasses.replace(job, waiting_for=None)
-            changes.remove("waiting_for", "pending_reason") \
-                .set("active_state", active_partition(released)) \
+            in_index(changes.remove("waiting_for", "pending_reason"), active_partition(released)) \
                 .event("dependencies_met", ev.event(
                     "dependencies_met", now, reason="every dependency was met"))
             if not job.is_array:  # its max_pending_s counts from now
@@ -173,10 +174,9 @@ class DynamoPipelines(DynamoJobs):
         c = Counts.of(parent.array_counts or {})
         never = a.size - c.materialized
         condition, values = leaving(ARRAY_ENDS[to])
-        changes = Changes(JOBS).set("state", to.value) \
-            .set("tenant_state", tenant_state(parent.tenant, to)) \
+        changes = moved(Changes(JOBS), parent, to) \
             .set("exit", exit_).set("finished_at", iso(now)).set("updated_at", iso(now)) \
-            .remove("active_state", "pending_reason") \
+            .remove("pending_reason") \
             .event("finished", ev.event("finished", now, state=to.value,
                                         reason=(exit_ or {}).get("reason") or "succeeded",
                                         detail=(exit_ or {}).get("detail")))

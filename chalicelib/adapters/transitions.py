@@ -29,16 +29,11 @@ from .jobs_table import (
     count_pending,
     expire_key,
     leaving,
+    moved,
     parent_counts,
     state_in,
-    tenant_state,
 )
 from .outbox_store import OUTBOX, outbox_item, retire
-
-
-def _to_state(changes: Changes, job: Job, state: JobState) -> Changes:
-    """A job moves to ``state``: its state and its list partition."""
-    return changes.set("state", state.value).set("tenant_state", tenant_state(job.tenant, state))
 
 
 def place_writes(job: Job, plan: Plan, intent: Intent, now: datetime,
@@ -53,8 +48,7 @@ def place_writes(job: Job, plan: Plan, intent: Intent, now: datetime,
     held = f"{job.job_id}#{attempt}"
     nodes = sorted(gpus)
     scheduled = JobState.SCHEDULED
-    changes = _to_state(Changes(JOBS), job, scheduled) \
-        .set("active_state", scheduled.value).set("attempt", attempt) \
+    changes = moved(Changes(JOBS), job, scheduled).set("attempt", attempt) \
         .set("inboxes", intent.targets).remove("pending_reason", "waiting_on", "pending_since", "preempting") \
         .set("health", clear_incident(job.health)).set("updated_at", iso(now)) \
         .event(f"placed#{attempt}", ev.placed(now, attempt, plan.ranks_by_node))
@@ -165,16 +159,15 @@ class DynamoTransitions(OnDynamo):
         it), conditioned on the placed state and attempt it leaves; the
         attempt records its end; ``stop`` (CANCEL to the nodes still running
         ranks) is recorded in the same transaction."""
-        changes = _to_state(Changes(JOBS), job, to).set("updated_at", iso(now)) \
+        changes = moved(Changes(JOBS), job, to).set("updated_at", iso(now)) \
             .set("health", frozen_health(job.health, iso(now), to.terminal, exit_,
                                          _node_of(attempt, (exit_ or {}).get("rank"))))
         # (nothing is judged once the attempt ended: no stale health)
         changes.event(*ev.attempt_end(now, attempt.attempt, to.value, exit_))
         if to.terminal:
-            changes.set("exit", exit_).set("finished_at", iso(now)).remove("active_state")
+            changes.set("exit", exit_).set("finished_at", iso(now))
         else:
-            changes.set("active_state", to.value).set("pending_since", iso(now)) \
-                .remove("inboxes")
+            changes.set("pending_since", iso(now)).remove("inboxes")
             if uncounted:
                 changes.add("uncounted_retries", 1)
         condition, values = leaving(*ENDS_ATTEMPT, attempt=attempt.attempt)

@@ -19,9 +19,11 @@ from .adapters.store import DynamoStore
 from .adapters.tokens import TokenStore
 from .config import Config, ConfigError
 from .domain.clock import Clock, utcnow
+from .domain.happened import ChildPlaced, JobEnded, PreemptionChosen, RankFailed, RanksGone
 from .service import health
 from .service.attempts import AttemptsService
 from .service.auth import Authenticator
+from .service.bus import Bus
 from .service.cancels import Canceller
 from .service.cordons import Cordons, FailureWatch
 from .service.dispatch import Dispatcher
@@ -103,7 +105,7 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
     if telemetry is None:
         from .adapters.telemetry import LambdaTelemetry  # first use, not import
         telemetry = LambdaTelemetry()
-    dispatcher = Dispatcher(inbox)
+    dispatcher, bus = Dispatcher(inbox), Bus()
     canceller = Canceller(store, dispatcher, resend_after_s=config.cancel_resend_after_s,
                           telemetry=telemetry, clock=clock)
     pipelines = PipelinesService(store, canceller, nudge,
@@ -113,13 +115,13 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
                        cancel_resend_after_s=config.cancel_resend_after_s,
                        telemetry=telemetry, clock=clock, limits=config.tenant_limits,
                        classes=config.priority_classes, pipelines=pipelines,
-                       canceller=canceller, fleet_of=node_store.fleet_of)
+                       canceller=canceller, fleet_of=node_store.fleet_of, publish=bus.publish)
     watch = FailureWatch(node_store, failures=config.auto_cordon_failures,
                          window_s=config.auto_cordon_window_s,
                          tenants=config.auto_cordon_tenants,
                          max_fraction=config.auto_cordon_max_fraction, clock=clock)
-    attempts = AttemptsService(store, dispatcher, nudge, clock=clock,
-                               failed_on=watch.attempt_failed, on_end=pipelines.ended)
+    attempts = AttemptsService(store, dispatcher, nudge, clock=clock, publish=bus.publish)
+    follow_ups(bus, pipelines=pipelines, attempts=attempts, watch=watch)
     collector = DynamoCollectorStore(connection)
     heartbeats = HeartbeatsService(store, DynamoHeartbeatStore(connection), collector,
                                    scans_per_hour=config.scans_per_hour, telemetry=telemetry,
@@ -130,16 +132,14 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
                       fanout=fanout, telemetry=telemetry, clock=clock)
     return Services(
         config=config, store=store, node_store=node_store, jobs=jobs,
-        nodes=NodesService(node_store, inbox, collector, clock=clock,
-                           confirm_gone=attempts.confirm_gone,
+        nodes=NodesService(node_store, inbox, collector, clock=clock, publish=bus.publish,
                            down_after_s=config.node_down_after_s),
         attempts=attempts,
         placer=Placer(store, node_store, dispatcher,
                       resend_after_s=config.cancel_resend_after_s, clock=clock,
                       limits=config.tenant_limits, classes=config.priority_classes,
-                      preempt=attempts.abandon,
                       preempt_min_runtime_s=config.preempt_min_runtime_s,
-                      pipelines=pipelines),
+                      publish=bus.publish),
         reconciler=Reconciler(store, node_store, dispatcher, attempts,
                               resend_after_s=config.cancel_resend_after_s,
                               down_after_s=config.node_down_after_s, pipelines=pipelines,
@@ -149,6 +149,23 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
         logs=LogsService(jobs, log_reader or CloudWatchLogReader(config),
                          page_token_key=config.page_token_key, clock=clock),
         cordons=Cordons(node_store, store, attempts, clock=clock))
+
+
+def follow_ups(bus: Bus, *, pipelines: PipelinesService, attempts: AttemptsService,
+               watch: FailureWatch) -> Bus:
+    """What follows each domain event (domain/happened.py), in one place: a
+    job's end reaches its array and its dependents (second: the pipelines'
+    sweep makes it up); an array's child placed starts its array; a rank's
+    failure counts against its node (second: auto-cordon never fails an
+    attempt's end); a lost node's ranks confirmed gone give their GPUs back;
+    a preemption's victim has its attempt ended."""
+    bus.subscribe(JobEnded, lambda e: pipelines.ended(e.job), second=True)
+    bus.subscribe(ChildPlaced, lambda e: pipelines.index_placed(e.job))
+    bus.subscribe(RankFailed, lambda e: watch.attempt_failed(e.node_id, e.job_id, e.attempt,
+                                                             e.tenant), second=True)
+    bus.subscribe(RanksGone, lambda e: attempts.confirm_gone(e.job_id, e.attempt, e.node_id))
+    bus.subscribe(PreemptionChosen, lambda e: attempts.abandon(e.victim, e.exit))
+    return bus
 
 
 def with_page_token_key(config: Config, parameters: SsmParameters) -> Config:

@@ -1245,7 +1245,9 @@ class World:
                  preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S):
         """The services as bootstrap.build wires them (no fan-out, no logs);
         ``limits`` are the tenants' (none by default), ``settle_s`` the placer's."""
+        from chalicelib.bootstrap import follow_ups
         from chalicelib.service.attempts import AttemptsService
+        from chalicelib.service.bus import Bus
         from chalicelib.service.cancels import Canceller
         from chalicelib.service.cordons import Cordons, FailureWatch
         from chalicelib.service.dispatch import Dispatcher
@@ -1257,7 +1259,7 @@ class World:
         from chalicelib.service.reconciler import Reconciler
         from chalicelib.service.scan import Scanner
 
-        clock, dispatcher = self.clock, Dispatcher(self.inbox)
+        clock, dispatcher, bus = self.clock, Dispatcher(self.inbox), Bus()
         canceller = Canceller(self.store, dispatcher, resend_after_s=resend_after_s,
                               telemetry=self.telemetry, clock=clock)
         pipelines = PipelinesService(self.store, canceller, self.nudge,
@@ -1266,24 +1268,24 @@ class World:
                            scans_per_hour=scans_per_hour, cancel_resend_after_s=resend_after_s,
                            telemetry=self.telemetry, clock=clock, limits=limits,
                            classes=classes, pipelines=pipelines, canceller=canceller,
-                           fleet_of=self.nodes.fleet_of)
+                           fleet_of=self.nodes.fleet_of, publish=bus.publish)
         watch = FailureWatch(self.nodes, failures=auto_cordon_failures,
                              window_s=auto_cordon_window_s, tenants=auto_cordon_tenants,
                              clock=clock)
         attempts = AttemptsService(self.store, dispatcher, self.nudge, clock=clock,
-                                   failed_on=watch.attempt_failed, on_end=pipelines.ended)
+                                   publish=bus.publish)
+        follow_ups(bus, pipelines=pipelines, attempts=attempts, watch=watch)
         heartbeats = HeartbeatsService(self.store, self.beats, self.collector,
                                        scans_per_hour=scans_per_hour, telemetry=self.telemetry,
                                        page_token_key=page_token_key, clock=clock)
         return FakeServices(
             store=self.store, nodes_store=self.nodes, jobs=jobs,
             nodes=NodesService(self.nodes, self.inbox, self.collector, clock=clock,
-                               confirm_gone=attempts.confirm_gone, down_after_s=down_after_s),
+                               publish=bus.publish, down_after_s=down_after_s),
             attempts=attempts,
             placer=Placer(self.store, self.nodes, dispatcher, resend_after_s=resend_after_s,
                           clock=clock, limits=limits, settle_s=settle_s, classes=classes,
-                          preempt=attempts.abandon,
-                          preempt_min_runtime_s=preempt_min_runtime_s, pipelines=pipelines),
+                          preempt_min_runtime_s=preempt_min_runtime_s, publish=bus.publish),
             reconciler=Reconciler(self.store, self.nodes, dispatcher, attempts,
                                   resend_after_s=resend_after_s, down_after_s=down_after_s,
                                   pipelines=pipelines, beats=self.beats,

@@ -9,16 +9,18 @@ the loser of a conditional write re-reads and finds the work done.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..domain import deadlines, intents, retry
 from ..domain.attempts import LOST, PORT_TAKEN, Attempt, exit_info, outcome
 from ..domain.clock import Clock, utcnow
 from ..domain.errors import Forbidden, InvalidArgument, StaleAttempt
+from ..domain.happened import JobEnded, RankFailed
 from ..domain.ids import is_job_id
 from ..domain.jobs import Job
 from ..domain.principal import Principal
 from ..domain.states import PLACED, Event, JobState, next_state
+from .bus import Publish, nowhere
 from .dispatch import Dispatcher
 from .heartbeats import not_placed_here
 from .ports import Attempts, Jobs, Nudge, Outbox, StateChanged, Transitions
@@ -38,15 +40,10 @@ class AttemptsServicePorts(Jobs, Attempts, Outbox, Transitions, Protocol):
 
 class AttemptsService:
     def __init__(self, store: AttemptsServicePorts, dispatcher: Dispatcher, nudge: Nudge,
-                 clock: Clock = utcnow,
-                 failed_on: Callable[[str, str, int, str], object] | None = None,
-                 on_end: Callable[[Job], None] | None = None) -> None:
+                 clock: Clock = utcnow, publish: Publish = nowhere) -> None:
         self.store, self.dispatcher, self.nudge, self._clock = store, dispatcher, nudge, clock
-        #: told each job that ended (PipelinesService.ended: its array, its dependents)
-        self._on_end = on_end
-        #: (node_id, job_id, attempt, tenant) of each attempt ended rank_failed, for
-        #: auto-cordon (cordons.FailureWatch)
-        self._failed_on = failed_on
+        #: tells what happened (domain/happened.py): a job's end, a rank's failure
+        self._publish = publish
 
     def report(self, principal: Principal, job_id: str, attempt_no: int, body: dict) -> Job:
         kind = body["type"]
@@ -240,16 +237,12 @@ class AttemptsService:
                                   {n: u for n, u in job.inboxes.items() if n in still_running})
         job = self.store.end_attempt(job, attempt, to, exit_, self._clock(), stop,
                                      uncounted=uncounted)
-        if exit_.get("reason") == "rank_failed" and exit_.get("node_id") and self._failed_on:
-            try:
-                self._failed_on(exit_["node_id"], job.job_id, attempt.attempt, job.tenant)
-            except Exception:  # noqa: BLE001 - the end is written; auto-cordon is second
-                log.exception("job %s: noting the failure on node %s failed", job.job_id,
-                              exit_["node_id"])
+        if exit_.get("reason") == "rank_failed" and exit_.get("node_id"):
+            self._publish(RankFailed(exit_["node_id"], job.job_id, attempt.attempt, job.tenant))
         if stop is not None:
             self.dispatcher.send(stop)
         if to is JobState.PENDING:
             self.nudge()
-        elif self._on_end is not None:
-            self._on_end(job)
+        elif to.terminal:
+            self._publish(JobEnded(job))
         return job

@@ -19,6 +19,7 @@ from ..domain.errors import (
     ServiceUnavailable,
 )
 from ..domain.fleet import Fleet
+from ..domain.happened import JobEnded
 from ..domain.health import initial_health
 from ..domain.ids import is_job_id, new_job_id
 from ..domain.jobs import Job
@@ -26,6 +27,7 @@ from ..domain.priority import NO_CLASSES, PriorityClasses
 from ..domain.quotas import TenantLimits
 from ..domain.spec import JobSpec
 from ..domain.states import JobState
+from .bus import Publish, nowhere
 from .cancels import Canceller
 from .dispatch import Dispatcher
 from .pipelines import PipelinesService
@@ -113,13 +115,16 @@ class JobsService:
                  limits: TenantLimits = quotas.NO_LIMITS,
                  classes: PriorityClasses = NO_CLASSES,
                  pipelines: PipelinesService, canceller: Canceller,
-                 fleet_of: Callable[[str | None], Fleet] | None = None) -> None:
+                 fleet_of: Callable[[str | None], Fleet] | None = None,
+                 publish: Publish = nowhere) -> None:
         self.store, self.dispatcher, self.nudge = store, dispatcher, nudge
         #: a GPU type's registered fleet (NodeStore.fleet_of), as read at most
         #: FLEET_TTL_S ago: a job that can never fit it is made parked; None:
         #: every job is left to the placer
         self._fleets = RecentFleets(fleet_of, clock) if fleet_of is not None else None
         self.pipelines, self.canceller = pipelines, canceller
+        #: tells what happened: a job it ended (domain/happened.py)
+        self._publish = publish
         self._limits, self._classes = limits, classes
         self.telemetry = telemetry
         self._token_key = page_token_key
@@ -298,7 +303,7 @@ class JobsService:
         if not _open_array(job):
             job, ended = self.canceller.cancel(job, reason)
             if ended:
-                self.pipelines.ended(job)
+                self._publish(JobEnded(job))
                 return job
         if _open_array(job):  # (or released while its cancel was being recorded)
             return self.pipelines.cancel_array(job, reason)

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable
 
 from ..domain.clock import Clock, utcnow
 from ..domain.errors import Forbidden, InvalidArgument, NotFound
+from ..domain.happened import RanksGone
 from ..domain.nodes import Node, NodeState, is_node_id
 from ..domain.principal import Principal
+from .bus import Publish, nowhere
 from .ports import CollectorStore, Inbox, NodeStore
 
 DEFAULT_GPU_TYPE = "generic"
@@ -17,8 +18,7 @@ log = logging.getLogger(__name__)
 
 class NodesService:
     def __init__(self, nodes: NodeStore, inbox: Inbox, collector: CollectorStore,
-                 clock: Clock = utcnow,
-                 confirm_gone: Callable[[str, int, str], None] | None = None,
+                 clock: Clock = utcnow, publish: Publish = nowhere,
                  down_after_s: float = 0.0) -> None:
         self.nodes, self.inbox, self.collector, self._clock = nodes, inbox, collector, clock
         #: a call-in that changes nothing is written only once the recorded
@@ -26,8 +26,8 @@ class NodesService:
         #: to DOWN: at 10-s call-ins and DOWN after 60 s, every 20 s), so a
         #: node is written half as often, and still seen far from DOWN
         self._fresh_s = down_after_s / 4
-        #: (job_id, attempt, node_id): the agent no longer runs that attempt's ranks
-        self._confirm_gone = confirm_gone
+        #: tells what happened: a lost node's agent no longer runs an attempt's ranks
+        self._publish = publish
 
     def authorize(self, principal: Principal, node_id: str, field: str = "node_id") -> None:
         """``field``: where the request names the node (a heartbeat POST's
@@ -51,7 +51,7 @@ class NodesService:
         # a node calling in shows the ingest path works, even if no rank beats
         self.collector.mark_ingest(now)
         running = body.get("running")
-        if running is not None and node.lost and self._confirm_gone is not None:
+        if running is not None and node.lost:
             node = self._settle_lost(node, {f"{r['job_id']}#{r['attempt']}" for r in running})
         return node
 
@@ -82,13 +82,12 @@ class NodesService:
         no rank left there: their GPUs come back. Those it still runs keep them
         until it stops them (their absence from the answer's ``attempts`` tells
         it to) and says so."""
-        confirm = self._confirm_gone
         gone = sorted(node.lost - running)
-        if confirm is None or not gone:
+        if not gone:
             return node
         for key in gone:
             job_id, _, attempt = key.rpartition("#")
-            confirm(job_id, int(attempt), node.node_id)
+            self._publish(RanksGone(job_id, int(attempt), node.node_id))
         return self.nodes.get(node.node_id) or node
 
     def get(self, node_id: str) -> Node:

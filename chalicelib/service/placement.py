@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Mapping, Protocol
+from typing import Iterator, Mapping, Protocol
 
 from ..domain import deadlines, placement, priority, quotas
 from ..domain.clock import Clock, iso, plus, utcnow
 from ..domain.fleet import ALL_TYPES, SETTLE_S, Fleet
+from ..domain.happened import ChildPlaced, JobEnded, PreemptionChosen
 from ..domain.intents import launch_intent
 from ..domain.jobs import Job
 from ..domain.nodes import Node, NodeState
@@ -28,8 +29,8 @@ from ..domain.priority import (
 )
 from ..domain.quotas import TenantLimits
 from ..domain.states import PLACED, JobState
+from .bus import Publish, nowhere
 from .dispatch import Dispatcher
-from .pipelines import PipelinesService
 from .ports import (
     Attempts,
     CapacityChanged,
@@ -123,17 +124,16 @@ class Placer:
                  resend_after_s: float, clock: Clock = utcnow,
                  limits: TenantLimits = quotas.NO_LIMITS, settle_s: float = SETTLE_S,
                  classes: PriorityClasses = NO_CLASSES,
-                 preempt: Callable[[Job, dict], Job] | None = None,
                  preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S,
-                 pipelines: PipelinesService) -> None:
+                 publish: Publish = nowhere) -> None:
         self.store, self.nodes, self.dispatcher, self._clock = store, nodes, dispatcher, clock
-        #: told what it placed of an array, and what it ended
-        self.pipelines = pipelines
+        #: tells what happened: a job it ended, an array's child placed, a
+        #: victim chosen (domain/happened.py)
+        self._publish = publish
         self._resend_after_s = resend_after_s
         self.limits = limits
-        #: priority classes (domain/priority.py), and how a victim's attempt is
-        #: ended (AttemptsService.abandon: its retry rules decide the rest)
-        self.classes, self._preempt = classes, preempt
+        #: priority classes (domain/priority.py)
+        self.classes = classes
         self._min_runtime_s = preempt_min_runtime_s
         #: what a preemption reads, once a run: running jobs with their GPUs,
         #: GPUs held by tenant and type (_running, _held_by_type)
@@ -190,8 +190,6 @@ class Placer:
     def _preempts(self, job: Job) -> bool:
         """May the job preempt? Its class does, or it is within its tenant's
         guaranteed GPUs of its type."""
-        if self._preempt is None:
-            return False
         cls = self.classes.by_name.get(job.spec.priority_class or DEFAULT_CLASS)
         return (cls is not None and cls.preempts) or self._within_guarantee(job)
 
@@ -207,8 +205,7 @@ class Placer:
         classes when its class preempts; else, within its tenant's guaranteed
         GPUs, those of tenants borrowing beyond their own. Recorded on the job
         first, by a conditional write: of placers racing for it, one preempts."""
-        preempt = self._preempt
-        if preempt is None or not self._preempts(job):
+        if not self._preempts(job):
             return False
         now = self._clock()
         stale_before = iso(plus(now, -PREEMPTION_STALE_S))
@@ -234,8 +231,9 @@ class Placer:
             for victim_id in ids:
                 victim = self.store.get(victim_id)
                 if victim is not None and victim.state in PLACED:
-                    preempt(victim, {"reason": "preempted", "exit_code": None,
-                                     "detail": f"by {job.job_id}, {detail}"})
+                    self._publish(PreemptionChosen(victim, {
+                        "reason": "preempted", "exit_code": None,
+                        "detail": f"by {job.job_id}, {detail}"}))
             self._taken().update(ids)  # this run's later preemptions look elsewhere
             log.info("job %s preempts %s: %s", job.job_id, ids, reason)
             return True
@@ -410,7 +408,7 @@ class Placer:
                     ended = self.store.cancel_unplaced(job, self._clock(), job.cancel_reason)
                 except StateChanged:
                     continue
-                self.pipelines.ended(ended)
+                self._publish(JobEnded(ended))
                 continue
             if self._expired(job):
                 report.expired.append(job.job_id)
@@ -464,7 +462,7 @@ class Placer:
             log.info("job %s waited past its max_pending_s: FAILED", job.job_id)
         except StateChanged:
             return True  # placed or cancelled meanwhile: that stands
-        self.pipelines.ended(ended)
+        self._publish(JobEnded(ended))
         return True
 
     def _usage(self) -> dict[str, int]:
@@ -510,7 +508,7 @@ class Placer:
             pool.reserve(plan.gpus_by_node())
             self.dispatcher.send(intent)
             if job.parent_id is not None and job.attempt == 0:
-                self.pipelines.index_placed(job)
+                self._publish(ChildPlaced(job))
             log.info("placed %s attempt %d on %s", job.job_id, attempt,
                      ",".join(plan.ranks_by_node))
             return True

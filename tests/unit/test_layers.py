@@ -103,6 +103,32 @@ def test_the_agent_shares_only_the_wire_schema_with_the_control_plane():
                          "chalicelib.domain.stacks")) == {}
 
 
+#: the services that tell what happened (domain/happened.py) instead of calling
+#: the service that follows up, and the services they no longer import
+FOLLOWED_BY_EVENTS = {
+    "attempts": ("pipelines", "cordons"),  # a job's end, a rank's failure
+    "placement": ("pipelines", "attempts"),  # a job's end, a child placed, a victim
+    "nodes": ("attempts",),  # ranks confirmed gone
+}
+
+
+@pytest.mark.parametrize("service, replaced", sorted(FOLLOWED_BY_EVENTS.items()))
+def test_what_follows_a_transition_is_an_event_not_a_call_to_another_service(service,
+                                                                           replaced):
+    """Each follow-up is subscribed once, in bootstrap.follow_ups; the service
+    that wrote the transition publishes the event and imports none of them."""
+    path = ROOT / "chalicelib" / "service" / f"{service}.py"
+    assert offending([path], lambda m: any(under(m, f"chalicelib.service.{r}")
+                                           for r in replaced)) == {}
+
+
+def test_pipelines_ended_has_one_caller_the_bus():
+    """What follows a job's end runs from one place (bootstrap.follow_ups)."""
+    callers = [str(p.relative_to(ROOT)) for p in modules("chalicelib/**/*.py", "app.py")
+               if "pipelines.ended(" in p.read_text(encoding="utf-8")]
+    assert callers == ["chalicelib/bootstrap.py"]
+
+
 def test_a_rule_here_can_fail():
     """The checker sees a refused import where there is one."""
     assert imports(ROOT / "chalicelib" / "bootstrap.py") & {

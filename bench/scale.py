@@ -202,7 +202,7 @@ class Scale:
                 break
         assert len(ids) == len(set(ids)) == count, "pages cut by size skip nothing, repeat nothing"
         print(f"{count} jobs of {len(json.dumps(spec)):,}-byte specs at page_size=500: {pages} pages "
-              f"(a Query stops at 1 MB of items; the 5 MB cut of chalicelib.domain.limits "
+              f"(a Query stops at 1 MB of items; the 5 MB cut of chalicelib.service.limits "
               f"would bite only on heavily escaped specs), bodies up to {max(sizes):,} bytes; "
               f"every job once")
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from ..domain import cursor, limits
+from ..domain import cursor
 from ..domain.attempts import Attempt
 from ..domain.clock import Clock, iso, parse_iso, utcnow
 from ..domain.errors import AlreadyFinished, ApiError, Forbidden, InvalidArgument, StaleAttempt
@@ -22,6 +22,7 @@ from ..domain.jobs import Job
 from ..domain.principal import Principal
 from ..domain.stall import Beat, Verdict, judge, received
 from ..domain.states import PLACED, JobState
+from . import limits
 from .ports import Attempts, CollectorStore, HeartbeatStore, Jobs, Telemetry
 
 #: attempts whose placement a process keeps: more than run at once (about

@@ -5,7 +5,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Callable, Protocol, Sequence
 
-from ..domain import arrays, cursor, dependencies, idempotency, limits, placement, quotas
+from ..domain import arrays, cursor, dependencies, idempotency, placement, quotas
 from ..domain.clock import Clock, utcnow
 from ..domain.errors import (
     AlreadyFinished,
@@ -27,6 +27,7 @@ from ..domain.priority import NO_CLASSES, PriorityClasses
 from ..domain.quotas import TenantLimits
 from ..domain.spec import JobSpec
 from ..domain.states import JobState
+from . import limits
 from .bus import Publish, nowhere
 from .cancels import Canceller
 from .dispatch import Dispatcher

@@ -39,7 +39,7 @@ passes it or is dropped, and a token is only positioned on one of the scope's
 ranks (checked again on resume).
 
 A page fits in Lambda's 6 MB response whatever the lines hold: it is cut by
-the size its lines take in the proxy payload (domain/limits.py ``fit`` and
+the size its lines take in the proxy payload (service/limits.py ``fit`` and
 ``proxy_bytes``, as job pages are), so it may hold fewer lines than
 ``page_size``; the next page starts right after the last line sent. The
 cursor then carries how many lines fitted (``n``), and the next page asks the
@@ -60,9 +60,10 @@ import json
 import re
 from datetime import datetime, timedelta, timezone
 
-from ..domain import cursor, limits
+from ..domain import cursor
 from ..domain.clock import Clock, iso, utcnow
 from ..domain.errors import InvalidArgument, InvalidPageToken, ServiceUnavailable
+from . import limits
 from .jobs import JobsService
 from .ports import LogReader
 

@@ -326,7 +326,7 @@ def test_the_ranks_view_pages_by_rank_range_without_skips_or_repeats(iso, iso_cl
                                                                       running, monkeypatch):
     """Every response inside Lambda's limit: a page holds a range of ranks (in
     the view's order), cut by size too, and its token resumes at the next rank."""
-    from chalicelib.domain import limits
+    from chalicelib.service import limits
 
     job_id, _, clock = running
     beat(iso_client, tenants, job_id, [2])

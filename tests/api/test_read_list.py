@@ -112,7 +112,7 @@ def test_pages_are_cut_by_size_and_resume_exactly_at_the_cut(services, client, t
                                                               monkeypatch):
     """Every response inside Lambda's limit: with a budget of three large jobs,
     a page of 50 holds three, and the token resumes right after the third."""
-    from chalicelib.domain import limits
+    from chalicelib.service import limits
     from chalicelib.service.jobs import job_wire_bytes
 
     big = {**BODY, "env": {f"V{i}": "x" * 1000 for i in range(6)}}

@@ -252,7 +252,7 @@ def test_since_becomes_a_start_in_whole_milliseconds_rounded_up():
 
 
 # -- size: every page fits Lambda's 6 MB, whatever the lines hold ---------------------------
-#: Lambda's response limit, the proxy payload (domain/limits.py)
+#: Lambda's response limit, the proxy payload (service/limits.py)
 LAMBDA_BYTES = 6_291_456
 #: what a proxy payload holds beside the body (status code, headers), generously
 ENVELOPE = 16_384
@@ -323,7 +323,7 @@ def test_every_page_fits_lambdas_6_mb_and_the_pages_resume_without_loss_or_repea
     followed by its tokens, every line of the job comes exactly once, in
     order (a page cut by size resumes right after its last line); a line
     longer than CloudWatch's largest event is shown cut, and says so."""
-    from chalicelib.domain import limits
+    from chalicelib.service import limits
 
     service, _, job, expected = heavy_logs
     lines, token, pages = [], None, 0

@@ -10,10 +10,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from chalicelib.domain import limits
 from chalicelib.domain.clock import iso
 from chalicelib.domain.errors import InvalidArgument, ServiceUnavailable
-from chalicelib.service import logs as logs_module
+from chalicelib.service import limits, logs as logs_module
 from chalicelib.service.logs import LogsService, epoch_ms
 from tests.fakes import FakeLogReader
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from chalicelib import fastjson
-from chalicelib.domain import limits
+from chalicelib.service import limits
 
 scalars = (st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1)
            | st.floats(allow_nan=False, allow_infinity=False) | st.text())

@@ -23,7 +23,7 @@ from ..domain.states import PLACED, Event, JobState, next_state
 from .bus import Publish, nowhere
 from .dispatch import Dispatcher
 from .heartbeats import not_placed_here
-from .ports import Attempts, Jobs, Nudge, Outbox, StateChanged, Transitions
+from .ports import Attempts, JobReads, JobWrites, Nudge, Outbox, StateChanged, Transitions
 
 _RACE_RETRIES = 3
 #: the CANCEL's reason, as the agents log it, by the attempt's end reason
@@ -33,7 +33,7 @@ TIMED_OUT = "TIMED_OUT"
 log = logging.getLogger(__name__)
 
 
-class AttemptsServicePorts(Jobs, Attempts, Outbox, Transitions, Protocol):
+class AttemptsServicePorts(JobReads, JobWrites, Attempts, Outbox, Transitions, Protocol):
     """What the attempts service calls: the job and its attempt, the ranks'
     reports, acknowledgements, releases, and the attempt's start and end."""
 

@@ -12,12 +12,12 @@ from ..domain.intents import cancel_intent
 from ..domain.jobs import Job
 from ..domain.states import JobState
 from .dispatch import Dispatcher
-from .ports import Jobs, StateChanged, Telemetry, Transitions
+from .ports import JobReads, JobWrites, StateChanged, Telemetry, Transitions
 
 _RACE_RETRIES = 3
 
 
-class CancelPorts(Jobs, Transitions, Protocol):
+class CancelPorts(JobReads, JobWrites, Transitions, Protocol):
     """What a cancel writes: the unplaced end, or the request with its intent."""
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Protocol
 
 from ..domain import nodes as node_rules
 from ..domain.clock import Clock, iso, utcnow
@@ -30,7 +31,7 @@ from ..domain.nodes import Node, is_node_id
 from ..domain.principal import Principal
 from ..domain.states import PLACED
 from .attempts import AttemptsService
-from .ports import Jobs, NodeStore
+from .ports import JobReads, NodeCordons, NodeRegistry
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,12 @@ def _not_found(node_id: str) -> ApiError:
     return NotFound(f"node {node_id} not found", field="node_id")
 
 
+class CordonNodes(NodeRegistry, NodeCordons, Protocol):
+    """What cordons read and write of the nodes."""
+
+
 class Cordons:
-    def __init__(self, nodes: NodeStore, jobs: Jobs, attempts: AttemptsService,
+    def __init__(self, nodes: CordonNodes, jobs: JobReads, attempts: AttemptsService,
                  clock: Clock = utcnow) -> None:
         self.nodes, self.jobs, self.attempts, self._clock = nodes, jobs, attempts, clock
 
@@ -104,7 +109,7 @@ class FailureWatch:
     is auto-cordoned at a time; past it the failures are logged, and an
     operator decides (docs/security.md)."""
 
-    def __init__(self, nodes: NodeStore, *, failures: int, window_s: float,
+    def __init__(self, nodes: CordonNodes, *, failures: int, window_s: float,
                  tenants: int = 2, max_fraction: float = 0.1, clock: Clock = utcnow) -> None:
         self.nodes, self.failures, self.window_s, self._clock = nodes, failures, window_s, clock
         self.tenants, self.max_fraction = tenants, max_fraction

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from ..domain.errors import ServiceUnavailable
-from .ports import Jobs
+from .ports import JobReads
 
 
-def check(store: Jobs) -> dict:
+def check(store: JobReads) -> dict:
     try:
         store.ping()
     except Exception as e:  # noqa: BLE001 - any failure means "not ready"

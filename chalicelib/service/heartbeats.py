@@ -23,7 +23,7 @@ from ..domain.principal import Principal
 from ..domain.stall import Beat, Verdict, judge, received
 from ..domain.states import PLACED, JobState
 from . import limits
-from .ports import Attempts, CollectorStore, HeartbeatStore, Jobs, Telemetry
+from .ports import Attempts, CollectorStore, HeartbeatStore, JobReads, Telemetry
 
 #: attempts whose placement a process keeps: more than run at once (about
 #: 3,200 at 100,000 GPUs), since the reconciler looks up every attempt a node
@@ -34,7 +34,7 @@ _PLACEMENTS_CACHED = 16384
 MAX_RANKS_PAGE = 65536
 
 
-class HeartbeatsServicePorts(Jobs, Attempts, Protocol):
+class HeartbeatsServicePorts(JobReads, Attempts, Protocol):
     """What heartbeats read: the job and where its attempt's ranks run."""
 
 

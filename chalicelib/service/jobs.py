@@ -33,17 +33,17 @@ from .cancels import Canceller
 from .dispatch import Dispatcher
 from .pipelines import PipelinesService
 from .ports import (
+    Arrays,
     Attempts,
     Contended,
     FleetChanged,
     IdemClaim,
     IdempotencyConflict,
-    Jobs,
+    JobReads,
+    JobWrites,
     Nudge,
     PendingLimitReached,
-    Pipelines,
     Telemetry,
-    Transitions,
 )
 from .views import JobView, view_of
 
@@ -104,7 +104,7 @@ class RecentFleets:
         self._seen.pop(gpu_type, None)
 
 
-class JobsServicePorts(Jobs, Attempts, Transitions, Pipelines, Protocol):
+class JobsServicePorts(JobReads, JobWrites, Attempts, Arrays, Protocol):
     """What the jobs service calls: jobs, the attempts list, a placed job's
     cancel, an array's children."""
 

@@ -9,7 +9,7 @@ from ..domain.happened import RanksGone
 from ..domain.nodes import Node, NodeState, is_node_id
 from ..domain.principal import Principal
 from .bus import Publish, nowhere
-from .ports import CollectorStore, Inbox, NodeStore
+from .ports import CollectorStore, Inbox, NodeRegistry
 
 DEFAULT_GPU_TYPE = "generic"
 
@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 class NodesService:
-    def __init__(self, nodes: NodeStore, inbox: Inbox, collector: CollectorStore,
+    def __init__(self, nodes: NodeRegistry, inbox: Inbox, collector: CollectorStore,
                  clock: Clock = utcnow, publish: Publish = nowhere,
                  down_after_s: float = 0.0) -> None:
         self.nodes, self.inbox, self.collector, self._clock = nodes, inbox, collector, clock

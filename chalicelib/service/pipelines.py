@@ -32,7 +32,7 @@ from ..domain.jobs import Job
 from ..domain.spec import JobSpec
 from ..domain.states import JobState
 from .cancels import Canceller
-from .ports import Jobs, Nudge, Pipelines, StateChanged
+from .ports import Arrays, Dependencies, JobReads, Nudge, StateChanged
 
 log = logging.getLogger(__name__)
 _RACE_RETRIES = 3
@@ -45,7 +45,7 @@ SWEEP_LIMIT = 5000
 CANCELS_INLINE, CANCELS_PER_SWEEP = 100, 1000
 
 
-class PipelinesPorts(Jobs, Pipelines, Protocol):
+class PipelinesPorts(JobReads, Dependencies, Arrays, Protocol):
     """Jobs, who waits on whom, and arrays' children."""
 
 

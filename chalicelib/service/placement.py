@@ -35,8 +35,11 @@ from .ports import (
     Attempts,
     CapacityChanged,
     Contended,
-    Jobs,
-    NodeStore,
+    Fleets,
+    JobQueue,
+    JobReads,
+    JobWrites,
+    NodeRegistry,
     StateChanged,
     Transitions,
 )
@@ -66,7 +69,7 @@ class PlacementReport:
 class _Pool:
     """The nodes one run has read, with the GPUs it has reserved on them since."""
 
-    def __init__(self, nodes: NodeStore) -> None:
+    def __init__(self, nodes: PlacerNodes) -> None:
         self._store = nodes
         self._nodes: dict[str, Node] = {}
         self._order: dict[str, list[str]] = {}
@@ -115,12 +118,16 @@ class _Pool:
                 self._nodes[node_id] = fresh
 
 
-class PlacerPorts(Jobs, Attempts, Transitions, Protocol):
+class PlacerNodes(NodeRegistry, Fleets, Protocol):
+    """What the placer reads of the nodes: the fleets, and a node by id."""
+
+
+class PlacerPorts(JobReads, JobQueue, JobWrites, Attempts, Transitions, Protocol):
     """What the placer calls: the queue, a retried job's last attempt, and ``place``."""
 
 
 class Placer:
-    def __init__(self, store: PlacerPorts, nodes: NodeStore, dispatcher: Dispatcher, *,
+    def __init__(self, store: PlacerPorts, nodes: PlacerNodes, dispatcher: Dispatcher, *,
                  resend_after_s: float, clock: Clock = utcnow,
                  limits: TenantLimits = quotas.NO_LIMITS, settle_s: float = SETTLE_S,
                  classes: PriorityClasses = NO_CLASSES,

@@ -25,17 +25,21 @@ from ..domain.nodes import Node
 from .attempts import AttemptsService
 from .dispatch import Dispatcher
 from .pipelines import PipelinesService
-from .ports import Attempts, HeartbeatStore, Jobs, NodeStore, Outbox
+from .ports import Attempts, HeartbeatStore, JobReads, NodeLiveness, NodeRegistry, Outbox
 
 log = logging.getLogger(__name__)
 
 
-class ReconcilerPorts(Jobs, Attempts, Outbox, Protocol):
+class ReconcilerNodes(NodeRegistry, NodeLiveness, Protocol):
+    """What the reconciler reads and marks of the nodes: the quiet ones."""
+
+
+class ReconcilerPorts(JobReads, Attempts, Outbox, Protocol):
     """What the reconciler calls: due intents, and a lost node's jobs and attempts."""
 
 
 class Reconciler:
-    def __init__(self, store: ReconcilerPorts, nodes: NodeStore, dispatcher: Dispatcher,
+    def __init__(self, store: ReconcilerPorts, nodes: ReconcilerNodes, dispatcher: Dispatcher,
                  attempts: AttemptsService, *, resend_after_s: float, down_after_s: float,
                  pipelines: PipelinesService, beats: HeartbeatStore,
                  placed: Callable[[str, int], dict[int, str]], clock: Clock = utcnow) -> None:

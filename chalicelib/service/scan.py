@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import datetime
+from typing import Protocol
 
 from ..domain import deadlines, health
 from ..domain.clock import Clock, iso, plus, utcnow
@@ -20,14 +21,18 @@ from ..domain.stall import Verdict, suppression
 from ..domain.states import JobState
 from .attempts import AttemptsService
 from .heartbeats import HeartbeatsService
-from .ports import CollectorStore, Jobs, Telemetry
+from .ports import CollectorStore, JobQueue, JobWrites, Telemetry
 
 log = logging.getLogger(__name__)
 MAX_JOBS_PER_SCAN = 5000
 
 
+class ScannerPorts(JobQueue, JobWrites, Protocol):
+    """What the scan calls: the running jobs, and their health written."""
+
+
 class Scanner:
-    def __init__(self, store: Jobs, heartbeats: HeartbeatsService,
+    def __init__(self, store: ScannerPorts, heartbeats: HeartbeatsService,
                  collector: CollectorStore, attempts: AttemptsService, *, period_s: float,
                  telemetry: Telemetry, clock: Clock = utcnow, fanout=None) -> None:
         self.store, self.heartbeats, self.collector = store, heartbeats, collector

@@ -27,7 +27,7 @@ from typing import Callable, Protocol
 from ..domain.clock import Clock, iso, parse_iso, utcnow
 from ..domain.jobs import Job
 from ..domain.states import JobState
-from .ports import Jobs
+from .ports import JobReads
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def pack(jobs: list[Job], shard_ranks: int) -> list[list[Job]]:
 
 
 class ScanFanout:
-    def __init__(self, queue: ScanQueue, store: Jobs, *, period_s: float,
+    def __init__(self, queue: ScanQueue, store: JobReads, *, period_s: float,
                  rank_cost_s: float = RANK_COST_S, fraction: float = SHARD_FRACTION,
                  clock: Clock = utcnow) -> None:
         self.queue, self.store, self._period_s, self._clock = queue, store, period_s, clock

@@ -136,3 +136,21 @@ def test_a_rule_here_can_fail():
     """The checker sees a refused import where there is one."""
     assert imports(ROOT / "chalicelib" / "bootstrap.py") & {
         "chalicelib.adapters.store", "chalicelib.adapters"}
+
+
+def test_each_port_is_small_and_services_ask_for_the_parts_they_call():
+    """A port declares at most ten methods of its own (the unions Jobs,
+    Pipelines, JobTables and NodeStore, for the contract suite and bootstrap, declare
+    none); a service asks for the parts it calls, not for a union of them."""
+    from chalicelib.service import ports
+    tree = ast.parse((ROOT / "chalicelib" / "service" / "ports.py").read_text(encoding="utf-8"))
+    sizes = {node.name: sum(isinstance(n, ast.FunctionDef) for n in node.body)
+             for node in tree.body if isinstance(node, ast.ClassDef)
+             and any(getattr(b, "id", "") == "Protocol" for b in node.bases)}
+    assert sizes and max(sizes.values()) <= 10, sizes
+    unions = {"Jobs", "Pipelines", "JobTables", "NodeStore"}
+    assert {name for name in unions if sizes[name]} == set()
+    asking = offending(modules("chalicelib/service/*.py"), lambda m: m in {
+        f"chalicelib.service.ports.{u}" for u in unions})
+    assert asking == {}, "a service asks for a union of ports"
+    assert hasattr(ports, "JobReads")

@@ -65,7 +65,6 @@ from .outbox_store import OUTBOX
 
 #: jobs read per Query page of the queue and of the parked jobs
 _QUEUE_PAGE = 100
-_BY_ACTIVE_STATE = JobModel.by_active_state.Meta.index_name
 #: how a job cancelled before it was placed ended
 CANCELLED_EXIT = {"reason": "cancelled", "exit_code": None}
 
@@ -257,23 +256,6 @@ class DynamoJobs(OnDynamo):
             last = raw.get("LastEvaluatedKey")
             resume_after = last["job_id"]["S"] if last else None
         return [view_from_item(i) for i in items], resume_after
-
-    def _partition(self, partition: str, limit: int | None, page_size: int) -> Iterator[Job]:
-        """The jobs of one partition of the active-state index, in queue
-        order, read lazily, at most ``limit`` (None: all)."""
-        left = limit
-        if left == 0:
-            return
-        request = JOBS.query(_BY_ACTIVE_STATE, "#active_state = :partition",
-                             {":partition": {"S": partition}},
-                             limit=page_size if left is None else min(page_size, left))
-        for page in self._dynamo.pages(request):
-            for item in page:
-                yield job_from_item(item)
-                if left is not None:
-                    left -= 1
-                    if left == 0:
-                        return
 
     def pending(self, limit: int) -> Iterator[Job]:
         """PENDING jobs, highest priority first, then oldest first, read lazily."""

@@ -8,7 +8,7 @@ PynamoDB model, which is the schema only).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from ..domain import events as ev, idempotency
 from ..domain.arrays import COUNTERS
@@ -50,6 +50,7 @@ _JOB = Codec(JobModel, STORED_FIELDS)
 #: service/views.py's one type of a stored JSON value)
 _VIEW = Codec(JobModel, VIEW_FIELDS, raw_json=True)
 _EVENTS = Codec(JobModel, ("events",))
+_BY_ACTIVE_STATE = JobModel.by_active_state.Meta.index_name
 _STATES = {state.value: state for state in JobState}
 
 
@@ -283,3 +284,20 @@ class OnDynamo:
         None."""
         current = self._read_job(job_id)
         return current if current is not None and check(current) else None
+
+    def _partition(self, partition: str, limit: int | None, page_size: int) -> Iterator[Job]:
+        """The jobs of one partition of the active-state index, in queue
+        order, read lazily, at most ``limit`` (None: all)."""
+        left = limit
+        if left == 0:
+            return
+        request = JOBS.query(_BY_ACTIVE_STATE, "#active_state = :partition",
+                             {":partition": {"S": partition}},
+                             limit=page_size if left is None else min(page_size, left))
+        for page in self._dynamo.pages(request):
+            for item in page:
+                yield job_from_item(item)
+                if left is not None:
+                    left -= 1
+                    if left == 0:
+                        return

@@ -29,11 +29,11 @@ from ..domain.states import ARRAY_ENDS, Event, JobState, next_state
 from ..service.views import JobView
 from .dynamo import Changes
 from .dynamo_errors import tx_lost
-from .job_store import DynamoJobs
 from .jobs_table import (
     ARRAY,
     JOBS,
     WAITING,
+    OnDynamo,
     active_partition,
     count_pending,
     expire_key,
@@ -72,7 +72,7 @@ def children_request(parent_id: str, state: str | None, page_size: int,
                       start=start, filter=filter_)
 
 
-class DynamoPipelines(DynamoJobs):
+class DynamoPipelines(OnDynamo):
     # -- dependencies ----------------------------------------------------------
     def add_dependent(self, job_id: str, dependent_id: str) -> None:
         """Record on ``job_id``'s item that ``dependent_id`` waits on it."""

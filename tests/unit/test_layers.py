@@ -154,3 +154,13 @@ def test_each_port_is_small_and_services_ask_for_the_parts_they_call():
         f"chalicelib.service.ports.{u}" for u in unions})
     assert asking == {}, "a service asks for a union of ports"
     assert hasattr(ports, "JobReads")
+
+
+def test_the_store_is_its_adapters_side_by_side_none_built_on_another():
+    """No inheritance chain builds the store: each adapter stands on OnDynamo
+    (the sender, the clock, the reads they share) alone."""
+    from chalicelib.adapters.jobs_table import OnDynamo
+    from chalicelib.adapters.store import DynamoStore
+    assert len(DynamoStore.__bases__) == 5
+    assert {base.__name__: base.__bases__ for base in DynamoStore.__bases__} == {
+        base.__name__: (OnDynamo,) for base in DynamoStore.__bases__}

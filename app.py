@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from chalice import Rate
+from chalice import Chalice, Rate
 
 from chalicelib.api import batch
 from chalicelib.api.edge import Edge, handler, ok, whole_number
@@ -20,14 +20,13 @@ from chalicelib.api.representation import (
     node_json,
     node_registration_json,
 )
-from chalicelib.api.rest import RestApp
 from chalicelib.api.validation import MAX_HEARTBEATS_BYTES
 from chalicelib.bootstrap import services
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import iso
 from chalicelib.domain.principal import Principal
 
-app = RestApp(app_name="gpujobs")  # Chalice, one pass per request (chalicelib/api/rest.py)
+app = Chalice(app_name="gpujobs")
 http = Edge(app)  # the error boundary and the request helpers (chalicelib/api/edge.py)
 endpoint = http.endpoint
 

@@ -33,11 +33,11 @@ half wrote is deleted after it, the nodes get their GPUs back):
   ``array.env`` one value per index; ``max_parallel`` ``--max-parallel``,
   default 100, 0 for none: a window of 500) is created (untimed). Then,
   timed: its first window (``max_parallel`` children) made by
-  ``services.placer.pipelines.array_changed`` (what an index's end and the
+  ``services.pipelines.array_changed`` (what an index's end and the
   reconciler's sweep do: 99 children a transaction), placed by ``services.placer.run()`` repeated
   while it places; then for each of the other indexes, one placed child's
   end is reported (``EXITED`` 0, untimed, write units metered) and its
-  follow-up ``services.placer.pipelines.ended_all([child])`` makes the next index
+  follow-up ``services.pipelines.ended_all([child])`` makes the next index
   (timed: one child a transaction, as in steady state); then those are
   placed. ``--size`` is at most twice the window.
 * **plain** (the baseline): the same shape with plain jobs of the same spec
@@ -81,6 +81,7 @@ if str(ROOT) not in sys.path:
 from bench import harness  # noqa: E402
 from bench.harness import REGION, Fail, moto_housekeeping  # noqa: E402
 from chalicelib.domain.arrays import FIRST_BATCH, ArraySpec  # noqa: E402
+from chalicelib.domain.happened import JobEnded  # noqa: E402
 
 TENANT = "bench"
 TOKEN = "bench"
@@ -257,13 +258,14 @@ class Children:
         job = self.services.store.get(job_id)
         [node] = self.services.store.attempt(job_id, job.attempt).node_ranks
         attempts = self.services.attempts
-        on_end, attempts._on_end = attempts._on_end, None  # the instance's: chalicelib unchanged
+        publish = attempts._publish  # the instance's: chalicelib unchanged
+        attempts._publish = lambda e: None if isinstance(e, JobEnded) else publish(e)
         try:
             with harness.write_units() as wu:
                 attempts.report(AGENT, job_id, job.attempt, {
                     "type": "EXITED", "node_id": node, "ranks": [0], "exit_code": 0})
         finally:
-            attempts._on_end = on_end
+            attempts._publish = publish
         if self.services.store.get(job_id).state.value != "SUCCEEDED":
             raise Fail(f"{job_id} did not succeed")
         return wu.total
@@ -323,7 +325,7 @@ class Children:
         view, _ = s.jobs.submit(TENANT, self.array_body, None)
         parent = view["job_id"]
         self.created += [parent, *(child_job_id(parent, i) for i in range(self.size))]
-        made = Meter(lambda: s.placer.pipelines.array_changed(parent))
+        made = Meter(lambda: s.pipelines.array_changed(parent))
         counts = s.store.get(parent).array_counts
         if counts["materialized"] != self.window:
             raise Fail(f"the sweep made {counts['materialized']} of a window of {self.window}")
@@ -336,7 +338,7 @@ class Children:
                 moto_housekeeping()  # untimed: moto's tracked copies, see harness
             end_wru.append(self.end(job_id))
             before = s.store.get(parent).array_counts["materialized"]
-            one_by_one.append(Meter(lambda j=job_id: s.placer.pipelines.ended_all([j])))
+            one_by_one.append(Meter(lambda j=job_id: s.pipelines.ended_all([j])))
             if s.store.get(parent).array_counts["materialized"] != before + 1:
                 raise Fail("an index's end did not make exactly the next index")
         second, rest = self.place_all() if one_by_one else (None, [])

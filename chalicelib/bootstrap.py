@@ -56,6 +56,8 @@ class Services:
     telemetry: Telemetry
     logs: LogsService
     cordons: Cordons
+    #: dependencies and arrays: what follows a job's end (follow_ups), the sweep
+    pipelines: PipelinesService
     #: the one time source every service reads
     clock: Clock = utcnow
 
@@ -148,7 +150,7 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
         telemetry=telemetry, clock=clock,
         logs=LogsService(jobs, log_reader or CloudWatchLogReader(config),
                          page_token_key=config.page_token_key, clock=clock),
-        cordons=Cordons(node_store, store, attempts, clock=clock))
+        cordons=Cordons(node_store, store, attempts, clock=clock), pipelines=pipelines)
 
 
 def follow_ups(bus: Bus, *, pipelines: PipelinesService, attempts: AttemptsService,

@@ -1,3 +1,3 @@
 """The HTTP edge: the error boundary and request helpers (edge.py), the code ->
-status table (problems.py), SQS batches (batch.py), RestApp (rest.py), request
-validation, JSON Schemas and representations."""
+status table (problems.py), SQS batches (batch.py), request validation, JSON
+Schemas and representations."""

@@ -7,7 +7,7 @@ given, else :data:`FEED_WINDOW`.
 Each child is an ordinary job (its own retries, quotas, fair share), whose
 id is fixed by its parent and index (``ids.child_job_id``), so making one
 twice is impossible, and whose spec is the parent's for its index
-(:func:`child_spec`).
+(domain/spec.py ``JobSpec.child``).
 
 The parent counts its children in five counters, each written in the same
 transaction as the child's transition that moves it: ``materialized``,
@@ -16,13 +16,10 @@ transaction as the child's transition that moves it: ``materialized``,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping
+from dataclasses import dataclass
+from typing import Mapping
 
 from .states import JobState
-
-if TYPE_CHECKING:
-    from .spec import JobSpec
 
 MAX_SIZE = 10_000
 #: open children of an array without max_parallel; children made per call
@@ -137,20 +134,6 @@ def _tally(a: ArraySpec, c: Counts, never: int) -> str:
         parts.append(f"{c.cancelled + never} cancelled"
                      + (f" ({never} never started)" if never else ""))
     return ", ".join(parts)
-
-
-def child_spec(spec: JobSpec, index: int) -> JobSpec:
-    """The spec of index ``index``: the parent's without ``array`` and
-    ``depends_on`` (the parent waited for those), its env with the index,
-    the size and each ``array.env`` value chosen for this index."""
-    a = spec.array
-    assert a is not None, "an array's spec"
-    env = dict(spec.env)
-    for name, values in (a.env or {}).items():
-        env[name] = values[index]
-    env[INDEX_ENV] = str(index)
-    env[SIZE_ENV] = str(a.size)
-    return replace(spec, array=None, depends_on=None, env=env)
 
 
 def child_name(name: str | None, index: int) -> str | None:

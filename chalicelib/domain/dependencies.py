@@ -16,12 +16,9 @@ pipelines service (service/pipelines.py) applies these answers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import Iterable, Mapping, Protocol
 
 from .states import JobState
-
-if TYPE_CHECKING:
-    from .spec import JobSpec
 
 #: how many jobs one job may depend on
 MAX_DEPENDENCIES = 100
@@ -51,11 +48,17 @@ class Dependency:
         return succeeded if self.condition == "succeeded" else not succeeded
 
 
-def by_id(spec: JobSpec) -> dict[str, Dependency]:
+class Depends(Protocol):
+    """What these functions read of a spec (domain/spec.py JobSpec)."""
+    @property
+    def depends_on(self) -> tuple[Dependency, ...] | None: ...
+
+
+def by_id(spec: Depends) -> dict[str, Dependency]:
     return {d.job_id: d for d in spec.depends_on or ()}
 
 
-def waiting_reason(spec: JobSpec, waiting_for: Iterable[str]) -> str | None:
+def waiting_reason(spec: Depends, waiting_for: Iterable[str]) -> str | None:
     """The pending_reason of a job waiting for ``waiting_for``, the first of
     them named: ``waiting for job_x to succeed (and 2 more)``."""
     waiting = list(waiting_for)
@@ -82,7 +85,7 @@ class Outcome:
         return self.failed is None and not self.waiting_for
 
 
-def judge(spec: JobSpec, states: Mapping[str, JobState],
+def judge(spec: Depends, states: Mapping[str, JobState],
           only: Iterable[str] | None = None) -> Outcome:
     """The outcome of the dependencies named in ``only`` (default: all of
     the spec's), each in the state ``states`` gives it (a job absent from

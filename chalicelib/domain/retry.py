@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import signal as _signal
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .spec import JobSpec, RetryRule
+from typing import Protocol
 
 #: every reason an attempt ends with a failure: a rank's exit, its node's loss,
 #: a stall restart (``on_stall: restart``), the attempt's time limit, the
@@ -54,6 +51,32 @@ SIGNALS = tuple(s.name for s in sorted(_signal.Signals, key=lambda s: s.value)
                 and 1 <= s.value <= 31)
 #: the exit code of a rank killed by a signal (the shim's ``128 + N``)
 SIGNAL_EXIT_BASE = 128
+
+
+@dataclass(frozen=True)
+class RetryRule:
+    """One of a spec's ``retry.rules``: matches a failure when every
+    criterion it gives matches (:func:`decide`)."""
+    action: str
+    reasons: tuple[str, ...] | None = None
+    exit_codes: tuple[int, ...] | None = None
+    signals: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RetrySpec:
+    """A spec's ``retry`` (domain/spec.py)."""
+    #: no rules of its own: the defaults above decide
+    rules: tuple[RetryRule, ...] = ()
+    max_uncounted_retries: int = DEFAULT_MAX_UNCOUNTED
+
+
+class Policy(Protocol):
+    """What :func:`decide` reads of a spec (domain/spec.py JobSpec)."""
+    @property
+    def retry(self) -> RetrySpec: ...
+    @property
+    def max_attempts(self) -> int: ...
 
 
 def signal_exit_code(name: str) -> int:
@@ -107,7 +130,7 @@ def _cause(exit_: dict) -> str:
     return f"{reason} ({', '.join(bits)})" if bits else reason
 
 
-def decide(spec: JobSpec, exit_: dict, *, attempt: int, uncounted: int) -> Decision:
+def decide(spec: Policy, exit_: dict, *, attempt: int, uncounted: int) -> Decision:
     """What follows attempt number ``attempt`` of a job with spec ``spec``
     (defaults filled), ended as ``exit_`` says (``reason``, ``exit_code``,
     ``rank``), when ``uncounted`` of its earlier retries did not count."""

@@ -9,12 +9,12 @@ Parsing that JSON again gives the same spec. Pure: no AWS here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Mapping
 
-from .arrays import ArraySpec
+from .arrays import INDEX_ENV, SIZE_ENV, ArraySpec
 from .dependencies import DEFAULT_CONDITION, Dependency
-from .retry import DEFAULT_MAX_UNCOUNTED
+from .retry import DEFAULT_MAX_UNCOUNTED, RetryRule, RetrySpec
 
 DEFAULT_WARN_SIGNAL = "SIGUSR1"
 
@@ -33,22 +33,6 @@ class HeartbeatSpec:
     max_busy_s: float = 900
     #: how long process evidence may show no CPU and no I/O in mode "process"
     idle_s: float = 300
-
-
-@dataclass(frozen=True)
-class RetryRule:
-    """Matches a failure when every criterion it gives matches (domain/retry.py)."""
-    action: str
-    reasons: tuple[str, ...] | None = None
-    exit_codes: tuple[int, ...] | None = None
-    signals: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class RetrySpec:
-    #: no rules of its own: the defaults of domain/retry.py decide
-    rules: tuple[RetryRule, ...] = ()
-    max_uncounted_retries: int = DEFAULT_MAX_UNCOUNTED
 
 
 @dataclass(frozen=True)
@@ -105,6 +89,18 @@ class JobSpec:
     def gpus(self) -> int:
         """The GPUs the job holds while it runs."""
         return self.ranks * self.gpus_per_rank
+
+    def child(self, index: int) -> JobSpec:
+        """An array's index ``index``: this spec without ``array`` and
+        ``depends_on`` (the parent waited for those), its env with the index,
+        the size and each ``array.env`` value chosen for this index."""
+        assert self.array is not None, "an array's spec"
+        env = dict(self.env)
+        for name, values in (self.array.env or {}).items():
+            env[name] = values[index]
+        env[INDEX_ENV] = str(index)
+        env[SIZE_ENV] = str(self.array.size)
+        return replace(self, array=None, depends_on=None, env=env)
 
 
 #: the members parsed into types of their own

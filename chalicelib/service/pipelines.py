@@ -217,7 +217,7 @@ class PipelinesService:
         return made
 
     def _child(self, parent: Job, index: int, now) -> Job:
-        spec = arrays.child_spec(parent.spec, index)
+        spec = parent.spec.child(index)
         return Job(job_id=child_job_id(parent.job_id, index), tenant=parent.tenant,
                    state=JobState.PENDING, spec=spec, created_at=now, updated_at=now,
                    name=arrays.child_name(parent.name, index),

@@ -28,7 +28,7 @@ def _parent(ports, size=5, **array) -> Job:
 def _children(parent: Job, indexes) -> list[Job]:
     now = utcnow()
     return [Job(job_id=child_job_id(parent.job_id, i), tenant=parent.tenant,
-                state=JobState.PENDING, spec=arrays.child_spec(parent.spec, i), created_at=now,
+                state=JobState.PENDING, spec=parent.spec.child(i), created_at=now,
                 updated_at=now, name=f"contract[{i}]", health=parent.health,
                 parent_id=parent.job_id, array_index=i) for i in indexes]
 

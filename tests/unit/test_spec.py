@@ -11,7 +11,8 @@ import pytest
 from chalicelib.api import schemas, validation
 from chalicelib.domain.arrays import ArraySpec
 from chalicelib.domain.dependencies import Dependency
-from chalicelib.domain.spec import HeartbeatSpec, JobSpec, RetryRule, RetrySpec
+from chalicelib.domain.retry import RetryRule, RetrySpec
+from chalicelib.domain.spec import HeartbeatSpec, JobSpec
 
 #: every member the schema allows, none at its default
 FULL = {

@@ -89,23 +89,12 @@ def test_a_job_that_can_never_fit_stays_pending_with_a_reason(tenant):
     tenant.post(f"/v1/jobs/{job['id']}/cancel")
 
 
-HANG = """
-import os, time
-from gpujobs_heartbeat import beat
-rank = int(os.environ["RANK"])
-for step in range(100000):
-    if rank == 3 and step >= 20:
-        time.sleep(3600)   # alive, but no longer beating: the culprit
-    if rank != 3 and step >= 30:
-        time.sleep(3600)   # the rest block behind it two seconds later
-    beat(step)
-    time.sleep(0.2)
-"""
+HANG = example("hang.py")  # rank 3 stops at step 19, the rest six seconds later
 
 
 def test_a_hung_rank_is_named_first_and_the_ranks_behind_it_after(tenant):
     job = tenant.post("/v1/jobs", json={
-        "command": ["python", "-c", HANG], "ranks": 4,
+        "command": ["python", HANG], "ranks": 4,
         "heartbeat": {"interval_s": 1, "startup_grace_s": 10}}).json()
     try:
         reached(tenant, job["id"], {"RUNNING"})

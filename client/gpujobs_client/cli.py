@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn
 import click
 
 from . import __version__
-from .config import KEYS, ConfigError, config_path, load_file, resolve, save_file
+from .config import ENV_VARS, KEYS, ConfigError, config_path, load_file, resolve, save_file
 from .errors import ApiError, GpujobsError, TransportError
 from .term import clean, dumps, wants_colour
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console, RenderableType
 
     from .client import Client
+    from .config import LocalStack, Resolved
     from .models import Cordon, Job, JobHealth, LogLine, Node, Ranks, Verdict
 
 # -- exit codes (documented in --help and client/README.md; tested) ---------------
@@ -54,11 +55,13 @@ anywhere in the checkout), then http://127.0.0.1:8000.
 Exit codes:
   0  ok
   1  the API refused the request (400, 401, 403, 413, 415, 422, ...)
-  2  usage: bad flags or arguments, no token, bad config or spec file
+  2  usage: bad flags or arguments, no token, bad config or spec file,
+     nothing configured outside a checkout (no local stack to find)
   3  not found (404)
   4  conflict (409: already_finished, stale_attempt, request_in_progress)
   5  server error or unavailable (5xx, 429) after retries
-  6  cannot reach the API (connection refused or dropped, timeout)
+  6  cannot reach the API (connection refused or dropped, timeout), or
+     no local stack running (none found in the checkout, down, starting)
   7  gave up waiting (--timeout of submit --wait, cancel --wait, watch,
      nodes drain --wait)
   8  the job ended FAILED (watch, submit --wait, cancel --wait)
@@ -179,14 +182,135 @@ def json_mode() -> bool:
 
 def make_client(need_token: bool = True) -> "Client":
     cfg = resolve(_setting("api_url"), _setting("token"))
+    click.get_current_context().meta["gpujobs.resolved"] = cfg  # for the errors' hints
     if need_token and not cfg.token:
-        raise click.UsageError(
-            "no API token: pass --token, set GPUJOBS_TOKEN, or run `gpujobs config set token`")
+        raise no_token_error(cfg)
     from .client import Client
     from .retry import RetryPolicy
     retries = _setting("retries")
     policy = RetryPolicy() if retries is None else RetryPolicy(max_attempts=retries + 1)
     return Client(cfg.api_url, cfg.token or "", timeout=_setting("timeout", 10.0), retry=policy)
+
+
+# -- where the API is, in words: which of these went wrong -------------------------------
+class NoApi(GpujobsError):
+    """No API to talk to, said as what it is: no token configured for an
+    API, no local stack found, the local stack down or starting, or a
+    folder outside the checkout (where no stack can be found). Each has its
+    own ``code`` (``-o json``) and exit code: 2 for what configuration
+    fixes, 6 for a stack that is not running (no API to reach)."""
+
+    def __init__(self, code: str, title: str, detail: str, hint: str, exit_code: int) -> None:
+        super().__init__(f"{title}: {detail}")
+        self.code, self.title, self.detail, self.hint = code, title, detail, hint
+        self.exit_code = exit_code
+
+
+CONFIGURE_OTHER = ("for another API, set GPUJOBS_API_URL and GPUJOBS_TOKEN (or `gpujobs config "
+                   "set api_url URL` and `gpujobs config set token TOKEN`)")
+
+
+def _source_words(cfg: "Resolved", key: str) -> str:
+    """Where a setting came from, as a person would look for it."""
+    return {"flag": f"--{key.replace('_', '-')}", "env": ENV_VARS[key],
+            "file": f"the config file {cfg.path}",
+            "local stack": f"the local stack's file {cfg.local_path}",
+            "default": "the default"}.get(cfg.sources.get(key, ""), "?")
+
+
+def stack_error(where: "LocalStack") -> NoApi | None:
+    """The error that says where the local stack stands, when it is not
+    running (None when it is)."""
+    run_it = f"`make up` at {where.checkout}" if where.checkout else "`make up` in the checkout"
+    if where.state == "outside":
+        return NoApi(
+            "outside_checkout", "No API configured, and no local stack to find from here",
+            f"{where.cwd} is outside a gpujobs checkout, and gpujobs finds a running `make up` "
+            "only from inside its checkout (its .gpujobs-local/cli.toml)",
+            "run the command from inside the checkout, or set GPUJOBS_STATE_DIR to its "
+            f".gpujobs-local folder; {CONFIGURE_OTHER}", EXIT_USAGE)
+    if where.state == "none":
+        detail = (f"GPUJOBS_STATE_DIR={where.state_dir} is no stack's state folder"
+                  if where.checkout is None or os.environ.get("GPUJOBS_STATE_DIR") else
+                  f"no `make up` has run in the checkout {where.checkout} (it has no "
+                  ".gpujobs-local folder)")
+        return NoApi("no_stack", "No local stack found", detail,
+                     f"start one with {run_it} and wait for its line with \"ready\"; "
+                     + CONFIGURE_OTHER, EXIT_CONNECTION)
+    if where.state == "down":
+        return NoApi(
+            "stack_down", "The local stack is down",
+            f"{where.state_dir} has no {where.file.name if where.file else 'cli.toml'}, which "
+            "`make up` writes once it is ready and removes when it stops, and no process "
+            "holds the folder",
+            f"start it again with {run_it} (it keeps every job), wait for its line with "
+            "\"ready\", then run the command again", EXIT_CONNECTION)
+    if where.state == "starting":
+        return NoApi(
+            "stack_starting", "The local stack is starting",
+            f"a `make up` holds {where.state_dir} but has not written its address yet (it does "
+            "once the API and its agents are ready)",
+            "wait for its line with \"ready\", then run the command again", EXIT_CONNECTION)
+    return None
+
+
+def no_token_error(cfg: "Resolved") -> NoApi:
+    """No token: for an API the user named, that is all there is to say;
+    with nothing configured, where the local stack stands says why."""
+    if cfg.sources.get("api_url") in ("default", "local stack"):
+        from .config import local_stack
+        err = stack_error(local_stack())
+        if err is not None:
+            return err
+    return NoApi("no_token", "No API token",
+                 f"nothing gives a token for {cfg.api_url} (from "
+                 f"{_source_words(cfg, 'api_url')})",
+                 "pass --token, set GPUJOBS_TOKEN, or run `gpujobs config set token TOKEN`",
+                 EXIT_USAGE)
+
+
+def explain(e: GpujobsError) -> GpujobsError:
+    """``e`` said as what went wrong where the user can act: an API that
+    does not answer where only the local stack could be (down, never
+    started, outside the checkout), or a token the API does not know (and
+    where that token came from)."""
+    ctx = click.get_current_context(silent=True)
+    cfg = ctx.meta.get("gpujobs.resolved") if ctx is not None else None
+    if cfg is None or e.hint is not None:
+        return e
+    from .errors import Unauthenticated
+    if isinstance(e, TransportError):
+        source = cfg.sources.get("api_url")
+        if source in ("default", "local stack"):
+            from .config import local_stack
+            where = local_stack()
+            err = stack_error(where)
+            if err is not None:
+                return err
+            if source == "local stack" and where.state == "running":
+                return NoApi(
+                    "stack_down", "The local stack is down",
+                    f"nothing answers at {cfg.api_url}, the address in {cfg.local_path} "
+                    f"({e})",
+                    "it was stopped without removing that file (kill -9), or is restarting: "
+                    f"start it with `make up` at {where.checkout or 'the checkout'}, or wait "
+                    "for its line with \"ready\", then run the command again",
+                    EXIT_CONNECTION)
+        e.hint = (f"is the API running at {cfg.api_url}? (the address from "
+                  f"{_source_words(cfg, 'api_url')})")
+    elif isinstance(e, Unauthenticated):
+        came_from = _source_words(cfg, "token")
+        hint = (f"the API at {cfg.api_url} does not know the token from {came_from} "
+                f"({_mask(cfg.token) or 'none'})")
+        if cfg.sources.get("token") != "local stack" and cfg.local_path is not None \
+                and load_file(cfg.local_path).get("token"):
+            hint += (f"; the running local stack's own token is in {cfg.local_path}: leave "
+                     f"out {came_from} to use it")
+        else:
+            hint += ("; pass one it knows with --token, GPUJOBS_TOKEN or `gpujobs config set "
+                     "token TOKEN`")
+        e.hint = hint
+    return e
 
 
 # -- output ---------------------------------------------------------------------------
@@ -302,6 +426,8 @@ def exit_code_for(e: BaseException) -> int:
         return EXIT_CONNECTION
     if isinstance(e, ConfigError):
         return EXIT_USAGE
+    if isinstance(e, NoApi):
+        return e.exit_code
     if isinstance(e, (WaitGaveUp, NodeWaitGaveUp)):
         return EXIT_WAIT_TIMEOUT
     if isinstance(e, JobEnded):
@@ -320,6 +446,8 @@ def report(e: GpujobsError) -> int:
             err = {"code": "connection_error", "title": "Cannot reach the API", "detail": str(e)}
         elif isinstance(e, ConfigError):
             err = {"code": "config_error", "title": "Configuration error", "detail": str(e)}
+        elif isinstance(e, NoApi):
+            err = {"code": e.code, "title": e.title, "detail": e.detail}
         elif isinstance(e, WaitGaveUp):
             err = {"code": "wait_timeout", "title": "Gave up waiting", "detail": str(e),
                    "job": e.job.raw}
@@ -360,18 +488,73 @@ def report(e: GpujobsError) -> int:
     return code
 
 
+#: the command line as given (GpujobsGroup.main): whether -o json was asked
+#: for is known from it even when click stops before reading that option
+_ARGV: list[str] = []
+
+
+def json_asked() -> bool:
+    """-o json, in the settings read so far or anywhere on the command line
+    before a ``--`` (what follows is a job's command)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and json_mode():
+        return True
+    args = _ARGV[:_ARGV.index("--")] if "--" in _ARGV else _ARGV
+    for i, arg in enumerate(args):
+        if arg in ("-o", "--output") and i + 1 < len(args) and args[i + 1].lower() == "json":
+            return True
+        if arg.lower() in ("-ojson", "--output=json"):
+            return True
+    return False
+
+
+def usage_json(e: click.ClickException) -> int:
+    """A usage error (bad flags, arguments or values), as -o json says every
+    error is: one JSON object on stderr, the flag named in ``field``."""
+    err: dict[str, Any] = {"code": "usage", "title": "Usage error", "detail": e.format_message()}
+    if isinstance(e, click.BadParameter):
+        param = e.param
+        field = e.param_hint if isinstance(e.param_hint, str) else (
+            None if param is None else param.opts[0] if isinstance(param, click.Option)
+            else param.human_readable_name)
+        if field:
+            err["field"] = field.strip("'\"")
+    click.echo(dumps({"error": err, "exit_code": e.exit_code}), err=True)
+    return e.exit_code
+
+
 class GpujobsGroup(click.Group):
-    """Turns SDK errors into a message and an exit code, never a traceback."""
+    """Turns SDK errors into a message and an exit code, never a traceback;
+    with -o json, every error (usage errors too) is the JSON object."""
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        _ARGV[:] = list(sys.argv[1:] if args is None else args)
+        return super().main(list(_ARGV), prog_name, complete_var, standalone_mode, **extra)
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as e:
+            if not json_asked():
+                raise
+            raise click.exceptions.Exit(usage_json(e)) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except GpujobsError as e:
-            ctx.exit(report(e))
+            ctx.exit(report(explain(e)))
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             ctx.exit(EXIT_INTERRUPTED)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+        except click.ClickException as e:
+            if not json_asked():
+                raise
+            ctx.exit(usage_json(e))
+        except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as e:  # a bug in the CLI: say so briefly
             if os.environ.get("GPUJOBS_DEBUG"):

@@ -20,6 +20,12 @@ Both files are TOML with two string keys::
 
 ``gpujobs config set`` writes the config file with mode 0600, since it holds
 a token; so does the stack its own.
+
+When nothing names an API, :func:`local_stack` says where the local stack
+stands from here, for the CLI's errors: running (its file is there),
+starting (its process holds the state folder's lock, no file yet), down
+(a state folder, no file, no process), none (a checkout where no stack has
+run) or outside (no checkout from here up).
 """
 from __future__ import annotations
 
@@ -36,6 +42,8 @@ DEFAULT_API_URL = "http://127.0.0.1:8000"
 KEYS = ("api_url", "token")
 LOCAL_STATE_DIR = ".gpujobs-local"
 LOCAL_STACK_FILE = "cli.toml"
+#: the file a running stack holds an flock on (devstack/__main__.py ``_lock``)
+LOCAL_STACK_LOCK = "lock"
 ENV_VARS = {"api_url": "GPUJOBS_API_URL", "token": "GPUJOBS_TOKEN"}
 
 
@@ -65,6 +73,72 @@ def local_stack_path(env: Mapping[str, str] | None = None,
         here = pathlib.Path(cwd or os.getcwd()).resolve()
         candidates = [d / LOCAL_STATE_DIR / LOCAL_STACK_FILE for d in (here, *here.parents)]
     return next((p for p in candidates if p.is_file()), None)
+
+
+@dataclass(frozen=True)
+class LocalStack:
+    """Where the local stack stands, seen from a folder (:func:`local_stack`)."""
+
+    state: str
+    """``running``, ``starting``, ``down``, ``none`` or ``outside``."""
+    checkout: pathlib.Path | None = None
+    """The checkout found from the folder up (its root), if any."""
+    state_dir: pathlib.Path | None = None
+    """The state folder: ``$GPUJOBS_STATE_DIR`` or the checkout's ``.gpujobs-local``."""
+    cwd: pathlib.Path | None = None
+
+    @property
+    def file(self) -> pathlib.Path | None:
+        return None if self.state_dir is None else self.state_dir / LOCAL_STACK_FILE
+
+
+def _is_checkout(folder: pathlib.Path) -> bool:
+    """A gpujobs checkout's root: its Makefile beside devstack/ and client/."""
+    return ((folder / "Makefile").is_file() and (folder / "devstack" / "__main__.py").is_file()
+            and (folder / "client" / "gpujobs_client").is_dir())
+
+
+def _locked(path: pathlib.Path) -> bool | None:
+    """Whether a process holds an flock on ``path``, read from /proc/locks
+    (never by taking the lock, which a starting stack would then find taken);
+    None where that cannot be told."""
+    try:
+        inode = path.stat().st_ino
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234567 0 EOF" (a blocked waiter: "->")
+        if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
+            continue
+        if parts[5].rsplit(":", 1)[-1] == str(inode):
+            return True
+    return False
+
+
+def local_stack(env: Mapping[str, str] | None = None,
+                cwd: str | os.PathLike | None = None) -> LocalStack:
+    """Where the local stack stands from ``cwd`` (the working directory)."""
+    env = os.environ if env is None else env
+    here = pathlib.Path(cwd or os.getcwd()).resolve()
+    checkout = next((d for d in (here, *here.parents) if _is_checkout(d)), None)
+    state = env.get("GPUJOBS_STATE_DIR", "")
+    if state:
+        state_dir: pathlib.Path | None = pathlib.Path(state)
+    else:
+        state_dir = next((d / LOCAL_STATE_DIR for d in (here, *here.parents)
+                          if (d / LOCAL_STATE_DIR).is_dir()), None)
+        if state_dir is not None and checkout is None:
+            checkout = state_dir.parent
+    if state_dir is None or not state_dir.is_dir():
+        return LocalStack("none" if checkout is not None or state else "outside",
+                          checkout, state_dir, here)
+    if (state_dir / LOCAL_STACK_FILE).is_file():
+        return LocalStack("running", checkout, state_dir, here)
+    held = _locked(state_dir / LOCAL_STACK_LOCK)
+    return LocalStack("starting" if held else "down", checkout, state_dir, here)
 
 
 def load_file(path: pathlib.Path) -> dict[str, str]:

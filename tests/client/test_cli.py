@@ -118,7 +118,7 @@ def test_a_bad_spec_file_is_a_usage_error(run, tmp_path):
 
 def test_no_token_is_a_usage_error(run, fake):
     r = run("list", token=False)
-    assert r.exit_code == 2 and "no API token" in r.stderr
+    assert r.exit_code == 2 and "No API token" in r.stderr
     assert fake.requests == []
 
 

@@ -192,6 +192,63 @@ def make_client(need_token: bool = True) -> "Client":
     return Client(cfg.api_url, cfg.token or "", timeout=_setting("timeout", 10.0), retry=policy)
 
 
+#: how long a command that follows a job (watch, logs -f, the --wait of submit,
+#: cancel and nodes drain) keeps retrying one read through an outage: a
+#: restart of the control plane takes 6 to 14 s on the 2-core machine
+RIDE_OUT_S = 60.0
+
+
+class Outage:
+    """What a following command says on stderr while the API does not
+    answer and once it does again (nothing with -o json: stderr is for the
+    error object), and the local stack's new address when a restarted stack
+    wrote one (its PORT may be another)."""
+
+    def __init__(self, client: "Client") -> None:
+        self.client = client
+        self.since: float | None = None
+        self.quiet = json_mode()
+        self.flags = (_setting("api_url"), _setting("token"))
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            click.echo(clean(f"gpujobs: {text}", newlines=True), err=True)
+
+    def on_retry(self, attempt: int, delay: float, error: GpujobsError) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            self.say(f"the API at {self.client.api_url} does not answer ({error}); retrying "
+                     f"for up to {RIDE_OUT_S:g} s (a restart of the control plane takes "
+                     "seconds), then going on from where this left off")
+        cfg = resolve(*self.flags)
+        if cfg.sources.get("api_url") == "local stack" and cfg.api_url != self.client.api_url:
+            self.say(f"the local stack now answers at {cfg.api_url} (its file "
+                     f"{cfg.local_path})")
+            self.client.api_url = cfg.api_url
+        if cfg.sources.get("token") == "local stack" and cfg.token:
+            self.client.token = cfg.token
+
+    def on_recover(self, attempts: int, elapsed_s: float) -> None:
+        if self.since is not None:
+            self.say(f"the API answers again, after {time.monotonic() - self.since:.1f} s; "
+                     "going on")
+        self.since = None
+
+
+def ride_out(client: "Client") -> "Client":
+    """``client``, from now on retrying each read through an outage of up to
+    RIDE_OUT_S (capped backoff with jitter, --retries still caps the sends),
+    for the commands that follow a job: a restart of the stack costs them a
+    pause, not the command; they go on from where they were."""
+    from .retry import RetryPolicy
+    retries = _setting("retries")
+    client.retry = RetryPolicy(max_attempts=1_000_000 if retries is None else retries + 1,
+                               max_elapsed_s=RIDE_OUT_S, base_delay_s=0.25, max_delay_s=4.0)
+    outage = Outage(client)
+    client.on_retry, client.on_recover = outage.on_retry, outage.on_recover
+    return client
+
+
 # -- where the API is, in words: which of these went wrong -------------------------------
 class NoApi(GpujobsError):
     """No API to talk to, said as what it is: no token configured for an
@@ -1273,6 +1330,7 @@ def list_(state: str | None, limit: int | None, all_: bool, page_size: int | Non
 def wait_terminal(client: "Client", job_id: str, interval: float, timeout: float | None,
                   on_poll: Callable[["Job"], None] | None = None) -> "Job":
     from .client import WaitTimeout
+    ride_out(client)  # the wait rides through a restart, as watch does
     try:
         return client.wait_for_job(job_id, interval_s=interval, timeout_s=timeout,
                                    on_poll=on_poll)
@@ -1520,7 +1578,7 @@ def watch(job_id: str, interval: float, wait_timeout: float | None, max_ranks: i
     --timeout). With -o json, prints one JSON object per refresh (JSON Lines):
     {"job": ..., "ranks": ... or null}.
     """
-    client = make_client()
+    client = ride_out(make_client())
     deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
 
     def check_deadline(job: "Job") -> None:
@@ -1618,6 +1676,8 @@ def logs(job_id: str, rank: int | None, all_ranks: bool, attempt: int | None, fo
     if rank is not None and all_ranks:
         raise click.UsageError("--rank and --all-ranks exclude each other")
     client = make_client()
+    if follow:
+        ride_out(client)
     prefix = rank is None
     for line in client.iter_logs(job_id, attempt=attempt, rank=rank, since=since, tail=tail,
                                  follow=follow, interval_s=interval):
@@ -1875,6 +1935,7 @@ def nodes_drain(node_id: str, reason: str | None, wait: bool, interval: float,
                 c.print(f"  {gpus_in_use(n)}")
 
         from .client import NodeWaitTimeout
+        ride_out(client)
         try:
             node = client.wait_for_drain(node_id, interval_s=interval, timeout_s=wait_timeout,
                                          on_poll=progress)

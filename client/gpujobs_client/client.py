@@ -86,8 +86,13 @@ def _rfc3339_ms(ms: int) -> str:
 class _LogFollow:
     """Where ``iter_logs`` is, per rank: the last line it yielded of each."""
 
-    def __init__(self, lookback_s: float) -> None:
+    def __init__(self, lookback_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.lookback_ms = int(lookback_s * 1000)
+        self.clock = clock
+        #: a read that took long (ridden through a restart) widens the
+        #: lookback by as long, until this (clock) time
+        self.extra_ms, self.extra_until = 0, 0.0
         self.last: dict[int | None, tuple[int, int | None, tuple]] = {}
         self.newest: int | None = None
         #: the ranks read (a rank not seen yet holds the lookback back)
@@ -114,13 +119,27 @@ class _LogFollow:
         self.newest = key[0] if self.newest is None else max(self.newest, key[0])
         return True
 
+    def waited(self, seconds: float) -> None:
+        """A read took ``seconds`` (its retries rode through a restart of the
+        control plane or of an agent): the lines written meanwhile may be
+        shipped that much later than the others, so the lookback grows by as
+        long for the next lookback's worth of time."""
+        now = self.clock()
+        if now >= self.extra_until:
+            self.extra_ms = 0
+        ms = int(seconds * 1000)
+        if ms >= self.extra_ms:
+            self.extra_ms, self.extra_until = ms, now + self.lookback_ms / 1000
+
     def since(self) -> str | None:
         """Where the next poll reads from: the oldest of the ranks' last
         times, no further back than the lookback before the newest (ranks not
-        seen yet count as that bound); None before any line."""
+        seen yet count as that bound; widened after a long read, see
+        :meth:`waited`); None before any line."""
         if self.newest is None:
             return None
-        bound = self.newest - self.lookback_ms
+        extra = self.extra_ms if self.clock() < self.extra_until else 0
+        bound = self.newest - self.lookback_ms - extra
         if self.ranks - set(self.last):
             return _rfc3339_ms(bound)
         oldest = min(t for t, _, _ in self.last.values())
@@ -138,12 +157,15 @@ class Client:
     ``GPUJOBS_TOKEN`` (then ``http://127.0.0.1:8000`` and no token).
     ``timeout`` is per request (seconds, or a ``(connect, read)`` pair);
     ``retry`` is the :class:`RetryPolicy`; ``on_retry(attempt, delay, error)``
-    is called before each wait.
+    is called before each wait, and may change ``api_url`` and ``token``
+    (each send reads them); ``on_recover(attempts, elapsed_s)`` when a
+    request that had to be retried got its answer.
     """
 
     def __init__(self, api_url: str | None = None, token: str | None = None, *,
                  timeout: float | tuple[float, float] = 10.0,
                  retry: RetryPolicy | None = None, on_retry: RetryHook | None = None,
+                 on_recover: Callable[[int, float], None] | None = None,
                  session: "requests.Session | None" = None,
                  user_agent: str | None = None) -> None:
         self.api_url = (api_url or os.environ.get("GPUJOBS_API_URL") or DEFAULT_API_URL).rstrip("/")
@@ -151,6 +173,7 @@ class Client:
         self.timeout = timeout
         self.retry = retry if retry is not None else RetryPolicy()
         self.on_retry = on_retry
+        self.on_recover = on_recover
         self.user_agent = user_agent or f"gpujobs-client/{__version__}"
         self._session = session
 
@@ -196,11 +219,8 @@ class Client:
         method = method.upper()
         if idempotent is None:
             idempotent = method in ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
-        url = self.api_url + path
         h = {"Accept": "application/json, application/problem+json",
              "User-Agent": self.user_agent}
-        if auth and self.token:
-            h["Authorization"] = f"Bearer {self.token}"
         data = None
         if body is not _NO_BODY:
             # serialised once: every retry sends the very same bytes
@@ -216,9 +236,15 @@ class Client:
             attempt += 1
             retry_after: float | None = None
             error: GpujobsError
+            # the address and token of each send: on_retry may have changed them
+            # (the CLI does, when a restarted local stack wrote a new address)
+            url = self.api_url + path
+            sent = dict(h)
+            if auth and self.token and "Authorization" not in h:
+                sent["Authorization"] = f"Bearer {self.token}"
             try:
                 resp = self.session.request(method, url, params=clean_params, data=data,
-                                            headers=h, timeout=self.timeout)
+                                            headers=sent, timeout=self.timeout)
             except (requests.ConnectionError, requests.Timeout) as e:
                 error = TransportError(_describe_transport(e, url), method=method, url=url,
                                        attempts=attempt, cause=e)
@@ -228,6 +254,8 @@ class Client:
                                      attempts=attempt, cause=e) from e
             else:
                 if resp.status_code < 400:
+                    if attempt > 1 and self.on_recover is not None:
+                        self.on_recover(attempt, policy.clock() - started)
                     return resp
                 error = _api_error(resp, method, url, attempt)
                 retryable = (resp.status_code in RETRY_STATUSES_ANY
@@ -436,7 +464,10 @@ class Client:
         after the last one yielded of its rank (by seq, or time and id for
         lines without one): each line once, every rank's in order. A line
         shipped more than ``lookback_s`` late is in a read without follow,
-        but may be missed by one that follows."""
+        but may be missed by one that follows. A read that took long (its
+        retries rode through a restart: see :class:`RetryPolicy`) widens the
+        lookback by as long for the next ``lookback_s``, since the lines
+        written meanwhile ship that much later."""
         follower = _LogFollow(lookback_s)
         if follow:
             ranks = int(self.get_job(job_id).spec.get("ranks") or 1)
@@ -460,8 +491,10 @@ class Client:
         ending = False
         while True:
             while True:  # to the end of what has been shipped
+                asked = time.monotonic()
                 page = self.get_logs(job_id, attempt=attempt, rank=rank, since=query_since,
                                      page_token=token, page_size=page_size)
+                follower.waited(time.monotonic() - asked)
                 got = int(page.get("attempt") or 0)
                 if follow and attempt is None and got:
                     attempt = got  # follow the attempt being read
@@ -476,7 +509,9 @@ class Client:
                 return
             # the agents ship a rank's lines before reporting its exit: once the
             # job is terminal, one more read to the end has them all
+            asked = time.monotonic()
             ending = self.get_job(job_id).is_terminal
+            follower.waited(time.monotonic() - asked)
             if not ending:
                 sleep(interval_s)
             query_since = follower.since() or since

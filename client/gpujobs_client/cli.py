@@ -636,6 +636,7 @@ def cli() -> None:
       gpujobs watch JOB_ID
       gpujobs ranks JOB_ID
       gpujobs cancel JOB_ID --wait
+      gpujobs resubmit JOB_ID --with ranks=4
     """
 
 
@@ -674,6 +675,42 @@ class DurationType(click.ParamType):
         if seconds > MAX_LIMIT_S:
             self.fail(f"{value!r} is longer than a year (365d), the longest limit", param, ctx)
         return seconds
+
+
+class IntervalType(click.ParamType):
+    """A heartbeat interval in seconds, fractions allowed: 10, 0.5, 10s, 2m
+    (heartbeat.interval_s: 0.01 to 3,600, API.md)."""
+    name = "seconds"
+    MIN_S, MAX_S = 0.01, 3600.0
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            seconds = float(value)
+        else:
+            text = str(value).strip().lower()
+            unit = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+            scale = 1.0
+            for suffix in ("ms", "s", "m", "h"):
+                if text.endswith(suffix):
+                    text, scale = text[:-len(suffix)], unit[suffix]
+                    break
+            try:
+                seconds = float(text) * scale
+            except ValueError:
+                self.fail(f"{value!r} is not a number of seconds (10, 0.5, 10s, 500ms, 2m)",
+                          param, ctx)
+            if seconds != seconds or seconds in (float("inf"), float("-inf")):
+                self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not self.MIN_S <= seconds <= self.MAX_S:
+            self.fail(f"{value!r} is outside 0.01 s to 3600 s (1 h), the interval's range",
+                      param, ctx)
+        return round(seconds, 6)
+
+
+#: what each on_stall does, in words (describe, submit)
+ON_STALL_WORDS = {"report": "report it (the job keeps running)",
+                  "restart": "stop the attempt and start a new one while attempts remain"}
 
 
 class RetryRuleType(click.ParamType):
@@ -811,6 +848,19 @@ def lifecycle_members(body: dict[str, Any], *, max_runtime: int | None,
         raise click.BadParameter("needs --warn-before", param_hint="--warn-signal")
 
 
+def stall_members(body: dict[str, Any], *, on_stall: str | None,
+                  heartbeat_interval: float | None) -> None:
+    """``--on-stall`` and ``--heartbeat-interval`` into ``body`` (the spec
+    file's, flags over it): ``on_stall``, and ``heartbeat.interval_s`` beside
+    the file's other heartbeat members."""
+    if on_stall is not None:
+        body["on_stall"] = on_stall.lower()
+    if heartbeat_interval is not None:
+        existing = body.get("heartbeat")
+        body["heartbeat"] = {**(existing if isinstance(existing, dict) else {}),
+                             "interval_s": heartbeat_interval}
+
+
 def load_spec_file(path: str) -> dict[str, Any]:
     """A job spec from JSON or YAML (``-`` reads stdin)."""
     try:
@@ -869,6 +919,13 @@ def load_spec_file(path: str) -> dict[str, Any]:
 @click.option("--max-pending", type=DurationType(), metavar="DURATION",
               help="Longest the job may wait to be placed, each time it waits; then it ends "
                    "FAILED with reason pending_timeout (default: no limit).")
+@click.option("--on-stall", type=click.Choice(["report", "restart"], case_sensitive=False),
+              help="What a stall does (on_stall): report it, the job running on (the "
+                   "default), or restart: stop the attempt and start a new one while "
+                   "attempts remain (--max-attempts), so a hung job gives back its GPUs.")
+@click.option("--heartbeat-interval", type=IntervalType(), metavar="SECONDS",
+              help="How often the ranks beat (heartbeat.interval_s, 0.01 to 3600 s: 10, 0.5, "
+                   "10s, 2m; default 10): the stall threshold is a multiple of it.")
 @click.option("--checkpoint-dir", metavar="DIR", callback=_absolute_dir,
               help="Absolute directory on shared storage: every attempt's ranks get "
                    "GPUJOBS_CHECKPOINT_DIR=DIR/<job id>, the same across retries.")
@@ -926,7 +983,7 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
            gpus_per_rank: int | None, gpu_type: str | None, priority_class: str | None,
            priority: int | None, max_attempts: int | None, working_dir: str | None, max_runtime: int | None,
            warn_before: int | None, warn_signal: str | None, max_pending: int | None,
-           checkpoint_dir: str | None, retry_on: tuple[dict[str, Any], ...],
+           on_stall: str | None, heartbeat_interval: float | None, checkpoint_dir: str | None, retry_on: tuple[dict[str, Any], ...],
            max_uncounted_retries: int | None, after_ok: tuple[str, ...],
            after_notok: tuple[str, ...], after_any: tuple[str, ...],
            array_range: dict[str, int] | None, array_env: tuple[tuple[str, list[str]], ...],
@@ -985,6 +1042,7 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
                       warn_signal=warn_signal, max_pending=max_pending,
                       checkpoint_dir=checkpoint_dir, retry_on=retry_on,
                       max_uncounted_retries=max_uncounted_retries)
+    stall_members(body, on_stall=on_stall, heartbeat_interval=heartbeat_interval)
     pipeline_members(body, array_range=array_range, array_env=array_env,
                      max_failed_indexes=max_failed_indexes,
                      after=[*(("succeeded", j) for j in after_ok),
@@ -1007,14 +1065,24 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
         return
 
     from .client import new_idempotency_key
-    key = idempotency_key or new_idempotency_key()
-    client = make_client()
+    send_job(body, idempotency_key or new_idempotency_key(), quiet=quiet, wait=wait,
+             interval=interval, wait_timeout=wait_timeout)
+
+
+def send_job(body: dict[str, Any], key: str, *, quiet: bool, wait: bool, interval: float,
+             wait_timeout: float | None, client: "Client | None" = None,
+             again: str = "the same arguments", origin: "Job | None" = None) -> None:
+    """``POST /v1/jobs`` with ``body`` and the Idempotency-Key ``key``, then
+    what submit prints (the job; its id alone with ``quiet``; the job as JSON
+    with -o json) and, with ``wait``, the job followed to its end. ``origin``:
+    the job a resubmit copied."""
+    client = client or make_client()
     try:
         job = client.create_job(body, idempotency_key=key)
     except (TransportError, ApiError) as e:
         if isinstance(e, TransportError) or e.status >= 500 or e.status == 429:
             e.hint = (f"the job may or may not have been created; repeat with "
-                      f"--idempotency-key {key} and the same arguments to make sure, "
+                      f"--idempotency-key {key} and {again} to make sure, "
                       "without risking a second job")
         elif e.field == "priority_class":
             e.hint = priority_class_hint(e, body.get("priority_class"))
@@ -1036,6 +1104,9 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     c = console()
     verb = "Already submitted (same Idempotency-Key and body)" if job.replayed else "Submitted"
     c.print(f"{verb}: [bold]{job.id}[/] {styled_state(job.state)}")
+    if origin is not None:
+        c.print(f"  resubmitted from: {origin.id}, {styled_state(origin.state)}"
+                f"{escape(exit_note(origin))}")
     spec = job.spec
     c.print(f"  name: {escape(job.name or '-')}   ranks: {spec.get('ranks')} x "
             f"{spec.get('gpus_per_rank', 1)} GPU ({escape(spec.get('gpu_type') or 'any type')})   "
@@ -1049,6 +1120,8 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     limits = limits_lines(spec)
     if limits:
         c.print(f"  limits: {escape('; '.join(limits))}")
+    if spec.get("on_stall") == "restart":
+        c.print(f"  on stall: {ON_STALL_WORDS['restart']}")
     from .pipelines import array_spec_text, dependencies_summary
     if spec.get("depends_on"):
         c.print(f"  after: {escape(dependencies_summary(spec))}")
@@ -1070,6 +1143,7 @@ def submit(spec_file: str | None, name: str | None, ranks: int | None,
     c.print(f"Job finished: {styled_state(job.state)}"
             f"{escape(exit_note(job) + decision_note(job))}")
     check_outcome(job)
+
 
 
 def pipeline_hint(field: str, body: dict[str, Any]) -> str | None:
@@ -1102,6 +1176,128 @@ def priority_class_hint(e: ApiError, name: Any) -> str:
                 "--priority-class, or ask the operator to open it to your tenant")
     return ("the priority classes are the operator's (GPUJOBS_PRIORITY_CLASSES): name one "
             "the error lists, or leave out --priority-class for the default class")
+
+
+# -- resubmit -------------------------------------------------------------------------
+#: the members of POST /v1/jobs (API.md; chalicelib/api/schemas.py JOB_CREATE): a
+#: job's spec is its create body with the defaults filled, so these members of it
+#: make a body the server takes back as it is (the dashboard's Resubmit sends the same)
+CREATE_FIELDS = ("name", "command", "working_dir", "env", "ranks", "gpus_per_rank", "gpu_type",
+                 "priority", "priority_class", "max_attempts", "retry", "max_runtime_s",
+                 "warn_before_s", "warn_signal", "max_pending_s", "checkpoint_dir", "heartbeat",
+                 "on_stall", "depends_on", "array", "labels")
+#: members whose values are strings whatever they look like
+_STRING_MAPS = ("env", "labels")
+
+
+def create_body(spec: dict[str, Any]) -> dict[str, Any]:
+    """The create body of a job like this one: its spec's create members."""
+    import copy
+    return {k: copy.deepcopy(spec[k]) for k in CREATE_FIELDS if spec.get(k) is not None}
+
+
+def apply_with(body: dict[str, Any], items: Iterable[str]) -> list[str]:
+    """``--with MEMBER=VALUE`` into ``body``, in order: MEMBER is a create
+    member or a dotted path into one (``heartbeat.interval_s``,
+    ``env.SEED``); VALUE is JSON when it reads as JSON (``4``, ``true``,
+    ``["a", "b"]``), else the text itself (a ``command`` given as text is
+    split as a shell would); ``env.*`` and ``labels.*`` are always text;
+    ``null`` removes the member (the server's default then). Returns the
+    members changed, for the output."""
+    import shlex
+    changed = []
+    for item in items:
+        path, sep, raw = item.partition("=")
+        keys = [k.strip() for k in path.split(".")]
+        if not sep or not all(keys):
+            raise click.BadParameter(f"{item!r} is not MEMBER=VALUE (e.g. ranks=4, "
+                                     "max_runtime_s=3600, env.SEED=2)", param_hint="--with")
+        if keys[0] not in CREATE_FIELDS:
+            raise click.BadParameter(f"{keys[0]!r} is not a member of a job's spec: one of "
+                                     f"{', '.join(CREATE_FIELDS)}", param_hint="--with")
+        value: Any
+        if len(keys) == 2 and keys[0] in _STRING_MAPS:
+            value = raw
+        else:
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                value = shlex.split(raw) if keys == ["command"] else raw
+        target = body
+        for key in keys[:-1]:
+            nxt = target.get(key)
+            if not isinstance(nxt, dict):
+                if nxt is not None:
+                    raise click.BadParameter(f"{'.'.join(keys[:-1])} is not an object in the "
+                                             "job's spec", param_hint="--with")
+                nxt = target[key] = {}
+            target = nxt
+        if value is None:
+            target.pop(keys[-1], None)
+        else:
+            target[keys[-1]] = value
+        changed.append(".".join(keys))
+    return changed
+
+
+@cli.command()
+@common_options
+@click.argument("job_id")
+@click.option("--with", "overrides", multiple=True, metavar="MEMBER=VALUE",
+              help="Change one member of the spec; repeatable, in order. MEMBER: a member "
+                   "of the create body or a dotted path into one (ranks, name, "
+                   "max_runtime_s, heartbeat.interval_s, env.SEED, labels.try); VALUE: JSON "
+                   "(4, true, [\"python\", \"x.py\"]) or else text; null removes it.")
+@click.option("--idempotency-key", metavar="KEY",
+              help="Reuse to repeat this resubmit safely (default: a fresh uuid4 each time, "
+                   "shown on output: each resubmit makes a new job).")
+@click.option("--dry-run", is_flag=True, help="Print the request body and send nothing.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Print only the new job's id: NEW=$(gpujobs resubmit -q JOB).")
+@click.option("--wait", is_flag=True, help="Then wait until the new job is terminal; exit 0 "
+              "if it SUCCEEDED, 8 if FAILED, 9 if CANCELLED.")
+@click.option("--interval", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Seconds between polls with --wait.")
+@click.option("--timeout", "wait_timeout", type=click.FloatRange(min=0),
+              help="Give up waiting after this many seconds (exit 7; the job goes on).")
+def resubmit(job_id: str, overrides: tuple[str, ...], idempotency_key: str | None,
+             dry_run: bool, quiet: bool, wait: bool, interval: float,
+             wait_timeout: float | None) -> None:
+    """Submit a job again: its spec as submitted (GET /v1/jobs/JOB's spec),
+    with --with's changes, as a new job.
+
+    \b
+      gpujobs resubmit JOB
+      NEW=$(gpujobs resubmit -q JOB --with ranks=4 --with max_runtime_s=7200)
+      gpujobs resubmit JOB --with env.SEED=2 --with 'command=python3 train.py --lr 1e-4'
+
+    Every member the job was submitted with is sent again (command, ranks,
+    env, labels, limits, retry rules, heartbeat, dependencies, array...); an
+    array's index is resubmitted as a job of its own with that index's env.
+    A new Idempotency-Key is made each time (shown), so each resubmit makes
+    a new job; pass one back with --idempotency-key to repeat a resubmit
+    safely. Prints the new job as submit does (-q: its id only).
+    """
+    client = make_client()
+    try:
+        origin = client.get_job(job_id)
+    except ApiError as e:
+        if e.status == 404:
+            e.hint = "`gpujobs list` shows your jobs; another tenant's job cannot be resubmitted"
+        raise
+    body = create_body(origin.spec)
+    apply_with(body, overrides)
+    if not body.get("command") or body.get("ranks") is None:
+        raise click.UsageError(f"job {origin.id}'s spec has no command or ranks to submit "
+                               "again (give them with --with)")
+    if dry_run:
+        out_json(body)
+        return
+    from .client import new_idempotency_key
+    again = f"`gpujobs resubmit {job_id}` with the same --with"
+    send_job(body, idempotency_key or new_idempotency_key(), quiet=quiet, wait=wait,
+             interval=interval, wait_timeout=wait_timeout, client=client, again=again,
+             origin=origin)
 
 
 # -- get ------------------------------------------------------------------------------
@@ -1183,6 +1379,8 @@ def job_panel(job: "Job") -> "RenderableType":
                                     pending_since=job.pending_since, now=_utcnow())
     if left:
         t.add_row("time left", escape(left))
+    if spec.get("on_stall") in ON_STALL_WORDS:
+        t.add_row("on stall", ON_STALL_WORDS[spec["on_stall"]])
     t.add_row("ranks", f"{spec.get('ranks')} x {spec.get('gpus_per_rank', 1)} GPU "
                        f"({escape(spec.get('gpu_type') or 'any type')})")
     t.add_row("priority", "\n".join(escape(line) for line in (

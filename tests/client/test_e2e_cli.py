@@ -146,3 +146,37 @@ def test_logs_with_a_since_the_server_refuses_exits_1_naming_since(gpujobs):
     r = gpujobs("-o", "json", "logs", job["id"], "--since", "800000d")
     assert r.returncode == 1 and json.loads(r.stderr)["error"]["field"] == "since"
     assert gpujobs("logs", job["id"], "--since", "10m").returncode == 0
+
+
+def test_resubmit_sends_back_a_spec_the_real_server_takes_as_it_is(gpujobs, tmp_path):
+    """Invariant: the real server's spec of a job, every create member set
+    (limits, retry rules, the stall flags, heartbeat, dependencies, labels,
+    env), is a body it accepts again: `resubmit` makes a new job whose spec
+    equals the original's, and --with changes only what it names."""
+    dep = submit_json(gpujobs, "--ranks", "1", "--", "true")
+    job = submit_json(gpujobs, "--ranks", "2", "--name", "full", "--gpu-type", "h100",
+                      "--max-attempts", "3", "--max-runtime", "1h", "--warn-before", "5m",
+                      "--max-pending", "30m", "--on-stall", "restart",
+                      "--heartbeat-interval", "2.5", "--retry-on", "exit:42=fail",
+                      "--checkpoint-dir", "/tmp/ckpt", "--after", dep["id"],
+                      "--label", "team=nlp", "--env", "SEED=1", "--", "python", "train.py")
+    assert job["spec"]["on_stall"] == "restart"
+    assert job["spec"]["heartbeat"]["interval_s"] == 2.5
+    r = gpujobs("resubmit", job["id"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Submitted: job_")
+    assert f"resubmitted from: {job['id']}, PENDING" in r.stdout
+    new_id = r.stdout.split()[1]
+    assert new_id != job["id"]
+    again = json.loads(gpujobs("get", new_id, "-o", "json").stdout)
+    assert again["spec"] == job["spec"]
+    changed = gpujobs("resubmit", job["id"], "-o", "json", "--with", "ranks=1",
+                      "--with", "env.SEED=2", "--with", "depends_on=null")
+    assert changed.returncode == 0, changed.stderr
+    spec = json.loads(changed.stdout)["spec"]
+    assert spec["ranks"] == 1 and spec["env"] == {"SEED": "2"} and "depends_on" not in spec
+    assert {k: v for k, v in spec.items() if k not in ("ranks", "env", "depends_on")} == {
+        k: v for k, v in job["spec"].items() if k not in ("ranks", "env", "depends_on")}
+    bad = gpujobs("resubmit", job["id"], "--with", "heartbeat.interval_s=0", "-o", "json")
+    assert bad.returncode == 1 and json.loads(bad.stderr)["error"]["field"] == \
+        "heartbeat.interval_s"

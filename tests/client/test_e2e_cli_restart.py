@@ -114,6 +114,11 @@ def test_watch_and_logs_follow_ride_through_a_restart_losing_and_repeating_nothi
 
         assert stacks[0].stop(signal.SIGTERM, timeout=60) == 0
         assert not (state / "cli.toml").exists()
+        # meanwhile, a command that does not follow says the stack is down (exit 6)
+        down_now = run("list")
+        assert down_now.returncode == 6, down_now.stderr
+        assert down_now.stderr.startswith(f"Error: The local stack is down: {state} has no "
+                                          "cli.toml"), down_now.stderr
         down = {k: len(ticks_of(read("logs")).get(k, [])) for k in (0, 1)}
         stacks.append(start_stack(tmp_path, tokens, **env))
         for name in ("logs", "watch"):

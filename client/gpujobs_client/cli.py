@@ -344,7 +344,9 @@ def explain(e: GpujobsError) -> GpujobsError:
             err = stack_error(where)
             if err is not None:
                 return err
-            if source == "local stack" and where.state == "running":
+            from .client import _never_sent
+            refused = e.__cause__ is not None and _never_sent(e.__cause__)
+            if source == "local stack" and where.state == "running" and refused:
                 return NoApi(
                     "stack_down", "The local stack is down",
                     f"nothing answers at {cfg.api_url}, the address in {cfg.local_path} "

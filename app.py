@@ -62,7 +62,7 @@ def list_jobs():
 
 @endpoint("/v1/jobs/{job_id}", "GET")
 def get_job(job_id: str):
-    return ok(job_view_json(services().jobs.read(http.tenant(), job_id)))
+    return ok(job_view_json(services().jobs.look(http.tenant(), job_id)))
 
 
 @endpoint("/v1/jobs/{job_id}/cancel", "POST")

@@ -117,7 +117,8 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
                        cancel_resend_after_s=config.cancel_resend_after_s,
                        telemetry=telemetry, clock=clock, limits=config.tenant_limits,
                        classes=config.priority_classes, pipelines=pipelines,
-                       canceller=canceller, fleet_of=node_store.fleet_of, publish=bus.publish)
+                       canceller=canceller, fleet_of=node_store.fleet_of, line_of=node_store.line,
+                       publish=bus.publish)
     watch = FailureWatch(node_store, failures=config.auto_cordon_failures,
                          window_s=config.auto_cordon_window_s,
                          tenants=config.auto_cordon_tenants,

@@ -53,6 +53,7 @@ from chalicelib.domain.jobs import COLUMNS, TIME, Job
 from chalicelib.domain.nodes import Node, NodeState, failures_since, fresh_call_in
 from chalicelib.domain.placement import Plan, queue_key
 from chalicelib.domain.priority import DEFAULT_MIN_RUNTIME_S, NO_CLASSES, PriorityClasses
+from chalicelib.domain.queue import Line
 from chalicelib.domain.stall import Beat
 from chalicelib.domain.states import (
     ARRAY_ENDS,
@@ -130,6 +131,8 @@ class Tables:
     #: each fleet item (adapters/models.FleetModel) as the domain's Fleet, replaced
     #: by every write; a key not here is the unwritten, empty Fleet(key)
     fleet: dict[str, Fleet] = field(default_factory=dict)
+    #: the placer's line as stored: its JSON (domain/queue.py)
+    line: dict | None = None
     #: each tenant's number of PENDING jobs (adapters/models.TenantModel)
     tenants: dict[str, int] = field(default_factory=dict)
     #: parked jobs: job id -> the fleet generation it was parked against
@@ -933,6 +936,14 @@ class FakeNodeStore:
         with self.t.lock:
             return [f for _, f in sorted(self.t.fleet.items())]
 
+    def line(self) -> Line | None:
+        with self.t.lock:
+            return None if self.t.line is None else Line.from_json(self.t.line)
+
+    def set_line(self, line: Line) -> None:
+        with self.t.lock:
+            self.t.line = line.to_json()
+
     def mark_swept(self, fleet: Fleet) -> None:
         """Record the generation as swept, unless the fleet moved on meanwhile
         (an unwritten fleet has no generation: nothing is written)."""
@@ -1268,7 +1279,8 @@ class World:
                            scans_per_hour=scans_per_hour, cancel_resend_after_s=resend_after_s,
                            telemetry=self.telemetry, clock=clock, limits=limits,
                            classes=classes, pipelines=pipelines, canceller=canceller,
-                           fleet_of=self.nodes.fleet_of, publish=bus.publish)
+                           fleet_of=self.nodes.fleet_of, line_of=self.nodes.line,
+                           publish=bus.publish)
         watch = FailureWatch(self.nodes, failures=auto_cordon_failures,
                              window_s=auto_cordon_window_s, tenants=auto_cordon_tenants,
                              clock=clock)

@@ -264,6 +264,9 @@ class FleetModel(Model):
     changed_at = UnicodeAttribute(null=True)
     #: the generation whose parked jobs the placer has judged again
     swept_generation = NumberAttribute(null=True)
+    #: only on the item of key fleet.LINE_KEY, no GPU type's: the placer's
+    #: line, the waiting jobs in the order it tries them (domain/queue.py)
+    line = FastJSONAttribute(null=True)
 
 
 class TenantModel(Model):

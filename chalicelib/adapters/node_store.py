@@ -13,8 +13,9 @@ from pynamodb.exceptions import TransactWriteError
 
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import ServiceUnavailable
-from ..domain.fleet import Fleet, fleet_key
+from ..domain.fleet import LINE_KEY, Fleet, fleet_key
 from ..domain.nodes import Node, NodeState, failures_since, fresh_call_in
+from ..domain.queue import Line
 from .dynamo import Changes, ConditionFailed, Dynamo, Table
 from .dynamo_errors import tx_lost
 from .fleet import (
@@ -313,7 +314,19 @@ class DynamoNodeStore:
         by key."""
         fleets = (fleet_from_item(i) for page in self._dynamo.pages(FLEET.scan(consistent=True),
                                                                     "Scan") for i in page)
-        return sorted(fleets, key=lambda f: f.key)
+        return sorted((f for f in fleets if f.key != LINE_KEY), key=lambda f: f.key)
+
+    def line(self) -> Line | None:
+        """The placer's line as it last wrote it, or None: one eventually
+        consistent read (a snapshot a run old at best, read as such)."""
+        item = self._dynamo.get(FLEET.get(FLEET.key(LINE_KEY), attributes=["line"],
+                                          consistent=False))
+        data = FLEET.values(item)["line"] if item else None
+        return Line.from_json(data) if data else None
+
+    def set_line(self, line: Line) -> None:
+        """Write the placer's line over the last one (a snapshot: the last run wins)."""
+        self._dynamo.update(Changes(FLEET).set("line", line.to_json()).update(FLEET.key(LINE_KEY)))
 
     def mark_swept(self, fleet: Fleet) -> None:
         """Record that the parked jobs of ``fleet``'s generation were judged again,

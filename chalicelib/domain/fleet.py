@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 ALL_TYPES = "*"
+#: the fleet table's item of the placer's line (domain/queue.py), beside the
+#: types' summaries: no node's GPU type has a "#"
+LINE_KEY = "#line"
 #: a sweep only counts as complete this long after the change it answers:
 #: a job parked just before the change may take that long to appear in the
 #: (eventually consistent) index the sweep reads

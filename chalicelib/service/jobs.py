@@ -5,7 +5,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Callable, Protocol, Sequence
 
-from ..domain import arrays, cursor, dependencies, idempotency, placement, quotas
+from ..domain import arrays, cursor, dependencies, idempotency, placement, queue, quotas
 from ..domain.clock import Clock, utcnow
 from ..domain.errors import (
     AlreadyFinished,
@@ -24,6 +24,7 @@ from ..domain.health import initial_health
 from ..domain.ids import is_job_id, new_job_id
 from ..domain.jobs import Job
 from ..domain.priority import NO_CLASSES, PriorityClasses
+from ..domain.queue import Line
 from ..domain.quotas import TenantLimits
 from ..domain.spec import JobSpec
 from ..domain.states import JobState
@@ -117,12 +118,15 @@ class JobsService:
                  classes: PriorityClasses = NO_CLASSES,
                  pipelines: PipelinesService, canceller: Canceller,
                  fleet_of: Callable[[str | None], Fleet] | None = None,
+                 line_of: Callable[[], Line | None] | None = None,
                  publish: Publish = nowhere) -> None:
         self.store, self.dispatcher, self.nudge = store, dispatcher, nudge
         #: a GPU type's registered fleet (NodeStore.fleet_of), as read at most
         #: FLEET_TTL_S ago: a job that can never fit it is made parked; None:
         #: every job is left to the placer
         self._fleets = RecentFleets(fleet_of, clock) if fleet_of is not None else None
+        #: the placer's line (NodeStore.line): where a PENDING job stands
+        self._line_of = line_of
         self.pipelines, self.canceller = pipelines, canceller
         #: tells what happened: a job it ended (domain/happened.py)
         self._publish = publish
@@ -249,6 +253,14 @@ class JobsService:
         view = self.store.view(job_id) if is_job_id(job_id) else None
         if view is None or view["tenant"] != tenant:
             raise self._not_found(job_id, field)
+        return view
+
+    def look(self, tenant: str, job_id: str) -> JobView:
+        """``read``, with a PENDING job's place in the placer's line under
+        ``queue`` (domain/queue.py: one read of the line, never of the queue)."""
+        view = self.read(tenant, job_id)
+        if view["state"] == JobState.PENDING.value and self._line_of is not None:
+            view["queue"] = queue.standing(self._line_of(), job_id, tenant, self._clock())
         return view
 
     @staticmethod

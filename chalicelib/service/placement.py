@@ -8,13 +8,15 @@ nodes as its jobs need, not the whole fleet for every job.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from typing import Iterator, Mapping, Protocol
 
-from ..domain import deadlines, placement, priority, quotas
+from ..domain import deadlines, placement, priority, queue, quotas
 from ..domain.clock import Clock, iso, plus, utcnow
-from ..domain.fleet import ALL_TYPES, SETTLE_S, Fleet
+from ..domain.fleet import ALL_TYPES, SETTLE_S, Fleet, fleet_key
 from ..domain.happened import ChildPlaced, JobEnded, PreemptionChosen
 from ..domain.intents import launch_intent
 from ..domain.jobs import Job
@@ -39,6 +41,7 @@ from .ports import (
     JobQueue,
     JobReads,
     JobWrites,
+    Lines,
     NodeRegistry,
     StateChanged,
     Transitions,
@@ -46,6 +49,10 @@ from .ports import (
 
 log = logging.getLogger(__name__)
 _RESERVE_RETRIES = 3
+#: the placed jobs behind a line are read again at least this often, even
+#: when no placement or release moved the line (a job's start moves the end
+#: its time limit bounds)
+LINE_REFRESH_S = 60.0
 
 
 @dataclass
@@ -118,7 +125,7 @@ class _Pool:
                 self._nodes[node_id] = fresh
 
 
-class PlacerNodes(NodeRegistry, Fleets, Protocol):
+class PlacerNodes(NodeRegistry, Fleets, Lines, Protocol):
     """What the placer reads of the nodes: the fleets, and a node by id."""
 
 
@@ -147,6 +154,11 @@ class Placer:
         self._seen: dict[str, object] = {}
         #: how long after a fleet change its sweep of parked jobs is repeated
         self.settle_s = settle_s
+        #: the line this placer last wrote (None: none yet; written once changed),
+        #: and the fleets' room versions it was read against
+        self._line: queue.Line | None = None
+        self._line_rooms: dict[str, int] = {}
+        self._line_read_at = datetime.min.replace(tzinfo=timezone.utc)
 
     def run(self, limit: int = 500, read_limit: int = 5000) -> PlacementReport:
         """One run: at most ``limit`` placement tries, over at most ``read_limit``
@@ -158,7 +170,8 @@ class Placer:
         self._seen = {}  # what preemptions read, once a run
         fleets = self._sweep_parked()
         marks: dict[str, str | None] = {}
-        queues = self._fitting_by_tenant(read_limit, report, fleets, marks)
+        line: dict[str, list[Job]] = {}
+        queues = self._fitting_by_tenant(read_limit, report, fleets, marks, line)
         # usage only matters between tenants (one tenant's queue is its own
         # order) and for tenants with a GPU limit
         usage = self._usage() if len(queues) > 1 or self._gpu_limited(queues) else {}
@@ -168,6 +181,7 @@ class Placer:
         pool = _Pool(self.nodes)
         held = dict(usage)
         placed_gpus = None
+        placed: list[Job] = []
         tries = 0
         while tries < limit:
             try:
@@ -181,6 +195,7 @@ class Placer:
             tries += 1
             if self._place(job, pool, marks.get(job.job_id)):
                 report.placed.append(job.job_id)
+                placed.append(job)
                 placed_gpus = job.spec.gpus
                 held[job.tenant] = held.get(job.tenant, 0) + placed_gpus
                 by_type = self._seen.get("held")
@@ -191,7 +206,48 @@ class Placer:
                 report.preempting.append(job.job_id)
             else:
                 report.waiting.append(job.job_id)
+        self._write_line(line, placed, held, fleets)
         return report
+
+    # -- the line: where each waiting job stands (domain/queue.py) -------------
+    def _write_line(self, line: dict[str, list[Job]], placed: list[Job], held: dict[str, int],
+                    fleets: dict[str | None, Fleet]) -> None:
+        """Write the jobs this run leaves waiting, in the order they would be
+        placed as GPUs free up (the placer's class_order from the GPUs held
+        now, each job counted as placed in its turn, which is how fair share
+        moves on), the placed jobs whose GPUs they wait for and each type's
+        registered GPUs, when that differs from what this placer last wrote."""
+        gone = {j.job_id for j in placed}
+        waiting = {t: left for t, jobs in line.items()
+                   if (left := [j for j in jobs if j.job_id not in gone])}
+        entries: list[queue.Entry] = []
+        holders: list[queue.Holder] = []
+        now = self._clock()
+        rooms = {f.key: f.room_version for f in fleets.values()}
+        if waiting:
+            order = placement.class_order(waiting, held, lambda j: j.spec.gpus,
+                                          lambda j: self.classes.value_of(j.spec.priority_class),
+                                          lambda t: self.limits.of(t).weight)
+            entries = [queue.Entry(j.job_id, j.tenant, j.spec.gpus, fleet_key(j.spec.gpu_type))
+                       for j in itertools.islice(_placing_each(order), queue.MAX_LINE)]
+            last = self._line
+            if last is not None and not placed and tuple(entries) == last.entries \
+                    and rooms == self._line_rooms \
+                    and (now - self._line_read_at).total_seconds() < LINE_REFRESH_S:
+                # no job placed, none ended (the rooms would move): the GPUs
+                # are held as the last line says, which need not be read again
+                return
+            holding = {j.job_id: (j, j.started_at or j.updated_at)
+                       for jobs in self._placed_jobs().values() for j in jobs}
+            holding.update((j.job_id, (j, now)) for j in placed)
+            holders = [queue.holder_of(j.job_id, j.tenant, j.spec.gpus,
+                                       fleet_key(j.spec.gpu_type), since, j.spec.max_runtime_s)
+                       for j, since in holding.values()]
+        new = queue.Line.of(now, entries, holders, {f.key: f.gpus for f in fleets.values()})
+        self._line_rooms, self._line_read_at = rooms, now
+        if not new.same_order(self._line):
+            self.nodes.set_line(new)
+            self._line = new
 
     # -- preemption: by priority class, and reclaiming guarantees (domain/priority.py)
     def _preempts(self, job: Job) -> bool:
@@ -399,13 +455,17 @@ class Placer:
 
     def _fitting_by_tenant(self, read_limit: int, report: PlacementReport,
                            fleets: dict[str | None, Fleet] | None = None,
-                           marks: dict[str, str | None] | None = None) -> dict[str, list[Job]]:
+                           marks: dict[str, str | None] | None = None,
+                           line: dict[str, list[Job]] | None = None) -> dict[str, list[Job]]:
         """PENDING jobs that could be placed now, per tenant in the tenant's own
         order; cancels of unplaced jobs are finished, never-fitting jobs parked,
         and jobs waiting on an unchanged capacity summary skipped without a node
-        read (``marks`` gets the note each job tried leaves if it does not fit)."""
+        read (``marks`` gets the note each job tried leaves if it does not fit;
+        ``line`` every job that stays in line, tried or not, and ``fleets``
+        each type's fleet read)."""
         marks = {} if marks is None else marks
-        fleets = dict(fleets or {})
+        line = {} if line is None else line
+        fleets = {} if fleets is None else fleets
         queues: dict[str, list[Job]] = {}
         for job in self.store.pending(read_limit):
             if job.cancel_requested_at is not None:
@@ -434,6 +494,7 @@ class Placer:
                 # parked until the fleet changes: later runs do not read it again
                 self.store.park(job, f"can never fit: {impossible}", fleet)
                 continue
+            line.setdefault(job.tenant, []).append(job)
             if placement.still_waiting(job.waiting_on, fleet.room_version, now) \
                     and not self._preempts(job):
                 # no room since it last did not fit (a job that may preempt is
@@ -524,6 +585,18 @@ class Placer:
     def _note(self, job: Job, reason: str, mark: str | None = None) -> None:
         if job.pending_reason != reason or job.waiting_on != mark:
             self.store.set_pending_reason(job, reason, mark)
+
+
+def _placing_each(order) -> Iterator[Job]:
+    """The jobs of a placement order (placement.class_order), each told
+    placed with all its GPUs as it comes."""
+    try:
+        job = next(order)
+        while True:
+            yield job
+            job = order.send(job.spec.gpus)
+    except StopIteration:
+        return
 
 
 def _on_type(victim: priority.Victim, gpu_type: str | None) -> bool:

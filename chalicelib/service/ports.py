@@ -12,6 +12,7 @@ from ..domain.intents import Intent
 from ..domain.jobs import Job
 from ..domain.nodes import Node
 from ..domain.placement import Plan
+from ..domain.queue import Line
 from ..domain.stall import Beat
 from ..domain.states import JobState
 from .views import JobView
@@ -260,6 +261,14 @@ class Fleets(Protocol):
     def ready_pages(self, gpu_type: str | None, min_free: int) -> Iterator[list[Node]]: ...
 
 
+class Lines(Protocol):
+    """The placer's line: the waiting jobs in the order it tries them
+    (domain/queue.py), written by each run that changes it."""
+
+    def line(self) -> Line | None: ...
+    def set_line(self, line: Line) -> None: ...
+
+
 class NodeLiveness(Protocol):
     """Nodes gone quiet: marked DOWN, their attempts lost."""
 
@@ -277,7 +286,7 @@ class NodeCordons(Protocol):
     def record_failure(self, node_id: str, entry: str, since: str) -> list[str]: ...
 
 
-class NodeStore(NodeRegistry, Fleets, NodeLiveness, NodeCordons, Protocol):
+class NodeStore(NodeRegistry, Fleets, Lines, NodeLiveness, NodeCordons, Protocol):
     """Every port of the nodes table: what bootstrap wires and the contract
     suite runs (a service asks for the parts it calls)."""
 

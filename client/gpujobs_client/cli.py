@@ -1366,6 +1366,8 @@ def job_panel(job: "Job") -> "RenderableType":
     waited_too_long = job.exit is not None and job.exit.reason == "pending_timeout"
     if job.pending_reason and (job.state == "PENDING" or waited_too_long):
         t.add_row("pending reason", escape(job.pending_reason))
+    for label, value in lifecycle.queue_lines(job.queue):
+        t.add_row(label, escape(value))
     for label, value in pipeline_rows(job):
         t.add_row(label, escape(value))
     if job.is_array:  # the parent never runs: its indexes do, each with its attempts
@@ -1751,8 +1753,10 @@ def snapshot(client: "Client", job_id: str) -> tuple["Job", "Ranks | None", str 
     if job.waiting_for and job.state == "PENDING":
         return job, None, job.pending_reason or f"waiting for {', '.join(job.waiting_for)}"
     if job.attempt == 0 or job.state == "PENDING":
-        return job, None, "waiting for placement" + (
-            f": {job.pending_reason}" if job.pending_reason else "")
+        from .lifecycle import queue_lines
+        return job, None, "; ".join(["waiting for placement" + (
+            f": {job.pending_reason}" if job.pending_reason else ""),
+            *(f"{label} {value}" for label, value in queue_lines(job.queue))])
     if (job.ranks or 0) > WATCH_MAX_RANKS:
         return job, None, (f"{job.ranks:,} ranks: each rank's row is in `gpujobs ranks "
                            f"{job.id}` and on the dashboard's rank heatmap")

@@ -287,3 +287,39 @@ def exit_text(exit_: Mapping[str, Any]) -> str:
     text = ", ".join(parts)
     rest = decision_rest(exit_)
     return f"{text} — {rest}" if rest else text
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _jobs_named(items: list[Mapping[str, Any]]) -> str:
+    """``job_a (8 GPUs), job_b (4 GPUs) and 2 jobs of other tenants``."""
+    named = [f"{i['job_id']} ({i['gpus']} GPU{'s' if i['gpus'] != 1 else ''})"
+             for i in items if i.get("job_id")]
+    others = sum(1 for i in items if not i.get("job_id"))
+    if others:
+        named.append(f"{others} job{'s' if others != 1 else ''} of other tenants"
+                     if others != 1 else "1 job of another tenant")
+    return ", ".join(named[:-1]) + f" and {named[-1]}" if len(named) > 1 else "".join(named)
+
+
+def queue_lines(queue: Any) -> list[tuple[str, str]]:
+    """A PENDING job's place in line (``job.queue``, a :class:`QueueStanding`)
+    as (label, text) rows: where it stands and behind whom, whose GPUs it
+    waits for, and when it may start and why."""
+    if queue is None:
+        return []
+    kind = f"{queue.gpu_type} GPUs" if queue.gpu_type else "GPUs of any type"
+    where = f"{_ordinal(queue.position)} of {queue.of} for {kind}"
+    if queue.ahead:
+        where += f", behind {_jobs_named(queue.ahead)}"
+    rows = [("in line", where)]
+    if queue.waiting_for:
+        rows.append(("waiting for", _jobs_named(queue.waiting_for)))
+    start = queue.estimated_start
+    when = (start.replace("T", " ").split(".")[0].rstrip("Z") + " UTC (" + queue.basis + ")"
+            if start else queue.basis)
+    rows.append(("estimated start", when))
+    return rows

@@ -194,6 +194,34 @@ class ArrayProgress:
 
 
 @dataclass(frozen=True)
+class QueueStanding:
+    """``job.queue`` of a PENDING job read by id: its ``position`` among the
+    ``of`` jobs in the placer's line that want the same GPUs (1: tried
+    next), the nearest jobs ``ahead`` and the placed jobs it is
+    ``waiting_for`` (each ``{"job_id", "gpus"[, "ends_by"]}``, ``job_id``
+    None for another tenant's), the ``estimated_start`` (None when unknown)
+    and its ``basis`` in words, as of ``as_of``."""
+    position: int
+    of: int
+    gpu_type: str | None
+    ahead: list[dict[str, Any]]
+    waiting_for: list[dict[str, Any]]
+    estimated_start: str | None
+    basis: str
+    as_of: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "QueueStanding | None":
+        if not d:
+            return None
+        return cls(position=int(d.get("position") or 0), of=int(d.get("of") or 0),
+                   gpu_type=d.get("gpu_type"), ahead=[dict(a) for a in d.get("ahead") or []],
+                   waiting_for=[dict(w) for w in d.get("waiting_for") or []],
+                   estimated_start=d.get("estimated_start"), basis=str(d.get("basis") or ""),
+                   as_of=str(d.get("as_of") or ""))
+
+
+@dataclass(frozen=True)
 class Job:
     id: str
     name: str | None
@@ -240,6 +268,10 @@ class Job:
     array: ArrayProgress | None = None
     """An array's parent: its size and its indexes by state; None for any
     other job."""
+    queue: QueueStanding | None = None
+    """A PENDING job read by id (``get_job``): where it stands in the
+    placer's line; None otherwise, on list pages, and from a server that
+    predates it."""
 
     @property
     def is_terminal(self) -> bool:
@@ -293,7 +325,8 @@ class Job:
                    preempting=Preempting.from_json(d.get("preempting")),
                    waiting_for=[str(j) for j in d.get("waiting_for") or []],
                    parent_id=d.get("parent_id"), array_index=_opt_int(d.get("array_index")),
-                   array=ArrayProgress.from_json(d.get("array")))
+                   array=ArrayProgress.from_json(d.get("array")),
+                   queue=QueueStanding.from_json(d.get("queue")))
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,18 @@ def page_all(client, tenants, page_size, state=None, who="a"):
 
 
 def test_get_returns_the_job_with_one_read(client, tenants):
+    """One read of the job, and for a PENDING job one of the placer's line
+    (where it stands, domain/queue.py): never a query of the queue."""
     [job_id] = create(client, tenants, 1)
     with aws_calls() as calls:
         r = client.http.get(f"/v1/jobs/{job_id}", headers=tenants.headers())
     assert r.status_code == 200 and r.json_body["id"] == job_id
+    assert r.json_body["state"] == "PENDING"
+    assert calls == [("dynamodb", "GetItem")] * 2
+    client.http.post(f"/v1/jobs/{job_id}/cancel", headers=tenants.headers())
+    with aws_calls() as calls:
+        r = client.http.get(f"/v1/jobs/{job_id}", headers=tenants.headers())
+    assert r.json_body["state"] == "CANCELLED" and r.json_body["queue"] is None
     assert calls == [("dynamodb", "GetItem")]
 
 

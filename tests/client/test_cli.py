@@ -1375,3 +1375,27 @@ def test_the_stalled_ranks_say_the_whole_count_when_the_record_lists_its_first_f
     h = JobHealth.from_json({"status": "STALLED", "first_stalled_rank": listed[0],
                              "stalled_ranks": listed, "stalled_count": count})
     assert cli_module.stalled_ranks_text(h) == said
+
+
+def test_describe_and_watch_of_a_waiting_job_say_where_it_stands_and_why_then(run, fake):
+    """Issue 47: a waiting job's place in line, whom it waits behind and for,
+    and its estimated start with the basis, in words a person reads;
+    another tenant's jobs by count, never by id."""
+    job = fake.add_job(ranks=8)
+    fake.update_job(job["id"], pending_reason="waiting for 8 x 1 free h100 GPUs on READY nodes",
+                    queue={"position": 3, "of": 5, "gpu_type": "h100",
+                           "ahead": [{"job_id": "job_ahead1", "gpus": 8},
+                                     {"job_id": None, "gpus": 4}],
+                           "waiting_for": [{"job_id": "job_held1", "gpus": 8,
+                                            "ends_by": "2026-12-07T12:10:00.000Z"}],
+                           "estimated_start": "2026-12-07T12:10:00.000Z",
+                           "basis": "about 4 min, when job_held1 reaches its 10 min limit",
+                           "as_of": "2026-12-07T12:06:00.000Z"})
+    rows = panel(run("describe", job["id"]).stdout)
+    assert rows["in line"] == ("3rd of 5 for h100 GPUs, behind job_ahead1 (8 GPUs) and "
+                               "1 job of another tenant")
+    assert rows["waiting for"] == "job_held1 (8 GPUs)"
+    assert rows["estimated start"] == ("2026-12-07 12:10:00 UTC (about 4 min, when job_held1 "
+                                       "reaches its 10 min limit)")
+    watched = run("watch", job["id"], "--timeout", "0", "--interval", "0").stdout
+    assert "in line 3rd of 5 for h100 GPUs" in " ".join(watched.split())

@@ -98,3 +98,38 @@ def test_a_job_runs_in_its_working_dir_as_the_cli_submitted_and_describes_it(gpu
     assert f"working dir  {work}" in described.stdout, described.stdout
     out = logs_until(gpujobs, job_id, f"ran in {re.escape(str(work))}", 2)
     assert out.count(f"ran in {work}") == 2, out
+
+
+def test_describe_says_where_a_waiting_job_stands_and_when_it_may_start(gpujobs):
+    """Issue 47: the stack's 8 GPUs are held by a job with a 10 min limit; of
+    the two 8-GPU jobs submitted after it, the first reads that it starts
+    when that limit frees the GPUs, the second that it is behind the first,
+    as the placer's line says (one read, never the queue)."""
+    holder = submit(gpujobs, "--ranks", "2", "--gpus-per-rank", "4", "--max-runtime", "10m",
+                    "--", "sleep", "600")
+    jobs = [holder]
+    try:
+        deadline = time.monotonic() + 60
+        while json.loads(gpujobs("get", holder, "-o", "json").stdout)["state"] != "RUNNING":
+            assert time.monotonic() < deadline, "the holder never ran"
+            time.sleep(0.3)
+        first = submit(gpujobs, "--ranks", "2", "--gpus-per-rank", "4", "--", "true")
+        second = submit(gpujobs, "--ranks", "2", "--gpus-per-rank", "4", "--", "true")
+        jobs += [first, second]
+        shown: dict[str, str] = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until a placement run has ordered both
+            shown = {j: " ".join(gpujobs("describe", j).stdout.split()) for j in (first, second)}
+            if all("in line" in text for text in shown.values()):
+                break
+            time.sleep(0.5)
+        assert f"when {holder} reaches its 10 min limit" in shown[first], shown[first]
+        assert re.search(r"estimated start \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(about "
+                         r"(9|10) min", shown[first]), shown[first]
+        assert f"behind {first} (8 GPUs)" in shown[second], shown[second]
+        assert f"waiting for {holder} (8 GPUs)" in shown[second], shown[second]
+        queue = json.loads(gpujobs("get", second, "-o", "json").stdout)["queue"]
+        assert queue["position"] == queue["of"] and queue["ahead"][-1]["job_id"] == first
+    finally:
+        for job_id in jobs:
+            gpujobs("cancel", job_id)

@@ -11,6 +11,7 @@ import pytest
 from chalicelib.domain import idempotency
 from chalicelib.domain.clock import utcnow
 from chalicelib.domain.fleet import ALL_TYPES, Fleet
+from chalicelib.domain.queue import Entry, Line, holder_of
 from chalicelib.domain.states import JobState
 from chalicelib.service.ports import IdemClaim, PendingLimitReached
 
@@ -111,6 +112,24 @@ def test_fleets_lists_every_types_fleet_and_all_types(whole):
     for key, fleet in fleets.items():
         assert whole.nodes.fleet_of(None if key == ALL_TYPES else key) == fleet
     assert (fleets[ALL_TYPES].gpus, fleets[ALL_TYPES].largest_node) == (10, 8)
+
+
+# -- the placer's line (domain/queue.py) ---------------------------------------------
+def test_the_line_reads_back_as_last_written_and_is_no_fleet(whole):
+    """One record beside the fleets: nothing before the first write, the
+    last write after it, and never listed among the fleets."""
+    assert whole.nodes.line() is None
+    whole.node(0, gpus=8)
+    now = _now()
+    first = Line.of(now, [Entry("job_a", "acme", 8, whole.gpu_type())],
+                    [holder_of("job_h", "globex", 8, ALL_TYPES, now, 600)],
+                    {whole.gpu_type(): 8, ALL_TYPES: 8})
+    whole.nodes.set_line(first)
+    assert whole.nodes.line() == first
+    second = Line.of(now + timedelta(seconds=1), [], [], {})
+    whole.nodes.set_line(second)
+    assert whole.nodes.line() == second
+    assert {f.key for f in whole.nodes.fleets()} == {whole.gpu_type(), ALL_TYPES}
 
 
 # -- parked never-fitting jobs ---------------------------------------------------------

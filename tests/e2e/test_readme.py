@@ -95,6 +95,17 @@ EXPECT: dict[str, Expect] = {
     # cancel --wait: CANCELLED is what was asked, so exit 0 (watch would say 9)
     "gpujobs cancel $LONG --wait": Expect(rc=0, shows=(r"CANCELLED",)),
     "gpujobs nodes": Expect(shows=(r"local-1", r"local-2", r"h100")),
+    "BIG=$(gpujobs submit -q --ranks 2 --gpus-per-rank 8":
+        Expect(probe="echo $BIG", probe_shows=rf"^{J}$"),
+    "NEXT=$(gpujobs submit -q --ranks 1": Expect(probe="echo $NEXT", probe_shows=rf"^{J}$"),
+    # a placement run orders it within a scan period (and BIG must be placed)
+    "gpujobs describe $NEXT": Expect(shows=(
+        r"in line +1st of 1 for GPUs of any type", rf"waiting for +{J} \(16 GPUs\)",
+        r"estimated start +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(about (9|10) min, "
+        rf"when {J} reaches its 10 min limit\)"), again_s=30),
+    "gpujobs cancel $BIG --wait": Expect(shows=(r"CANCELLED",)),
+    "gpujobs resubmit $JOB --with name=demo-again": Expect(
+        shows=(rf"Submitted: {J}", rf"resubmitted from: {J}", r"demo-again")),
     "API=$(gpujobs config get api_url) TOKEN=$(gpujobs config get token)":
         Expect(probe="echo $API $TOKEN", probe_shows=r"^http://127\.0\.0\.1:\d+ t1$"),
     "KEY=$(python3 -c": Expect(probe="echo $KEY", probe_shows=r"^[0-9a-f-]{36}$"),

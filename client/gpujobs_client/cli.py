@@ -389,6 +389,13 @@ def styled_state(state: str) -> str:
     return f"[{STATE_STYLE.get(state, '')}]{state}[/]" if state in STATE_STYLE else state
 
 
+def gang_text(spec: dict) -> str:
+    """``4 ranks x 1 GPU (h100)``, ``1 rank x 8 GPUs (any type)``."""
+    ranks, gpus = int(spec.get("ranks") or 1), int(spec.get("gpus_per_rank") or 1)
+    return (f"{ranks} rank{'s' if ranks != 1 else ''} x {gpus} GPU{'s' if gpus != 1 else ''} "
+            f"({spec.get('gpu_type') or 'any type'})")
+
+
 def short_time(value: str | None) -> str:
     if not value:
         return "-"
@@ -1110,8 +1117,7 @@ def send_job(body: dict[str, Any], key: str, *, quiet: bool, wait: bool, interva
         c.print(f"  resubmitted from: {origin.id}, {styled_state(origin.state)}"
                 f"{escape(exit_note(origin))}")
     spec = job.spec
-    c.print(f"  name: {escape(job.name or '-')}   ranks: {spec.get('ranks')} x "
-            f"{spec.get('gpus_per_rank', 1)} GPU ({escape(spec.get('gpu_type') or 'any type')})   "
+    c.print(f"  name: {escape(job.name or '-')}   {escape(gang_text(spec))}   "
             f"stall threshold: {job.health.threshold_s}s")
     from .models import DEFAULT_PRIORITY_CLASS
     if job.priority_class != DEFAULT_PRIORITY_CLASS:
@@ -1385,8 +1391,7 @@ def job_panel(job: "Job") -> "RenderableType":
         t.add_row("time left", escape(left))
     if spec.get("on_stall") in ON_STALL_WORDS:
         t.add_row("on stall", ON_STALL_WORDS[spec["on_stall"]])
-    t.add_row("ranks", f"{spec.get('ranks')} x {spec.get('gpus_per_rank', 1)} GPU "
-                       f"({escape(spec.get('gpu_type') or 'any type')})")
+    t.add_row("ranks", escape(gang_text(spec)))
     t.add_row("priority", "\n".join(escape(line) for line in (
         priority_text(job), preempting_text(job)) if line))
     t.add_row("command", escape(" ".join(spec.get("command") or [])))

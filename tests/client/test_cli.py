@@ -259,7 +259,9 @@ def test_get_shows_the_job(run, fake):
     r = run("get", job["id"])
     assert r.exit_code == 0
     assert job["id"] in r.stdout and "demo" in r.stdout and "PENDING" in r.stdout
-    assert "4 x 1 GPU (h100)" in r.stdout and "python t.py" in r.stdout
+    assert "4 ranks x 1 GPU (h100)" in r.stdout and "python t.py" in r.stdout
+    wide = fake.add_job(ranks=1, gpus_per_rank=8)
+    assert "1 rank x 8 GPUs (any type)" in run("get", wide["id"]).stdout
     assert json_out(run("get", job["id"], "-o", "json")) == fake.jobs[job["id"]]
 
 

@@ -7,8 +7,10 @@ verdict first and the silence order as evidence only, and counts said with
 their nouns ("4 ranks × 4 GPUs")."""
 from __future__ import annotations
 
+import json
 import re
 
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 
 from tests.browser import ui
@@ -222,3 +224,43 @@ def test_counts_say_their_nouns(page, browser_stack):
         facts = ui.text_in(page, "#facts", "Why pending")
         assert "Why pending\nwaiting for 4 ranks × 4 free h100 GPUs each on READY nodes" in facts, facts
         assert "4 x 4" not in page.find_element(By.TAG_NAME, "main").text
+
+
+def _fill(page, rank: int) -> list[int]:
+    """The colour inside ``rank``'s cell, near its bottom-left corner (clear of its text)."""
+    return page.execute_script("""
+        const c = document.getElementById('heatmap'), [x, y, w] = c.boxOf_(arguments[0]);
+        const d = devicePixelRatio, p = c.getContext('2d')
+          .getImageData(Math.round((x + 3) * d), Math.round((y + w - 4) * d), 1, 1).data;
+        return [p[0], p[1], p[2]];""", rank)
+
+
+def test_the_heatmap_draws_each_polls_ranks(page, browser_stack):
+    """Invariant: the cells show the latest poll. A rank never heard at the
+    page's first poll and stalled at the next is drawn stalled (red), as the
+    summary says (the map kept the first poll's cells while the attempt and
+    the rank count stayed the same)."""
+    job, later = small_job(COLLECTIVE, ranks=4)
+    first = {**later, "ranks": [{**r, "last_heard_at": None, "silence_s": 0.2, "stalled": False,
+                                 "status": None} for r in later["ranks"]]}
+    with fed(page, job, later), ui.on_every_document(page, """
+            const FIRST = %s, fedFetch = window.fetch;
+            let asked = 0;
+            window.fetch = (url, opts) => new URL(String(url), location.href).pathname.endsWith('/ranks')
+              && asked++ === 0
+              ? Promise.resolve(new Response(JSON.stringify(FIRST), {status: 200,
+                  headers: {'Content-Type': 'application/json'}}))
+              : fedFetch(url, opts);""" % json.dumps(first)):
+        page.get(browser_stack.api + f"/#/jobs/{job['id']}/ranks")
+        page.refresh()
+        ui.text_in(page, "#stall-summary", "4 of 4 ranks stalled", timeout=30)
+        seen: dict = {}
+
+        def red(d) -> bool:
+            seen["fill"] = _fill(d, 0)
+            r, g, b = seen["fill"]
+            return r > 90 and g < 60 and b < 60
+        try:
+            ui.wait(page, 10).until(red)
+        except TimeoutException:
+            raise AssertionError(f"rank 0 is stalled but drawn {seen['fill']}") from None

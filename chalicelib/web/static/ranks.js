@@ -368,7 +368,11 @@ export function mount(main, [jobId]) {
     if (!L || L.width !== width || L.count !== data.ranks.length || L.key !== data.key) {
       L = layout(data.ranks, width);
       L.count = data.ranks.length; L.key = data.key;
+    } else if (L.data !== data) { // the same places, this poll's ranks in them (not the first poll's)
+      const now = new Map(data.ranks.map((r) => [r.rank, r]));
+      for (const n of L.nodes) n.ranks = n.ranks.map((r) => now.get(r.rank) || r);
     }
+    L.data = data;
     const ms = draw(canvas, L, data, job.health || {}, verdict, pal, cursor);
     if (history.samples.length) drawHistory(historyCanvas, history, width, pal);
     historyWrap.hidden = !data.ranks.length;

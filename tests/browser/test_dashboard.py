@@ -133,12 +133,12 @@ def test_a_new_job_appears_live_and_rows_are_updated_in_place(page, tenant, brow
             "return document.querySelector(arguments[0]).__kept === true",
             f'tr[data-id="{first["id"]}"]'), "the row was re-created"
         # newest first
-        ids = [tr.get_attribute("data-id") for tr in page.find_elements(By.CSS_SELECTOR, "#jobs-body tr")]
+        ids = [tr.get_attribute("data-id") for tr in page.find_elements(By.CSS_SELECTOR, "#jobs-body tr[data-id]")]
         assert ids.index(second["id"]) < ids.index(first["id"])
         ui.screenshot(page, "jobs")
         # search by label narrows the page to the matching job
         page.find_element(By.ID, "search").send_keys("team=nlp " + second["name"])
-        ids = [tr.get_attribute("data-id") for tr in page.find_elements(By.CSS_SELECTOR, "#jobs-body tr")]
+        ids = [tr.get_attribute("data-id") for tr in page.find_elements(By.CSS_SELECTOR, "#jobs-body tr[data-id]")]
         assert ids == [second["id"]]
     finally:
         _cancel(tenant, first["id"])
@@ -155,7 +155,7 @@ def test_state_filter_and_cursor_paging_walk_every_job_once(page, tenant, browse
         assert page.find_element(By.ID, "state-filter").get_attribute("value") == "PENDING"
         seen = []
         while True:
-            rows = page.find_elements(By.CSS_SELECTOR, "#jobs-body tr")
+            rows = page.find_elements(By.CSS_SELECTOR, "#jobs-body tr[data-id]")
             seen += [r.get_attribute("data-id") for r in rows]
             assert all(r.find_elements(By.CSS_SELECTOR, ".s-pending") for r in rows)
             older = page.find_element(By.ID, "older")
@@ -164,8 +164,8 @@ def test_state_filter_and_cursor_paging_walk_every_job_once(page, tenant, browse
             page_no = page.find_element(By.ID, "page-no").text
             older.click()
             ui.wait(page).until(lambda d, page_no=page_no: d.find_element(By.ID, "page-no").text != page_no)
-            ui.wait(page).until(lambda d, seen=seen: d.find_elements(By.CSS_SELECTOR, "#jobs-body tr")
-                                and d.find_elements(By.CSS_SELECTOR, "#jobs-body tr")[0]
+            ui.wait(page).until(lambda d, seen=seen: d.find_elements(By.CSS_SELECTOR, "#jobs-body tr[data-id]")
+                                and d.find_elements(By.CSS_SELECTOR, "#jobs-body tr[data-id]")[0]
                                 .get_attribute("data-id") not in seen)
         assert len(seen) == len(set(seen)), "a job was shown twice"
         assert set(made) <= set(seen), "a job was skipped"
@@ -204,13 +204,15 @@ def test_open_a_job_and_cancel_it_shows_202_then_cancelled(page, tenant, browser
 
 
 def test_the_heatmap_names_the_hung_rank(page, tenant, browser_stack):
-    """examples/hang.py (the README walk-through): rank 3 stops first."""
+    """examples/hang.py (the README walk-through): rank 3 stops first. The
+    verdict leads; the silence order under it is evidence (issue 47: it said
+    "Silent longest (not necessarily the one that stopped)", a second culprit)."""
     job = submit(tenant, name=unique("hang"), command=["python", "examples/hang.py"], ranks=4,
                  heartbeat={"interval_s": 1, "startup_grace_s": 10})
     try:
         page.get(browser_stack.api + f"/#/jobs/{job['id']}/ranks")
-        silent = ui.text_in(page, "#stall-summary .sum-silent", "Silent longest", timeout=90)
-        assert "rank 3 on local-" in silent, silent
+        order = ui.text_in(page, "#stall-summary .sum-order", "Silence order", timeout=90)
+        assert order.startswith("Silence order (evidence, longest first): "), order
         # the headline is the server's verdict word for word, its ranks outlined:
         # the verdict is sharpened while the incident is open (late posts land),
         # so the page, which polls, agrees with the API once both settle
@@ -229,6 +231,9 @@ def test_the_heatmap_names_the_hung_rank(page, tenant, browser_stack):
         except TimeoutException:
             raise AssertionError(f"the page never showed the API's verdict: {seen}") from None
         assert seen["verdict"]["ranks"] == [3] and seen["headline"].startswith("rank 3 on local-")
+        lines = [p.text for p in page.find_elements(By.CSS_SELECTOR, "#stall-summary p")]
+        assert lines[0] == seen["headline"], "the verdict is the first line"
+        assert not [t for t in lines[1:] if "longest" in t and "evidence" not in t], lines
         # the same information as text: the table, silent longest first
         page.find_element(By.ID, "table-toggle").click()
         first_row = ui.find(page, "#rank-table tbody tr")
@@ -371,8 +376,9 @@ def test_a_tie_is_said_as_a_tie_and_every_tied_cell_is_outlined(page, browser_st
 
 def test_the_job_page_and_list_say_the_verdict_and_the_stop_time_stacks(page, browser_stack):
     """Invariant: the job page's bold headline is verdict.text (then its stack),
-    no culprit JSON anywhere; a rank_stopped event lists each rank's stack as
-    "rank N: where" under it; the job list's note is verdict.text."""
+    no culprit JSON anywhere, the silence order a fact said as evidence; a
+    rank_stopped event lists each rank's stack as "rank N: where" under it; the
+    job list's line under the job's row is verdict.text."""
     job, ranks = small_job(COLLECTIVE)
     where = COLLECTIVE["stack"]
     events = [{"type": "stalled", "time": "2026-01-01T00:01:00.000Z", "attempt": 1,
@@ -389,7 +395,8 @@ def test_the_job_page_and_list_say_the_verdict_and_the_stop_time_stacks(page, br
         assert headline.value_of_css_property("font-weight") == "600"
         assert page.find_element(By.CSS_SELECTOR, "#job-verdict .v-stack").text == f"Stack: {where}"
         facts = page.find_element(By.ID, "facts").text
-        assert "Silent longest\nrank 0" in facts and "Culprit" not in facts
+        assert "Silence order (evidence)\n0 first" in facts and "Culprit" not in facts
+        assert "Silent longest" not in facts
         stopped = ui.find(page, "#events li:nth-child(2)")
         assert "rank_stopped" in stopped.text
         assert [li.text for li in stopped.find_elements(By.CSS_SELECTOR, "ul.stacks li")] == [
@@ -398,5 +405,5 @@ def test_the_job_page_and_list_say_the_verdict_and_the_stop_time_stacks(page, br
             By.TAG_NAME, "main").text
         ui.screenshot(page, "job-verdict")
         page.get(browser_stack.api + "/#/jobs")
-        note = ui.find(page, f'tr[data-id="{job["id"]}"] td.note')
+        note = ui.find(page, f'tr[data-detail-of="{job["id"]}"] td.note .verdict')
         assert note.text == COLLECTIVE["text"] and note.get_attribute("title") == COLLECTIVE["text"]

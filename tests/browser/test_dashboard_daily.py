@@ -45,7 +45,7 @@ def _search(page, base: str, words: str) -> None:
 
 def _listed(page) -> set[str]:
     """The ids of the jobs the jobs list shows."""
-    return {tr.get_attribute("data-id") for tr in page.find_elements(By.CSS_SELECTOR, "#jobs-body tr")}
+    return {tr.get_attribute("data-id") for tr in page.find_elements(By.CSS_SELECTOR, "#jobs-body tr[data-id]")}
 
 
 def _finished(tenant, name: str, **spec) -> dict:

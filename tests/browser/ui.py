@@ -13,8 +13,8 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from devstack.browser import find, present, sign_in, wait
 
-__all__ = ["console_errors", "fetched", "find", "never", "on_every_document", "present",
-           "read", "screenshot", "sign_in", "text_in", "wait", "watch_fetches"]
+__all__ = ["console_errors", "fetched", "find", "in_view", "never", "on_every_document", "present",
+           "read", "screenshot", "sign_in", "text_in", "time_zone", "viewport", "wait", "watch_fetches"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: where screenshots go: build/ by default, so a test run leaves the tree clean;
@@ -82,3 +82,37 @@ def never(driver, condition, seconds: float, what: str = "") -> None:
     except TimeoutException:
         return
     raise AssertionError(f"it happened: {what or condition}")
+
+
+@contextlib.contextmanager
+def viewport(driver, width: int = 1280, height: int = 800):
+    """The page's viewport is ``width`` x ``height`` CSS pixels (a laptop's
+    screen) while inside; the session's own size after."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        yield
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+@contextlib.contextmanager
+def time_zone(driver, zone: str):
+    """The browser's local time zone is ``zone`` (e.g. America/New_York) while inside."""
+    driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": zone})
+    try:
+        yield
+    finally:
+        driver.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})
+
+
+def in_view(driver, element) -> dict:
+    """Where ``element`` is against the viewport: its box, whether all of it is
+    inside the viewport, and whether the page scrolls sideways."""
+    return driver.execute_script("""
+        const r = arguments[0].getBoundingClientRect(), de = document.documentElement;
+        return {left: r.left, right: r.right, top: r.top, bottom: r.bottom,
+                width: de.clientWidth, height: de.clientHeight,
+                inside: r.width > 0 && r.left >= 0 && r.top >= 0 && r.right <= de.clientWidth
+                        && r.bottom <= de.clientHeight,
+                sideways: de.scrollWidth > de.clientWidth};""", element)

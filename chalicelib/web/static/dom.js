@@ -29,10 +29,19 @@ export function setText(el, text) {
   if (el.textContent !== s) el.textContent = s;
 }
 
+/** Every time the dashboard shows is UTC with its zone said, as the CLI shows
+ * it: "2026-12-07 17:19:16 UTC" (the page's footer says so once). */
+export const ZONE = 'UTC';
+
 export function time(iso) {
   if (!iso) return '—';
   const d = new Date(iso);
-  return Number.isNaN(d.getTime()) ? String(iso) : d.toLocaleString();
+  return Number.isNaN(d.getTime()) ? String(iso) : `${d.toISOString().slice(0, 19).replace('T', ' ')} ${ZONE}`;
+}
+
+/** The time of day of a moment (default: now), UTC: "17:19:16 UTC". */
+export function clock(d = new Date()) {
+  return `${d.toISOString().slice(11, 19)} ${ZONE}`;
 }
 
 export function ago(iso, now = Date.now()) {

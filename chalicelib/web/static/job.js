@@ -3,9 +3,9 @@
 // Cancel; its dependencies, and for an array its counts and the grid of its
 // indexes by state (arrays.js).
 import { api, ApiError } from './api.js';
-import { h, setText, stateBadge, time, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
+import { h, setText, stateBadge, time, clock, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictLines, stackLine } from './verdict.js';
-import { exitText, eventLabels, decisionText, attemptText, timeLeftText, priorityText, preemptingOf, jobIdParts } from './story.js';
+import { exitText, eventLabels, decisionText, attemptText, timeLeftText, priorityText, preemptingOf, jobIdParts, pendingWords } from './story.js';
 import { createBody, newKey, shellLine, specPairs, retryPolicyText, limitsLines, DEFAULT_MAX_UNCOUNTED } from './spec.js';
 import { countsText, arraySettingsText, childOf, dependenciesOf, waitingFor, IndexGrid, CELL_STATES,
   CELL_WORDS, NOT_MADE, cellTitle, tally } from './arrays.js';
@@ -118,14 +118,21 @@ function stalledRanks(hl) {
     ? `${count.toLocaleString('en-US')} stalled (first: ${ranges(listed)})` : ranges(listed);
 }
 
+/** Who went silent in what order, as evidence under the verdict (never a
+ * second verdict): "2, then 0, 1 as long (within the jitter band)". */
+export function silenceOrderText(hl) {
+  if (hl.first_stalled_rank == null) return null;
+  const co = (hl.co_first || []).map((c) => (typeof c === 'object' ? c.rank : c)).filter((r) => r !== hl.first_stalled_rank);
+  return `${hl.first_stalled_rank} first${co.length ? `, then ${ranges(co)} as long (within the jitter band)` : ''}`
+    + '; the rank heatmap lists every rank’s silence';
+}
+
 function healthFacts(hl) {
   if (!hl) return [];
-  const co = (hl.co_first || []).map((c) => (typeof c === 'object' ? c.rank : c));
   return [
     ['Health', hl.status],
     ['Stall threshold', hl.threshold_s != null ? `${hl.threshold_s} s` : null],
-    ['Silent longest', hl.first_stalled_rank != null ? `rank ${hl.first_stalled_rank}` : null],
-    ['Also silent as long (jitter band)', co.length ? ranges(co) : null],
+    ['Silence order (evidence)', silenceOrderText(hl)],
     ['Suspect node', hl.suspect_node],
     ['Stalled ranks', stalledRanks(hl)],
     ['Last heard', hl.last_heard_at ? time(hl.last_heard_at) : null],
@@ -193,10 +200,17 @@ function eventsList(events) {
   }));
 }
 
-function logsView(follower) {
+/** What an empty log says: why there is nothing (yet, or at all). */
+function noOutputText(job) {
+  if (!job || job.state === 'PENDING' || (job.state === 'SCHEDULED' && !job.started_at)) return 'No output yet: the job has not started.';
+  if (TERMINAL.has(job.state)) return job.started_at ? 'The job wrote no output.' : 'No output: the job never started.';
+  return 'No output yet.';
+}
+
+function logsView(follower, job) {
   const { lines } = follower;
   if (lines == null) return h('p', { class: 'muted', text: 'This server does not serve logs (GET /v1/jobs/{id}/logs).' });
-  if (!lines.length) return h('p', { class: 'muted', text: 'No output yet.' });
+  if (!lines.length) return h('p', { class: 'muted', text: noOutputText(job) });
   return [
     follower.dropped ? h('p', { class: 'muted small', text: `The newest ${lines.length.toLocaleString()} lines; \`gpujobs logs\` prints every one.` }) : null,
     h('pre', { class: 'logs', tabindex: 0 }, lines.map((l) =>
@@ -209,9 +223,9 @@ export function mount(main, [jobId]) {
   const title = h('h1', { id: 'job-title', tabindex: -1, text: jobId });
   const badge = h('span', { id: 'job-state' });
   // disabled until the job is loaded; hidden for good when there is no such job
-  const cancelBtn = h('button', { type: 'button', id: 'cancel', class: 'danger', text: 'Cancel job…', disabled: true });
+  const cancelBtn = h('button', { type: 'button', id: 'cancel', class: 'danger', text: 'Cancel job…', disabled: true, hidden: true });
   const cancelStatus = h('p', { id: 'cancel-status', role: 'status', class: 'notice', hidden: true });
-  const resubmitBtn = h('button', { type: 'button', id: 'resubmit', text: 'Resubmit', disabled: true,
+  const resubmitBtn = h('button', { type: 'button', id: 'resubmit', text: 'Resubmit', disabled: true, hidden: true,
     title: 'Submit this job’s spec again, as a new job' });
   const resubmitStatus = h('p', { id: 'resubmit-status', class: 'error', role: 'alert' });
   const headline = h('div', { id: 'job-verdict', class: 'summary', role: 'status', hidden: true });
@@ -222,6 +236,7 @@ export function mount(main, [jobId]) {
   const gridSection = h('section', { id: 'array-grid', hidden: true });
   const events = h('section', { id: 'events' });
   const logs = h('section', { id: 'logs' });
+  const logsHead = h('h2', { text: 'Logs' });
   const error = h('p', { class: 'error', role: 'alert' });
   const reason = h('input', { id: 'cancel-reason', type: 'text', maxlength: 256, placeholder: 'optional' });
   const dialog = h('dialog', { id: 'cancel-dialog', 'aria-labelledby': 'cancel-dialog-title' },
@@ -243,16 +258,19 @@ export function mount(main, [jobId]) {
   let mounted = true; // a Resubmit answered after the page was left does not navigate
   const seen = {};
 
-  const ranksLink = h('a', { id: 'ranks-link', class: 'button', href: `#/jobs/${encodeURIComponent(jobId)}/ranks`, text: 'Rank heatmap' });
-  main.append(
-    h('p', { class: 'crumbs' }, h('a', { href: '#/jobs', text: '← Jobs' })),
-    h('div', { class: 'title-row' }, title, badge),
+  // shown once the job is read: a job that is not there gets its message alone,
+  // no empty sections and no button that could not apply
+  const ranksLink = h('a', { id: 'ranks-link', class: 'button', href: `#/jobs/${encodeURIComponent(jobId)}/ranks`, text: 'Rank heatmap', hidden: true });
+  const body = h('div', { id: 'job-body', hidden: true },
     h('div', { class: 'toolbar' }, ranksLink, resubmitBtn, cancelBtn),
-    error, resubmitStatus, cancelStatus, headline, facts, gridHead, gridSection,
+    resubmitStatus, cancelStatus, headline, facts, gridHead, gridSection,
     h('h2', { text: 'Attempts' }), attempts,
     h('h2', { text: 'Events' }), events,
-    h('h2', { text: 'Logs' }), logs,
+    logsHead, logs,
     h('h2', { text: 'Spec' }), spec, dialog);
+  main.append(
+    h('p', { class: 'crumbs' }, h('a', { href: '#/jobs', text: '← Jobs' })),
+    h('div', { class: 'title-row' }, title, badge), error, body);
   title.focus();
 
   resubmitBtn.addEventListener('click', async () => {
@@ -308,8 +326,14 @@ export function mount(main, [jobId]) {
     document.title = `${j.name || j.id} · gpujobs`;
     setText(title, j.name || j.id);
     if (changed('state', j.state)) badge.replaceChildren(stateBadge(j.state));
+    // Cancel only while there is something to cancel; Resubmit applies to any job
     cancelBtn.disabled = TERMINAL.has(j.state) || !!j.cancel_requested_at;
+    cancelBtn.hidden = cancelBtn.disabled;
     resubmitBtn.disabled = submitting;
+    resubmitBtn.hidden = false;
+    // the heatmap once there are ranks: an attempt was placed; an array has none of its own
+    ranksLink.hidden = !!j.array || !(j.attempt > 0);
+    body.hidden = false;
     if (!cancelStatus.hidden && TERMINAL.has(j.state)) setText(cancelStatus, `Cancel requested at ${time(j.cancel_requested_at)}; the job is now ${j.state}.`);
     if (changed('verdict', (j.health || {}).verdict)) {
       headline.replaceChildren(...verdictView(j.health));
@@ -323,7 +347,7 @@ export function mount(main, [jobId]) {
       const waiting = waitingFor(j);
       facts.replaceChildren(dl([
         ['ID', h('code', { text: j.id })], ['State', j.state],
-        ['Why pending', (j.state === 'PENDING' || waitedTooLong) && j.pending_reason ? h('span', {}, linked(j.pending_reason)) : null],
+        ['Why pending', (j.state === 'PENDING' || waitedTooLong) && j.pending_reason ? h('span', {}, linked(pendingWords(j.pending_reason))) : null],
         ['Waiting for', waiting.length ? h('span', { class: 'waiting-for' }, jobLinks(waiting)) : null],
         ['Depends on', dependenciesView(j)],
         ['Array', j.array ? arraySettingsText(j.spec.array, j.array) : childView(j)],
@@ -357,8 +381,9 @@ export function mount(main, [jobId]) {
 
   async function refresh() {
     try {
+      // an array runs nothing itself: it has no logs to follow (its indexes do)
       const [j, a, ev] = await Promise.all([api.job(jobId), api.attempts(jobId),
-        api.events(jobId).catch(() => null), follower.refresh().catch(() => false)]);
+        api.events(jobId).catch(() => null), job && job.array ? false : follower.refresh().catch(() => false)]);
       error.textContent = '';
       update(j);
       if (changed('attempts', a.attempts)) {
@@ -366,11 +391,11 @@ export function mount(main, [jobId]) {
           ? h('p', { class: 'muted', text: 'An array does not run itself: each of its indexes is a job of its own, with its own attempts (Indexes above).' })
           : attemptsTable(a.attempts));
       }
-      ranksLink.hidden = !!j.array;
       if (changed('events', ev)) events.replaceChildren(eventsList(ev));
-      if (logsShown !== follower.version) {
+      logsHead.hidden = logs.hidden = !!j.array;
+      if (!j.array && (logsShown !== follower.version || changed('logs-state', [j.state, !!j.started_at]))) {
         logsShown = follower.version;
-        logs.replaceChildren(...[logsView(follower)].flat());
+        logs.replaceChildren(...[logsView(follower, j)].flat());
       }
       if (j.array) await refreshGrid(j);
       const gridDone = !grid || grid.loader.settled(j) || catchUp <= 0;
@@ -380,11 +405,13 @@ export function mount(main, [jobId]) {
       seen.final = TERMINAL.has(j.state);
     } catch (e) {
       if (e.status === 404) {
-        // nothing to cancel, nor to poll for: a job id is never reused
+        // nothing to show, cancel or poll for: a job id is never reused
         cancelBtn.disabled = true;
-        cancelBtn.hidden = true;
         resubmitBtn.disabled = true;
-        resubmitBtn.hidden = true;
+        body.hidden = true;
+        body.remove();
+        setText(title, 'No such job');
+        document.title = 'No such job · gpujobs';
         poller.stop();
       }
       setText(error, e.status === 404 ? `No job ${jobId} (or it belongs to another tenant).` : `Could not load the job: ${problemText(e)}`);
@@ -409,7 +436,7 @@ export function mount(main, [jobId]) {
     }
     const made = grid.loader.cells.filter(Boolean).length;
     const so = made < j.array.size ? `, ${made.toLocaleString()} made so far` : '';
-    grid.view.show(grid.loader.cells, `${count(j.array.size, 'index', 'indexes')}${so}; each cell links to its index’s job. Updated ${new Date().toLocaleTimeString()}.`);
+    grid.view.show(grid.loader.cells, `${count(j.array.size, 'index', 'indexes')}${so}; each cell links to its index’s job. Updated ${clock()}.`);
   }
 
   const poller = poll(refresh, REFRESH_MS);

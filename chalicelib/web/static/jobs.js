@@ -2,15 +2,17 @@
 // paging with the API's page tokens, and a live refresh that updates rows in
 // place (no re-render, no flicker).
 import { api } from './api.js';
-import { h, setText, stateBadge, ago, time, poll, problemText, duration, count } from './dom.js';
+import { h, setText, stateBadge, ago, time, clock, poll, problemText, duration, count, TERMINAL } from './dom.js';
 import { verdictOf, shorten } from './verdict.js';
-import { exitText, decisionText, attemptText } from './story.js';
+import { exitText, decisionText, attemptText, pendingWords } from './story.js';
 import { listText, countsText } from './arrays.js';
 
 const STATES = ['PENDING', 'SCHEDULED', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
 const PAGE_SIZE = 25;
 const REFRESH_MS = 2000;
-const NOTE_CHARS = 100;
+const DETAIL_CHARS = 600;
+/** The table's columns: a stalled job's verdict is a line under its row, across all of them. */
+const COLUMNS = ['Name and ID', 'State', 'Ranks × GPUs', 'Attempt', 'Duration', 'Reason', 'Labels', 'Created (UTC)'];
 
 function labelsText(labels) {
   return Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(' ');
@@ -29,10 +31,12 @@ function healthText(job) {
   return hl.status && hl.status !== 'UNKNOWN' ? hl.status.toLowerCase() : '';
 }
 
-function noteText(job) {
-  if (job.cancel_requested_at && !['CANCELLED', 'SUCCEEDED', 'FAILED'].includes(job.state)) return 'cancel requested';
+/** The line under a stalled job's row: the server's verdict, whole (it wraps
+ * across the table's width), or that no rank is named yet; '' for any other job. */
+function detailText(job) {
   const v = verdictOf(job);
-  return v ? shorten(v.text, NOTE_CHARS) : '';
+  if (v) return shorten(v.text, DETAIL_CHARS);
+  return (job.health || {}).status === 'STALLED' ? 'Stalled: the server names no rank that stopped yet.' : '';
 }
 
 /** Why it waits (PENDING) or how it ended (its exit, and the cancel's reason, or why
@@ -52,15 +56,16 @@ export function durationText(job, now = Date.now()) {
   return duration((end - new Date(job.started_at).getTime()) / 1000);
 }
 
-/** "8 × h100": every rank's GPUs, of the type asked for ('any' when none was). */
+/** "4 ranks × 2 GPUs": the ranks and each one's GPUs, with the type asked for
+ * on a line of its own ('any type' when none was). */
 function gpusText(spec) {
   const ranks = spec.ranks ?? 1; const each = spec.gpus_per_rank ?? 1;
-  return `${(ranks * each).toLocaleString()} × ${spec.gpu_type || 'any'}`;
+  return `${count(ranks, 'rank')} × ${count(each, 'GPU')}`;
 }
 
 function gpusTitle(spec) {
   const ranks = spec.ranks ?? 1; const each = spec.gpus_per_rank ?? 1;
-  return `${count(ranks, 'rank')} × ${count(each, 'GPU')} each, ${spec.gpu_type ? `type ${spec.gpu_type}` : 'any type'}`;
+  return `${count(ranks * each, 'GPU')} in all: ${count(ranks, 'rank')} × ${count(each, 'GPU')} each, ${spec.gpu_type ? `type ${spec.gpu_type}` : 'any type'}`;
 }
 
 function newRow(job) {
@@ -68,14 +73,30 @@ function newRow(job) {
   tr.cells_ = {
     name: h('a', { href: `#/jobs/${encodeURIComponent(job.id)}`, class: 'job-link' }),
     progress: h('span', { class: 'array-progress' }), // an array's: "array 7/20 done"
-    id: h('code'), state: h('td'), ranks: h('td', { class: 'num' }), gpus: h('td', { class: 'gpus' }),
-    attempt: h('td', { class: 'num' }), health: h('td'), duration: h('td', { class: 'num duration' }),
-    reason: h('td', { class: 'reason' }), created: h('td'), note: h('td', { class: 'note' }),
+    id: h('code', { class: 'job-id' }), badge: h('span'), health: h('span', { class: 'health' }),
+    cancel: h('span', { class: 'cancel-note', text: 'cancel requested' }),
+    gpus: h('span'), type: h('span', { class: 'gpu-type' }),
+    attempt: h('td', { class: 'num' }), duration: h('td', { class: 'num duration' }),
+    reason: h('td', { class: 'reason' }), date: h('span'), clock: h('span'),
     labels: h('td', { class: 'labels' }),
   };
   const c = tr.cells_;
-  tr.append(h('td', {}, c.name, c.progress), h('td', {}, c.id), c.state, c.ranks, c.gpus, c.attempt, c.health,
-    c.duration, c.reason, c.labels, c.created, c.note);
+  tr.append(h('td', { class: 'name' }, c.name, c.progress, c.id),
+    h('td', { class: 'state' }, c.badge, c.health, c.cancel),
+    h('td', { class: 'gpus' }, c.gpus, c.type), c.attempt,
+    c.duration, c.reason, c.labels, h('td', { class: 'created' }, c.date, c.clock));
+  c.created = tr.lastChild;
+  return tr;
+}
+
+/** The line under a row, across every column: a stalled job's verdict. */
+function newDetail(job) {
+  const text = h('span', { class: 'verdict' });
+  const tr = h('tr', { class: 'detail stalled', dataset: { detailOf: job.id } },
+    h('td', { colspan: COLUMNS.length, class: 'note' },
+      h('span', { class: 'verdict-label', text: 'Verdict: ' }), text, ' ',
+      h('a', { href: `#/jobs/${encodeURIComponent(job.id)}/ranks`, class: 'ranks-link', text: 'rank heatmap' })));
+  tr.text_ = text;
   return tr;
 }
 
@@ -86,27 +107,39 @@ function fillRow(tr, job) {
   c.progress.title = job.array ? countsText(job.array) : '';
   c.progress.hidden = !job.array;
   setText(c.id, job.id);
-  if (c.state.dataset.state !== job.state) {
-    c.state.dataset.state = job.state;
-    c.state.replaceChildren(stateBadge(job.state));
+  if (c.badge.dataset.state !== job.state) {
+    c.badge.dataset.state = job.state;
+    c.badge.replaceChildren(stateBadge(job.state));
   }
   const spec = job.spec || {};
-  setText(c.ranks, spec.ranks);
   setText(c.gpus, gpusText(spec));
-  c.gpus.title = gpusTitle(spec);
+  setText(c.type, spec.gpu_type || 'any type');
+  c.gpus.parentNode.title = gpusTitle(spec);
   setText(c.duration, durationText(job));
   c.duration.title = job.started_at ? `${time(job.started_at)} → ${job.finished_at ? time(job.finished_at) : 'now'}` : 'not started';
-  setText(c.reason, reasonText(job));
+  setText(c.reason, pendingWords(reasonText(job)));
   c.reason.title = decisionText(job.exit) || ''; // what the retry rules decided, on hover
   setText(c.attempt, job.attempt);
   c.attempt.title = job.spec ? `attempt ${attemptText(job)}` : '';
-  setText(c.health, healthText(job));
+  const health = healthText(job);
+  setText(c.health, health ? `health ${health}` : '');
+  c.health.hidden = !health;
+  c.health.classList.toggle('bad', health === 'stalled');
+  c.cancel.hidden = !(job.cancel_requested_at && !TERMINAL.has(job.state));
   setText(c.labels, labelsText(job.spec && job.spec.labels));
-  setText(c.created, ago(job.created_at));
-  c.created.title = time(job.created_at);
-  setText(c.note, noteText(job));
-  c.note.title = (verdictOf(job) || {}).text || ''; // the whole sentence, if the note shortened it
-  tr.classList.toggle('stalled', (job.health || {}).status === 'STALLED');
+  const created = time(job.created_at); // "2026-12-07 17:19:16 UTC": the date, then the time
+  setText(c.date, created.split(' ')[0]);
+  setText(c.clock, created.split(' ').slice(1).join(' '));
+  c.created.title = job.created_at ? ago(job.created_at) : '';
+  const stalled = (job.health || {}).status === 'STALLED';
+  tr.classList.toggle('stalled', stalled);
+  const detail = detailText(job);
+  if (detail && !tr.detail_) tr.detail_ = newDetail(job);
+  if (!detail && tr.detail_) { tr.detail_.remove(); tr.detail_ = null; }
+  if (tr.detail_) {
+    setText(tr.detail_.text_, detail);
+    tr.detail_.text_.title = (verdictOf(job) || {}).text || ''; // the whole sentence, if it was shortened
+  }
 }
 
 export function mount(main, _params, hash) {
@@ -138,8 +171,7 @@ export function mount(main, _params, hash) {
       h('label', { class: 'inline' }, live, ' Live'), status),
     h('div', { class: 'table-wrap' }, h('table', { class: 'jobs' },
       h('caption', { class: 'sr-only', text: 'Jobs, newest first' }),
-      h('thead', {}, h('tr', {}, ['Name', 'ID', 'State', 'Ranks', 'GPUs × type', 'Attempt', 'Health', 'Duration', 'Reason', 'Labels', 'Created', 'Note']
-        .map((t) => h('th', { scope: 'col', text: t })))),
+      h('thead', {}, h('tr', {}, COLUMNS.map((t) => h('th', { scope: 'col', text: t })))),
       tbody)),
     empty,
     h('div', { class: 'pager' }, prev, pageNo, nextBtn));
@@ -155,14 +187,19 @@ export function mount(main, _params, hash) {
   function render() {
     const shown = jobs.filter((j) => matches(j, view.q));
     const keep = new Set(shown.map((j) => j.id));
-    for (const [id, tr] of rows) if (!keep.has(id)) { tr.remove(); rows.delete(id); }
+    for (const [id, tr] of rows) {
+      if (!keep.has(id)) { tr.remove(); if (tr.detail_) tr.detail_.remove(); rows.delete(id); }
+    }
     let cursor = tbody.firstChild; // rows already in place are never moved
     for (const job of shown) {
       let tr = rows.get(job.id);
       if (!tr) { tr = newRow(job); rows.set(job.id, tr); }
       fillRow(tr, job);
-      if (tr === cursor) cursor = cursor.nextSibling;
-      else tbody.insertBefore(tr, cursor);
+      for (const el of [tr, tr.detail_]) { // the row, then its verdict line under it
+        if (!el) continue;
+        if (el === cursor) cursor = cursor.nextSibling;
+        else tbody.insertBefore(el, cursor);
+      }
     }
     empty.hidden = shown.length > 0;
     setText(empty, jobs.length ? `None of the ${jobs.length} jobs on this page match “${view.q}”.` : 'No jobs here yet.');
@@ -180,7 +217,7 @@ export function mount(main, _params, hash) {
       jobs = data.jobs;
       next = data.next_page_token;
       render();
-      setText(status, `updated ${new Date().toLocaleTimeString()}`);
+      setText(status, `updated ${clock()}`);
       status.classList.remove('error');
     } catch (e) {
       if (mine !== generation) return;

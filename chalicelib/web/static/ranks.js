@@ -3,7 +3,7 @@
 // Everything it shows is also text: the summary, the cell under the pointer
 // or keyboard cursor, and a table.
 import { api } from './api.js';
-import { h, setText, stateBadge, seconds, time, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
+import { h, setText, stateBadge, seconds, time, clock, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictOf, verdictLines, markOf } from './verdict.js';
 
 const REFRESH_MS = 2000;
@@ -33,6 +33,14 @@ function mix(a, b, t) {
   return `rgb(${x.map((v, i) => Math.round(v + (y[i] - v) * t)).join(',')})`;
 }
 
+/** The colour steps: green to amber as silence nears the threshold, red to deep red beyond. */
+function scaleOf(pal) {
+  return {
+    ok: Array.from({ length: 16 }, (_, i) => mix(pal.ok, pal.warn, i / 15)),
+    stall: Array.from({ length: 8 }, (_, i) => mix(pal.stall, pal['stall-deep'], i / 7)),
+  };
+}
+
 /** What a rank is: the server's status when it says one, else derived. */
 export function rankStatus(r, threshold) {
   if (r.status) return r.status;
@@ -51,7 +59,15 @@ export function colourOf(r, threshold, pal, scale) {
   return scale.ok[Math.min(scale.ok.length - 1, Math.floor(ratio * scale.ok.length))];
 }
 
-/** Cells grouped by node: every node a block of cells, blocks flowed into lines. */
+/** The largest cell drawn (a job of a few ranks), and the height the map
+ * keeps to when its cells can still be at least READABLE px (else up to
+ * maxHeight, the smallest cell 3 px: 16,384 ranks on about one screen). */
+export const MAX_CELL = 72;
+const READABLE = 12;
+const SNUG = 480;
+
+/** Cells grouped by node: every node a block of cells, blocks flowed into
+ * lines; the cells as big as the rank count lets them be. */
 export function layout(ranks, width, maxHeight = 720) {
   const byNode = new Map();
   for (const r of ranks) {
@@ -64,19 +80,21 @@ export function layout(ranks, width, maxHeight = 720) {
   const cols = maxPer <= 32 ? maxPer : Math.ceil(Math.sqrt(maxPer * 4));
   const rows = Math.ceil(maxPer / cols);
   let L;
-  for (let cell = 28; cell >= 3; cell--) {
+  let snug = true;
+  for (let cell = MAX_CELL; cell >= 3; cell--) {
+    if (snug && cell < READABLE) { snug = false; cell = MAX_CELL; } // nothing readable fits SNUG: up to maxHeight
     const gap = cell >= 8 ? 2 : 1;
     const pitch = cell + gap;
     const label = cell >= 10 ? 16 : 0;
     const blockW = cols * pitch - gap;
     const blockH = rows * pitch - gap + label;
-    const sepX = Math.max(8, cell);
-    const sepY = Math.max(6, Math.round(cell / 2));
+    const sepX = Math.max(8, Math.min(24, cell));
+    const sepY = Math.max(6, Math.min(12, Math.round(cell / 2)));
     const perLine = Math.max(1, Math.floor((width + sepX) / (blockW + sepX)));
     const lines = Math.ceil(nodes.length / perLine);
     const height = lines * (blockH + sepY) + 4;
     L = { nodes, cols, rows, cell, gap, pitch, label, blockW, blockH, sepX, sepY, perLine, lines, width, height };
-    if (height <= maxHeight) break;
+    if (height <= (snug ? Math.min(SNUG, maxHeight) : maxHeight)) break;
   }
   nodes.forEach((n, i) => {
     n.x = 2 + (i % L.perLine) * (L.blockW + L.sepX);
@@ -106,6 +124,13 @@ export function hit(L, x, y) {
   return i < n.ranks.length ? n.ranks[i] : null;
 }
 
+/** Black or white, whichever reads on the fill colour ("#rrggbb" or "rgb(r,g,b)"). */
+function inkOn(fill) {
+  const m = String(fill).match(/\d+/g);
+  const [r, g, b] = fill.startsWith('#') ? rgb(fill) : (m || [0, 0, 0]).map(Number);
+  return 0.299 * r + 0.587 * g + 0.114 * b > 150 ? '#000000' : '#ffffff';
+}
+
 function draw(canvas, L, data, health, verdict, pal, cursor) {
   const t0 = performance.now();
   const dpr = window.devicePixelRatio || 1;
@@ -118,10 +143,7 @@ function draw(canvas, L, data, health, verdict, pal, cursor) {
   g.fillStyle = pal.bg;
   g.fillRect(0, 0, L.width, L.height);
   const threshold = data.threshold_s;
-  const scale = {
-    ok: Array.from({ length: 16 }, (_, i) => mix(pal.ok, pal.warn, i / 15)),
-    stall: Array.from({ length: 8 }, (_, i) => mix(pal.stall, pal['stall-deep'], i / 7)),
-  };
+  const scale = scaleOf(pal);
   g.font = '12px system-ui, sans-serif';
   g.textBaseline = 'top';
   L.nodes.forEach((n, ni) => {
@@ -134,11 +156,27 @@ function draw(canvas, L, data, health, verdict, pal, cursor) {
     for (let i = 0; i < n.ranks.length; i++) {
       const r = n.ranks[i];
       const [x, y, w] = cellBox(L, ni, i);
-      g.fillStyle = colourOf(r, threshold, pal, scale);
+      const fill = colourOf(r, threshold, pal, scale);
+      g.fillStyle = fill;
       g.fillRect(x, y, w, w);
-      if (r.stalled && w >= 8) { // not by colour alone: a slash on stalled cells
+      if (r.stalled && w >= 8 && w < 24) { // not by colour alone: a slash on stalled cells
         g.strokeStyle = pal.bg; g.lineWidth = 1.5;
         g.beginPath(); g.moveTo(x + 2, y + w - 2); g.lineTo(x + w - 2, y + 2); g.stroke();
+      }
+      if (w >= 24) { // a big cell says its rank (and its silence), and a stalled one has a corner cut
+        g.fillStyle = inkOn(fill);
+        g.textAlign = 'center'; g.textBaseline = 'middle';
+        g.font = `600 ${Math.min(18, Math.floor(w / 2.6))}px system-ui, sans-serif`;
+        g.fillText(String(r.rank), x + w / 2, y + (w >= 48 ? w * 0.38 : w / 2));
+        if (w >= 48) {
+          g.font = `${Math.min(13, Math.floor(w / 4.5))}px system-ui, sans-serif`;
+          g.fillText(seconds(r.silence_s), x + w / 2, y + w * 0.7);
+        }
+        if (r.stalled) {
+          g.fillStyle = pal.bg;
+          g.beginPath(); g.moveTo(x + w - 10, y); g.lineTo(x + w, y); g.lineTo(x + w, y + 10); g.fill();
+        }
+        g.textAlign = 'start'; g.textBaseline = 'top'; g.font = '12px system-ui, sans-serif';
       }
     }
     if (n.id === health.suspect_node) {
@@ -178,9 +216,10 @@ function summaryLines(job, data, verdict) {
   if (verdict) out.push(...verdictLines(verdict));
   else if (stalled) out.push(['verdict', 'Stalled: the server names no rank that stopped.']);
   if (stalled) {
-    if (hl.first_stalled_rank != null) out.push(['silent', `Silent longest (not necessarily the one that stopped): ${describe(hl.first_stalled_rank)}; threshold ${seconds(th)}.`]);
+    // evidence under the verdict, said as an order, never as a second culprit
+    out.push(['order', silenceOrder(data.ranks, th)]);
     const co = (hl.co_first || []).map((c) => (typeof c === 'object' ? c.rank : c)).filter((r) => r !== hl.first_stalled_rank);
-    if (co.length) out.push(['co', `Silent about as long (co-first): ${noun(co.length, 'rank')} ${ranges(co)}.`]);
+    if (co.length) out.push(['co', `Within the jitter band of the longest silence (co-first): ${noun(co.length, 'rank')} ${ranges(co)}.`]);
     if (hl.suspect_node) out.push(['suspect', `Suspect node: ${hl.suspect_node}.`]);
     const stalledCount = data.ranks.filter((r) => r.stalled).length;
     out.push(['count', `${stalledCount} of ${count(data.ranks.length, 'rank')} stalled${hl.detected_at ? `; detected ${time(hl.detected_at)}` : ''}.`]);
@@ -195,6 +234,16 @@ function summaryLines(job, data, verdict) {
   return out;
 }
 
+/** How many ranks the silence order spells out before "… and N more". */
+const ORDER_SHOWN = 8;
+
+/** "Silence order (evidence, longest first): 2 (61.0 s), 3 (60.9 s), 0 (1.0 s), 1 (0.9 s); threshold 12.0 s." */
+export function silenceOrder(ranks, threshold) {
+  const shown = ranks.slice(0, ORDER_SHOWN).map((r) => `${r.rank} (${seconds(r.silence_s)})`).join(', ');
+  const more = ranks.length > ORDER_SHOWN ? `, … and ${(ranks.length - ORDER_SHOWN).toLocaleString()} more (the table lists every rank)` : '';
+  return `Silence order (evidence, longest first): ${shown}${more}; threshold ${seconds(threshold)}.`;
+}
+
 /** ' (named)' or ' (tied)' after the status of a rank the verdict names, else ''. */
 function markText(r, verdict) {
   return verdict && verdict.ranks.includes(r.rank) ? ` (${markOf(verdict)})` : '';
@@ -206,9 +255,82 @@ function rankText(r, th, verdict) {
   return `Rank ${r.rank} on ${r.node_id}: ${rankStatus(r, th)}${markText(r, verdict)}, silent ${seconds(r.silence_s)}${ratio}, step ${r.step ?? '—'}, last heard ${r.last_heard_at ? time(r.last_heard_at) : 'never'}.`;
 }
 
+// -- the history strip: the last minutes of each rank's silence, as polled ----
+/** How far back the strip reaches, and up to how many ranks get a row each
+ * (more: a row a node, its most silent rank's colour). */
+export const HISTORY_S = 300;
+const HISTORY_ROWS = 64;
+const HISTORY_LABEL = 84;
+
+/** What the page polled while open: at each poll, every row's colour. The
+ * server keeps no history of silence; this is the page's own, lost on leaving. */
+class History {
+  constructor() { this.samples = []; this.key = null; this.rows = []; }
+
+  add(data, pal, scale, now = Date.now()) {
+    const byRank = data.ranks.length <= HISTORY_ROWS;
+    const key = `${data.key}:${byRank}`;
+    if (key !== this.key) { // a new attempt (or ranks placed): a history of its own
+      this.key = key;
+      this.samples = [];
+      this.rows = byRank ? [...data.ranks].map((r) => r.rank).sort((a, b) => a - b).map((r) => ({ id: r, label: `rank ${r}` }))
+        : [...new Set(data.ranks.map((r) => r.node_id || '?'))].sort(naturalCompare).map((n) => ({ id: n, label: n }));
+    }
+    const worst = new Map(); // row id -> the rank that colours it
+    const th = data.threshold_s || 0;
+    for (const r of data.ranks) {
+      const id = byRank ? r.rank : (r.node_id || '?');
+      const w = worst.get(id);
+      if (!w || (r.stalled && !w.stalled) || (r.stalled === w.stalled && r.silence_s > w.silence_s)) worst.set(id, r);
+    }
+    this.samples.push({ t: now, colours: this.rows.map((row) => (worst.has(row.id) ? colourOf(worst.get(row.id), th, pal, scale) : null)) });
+    while (this.samples.length > 1 && this.samples[1].t < now - HISTORY_S * 1000) this.samples.shift();
+  }
+}
+
+function drawHistory(canvas, hist, width, pal, now = Date.now()) {
+  const rows = hist.rows.length;
+  const rowH = Math.max(2, Math.min(18, Math.floor(240 / Math.max(1, rows))));
+  const axis = 16;
+  const height = rows * rowH + axis + 4;
+  const dpr = window.devicePixelRatio || 1;
+  canvas.width = Math.round(width * dpr); canvas.height = Math.round(height * dpr);
+  canvas.style.width = `${width}px`; canvas.style.height = `${height}px`;
+  const g = canvas.getContext('2d', { alpha: false });
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.fillStyle = pal.bg; g.fillRect(0, 0, width, height);
+  const x0 = HISTORY_LABEL; const span = width - x0 - 4;
+  const from = now - HISTORY_S * 1000;
+  const xOf = (t) => x0 + Math.max(0, Math.min(1, (t - from) / (HISTORY_S * 1000))) * span;
+  g.fillStyle = pal.grid; g.fillRect(x0, 0, span, rows * rowH); // before the page was open: nothing polled
+  g.font = `${Math.min(12, rowH)}px system-ui, sans-serif`; g.textBaseline = 'middle';
+  hist.rows.forEach((row, i) => {
+    if (rowH >= 10) { g.fillStyle = pal.fg; g.fillText(row.label, 2, i * rowH + rowH / 2, x0 - 6); }
+  });
+  hist.samples.forEach((sm, k) => {
+    const next = hist.samples[k + 1];
+    const a = xOf(sm.t); const b = next ? xOf(next.t) : xOf(Math.min(now, sm.t + 2 * REFRESH_MS));
+    sm.colours.forEach((c, i) => {
+      if (!c) return;
+      g.fillStyle = c; g.fillRect(a, i * rowH, Math.max(1, b - a), rowH - (rowH >= 6 ? 1 : 0));
+    });
+  });
+  g.fillStyle = pal.fg; g.textBaseline = 'top'; g.font = '12px system-ui, sans-serif';
+  for (let m = HISTORY_S / 60; m >= 0; m--) {
+    const x = xOf(now - m * 60000);
+    g.fillRect(x, rows * rowH, 1, 4);
+    const text = m ? `−${m} min` : 'now';
+    g.fillText(text, Math.min(x - (m ? 12 : 24), width - 28), rows * rowH + 4);
+  }
+  canvas.dataset.samples = String(hist.samples.length);
+  canvas.dataset.rows = String(rows);
+}
+
 export function mount(main, [jobId]) {
   document.title = `Ranks of ${jobId} · gpujobs`;
   const pal = palette();
+  let scale = null;
+  const SCALE = () => (scale = scale || scaleOf(pal));
   const title = h('h1', { id: 'ranks-title', tabindex: -1, text: `Ranks of ${jobId}` });
   const badge = h('span');
   const summary = h('div', { id: 'stall-summary', class: 'summary', role: 'status', 'aria-live': 'polite' });
@@ -219,16 +341,22 @@ export function mount(main, [jobId]) {
   const tableWrap = h('div', { id: 'rank-table-wrap', hidden: true });
   const meta = h('p', { class: 'muted small', id: 'heatmap-meta' });
   const error = h('p', { class: 'error', role: 'alert' });
+  const history = new History();
+  const historyCanvas = h('canvas', { id: 'history', role: 'img', 'aria-label': `Each rank's silence over the last ${HISTORY_S / 60} minutes, as this page polled it` });
+  const historyCaption = h('p', { id: 'history-caption', class: 'muted small' });
+  const historyWrap = h('figure', { class: 'history' }, h('h2', { text: `The last ${HISTORY_S / 60} minutes` }), historyCanvas, historyCaption);
   const legend = h('ul', { class: 'legend', 'aria-label': 'Legend' },
     [['ok', 'beating (green → amber as silence nears the threshold)'], ['stall', 'stalled: silence > threshold (darker: longer)'],
       ['never', 'never heard'], ['paused', 'declared pause'], ['busy', 'busy (I/O, e.g. checkpoint)'],
       ['exited', 'exited'], ['stopped', 'stopped'], ['not_instrumented', 'not instrumented'],
       ['named', 'outline: the rank the verdict names (every tied rank on a tie)'], ['suspect', 'dashed box: suspect node']]
       .map(([k, t]) => h('li', {}, h('span', { class: `swatch hm-${k.replace('_', '-')}`, 'aria-hidden': 'true' }), t)));
+  // shown once the ranks are read: a job that is not there gets its message alone
+  const body = h('div', { id: 'ranks-body', hidden: true }, summary,
+    h('div', { class: 'toolbar' }, tableBtn, meta), wrap, info, legend, historyWrap, tableWrap);
   main.append(
     h('p', { class: 'crumbs' }, h('a', { href: '#/jobs', text: 'Jobs' }), ' / ', h('a', { href: `#/jobs/${encodeURIComponent(jobId)}`, id: 'back-to-job', text: jobId })),
-    h('div', { class: 'title-row' }, title, badge), error, summary,
-    h('div', { class: 'toolbar' }, tableBtn, meta), wrap, info, legend, tableWrap);
+    h('div', { class: 'title-row' }, title, badge), error, body);
   title.focus();
 
   let job = null; let data = null; let verdict = null; let L = null; let cursor = null; let shown = TABLE_CHUNK;
@@ -240,9 +368,15 @@ export function mount(main, [jobId]) {
     if (!L || L.width !== width || L.count !== data.ranks.length || L.key !== data.key) {
       L = layout(data.ranks, width);
       L.count = data.ranks.length; L.key = data.key;
+    } else if (L.data !== data) { // the same places, this poll's ranks in them (not the first poll's)
+      const now = new Map(data.ranks.map((r) => [r.rank, r]));
+      for (const n of L.nodes) n.ranks = n.ranks.map((r) => now.get(r.rank) || r);
     }
+    L.data = data;
     const ms = draw(canvas, L, data, job.health || {}, verdict, pal, cursor);
-    setText(meta, `${count(data.ranks.length, 'rank')} on ${count(L.nodes.length, 'node')} · attempt ${data.attempt} · drawn in ${ms.toFixed(0)} ms · updated ${new Date().toLocaleTimeString()}`);
+    if (history.samples.length) drawHistory(historyCanvas, history, width, pal);
+    historyWrap.hidden = !data.ranks.length;
+    setText(meta, `${count(data.ranks.length, 'rank')} on ${count(L.nodes.length, 'node')} · attempt ${data.attempt} · drawn in ${ms.toFixed(0)} ms · updated ${clock()}`);
   }
 
   function renderTable() {
@@ -305,6 +439,10 @@ export function mount(main, [jobId]) {
       d.key = `${d.attempt}:${d.ranks.length}`;
       data = d;
       verdict = verdictOf(j, d);
+      body.hidden = false;
+      history.add(d, pal, SCALE());
+      const ended = TERMINAL.has(j.state);
+      setText(historyCaption, `${history.rows.length === d.ranks.length ? 'Each rank' : 'Each node (its most silent rank)'}: its silence ÷ threshold, coloured as in the map, at each of this page’s polls (every ${REFRESH_MS / 1000} s) since you opened it${ended ? ', until the job ended' : ''}. The server keeps no history of silence: the strip is this page’s own, grey before it was opened, and gone when you leave.`);
       setText(title, `Ranks of ${j.name || j.id}`);
       document.title = `Ranks of ${j.name || j.id} · gpujobs`;
       if (badge.dataset.state !== j.state) { badge.dataset.state = j.state; badge.replaceChildren(stateBadge(j.state)); }
@@ -321,6 +459,7 @@ export function mount(main, [jobId]) {
       // a job id is never reused, and a refused token stays refused: a page
       // that is gone stays still (the sign-in form takes over on a 401)
       if (GONE.has(e.status)) poller.stop();
+      if (e.status === 404) { body.remove(); setText(title, 'No such job'); document.title = 'No such job · gpujobs'; }
       setText(error, e.status === 404 ? `No job ${jobId} (or it belongs to another tenant).` : `Could not load the ranks: ${problemText(e)}`);
     }
   }

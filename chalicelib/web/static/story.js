@@ -199,3 +199,14 @@ function labels(fields) {
   return Object.entries(fields || {}).filter(([, v]) => v != null && v !== '')
     .map(([k, v]) => (LABEL[k] ? LABEL[k](v) ?? plain(k, v) : plain(k, v)));
 }
+
+const GANG = /\b(\d+) x (\d+) free (?:(\S+) )?GPUs\b/;
+
+/** The placer's "waiting for 4 x 2 free h100 GPUs on READY nodes" with its
+ * counts said in words: "waiting for 4 ranks × 2 free h100 GPUs each on READY
+ * nodes"; any other text as it is. */
+export function pendingWords(text) {
+  if (!text) return text || '';
+  return String(text).replace(GANG, (_, ranks, each, kind) =>
+    `${count(Number(ranks), 'rank')} × ${count(Number(each), `free ${kind ? `${kind} ` : ''}GPU`)} each`);
+}

@@ -264,3 +264,28 @@ def test_the_heatmap_draws_each_polls_ranks(page, browser_stack):
             ui.wait(page, 10).until(red)
         except TimeoutException:
             raise AssertionError(f"rank 0 is stalled but drawn {seen['fill']}") from None
+
+
+QUEUED = {**WAITING, "id": "job_QUEUED3RD", "queue": {
+    "position": 3, "of": 5, "gpu_type": "h100",
+    "ahead": [{"job_id": "job_AHEADOFIT", "gpus": 16}, {"job_id": None, "gpus": 4}],
+    "waiting_for": [{"job_id": "job_HOLDSGPUS", "gpus": 16, "ends_by": "2026-12-07T12:10:00.000Z"}],
+    "estimated_start": "2026-12-07T12:10:00.000Z",
+    "basis": "about 4 min, when job_HOLDSGPUS reaches its 10 min limit",
+    "as_of": "2026-12-07T12:06:00.000Z"}}
+
+
+def test_a_waiting_jobs_page_says_where_it_stands_and_when_it_may_start(page, browser_stack):
+    """Issue 47, item 1: the job page of a waiting job reads its place in the
+    placer's line, behind whom (another tenant's job counted, never named),
+    whose GPUs it waits for, and the estimated start in UTC with its basis:
+    the words `gpujobs describe` prints."""
+    with fed(page, QUEUED):
+        page.get(browser_stack.api + f"/#/jobs/{QUEUED['id']}")
+        page.refresh()  # a new document, which the fed answers apply to
+        facts = _words(ui.text_in(page, "#facts", "In line"))
+        assert ("In line 3rd of 5 for h100 GPUs, behind job_AHEADOFIT (16 GPUs) and "
+                "1 job of another tenant") in facts, facts
+        assert "GPUs held by job_HOLDSGPUS (16 GPUs)" in facts, facts
+        assert ("Estimated start 2026-12-07 12:10:00 UTC (about 4 min, when job_HOLDSGPUS "
+                "reaches its 10 min limit)") in facts, facts

@@ -37,6 +37,35 @@ function jobLinks(ids) {
   return ids.map((id, i) => [i ? ', ' : '', jobLink(id)]);
 }
 
+/** 1st, 2nd, 3rd, 4th, 11th, 21st... */
+function ordinal(n) {
+  const suffix = n % 100 >= 11 && n % 100 <= 13 ? 'th' : ({ 1: 'st', 2: 'nd', 3: 'rd' })[n % 10] || 'th';
+  return `${n}${suffix}`;
+}
+
+/** Jobs of the line as the CLI names them: yours as links with their GPUs,
+ * another tenant's counted (the server gives no id for them). */
+function lineJobs(items) {
+  const named = items.filter((i) => i.job_id).map((i) => [jobLink(i.job_id), ` (${count(i.gpus, 'GPU')})`]);
+  const others = items.filter((i) => !i.job_id).length;
+  if (others) named.push(others === 1 ? '1 job of another tenant' : `${others} jobs of other tenants`);
+  return named.map((part, i) => [i === 0 ? '' : i === named.length - 1 ? ' and ' : ', ', part]);
+}
+
+/** The "In line" fact: where a PENDING job stands in the placer's line (job.queue). */
+function queueView(q) {
+  if (!q) return null;
+  const kind = q.gpu_type ? `${q.gpu_type} GPUs` : 'GPUs of any type';
+  return h('span', { class: 'queue' }, [`${ordinal(q.position)} of ${q.of} for ${kind}`,
+    q.ahead.length ? [', behind ', lineJobs(q.ahead)] : '']);
+}
+
+/** The "Estimated start" fact: the time (UTC, as every time here) and why, or why none. */
+function queueStart(q) {
+  if (!q) return null;
+  return q.estimated_start ? `${time(q.estimated_start)} (${q.basis})` : q.basis;
+}
+
 /** The "Preempting" fact: the running jobs of lower classes a PENDING job waits for. */
 function preemptingView(job) {
   const p = preemptingOf(job);
@@ -349,6 +378,9 @@ export function mount(main, [jobId]) {
         ['ID', h('code', { text: j.id })], ['State', j.state],
         ['Why pending', (j.state === 'PENDING' || waitedTooLong) && j.pending_reason ? h('span', {}, linked(pendingWords(j.pending_reason))) : null],
         ['Waiting for', waiting.length ? h('span', { class: 'waiting-for' }, jobLinks(waiting)) : null],
+        ['In line', j.state === 'PENDING' ? queueView(j.queue) : null],
+        ['GPUs held by', j.state === 'PENDING' && j.queue?.waiting_for.length ? h('span', {}, lineJobs(j.queue.waiting_for)) : null],
+        ['Estimated start', j.state === 'PENDING' ? queueStart(j.queue) : null],
         ['Depends on', dependenciesView(j)],
         ['Array', j.array ? arraySettingsText(j.spec.array, j.array) : childView(j)],
         ['Progress', j.array ? h('span', { id: 'array-counts' }, countsText(j.array)) : null],

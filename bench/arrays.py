@@ -284,8 +284,6 @@ class Children:
         return m, m.result
 
     def collect_garbage(self) -> None:
-        from chalicelib.adapters.models import AttemptModel
-
         deletes: dict[str, list] = collections.defaultdict(list)
         for job_id in self.created:
             key = {"job_id": {"S": job_id}}
@@ -294,11 +292,9 @@ class Children:
             deletes[self.cfg.outbox_table].append({**key, "intent_id": {"S": "LAUNCH#1"}})
         touched = set()
         for job_id in self.created:
-            try:
-                a = AttemptModel.get(job_id, 1)
-            except AttemptModel.DoesNotExist:
-                continue
-            touched |= set(a.node_gpus or {})
+            attempt = self.services.store.attempt(job_id, 1)  # the Attempts port
+            if attempt is not None:
+                touched |= set(attempt.node_gpus)
         self.created.clear()
         for table, keys in deletes.items():
             for i in range(0, len(keys), 25):

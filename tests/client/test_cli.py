@@ -350,7 +350,7 @@ def test_ranks_table_is_ordered_by_silence_with_the_stall_called_out(run, fake):
     r = run("ranks", job["id"])
     assert r.exit_code == 0, r.output
     assert "the server names no rank that stopped" in r.stdout
-    assert "silent longest: rank 2" in r.stdout
+    assert "silence order (evidence, not the verdict): rank 2 silent longest" in r.stdout
     rows = [ln.split() for ln in r.stdout.splitlines() if ln.split() and ln.split()[0].isdigit()]
     assert [row[0] for row in rows] == ["2", "1", "0", "3"]  # as the server ordered them
     assert rows[0][-1] == "STALLED" and rows[1][-1] == "ok"
@@ -420,8 +420,33 @@ def test_ranks_headline_is_the_verdict_text_and_its_rank_is_marked(run, fake):
     rows = rank_rows(r.stdout)
     assert rows["3"].rstrip().endswith("← named")
     assert [n for n, row in rows.items() if "←" in row] == ["3"]
-    assert "silent longest: rank 2" in r.stdout and "First stalled" not in r.stdout
+    assert "silence order (evidence, not the verdict): rank 2 silent longest" in r.stdout
+    assert "first stalled" not in r.stdout.lower()
     assert json_out(run("ranks", job["id"], "-o", "json"))["verdict"] == COLLECTIVE
+
+
+def test_ranks_leads_with_the_verdict_and_its_silence_order_never_reads_as_a_second(run, fake):
+    """Invariant (issue 47): whatever order the table has, `ranks` heads it
+    with the server's verdict sentence word for word; the order is captioned
+    as what it is ("silent longest first"), and every line that names the
+    rank silent longest (health.first_stalled_rank, here 2 while the verdict
+    names 3) says it is the silence order, evidence, not the verdict. No
+    line but the verdict's names a rank as the one that stopped or stalled first."""
+    job = stalled_job(fake, COLLECTIVE)
+    out = run("ranks", job["id"]).stdout
+    lines = out.splitlines()
+    table = next(i for i, ln in enumerate(lines) if ln.startswith("RANK"))
+    verdicts = [ln for ln in lines[:table] if ln.startswith("Verdict:")]
+    assert verdicts == [f"Verdict: {COLLECTIVE['text']}"], out
+    assert lines[1] == verdicts[0], "the first line after the job's own"
+    assert "silent longest first" in lines[table - 1], lines[table - 1]
+    assert "(silence order: evidence, not the verdict)" in lines[table - 1]
+    assert list(rank_rows(out))[0] == "2", "the table keeps the server's order"
+    naming_2 = [ln for ln in lines[:table] if "rank 2" in ln]
+    assert naming_2 and all(ln.startswith("silence order (evidence, not the verdict): ")
+                            for ln in naming_2), naming_2
+    assert not any(w in out.lower() for w in ("first stalled", "stalled first", "stopped first")
+                   ), out
 
 
 def test_ranks_on_a_tie_says_so_and_marks_every_tied_rank(run, fake):
@@ -469,9 +494,23 @@ def test_list_notes_the_verdict_shortened(run, fake):
     row = next(ln for ln in run("list").stdout.splitlines() if ln.startswith(job["id"]))
     note = row.split("STALLED ", 1)[1].split("  ")[0]
     assert note.endswith("…") and len(note) <= 60 and COLLECTIVE["text"].startswith(note[:-1])
-    exited = stalled_job(fake, EXITED)
-    row = next(ln for ln in run("list").stdout.splitlines() if ln.startswith(exited["id"]))
-    assert "STALLED rank 3 exited with code 1 " in row
+
+
+def test_list_health_column_shows_health_not_how_the_job_ended(run, fake):
+    """Invariant (issue 47): `list`'s HEALTH is health alone. A job a rank's
+    failure ended carries that exit as its health's verdict (by exit), and
+    its HEALTH reads its status, not "rank 3 exited with code 1"."""
+    failed = stalled_job(fake, EXITED)
+    fake.update_job(failed["id"], state="FAILED",
+                    exit={"reason": "rank_failed", "exit_code": 1, "rank": 3},
+                    health={**failed["health"], "status": "OK", "first_stalled_rank": None,
+                            "stalled_ranks": [], "verdict": EXITED})
+    out = run("list").stdout
+    header = next(ln for ln in out.splitlines() if ln.startswith("ID"))
+    row = next(ln for ln in out.splitlines() if ln.startswith(failed["id"]))
+    at = header.index("HEALTH")
+    assert row[at:header.index("CREATED")].strip() == "OK", (header, row)
+    assert "exited" not in row and "code 1" not in row, row
 
 
 def test_watch_refreshes_until_the_job_is_terminal(run, fake):

@@ -402,15 +402,36 @@ def short_time(value: str | None) -> str:
     return value.replace("T", " ").split(".")[0].rstrip("Z") + "Z"
 
 
+#: a rank status's words where they are not its name's (rank_status)
+STATUS_WORDS = {"live": "ok", "awaiting_first_beat": "waiting for the first beat"}
+
+
 def rank_status(r) -> str:
     """A rank's status as the server says it, in words: ``STALLED``, ``ok``
-    (live), ``waiting``, ``not instrumented``...; from a server that sends no
-    status, what its silence says."""
+    (live), ``waiting``, ``waiting for the first beat``, ``not
+    instrumented``...; from a server that sends no status, what its silence
+    says."""
     if r.stalled or r.status == "stalled":
         return "STALLED"
     if r.status is None:
         return "ok" if r.last_heard_at else "not heard yet"
-    return {"live": "ok"}.get(r.status, r.status.replace("_", " "))
+    return STATUS_WORDS.get(r.status, r.status.replace("_", " "))
+
+
+def health_text(job: "Job") -> str:
+    """The job's health status as rich markup, with what the server knows
+    of its instrumentation while it runs unjudged by beats (mode auto, no
+    beat yet): ``UNKNOWN (waiting for the first beat)`` while
+    ``health.instrumented`` is null (within the startup grace: the first
+    beat may still come), ``UNKNOWN (not instrumented)`` once it is false."""
+    h = job.health
+    text = f"[{HEALTH_STYLE.get(h.status, '')}]{h.status}[/]"
+    mode = (job.spec.get("heartbeat") or {}).get("mode", "auto")
+    if job.state == "RUNNING" and h.status == "UNKNOWN" and mode == "auto" \
+            and "instrumented" in h.raw and h.raw["instrumented"] is not True:
+        text += (" (waiting for the first beat)" if h.raw["instrumented"] is None
+                 else " (not instrumented)")
+    return text
 
 
 def fmt_silence(value: float | None) -> str:
@@ -1421,7 +1442,7 @@ def job_panel(job: "Job") -> "RenderableType":
     if job.cancel_requested_at:
         reason = f" ({escape(job.cancel_reason)})" if job.cancel_reason else ""
         t.add_row("cancel requested", short_time(job.cancel_requested_at) + reason)
-    health = f"[{HEALTH_STYLE.get(h.status, '')}]{h.status}[/]  threshold {h.threshold_s}s"
+    health = f"{health_text(job)}  threshold {h.threshold_s}s"
     if h.raw.get("suppressed"):
         health += f"  (suppressed: {escape(h.raw['suppressed'])})"
     lines = [health, *(verdict_lines(h.verdict) if h.verdict else [])]
@@ -1549,7 +1570,7 @@ def health_cell(job: "Job") -> str:
     ended: a verdict by a rank's exit is the exit's story (`describe`'s
     exit), not health (issue 47)."""
     h = job.health
-    cell = f"[{HEALTH_STYLE.get(h.status, '')}]{h.status}[/]"
+    cell = health_text(job)
     if h.verdict and h.verdict.by != "exit":
         cell += f" {escape(shorten(h.verdict.text, 60))}"
     return cell
@@ -1730,7 +1751,7 @@ def ranks(job_id: str) -> None:
         return
     c = console()
     c.print(f"[bold]{job.id}[/] {styled_state(job.state)}  health "
-            f"[{HEALTH_STYLE.get(job.health.status, '')}]{job.health.status}[/]")
+            f"{health_text(job)}")
     callout = stall_callout(job, rk)
     if callout:
         c.print(callout)
@@ -1746,9 +1767,8 @@ def watch_view(job: "Job", rk: "Ranks | None", note: str | None, interval: float
     from rich.console import Group
     from rich.text import Text
     parts: list[Any] = []
-    h = job.health
     head = (f"[bold]{job.id}[/] {escape(job.name or '')}  {styled_state(job.state)}  attempt "
-            f"{job.attempt}  health [{HEALTH_STYLE.get(h.status, '')}]{h.status}[/]")
+            f"{job.attempt}  health {health_text(job)}")
     from .lifecycle import time_left_text
     left = time_left_text(job.state, job.spec, started_at=job.started_at,
                           pending_since=job.pending_since, now=_utcnow())

@@ -371,6 +371,35 @@ def test_ranks_shows_the_status_the_server_gives_not_a_guess_from_silence(run, f
     assert "not heard yet" not in r.stdout
 
 
+def test_a_job_not_heard_from_yet_reads_waiting_for_the_first_beat_until_the_grace_ends(
+        run, fake):
+    """Invariant (issue 47): while the server does not know yet whether a
+    running job is instrumented (mode auto, no beat, within the startup
+    grace: health.instrumented null, its ranks awaiting_first_beat), every
+    surface says "waiting for the first beat", never "not instrumented";
+    once the server says false, they say "not instrumented"."""
+    job = fake.add_job(ranks=2)
+    fake.place(job["id"], ["node-1"])
+    fake.update_job(job["id"], health={"instrumented": None,
+                                       "ranks_by_status": {"awaiting_first_beat": [0, 1]}})
+    fake.rank_statuses[job["id"]] = {0: "awaiting_first_beat", 1: "awaiting_first_beat"}
+    outs = {cmd: run(cmd, job["id"]).stdout for cmd in ("ranks", "describe")}
+    outs["list"] = run("list").stdout
+    outs["watch"] = run("watch", job["id"], "--timeout", "0", "--interval", "0").stdout
+    for cmd, out in outs.items():
+        assert "UNKNOWN (waiting for the first beat)" in out, (cmd, out)
+        assert "not instrumented" not in out, (cmd, out)
+    for cmd in ("ranks", "watch"):
+        rows = rank_rows(outs[cmd])
+        assert all(row.rstrip().endswith("waiting for the first beat") for row in rows.values()), \
+            outs[cmd]
+    fake.update_job(job["id"], health={"instrumented": False})
+    fake.rank_statuses[job["id"]] = {0: "not_instrumented", 1: "not_instrumented"}
+    out = run("ranks", job["id"]).stdout
+    assert "UNKNOWN (not instrumented)" in out and "waiting for the first beat" not in out, out
+    assert all(row.rstrip().endswith("not instrumented") for row in rank_rows(out).values())
+
+
 def test_ranks_highlights_stalled_rows(run, fake):
     job = stalled_job(fake)
     r = run("ranks", job["id"], env={"NO_COLOR": None, "FORCE_COLOR": "1", "TERM": "xterm"})

@@ -32,6 +32,12 @@ The node's call-in rides on one of these posts when one goes out as it is due
 A failed post is retried at the next visit (beats are idempotent: the newest
 overwrites); 409 stale_attempt / already_finished ends posting for the attempt
 and tells ``on_gone`` (the agent stops its ranks: nobody waits for them).
+
+A rank's last beats are posted before its end is reported (``final``, which
+core.Agent calls before it sends EXITED or STOPPED): a rank that beat step 60
+and exited between two visits would otherwise end with the server holding
+step 15, since nothing is posted for an ended rank and a finished job takes
+no beat (issue 47).
 """
 from __future__ import annotations
 
@@ -182,6 +188,56 @@ class BeatPoster:
             if len(entry) > 1:  # a silent rank with no sample is not posted at all
                 entries.append(entry)
         return entries, seqs
+
+    def final(self, rec: AttemptRecord, ranks: Iterable[int]) -> bool:
+        """Posts what ``ranks`` of ``rec`` (ended, or being reported ended)
+        beat since their last post, before their end is reported: their last
+        step reaches the server while it still takes beats for the attempt.
+        True once done (or nothing to post, or the server no longer takes
+        them); False when the post failed and may be tried again (the
+        caller holds the report back, for a bounded time)."""
+        if rec.key in self._gone:
+            return True
+        now = self._mono()
+        read_bytes = functools.partial(open_rank_file, uid=rec.uid)
+        entries, seqs, beats_ns = [], {}, {}
+        for r in sorted(set(ranks)):
+            p = rec.procs.get(r)
+            if p is None or not p.heartbeat_file:
+                continue
+            record = gpujobs_heartbeat.read(p.heartbeat_file, read_bytes)
+            if record is None or record.seq == self._posted.get((rec.key, r)):
+                continue
+            entry: dict = {"rank": r, "step": record.step, "sent_at": self._wall()}
+            if record.beat_ns:
+                entry["age_s"] = min(MAX_AGE_S, round(max(0.0, (now - record.beat_ns) / 1e9), 3))
+                beats_ns[r] = record.beat_ns
+            if record.collective_seq is not None:
+                entry["collective"] = {"seq": record.collective_seq,
+                                       "name": record.collective_name or "collective"}
+            entries.append(entry)
+            seqs[r] = record.seq
+        for chunk in _chunks(entries):
+            try:
+                self._api.post_heartbeats(rec.job_id, rec.attempt, chunk)
+            except AttemptGone as e:
+                # the attempt is over for the server: the end's own report
+                # hears so too; nothing more to post
+                log.info("%s: last beats answered %s", rec.key, e.code)
+                self._gone.add(rec.key)
+                return True
+            except ApiError as e:
+                log.warning("%s: posting the last beats of ranks %s failed (%s)", rec.key,
+                            sorted(seqs), e)
+                return False
+            self._posted_ns = self._mono()
+            for entry in chunk:
+                self._posted[(rec.key, entry["rank"])] = seqs[entry["rank"]]
+                if entry["rank"] in beats_ns:
+                    self._beat_ns[(rec.key, entry["rank"])] = beats_ns[entry["rank"]]
+        if entries:
+            log.info("%s: last beats of ranks %s posted before their end", rec.key, sorted(seqs))
+        return True
 
     def _with_stack(self, rec: AttemptRecord, r: int, record, proc: dict | None,
                     now: int) -> dict | None:

@@ -155,6 +155,12 @@ class LogShipping(Protocol):
     def wake(self) -> None: ...
 
 
+class LastBeats(Protocol):
+    """What the agent asks of the heartbeat poster (beats.BeatPoster), from its own loop."""
+
+    def final(self, rec: AttemptRecord, ranks: list[int]) -> bool: ...
+
+
 class Outcome(Enum):
     DONE = "done"    # acted on: delete the message
     DEFER = "defer"  # not yet: make it visible again soon
@@ -287,6 +293,9 @@ class Agent:
         #: ships the ranks' log files (logship.Shipper); None: nothing to wait for.
         #: May come later: the runner learns the log group from the API
         self.logs = logs
+        #: posts the ranks' last beats before their end is reported
+        #: (beats.BeatPoster.final); None: none. Set by the runner
+        self.beats: LastBeats | None = None
         #: takes the ranks' stacks before a CANCEL's SIGTERM; None: no stacks
         self._stacks = stacks
         #: MASTER_PORT of the attempts whose rank 0 runs here (rendezvous.py)
@@ -829,7 +838,8 @@ class Agent:
                 if report not in self.state.pending:  # dropped with its attempt meanwhile
                     continue
                 attempt = (report.job_id, report.attempt)
-                if attempt in held or not self._logs_shipped(report):
+                if attempt in held or not self._last_beats_posted(report) \
+                        or not self._logs_shipped(report):
                     held.add(attempt)  # that attempt's later reports wait with it
                     continue
                 try:
@@ -858,6 +868,27 @@ class Agent:
         finally:
             if changed:
                 self._save()
+
+    def _last_beats_posted(self, report: PendingReport) -> bool:
+        """Whether ``report`` may go as far as the ranks' beats are concerned:
+        a report that ranks ended (EXITED, STOPPED) goes once what they beat
+        since the last post (their last step) is posted, so the server's
+        view of a finished job ends at its last step, not at the step of the
+        last interval's post. A failed post holds the report back, at most
+        LOG_WAIT_S after it was queued; the loop is never blocked."""
+        if self.beats is None or report.event.get("type") not in ENDS \
+                or not report.event.get("ranks"):
+            return True
+        rec = self.state.attempts.get(attempt_key(report.job_id, report.attempt))
+        if rec is None:
+            return True
+        try:
+            if self.beats.final(rec, list(report.event["ranks"])):
+                return True
+        except Exception:  # noqa: BLE001 - beats are progress, never a held end
+            log.exception("%s: posting the last beats failed; reporting anyway", rec.key)
+            return True
+        return self._clock() >= report.queued_at + LOG_WAIT_S
 
     def _logs_shipped(self, report: PendingReport) -> bool:
         """Whether ``report`` may go as far as the ranks' logs are concerned:

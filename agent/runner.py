@@ -163,6 +163,7 @@ def run(settings: Settings, stop: threading.Event, *,
             if on_ready is not None:
                 on_ready(node)
             beats = BeatPoster(api, on_gone=agent.attempt_gone, stacks=stacks)
+            agent.beats = beats  # a rank's last beats go before its end is reported
 
             def post_beats(carry: bool) -> bool:
                 """The beats due; ``carry``: one of their posts carries the

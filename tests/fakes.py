@@ -723,7 +723,8 @@ class FakeJobStore:
                     if j.parent_id == parent_id and not j.state.terminal][:limit]
 
     # -- health ------------------------------------------------------------
-    def record_health(self, job: Job, health: dict, *, incident_key: str | None = None) -> bool:
+    def record_health(self, job: Job, health: dict, *, incident_key: str | None = None,
+                      recovered: bool = False) -> bool:
         with self.t.lock:
             current = self._job(job.job_id)
             if current is None or current.state is not JobState.RUNNING \
@@ -731,6 +732,11 @@ class FakeJobStore:
                 return False
             if len(json.dumps(health)) > ITEM_LIMIT_BYTES:  # DynamoDB's item limit
                 raise RecordTooLarge(f"{job.job_id}: the health record is over 400 KB")
+            if recovered and job.incident_key is not None and incident_key is None:
+                if current.incident_key != job.incident_key:
+                    return False
+                self._event(job.job_id, *ev.recovered(self._clock(), job.attempt,
+                                                       job.incident_key, job.health))
             if incident_key is not None:
                 if current.incident_key != job.incident_key:
                     return False

@@ -396,12 +396,22 @@ class DynamoJobs(OnDynamo):
         return job_from_item(answer["Attributes"])
 
     # -- health -------------------------------------------------------------
-    def record_health(self, job: Job, health: dict, *, incident_key: str | None = None) -> bool:
+    def record_health(self, job: Job, health: dict, *, incident_key: str | None = None,
+                      recovered: bool = False) -> bool:
         """Store the scan's view of the running attempt. With ``incident_key``,
         record a new incident: conditioned on the key read before, so however
-        many scans see the same stall, it is recorded once."""
+        many scans see the same stall, it is recorded once. With
+        ``recovered``, the open incident ``job.incident_key`` (``job.health``
+        as read while it was open) ended with its culprit beating again: its
+        ``recovered`` event is written with the health, conditioned on the
+        incident still being that one."""
         changes = Changes(JOBS).set("health", health)
         condition, values = state_in([JobState.RUNNING], attempt=job.attempt)
+        if recovered and job.incident_key is not None and incident_key is None:
+            key, told = ev.recovered(self._now(), job.attempt, job.incident_key, job.health)
+            changes.event(key, told)
+            condition += " AND #incident_key = :read_incident"
+            values[":read_incident"] = {"S": job.incident_key}
         if incident_key is not None:
             changes.set("incident_key", incident_key).event(f"stalled#{incident_key}", ev.event(
                 "stalled", self._now(), attempt=job.attempt, **incident(health)))

@@ -8,7 +8,8 @@ stays), and a transition that loses its condition writes no event at all.
 
 Job item keys: ``created``, ``waiting#<attempt>#<reason hash>``,
 ``placed#<attempt>``, ``started#<attempt>``, ``cancel_requested``,
-``stalled#<incident>``, ``retried#<attempt>``, ``finished``.
+``stalled#<incident>``, ``recovered#<incident>``, ``retried#<attempt>``,
+``finished``.
 Attempt item keys: ``<kind>#<exit code>#<ranks hash>`` for each report of
 ranks that started, exited or stopped (one per node report, so an attempt holds
 about as many as it has nodes). They are the attempt's progress
@@ -24,13 +25,13 @@ import hashlib
 from datetime import datetime
 
 from .attempts import LOST, PORT_TAKEN, RANK_EVENTS, from_runs, rank_runs
-from .clock import iso
+from .clock import iso, parse_iso
 from .stacks import where
 from .verdict import span
 
 #: order of events that carry the same time (one transaction writes several)
 _ORDER = {"created": 0, "waiting": 1, "preempting": 1, "placed": 2, "rank_started": 3, "started": 4,
-          "cancel_requested": 5, "stalled": 6, "rank_exited": 7, "rank_stopped": 7,
+          "cancel_requested": 5, "stalled": 6, "recovered": 6, "rank_exited": 7, "rank_stopped": 7,
           "retried": 8, "finished": 9}
 
 
@@ -68,6 +69,29 @@ def attempt_end(at: datetime, attempt: int, state: str, exit_: dict | None) -> t
                                  exit_code=exit_.get("exit_code"), **details)
     return f"retried#{attempt}", event("retried", at, attempt=attempt,
                                        next_attempt=attempt + 1, **details)
+
+
+def recovered(at: datetime, attempt: int, incident_key: str, stalled: dict) -> tuple[str, dict]:
+    """(key, event) of an open stall incident that ended because its culprit
+    beat again (``stalled``: the job's health while the incident was open,
+    as the scan read it): the incident it ends, its culprit (the rank its
+    verdict names, else the rank silent longest, as
+    domain/health.culprit_beat_again takes it), when it was detected and
+    how long it lasted from there. One per incident: the key names it."""
+    named = stalled.get("verdict") or {}
+    rank = named.get("rank") if named.get("rank") is not None \
+        else stalled.get("first_stalled_rank")
+    detected = stalled.get("detected_at")
+    lasted = None if not detected else round(max(0.0, (at - parse_iso(detected))
+                                                 .total_seconds()), 3)
+    who = f"rank {rank}" if rank is not None else "the stalled ranks"
+    after = "" if lasted is None else f" {lasted:.0f} s after the stall was detected"
+    count = int(stalled.get("false_alarms") or 0) + 1
+    return f"recovered#{incident_key}", event(
+        "recovered", at, attempt=attempt,
+        reason=f"{who} beat again{after}: the job recovered (false alarm {count})",
+        incident=incident_key, rank=rank, detected_at=detected, stalled_s=lasted,
+        stalled_reason=named.get("text"))
 
 
 def waiting_key(attempt: int, reason: str) -> str:

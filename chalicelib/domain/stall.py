@@ -32,13 +32,16 @@ from .clock import plus
 MIN_BEAT_BAND_S = 0.25
 
 #: ``heartbeat.mode``: ``auto`` judges by beats once any rank of the attempt
-#: has beaten (until then the job is not instrumented and nobody is convicted),
+#: has beaten (until then nobody is convicted by silence: within
+#: ``startup_grace_s`` of the attempt's start its ranks are still
+#: ``awaiting_first_beat``, as an instrumented job's are before its first
+#: beat; past it, with no beat ever, the job is not instrumented),
 #: ``beats`` from the attempt's start, ``process`` by process evidence alone,
 #: ``off`` not at all
 MODES = ("auto", "beats", "process", "off")
 #: what a rank is, as health and the ranks view show it
 STATUSES = ("live", "silent", "stalled", "paused", "busy", "waiting", "not_instrumented",
-            "exited", "stopped")
+            "exited", "stopped", "awaiting_first_beat")
 #: I/O of a rank's process tree at this rate or more is real work (a checkpoint
 #: writes hundreds of MB/s; a log line or a heartbeat file is bytes)
 BUSY_IO_BPS = 1 << 20
@@ -185,8 +188,10 @@ class Verdict:
     jitter_s: float
     #: the one name for the rank that stopped first, with its evidence
     culprit: dict | None = None
-    #: False while mode ``auto`` has heard no beat from any rank of the attempt
-    instrumented: bool = True
+    #: False once mode ``auto`` has heard no beat from any rank of the attempt
+    #: for its whole startup grace; None while the grace lasts (not known
+    #: yet: an instrumented job's first beat may still come)
+    instrumented: bool | None = True
 
     @property
     def stalled(self) -> list[RankView]:
@@ -360,6 +365,7 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
             stalled = b.rank in hung and (_stopped(b) or (bool(in_collective) and (
                 b.rank in loose or not loose)))
             status = ("stalled" if stalled else "waiting" if b.rank in in_collective
+                      else "awaiting_first_beat" if silence <= startup_grace_s
                       else "not_instrumented")
         elif would and silence <= within_busy and _fresh(b.io_at, now, fresh_s):
             status = "busy"
@@ -413,7 +419,8 @@ def judge(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s
     ranks = view(beats, now=now, started_at=started_at, threshold_s=threshold_s,
                  startup_grace_s=startup_grace_s, mode=mode, interval_s=interval_s,
                  max_busy_s=max_busy_s, idle_s=idle_s, finishing=finishing)
-    instrumented = mode != "auto" or any(b.heard_at is not None for b in beats)
+    instrumented = known_instrumented(beats, now=now, started_at=started_at,
+                                      startup_grace_s=startup_grace_s, mode=mode)
     stalled = [r for r in ranks if r.stalled]
     live = [r for r in ranks if not r.stalled and r.beat and not r.beat.ended]
     jitter = jitter_band([b for b in beats if not b.ended], interval_s, live)
@@ -446,6 +453,20 @@ def judge(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s
     # nothing better than silence named the rank
     suspect = suspect_node(ranks, interval_s) if named["by"] == "silence" else None
     return Verdict(ranks, first, co, suspect, jitter, named, instrumented)
+
+
+def known_instrumented(beats: list[Beat], *, now: datetime, started_at: datetime,
+                       startup_grace_s: float, mode: str) -> bool | None:
+    """Whether the attempt is instrumented, as far as the server can know:
+    True once any rank beat (or the mode judges without beats); in mode
+    ``auto`` with no beat yet, None while the attempt is within its
+    ``startup_grace_s`` (an instrumented job's ranks are still starting:
+    "waiting for the first beat"), False after it (no beat ever: "not
+    instrumented"). The judgement itself (who may be convicted by silence)
+    does not wait on this: no beat, nobody convicted by silence."""
+    if mode != "auto" or any(b.heard_at is not None for b in beats):
+        return True
+    return None if (now - started_at).total_seconds() <= startup_grace_s else False
 
 
 def suspect_node(ranks: list[RankView], interval_s: float) -> str | None:

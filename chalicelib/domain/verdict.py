@@ -120,7 +120,8 @@ def _decide(ranks: list[RankView], first: RankView, co_first: list[RankView], *,
     last beats is noise). ``signature``: stall.signature, what a rank's
     process sample looks like."""
     live = [r for r in ranks if r.status not in OUT]
-    quiet = [r for r in live if r.status in ("stalled", "silent", "waiting", "not_instrumented")]
+    quiet = [r for r in live if r.status in ("stalled", "silent", "waiting", "not_instrumented",
+                                              "awaiting_first_beat")]
 
     stopped = sorted((r for r in quiet if _state(r) in ("T", "t")), key=lambda r: (_last(r), r.rank))
     if stopped and len(stopped) < len(live):

@@ -4,7 +4,7 @@ Reads O(running ranks): the RUNNING jobs from a sparse index, each attempt's
 heartbeat shards; nothing about finished jobs or old beats. Writes only when a
 job's health changes. An incident is recorded once, by a conditional write on
 the incident key read before it; a culprit that beats again turns it into a
-counted false alarm.
+counted false alarm, told by a ``recovered`` event (domain/events.py).
 """
 from __future__ import annotations
 
@@ -125,6 +125,10 @@ class Scanner:
         if health.culprit_beat_again(judged, verdict):
             log.warning("job %s: rank %s beat again after its stall: a false alarm",
                         job.job_id, judged.get("first_stalled_rank"))
+            # the incident is over: its end is an event of the job's story,
+            # written with the health that says so (domain/events.recovered)
+            self._record(job, health.followed(judged, verdict), recovered=True)
+            return 0
         self._save(job, health.followed(judged, verdict))
         return 0
 
@@ -132,19 +136,21 @@ class Scanner:
         if new != job.health:
             self._record(job, new)
 
-    def _record(self, job: Job, new: dict, incident_key: str | None = None) -> bool:
+    def _record(self, job: Job, new: dict, incident_key: str | None = None,
+                recovered: bool = False) -> bool:
         """Store ``new``; a record too big for the store is never a silent
         failure: it is said, and the health kept compact (its verdict's
-        sentence, counts), still recording the incident."""
+        sentence, counts), still recording the incident (or its recovery)."""
         try:
-            return self.store.record_health(job, new, incident_key=incident_key)
+            return self.store.record_health(job, new, incident_key=incident_key,
+                                            recovered=recovered)
         except RecordTooLarge as e:
             log.error("job %s: its health does not fit its record (%s): recording it "
                       "without rank lists and stacks", job.job_id, e)
             self.telemetry.count("HealthCompacted")
         try:
             return self.store.record_health(job, health.compacted(new),
-                                            incident_key=incident_key)
+                                            incident_key=incident_key, recovered=recovered)
         except RecordTooLarge as e:
             log.error("job %s: not even its compact health fits its record (%s)",
                       job.job_id, e)

@@ -402,15 +402,36 @@ def short_time(value: str | None) -> str:
     return value.replace("T", " ").split(".")[0].rstrip("Z") + "Z"
 
 
+#: a rank status's words where they are not its name's (rank_status)
+STATUS_WORDS = {"live": "ok", "awaiting_first_beat": "waiting for the first beat"}
+
+
 def rank_status(r) -> str:
     """A rank's status as the server says it, in words: ``STALLED``, ``ok``
-    (live), ``waiting``, ``not instrumented``...; from a server that sends no
-    status, what its silence says."""
+    (live), ``waiting``, ``waiting for the first beat``, ``not
+    instrumented``...; from a server that sends no status, what its silence
+    says."""
     if r.stalled or r.status == "stalled":
         return "STALLED"
     if r.status is None:
         return "ok" if r.last_heard_at else "not heard yet"
-    return {"live": "ok"}.get(r.status, r.status.replace("_", " "))
+    return STATUS_WORDS.get(r.status, r.status.replace("_", " "))
+
+
+def health_text(job: "Job") -> str:
+    """The job's health status as rich markup, with what the server knows
+    of its instrumentation while it runs unjudged by beats (mode auto, no
+    beat yet): ``UNKNOWN (waiting for the first beat)`` while
+    ``health.instrumented`` is null (within the startup grace: the first
+    beat may still come), ``UNKNOWN (not instrumented)`` once it is false."""
+    h = job.health
+    text = f"[{HEALTH_STYLE.get(h.status, '')}]{h.status}[/]"
+    mode = (job.spec.get("heartbeat") or {}).get("mode", "auto")
+    if job.state == "RUNNING" and h.status == "UNKNOWN" and mode == "auto" \
+            and "instrumented" in h.raw and h.raw["instrumented"] is not True:
+        text += (" (waiting for the first beat)" if h.raw["instrumented"] is None
+                 else " (not instrumented)")
+    return text
 
 
 def fmt_silence(value: float | None) -> str:
@@ -459,18 +480,31 @@ def verdict_lines(v: "Verdict") -> list[str]:
     return lines
 
 
+#: how the order of the ranks by silence is labelled wherever it is shown:
+#: evidence the verdict weighs, never a second verdict (issue 47)
+SILENCE_ORDER = "silence order (evidence, not the verdict)"
+#: the caption of a rank table's order
+TABLE_ORDER = "silent longest first"
+
+
 def silence_note(h: "JobHealth") -> str:
-    """Secondary: the rank silent longest (health.first_stalled_rank), which
-    is not necessarily the one that stopped."""
+    """Secondary, and labelled as evidence: the rank silent longest
+    (health.first_stalled_rank, the contract's "first stalled" rank), which
+    is not necessarily the one that stopped: every rank of one node's post
+    shares its receive time, and ties go to the lowest rank."""
     heard = short_time(h.last_heard_at) if h.last_heard_at else "never"
-    note = (f"silent longest: rank {h.first_stalled_rank} (last heard {heard}, "
-            f"detected {short_time(h.detected_at)})")
+    note = f"{SILENCE_ORDER}: rank {h.first_stalled_rank} silent longest (last heard {heard})"
     co = [c.get("rank") for c in h.raw.get("co_first") or [] if isinstance(c, dict)]
     if co:
         note += f"  co-first {escape(ranges(r for r in co if r is not None))}"
     if h.raw.get("suspect_node"):
         note += f"  suspect node {escape(h.raw['suspect_node'])}"
     return note
+
+
+def incident_note(h: "JobHealth") -> str:
+    """When the open (or last) stall was detected, and which ranks it holds."""
+    return f"stall detected {short_time(h.detected_at)}; {stalled_ranks_text(h)}"
 
 
 def stack_line(stack: dict[str, Any]) -> str:
@@ -1408,13 +1442,13 @@ def job_panel(job: "Job") -> "RenderableType":
     if job.cancel_requested_at:
         reason = f" ({escape(job.cancel_reason)})" if job.cancel_reason else ""
         t.add_row("cancel requested", short_time(job.cancel_requested_at) + reason)
-    health = f"[{HEALTH_STYLE.get(h.status, '')}]{h.status}[/]  threshold {h.threshold_s}s"
+    health = f"{health_text(job)}  threshold {h.threshold_s}s"
     if h.raw.get("suppressed"):
         health += f"  (suppressed: {escape(h.raw['suppressed'])})"
     lines = [health, *(verdict_lines(h.verdict) if h.verdict else [])]
     if h.first_stalled_rank is not None:
+        lines.append(incident_note(h))
         lines.append(silence_note(h))
-        lines.append(stalled_ranks_text(h))
     t.add_row("health", "\n".join(lines))
     if job.exit is not None:
         t.add_row("exit", escape(lifecycle.exit_text(job.exit.raw)))
@@ -1510,11 +1544,8 @@ def list_(state: str | None, limit: int | None, all_: bool, page_size: int | Non
                          justify="right" if col == "INDEX" else "left")
         from .pipelines import counts_text
         for j in jobs:
-            health = f"[{HEALTH_STYLE.get(j.health.status, '')}]{j.health.status}[/]"
-            if j.health.verdict:
-                health += f" {escape(shorten(j.health.verdict.text, 60))}"
             row = [j.id, escape(j.name or "-"), styled_state(j.state), str(j.ranks or "-"),
-                   str(j.attempt), health, short_time(j.created_at)]
+                   str(j.attempt), health_cell(j), short_time(j.created_at)]
             if indexed:
                 row.insert(0, "-" if j.array_index is None else str(j.array_index))
             if classes:
@@ -1531,6 +1562,18 @@ def list_(state: str | None, limit: int | None, all_: bool, page_size: int | Non
                         (("--parent", parent), ("--state", state)) if value)
         c.print(f"More {'indexes' if parent else 'jobs'}: gpujobs list{again} --page-token "
                 f"{escape(token)}  (or --all)", style="dim")
+
+
+def health_cell(job: "Job") -> str:
+    """`list`'s HEALTH: the job's health alone, its status and, for a
+    stall, the verdict's sentence (cut at 60 characters); never how the job
+    ended: a verdict by a rank's exit is the exit's story (`describe`'s
+    exit), not health (issue 47)."""
+    h = job.health
+    cell = health_text(job)
+    if h.verdict and h.verdict.by != "exit":
+        cell += f" {escape(shorten(h.verdict.text, 60))}"
+    return cell
 
 
 # -- cancel -----------------------------------------------------------------------------
@@ -1633,12 +1676,16 @@ def attempts(job_id: str) -> None:
 # -- ranks ------------------------------------------------------------------------------
 def ranks_table(ranks: "Ranks", max_rows: int | None = None,
                 verdict: "Verdict | None" = None) -> "RenderableType":
-    """The ranks, longest silent first; the verdict's ranks marked "← named"
-    (or "← tied" on a tie) and shown even past ``max_rows``."""
+    """The ranks, longest silent first (the server's order), the title says
+    so; the verdict's ranks marked "← named" (or "← tied" on a tie) and shown
+    even past ``max_rows``."""
+    from rich.console import Group
     from rich.table import Table
-    t = Table(box=None, header_style="bold", pad_edge=False,
-              title=f"attempt {ranks.attempt} · stall threshold {ranks.threshold_s}s",
-              title_justify="left", title_style="dim")
+    from rich.text import Text
+    # the caption is a line of its own: a table's title wraps at the table's width
+    caption = Text(f"attempt {ranks.attempt} · stall threshold {ranks.threshold_s}s · "
+                   f"{TABLE_ORDER} (silence order: evidence, not the verdict)", style="dim")
+    t = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("RANK", "NODE", "STEP", "SILENCE", "LAST HEARD", "STATUS", ""):
         t.add_column(col, justify="right" if col in ("RANK", "STEP", "SILENCE") else "left")
     named = set(verdict.ranks) if verdict else set()
@@ -1653,7 +1700,7 @@ def ranks_table(ranks: "Ranks", max_rows: int | None = None,
                   style="bold red" if r.stalled or r.rank in named else None)
     if len(rows) < len(ranks.ranks):
         t.caption = f"... {len(ranks.ranks) - len(rows)} more ranks, less silent"
-    return t
+    return Group(caption, t)
 
 
 def stalled_ranks_text(h: "JobHealth") -> str:
@@ -1668,15 +1715,17 @@ def stalled_ranks_text(h: "JobHealth") -> str:
 
 
 def stall_callout(job: "Job", ranks: "Ranks | None") -> str | None:
-    """What `ranks` and `watch` print about a stall: the verdict first, then,
-    labelled as such, the rank silent longest."""
+    """What `ranks` and `watch` print about a stall: the verdict first, its
+    sentence word for word, then the incident, then, labelled as evidence,
+    the silence order (the rank silent longest)."""
     h = job.health
     v = verdict_of(job, ranks)
     lines = verdict_lines(v) if v else []
     if v is None and h.status == "STALLED":
         lines.append("[bold red]STALLED[/]: the server names no rank that stopped")
     if h.first_stalled_rank is not None:
-        lines.append(f"[dim]{silence_note(h)}; {stalled_ranks_text(h)}[/]")
+        lines.append(f"[dim]{incident_note(h)}[/]")
+        lines.append(f"[dim]{silence_note(h)}[/]")
     elif v is None and ranks is not None and ranks.stalled:
         lines.append(f"[red]{len(ranks.stalled)} rank(s) over the threshold[/], not yet flagged "
                      "by the stall scan.")
@@ -1702,7 +1751,7 @@ def ranks(job_id: str) -> None:
         return
     c = console()
     c.print(f"[bold]{job.id}[/] {styled_state(job.state)}  health "
-            f"[{HEALTH_STYLE.get(job.health.status, '')}]{job.health.status}[/]")
+            f"{health_text(job)}")
     callout = stall_callout(job, rk)
     if callout:
         c.print(callout)
@@ -1718,9 +1767,8 @@ def watch_view(job: "Job", rk: "Ranks | None", note: str | None, interval: float
     from rich.console import Group
     from rich.text import Text
     parts: list[Any] = []
-    h = job.health
     head = (f"[bold]{job.id}[/] {escape(job.name or '')}  {styled_state(job.state)}  attempt "
-            f"{job.attempt}  health [{HEALTH_STYLE.get(h.status, '')}]{h.status}[/]")
+            f"{job.attempt}  health {health_text(job)}")
     from .lifecycle import time_left_text
     left = time_left_text(job.state, job.spec, started_at=job.started_at,
                           pending_since=job.pending_since, now=_utcnow())

@@ -136,6 +136,19 @@ def test_a_culprit_that_beats_again_is_counted_as_a_false_alarm(iso, iso_client,
     iso.scanner.run()
     h = health(iso_client, tenants, job_id)
     assert h["status"] == "OK" and h["false_alarms"] == 1
+    # issue 47: the recovery is told in the job's story, with its time,
+    # written on DynamoDB with the health that ends the incident; once
+    clock.advance(1)
+    beat(iso_client, tenants, job_id, [0, 1, 2, 3], step=2)
+    iso.scanner.run()
+    events = iso_client.http.get(f"/v1/jobs/{job_id}/events",
+                                 headers=tenants.headers()).json_body["events"]
+    [stalled] = [e for e in events if e["type"] == "stalled"]
+    [recovered] = [e for e in events if e["type"] == "recovered"]
+    assert recovered["time"] == rfc3339(clock.t - timedelta(seconds=1))
+    assert recovered["rank"] == 3 and recovered["incident"] == "1#1"
+    assert recovered["reason"].startswith("rank 3 beat again 1 s after the stall was detected")
+    assert events.index(stalled) < events.index(recovered)
 
 
 def test_a_late_scan_convicts_nobody_and_says_why(iso, iso_client, tenants, running):

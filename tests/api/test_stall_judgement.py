@@ -94,6 +94,30 @@ def test_an_uninstrumented_job_is_watched_not_convicted(iso, iso_client, tenants
     assert all(r["proc"]["state"] == "S" and r["last_heard_at"] is None for r in v["ranks"])
 
 
+def test_a_job_not_heard_from_within_its_grace_waits_for_its_first_beat(iso, iso_client,
+                                                                       tenants):
+    """Invariant (issue 47): under mode auto, no beat yet does not make a job
+    "not instrumented" until its startup grace (30 s) is over: before, its
+    ranks are awaiting_first_beat and health.instrumented is null (not known
+    yet); after, with no beat ever, not_instrumented and false; the first
+    beat makes it true."""
+    job_id, _, clock = start(iso, iso_client, tenants)
+    scan(iso, clock, 10)
+    h = health(iso_client, tenants, job_id)
+    assert h["status"] == "UNKNOWN" and h["instrumented"] is None, h
+    assert h["ranks_by_status"] == {"awaiting_first_beat": [0, 1, 2, 3]}
+    v = ranks_view(iso_client, tenants, job_id)
+    assert v["instrumented"] is None
+    assert set(statuses(iso_client, tenants, job_id).values()) == {"awaiting_first_beat"}
+    scan(iso, clock, 21)  # 31 s: the grace is over, and no rank ever beat
+    h = health(iso_client, tenants, job_id)
+    assert h["instrumented"] is False and h["status"] == "UNKNOWN", h
+    assert set(statuses(iso_client, tenants, job_id).values()) == {"not_instrumented"}
+    beat(iso_client, tenants, job_id, [0, 1, 2, 3])
+    scan(iso, clock, 1)
+    assert health(iso_client, tenants, job_id)["instrumented"] is True
+
+
 def test_once_any_rank_beat_a_rank_that_never_did_is_stalled_after_the_grace(iso, iso_client,
                                                                             tenants):
     job_id, _, clock = start(iso, iso_client, tenants)

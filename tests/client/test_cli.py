@@ -350,7 +350,7 @@ def test_ranks_table_is_ordered_by_silence_with_the_stall_called_out(run, fake):
     r = run("ranks", job["id"])
     assert r.exit_code == 0, r.output
     assert "the server names no rank that stopped" in r.stdout
-    assert "silent longest: rank 2" in r.stdout
+    assert "silence order (evidence, not the verdict): rank 2 silent longest" in r.stdout
     rows = [ln.split() for ln in r.stdout.splitlines() if ln.split() and ln.split()[0].isdigit()]
     assert [row[0] for row in rows] == ["2", "1", "0", "3"]  # as the server ordered them
     assert rows[0][-1] == "STALLED" and rows[1][-1] == "ok"
@@ -369,6 +369,35 @@ def test_ranks_shows_the_status_the_server_gives_not_a_guess_from_silence(run, f
     assert rows["3"].rstrip().endswith("exited"), r.stdout
     assert rows["2"].rstrip().endswith("STALLED"), r.stdout
     assert "not heard yet" not in r.stdout
+
+
+def test_a_job_not_heard_from_yet_reads_waiting_for_the_first_beat_until_the_grace_ends(
+        run, fake):
+    """Invariant (issue 47): while the server does not know yet whether a
+    running job is instrumented (mode auto, no beat, within the startup
+    grace: health.instrumented null, its ranks awaiting_first_beat), every
+    surface says "waiting for the first beat", never "not instrumented";
+    once the server says false, they say "not instrumented"."""
+    job = fake.add_job(ranks=2)
+    fake.place(job["id"], ["node-1"])
+    fake.update_job(job["id"], health={"instrumented": None,
+                                       "ranks_by_status": {"awaiting_first_beat": [0, 1]}})
+    fake.rank_statuses[job["id"]] = {0: "awaiting_first_beat", 1: "awaiting_first_beat"}
+    outs = {cmd: run(cmd, job["id"]).stdout for cmd in ("ranks", "describe")}
+    outs["list"] = run("list").stdout
+    outs["watch"] = run("watch", job["id"], "--timeout", "0", "--interval", "0").stdout
+    for cmd, out in outs.items():
+        assert "UNKNOWN (waiting for the first beat)" in out, (cmd, out)
+        assert "not instrumented" not in out, (cmd, out)
+    for cmd in ("ranks", "watch"):
+        rows = rank_rows(outs[cmd])
+        assert all(row.rstrip().endswith("waiting for the first beat") for row in rows.values()), \
+            outs[cmd]
+    fake.update_job(job["id"], health={"instrumented": False})
+    fake.rank_statuses[job["id"]] = {0: "not_instrumented", 1: "not_instrumented"}
+    out = run("ranks", job["id"]).stdout
+    assert "UNKNOWN (not instrumented)" in out and "waiting for the first beat" not in out, out
+    assert all(row.rstrip().endswith("not instrumented") for row in rank_rows(out).values())
 
 
 def test_ranks_highlights_stalled_rows(run, fake):
@@ -420,8 +449,33 @@ def test_ranks_headline_is_the_verdict_text_and_its_rank_is_marked(run, fake):
     rows = rank_rows(r.stdout)
     assert rows["3"].rstrip().endswith("← named")
     assert [n for n, row in rows.items() if "←" in row] == ["3"]
-    assert "silent longest: rank 2" in r.stdout and "First stalled" not in r.stdout
+    assert "silence order (evidence, not the verdict): rank 2 silent longest" in r.stdout
+    assert "first stalled" not in r.stdout.lower()
     assert json_out(run("ranks", job["id"], "-o", "json"))["verdict"] == COLLECTIVE
+
+
+def test_ranks_leads_with_the_verdict_and_its_silence_order_never_reads_as_a_second(run, fake):
+    """Invariant (issue 47): whatever order the table has, `ranks` heads it
+    with the server's verdict sentence word for word; the order is captioned
+    as what it is ("silent longest first"), and every line that names the
+    rank silent longest (health.first_stalled_rank, here 2 while the verdict
+    names 3) says it is the silence order, evidence, not the verdict. No
+    line but the verdict's names a rank as the one that stopped or stalled first."""
+    job = stalled_job(fake, COLLECTIVE)
+    out = run("ranks", job["id"]).stdout
+    lines = out.splitlines()
+    table = next(i for i, ln in enumerate(lines) if ln.startswith("RANK"))
+    verdicts = [ln for ln in lines[:table] if ln.startswith("Verdict:")]
+    assert verdicts == [f"Verdict: {COLLECTIVE['text']}"], out
+    assert lines[1] == verdicts[0], "the first line after the job's own"
+    assert "silent longest first" in lines[table - 1], lines[table - 1]
+    assert "(silence order: evidence, not the verdict)" in lines[table - 1]
+    assert list(rank_rows(out))[0] == "2", "the table keeps the server's order"
+    naming_2 = [ln for ln in lines[:table] if "rank 2" in ln]
+    assert naming_2 and all(ln.startswith("silence order (evidence, not the verdict): ")
+                            for ln in naming_2), naming_2
+    assert not any(w in out.lower() for w in ("first stalled", "stalled first", "stopped first")
+                   ), out
 
 
 def test_ranks_on_a_tie_says_so_and_marks_every_tied_rank(run, fake):
@@ -469,9 +523,23 @@ def test_list_notes_the_verdict_shortened(run, fake):
     row = next(ln for ln in run("list").stdout.splitlines() if ln.startswith(job["id"]))
     note = row.split("STALLED ", 1)[1].split("  ")[0]
     assert note.endswith("…") and len(note) <= 60 and COLLECTIVE["text"].startswith(note[:-1])
-    exited = stalled_job(fake, EXITED)
-    row = next(ln for ln in run("list").stdout.splitlines() if ln.startswith(exited["id"]))
-    assert "STALLED rank 3 exited with code 1 " in row
+
+
+def test_list_health_column_shows_health_not_how_the_job_ended(run, fake):
+    """Invariant (issue 47): `list`'s HEALTH is health alone. A job a rank's
+    failure ended carries that exit as its health's verdict (by exit), and
+    its HEALTH reads its status, not "rank 3 exited with code 1"."""
+    failed = stalled_job(fake, EXITED)
+    fake.update_job(failed["id"], state="FAILED",
+                    exit={"reason": "rank_failed", "exit_code": 1, "rank": 3},
+                    health={**failed["health"], "status": "OK", "first_stalled_rank": None,
+                            "stalled_ranks": [], "verdict": EXITED})
+    out = run("list").stdout
+    header = next(ln for ln in out.splitlines() if ln.startswith("ID"))
+    row = next(ln for ln in out.splitlines() if ln.startswith(failed["id"]))
+    at = header.index("HEALTH")
+    assert row[at:header.index("CREATED")].strip() == "OK", (header, row)
+    assert "exited" not in row and "code 1" not in row, row
 
 
 def test_watch_refreshes_until_the_job_is_terminal(run, fake):

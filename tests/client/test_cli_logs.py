@@ -137,8 +137,9 @@ def test_describe_shows_attempts_health_and_the_story(run, fake):
 
 def test_describe_health_starts_with_the_verdict_and_labels_the_rank_silent_longest(run, fake):
     """Invariant: describe's health says the verdict first (text, then stack,
-    then how it was reached); first_stalled_rank appears only as "silent
-    longest", never as the rank that stopped."""
+    then how it was reached), then the incident; first_stalled_rank appears
+    only as the silence order, labelled evidence, never as the rank that
+    stopped."""
     from .test_cli import COLLECTIVE
     job = running_job(fake, ranks=4)
     fake.update_job(job["id"], health={"status": "STALLED", "first_stalled_rank": 2,
@@ -146,10 +147,11 @@ def test_describe_health_starts_with_the_verdict_and_labels_the_rank_silent_long
                                        "verdict": COLLECTIVE})
     lines = [ln.strip() for ln in run("describe", job["id"]).stdout.splitlines()]
     at = lines.index("health    STALLED  threshold 30.0s")
-    assert lines[at + 1:at + 5] == [
+    assert lines[at + 1:at + 6] == [
         f"Verdict: {COLLECTIVE['text']}", "Stack: train.py:88 in forward → time.sleep(3600)",
         "by collective, confidence certain",
-        "silent longest: rank 2 (last heard never, detected 2025-01-31 12:00:00Z)"]
+        "stall detected 2025-01-31 12:00:00Z; stalled ranks: 0-2",
+        "silence order (evidence, not the verdict): rank 2 silent longest (last heard never)"]
     assert "first stalled" not in " ".join(lines).lower()
 
 

@@ -216,7 +216,7 @@ def whole_job_hang(hang_stack, chrome, tmp_path, size: Size) -> None:
     described = gpujobs("describe", job_id)
     assert described.returncode == 0, described.stderr
     out = described.stdout
-    assert text in out and f"silent longest: rank {health['first_stalled_rank']}" in out, out
+    assert text in out and f"rank {health['first_stalled_rank']} silent longest" in out, out
     assert f"{world:,} stalled" in out, out
     assert len(out.splitlines()) < MAX_CLI_LINES, len(out.splitlines())
     watched = gpujobs("watch", job_id, "--timeout", "1", "--interval", "1")

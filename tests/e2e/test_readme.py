@@ -128,7 +128,8 @@ EXPECT: dict[str, Expect] = {
     "JOB=$(gpujobs submit -q --file - <<'SPEC'": Expect(probe="echo $JOB", probe_shows=rf"^{J}$"),
     "gpujobs watch $JOB --timeout 20": Expect(rc=7, shows=(r"Verdict: rank 3 on local-\d", r"STALLED")),
     "gpujobs ranks $JOB # Verdict": Expect(shows=(r"Verdict: rank 3 on local-\d",
-                                                  r"silent longest: rank 3\b")),
+                                                  r"silence order \(evidence, not the verdict\): "
+                                                  r"rank 3 silent longest\b")),
     "gpujobs cancel $JOB --wait": Expect(shows=(r"CANCELLED",)),
     # a pipeline: train fails on purpose, evaluate (--after) runs, export (--after-ok) cannot
     "PREP=$(gpujobs submit -q --ranks 1 --name prepare":

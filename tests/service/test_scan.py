@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from chalicelib.domain.clock import iso
 from chalicelib.domain.states import JobState
 
 from .helpers import AGENTS, register, submit
@@ -58,6 +59,37 @@ def test_a_culprit_that_beats_again_was_a_counted_false_alarm(svc, world, clock)
     svc.scanner.run()
     health = world.store.get(job.job_id).health
     assert (health["status"], health["false_alarms"]) == ("OK", 1)
+
+
+def test_a_recovery_after_a_stall_is_an_event_of_the_story_with_its_time(svc, world, clock):
+    """Invariant (issue 47): when the scan sees a stall incident end (its
+    culprit beat again), the job's story tells it: one ``recovered`` event,
+    timed at that scan, naming the incident it ends and its rank; later
+    scans add none."""
+    job = _running(svc, world, clock)
+    _beat(svc, job, [0, 1, 2, 3])
+    clock.advance(job.health["threshold_s"] + 1)
+    _beat(svc, job, [0, 1, 3], step=2)
+    svc.scanner.run()
+    stalled = world.store.get(job.job_id)
+    assert stalled.health["status"] == "STALLED"
+    assert not [e for e in svc.store.events(job.job_id) if e["type"] == "recovered"]
+    clock.advance(7)
+    _beat(svc, job, [0, 1, 2, 3], step=3)  # SIGCONT: rank 2 beats again
+    svc.scanner.run()
+    at = iso(clock())
+    for _ in range(2):
+        clock.advance(1)
+        _beat(svc, job, [0, 1, 2, 3], step=4)
+        svc.scanner.run()
+    [recovered] = [e for e in svc.store.events(job.job_id) if e["type"] == "recovered"]
+    assert recovered["time"] == at and recovered["attempt"] == 1
+    assert (recovered["incident"], recovered["rank"]) == (stalled.incident_key, 2)
+    assert recovered["detected_at"] == stalled.health["detected_at"]
+    assert recovered["reason"] == ("rank 2 beat again 7 s after the stall was detected: "
+                                   "the job recovered (false alarm 1)")
+    types = [e["type"] for e in svc.store.events(job.job_id)]
+    assert types.index("stalled") < types.index("recovered"), types
 
 
 def test_nobody_is_convicted_while_nothing_reaches_the_collector(svc, world, clock):

@@ -39,6 +39,23 @@ def test_auto_mode_never_convicts_a_job_that_never_beat():
     assert judge(beats, mode="beats", **kw()).first.rank == 0
 
 
+def test_auto_mode_waits_for_the_first_beat_through_the_grace_then_says_not_instrumented():
+    """Invariant (issue 47): no beat yet is "awaiting the first beat" while
+    the attempt is within startup_grace_s (60 s here, inclusive), "not
+    instrumented" only after it; nobody is convicted by silence either way."""
+    beats = [Beat(0, "n"), Beat(1, "n")]
+    for now in (at(1), at(60)):
+        v = judge(beats, mode="auto", **kw(now=now))
+        assert v.first is None and v.instrumented is None
+        assert {r.status for r in v.ranks} == {"awaiting_first_beat"}
+    v = judge(beats, mode="auto", **kw(now=at(60.001)))
+    assert v.first is None and v.instrumented is False
+    assert {r.status for r in v.ranks} == {"not_instrumented"}
+    heard = judge([Beat(0, "n", heard_at=at(1)), Beat(1, "n")], mode="auto", **kw(now=at(2)))
+    assert heard.instrumented is True
+    assert judge(beats, mode="beats", **kw(now=at(1))).instrumented is True
+
+
 def test_auto_mode_once_any_rank_beat_convicts_a_rank_that_never_did():
     beats = [Beat(0, "n", heard_at=at(195)), Beat(1, "n")]
     v = judge(beats, mode="auto", **kw(now=at(59)))

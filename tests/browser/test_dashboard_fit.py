@@ -289,3 +289,38 @@ def test_a_waiting_jobs_page_says_where_it_stands_and_when_it_may_start(page, br
         assert "GPUs held by job_HOLDSGPUS (16 GPUs)" in facts, facts
         assert ("Estimated start 2026-12-07 12:10:00 UTC (about 4 min, when job_HOLDSGPUS "
                 "reaches its 10 min limit)") in facts, facts
+
+
+def test_a_recovery_and_a_rank_awaiting_its_first_beat_read_in_words(page, browser_stack):
+    """Issue 47, item 3, on the page: a stall that ended is a `recovered`
+    event read as its sentence, and a rank the server reports as
+    awaiting_first_beat reads "waiting for the first beat", the CLI's words,
+    never the status's code or "not instrumented"."""
+    from tests.browser.test_dashboard_glitches import answered
+
+    job = {**FAILED_JOB, "id": "job_RECOVERED", "state": "RUNNING", "exit": None,
+           "finished_at": None}
+    base = "/v1/jobs/" + job["id"]
+    events = {"events": [
+        {"type": "stalled", "time": "2026-01-01T00:01:00.000Z", "attempt": 1, "rank": 1,
+         "reason": "rank 1 on node-0 went quiet first"},
+        {"type": "recovered", "time": "2026-01-01T00:01:07.000Z", "attempt": 1, "rank": 1,
+         "incident": "1#1", "detected_at": "2026-01-01T00:01:00.000Z", "stalled_s": 7.0,
+         "reason": "rank 1 beat again 7 s after the stall was detected: the job recovered "
+                   "(false alarm 1)"}]}
+    ranks = {"attempt": 1, "threshold_s": 10.0, "health": {"status": "UNKNOWN"}, "ranks": [
+        {"rank": r, "node_id": "node-0", "status": "awaiting_first_beat", "stalled": False,
+         "silence_s": None, "last_heard_at": None, "step": None} for r in range(2)]}
+    with answered(page, {base: job, base + "/attempts": FAILED_ATTEMPTS, base + "/events": events,
+                         base + "/logs": {"lines": []}, base + "/ranks": ranks}):
+        page.get(browser_stack.api + f"/#/jobs/{job['id']}")
+        page.refresh()
+        story = _words(ui.text_in(page, "#events", "recovered"))
+        assert ("recovered — rank 1 beat again 7 s after the stall was detected: the job "
+                "recovered (false alarm 1)") in story, story
+        page.get(browser_stack.api + f"/#/jobs/{job['id']}/ranks")
+        page.refresh()
+        ui.text_in(page, "#ranks-body", "Show as table")  # the ranks were read and drawn
+        ui.find(page, "#table-toggle").click()
+        table = ui.text_in(page, "#rank-table tbody", "waiting for the first beat")
+        assert "awaiting_first_beat" not in table and "not instrumented" not in table, table

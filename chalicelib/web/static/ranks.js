@@ -41,9 +41,12 @@ function scaleOf(pal) {
   };
 }
 
-/** What a rank is: the server's status when it says one, else derived. */
+/** The server's rank statuses that read differently in words (the CLI's). */
+const STATUS_WORDS = { awaiting_first_beat: 'waiting for the first beat', not_instrumented: 'not instrumented' };
+
+/** What a rank is, in words: the server's status when it says one, else derived. */
 export function rankStatus(r, threshold) {
-  if (r.status) return r.status;
+  if (r.status) return STATUS_WORDS[r.status] || r.status;
   if (r.paused) return 'paused';
   if (r.stalled) return 'stalled';
   if (r.last_heard_at == null) return 'never heard';
@@ -347,7 +350,7 @@ export function mount(main, [jobId]) {
   const historyWrap = h('figure', { class: 'history' }, h('h2', { text: `The last ${HISTORY_S / 60} minutes` }), historyCanvas, historyCaption);
   const legend = h('ul', { class: 'legend', 'aria-label': 'Legend' },
     [['ok', 'beating (green → amber as silence nears the threshold)'], ['stall', 'stalled: silence > threshold (darker: longer)'],
-      ['never', 'never heard'], ['paused', 'declared pause'], ['busy', 'busy (I/O, e.g. checkpoint)'],
+      ['never', 'never heard (or waiting for its first beat)'], ['paused', 'declared pause'], ['busy', 'busy (I/O, e.g. checkpoint)'],
       ['exited', 'exited'], ['stopped', 'stopped'], ['not_instrumented', 'not instrumented'],
       ['named', 'outline: the rank the verdict names (every tied rank on a tie)'], ['suspect', 'dashed box: suspect node']]
       .map(([k, t]) => h('li', {}, h('span', { class: `swatch hm-${k.replace('_', '-')}`, 'aria-hidden': 'true' }), t)));

@@ -147,7 +147,7 @@ export function timeLeftText(job, now = Date.now()) {
 // what the event's own sentence (its reason) already says, by type
 const SAID = {
   rank_started: ['ranks'], rank_exited: ['ranks', 'exit_code'], rank_stopped: ['ranks'],
-  stalled: ['rank', 'ranks'], finished: ['state'],
+  stalled: ['rank', 'ranks'], recovered: ['rank', 'incident'], finished: ['state'],
   preempting: ['jobs'], // a line of its own, each job linked (job.js)
 };
 

@@ -224,6 +224,8 @@ class Placer:
         holders: list[queue.Holder] = []
         now = self._clock()
         rooms = {f.key: f.room_version for f in fleets.values()}
+        if not waiting and (self._line is None or not self._line.entries):
+            return  # nobody waits, and this placer wrote nobody in line: nothing to tell
         if waiting:
             order = placement.class_order(waiting, held, lambda j: j.spec.gpus,
                                           lambda j: self.classes.value_of(j.spec.priority_class),

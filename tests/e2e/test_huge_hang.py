@@ -254,7 +254,9 @@ def whole_job_hang(hang_stack, chrome, tmp_path, size: Size) -> None:
     headline = find(chrome, "#job-verdict .v-verdict", timeout=30)
     assert headline.text == text
     facts = chrome.find_element(By.ID, "facts").text
-    assert f"rank {health['first_stalled_rank']}" in facts and f"{world:,} stalled" in facts, facts
+    # the silence order, as evidence: "Silence order (evidence)\n960 first, then ..."
+    assert f"Silence order (evidence)\n{health['first_stalled_rank']} first" in facts \
+        and f"{world:,} stalled" in facts, facts
     assert time.monotonic() - opened < 15, "the job page took long to show its verdict"
     print(f"{world} ranks: flagged STALLED {flagged_s:.1f} s after the last beat; health "
           f"{size_b} bytes; whole test {time.monotonic() - started:.0f} s")

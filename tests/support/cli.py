@@ -58,3 +58,12 @@ def logs_until(gpujobs, job_id: str, pattern: str, count: int, timeout: float = 
         raise AssertionError(f"never {count} lines of {pattern!r} in the logs:\n{shown}") from None
     assert r.returncode == 0, r.stderr
     return shown
+
+
+def stall_lines(describe_out: str) -> list[str]:
+    """The lines of a `gpujobs describe` that tell of a stall (a STALLED
+    health, a stalled or recovered event, a verdict), leaving out the spec's
+    own policy row ``on stall ...``, which every job has: a healthy run
+    answers []."""
+    return [line for line in describe_out.splitlines()
+            if "stall" in line.lower() and not line.lstrip().lower().startswith("on stall")]

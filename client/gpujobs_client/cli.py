@@ -344,8 +344,8 @@ def explain(e: GpujobsError) -> GpujobsError:
             err = stack_error(where)
             if err is not None:
                 return err
-            from .client import _never_sent
-            refused = e.__cause__ is not None and _never_sent(e.__cause__)
+            from .client import never_sent
+            refused = e.__cause__ is not None and never_sent(e.__cause__)
             if source == "local stack" and where.state == "running" and refused:
                 return NoApi(
                     "stack_down", "The local stack is down",

@@ -248,7 +248,7 @@ class Client:
             except (requests.ConnectionError, requests.Timeout) as e:
                 error = TransportError(_describe_transport(e, url), method=method, url=url,
                                        attempts=attempt, cause=e)
-                retryable = idempotent or _never_sent(e)
+                retryable = idempotent or never_sent(e)
             except requests.RequestException as e:  # a bad URL and the like: not transient
                 raise TransportError(f"cannot send {method} {url}: {e}", method=method, url=url,
                                      attempts=attempt, cause=e) from e
@@ -666,7 +666,7 @@ def _api_error(resp: "requests.Response", method: str, url: str, attempts: int) 
                               attempts=attempts)
 
 
-def _never_sent(e: BaseException) -> bool:
+def never_sent(e: BaseException) -> bool:
     """True when the connection was never made, so the server cannot have
     seen the request: safe to retry whatever the method."""
     import requests
@@ -685,6 +685,6 @@ def _describe_transport(e: BaseException, url: str) -> str:
         return f"timed out connecting to {url}"
     if isinstance(e, requests.Timeout):
         return f"timed out waiting for {url}"
-    if _never_sent(e):
+    if never_sent(e):
         return f"cannot connect to {url} (is the API running?)"
     return f"connection to {url} failed: {type(e).__name__}"

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.cli import cli_runner, logs_until
 from tests.support.reach import example
+from tests.support.waits import poll
 
 pytestmark = pytest.mark.e2e
 HANG = example("hang.py")
@@ -109,20 +110,16 @@ def test_describe_says_where_a_waiting_job_stands_and_when_it_may_start(gpujobs)
                     "--", "sleep", "600")
     jobs = [holder]
     try:
-        deadline = time.monotonic() + 60
-        while json.loads(gpujobs("get", holder, "-o", "json").stdout)["state"] != "RUNNING":
-            assert time.monotonic() < deadline, "the holder never ran"
-            time.sleep(0.3)
+        poll("the holder runs", lambda: json.loads(
+            gpujobs("get", holder, "-o", "json").stdout)["state"] == "RUNNING", timeout=60)
         first = submit(gpujobs, "--ranks", "2", "--gpus-per-rank", "4", "--", "true")
         second = submit(gpujobs, "--ranks", "2", "--gpus-per-rank", "4", "--", "true")
         jobs += [first, second]
-        shown: dict[str, str] = {}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # until a placement run has ordered both
+
+        def described() -> dict[str, str] | None:  # once a placement run has ordered both
             shown = {j: " ".join(gpujobs("describe", j).stdout.split()) for j in (first, second)}
-            if all("in line" in text for text in shown.values()):
-                break
-            time.sleep(0.5)
+            return shown if all("in line" in text for text in shown.values()) else None
+        shown = poll("both waiting jobs are in line", described, timeout=60, interval=0.5)
         assert f"when {holder} reaches its 10 min limit" in shown[first], shown[first]
         assert re.search(r"estimated start \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(about "
                          r"(9|10) min", shown[first]), shown[first]

@@ -15,10 +15,14 @@ by ``PUT /v1/nodes``). Each record is one event (or several, below): its
 ``timestamp`` the record's time in ms (never earlier than the event before it,
 so a batch is in chronological order, as PutLogEvents requires; a batch spans
 at most ``MAX_BATCH_SPAN_MS``), its message
-``{"stream": "stdout"|"stderr", "line": "...", "seq": N}``, where ``seq`` is
-the byte offset in the file where the event's bytes start (the record's own
-offset for its first event): unique and increasing within the stream. The API
-parses it back. The shim cuts a line over 64 KiB, and a partial line written
+``{"stream": "stdout"|"stderr", "line": "...", "seq": N, "next": M}``, where
+``seq`` is the byte offset in the file where the event's bytes start (the
+record's own offset for its first event): unique and increasing within the
+stream; ``next`` is the offset just past them, so the stream's next event
+starts there (the lines saying a quota dropped bytes carry no ``next``). A
+reader that holds an event and then sees a later one of the stream whose
+``seq`` is not the first's ``next`` knows it has not read what lies between
+(``gpujobs logs -f`` reads that rank again). The API parses both back. The shim cuts a line over 64 KiB, and a partial line written
 after a quiet spell, into P records; each record is shipped on its own, so such
 a line arrives as several events, as a line over the event limit (below) does.
 A line that is no record (something else than the shim wrote the file) is
@@ -153,8 +157,11 @@ def stream_name(job_id: str, attempt: int | str, rank: int | str) -> str:
     return f"{job_id}/{attempt}/rank-{rank}"
 
 
-def encode(stream: str, line: str, seq: int) -> str:
-    return json.dumps({"stream": stream, "line": line, "seq": seq}, ensure_ascii=False)
+def encode(stream: str, line: str, seq: int, next_seq: int | None = None) -> str:
+    body: dict = {"stream": stream, "line": line, "seq": seq}
+    if next_seq is not None:
+        body["next"] = next_seq
+    return json.dumps(body, ensure_ascii=False)
 
 
 @dataclass
@@ -180,10 +187,11 @@ def _char_boundary(data: bytes, at: int, floor: int = 0) -> int:
     return back if data[back] & 0xC0 != 0x80 else at
 
 
-def _piece(line: bytes, start: int, stream: str, budget: int, seq: int
+def _piece(line: bytes, start: int, stream: str, budget: int, seq: int, base: int
            ) -> tuple[int, str, int]:
     """``(end, message, size)``: ``line[start:end]``, its newline dropped, as
-    the event message ``encode`` makes of it, ``size`` bytes of UTF-8, at most
+    the event message ``encode`` makes of it (``line`` starts at byte ``base``
+    of the file, so the event's ``next`` is ``base + end``), ``size`` bytes of UTF-8, at most
     ``budget`` of them and at most MAX_LINE_BYTES of the line; cut on a UTF-8
     character boundary (``_char_boundary``). A cut that does not fit is moved
     back in proportion to what it takes over, so a piece is at least a sixth
@@ -194,7 +202,8 @@ def _piece(line: bytes, start: int, stream: str, budget: int, seq: int
     while end > start:
         if end < len(line) and end - start < 4 and line[end] & 0xC0 == 0x80:
             break  # only part of one character would fit
-        message = encode(stream, line[start:end].rstrip(b"\n").decode("utf-8", "replace"), seq)
+        message = encode(stream, line[start:end].rstrip(b"\n").decode("utf-8", "replace"), seq,
+                         base + end)
         size = len(message.encode())
         if size <= budget:
             return end, message, size
@@ -463,7 +472,7 @@ class Shipper:
             while at < len(unit):
                 seq = start + unit_at + (0 if pos == unit_at else at)
                 budget = min(MAX_MESSAGE_BYTES, left - size - EVENT_OVERHEAD)
-                end, msg, nbytes = _piece(unit, at, label, budget, seq)
+                end, msg, nbytes = _piece(unit, at, label, budget, seq, start + unit_at)
                 if end == at:  # the quota is reached: a line says so, and ends the batch
                     line = self._over_line(ts, start + pos)
                     if full(len(line["message"].encode()) + EVENT_OVERHEAD):
@@ -619,7 +628,7 @@ class Shipper:
         label, at = (rec.stream, rec.content_start) if rec is not None else ("stdout", 0)
         if at >= len(unit):
             return seq + len(unit)
-        end, message, _ = _piece(unit, at, label, MAX_MESSAGE_BYTES, seq)
+        end, message, _ = _piece(unit, at, label, MAX_MESSAGE_BYTES, seq, seq)
         if message != last["message"]:
             log.warning("the last event of %s is not what byte %s of %s makes (%.80s); "
                         "resuming past it anyway", path, seq, path, last["message"])

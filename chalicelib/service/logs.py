@@ -1,10 +1,13 @@
 """Reading a job's rank logs: what the agents shipped to CloudWatch Logs.
 
 Streams are ``<job>/<attempt>/rank-<r>`` (agent/logship.py), each event one
-line as ``{"stream": "stdout"|"stderr", "line": ..., "seq": N}``, its time the
-time the line was written on the host and ``seq`` its byte offset in the
-rank's file (strictly increasing within a stream; events shipped before it
-have none, and a message not of that form is shown as stdout text).
+line as ``{"stream": "stdout"|"stderr", "line": ..., "seq": N, "next": M}``,
+its time the time the line was written on the host, ``seq`` its byte offset
+in the rank's file (strictly increasing within a stream; events shipped
+before it have none, and a message not of that form is shown as stdout text)
+and ``next`` where the rank's next line starts (shown as ``next_seq``; null
+when unknown: a reader that finds a rank's next line at a larger ``seq`` has
+missed lines between).
 
 Order: lines are sorted by (time, rank, seq), those without a seq after the
 ones with one at their (time, rank), by event id (``position``). The store
@@ -188,19 +191,29 @@ def seq_of(body: object) -> int | None:
     return seq if type(seq) is int and 0 <= seq <= MAX_SEQ else None
 
 
+def next_seq_of(body: dict, seq: int | None) -> int | None:
+    """Where the rank's next line starts in its file (the agent's ``next``):
+    a whole number after ``seq``, else None (unknown)."""
+    after = body.get("next")
+    ok = seq is not None and type(after) is int and seq < after <= MAX_SEQ
+    return after if ok else None
+
+
 def line_json(rank: int, time_ms: int, message: str, event_id: str | None) -> dict:
     seq: int | None = None
+    after: int | None = None
     try:
         body = json.loads(message)
         out, text = body["stream"], body["line"]
         if out not in ("stdout", "stderr") or not isinstance(text, str):
             raise TypeError(out)
         seq = seq_of(body)
+        after = next_seq_of(body, seq)
     except (ValueError, TypeError, KeyError):
         out, text = "stdout", message  # not written by our agent: shown as is
     at = datetime.fromtimestamp(time_ms / 1000, tz=timezone.utc)
     line = {"rank": rank, "stream": out, "time": iso(at), "line": text, "seq": seq,
-            "id": event_id}
+            "next_seq": after, "id": event_id}
     if len(text) > MAX_LINE_CHARS:  # never from CloudWatch Logs (an event is at most 256 KB)
         line.update(line=text[:MAX_LINE_CHARS], cut=True)
     return line

@@ -86,17 +86,20 @@ def _rfc3339_ms(ms: int) -> str:
 class _LogFollow:
     """Where ``iter_logs`` is, per rank: the last line it yielded of each."""
 
-    def __init__(self, lookback_s: float,
+    def __init__(self, lookback_s: float, from_start: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.lookback_ms = int(lookback_s * 1000)
         self.clock = clock
         #: a read that took long (ridden through a restart) widens the
         #: lookback by as long, until this (clock) time
         self.extra_ms, self.extra_until = 0, 0.0
-        self.last: dict[int | None, tuple[int, int | None, tuple]] = {}
+        #: per rank: its last yielded line's (time, seq, id) and ``next_seq``
+        self.last: dict[int | None, tuple[tuple[int, int | None, tuple], int | None]] = {}
         self.newest: int | None = None
         #: the ranks read (a rank not seen yet holds the lookback back)
         self.ranks: set[int] = set()
+        #: reading from each rank's first line: a rank's first line is at 0
+        self.from_start = from_start
 
     @staticmethod
     def _key(line: LogLine) -> tuple[int, int | None, tuple]:
@@ -104,18 +107,36 @@ class _LogFollow:
         ident = line.id or ""
         return t, line.seq, (len(ident), ident)
 
+    def skips(self, line: LogLine) -> bool:
+        """Whether lines of ``line``'s rank come between it and the last one
+        yielded (the last's ``next_seq``, or 0 from the start, is before
+        ``line``'s seq): they landed late, behind a page already read, and
+        the rank is to be read again from its last line."""
+        if line.rank is None or line.seq is None:
+            return False
+        last = self.last.get(line.rank)
+        expected = last[1] if last is not None else 0 if self.from_start else None
+        return expected is not None and line.seq > expected
+
+    def resume_from(self, rank: int) -> str | None:
+        """Where a read of ``rank`` alone starts: its last yielded line's
+        millisecond (None: from the start)."""
+        last = self.last.get(rank)
+        return None if last is None else _rfc3339_ms(last[0][0])
+
     def seen(self, line: LogLine) -> bool:
         """Records ``line`` as yielded; False when it is not after the last
         line yielded of its rank (a repeat)."""
         key = self._key(line)
         last = self.last.get(line.rank)
         if last is not None:
-            if key[1] is not None and last[1] is not None:
-                if key[1] <= last[1]:
+            before = last[0]
+            if key[1] is not None and before[1] is not None:
+                if key[1] <= before[1]:
                     return False
-            elif (key[0], key[1] is None, key[2]) <= (last[0], last[1] is None, last[2]):
+            elif (key[0], key[1] is None, key[2]) <= (before[0], before[1] is None, before[2]):
                 return False
-        self.last[line.rank] = key
+        self.last[line.rank] = key, line.next_seq
         self.newest = key[0] if self.newest is None else max(self.newest, key[0])
         return True
 
@@ -142,7 +163,7 @@ class _LogFollow:
         bound = self.newest - self.lookback_ms - extra
         if self.ranks - set(self.last):
             return _rfc3339_ms(bound)
-        oldest = min(t for t, _, _ in self.last.values())
+        oldest = min(key[0] for key, _ in self.last.values())
         return _rfc3339_ms(max(bound, oldest))
 
 
@@ -462,13 +483,19 @@ class Client:
         back than ``lookback_s`` before the newest line yielded (a rank not
         seen yet counts as that bound), and yields a line only if it comes
         after the last one yielded of its rank (by seq, or time and id for
-        lines without one): each line once, every rank's in order. A line
-        shipped more than ``lookback_s`` late is in a read without follow,
-        but may be missed by one that follows. A read that took long (its
-        retries rode through a restart: see :class:`RetryPolicy`) widens the
-        lookback by as long for the next ``lookback_s``, since the lines
-        written meanwhile ship that much later."""
-        follower = _LogFollow(lookback_s)
+        lines without one): each line once, every rank's in order. A read
+        that took long (its retries rode through a restart: see
+        :class:`RetryPolicy`) widens the lookback by as long for the next
+        ``lookback_s``, since the lines written meanwhile ship that much later.
+
+        Lines that landed late behind where a read already is (older than
+        the lookback, or than a page already read while the read paged on)
+        are found by their rank's next line: its ``seq`` is past the last
+        yielded line's ``next_seq``. That rank's lines are then left for the
+        rest of the read and read again alone from its last line (one rank's
+        lines land in their order, so its own pages skip none): in order,
+        none skipped, with or without ``follow``."""
+        follower = _LogFollow(lookback_s, from_start=since is None and tail is None)
         if follow:
             ranks = int(self.get_job(job_id).spec.get("ranks") or 1)
             follower.ranks = {rank} if rank is not None else set(range(ranks))
@@ -490,21 +517,27 @@ class Client:
             query_since = follower.since() or since
         ending = False
         while True:
+            behind: set[int] = set()  # ranks whose next line showed lines skipped
             while True:  # to the end of what has been shipped
                 asked = time.monotonic()
                 page = self.get_logs(job_id, attempt=attempt, rank=rank, since=query_since,
                                      page_token=token, page_size=page_size)
                 follower.waited(time.monotonic() - asked)
                 got = int(page.get("attempt") or 0)
-                if follow and attempt is None and got:
-                    attempt = got  # follow the attempt being read
+                if attempt is None and got:
+                    attempt = got  # the attempt being read, also by a rank read again
                 for d in page.get("lines") or []:
                     line = LogLine.from_json(d, got)
-                    if follower.seen(line):
+                    if line.rank is not None and (line.rank in behind
+                                                  or follower.skips(line)):
+                        behind.add(line.rank)
+                    elif follower.seen(line):
                         yield line
                 token = page.get("next_page_token")
                 if not token:
                     break
+            for r in sorted(behind):
+                yield from self._read_rank_again(job_id, attempt, r, follower, page_size)
             if not follow or ending:
                 return
             # the agents ship a rank's lines before reporting its exit: once the
@@ -515,6 +548,23 @@ class Client:
             if not ending:
                 sleep(interval_s)
             query_since = follower.since() or since
+
+    def _read_rank_again(self, job_id: str, attempt: int | None, rank: int,
+                         follower: _LogFollow, page_size: int | None) -> Iterator[LogLine]:
+        """The lines of ``rank`` after the last one ``follower`` yielded, read
+        for that rank alone."""
+        since, token = follower.resume_from(rank), None
+        while True:
+            page = self.get_logs(job_id, attempt=attempt, rank=rank, since=since,
+                                 page_token=token, page_size=page_size)
+            got = int(page.get("attempt") or 0)
+            for d in page.get("lines") or []:
+                line = LogLine.from_json(d, got)
+                if follower.seen(line):
+                    yield line
+            token = page.get("next_page_token")
+            if not token:
+                return
 
     # -- ranks and heartbeats ---------------------------------------------------
     def get_ranks(self, job_id: str) -> Ranks:

@@ -28,6 +28,11 @@ def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _whole(value: Any) -> int | None:
+    """An integer field of the wire, None when absent or not an integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -501,14 +506,15 @@ class LogLine:
     seq: int | None = None
     """The line's byte offset in the rank's file, increasing within a rank
     (None: shipped without one)."""
+    next_seq: int | None = None
+    """Where the rank's next line starts in its file (None: unknown)."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], attempt: int) -> "LogLine":
-        seq = d.get("seq")
         return cls(rank=_opt_int(d.get("rank")), stream=str(d.get("stream", "stdout")),
                    time=str(d.get("time", "")), line=str(d.get("line", "")), id=d.get("id"),
-                   attempt=attempt, raw=dict(d),
-                   seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else None)
+                   attempt=attempt, raw=dict(d), seq=_whole(d.get("seq")),
+                   next_seq=_whole(d.get("next_seq")))
 
 
 @dataclass(frozen=True)

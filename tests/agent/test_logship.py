@@ -41,9 +41,10 @@ def events(logs, group, stream):
 
 
 def lines(logs, group, stream):
-    """The stream's messages without their seq (checked apart: seqs())."""
+    """The stream's messages without their seq and next (checked apart:
+    seqs(), and the test of next)."""
     got = [json.loads(e["message"]) for e in events(logs, group, stream)]
-    return [{k: v for k, v in g.items() if k != "seq"} for g in got]
+    return [{k: v for k, v in g.items() if k not in ("seq", "next")} for g in got]
 
 
 def seqs(logs, group, stream):
@@ -302,6 +303,21 @@ def test_a_record_cut_into_events_resumes_at_the_rest_of_it(tmp_path, group, log
     shipper(tmp_path, group, logs).flush()
     assert [(e["timestamp"], e["message"]) for e in events(logs, group, stream)] == [
         (e["timestamp"], e["message"]) for e in first]
+
+
+def test_each_event_says_where_the_next_one_starts(tmp_path, group, logs, job):
+    """Invariant: an event's ``next`` is the ``seq`` of the stream's next
+    event (the last one's, the file's end), records cut into several events
+    and batches across agent restarts included: so a reader that meets a
+    ``seq`` past the ``next`` it holds knows lines came between."""
+    stream = f"{job}/1/rank-0"
+    path = write(tmp_path, job, 0, "one\n" + "\x01" * 60_000 + "\ntwo\n")
+    shipper(tmp_path, group, logs).flush()
+    write(tmp_path, job, 0, "three\nfour\n", "stderr")
+    shipper(tmp_path, group, logs).flush()
+    got = [json.loads(e["message"]) for e in events(logs, group, stream)]
+    assert len(got) == 6, [g["line"][:10] for g in got]
+    assert [g["next"] for g in got] == [g["seq"] for g in got[1:]] + [path.stat().st_size]
 
 
 def test_a_ranks_lines_are_in_the_store_when_its_exit_is_reported(world, group, logs, job):

@@ -269,5 +269,6 @@ def test_the_log_shipper_skips_a_fifo_and_links_and_ships_the_rest(tmp_path, cap
                       client_factory=lambda: logs)
     for _ in range(3):
         promptly(shipper.tick, fifo=str(attempt / "rank-0.log"))
-    assert logs.events == {"job_a/1/rank-2": ['{"stream": "stdout", "line": "hello", "seq": 0}']}
+    assert logs.events == {"job_a/1/rank-2": ['{"stream": "stdout", "line": "hello", "seq": 0, "next": %d}' % len(
+        agent_record("stdout", "hello"))]}
     assert len(refusals(caplog)) == 2, refusals(caplog)

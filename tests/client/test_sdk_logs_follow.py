@@ -1,7 +1,8 @@
 """`iter_logs(follow=True)` against a fake server whose ranks' lines arrive
 late and out of time order (an agent killed and restarted ships a batch of
-older lines seconds later): every line once, each rank's in order, and the
-follow ends soon after the job does."""
+older lines seconds later, or a minute later, or while a read pages through
+the lines): every line once, each rank's in order, and the follow ends soon
+after the job does."""
 from __future__ import annotations
 
 import itertools
@@ -24,9 +25,12 @@ class Rank:
         self.rank, self.offset = rank, 0
 
     def line(self, ms: int, text: str) -> dict:
+        """The rank's next line, as the API shows it (made in the order the
+        rank writes: ``seq`` and ``next_seq`` are its bytes in the file)."""
         d = {"rank": self.rank, "stream": "stdout", "time": at(ms), "line": text,
-             "seq": self.offset, "id": f"{next(_ids):056d}", "attempt": 1}
-        self.offset += len(text) + 1
+             "seq": self.offset, "next_seq": self.offset + len(text) + 1,
+             "id": f"{next(_ids):056d}", "attempt": 1}
+        self.offset = d["next_seq"]
         return d
 
 
@@ -35,7 +39,6 @@ def test_follow_yields_every_late_line_once_each_rank_in_order_and_ends_soon(fak
     fake.place(job["id"], ["n1"])
     r0, r1, r2 = Rank(0), Rank(1), Rank(2)
     lines = fake.logs[job["id"]] = [r0.line(0, "r0 start"), r1.line(0, "r1 start")]
-    late_by_far = r1.line(1_000, "r1 shipped a minute late")
     script = {
         1: [r0.line(2_000, "r0 a"), r0.line(2_000, "r0 b"), r2.line(2_000, "r2 a")],
         2: [r0.line(4_000, "r0 c")],
@@ -43,7 +46,9 @@ def test_follow_yields_every_late_line_once_each_rank_in_order_and_ends_soon(fak
         3: [r1.line(1_500, "r1 backlog 1"), r1.line(2_000, "r1 backlog 2"),
             r1.line(3_999, "r1 backlog 3"), r0.line(5_000, "r0 d")],
         4: [r2.line(4_500, "r2 late"), r0.line(70_000, "r0 a minute on")],
-        5: [late_by_far, r0.line(70_001, "r0 e")],
+        # rank 1's agent down again, for over a minute: a line older than the
+        # lookback, found when rank 1's next line shows it was skipped
+        5: [r1.line(5_000, "r1 shipped a minute late"), r0.line(70_001, "r0 e")],
         6: [r2.line(69_000, "r2 within the lookback"), r1.line(70_001, "r1 end")],
     }
     ended_at = []
@@ -63,8 +68,7 @@ def test_follow_yields_every_late_line_once_each_rank_in_order_and_ends_soon(fak
         plain = list(c.iter_logs(job["id"]))
     said = [f"[{x.rank}] {x.line}" for x in got]
     every = {f"[{x['rank']}] {x['line']}" for x in lines}
-    missed = {"[1] r1 shipped a minute late"}  # more than the 30 s lookback late
-    assert Counter(said) == Counter(every - missed), "each line once"
+    assert Counter(said) == Counter(every), "each line once, a minute late or not"
     for r in range(3):
         seqs = [x.seq for x in got if x.rank == r]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), (r, seqs)
@@ -87,3 +91,40 @@ def test_follow_from_the_tail_of_a_finished_job_returns_at_once(fake):
         assert time.monotonic() - started < 2.0
         assert got == ["r1", "r0 3", "r0 4"]
         assert [x.line for x in c.iter_logs(job["id"], tail=0)] == []
+
+
+def test_lines_that_land_between_two_pages_of_one_read_are_not_skipped(fake):
+    """Invariant: a rank's batch that lands while a read pages on, with lines
+    older than where the next page starts and lines after it, is yielded
+    whole and in order. (Run 12 of the suite lost 36 of a rank's lines so:
+    the page after showed the batch's newer lines, and its older ones were
+    behind the rank's last line for good.)"""
+    job = fake.add_job(ranks=2)
+    fake.place(job["id"], ["n1"])
+    r0, r1 = Rank(0), Rank(1)
+    lines = fake.logs[job["id"]] = [r0.line(0, "r0 0"), r1.line(0, "r1 0")] + [
+        r1.line(100 * i, f"r1 {i}") for i in range(1, 6)]
+    # rank 0's agent ships its next batch while the first page is being read
+    batch = [r0.line(50, "r0 1"), r0.line(60, "r0 2"), r0.line(450, "r0 3")]
+
+    def sleep(_):
+        fake.update_job(job["id"], state="SUCCEEDED")
+
+    with Client(fake.url, "t1") as c:
+        read = c.get_logs
+        pages = []
+
+        def get_logs(*args, **kwargs):
+            page = read(*args, **kwargs)
+            pages.append(kwargs.get("page_token"))
+            if len(pages) == 1:
+                lines.extend(batch)
+            return page
+
+        c.get_logs = get_logs  # type: ignore[method-assign]
+        got = [f"{x.rank}: {x.line}" for x in c.iter_logs(
+            job["id"], follow=True, page_size=3, interval_s=0, sleep=sleep)]
+    assert len(pages) > 2 and pages[1] is not None, "the read paged on after the batch landed"
+    assert Counter(got) == Counter(f"{x['rank']}: {x['line']}" for x in lines), got
+    assert [x for x in got if x.startswith("0:")] == ["0: r0 0", "0: r0 1", "0: r0 2",
+                                                     "0: r0 3"]

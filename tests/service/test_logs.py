@@ -372,3 +372,21 @@ def test_a_token_carrying_a_bad_count_is_an_invalid_page_token(svc, clock, fitte
                           tenant="globex", filter_key=f"logs:{b}:1::", secret=KEY)
     with pytest.raises(InvalidPageToken):
         service.read("globex", b, page_token=token)
+
+
+@pytest.mark.parametrize("body, seq, next_seq", [
+    ({"seq": 10, "next": 42}, 10, 42),
+    ({"seq": 10}, 10, None),                      # an agent that wrote no next
+    ({"seq": 10, "next": 10}, 10, None),          # not after the line
+    ({"seq": 10, "next": True}, 10, None),
+    ({"seq": 10, "next": "42"}, 10, None),
+    ({"next": 42}, None, None),                   # a next without a seq says nothing
+    ({"seq": 10, "next": logs_module.MAX_SEQ + 1}, 10, None),
+])
+def test_a_line_shows_where_its_ranks_next_line_starts(body, seq, next_seq):
+    """Invariant: ``next_seq`` is the agent's ``next`` when it is a whole
+    number after the line's ``seq``, else null: a reader compares it with the
+    rank's next ``seq`` to know whether lines came between."""
+    line = logs_module.line_json(3, 1_800_000_000_000,
+                                 json.dumps({"stream": "stdout", "line": "x", **body}), "e1")
+    assert (line["seq"], line["next_seq"]) == (seq, next_seq)

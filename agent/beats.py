@@ -45,6 +45,7 @@ import functools
 import json
 import logging
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -90,6 +91,8 @@ class BeatPoster:
         self._next: dict[str, int] = {}                 # attempt key -> next visit (ns)
         self._gone: set[str] = set()
         self._posted_ns: int | None = None              # the last post answered 2xx
+        #: ``tick`` runs on the beat loop, ``final`` on the main loop (runner.py)
+        self._lock = threading.Lock()
 
     def posted_within(self, seconds: float) -> bool:
         """Whether a post was answered 2xx in the last ``seconds``: the node's
@@ -107,6 +110,10 @@ class BeatPoster:
         """Post what is due. ``call_in``: the node's call-in rides on the
         first post that goes out (an attempt not yet due is visited early for
         it, and keeps that phase); returns its answer, None if none carried it."""
+        with self._lock:
+            return self._tick(attempts, call_in)
+
+    def _tick(self, attempts: Iterable[AttemptRecord], call_in: CallIn | None) -> dict | None:
         now = self._mono()
         live = [rec for rec in attempts if rec.phase == RUNNING and not rec.quiet
                 and not rec.cancelled and rec.key not in self._gone]
@@ -142,9 +149,10 @@ class BeatPoster:
         # how a record is read: never blocking, bounded, a regular file of the
         # attempt's uid (None: its ranks run as the agent)
         read_bytes = functools.partial(open_rank_file, uid=rec.uid)
-        samples = self._sampler.sample({(rec.key, r): p.pid for r, p in rec.procs.items()
+        procs = dict(rec.procs)  # one copy: the main loop may add to it meanwhile
+        samples = self._sampler.sample({(rec.key, r): p.pid for r, p in procs.items()
                                         if not p.ended and p.pid})
-        for r, p in sorted(rec.procs.items()):
+        for r, p in sorted(procs.items()):
             if p.ended:
                 continue
             proc = samples.get((rec.key, r))
@@ -195,7 +203,17 @@ class BeatPoster:
         step reaches the server while it still takes beats for the attempt.
         True once done (or nothing to post, or the server no longer takes
         them); False when the post failed and may be tried again (the
-        caller holds the report back, for a bounded time)."""
+        caller holds the report back, for a bounded time), or when the beat
+        loop is posting just now (the caller, the main loop, never waits for
+        it: its posts may wait out a slow server)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return self._final(rec, ranks)
+        finally:
+            self._lock.release()
+
+    def _final(self, rec: AttemptRecord, ranks: Iterable[int]) -> bool:
         if rec.key in self._gone:
             return True
         now = self._mono()

@@ -920,8 +920,8 @@ class Agent:
 
     def running_attempts(self) -> list[dict]:
         """The attempts this node still runs (or stops) ranks of, for the registration."""
-        return [{"job_id": rec.job_id, "attempt": rec.attempt}
-                for rec in self.state.attempts.values() if rec.phase in ACTIVE_PHASES]
+        return [{"job_id": rec.job_id, "attempt": rec.attempt}  # a copy: the beat loop asks
+                for rec in list(self.state.attempts.values()) if rec.phase in ACTIVE_PHASES]
 
     def registered(self, node: Mapping, sent: list[dict]) -> list[str]:
         """Act on the answer to a registration that listed ``sent`` as running:

@@ -1,14 +1,24 @@
 """The agent's main loop: register, then poll the inbox, tick and beat until stopped.
 
-Two threads: the inbox poller (inbox.Poller), which only receives, and this
-loop, which alone acts: it hands each received message to ``Agent.handle``,
-calls ``Agent.tick`` about four times a second (rank exits, grace deadlines,
-pending reports) and calls in as the node's heartbeat: every
+Three threads: the inbox poller (inbox.Poller), which only receives; the main
+loop, which alone acts on the agent's state: it hands each received message to
+``Agent.handle`` and calls ``Agent.tick`` about four times a second (rank
+exits, grace deadlines, pending reports); and the beat loop, which posts the
+ranks' beats (beats.py) and calls in as the node's heartbeat: every
 ``node_heartbeat_s`` by ``PUT /v1/nodes/{id}`` while idle; every
 ``busy_call_in_s`` while its ranks' heartbeat POSTs are answered (they show
 the node alive), on one of those POSTs (one request an interval, not two).
-A third, the watchdog (watchdog.py), warns when a pass of this loop takes
-longer than ``--watchdog-s``.
+
+The beat loop never waits on the main loop, nor the main loop on it (issue
+41): a report the server is slow to answer (an end that released many
+dependents took 10 s) delayed another job's beats past its stall threshold
+when one loop did both. What the beat loop learns that changes the agent's
+state (an attempt the server no longer takes beats for, a call-in's answer
+that stops attempts) it hands to the main loop, which applies it at its next
+pass. It posts and calls in only while the main loop makes passes: a main
+loop stuck for ``MAIN_LOOP_GONE_S`` cannot launch or cancel, and the node had
+better go DOWN (watchdog.py). Each loop has a watchdog (watchdog.py) that
+warns when a pass takes longer than ``--watchdog-s``.
 
 One agent per state directory: a second one would launch the same messages
 twice, so an exclusive ``flock`` on ``<state-dir>/agent.lock`` is held for the
@@ -20,6 +30,7 @@ import fcntl
 import functools
 import logging
 import os
+import queue
 import random
 import threading
 import time
@@ -39,9 +50,17 @@ from .ranks import Launcher, Rank
 from .stacks import StackSampler
 from .state import StateFile
 from .uidpool import UidPool, UidRange
-from .watchdog import STALL_S, Watchdog
+from .watchdog import BEAT_STAKES, STALL_S, Watchdog
 
 log = logging.getLogger("gpujobs.agent")
+
+#: a main loop that made no pass for this long is stuck: the beat loop stops
+#: posting and calling in, so the node goes DOWN (well inside the server's
+#: 60 s, and far over a slow request's 10 s timeout)
+MAIN_LOOP_GONE_S = 30.0
+
+#: what the beat loop hands to the main loop to do
+Handoff = Callable[[Callable[[], object]], object]
 
 
 @dataclass
@@ -138,7 +157,10 @@ def run(settings: Settings, stop: threading.Event, *,
             # adopted ranks are watched from the start, also while the API is away
             agent.recover()
 
-            call_in = CallIn(agent, settings, isolation_name(isolated))
+            # what the beat loop learns that changes the agent's state, done
+            # by the main loop
+            handed: "queue.SimpleQueue[Callable[[], object]]" = queue.SimpleQueue()
+            call_in = CallIn(agent, settings, isolation_name(isolated), hand=handed.put)
 
             def register() -> dict:
                 body = call_in.body()
@@ -162,13 +184,14 @@ def run(settings: Settings, stop: threading.Event, *,
             poller.start()
             if on_ready is not None:
                 on_ready(node)
-            beats = BeatPoster(api, on_gone=agent.attempt_gone, stacks=stacks)
+            beats = BeatPoster(api, stacks=stacks, on_gone=lambda job_id, attempt: handed.put(
+                functools.partial(agent.attempt_gone, job_id, attempt)))
             agent.beats = beats  # a rank's last beats go before its end is reported
 
             def post_beats(carry: bool) -> bool:
                 """The beats due; ``carry``: one of their posts carries the
                 node's call-in (True: it did, and its answer was acted on)."""
-                node = beats.tick(agent.state.attempts.values(),
+                node = beats.tick(list(agent.state.attempts.values()),
                                   call_in=call_in if carry else None)
                 if node is not None:
                     _check_inbox(node, inbox_url)
@@ -187,8 +210,17 @@ def run(settings: Settings, stop: threading.Event, *,
                     call_in.age_s() < settings.busy_call_in_s and \
                     not getattr(agent.inbox, "missing", False)
 
-            _loop(agent, poller, stop, settings, lambda: _beat(register, inbox_url),
-                  post_beats, watchdog=watchdog, resting=resting)
+            pulse = Pulse()
+            beat_loop = threading.Thread(
+                target=_beat_loop, name="beats", daemon=True,
+                args=(stop, settings, lambda: _beat(register, inbox_url), post_beats),
+                kwargs={"resting": resting, "main": pulse})
+            beat_loop.start()
+            try:
+                _loop(agent, poller, stop, settings, handed, watchdog=watchdog, pulse=pulse)
+            finally:
+                stop.set()
+                beat_loop.join(timeout=15)
         finally:
             if watchdog is not None:
                 watchdog.stop()
@@ -267,15 +299,24 @@ def _register(register: Callable[[], dict], agent: Agent, stop: threading.Event,
     return None
 
 
+class Pulse:
+    """When a loop last completed a pass (monotonic seconds)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._at = clock()
+
+    def passed(self) -> None:
+        self._at = self._clock()
+
+    def age_s(self) -> float:
+        return self._clock() - self._at
+
+
 def _loop(agent: Agent, poller: Poller, stop: threading.Event, settings: Settings,
-          beat: Callable[[], None], post_beats: Callable[[bool], bool] = lambda carry: False,
-          watchdog: Watchdog | None = None,
-          resting: Callable[[], bool] = lambda: False) -> None:
-    """``beat``: the node's call-in (PUT /v1/nodes); ``post_beats(carry)``: the
-    ranks' beats due, and with ``carry`` the call-in on one of their posts
-    (True: it went out so), so that a busy node makes one request an interval;
-    ``resting()``: a call-in due may wait one more ``node_heartbeat_s``."""
-    next_beat = time.monotonic() + settings.node_heartbeat_s
+          handed: "queue.SimpleQueue[Callable[[], object]] | None" = None,
+          watchdog: Watchdog | None = None, pulse: Pulse | None = None) -> None:
+    """The main loop: inbox messages, what the beat loop ``handed`` over, ticks."""
     step = watchdog.step if watchdog is not None else lambda what: None
     while not stop.is_set():
         step("waiting for the inbox")
@@ -286,20 +327,58 @@ def _loop(agent: Agent, poller: Poller, stop: threading.Event, settings: Setting
                 _step(functools.partial(agent.handle, message), stop)
             finally:
                 poller.done()
+        while handed is not None and not handed.empty():
+            fn = handed.get()
+            step(f"acting on what the beat loop learnt: {getattr(fn, 'func', fn).__name__}")
+            _step(fn, stop)
         step("tick (rank exits, grace periods, reports)")
         _step(agent.tick, stop)
-        due = time.monotonic() >= next_beat
-        if due and resting():
-            due, next_beat = False, time.monotonic() + settings.node_heartbeat_s
-        step("posting the ranks' beats" + (" with the node's call-in" if due else ""))
-        carried = _step(functools.partial(post_beats, due), stop)
-        if due:
-            next_beat = time.monotonic() + settings.node_heartbeat_s
-            if not carried:  # no beat went out to carry it (or its post failed)
-                step("calling in (PUT /v1/nodes)")
-                beat()
         if watchdog is not None:
             watchdog.passed()
+        if pulse is not None:
+            pulse.passed()
+
+
+def _beat_loop(stop: threading.Event, settings: Settings, beat: Callable[[], None],
+               post_beats: Callable[[bool], bool], *,
+               resting: Callable[[], bool] = lambda: False, main: Pulse | None = None,
+               watchdog: Watchdog | None = None) -> None:
+    """The beat loop: ``post_beats(carry)``, the ranks' beats, and with
+    ``carry`` the node's call-in on one of their posts (True: it went out so),
+    so that a busy node makes one request an interval; ``beat``, the call-in
+    by ``PUT /v1/nodes``; ``resting()``: a call-in due may wait one more
+    ``node_heartbeat_s``. Neither goes out while the ``main`` loop is stuck.
+    Its watchdog (``watchdog``, else one of ``--watchdog-s``) is made here, on
+    the thread it watches."""
+    if watchdog is None and settings.watchdog_s > 0:
+        watchdog = Watchdog(settings.watchdog_s, loop="beat loop", stakes=BEAT_STAKES).start()
+    step = watchdog.step if watchdog is not None else lambda what: None
+    next_beat = time.monotonic() + settings.node_heartbeat_s
+    stuck = False
+    try:
+        while not stop.wait(settings.tick_s):
+            if main is not None and main.age_s() > MAIN_LOOP_GONE_S:
+                if not stuck:
+                    log.error("the agent's main loop made no pass for %.0fs: no beats and no "
+                              "call-ins until it does, so the node goes DOWN", main.age_s())
+                stuck = True
+                continue
+            stuck = False
+            due = time.monotonic() >= next_beat
+            if due and resting():
+                due, next_beat = False, time.monotonic() + settings.node_heartbeat_s
+            step("posting the ranks' beats" + (" with the node's call-in" if due else ""))
+            carried = _step(functools.partial(post_beats, due), stop)
+            if due:
+                next_beat = time.monotonic() + settings.node_heartbeat_s
+                if not carried:  # no beat went out to carry it (or its post failed)
+                    step("calling in (PUT /v1/nodes)")
+                    _step(beat, stop)
+            if watchdog is not None:
+                watchdog.passed()
+    finally:
+        if watchdog is not None:
+            watchdog.stop()
 
 
 def _step(fn: Callable[[], object], stop: threading.Event) -> object:
@@ -319,9 +398,12 @@ class CallIn:
     or carried by a heartbeat POST), and what the agent does with the answer."""
 
     def __init__(self, agent: Agent, settings: Settings, isolation: str,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 hand: Handoff = lambda fn: fn()) -> None:
         self._agent, self._settings, self._isolation = agent, settings, isolation
         self._mono, self._answered = monotonic, -float("inf")
+        #: acting on an answer changes the agent's state: the main loop does it
+        self._hand = hand
 
     def age_s(self) -> float:
         """Seconds since a call-in was last answered (inf: never)."""
@@ -338,13 +420,17 @@ class CallIn:
                             inbox_missing=bool(getattr(self._agent.inbox, "missing", False)))
 
     def answered(self, node: dict, body: dict) -> dict:
-        """Acts on the answer ``node`` to the call-in ``body``; returns it."""
+        """Hands acting on the answer ``node`` to the call-in ``body`` to the
+        main loop; returns it."""
         self._answered = self._mono()
+        self._hand(functools.partial(self._registered, node, body["running"]))
+        return node
+
+    def _registered(self, node: dict, running: list[dict]) -> None:
         try:
-            self._agent.registered(node, body["running"])
+            self._agent.registered(node, running)
         except Exception:  # noqa: BLE001 - the call-in itself succeeded
             log.exception("acting on the call-in's answer failed; the next one tries again")
-        return node
 
 
 def _beat(register: Callable[[], dict], inbox_url: str) -> None:

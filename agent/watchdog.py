@@ -1,22 +1,26 @@
-"""Noticing an agent whose main loop stopped moving.
+"""Noticing an agent whose loops stopped moving.
 
-The runner's loop alone acts (runner.py): it hands on inbox messages, ticks,
-posts the ranks' beats and calls in (``PUT /v1/nodes/{id}``, the node's
-heartbeat). If one of its steps blocks (before rankfiles.py, a rank that put a
-FIFO where its heartbeat file was made the loop wait for ever in ``open``; a
-disk that hangs an fsync; a bug), the node stops calling in, goes DOWN, and
-nothing on it is launched, cancelled or stopped any more.
+The runner's main loop alone acts on the agent's state (runner.py): it hands
+on inbox messages and ticks (rank exits, grace periods, reports). Its beat
+loop posts the ranks' beats and calls in (``PUT /v1/nodes/{id}``, the node's
+heartbeat), and stops doing both once the main loop has made no pass for
+``MAIN_LOOP_GONE_S``. If a step of the main loop blocks (before rankfiles.py,
+a rank that put a FIFO where its heartbeat file was made the loop wait for
+ever in ``open``; a disk that hangs an fsync; a bug), the node so stops
+calling in, goes DOWN, and nothing on it is launched, cancelled or stopped any
+more. A blocked step of the beat loop (a post that waits out its timeout)
+holds back beats and call-ins, never the main loop.
 
-The watchdog, a thread of its own, makes that visible: a WARNING once the loop
+Each loop has a watchdog, a thread of its own, that makes it visible: a WARNING once the loop
 has not completed a pass for ``stall_s`` (``--watchdog-s``), naming the step it
 is in and for how long, the rank file it is opening if it is in one
 (rankfiles.py), and the innermost frames of its stack; repeated every
 ``stall_s`` while it lasts, and an INFO once the loop moves again.
 
-It does not call in for the stuck loop. A node whose loop is stuck cannot act
-on anything the server sends; calling in from elsewhere would keep it READY,
-so jobs would still be placed on it and their LAUNCH never read, and cancels
-never done. DOWN is the truth: the server fails (or re-queues) its attempts
+It does not call in for the stuck loop. A node whose main loop is stuck cannot
+act on anything the server sends; calling in (or posting beats, which also
+show the node alive) from elsewhere would keep it READY, so jobs would still
+be placed on it and their LAUNCH never read, and cancels never done. DOWN is the truth: the server fails (or re-queues) its attempts
 and places nothing there, and once the loop moves again its next call-in
 stops every rank the server no longer counts (core.py, "Ranks never outlive
 their attempt").
@@ -40,6 +44,11 @@ log = logging.getLogger("gpujobs.agent.watchdog")
 #: which a silent node is DOWN
 STALL_S = 30.0
 FRAMES = 4
+#: what a stuck main loop costs, and a stuck beat loop (runner.py)
+MAIN_STAKES = ("Nothing is launched, cancelled, stopped or reported meanwhile, and the "
+               "node goes DOWN if it lasts (its beat loop stops calling in)")
+BEAT_STAKES = ("No beat is posted and the node does not call in meanwhile: its jobs "
+               "look stalled, and the node goes DOWN if it lasts")
 
 
 class Watchdog:
@@ -49,8 +58,11 @@ class Watchdog:
     ``stall_s / 4`` at most one second) warns when a pass takes too long."""
 
     def __init__(self, stall_s: float = STALL_S, *, thread_id: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 loop: str = "main loop", stakes: str = MAIN_STAKES) -> None:
         self.stall_s = stall_s
+        #: which loop it watches, and what its being stuck costs (in its warning)
+        self.loop, self.stakes = loop, stakes
         self._clock = clock
         self._thread_id = threading.get_ident() if thread_id is None else thread_id
         now = clock()
@@ -75,8 +87,8 @@ class Watchdog:
         """One look: the warning it logged, if any."""
         now, passed = self._clock(), self._passed
         if self._stuck_since is not None and passed > self._stuck_since:
-            log.info("the agent's main loop moves again, after about %.1fs without a pass",
-                     passed - self._stuck_since)
+            log.info("the agent's %s moves again, after about %.1fs without a pass",
+                     self.loop, passed - self._stuck_since)
             self._stuck_since = None
         late = now - passed
         if late < self.stall_s or (self._stuck_since is not None
@@ -84,12 +96,10 @@ class Watchdog:
             return None
         what, since = self._step
         opening = rankfiles.opening(self._thread_id)
-        message = (f"the agent's main loop has not completed a pass for {late:.1f}s: "
+        message = (f"the agent's {self.loop} has not completed a pass for {late:.1f}s: "
                    f"{what} for {now - since:.1f}s"
                    + (f", opening {opening}" if opening else "")
-                   + f"; at {self._where()}. Nothing is launched, cancelled or stopped "
-                   "meanwhile, and the node, which calls in from this loop, goes DOWN "
-                   "if it lasts")
+                   + f"; at {self._where()}. {self.stakes}")
         log.warning("%s", message)
         if self._stuck_since is None:
             self._stuck_since = passed

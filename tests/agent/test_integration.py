@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -32,12 +33,17 @@ class FakeControlPlane:
     """PUT /v1/nodes/{id}, POST .../events and POST .../heartbeats, the first
     ``flaky`` PUTs and POSTs answered 503."""
 
-    def __init__(self, queue_url: str, flaky: int = 2, carries: bool = True) -> None:
+    def __init__(self, queue_url: str, flaky: int = 2, carries: bool = True,
+                 slow_events: dict[str, float] | None = None) -> None:
         self.queue_url = queue_url
         self.lock = threading.Lock()
         self.puts: list[dict] = []
         self.events: list[tuple[str, int, dict]] = []
         self.beats: list[tuple[str, dict]] = []  # (job, body) of each heartbeats post
+        #: when each heartbeats post arrived (time.monotonic), by job
+        self.beat_times: dict[str, list[float]] = {}
+        #: job -> seconds its reports take to answer (a server busy with its end)
+        self.slow_events = slow_events or {}
         self.failures = {"PUT": flaky, "POST": flaky}
         self.unavailable = 0
         #: answer a call-in carried by a heartbeat POST (False: an older
@@ -59,6 +65,9 @@ class FakeControlPlane:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     return self._send(401, {"status": 401, "code": "unauthenticated"})
+                slow = EVENT_PATH.match(self.path)
+                if self.command == "POST" and slow and slow["job"] in plane.slow_events:
+                    time.sleep(plane.slow_events[slow["job"]])  # not holding the lock
                 with plane.lock:
                     if plane.failures[self.command] > 0:
                         plane.failures[self.command] -= 1
@@ -75,6 +84,7 @@ class FakeControlPlane:
                         return self._send(200, {"id": event["job"]})
                     if self.command == "POST" and beats:
                         plane.beats.append((beats["job"], body))
+                        plane.beat_times.setdefault(beats["job"], []).append(time.monotonic())
                         carried = body.get("call_in")
                         if carried is None or not plane.carries:
                             return self._send(202, {"received_at": "now"})
@@ -174,6 +184,15 @@ def send(sqs, body: dict) -> None:
     client.send_message(QueueUrl=url, MessageBody=json.dumps(body))
 
 
+def launch_beating(sqs, seconds: float) -> None:
+    """LAUNCH job_beats: one rank that beats every 0.05 s for ``seconds``,
+    posted every 0.5 s."""
+    beating = [PY, "-c", "import gpujobs_heartbeat as hb, time\n"
+               f"for i in range({int(seconds * 20)}):\n    hb.beat(i); time.sleep(0.05)"]
+    send(sqs, {"type": "LAUNCH", "job_id": "job_beats", "attempt": 1, "ranks": [0],
+               "world_size": 1, "command": beating, "env": {}, "heartbeat_interval_s": 0.5})
+
+
 def queue_is_empty(sqs) -> bool:
     client, url = sqs
     attrs = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
@@ -250,11 +269,7 @@ def test_a_busy_node_calls_in_on_its_heartbeat_posts_one_request_an_interval(
     with FakeControlPlane(sqs[1], flaky=0, carries=carries) as plane:
         agent = agents(plane.url, "--busy-call-in-s", "1.5")   # node heartbeats: 0.5 s
         agent.wait_ready()
-        beating = [PY, "-c", "import gpujobs_heartbeat as hb, time\n"
-                   "for i in range(600):\n    hb.beat(i); time.sleep(0.05)"]
-        send(sqs, {"type": "LAUNCH", "job_id": "job_beats", "attempt": 1, "ranks": [0],
-                   "world_size": 1, "command": beating, "env": {},
-                   "heartbeat_interval_s": 0.5})
+        launch_beating(sqs, seconds=30)
         wait_until(lambda: len(plane.rank_beats("job_beats")) >= 8, timeout=30,
                    what="the rank's beats posted")
         with plane.lock:
@@ -279,6 +294,35 @@ def test_a_busy_node_calls_in_on_its_heartbeat_posts_one_request_an_interval(
             puts = len(plane.puts)
         wait_until(lambda: len(plane.puts) >= puts + 2, timeout=30,
                    what="the PUTs of an idle node")
+
+
+def test_a_report_the_server_is_slow_to_answer_holds_up_no_other_jobs_beats(
+        sqs, agents, tmp_path):
+    """Invariant (issue 41): one job's end reported to a server that takes 6 s
+    to answer (its end releasing many dependents) delays no beat of another
+    job on the node: beats have a loop of their own. With one loop, the
+    other job went 9.7-12.6 s without beats against an 8 s threshold and was
+    recorded stalled."""
+    with FakeControlPlane(sqs[1], flaky=0, slow_events={"job_ends": 6.0}) as plane:
+        agent = agents(plane.url)
+        agent.wait_ready()
+        launch_beating(sqs, seconds=60)
+        wait_until(lambda: len(plane.rank_beats("job_beats")) >= 4, timeout=30,
+                   what="the beating job's posts")
+        send(sqs, {"type": "LAUNCH", "job_id": "job_ends", "attempt": 1, "ranks": [0],
+                   "world_size": 1, "command": ["true"], "env": {}})
+        wait_until(lambda: plane.of("EXITED", "job_ends"), timeout=60,
+                   what="the slow job's reports answered")
+        with plane.lock:
+            times = list(plane.beat_times["job_beats"])
+        wait_until(lambda: len(plane.beat_times["job_beats"]) > len(times) + 2, timeout=30,
+                   what="beats after the slow reports")
+        with plane.lock:
+            times = list(plane.beat_times["job_beats"])
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert max(gaps) < 3.0, f"the beating job went {max(gaps):.1f}s without a post"
+        send(sqs, {"type": "CANCEL", "job_id": "job_beats", "attempt": 1, "reason": "done"})
+        wait_until(lambda: plane.of("STOPPED", "job_beats"), timeout=30, what="STOPPED")
 
 
 @pytest.mark.parametrize("sqs", [2], indirect=True)

@@ -1,18 +1,19 @@
-"""agent/watchdog.py: a main loop that has not completed a pass for
-``stall_s`` is reported (a WARNING naming its step, the rank file it is
-opening and where it is), once per ``stall_s`` while it lasts, and its
-recovery too; the watchdog never calls in for it."""
+"""agent/watchdog.py: a loop that has not completed a pass for ``stall_s`` is
+reported (a WARNING naming its step, the rank file it is opening and where it
+is), once per ``stall_s`` while it lasts, and its recovery too; the watchdog
+never calls in for it. And agent/runner.py's two loops, each under its own
+watchdog, never hold each other up."""
 from __future__ import annotations
 
 import logging
 import threading
-from types import SimpleNamespace
+import time
 
 import pytest
 
-from agent import rankfiles
+from agent import rankfiles, runner
 from agent.__main__ import parse_settings
-from agent.runner import Settings, _loop
+from agent.runner import Pulse, Settings, _beat_loop, _loop
 from agent.watchdog import STALL_S, Watchdog
 from tests.support.waits import wait_until
 
@@ -105,51 +106,113 @@ class FakePoller:
         pass
 
 
-def test_the_agents_loop_under_a_watchdog_thread_reports_a_stuck_step(caplog):
-    """The runner's loop with a real watchdog thread: a step that blocks (here
-    posting beats) is reported by name while it blocks, the node's call-ins
-    stay on the loop (none while it is stuck), and the loop goes on once the
-    step is released."""
+class Ticks:
+    """An agent whose ``tick`` blocks from its ``block_at``-th call until released."""
+
+    def __init__(self, block_at: int = 0) -> None:
+        self.n, self.block_at, self.release = 0, block_at, threading.Event()
+
+    def tick(self) -> None:
+        self.n += 1
+        if self.n == self.block_at:
+            self.release.wait(20)
+
+    def handle(self, message) -> None:
+        pass
+
+
+def test_a_stuck_beat_post_is_warned_by_the_beat_loops_watchdog_and_holds_up_nothing_else(
+        caplog):
+    """Invariant (issue 41): the beat loop's blocked step (a post waiting out
+    a slow server) is reported by name by its own watchdog; it makes no
+    call-in meanwhile, and the main loop (inbox, ticks, reports) keeps
+    passing; both loops go on once it is released."""
     caplog.set_level(logging.INFO, logger="gpujobs.agent.watchdog")
     stop, release = threading.Event(), threading.Event()
     passes: list[int] = []
     calls_in: list[int] = []
-    agent = SimpleNamespace(tick=lambda: None, handle=lambda m: None)
+    agent = Ticks()
 
     def post_beats(carry):
         passes.append(1)
         if len(passes) == 3:
             release.wait(20)
-        if len(passes) >= 6:
-            stop.set()
         return False  # no beat carried the call-in: the loop calls in by PUT
 
     settings = Settings(node_id="n", gpus=1, gpu_type="t", api="http://x", token="t",
-                        state_dir="/nonexistent", tick_s=0.01, node_heartbeat_s=0.01)
-    dogs: list[Watchdog] = []
-
-    def run_loop():
-        dogs.append(Watchdog(0.3).start())  # made on the loop's thread: it watches that one
-        _loop(agent, FakePoller(), stop, settings, lambda: calls_in.append(1),  # type: ignore[arg-type]
-              post_beats, watchdog=dogs[0])
-
-    loop = threading.Thread(target=run_loop, daemon=True)
+                        state_dir="/nonexistent", tick_s=0.01, node_heartbeat_s=0.01,
+                        watchdog_s=0.3)
+    main, beats = Pulse(), threading.Thread(
+        target=_beat_loop, args=(stop, settings, lambda: calls_in.append(1), post_beats),
+        daemon=True)
+    loop = threading.Thread(target=_loop, args=(agent, FakePoller(), stop, settings),
+                            kwargs={"pulse": main}, daemon=True)
+    beats.start()
     loop.start()
     try:
         stuck = wait_until(lambda: warnings(caplog), 15, what="the watchdog's warning")
+        assert "the agent's beat loop has not completed a pass" in stuck[0]
         assert "posting the ranks' beats" in stuck[0]
         assert "post_beats (agent/test_watchdog.py:" in stuck[0]
-        n = len(calls_in)
+        n, ticks = len(calls_in), agent.n
         assert not release.wait(0.5)
-        assert len(calls_in) == n, "a stuck loop does not call in"
+        assert len(calls_in) == n, "a stuck beat loop does not call in"
+        assert agent.n > ticks + 5, "the main loop kept ticking"
+        release.set()
+        wait_until(lambda: len(passes) >= 6 and len(calls_in) > n, 15,
+                   what="the beat loop going on")
+        wait_until(lambda: any("beat loop moves again" in r.getMessage()
+                               for r in caplog.records), 15, what="the recovery told")
     finally:
         release.set()
+        stop.set()
+        beats.join(10)
         loop.join(10)
-        if dogs:
-            dogs[0].stop()
-    assert not loop.is_alive() and len(passes) >= 6
-    dogs[0].check()  # its next look (the thread is stopped: no race for it)
-    assert any("moves again" in r.getMessage() for r in caplog.records)
+    assert not beats.is_alive() and not loop.is_alive()
+
+
+def test_beats_go_on_while_the_main_loop_waits_and_stop_once_it_is_stuck(monkeypatch):
+    """Invariant (issue 41): a main loop held up by a slow step (a report the
+    server takes 10 s to answer) holds up no beat; one stuck past
+    MAIN_LOOP_GONE_S gets no beats and no call-ins posted for it, so its
+    node goes DOWN rather than take jobs it cannot launch; both resume
+    with it."""
+    monkeypatch.setattr(runner, "MAIN_LOOP_GONE_S", 1.0)
+    stop = threading.Event()
+    posts: list[float] = []
+    agent = Ticks(block_at=3)
+    settings = Settings(node_id="n", gpus=1, gpu_type="t", api="http://x", token="t",
+                        state_dir="/nonexistent", tick_s=0.01, node_heartbeat_s=0.01,
+                        watchdog_s=0)
+
+    def post_beats(carry):
+        posts.append(time.monotonic())
+        return True
+
+    main = Pulse()
+    beats = threading.Thread(target=_beat_loop, args=(stop, settings, lambda: None, post_beats),
+                             kwargs={"main": main}, daemon=True)
+    loop = threading.Thread(target=_loop, args=(agent, FakePoller(), stop, settings),
+                            kwargs={"pulse": main}, daemon=True)
+    loop.start()
+    beats.start()
+    try:
+        wait_until(lambda: agent.n == 3, 10, what="the main loop's tick blocking")
+        blocked = time.monotonic()
+        wait_until(lambda: main.age_s() > 1.5, 10, what="the main loop stuck past the limit")
+        while_held = [t for t in posts if blocked < t < blocked + 0.9]
+        assert len(while_held) >= 5, "beats went on while the main loop was held up"
+        stuck_since = time.monotonic()
+        n = len(posts)
+        wait_until(lambda: main.age_s() > 2.0, 10, what="the main loop stuck a while")
+        assert all(t < stuck_since for t in posts[n:]), "no beats for a stuck main loop"
+        agent.release.set()
+        wait_until(lambda: len(posts) > n + 3, 10, what="beats once the main loop moves")
+    finally:
+        agent.release.set()
+        stop.set()
+        beats.join(10)
+        loop.join(10)
 
 
 def test_the_watchdog_flag_and_its_default():

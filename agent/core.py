@@ -83,7 +83,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from .api import ApiError, AttemptGone
 from .backoff import retry_delay
 from .cgroups import JobCgroups, cgroup_name
 from .inbox import InboxMessage
@@ -93,6 +92,7 @@ from .procs import own_processes
 from .ranks import Launcher, ProcTable, Rank, open_log_file, read_stat
 from .records import agent_record
 from .rendezvous import HOLD_PORT_ENV, PORT_IN_USE, PortInUse, PortReservations
+from .reports import Item, ReportSender, Sent
 from .shim import CANNOT_START, write_exit_file
 from .stacks import StackSampler, report_stacks
 from .state import (
@@ -281,8 +281,12 @@ class Agent:
                  ports: PortReservations | None = None,
                  stacks: StackSampler | None = None, logs: LogShipping | None = None,
                  pool: UidPool | None = None, job_roots: tuple[str, ...] = (),
-                 cgroups: JobCgroups | None = None) -> None:
+                 cgroups: JobCgroups | None = None,
+                 reports: ReportSender | None = None) -> None:
         self.node_id, self.gpus = node_id, gpus
+        #: does the reports' requests (reports.py): the runner's on a thread
+        #: of its own; by default in the call
+        self._sender = reports if reports is not None else ReportSender(api)
         #: a cgroup around each attempt's ranks here (cgroups.py); None: none
         self.cgroups = cgroups
         #: folders the operator allows the agent to make jobs' checkpoint
@@ -826,69 +830,72 @@ class Agent:
                    and p.event["type"] == kind for p in self.state.pending)
 
     def _flush_reports(self) -> None:
-        """Send pending reports in order. A retryable failure (the API is down or
-        busy) pauses all sending for a jittered, growing delay, so per attempt the
-        order STARTED, EXITED..., STOPPED is kept."""
-        if not self.state.pending or self._clock() < self._api_not_before:
+        """Apply what came of the reports sent, then send the pending ones in
+        order (reports.py), unless a batch is still in flight. A retryable
+        failure pauses all sending for a jittered, growing delay, so per
+        attempt the order STARTED, EXITED..., STOPPED is kept. A report of
+        ranks' ends waits for their logs to be shipped (here) and their last
+        beats to be posted (by the sender), each for a bounded time."""
+        idle = not self._sender.busy()  # first: an idle sender's outcomes are all out
+        self._apply(self._sender.outcomes())
+        if not idle or not self.state.pending or self._clock() < self._api_not_before:
             return
-        changed = False
+        batch: list[Item] = []
         held: set[tuple[str, int]] = set()  # attempts with a report waiting for its logs
-        try:
-            for report in list(self.state.pending):
-                if report not in self.state.pending:  # dropped with its attempt meanwhile
-                    continue
-                attempt = (report.job_id, report.attempt)
-                if attempt in held or not self._last_beats_posted(report) \
-                        or not self._logs_shipped(report):
-                    held.add(attempt)  # that attempt's later reports wait with it
-                    continue
-                try:
-                    self._api.post_event(report.job_id, report.attempt, report.event)
-                except AttemptGone as e:
-                    log.info("%s/%s: %s: the server no longer cares about it; its reports "
-                             "stop", report.job_id, report.attempt, e.code)
-                    self._attempt_gone(report.job_id, report.attempt)
-                except ApiError as e:
-                    if e.retryable:
-                        self._api_failures += 1
-                        delay = retry_delay(self._api_failures, *self._backoff, self._rng,
-                                            retry_after=e.retry_after)
-                        self._api_not_before = self._clock() + delay
-                        log.warning("reporting %s for %s/%s failed (%s); %s report(s) kept, "
-                                    "next try in %.1fs", report.event["type"], report.job_id,
-                                    report.attempt, e, len(self.state.pending), delay)
-                        return
-                    log.error("report %s for %s/%s refused, dropped: %s", report.event,
-                              report.job_id, report.attempt, e)
-                    self.state.pending.remove(report)
-                else:
-                    self._api_failures = 0
-                    self.state.pending.remove(report)
-                changed = True
-        finally:
-            if changed:
-                self._save()
+        for report in self.state.pending:
+            attempt = (report.job_id, report.attempt)
+            if attempt in held or not self._logs_shipped(report):
+                held.add(attempt)  # that attempt's later reports wait with it
+                continue
+            batch.append(self._item(report))
+        if batch:
+            self._sender.send(batch)
+            self._apply(self._sender.outcomes())  # an inline sender's, at once
 
-    def _last_beats_posted(self, report: PendingReport) -> bool:
-        """Whether ``report`` may go as far as the ranks' beats are concerned:
-        a report that ranks ended (EXITED, STOPPED) goes once what they beat
-        since the last post (their last step) is posted, so the server's
-        view of a finished job ends at its last step, not at the step of the
-        last interval's post. A failed post holds the report back, at most
-        LOG_WAIT_S after it was queued; the loop is never blocked."""
-        if self.beats is None or report.event.get("type") not in ENDS \
-                or not report.event.get("ranks"):
-            return True
+    def _apply(self, outcomes: list[Sent]) -> None:
+        changed = False
+        for o in outcomes:
+            report = o.report
+            if o.held or report not in self.state.pending:  # dropped with its attempt
+                continue
+            if o.gone:
+                log.info("%s/%s: the server no longer cares about it; its reports stop",
+                         report.job_id, report.attempt)
+                self._attempt_gone(report.job_id, report.attempt)
+            elif o.error is None:
+                self._api_failures = 0
+                self.state.pending.remove(report)
+            elif o.error.retryable:
+                self._api_failures += 1
+                delay = retry_delay(self._api_failures, *self._backoff, self._rng,
+                                    retry_after=o.error.retry_after)
+                self._api_not_before = self._clock() + delay
+                log.warning("reporting %s for %s/%s failed (%s); %s report(s) kept, "
+                            "next try in %.1fs", report.event["type"], report.job_id,
+                            report.attempt, o.error, len(self.state.pending), delay)
+                continue
+            else:
+                log.error("report %s for %s/%s refused, dropped: %s", report.event,
+                          report.job_id, report.attempt, o.error)
+                self.state.pending.remove(report)
+            changed = True
+        if changed:
+            self._save()
+
+    def _item(self, report: PendingReport) -> Item:
+        """``report`` to send; one that ranks ended (EXITED, STOPPED) first has
+        what they beat since the last post (their last step) posted, so the
+        server's view of a finished job ends at its last step, not at the
+        step of the last interval's post: held back while that fails, at most
+        LOG_WAIT_S after it was queued."""
+        beats = self.beats
         rec = self.state.attempts.get(attempt_key(report.job_id, report.attempt))
-        if rec is None:
-            return True
-        try:
-            if self.beats.final(rec, list(report.event["ranks"])):
-                return True
-        except Exception:  # noqa: BLE001 - beats are progress, never a held end
-            log.exception("%s: posting the last beats failed; reporting anyway", rec.key)
-            return True
-        return self._clock() >= report.queued_at + LOG_WAIT_S
+        if beats is None or rec is None or report.event.get("type") not in ENDS \
+                or not report.event.get("ranks"):
+            return Item(report)
+        ranks = list(report.event["ranks"])
+        return Item(report, final=lambda: beats.final(rec, ranks),
+                    may_wait=self._clock() < report.queued_at + LOG_WAIT_S)
 
     def _logs_shipped(self, report: PendingReport) -> bool:
         """Whether ``report`` may go as far as the ranks' logs are concerned:
@@ -967,6 +974,7 @@ class Agent:
         (their rank 0 holds its rendezvous port itself by then)."""
         self._save()
         self._ports.close()
+        self._sender.close()
 
 
 def time_limits(m: Launch, now: float) -> dict[str, Any]:

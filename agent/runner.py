@@ -1,18 +1,20 @@
 """The agent's main loop: register, then poll the inbox, tick and beat until stopped.
 
-Three threads: the inbox poller (inbox.Poller), which only receives; the main
+Four threads: the inbox poller (inbox.Poller), which only receives; the main
 loop, which alone acts on the agent's state: it hands each received message to
 ``Agent.handle`` and calls ``Agent.tick`` about four times a second (rank
-exits, grace deadlines, pending reports); and the beat loop, which posts the
+exits, grace deadlines, pending reports); the report sender (reports.py),
+which does the reports' requests and hands back what came of them; and the
+beat loop, which posts the
 ranks' beats (beats.py) and calls in as the node's heartbeat: every
 ``node_heartbeat_s`` by ``PUT /v1/nodes/{id}`` while idle; every
 ``busy_call_in_s`` while its ranks' heartbeat POSTs are answered (they show
 the node alive), on one of those POSTs (one request an interval, not two).
 
-The beat loop never waits on the main loop, nor the main loop on it (issue
-41): a report the server is slow to answer (an end that released many
-dependents took 10 s) delayed another job's beats past its stall threshold
-when one loop did both. What the beat loop learns that changes the agent's
+No loop waits on another's requests (issue 41): a report the server is slow
+to answer (an end that released many dependents took 10 s) delayed another
+job's beats past its stall threshold, and every inbox message and grace
+period, when one loop did it all. What the beat loop learns that changes the agent's
 state (an attempt the server no longer takes beats for, a call-in's answer
 that stops attempts) it hands to the main loop, which applies it at its next
 pass. It posts and calls in only while the main loop makes passes: a main
@@ -47,6 +49,7 @@ from .inbox import Poller, SqsInbox, endpoint_from_queue_url
 from .isolation import isolation_name, lock_down_state_dir
 from .logship import LOG_QUOTA_BYTES, Shipper, emulator_endpoint, logs_client
 from .ranks import Launcher, Rank
+from .reports import ReportSender
 from .stacks import StackSampler
 from .state import StateFile
 from .uidpool import UidPool, UidRange
@@ -151,7 +154,8 @@ def run(settings: Settings, stop: threading.Event, *,
         agent = Agent(node_id=settings.node_id, gpus=settings.gpus, api=api, inbox=None,
                       paths=paths, grace_s=settings.grace_s, rng=rng,
                       launcher=Launcher(), stacks=stacks, pool=pool,
-                      job_roots=settings.job_roots, cgroups=cgroups)
+                      job_roots=settings.job_roots, cgroups=cgroups,
+                      reports=ReportSender(api, thread=True))
         watchdog = Watchdog(settings.watchdog_s).start() if settings.watchdog_s > 0 else None
         try:
             # adopted ranks are watched from the start, also while the API is away

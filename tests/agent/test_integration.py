@@ -325,6 +325,31 @@ def test_a_report_the_server_is_slow_to_answer_holds_up_no_other_jobs_beats(
         wait_until(lambda: plane.of("STOPPED", "job_beats"), timeout=30, what="STOPPED")
 
 
+def test_a_report_the_server_is_slow_to_answer_holds_up_no_cancel(sqs, agents, tmp_path):
+    """Invariant (issue 41): while one job's reports take the server 9 s to
+    answer (under the agent's 10 s timeout), a CANCEL of another job is acted
+    on at once (its ranks stopped within 5 s): the reports' requests run
+    beside the agent's main loop, which used to wait for each."""
+    with FakeControlPlane(sqs[1], flaky=0, slow_events={"job_ends": 9.0}) as plane:
+        agent = agents(plane.url)
+        agent.wait_ready()
+        send(sqs, {"type": "LAUNCH", "job_id": "job_long", "attempt": 1, "ranks": [0],
+                   "world_size": 1, "command": ["sleep", "120"], "env": {}})
+        wait_until(lambda: plane.of("STARTED", "job_long"), timeout=30, what="job_long STARTED")
+        pid = state(tmp_path)["attempts"]["job_long/1"]["procs"]["0"]["pid"]
+        send(sqs, {"type": "LAUNCH", "job_id": "job_ends", "attempt": 1, "ranks": [0],
+                   "world_size": 1, "command": ["true"], "env": {}})
+        wait_until(lambda: "job_ends/1" in state(tmp_path)["attempts"], timeout=30,
+                   what="job_ends launched (its STARTED report now waits 9 s)")
+        send(sqs, {"type": "CANCEL", "job_id": "job_long", "attempt": 1, "reason": "user"})
+        sent = time.monotonic()
+        wait_until(lambda: not alive(pid), timeout=30, what="job_long's rank stopped")
+        took = time.monotonic() - sent
+        assert took < 5.0, f"the CANCEL waited {took:.1f}s behind a slow report"
+        wait_until(lambda: plane.of("STOPPED", "job_long"), timeout=60,
+                   what="job_long STOPPED, after job_ends' reports in order")
+
+
 @pytest.mark.parametrize("sqs", [2], indirect=True)
 def test_a_killed_agent_is_replaced_by_one_that_adopts_its_ranks(sqs, agents, tmp_path):
     gate = tmp_path / "gate"

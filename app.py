@@ -216,6 +216,16 @@ def scan_shard(event):
     return batch.each(event, lambda body: services().judge_shard(body), "scan shard")
 
 
+@app.on_sqs_message(queue=os.environ.get("GPUJOBS_FOLLOW_UP_QUEUE_NAME",
+                                         "gpujobs-dev-follow-up"),
+                    batch_size=10, name="follow_up")
+def follow_up(event):
+    """What follows jobs' ends (their arrays, their dependents), off the
+    requests that ended them; a message that fails is received again, then
+    dead-lettered (the pipelines' sweep makes up for it meanwhile)."""
+    return batch.each(event, lambda body: services().pipelines.follow_up(body), "follow-up")
+
+
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")
 @handler
 def reconcile(event):

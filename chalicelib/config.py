@@ -32,6 +32,9 @@ class Config:
     pending_queue_url: str | None
     #: the stall scan's shards (scan_fanout); None: every scan judges inline
     scan_queue_url: str | None
+    #: what follows jobs' ends (bootstrap.follow_ups); None: done in the
+    #: call that ended them
+    follow_up_queue_url: str | None
     inbox_dlq_arn: str
     inbox_queue_prefix: str
     #: the key (GPUJOBS_PAGE_TOKEN_KEY), or b"" while it is in SSM
@@ -95,6 +98,7 @@ class Config:
             fleet_table=need("GPUJOBS_FLEET_TABLE"),
             pending_queue_url=env.get("GPUJOBS_PENDING_QUEUE_URL") or None,
             scan_queue_url=env.get("GPUJOBS_SCAN_QUEUE_URL") or None,
+            follow_up_queue_url=env.get("GPUJOBS_FOLLOW_UP_QUEUE_URL") or None,
             inbox_dlq_arn=need("GPUJOBS_INBOX_DLQ_ARN"),
             inbox_queue_prefix=need("GPUJOBS_INBOX_QUEUE_PREFIX"),
             page_token_key=page_key.encode("utf-8"),

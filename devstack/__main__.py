@@ -424,6 +424,8 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
             QueueConsumer("scan_shard", os.environ["GPUJOBS_SCAN_QUEUE_URL"],
                           gpujobs.scan_shard, stop, endpoint_url=moto.endpoint_url,
                           batch_size=1),
+            QueueConsumer("follow_up", os.environ["GPUJOBS_FOLLOW_UP_QUEUE_URL"],
+                          gpujobs.follow_up, stop, endpoint_url=moto.endpoint_url),
         ]
         for w in workers:
             w.start()

@@ -22,6 +22,7 @@ OUTPUT_ENV = {
     "TenantsTableName": "GPUJOBS_TENANTS_TABLE",
     "PendingQueueUrl": "GPUJOBS_PENDING_QUEUE_URL",
     "ScanQueueUrl": "GPUJOBS_SCAN_QUEUE_URL",
+    "FollowUpQueueUrl": "GPUJOBS_FOLLOW_UP_QUEUE_URL",
     "InboxDeadLetterQueueArn": "GPUJOBS_INBOX_DLQ_ARN",
     "InboxQueuePrefix": "GPUJOBS_INBOX_QUEUE_PREFIX",
     "RankLogGroupName": "GPUJOBS_LOG_GROUP",

@@ -77,6 +77,9 @@ def _deploy(server, stage: str) -> dict:
     # scans judge inline here: the shared stack's RUNNING jobs add up across
     # tests, and no consumer drains the scan queue (the fan-out has its own tests)
     env.pop("GPUJOBS_SCAN_QUEUE_URL", None)
+    # and jobs' follow-ups run in the call: no consumer drains that queue here
+    # either (the local stack's does; tests/service/test_follow_ups.py)
+    env.pop("GPUJOBS_FOLLOW_UP_QUEUE_URL", None)
     return env
 
 

@@ -1158,6 +1158,24 @@ class FakeNudge:
         self.calls += 1
 
 
+class FakeFollowUps:
+    """The follow-up queue (adapters/inbox.py SqsFollowUps): the job ids sent,
+    in order, until :meth:`deliver` hands them to a consumer."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, job_id: str) -> None:
+        self.sent.append(job_id)
+
+    def deliver(self, consume) -> int:
+        """Each message sent so far, as app.py's follow_up gets it; how many."""
+        sent, self.sent = self.sent, []
+        for job_id in sent:
+            consume(json.dumps({"job_id": job_id}))
+        return len(sent)
+
+
 class NullTelemetry:
     """Telemetry that records nothing."""
 
@@ -1259,9 +1277,11 @@ class World:
                  settle_s: float = SETTLE_S, auto_cordon_failures: int = 3,
                  auto_cordon_window_s: float = 3600.0, auto_cordon_tenants: int = 2,
                  classes: PriorityClasses = NO_CLASSES,
-                 preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S):
+                 preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S,
+                 follow_up_queue: FakeFollowUps | None = None):
         """The services as bootstrap.build wires them (no fan-out, no logs);
-        ``limits`` are the tenants' (none by default), ``settle_s`` the placer's."""
+        ``limits`` are the tenants' (none by default), ``settle_s`` the placer's;
+        jobs' follow-ups go through ``follow_up_queue`` (none: in the call)."""
         from chalicelib.bootstrap import follow_ups
         from chalicelib.service.attempts import AttemptsService
         from chalicelib.service.bus import Bus
@@ -1292,7 +1312,8 @@ class World:
                              clock=clock)
         attempts = AttemptsService(self.store, dispatcher, self.nudge, clock=clock,
                                    publish=bus.publish)
-        follow_ups(bus, pipelines=pipelines, attempts=attempts, watch=watch)
+        follow_ups(bus, pipelines=pipelines, attempts=attempts, watch=watch,
+                   queue=follow_up_queue)
         heartbeats = HeartbeatsService(self.store, self.beats, self.collector,
                                        scans_per_hour=scans_per_hour, telemetry=self.telemetry,
                                        page_token_key=page_token_key, clock=clock)

@@ -75,6 +75,19 @@ class SqsNudge:
             log.warning("placement nudge failed; the scheduled run will place", exc_info=True)
 
 
+class SqsFollowUps:
+    """What follows jobs' ends, one message a job (app.py ``follow_up`` takes
+    them). A send that fails raises: the end stands, and the pipelines'
+    sweep follows up."""
+
+    def __init__(self, url: str, inbox: SqsInbox) -> None:
+        self._url, self._inbox = url, inbox  # the inbox's client, made on first send
+
+    def send(self, job_id: str) -> None:
+        self._inbox.client.send_message(QueueUrl=self._url,
+                                        MessageBody=json.dumps({"job_id": job_id}))
+
+
 class SqsScanQueue:
     """The stall scan's shards (service/scan_fanout.py), ten to a request."""
 

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from typing import Protocol, Sequence
 
@@ -99,19 +100,36 @@ class PipelinesService:
                           "left to the sweep", job.job_id)
 
     # -- a job ended -------------------------------------------------------
+    @staticmethod
+    def follows(job: Job) -> bool:
+        """Whether anything follows the ended ``job``: its array, its dependents."""
+        return job.parent_id is not None or bool(job.dependents)
+
     def ended(self, job: Job) -> None:
         """Tell what follows ``job``, as its end wrote it (its dependents
         exact: an end is conditioned on the dependents read, or read after
         it), its array and its dependents, and whatever ends of them in turn.
         Never raises: the end is written, and the sweep makes up for a
         follow-up that failed."""
-        if job.parent_id is None and not job.dependents:
+        if not self.follows(job):
             return  # nothing follows it: no request at all
         try:
             self.ended_all(self._follow(job))
         except Exception:  # noqa: BLE001 - the end is written; the sweep follows up
             log.exception("job %s ended: its dependents and array are left to the sweep",
                           job.job_id)
+
+    def follow_up(self, body: str) -> None:
+        """A follow-up message (bootstrap.follow_ups, app.py ``follow_up``):
+        tell what follows the ended job it names, as it is now. Raises on a
+        message that is none, and on a failure (the message comes again)."""
+        try:
+            job_id = json.loads(body)["job_id"]
+            if not isinstance(job_id, str):
+                raise TypeError(job_id)
+        except (ValueError, TypeError, KeyError):
+            raise ValueError(f"not a follow-up: {body[:200]!r}") from None
+        self.ended_all([job_id])
 
     def ended_all(self, job_ids: Sequence[str]) -> None:
         work = list(job_ids)

@@ -296,6 +296,12 @@ class Nudge(Protocol):
     def __call__(self) -> None: ...
 
 
+class FollowUps(Protocol):
+    """Hands what follows a job's end (its array, its dependents) to a worker
+    off the request that ended it (bootstrap.follow_ups)."""
+    def send(self, job_id: str) -> None: ...
+
+
 class Telemetry(Protocol):
     """Metrics and the request id of log lines (EMF records and Powertools' Logger on AWS)."""
     def count(self, name: str, value: float = 1) -> None: ...

@@ -264,7 +264,8 @@ def body(result: dict) -> dict:
 
 # -- the functions, each cold then warm -------------------------------------------------
 #: every function the package defines gets a test below
-INVOKED = {"APIHandler", "Place", "PlaceOnNudge", "Scan", "ScanShard", "Reconcile"}
+INVOKED = {"APIHandler", "Place", "PlaceOnNudge", "Scan", "ScanShard", "Reconcile",
+           "FollowUp"}
 
 
 def test_every_function_of_the_package_is_invoked_here(functions):
@@ -446,20 +447,15 @@ def test_the_queue_consumer_reports_only_the_bad_message_as_failed(functions, st
     assert warm["response"] == {"batchItemFailures": []}
 
 
-def test_the_scan_shard_consumer_reports_only_the_bad_shard_as_failed(functions, stack, api):
-    """A shard of the fanned-out scan naming the API's job (judged, or skipped
-    if not RUNNING), and a message that is no shard: only that one fails."""
-    from datetime import datetime, timezone
-
-    fn = functions["ScanShard"]
+def only_the_bad_message_fails(fn, stack, good_body: str, bad_body: str) -> None:
+    """``fn`` (a queue's consumer) on a batch of ``good_body`` and ``bad_body``
+    sent to its queue: only the bad one is reported failed, cold; the good
+    one alone, warm, fails nothing."""
     [source] = [e for e in fn.props["Events"].values() if e["Type"] == "SQS"]
     assert "ReportBatchItemFailures" in source["Properties"]["FunctionResponseTypes"]
     queue = source["Properties"]["Queue"]["Fn::Sub"][2:-len(".Arn}")]
     url, arn = stack.queue_url(queue), stack.resolve(source["Properties"]["Queue"])
-    now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
-    shard = json.dumps({"type": "SCAN", "scan_at": now, "suppressed": None,
-                        "jobs": [[api["job_id"], 1]]})
-    for text in (shard, "not a shard"):
+    for text in (good_body, bad_body):
         stack.sqs.send_message(QueueUrl=url, MessageBody=text)
     messages: list[dict] = []
     for _ in range(10):
@@ -467,9 +463,28 @@ def test_the_scan_shard_consumer_reports_only_the_bad_shard_as_failed(functions,
                                               WaitTimeSeconds=0).get("Messages", [])
         if len(messages) >= 2:
             break
-    [bad] = [m for m in messages if m["Body"] == "not a shard"]
-    good = [m for m in messages if m["Body"] == shard]
+    [bad] = [m for m in messages if m["Body"] == bad_body]
+    good = [m for m in messages if m["Body"] == good_body]
     out = fn.run([sqs_event(arn, messages), sqs_event(arn, good)])
     cold, warm = out["results"]
     assert cold["response"] == {"batchItemFailures": [{"itemIdentifier": bad["MessageId"]}]}
     assert warm["response"] == {"batchItemFailures": []}
+
+
+def test_the_scan_shard_consumer_reports_only_the_bad_shard_as_failed(functions, stack, api):
+    """A shard of the fanned-out scan naming the API's job (judged, or skipped
+    if not RUNNING), and a message that is no shard: only that one fails."""
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    shard = json.dumps({"type": "SCAN", "scan_at": now, "suppressed": None,
+                        "jobs": [[api["job_id"], 1]]})
+    only_the_bad_message_fails(functions["ScanShard"], stack, shard, "not a shard")
+
+
+def test_the_follow_up_consumer_reports_only_the_bad_message_as_failed(functions, stack, api):
+    """A follow-up naming the API's job (nothing follows it: done) and a
+    message that is no follow-up: only that one fails, to be received again
+    and then dead-lettered."""
+    only_the_bad_message_fails(functions["FollowUp"], stack,
+                               json.dumps({"job_id": api["job_id"]}), "not a follow-up")

@@ -16,7 +16,9 @@ rank ever starts, whatever it does, and nothing else:
 - **Emptied**: a stop's SIGKILL, and the end of the attempt here, freeze the
   cgroup (nothing forks meanwhile), SIGKILL every process in it but the
   shims, and thaw it, so the kills land. A uid goes back to the pool only
-  once its attempt's cgroup is empty and removed (core.py).
+  once its attempt's cgroup is empty and removed (core.py). An agent that
+  starts removes the empty ones no attempt of its state owns (an agent
+  stopped mid-attempt, whose ranks someone else killed, left them).
 
 cgroup v2 where the host mounts it with the ``pids`` controller at
 ``/sys/fs/cgroup``; otherwise v1's ``pids``, ``freezer`` and ``memory``
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -40,6 +43,8 @@ ROOT = Path("/sys/fs/cgroup")
 V1 = ("pids", "freezer", "memory")
 #: a pids limit a training job's ranks and their threads stay far below
 DEFAULT_PIDS_MAX = 32768
+#: an empty job cgroup no attempt owns is a leftover once this old
+LEFTOVER_AGE_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,20 @@ class JobCgroups:
                 log.warning("cannot remove cgroup %s yet: %s", d, e)
                 return False
         return True
+
+    def remove_leftovers(self, keep: Iterable[str], now: float | None = None,
+                         min_age_s: float = LEFTOVER_AGE_S) -> list[str]:
+        """Remove the empty job cgroups here that no attempt of ``keep`` owns
+        (an agent stopped mid-attempt, whose ranks were killed by someone
+        else, left them) and that were made ``min_age_s`` or more before
+        ``now``; the names removed. One with processes stays, and so does a
+        young one (another agent of the same node name on this host, a test
+        stack's, may have just made it for its ranks)."""
+        kept, now = set(keep), time.time() if now is None else now
+        names = {d.name for b in self.bases() if b.is_dir()
+                 for d in b.iterdir() if d.is_dir() and not d.is_symlink()
+                 and now - d.stat().st_mtime >= min_age_s}
+        return sorted(n for n in names - kept if self.remove(n))
 
     def _enable(self, root: Path) -> None:
         """v2: the pids and memory controllers on from the root down to the

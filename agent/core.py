@@ -339,6 +339,11 @@ class Agent:
                          sorted(r for r, p in rec.procs.items() if not p.ended))
             if rec.phase == STOPPING and not rec.killed:
                 self._terminate(rec)
+        if self.cgroups is not None:
+            owned = [r.cgroup for r in self.state.attempts.values() if r.cgroup is not None]
+            for name in self.cgroups.remove_leftovers(owned):
+                log.info("removed cgroup %s, which no attempt here owns and nothing runs in",
+                         name)
         self._save()
 
     # ---------------------------------------------------------------- messages

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -149,3 +150,23 @@ def test_on_cgroup_v2_the_files_written_are_v2s(tmp_path):
         for p in (shim, rank):
             p.kill()
             p.wait(10)
+
+
+def test_an_agent_removes_the_empty_cgroups_no_attempt_of_its_owns(cgroups):
+    """Invariant: cgroups an agent stopped mid-attempt left behind (its ranks
+    killed by someone else) are removed by the next agent on that node, unless
+    an attempt of its state owns one, a process still runs in it, or it is
+    young (another agent of that node name may have just made it)."""
+    for name in ("job_gone.1", "job_owned.1", "job_busy.1"):
+        cgroups.make(name)
+    busy = subprocess.Popen(["sleep", "60"])
+    try:
+        (cgroups.dirs("job_busy.1")[0] / "cgroup.procs").write_text(str(busy.pid))
+        assert cgroups.remove_leftovers(["job_owned.1"]) == [], "all young"
+        later = time.time() + 3600
+        assert cgroups.remove_leftovers(["job_owned.1"], now=later) == ["job_gone.1"]
+        assert all(not d.exists() for d in cgroups.dirs("job_gone.1"))
+        assert all(d.is_dir() for n in ("job_owned.1", "job_busy.1") for d in cgroups.dirs(n))
+    finally:
+        busy.kill()
+        busy.wait(10)

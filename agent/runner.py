@@ -1,23 +1,23 @@
 """The agent's main loop: register, then poll the inbox, tick and beat until stopped.
 
 Four threads: the inbox poller (inbox.Poller), which only receives; the main
-loop, which alone acts on the agent's state: it hands each received message to
-``Agent.handle`` and calls ``Agent.tick`` about four times a second (rank
+loop, which alone acts on the agent's state: it hands each received message
+to ``Agent.handle`` and calls ``Agent.tick`` about four times a second (rank
 exits, grace deadlines, pending reports); the report sender (reports.py),
 which does the reports' requests and hands back what came of them; and the
-beat loop, which posts the
-ranks' beats (beats.py) and calls in as the node's heartbeat: every
-``node_heartbeat_s`` by ``PUT /v1/nodes/{id}`` while idle; every
-``busy_call_in_s`` while its ranks' heartbeat POSTs are answered (they show
-the node alive), on one of those POSTs (one request an interval, not two).
+beat loop, which posts the ranks' beats (beats.py) and calls in as the
+node's heartbeat: every ``node_heartbeat_s`` by ``PUT /v1/nodes/{id}`` while
+idle; every ``busy_call_in_s`` while its ranks' heartbeat POSTs are answered
+(they show the node alive), on one of those POSTs (one request an interval,
+not two).
 
 No loop waits on another's requests (issue 41): a report the server is slow
 to answer (an end that released many dependents took 10 s) delayed another
 job's beats past its stall threshold, and every inbox message and grace
-period, when one loop did it all. What the beat loop learns that changes the agent's
-state (an attempt the server no longer takes beats for, a call-in's answer
-that stops attempts) it hands to the main loop, which applies it at its next
-pass. It posts and calls in only while the main loop makes passes: a main
+period, when one loop did it all. What the beat loop learns that changes the
+agent's state (an attempt the server no longer takes beats for, a call-in's
+answer that stops attempts) it hands to the main loop, which applies it at
+its next pass. It posts and calls in only while the main loop makes passes: a main
 loop stuck for ``MAIN_LOOP_GONE_S`` cannot launch or cancel, and the node had
 better go DOWN (watchdog.py). Each loop has a watchdog (watchdog.py) that
 warns when a pass takes longer than ``--watchdog-s``.

@@ -65,6 +65,12 @@ def sample_is_writing(proc: dict) -> bool:
 
 #: a rank's process group using at least this much CPU (cores) is spinning
 SPIN_CPU = 0.5
+#: a rank whose process the host sees stopped (state T: SIGSTOP, a debugger)
+#: and that did no work for this long is stalled, whatever its silence, its
+#: mode's threshold or ``idle_s`` (issue 44: a rank stopped before its first
+#: step read "not instrumented" for minutes, until gloo's timeout made its
+#: healthy peers exit and they were blamed); nothing else reads T
+STOPPED_S = 30.0
 
 
 def signature(proc: dict | None) -> str | None:
@@ -231,6 +237,14 @@ def _stopped(b: Beat) -> bool:
     return b.proc is not None and b.proc.get("state") in ("T", "t")
 
 
+def _stopped_for(b: Beat, now: datetime, started_at: datetime, fresh_s: float) -> float:
+    """How long ``b``'s rank has been stopped: its latest sample (within
+    ``fresh_s``) reads T, since its last sign of work; 0 when it is not."""
+    if not _stopped(b) or not _fresh(b.sampled_at, now, fresh_s):
+        return 0.0
+    return (now - (b.active_at or b.heard_at or started_at)).total_seconds()
+
+
 def _waits_in_collective(b: Beat) -> bool:
     return stacks.waiting_in(_stack(b)) is not None
 
@@ -352,6 +366,8 @@ def view(beats: list[Beat], *, now: datetime, started_at: datetime, threshold_s:
             status = "paused"
         elif mode == "off":
             status = "live" if silence <= fresh_s else "silent"
+        elif _stopped_for(b, now, started_at, fresh_s) > max(STOPPED_S, fresh_s):
+            stalled, status = True, "stalled"
         elif mode == "process":
             idle = idle_s if idle_s is not None else threshold_s
             active = b.active_at or b.heard_at

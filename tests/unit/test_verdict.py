@@ -160,6 +160,33 @@ def test_an_uninstrumented_stopped_rank_is_convicted_by_its_state():
     assert [r.rank for r in v.stalled] == [1] and v.culprit["rank"] == 1
 
 
+def test_a_rank_stopped_before_its_first_step_is_named_in_seconds_not_minutes():
+    """Invariant (issue 44): a rank the host sees stopped (T) and idle for
+    STOPPED_S is stalled and named by its state, in every mode but off, long
+    before idle_s, the threshold or the startup grace: before gloo's 120 s
+    timeout makes its healthy peers exit. Not before STOPPED_S, not on an old
+    sample, and never a rank in any other state."""
+    def ranks(stopped_at: float, sampled_at: float = 399) -> list[Beat]:
+        return [Beat(r, node(r), proc=sample("T" if r == 3 else "S"),
+                     sampled_at=at(sampled_at), active_at=at(stopped_at))
+                for r in range(4)]
+
+    for mode in ("auto", "beats", "process"):
+        v = judge(ranks(stopped_at=368), mode=mode, idle_s=300.0,
+                  **kw(now=at(400), started_at=at(340), startup_grace_s=300.0))
+        assert [r.rank for r in v.stalled] == [3], mode
+        assert (v.culprit["rank"], v.culprit["by"], v.culprit["confidence"]) == (
+            3, "process", "high"), mode
+        assert v.culprit["text"].startswith("rank 3 on local-2 is stopped (state T)"), mode
+        assert judge(ranks(stopped_at=371), mode=mode, idle_s=300.0,
+                     **kw(now=at(400), started_at=at(340), startup_grace_s=300.0)).stalled == [], mode
+    old = judge(ranks(stopped_at=345, sampled_at=350), mode="auto", idle_s=300.0,
+                **kw(now=at(400), started_at=at(340), startup_grace_s=300.0))
+    assert 3 not in [r.rank for r in old.stalled], "an old T sample says nothing now"
+    assert judge(ranks(stopped_at=368), mode="off",
+                 **kw(now=at(400), started_at=at(340), startup_grace_s=300.0)).stalled == []
+
+
 def test_when_every_idle_rank_waits_all_are_stalled_and_the_verdict_is_a_tie():
     beats = [idle(r, BARRIER) for r in range(4)]
     v = judge(beats, mode="auto", idle_s=300.0, **kw(now=at(321)))

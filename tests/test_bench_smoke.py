@@ -4,17 +4,19 @@ baselines of bench/endpoints.py and bench/placement.py prove, in that same
 run, that their items equal the adapters' (``parity:`` lines).
 
 The scripts run as real processes, at most ``AT_ONCE`` (two) at a time. Each
-is CPU-bound and mostly single-threaded: two fill the 2-core machine the
-suite runs on, and a third only slowed the others down (and whatever else
-shared the machine). Run alone (``make bench-quick``, or this file in one
-pytest process) all are queued at once, longest first, and two run at a
-time. Under pytest-xdist (``make test``: ``-n 2 --dist loadfile``, this file
-on one worker) a run starts only when its test asks for it, so one at a
-time: the other worker keeps the other core. Running two here as well
-would not make the suite faster, since the CPU seconds are the same, and it
-would starve the other worker's timing-sensitive tests. Each run is started
-in its own session and, if it overruns, its process group is killed by its
-own id, so a stack it started cannot outlive it.
+is CPU-bound and mostly single-threaded, so two fill the 2-core machine the
+suite runs on. A third saves little wall time (on a busy machine, within
+the noise: docs/benchmarks.md, "Bench smoke, quicker") and spends more CPU
+competing for the same two cores, CPU that whatever else shares the
+machine then lacks. Run alone (``make bench-quick``, or this file in one
+pytest process) all are queued at once, longest first, two at a time.
+Under pytest-xdist (``make test``: ``-n 2 --dist loadfile``, this file on
+one worker) a run starts only when its test asks for it, so one at a time:
+the other worker keeps the other core. Running two here too would not make
+the suite faster (the same CPU seconds on the same two cores), and it would
+starve the other worker's timing-sensitive tests. Each run is started in
+its own session and, if it overruns, its process group is killed by its own
+id, so a stack it started cannot outlive it.
 """
 from __future__ import annotations
 

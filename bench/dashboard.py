@@ -5,8 +5,9 @@ against 64 ranks (a ratio measured in the same run).
     .venv/bin/python bench/dashboard.py [--quick] [--loads N]
 
 Ends with ``dashboard-bench: first_paint_ms=.. rows_ms=.. heatmap_ratio=..``.
-``--quick`` (the smoke test): one load of each page, the heatmap at 64 and
-1,024 ranks. Needs Debian's ``chromium`` and ``chromedriver``.
+``--quick`` (the smoke test): one load of each page, 26 jobs (a page of 25
+and more), the heatmap at 64 and 1,024 ranks. Needs Debian's ``chromium``
+and ``chromedriver``.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def main() -> None:
     args = parser.parse_args()
     loads = harness.pick(args.loads, 3, 1, args.quick)
     wide = 1024 if args.quick else 16384
+    jobs = 26 if args.quick else 50
     if not (CHROMIUM and CHROMEDRIVER):
         sys.exit("chromium and chromedriver are needed (make browser)")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="gpujobs-bench-ui-"))
@@ -44,7 +46,7 @@ def main() -> None:
         raise
     try:
         api = Api(stack.api, "bench")
-        for i in range(50):
+        for i in range(jobs):
             api.post("/v1/jobs", json={"name": f"bench-{i}", "command": ["true"], "ranks": 1,
                                        "gpu_type": "none"})
         sign_in(driver, stack.api + "/", "bench")

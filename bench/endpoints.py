@@ -83,7 +83,7 @@ CANCEL_BYTES = json.dumps({"reason": "bench"}).encode("utf-8")
 #: over the ~175 ms the bare imports took on the machine it was set on
 COLD_TARGET_RATIO = 1.35
 #: (option, default, --quick): the defaults keep `make bench` under 6 minutes
-QUICK = (("rounds", 60, 3), ("warmup", 6, 1), ("cold_runs", 8, 2), ("first_runs", 2, 1))
+QUICK = (("rounds", 60, 1), ("warmup", 6, 1), ("cold_runs", 8, 2), ("first_runs", 2, 1))
 RATIO_TARGET = 1.5
 
 # -- moto's share ------------------------------------------------------------------

@@ -20,7 +20,7 @@ flood's creates (jobs/s, p50 and max latency), each time and its ratio to the
 baseline, the cancels' p50 and max. A time over 60 s is cut at 60 (and
 counted so). The last line reads ``flood-bench: during_ratio=<x>
 after_ratio=<x> create_p50_ms=<n> cancel_p50_ms=<n>``.
-``--quick`` (the smoke test): 40 jobs, one baseline round.
+``--quick`` (the smoke test): 16 jobs (two a client), one baseline round.
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8, help="the flood's concurrency (8)")
     parser.add_argument("--rounds", type=int, default=None, help="baseline rounds (3)")
     args = parser.parse_args()
-    jobs = harness.pick(args.jobs, 520, 40, args.quick)
+    jobs = harness.pick(args.jobs, 520, 16, args.quick)
     rounds = harness.pick(args.rounds, 3, 1, args.quick)
     harness.banner("flood", moto_mode="the local stack's embedded")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="gpujobs-bench-flood-"))

@@ -16,7 +16,7 @@ loaded run's throughput over the baseline's, and ends with::
 ``errors_5xx`` counts 5xx answers other than ``503`` with ``Retry-After`` (which
 a client is told to retry, and is counted on its own) plus transport failures.
 The stack is stopped by its own pid whatever happens. ``--quick`` (the smoke
-test): 5 clients for 3 s after 2 s of the baseline. See docs/benchmarks.md.
+test): 5 clients for 2 s after 1 s of the baseline. See docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 from bench import harness  # noqa: E402
 
 #: (option, default, --quick): the defaults keep `make bench` under 6 minutes
-QUICK = (("clients", 50, 5), ("seconds", 12, 3), ("baseline_seconds", 4, 2))
+QUICK = (("clients", 50, 5), ("seconds", 12, 2), ("baseline_seconds", 4, 1))
 READY = re.compile(r"ready: API (http://\S+)")
 MIX = [("create", 30), ("get", 25), ("list", 20), ("cancel", 10), ("heartbeats", 15)]
 

@@ -56,7 +56,7 @@ def main() -> None:
     p.add_argument("--sockets", type=int)
     args = p.parse_args()
     sockets = harness.pick(args.sockets, 3000, 500, args.quick)
-    n, rounds = (50, 3) if args.quick else (200, 7)
+    n, rounds = (10, 1) if args.quick else (200, 7)
     harness.banner("moto wall", "server")
     from devstack.motoauth import owners, socket_owner
     from devstack.motoserver import MotoServer

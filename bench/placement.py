@@ -46,7 +46,7 @@ instance (chalicelib is not changed). The last line reads
 ``placement-bench: ratio=<x> reads_per_job_10=<n> reads_per_job_1000=<n>``.
 
 Options: --jobs M (50), --jobs-1000 M (default M), --rounds R (3),
---rounds-1000 R (1), --scales 10,100,1000, --seed N; --quick: 10 jobs, one
+--rounds-1000 R (1), --scales 10,100,1000, --seed N; --quick: 4 jobs, one
 round, 10 nodes (the smoke test). Shared set-up: bench/harness.py.
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ TENANT = "bench"
 GPUS_PER_NODE = 8
 GPU_TYPE = "h100"
 #: (option, default, --quick): the defaults keep `make bench` under 6 minutes
-QUICK = (("jobs", 50, 10), ("rounds", 3, 1), ("rounds_1000", 1, 1),
+QUICK = (("jobs", 50, 4), ("rounds", 3, 1), ("rounds_1000", 1, 1),
          ("scales", "10,100,1000", "10"))
 
 

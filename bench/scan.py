@@ -72,8 +72,8 @@ job's first health). Ends with ``scan-bench: history_ratio=<x>``: the larger of
 the cold and warm CPU-time ratios (target at most 1.1).
 
 Options: --rounds R (2), --history-factor F (10), --history-ranks N (32),
---running J (50), --ranks N (64), --moto-as-is; --quick: one round of 4 jobs
-x 8 ranks against 8 finished ones (the smoke test). Shared set-up:
+--running J (50), --ranks N (64), --moto-as-is; --quick: one round of 2 jobs
+x 8 ranks against 4 finished ones (the smoke test). Shared set-up:
 bench/harness.py.
 """
 from __future__ import annotations
@@ -110,7 +110,7 @@ GPUS_PER_NODE = 64
 GPU_TYPE = "h100"
 TARGET = 1.1
 #: (option, default, --quick): the defaults keep `make bench` under 6 minutes
-QUICK = (("rounds", 2, 1), ("running", 50, 4), ("ranks", 64, 8), ("history_factor", 10, 2),
+QUICK = (("rounds", 2, 1), ("running", 50, 2), ("ranks", 64, 8), ("history_factor", 10, 2),
          ("history_ranks", 32, 8))
 AGENT = None  # Principal("agent", "*"), set in main (after moto starts)
 

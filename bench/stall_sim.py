@@ -1375,12 +1375,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="a small run for a smoke test (<10 s)")
-    ap.add_argument("--jobs", type=int, default=None, help="jobs per trace (default 400, quick 60)")
+    ap.add_argument("--jobs", type=int, default=None, help="jobs per trace (default 400, quick 20)")
     ap.add_argument("--verify", action="store_true", help="also check the compressed traces beat by beat")
     args = ap.parse_args(argv)
     global I_S
     P = Params()
-    P = replace(P, jobs=args.jobs or (60 if args.quick else P.jobs))
+    P = replace(P, jobs=args.jobs or (20 if args.quick else P.jobs))
     I_S = P.interval_s
     started = time.perf_counter()
     if args.verify:

@@ -3,10 +3,20 @@ against the current code, exits 0 and prints its machine-readable line; the
 baselines of bench/endpoints.py and bench/placement.py prove, in that same
 run, that their items equal the adapters' (``parity:`` lines).
 
-The scripts run as real processes, three at a time (each is CPU-bound and
-mostly single-threaded; the whole file takes about a minute on 2 cores). Each
-is started in its own session and, if it overruns, its process group is
-killed by its own id, so a stack it started cannot outlive it.
+The scripts run as real processes, at most ``AT_ONCE`` (two) at a time. Each
+is CPU-bound and mostly single-threaded, so two fill the 2-core machine the
+suite runs on. A third saves little wall time (on a busy machine, within
+the noise: docs/benchmarks.md, "Bench smoke, quicker") and spends more CPU
+competing for the same two cores, CPU that whatever else shares the
+machine then lacks. Run alone (``make bench-quick``, or this file in one
+pytest process) all are queued at once, longest first, two at a time.
+Under pytest-xdist (``make test``: ``-n 2 --dist loadfile``, this file on
+one worker) a run starts only when its test asks for it, so one at a time:
+the other worker keeps the other core. Running two here too would not make
+the suite faster (the same CPU seconds on the same two cores), and it would
+starve the other worker's timing-sensitive tests. Each run is started in
+its own session and, if it overruns, its process group is killed by its own
+id, so a stack it started cannot outlive it.
 """
 from __future__ import annotations
 
@@ -27,50 +37,52 @@ from bench import harness
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT_S = 240
+#: runs at a time when this file runs alone (see the module's docstring)
+AT_ONCE = 2
 
 #: script -> the lines its --quick run must print (regular expressions), longest
-#: runs first so that the three at a time finish together
+#: runs first so that the two at a time finish together
 EXPECTED = {
-    "scale": [r"^scale-bench: first_request_ms=\d+\.\d+ filtered_list_ratio=\d+\.\d+ "
-              r"largest_response_bytes=\d+ waiting_job_reads=\d+$"],
-    "dashboard": [r"^dashboard-bench: first_paint_ms=\d+ rows_ms=\d+ heatmap_ratio=\d+\.?\d*$"],
-    "scan": [r"^scan-bench: history_ratio=\d+\.\d\d$"],
-    "flood": [r"^flood-bench: during_ratio=\d+\.\d\d after_ratio=\d+\.\d\d "
-              r"create_p50_ms=\d+ cancel_p50_ms=\d+$"],
-    "scan_rank_cost": [r"^scan-rank-bench: us_per_rank=\d+\.\d reads_us_per_rank=\d+\.\d "
-                       r"ratio_vs_reads=\d+\.\d\d us_per_job=\d+$"],
-    "arrays": [r"^arrays-bench: create_ms=\d+\.\d\d create_ratio=\d+\.\d\d create_wru=\d+ "
-               r"make_wru_per_child=\d+\.\d place_ratio=\d+\.\d\d "
-               r"place_requests_per_child=\d+\.\d\d place_wru_ratio=\d+\.\d\d$"],
-    "endpoints": [r"^parity: the baselines' \d+ items equal the adapters'",
-                  r"^every endpoint made exactly its minimum number of requests$",
-                  r"^worst ratio: \d+\.\d\d \(.+\)$"],
-    "endpoints --moto server": [r"^parity: the baselines' \d+ items equal the adapters'",
-                                r"^worst client-side ratio over HTTP: \d+\.\d\d \(.+\)$"],
-    "placement": [r"^N=10: parity: the baseline's \d+ items equal placement's",
-                  r"^placement-bench: ratio=\d+\.\d\d reads_per_job_10=\d+\.\d "
-                  r"reads_per_job_1000=\d+\.\d$"],
-    "load": [r"^load-bench: clients=5 rps=\d+\.\d p99_ms=\d+\.\d errors_5xx=0 "
-             r"retry_after_503=\d+$"],
     "op_counts": [r"^OPCOUNTS \{.*\}$",
                   r"^per host-interval: requests \S+, WRU \S+, RRU \S+ \(floor: 1 request, 1 WRU\)$",
                   r"^opcounts-bench: requests_per_host_interval=\S+ wru_per_host_interval=\S+ "
                   r"rru_per_host_interval=\S+$"],
+    "endpoints": [r"^parity: the baselines' \d+ items equal the adapters'",
+                  r"^every endpoint made exactly its minimum number of requests$",
+                  r"^worst ratio: \d+\.\d\d \(.+\)$"],
+    "load": [r"^load-bench: clients=5 rps=\d+\.\d p99_ms=\d+\.\d errors_5xx=0 "
+             r"retry_after_503=\d+$"],
+    "flood": [r"^flood-bench: during_ratio=\d+\.\d\d after_ratio=\d+\.\d\d "
+              r"create_p50_ms=\d+ cancel_p50_ms=\d+$"],
+    "scale": [r"^scale-bench: first_request_ms=\d+\.\d+ filtered_list_ratio=\d+\.\d+ "
+              r"largest_response_bytes=\d+ waiting_job_reads=\d+$"],
+    "arrays": [r"^arrays-bench: create_ms=\d+\.\d\d create_ratio=\d+\.\d\d create_wru=\d+ "
+               r"make_wru_per_child=\d+\.\d place_ratio=\d+\.\d\d "
+               r"place_requests_per_child=\d+\.\d\d place_wru_ratio=\d+\.\d\d$"],
+    "endpoints --moto server": [r"^parity: the baselines' \d+ items equal the adapters'",
+                                r"^worst client-side ratio over HTTP: \d+\.\d\d \(.+\)$"],
+    "dashboard": [r"^dashboard-bench: first_paint_ms=\d+ rows_ms=\d+ heatmap_ratio=\d+\.?\d*$"],
     "first_request": [r"^first-request: worst \+\d+\.\d ms \(\w+\)$"],
+    "placement": [r"^N=10: parity: the baseline's \d+ items equal placement's",
+                  r"^placement-bench: ratio=\d+\.\d\d reads_per_job_10=\d+\.\d "
+                  r"reads_per_job_1000=\d+\.\d$"],
+    "scan_rank_cost": [r"^scan-rank-bench: us_per_rank=\d+\.\d reads_us_per_rank=\d+\.\d "
+                       r"ratio_vs_reads=\d+\.\d\d us_per_job=\d+$"],
+    "scan": [r"^scan-bench: history_ratio=\d+\.\d\d$"],
     "stall_sim": [r"^stall-bench: fp_per_hour=\d+\.\d+ median_delay_vs_fixed=\d+\.\d+ "
                   r"culprit_accuracy=\d+\.\d+$",
                   r"^stall-bench-v2: default_fp_per_job_hour=\d+\.\d+ .*"
                   r"torch_sim_fa=\d+\.\d\d torch_real_fa=\d+\.\d\d "
                   r"torch_sim_delay_s=\d+\.\d\d torch_real_delay_s=\d+\.\d\d "
                   r"torch_sim_named=\d\.\d\d torch_real_named=\d\.\d\d agree=(yes|no)$"],
+    "beat_write": [r"^beat-write-bench: ranks=\d+ requests=\d+ ms_whole=\d+\.\d "
+                   r"ms_clauses=\d+\.\d ratio=\d+\.\d\d$"],
     "coldstart_powertools": [r"^powertools-bench: app_ms=\d+\.\d app_powertools_ms=\d+\.\d$"],
+    "moto_wall": [r"^moto-wall-bench: sockets=\d+ us_lookup=\d+\.\d ms_open=\d+\.\d\d "
+                  r"ms_walled=\d+\.\d\d ratio=\d+\.\d\d$"],
     "beat_cost": [r"^beat-bench: us_per_beat=\d+\.\d\d ratio_vs_pwrite=\d+\.\d\d$",
                   r"^marker-bench: us_per_arrive=\d+\.\d\d arrive_vs_beat=\d+\.\d\d "
                   r"collective_cm_vs_beat=\d+\.\d\d$"],
-    "beat_write": [r"^beat-write-bench: ranks=\d+ requests=\d+ ms_whole=\d+\.\d "
-                   r"ms_clauses=\d+\.\d ratio=\d+\.\d\d$"],
-    "moto_wall": [r"^moto-wall-bench: sockets=\d+ us_lookup=\d+\.\d ms_open=\d+\.\d\d "
-                  r"ms_walled=\d+\.\d\d ratio=\d+\.\d\d$"],
     "telemetry_cost": [r"^telemetry-bench: us_gpujobs=\d+\.\d us_powertools=\d+\.\d "
                        r"ratio=\d+\.\d\d$"],
 }
@@ -101,7 +113,7 @@ def _run(script: str) -> subprocess.CompletedProcess:
 
 
 class _Runs:
-    """The scripts' --quick runs on a pool of three; a test waits for its own.
+    """The scripts' --quick runs on a pool of AT_ONCE; a test waits for its own.
     In one process all are started at once (longest first); under
     pytest-xdist, where this module's tests may be spread over workers, each
     run starts when a test asks for it, so no script runs twice."""
@@ -120,7 +132,7 @@ class _Runs:
 
 @pytest.fixture(scope="module")
 def quick_runs():
-    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    with concurrent.futures.ThreadPoolExecutor(AT_ONCE) as pool:
         try:
             yield _Runs(pool, eager="PYTEST_XDIST_WORKER" not in os.environ)
         finally:  # interrupted: nothing more starts, and what still runs stops here

@@ -124,7 +124,7 @@ bench-scale: $(STAMP) browser
 	$(PY) -m pytest -m scale --durations=0 -p no:cacheprovider tests
 	$(PY) bench/arrays.py
 
-## bench-quick: every script with --quick, as the test suite runs them (about a minute)
+## bench-quick: every script with --quick, as the test suite runs them (about 3 minutes on 2 busy cores)
 bench-quick: $(STAMP)
 	$(PY) -m pytest tests/test_bench_smoke.py -q
 

@@ -155,8 +155,9 @@ def _estimate(me: Entry, ahead: list[Entry], holders: list[Holder], free: int,
     job whose limit frees them if it is the reader's)."""
     need = sum(e.gpus for e in ahead) + me.gpus
     if free >= need:
-        return None, ("unknown: enough GPUs are free in all; its pending_reason says "
-                      "what holds it back")
+        return None, ("unknown: the registered GPUs not held would be enough, but some "
+                      "may be on nodes that are not READY, or spread too thin for its "
+                      "ranks; its pending_reason says what holds it back")
     for h in holders:
         if h.ends_by is None:
             break  # soonest end first: the rest have no limit either

@@ -60,6 +60,19 @@ def test_gpus_held_without_a_limit_make_the_start_unknown_and_say_why():
     assert q["waiting_for"] == [{"job_id": "job_forever", "gpus": 16, "ends_by": None}]
 
 
+def test_gpus_registered_and_not_held_make_no_claim_that_they_are_free():
+    """The line counts registered GPUs, a DOWN node's too: when those not
+    held would be enough, the basis says the estimate is unknown and why,
+    never that enough GPUs are free (a DOWN node's 8 GPUs made a README
+    reader's "about 10 min" read "enough GPUs are free")."""
+    ln = line([Entry("job_me", "acme", 8, "h100")],
+              [holder_of("job_held", "acme", 8, "h100", NOW, 600)])
+    q = standing(ln, "job_me", "acme", NOW)
+    assert q["estimated_start"] is None
+    assert q["basis"].startswith("unknown: the registered GPUs not held would be enough")
+    assert "not READY" in q["basis"] and "are free" not in q["basis"]
+
+
 def test_a_holder_past_its_limit_means_any_moment_not_a_time_in_the_past():
     ln = line([Entry("job_me", "acme", 16, "h100")],
               [holder_of("job_over", "acme", 16, "h100", NOW - timedelta(hours=1), 600)])

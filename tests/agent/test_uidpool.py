@@ -35,6 +35,25 @@ from .harness import PY, RecordingLauncher, World, launch, message, run_until
 #: uids no passwd entry has, outside the default pool, for these tests alone
 FIRST = 79900
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="running as a pool's uid takes root")
+#: the uids these tests run processes as
+TEST_UIDS = list(range(FIRST, FIRST + 10))
+
+
+@pytest.fixture(autouse=True)
+def no_process_of_the_test_uids_left():
+    """Each test ends with no process of its uids left (killed, and gone), so
+    the next one's pool starts free: a loaded host took longer than the
+    World's cleanup waits to end a killed rank, and the next test found its
+    one uid still held (fresh-clone run 13)."""
+    yield
+    for pids in processes_by_uid(TEST_UIDS).values():
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+    wait_until(lambda: not processes_by_uid(TEST_UIDS), timeout=60,
+               what="no process of the test uids left")
 
 
 def test_a_range_is_first_to_last_and_empty_means_none():

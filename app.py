@@ -83,6 +83,15 @@ def list_job_events(job_id: str):
     return ok({"events": services().jobs.events(http.tenant(), job_id)})
 
 
+@endpoint("/v1/events", "GET")
+def list_events():
+    params = http.query()
+    return ok(services().feed.read(
+        http.tenant(), after=params.get("after"), type_=params.get("type"),
+        job_id=params.get("job_id"), page_size=http.query_int("page_size", 100),
+        wait_s=http.query_int("wait_s", 0)))
+
+
 @endpoint("/v1/jobs/{job_id}/logs", "GET")
 def get_job_logs(job_id: str):
     tenant = http.tenant()
@@ -224,6 +233,14 @@ def follow_up(event):
     requests that ended them; a message that fails is received again, then
     dead-lettered (the pipelines' sweep makes up for it meanwhile)."""
     return batch.each(event, lambda body: services().pipelines.follow_up(body), "follow-up")
+
+
+@app.schedule(Rate(1, unit=Rate.MINUTES), name="feed")
+@handler
+def feed(event):
+    """Number the tenants' new events (a read of the feed also does), and put
+    every numbered event on the bus and to the webhooks, at least once."""
+    return services().feed.sweep()
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")

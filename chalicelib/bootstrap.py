@@ -10,6 +10,8 @@ from dataclasses import dataclass, replace
 
 from .adapters import dynamo_errors, models
 from .adapters.dynamo import Dynamo
+from .adapters.event_bus import EventBridgeSink
+from .adapters.feed_store import DynamoFeeds, tenant_tag
 from .adapters.heartbeat_store import DynamoCollectorStore, DynamoHeartbeatStore
 from .adapters.inbox import SqsFollowUps, SqsInbox, SqsNudge, SqsScanQueue
 from .adapters.log_reader import CloudWatchLogReader
@@ -27,13 +29,14 @@ from .service.bus import Bus
 from .service.cancels import Canceller
 from .service.cordons import Cordons, FailureWatch
 from .service.dispatch import Dispatcher
+from .service.feed import FeedService
 from .service.heartbeats import HeartbeatsService
 from .service.jobs import JobsService
 from .service.logs import LogsService
 from .service.nodes import NodesService
 from .service.pipelines import PipelinesService
 from .service.placement import Placer
-from .service.ports import FollowUps, JobTables, NodeStore, Telemetry
+from .service.ports import FeedLog, FollowUps, JobTables, NodeStore, Telemetry
 from .service.reconciler import Reconciler
 from .service.scan import Scanner
 from .service.scan_fanout import ScanFanout
@@ -58,6 +61,8 @@ class Services:
     cordons: Cordons
     #: dependencies and arrays: what follows a job's end (follow_ups), the sweep
     pipelines: PipelinesService
+    #: the tenants' event feeds, and their push to the bus (and webhooks)
+    feed: FeedService
     #: the one time source every service reads
     clock: Clock = utcnow
 
@@ -86,7 +91,7 @@ _services: Services | None = None
 def build(config: Config, *, inbox=None, store: JobTables | None = None,
           node_store: NodeStore | None = None, nudge=None,
           tokens: TokenStore | None = None, telemetry: Telemetry | None = None,
-          log_reader=None, clock: Clock = utcnow) -> Services:
+          log_reader=None, feeds: FeedLog | None = None, clock: Clock = utcnow) -> Services:
     """Every service of the app over the configured adapters; ``clock`` is the
     one time source they all read (tests pass a clock they control)."""
     parameters = SsmParameters(config.region, config.endpoint_url)
@@ -135,8 +140,13 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
                         period_s=config.scan_period_s) if config.scan_queue_url else None
     scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s,
                       fanout=fanout, telemetry=telemetry, clock=clock)
+    feed = FeedService(
+        feeds or DynamoFeeds(Dynamo(connection), clock), page_token_key=config.page_token_key,
+        tenant_tag=tenant_tag, clock=clock,
+        sinks=[EventBridgeSink(config.event_bus, config.region, config.endpoint_url)]
+        if config.event_bus else [])
     return Services(
-        config=config, store=store, node_store=node_store, jobs=jobs,
+        config=config, feed=feed, store=store, node_store=node_store, jobs=jobs,
         nodes=NodesService(node_store, inbox, collector, clock=clock, publish=bus.publish,
                            down_after_s=config.node_down_after_s),
         attempts=attempts,

@@ -54,6 +54,10 @@ class Config:
     log_group: str | None = None
     #: per-tenant limits (issue 9); the counters live in tenants_table
     tenants_table: str = "gpujobs-unbound-tenants"
+    #: the tenants' event feeds (domain/feed.py), and the bus every event is
+    #: put on (None: none, as in tests that do not deploy one)
+    events_table: str = "gpujobs-unbound-events"
+    event_bus: str | None = None
     tenant_limits: TenantLimits = TenantLimits()
     #: a node where this many attempts end rank_failed within the window is
     #: cordoned (service/cordons.py); 0: never
@@ -111,6 +115,8 @@ class Config:
             node_down_after_s=float(env.get("GPUJOBS_NODE_DOWN_AFTER_S") or 60),
             log_group=env.get("GPUJOBS_LOG_GROUP") or None,
             tenants_table=need("GPUJOBS_TENANTS_TABLE"),
+            events_table=need("GPUJOBS_EVENTS_TABLE"),
+            event_bus=env.get("GPUJOBS_EVENT_BUS") or None,
             tenant_limits=_tenant_limits(env),
             auto_cordon_failures=_int(env, "GPUJOBS_AUTO_CORDON_FAILURES", 3),
             auto_cordon_window_s=float(env.get("GPUJOBS_AUTO_CORDON_WINDOW_S") or 3600),

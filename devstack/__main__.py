@@ -185,6 +185,10 @@ def _with_agent_tokens(path: str, entries: list[dict], merged: str) -> str:
     return merged
 
 
+#: how often the local stack's feed timer numbers and pushes events
+FEED_PERIOD_S = 1.0
+
+
 class Timer(threading.Thread):
     """Runs a scheduled function every ``period_s`` until stopped, as EventBridge would."""
 
@@ -419,6 +423,9 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
                    Timer("scan", scan_period_s, gpujobs.scan, stop)]
         workers = [
             *timers,
+            # the event feed's pushes (EventBridge, webhooks) follow within a
+            # second here; deployed, the feed timer runs every minute
+            Timer("feed", FEED_PERIOD_S, gpujobs.feed, stop),
             QueueConsumer("place_on_nudge", os.environ["GPUJOBS_PENDING_QUEUE_URL"],
                           gpujobs.place_on_nudge, stop, endpoint_url=moto.endpoint_url),
             QueueConsumer("scan_shard", os.environ["GPUJOBS_SCAN_QUEUE_URL"],

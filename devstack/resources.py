@@ -20,6 +20,8 @@ OUTPUT_ENV = {
     "CollectorTableName": "GPUJOBS_COLLECTOR_TABLE",
     "FleetTableName": "GPUJOBS_FLEET_TABLE",
     "TenantsTableName": "GPUJOBS_TENANTS_TABLE",
+    "EventsTableName": "GPUJOBS_EVENTS_TABLE",
+    "EventBusName": "GPUJOBS_EVENT_BUS",
     "PendingQueueUrl": "GPUJOBS_PENDING_QUEUE_URL",
     "ScanQueueUrl": "GPUJOBS_SCAN_QUEUE_URL",
     "FollowUpQueueUrl": "GPUJOBS_FOLLOW_UP_QUEUE_URL",

@@ -142,7 +142,8 @@ def render(value, template: dict, stage: str):
     if "Fn::GetAtt" in value:
         resource, attribute = value["Fn::GetAtt"]
         props = template["Resources"][resource]["Properties"]
-        name = render(props.get("TableName") or props.get("QueueName"), template, stage)
+        name = render(props.get("TableName") or props.get("QueueName") or props.get("Name"),
+                      template, stage)
         if attribute == "Arn":
             return f"arn:aws:sqs:{REGION}:000000000000:{name}"
         return name

@@ -57,7 +57,7 @@ AGENT = "agent"
 ENV_DIR = "IAM_RECORD_DIR"
 SITE_DIR = ROOT / "tests" / "iam_site"
 #: scheduled and queued entry points of app.py; everything else there is the API
-_ENTRIES = {"place", "place_on_nudge", "scan", "reconcile", "follow_up"}
+_ENTRIES = {"place", "place_on_nudge", "scan", "reconcile", "follow_up", "feed"}
 #: chalicelib/service module -> the Lambda function that runs it
 _SERVICE_FUNCTION = {"placement": "place", "scan": "scan", "reconciler": "reconcile"}
 
@@ -189,6 +189,11 @@ def iam_requests(service: str, operation: str, params: dict, *, region: str = "u
         return [(f"ssm:{operation}",
                  f"arn:aws:ssm:{region}:{account}:parameter/{staged(n).lstrip('/')}")
                 for n in names]
+    if service == "events":
+        buses = {e.get("EventBusName", "default") for e in params.get("Entries", [])} \
+            or {params.get("EventBusName", "default")}
+        return [(f"events:{operation}", f"arn:aws:events:{region}:{account}:event-bus/"
+                 f"{'gpujobs-dev' if b.startswith('gpujobs-') else b}") for b in sorted(buses)]
     return [(f"{service}:{operation}", "*")]
 
 

@@ -112,8 +112,8 @@ def test_no_wildcard_actions_and_only_the_stage_resources(stage):
 
 def test_prod_policy_is_the_dev_policy_for_prod():
     dev = json.dumps(policy("dev"), sort_keys=True)
-    expected = dev.replace("gpujobs-dev-", "gpujobs-prod-").replace("/gpujobs/dev/",
-                                                                    "/gpujobs/prod/")
+    expected = dev.replace("gpujobs-dev-", "gpujobs-prod-").replace(
+        "/gpujobs/dev/", "/gpujobs/prod/").replace("event-bus/gpujobs-dev", "event-bus/gpujobs-prod")
     assert json.loads(expected) == policy("prod")
 
 

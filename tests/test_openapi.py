@@ -289,6 +289,8 @@ EXPECTED_STATUSES = {
     ("/v1/jobs/{job_id}/events", "get"): {"200", "401", "403", "404", "415", "500", "503"},
     ("/v1/jobs/{job_id}/logs", "get"): {"200", "400", "401", "403", "404", "415", "500",
                                         "503"},
+    # the tenant's feed (issue 45): 400 names type, page_size, wait_s or after
+    ("/v1/events", "get"): {"200", "400", "401", "403", "415", "500", "503"},
     # nodes: any token reads them, so no 403 on the reads
     ("/v1/nodes", "get"): {"200", "401", "415", "500", "503"},
     ("/v1/nodes/{node_id}", "get"): {"200", "401", "404", "415", "500", "503"},

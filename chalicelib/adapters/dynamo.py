@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from botocore.exceptions import ClientError
 from pynamodb.connection import Connection
@@ -69,8 +69,11 @@ class EmptyAnswer(Exception):
 class Table:
     """The requests of one table, built from its model."""
 
-    def __init__(self, model: type[Model]) -> None:
+    def __init__(self, model: type[Model], *, tells: Callable[[str], bool] | None = None) -> None:
         self.model = model
+        #: which story events (domain/events.py keys) of its items a tenant's
+        #: feed tells: each is marked unfed with it (Changes.event)
+        self.tells = tells
         self.codec = Codec(model)
         attributes = model.get_attributes()
         #: (python name, stored name) of every attribute, for the placeholders
@@ -368,6 +371,7 @@ class Changes:
         self._delete: list[str] = []
         self.values: dict[str, dict] = {}
         self.keys: dict[str, str] = {}
+        self._unfed: set[str] = set()
 
     def set(self, name: str, value: Any) -> "Changes":
         """SET the attribute to ``value`` (its python value); None removes it."""
@@ -416,8 +420,17 @@ class Changes:
 
     def event(self, key: str, value: dict) -> "Changes":
         """Record one event of the item's story (domain/events.py): the first
-        of a repeat stays."""
-        return self.entry("events", key, value, first=True)
+        of a repeat stays. One the tenant's feed tells is marked unfed in
+        the same write (domain/feed.py): its key joins ``unfed_keys``, and
+        the item joins its tenant's ``unfed`` index partition."""
+        self.entry("events", key, value, first=True)
+        if self.table.tells is not None and self.table.tells(key):
+            if not self._unfed:
+                self._set.append("#unfed = #tenant")
+                self._add.append("#unfed_keys :unfed_keys")
+            self._unfed.add(key)
+            self.values[":unfed_keys"] = self.table.value("unfed_keys", self._unfed)
+        return self
 
     @property
     def expression(self) -> str:

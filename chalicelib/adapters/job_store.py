@@ -151,7 +151,8 @@ def fail_dependency_writes(job: Job, now: datetime, exit_: dict) -> list[dict]:
     """The transaction of ``fail_dependency``: FAILED, naming the dependency."""
     changes = Changes(JOBS).set("exit", exit_).remove("pending_reason").event(
         "finished", ev.event("finished", now, state=JobState.FAILED.value,
-                             reason=exit_["reason"], detail=exit_["detail"]))
+                             reason=exit_["reason"], detail=exit_["detail"],
+                             from_=job.state.value))
     return _unplaced_end(job, changes, Event.DEPENDENCY_FAILED, now)
 
 
@@ -159,7 +160,7 @@ def expire_pending_writes(job: Job, now: datetime, exit_: dict) -> list[dict]:
     """The transaction of ``expire_pending``: FAILED, its last pending reason kept."""
     changes = Changes(JOBS).set("exit", exit_).event("finished", ev.event(
         "finished", now, attempt=job.attempt or None, state=JobState.FAILED.value,
-        reason=exit_["reason"], decision=exit_.get("decision")))
+        reason=exit_["reason"], decision=exit_.get("decision"), from_=job.state.value))
     return _unplaced_end(job, changes, Event.PENDING_TIMEOUT, now)
 
 
@@ -173,7 +174,7 @@ def cancel_unplaced_writes(job: Job, now: datetime, reason: str | None) -> list[
             by=job.tenant)) \
         .event("finished", ev.event(
             "finished", now, attempt=job.attempt or None, state=JobState.CANCELLED.value,
-            reason="cancelled before it was placed"))
+            reason="cancelled before it was placed", from_=job.state.value))
     if reason is not None:
         changes.set("cancel_reason", reason)
     changes.remove("pending_reason")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator
 
-from ..domain import events as ev, idempotency
+from ..domain import events as ev, feed, idempotency
 from ..domain.arrays import COUNTERS
 from ..domain.clock import Clock, iso, iso_or_none, parse_iso, utcnow
 from ..domain.fleet import Fleet, parked_partition
@@ -36,7 +36,7 @@ from .dynamo import Changes, ConditionFailed, Dynamo, Table
 from .items import Codec
 from .models import IdempotencyModel, JobModel, TenantModel
 
-JOBS = Table(JobModel)
+JOBS = Table(JobModel, tells=feed.told)
 KEYS = Table(IdempotencyModel)
 TENANTS = Table(TenantModel)
 
@@ -186,7 +186,8 @@ def new_job_values(job: Job, idem_id: str | None = None,
     ``parked`` (its type's fleet) is made parked, as ``park`` leaves one: in
     its type's parked partition, with the generation and its waiting event."""
     values = {**job_values(job), "events": {"created": ev.event(
-        "created", job.created_at, reason="submitted", tenant=job.tenant)}}
+        "created", job.created_at, reason="submitted", tenant=job.tenant)},
+              "unfed": job.tenant, "unfed_keys": {"created"}}  # (domain/feed.py)
     if idem_id is not None:
         values["idem_id"] = idem_id
     if parked is not None:

@@ -19,7 +19,12 @@ from pynamodb.attributes import (
     UnicodeSetAttribute,
 )
 from pynamodb.connection import Connection
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, IncludeProjection
+from pynamodb.indexes import (
+    AllProjection,
+    GlobalSecondaryIndex,
+    IncludeProjection,
+    KeysOnlyProjection,
+)
 from pynamodb.models import Model
 
 from .. import fastjson
@@ -76,6 +81,16 @@ class JobsByParent(GlobalSecondaryIndex["JobModel"]):
         index_name = "by_parent"
         projection = AllProjection()
     parent_id = UnicodeAttribute(hash_key=True)
+    job_id = UnicodeAttribute(range_key=True)
+
+
+class JobsByUnfed(GlobalSecondaryIndex["JobModel"]):
+    """Sparse: jobs whose story has events the tenant's feed has not
+    numbered yet (domain/feed.py), under their tenant."""
+    class Meta:
+        index_name = "by_unfed"
+        projection = KeysOnlyProjection()
+    unfed = UnicodeAttribute(hash_key=True)
     job_id = UnicodeAttribute(range_key=True)
 
 
@@ -140,11 +155,16 @@ class JobModel(Model):
     waiting_for = FastJSONAttribute(null=True)
     #: the jobs that wait on this one
     dependents = UnicodeSetAttribute(null=True)
+    #: the keys of story events the tenant's feed has not numbered yet, and
+    #: the tenant while there are any (by_unfed; domain/feed.py)
+    unfed_keys = UnicodeSetAttribute(null=True)
+    unfed = UnicodeAttribute(null=True)
 
     by_tenant = JobsByTenant()
     by_tenant_state = JobsByTenantState()
     by_active_state = JobsByActiveState()
     by_parent = JobsByParent()
+    by_unfed = JobsByUnfed()
 
 
 class IdempotencyModel(Model):
@@ -269,6 +289,40 @@ class FleetModel(Model):
     line = FastJSONAttribute(null=True)
 
 
+class FeedPushDue(GlobalSecondaryIndex["FeedModel"]):
+    """Sparse: the heads of feeds with numbered events not yet put on the
+    bus and handed to the webhooks."""
+    class Meta:
+        index_name = "by_push_due"
+        projection = KeysOnlyProjection()
+    push_due = UnicodeAttribute(hash_key=True)
+    pk = UnicodeAttribute(range_key=True)
+
+
+class FeedModel(Model):
+    """The tenants' event feeds (domain/feed.py), one partition a tenant
+    (``t#<tenant>``): its head at ``sk`` 0 (the last number given, the ms
+    its id carried, the last number pushed), then its events by number; and
+    one marker per story event fed (``fed#<job>#<key>``), so none is fed twice."""
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-events"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = NumberAttribute(range_key=True)
+    head_seq = NumberAttribute(null=True)
+    head_ms = NumberAttribute(null=True)
+    pushed_seq = NumberAttribute(null=True)
+    push_due = UnicodeAttribute(null=True)
+    #: the event as served, and its type and job for a reader's filter
+    event = FastJSONAttribute(null=True)
+    type = UnicodeAttribute(null=True)
+    job_id = UnicodeAttribute(null=True)
+    #: the table's TTL
+    expires_epoch = NumberAttribute(null=True)
+
+    by_push_due = FeedPushDue()
+
+
 class TenantModel(Model):
     """Per-tenant counters: ``pending`` is the number of its jobs in PENDING."""
     class Meta(_Meta):
@@ -355,6 +409,7 @@ MODELS = {
     CollectorModel: "collector_table",
     FleetModel: "fleet_table",
     TenantModel: "tenants_table",
+    FeedModel: "events_table",
 }
 
 

@@ -147,7 +147,8 @@ class DynamoPipelines(OnDynamo):
         changes = Changes(JOBS).set("state", running.value) \
             .set("tenant_state", tenant_state(tenant, running)) \
             .set("started_at", iso(now)).set("updated_at", iso(now)) \
-            .event("started", ev.event("started", now, reason="its first index was placed"))
+            .event("started", ev.event("started", now, reason="its first index was placed",
+                                       from_=JobState.PENDING.value))
         condition, values = leaving(Event.INDEX_PLACED)
         return self._update_if(parent_id, changes, condition + " AND #active_state = :array",
                                {**values, ":array": {"S": ARRAY}})
@@ -179,7 +180,8 @@ class DynamoPipelines(OnDynamo):
             .remove("pending_reason") \
             .event("finished", ev.event("finished", now, state=to.value,
                                         reason=(exit_ or {}).get("reason") or "succeeded",
-                                        detail=(exit_ or {}).get("detail")))
+                                        detail=(exit_ or {}).get("detail"),
+                                        from_=parent.state.value))
         if never:
             changes.add("array_cancelled", never)
         try:

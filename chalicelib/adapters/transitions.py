@@ -163,7 +163,7 @@ class DynamoTransitions(OnDynamo):
             .set("health", frozen_health(job.health, iso(now), to.terminal, exit_,
                                          _node_of(attempt, (exit_ or {}).get("rank"))))
         # (nothing is judged once the attempt ended: no stale health)
-        changes.event(*ev.attempt_end(now, attempt.attempt, to.value, exit_))
+        changes.event(*ev.attempt_end(now, attempt.attempt, to.value, exit_, job.state.value))
         if to.terminal:
             changes.set("exit", exit_).set("finished_at", iso(now))
         else:

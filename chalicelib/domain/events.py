@@ -40,9 +40,11 @@ def _digest(text: str) -> str:
 
 
 def event(kind: str, at: datetime, *, attempt: int | None = None,
-          reason: str | None = None, **details) -> dict:
-    """An event as stored and served: type, time, attempt, reason, details."""
-    out = {"type": kind, "time": iso(at), "attempt": attempt, "reason": reason, **details}
+          reason: str | None = None, from_: str | None = None, **details) -> dict:
+    """An event as stored and served: type, time, attempt, reason, details,
+    and the state a move left (``from``, which the tenant's feed tells)."""
+    out = {"type": kind, "time": iso(at), "attempt": attempt, "reason": reason,
+           "from": from_, **details}
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -56,14 +58,17 @@ def placed(at: datetime, attempt: int, ranks_by_node: dict[str, list[int]]) -> d
                         for node, ranks in ranks_by_node.items()})
 
 
-def attempt_end(at: datetime, attempt: int, state: str, exit_: dict | None) -> tuple[str, dict]:
+def attempt_end(at: datetime, attempt: int, state: str, exit_: dict | None,
+                from_: str | None = None) -> tuple[str, dict]:
     """(key, event) of an attempt's end: ``finished`` when the job ends with it
     (``state`` terminal), else ``retried#<attempt>``; either carries the end's
-    reason, its first failed rank and node, and the retry rules' ``decision``
-    (domain/retry.py: why the next attempt is made, or why none is)."""
+    reason, its first failed rank and node, the retry rules' ``decision``
+    (domain/retry.py: why the next attempt is made, or why none is), and the
+    state it left (``from``)."""
     exit_ = exit_ or {}
     details = {"reason": exit_.get("reason"), "rank": exit_.get("rank"),
-               "node_id": exit_.get("node_id"), "decision": exit_.get("decision")}
+               "node_id": exit_.get("node_id"), "decision": exit_.get("decision"),
+               "from_": from_}
     if state in ("SUCCEEDED", "FAILED", "CANCELLED"):
         return "finished", event("finished", at, attempt=attempt, state=state,
                                  exit_code=exit_.get("exit_code"), **details)

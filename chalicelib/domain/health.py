@@ -209,7 +209,7 @@ def incident(health: dict) -> dict:
     named = health.get("verdict") or {}
     rank = named.get("rank") if named else health.get("first_stalled_rank")
     return {"reason": named.get("text") or f"rank {rank} stalled first", "rank": rank,
-            "ranks": named.get("ranks"), "by": named.get("by"),
+            "node_id": named.get("node_id"), "ranks": named.get("ranks"), "by": named.get("by"),
             "stacks": named.get("stacks") or None,
             "co_first": [c.get("rank") for c in health.get("co_first") or []] or None,
             "suspect_node": health.get("suspect_node")}

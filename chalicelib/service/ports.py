@@ -332,3 +332,67 @@ class LogReader(Protocol):
     """The ranks' logs (CloudWatch Logs), one page at a time."""
     def read(self, streams: list[str], prefix: str, *, start_ms: int | None,
              token: str | None, limit: int) -> LogPage: ...
+
+
+@dataclass(frozen=True)
+class FeedHead:
+    """A tenant's feed as its head tells it (domain/feed.py): the last
+    number given, the ms its id carried, and the last number pushed."""
+    seq: int = 0
+    ms: int = 0
+    pushed: int = 0
+
+
+class AlreadyFed(Exception):
+    """Some story events were fed already (a marker exists): (job, key)."""
+
+    def __init__(self, fed: list[tuple[str, str]]) -> None:
+        super().__init__(f"already fed: {fed}")
+        self.fed = fed
+
+
+class FeedLog(Protocol):
+    """The tenants' event feeds (domain/feed.py) and the unfed events of the
+    jobs' stories they are fed from."""
+    def unfed_jobs(self, tenant: str, limit: int) -> list[str]:
+        """Jobs of ``tenant`` with unfed story events (an index: may lag)."""
+        ...
+
+    def unfed_tenants(self, limit: int) -> list[str]: ...
+
+    def unfed(self, job_id: str) -> dict[str, dict]:
+        """The job's unfed story events, by key (read consistently)."""
+        ...
+
+    def head(self, tenant: str) -> FeedHead: ...
+
+    def append(self, tenant: str, read: FeedHead, ms: int,
+               events: Sequence[tuple[int, dict]], fed: Sequence[tuple[str, str]]) -> None:
+        """Give ``events`` their numbers and mark the story events ``fed``
+        (job, key) fed, in one write conditioned on the head ``read``:
+        raises Contended when the head moved, AlreadyFed naming those fed
+        meanwhile (nothing written either way)."""
+        ...
+
+    def mark_fed(self, job_id: str, keys: Collection[str]) -> None:
+        """The job's story events ``keys`` are fed: no longer unfed."""
+        ...
+
+    def events(self, tenant: str, after: int, upto: int, limit: int) -> list[tuple[int, dict]]:
+        """The tenant's events numbered after ``after`` and up to ``upto``,
+        at most ``limit``, in order (read consistently)."""
+        ...
+
+    def pushed(self, tenant: str, read: FeedHead, upto: int) -> None:
+        """Events up to ``upto`` were pushed; the feed leaves the push index
+        when that is its head (conditioned on the head ``read``)."""
+        ...
+
+    def push_due(self, limit: int) -> list[str]:
+        """Tenants with numbered events not pushed yet."""
+        ...
+
+
+class EventSink(Protocol):
+    """Where every numbered event is put (EventBridge): raises when any is not."""
+    def put(self, events: Sequence[dict]) -> None: ...

@@ -70,7 +70,8 @@ class Stack:
         self.endpoint_url, self.stage = endpoint_url, stage
         self.cfn = boto3.client("cloudformation", endpoint_url=endpoint_url, region_name=REGION)
         self.sqs = boto3.client("sqs", endpoint_url=endpoint_url, region_name=REGION)
-        self.physical = {r["LogicalResourceId"]: r["PhysicalResourceId"] for r in
+        # (moto gives the event bus no physical id; the bundle names it by output)
+        self.physical = {r["LogicalResourceId"]: r.get("PhysicalResourceId") for r in
                          self.cfn.describe_stack_resources(
                              StackName=f"gpujobs-{stage}")["StackResources"]}
 
@@ -87,6 +88,8 @@ class Stack:
                 AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         if attribute == "QueueName":
             return self.queue_url(logical_id).rsplit("/", 1)[-1]
+        if logical_id == "EventBus" and attribute == "Name":
+            return f"gpujobs-{self.stage}"  # (as the template names it)
         raise AssertionError(f"no resolver for {logical_id}.{attribute}")
 
     def _ref(self, logical_id: str) -> str:
@@ -265,7 +268,7 @@ def body(result: dict) -> dict:
 # -- the functions, each cold then warm -------------------------------------------------
 #: every function the package defines gets a test below
 INVOKED = {"APIHandler", "Place", "PlaceOnNudge", "Scan", "ScanShard", "Reconcile",
-           "FollowUp"}
+           "FollowUp", "Feed"}
 
 
 def test_every_function_of_the_package_is_invoked_here(functions):
@@ -329,6 +332,7 @@ def api(functions):
                              path_params=pp)),
         ("logs", api_event("GET", "/v1/jobs/{job_id}/logs", f"/v1/jobs/{job_id}/logs",
                            path_params=pp)),
+        ("feed", api_event("GET", "/v1/events", "/v1/events")),
         # an operator's (issue 28): cordon, drain (preempting the job), uncordon
         ("cordon", api_event("POST", "/v1/nodes/{node_id}/cordon", f"/v1/nodes/{NODE}/cordon",
                              token=OPERATOR_TOKEN, body={"reason": "bundle test"},
@@ -366,6 +370,9 @@ def test_api_routes_answer_as_the_contract_says(api):
             r[get]["response"]["headers"]["Content-Type"]
     assert status(r["events"]) == 200 and "events" in body(r["events"])
     assert status(r["logs"]) == 200 and "lines" in body(r["logs"])
+    # the tenant's feed tells the job's creation (numbered by the read itself)
+    assert status(r["feed"]) == 200
+    assert api["job_id"] in [e["job_id"] for e in body(r["feed"])["events"]]
     assert api["job_id"] in [j["id"] for j in body(r["list"])["jobs"]]
     assert status(r["get"]) == 200 and body(r["get"])["id"] == api["job_id"]
     assert status(r["get_node"]) == 200 and status(r["list_nodes"]) == 200
@@ -407,7 +414,7 @@ def test_every_log_line_is_json_naming_its_request(api):
             assert line.get("request_id") in ids, line
 
 
-@pytest.mark.parametrize("logical_id", ["Place", "Scan", "Reconcile"])
+@pytest.mark.parametrize("logical_id", ["Place", "Scan", "Reconcile", "Feed"])
 def test_a_scheduled_function_runs_cold_then_warm(functions, api, logical_id):
     fn = functions[logical_id]
     [rule] = [e for e in fn.props["Events"].values() if e["Type"] == "Schedule"]
@@ -419,6 +426,8 @@ def test_a_scheduled_function_runs_cold_then_warm(functions, api, logical_id):
         assert {"jobs", "incidents"} <= set(cold["response"])
     if logical_id == "Reconcile":
         assert cold["response"] is not None
+    if logical_id == "Feed":  # the events it numbered and put on the stack's bus
+        assert set(cold["response"]) == {"numbered", "pushed"}
 
 
 def test_the_queue_consumer_reports_only_the_bad_message_as_failed(functions, stack, api):

@@ -31,7 +31,7 @@ DEV_ONLY = {"moto", "pytest", "_pytest", "hypothesis", "cfnlint", "samtranslator
 #: the only files of the chalice distribution a function needs (its runtime)
 CHALICE_RUNTIME = {"chalice/__init__.py", "chalice/app.py", "chalice/app.pyi"}
 SCHEDULED = {"Place": "rate(1 minute)", "Scan": "rate(1 minute)",
-             "Reconcile": "rate(1 minute)"}
+             "Reconcile": "rate(1 minute)", "Feed": "rate(1 minute)"}
 
 
 def test_cfn_lint_is_clean(bundle):
@@ -115,7 +115,7 @@ def test_every_function_names_the_real_resources(bundle):
     kinds = {"_TABLE": "AWS::DynamoDB::Table", "_QUEUE_URL": "AWS::SQS::Queue",
              "_QUEUE_NAME": "AWS::SQS::Queue", "_DLQ_ARN": "AWS::SQS::Queue"}
     assert set(bundle.functions()) == {"APIHandler", "Place", "PlaceOnNudge", "Scan",
-                                       "ScanShard", "Reconcile", "FollowUp"}
+                                       "ScanShard", "Reconcile", "FollowUp", "Feed"}
     for name, fn in bundle.functions().items():
         env = fn["Properties"]["Environment"]["Variables"]
         for var, expected in bundle.environment.items():

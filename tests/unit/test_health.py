@@ -35,7 +35,7 @@ def test_a_conviction_names_the_first_stopped_rank_on_the_collector_clock():
     assert (h["detected_at"], h["last_heard_at"], h["detection_s"]) == (
         "2026-12-01T12:01:40.000Z", "2026-12-01T12:01:00.000Z", 40.0)
     assert health.incident(h) == {"reason": "rank 1 on n1 went quiet first", "rank": 1,
-                                  "ranks": [1], "by": "silence", "stacks": None,
+                                  "node_id": "n1", "ranks": [1], "by": "silence", "stacks": None,
                                   "co_first": None,
                                   "suspect_node": None}
     assert h["verdict"]["text"] == "rank 1 on n1 went quiet first"

@@ -16,7 +16,10 @@ from gpujobs_client import models as client
 OPENAPI = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 #: the model's attributes that are not a Job's fields: index keys, the queue
 #: key, the job's story and a parked job's fleet generation (adapters write them)
-NOT_FIELDS = {"tenant_state", "active_state", "queue_key", "events", "parked_generation"}
+#: (``unfed``/``unfed_keys``: which story events the tenant's feed has not
+#: numbered yet, adapters' bookkeeping, domain/feed.py)
+NOT_FIELDS = {"tenant_state", "active_state", "queue_key", "events", "parked_generation",
+              "unfed", "unfed_keys"}
 #: what the API's job shows beside its fields: an array's progress, and a
 #: PENDING job's place in the placer's line (computed on read: domain/queue.py)
 API_EXTRA = {"array", "queue"}

@@ -41,7 +41,7 @@ from pynamodb.exceptions import TransactWriteError
 from chalicelib.adapters.dynamo import ConditionFailed
 from chalicelib.adapters.jobs_table import ARRAY, WAITING, active_partition
 from chalicelib.adapters.log_reader import MAX_STREAM_NAMES
-from chalicelib.domain import events as ev, idempotency, quotas
+from chalicelib.domain import events as ev, feed, idempotency, quotas
 from chalicelib.domain.arrays import ENDED_COUNTER, Counts
 from chalicelib.domain.attempts import Attempt, reported
 from chalicelib.domain.clock import Clock, iso, parse_iso, utcnow
@@ -65,7 +65,10 @@ from chalicelib.domain.states import (
     sources,
 )
 from chalicelib.service.ports import (
+    AlreadyFed,
     CapacityChanged,
+    Contended,
+    FeedHead,
     FleetChanged,
     IdemClaim,
     IdempotencyConflict,
@@ -1174,6 +1177,89 @@ class FakeFollowUps:
         for job_id in sent:
             consume(json.dumps({"job_id": job_id}))
         return len(sent)
+
+
+class FakeFeeds:
+    """chalicelib.service.ports.FeedLog in memory (adapters/feed_store.DynamoFeeds)
+    over the world's job stories: a told story event is unfed until
+    ``mark_fed`` (as its key stays in the job's ``unfed_keys``), and fed once
+    a marker is written for it (``append``). Its index is never stale."""
+
+    def __init__(self, tables: Tables) -> None:
+        self.t = tables
+        self.heads: dict[str, FeedHead] = {}
+        self.feeds: dict[str, dict[int, dict]] = {}
+        self.fed: set[tuple[str, str]] = set()
+        self.marked: set[tuple[str, str]] = set()
+
+    def unfed(self, job_id: str) -> dict[str, dict]:
+        with self.t.lock:
+            return {k: dict(v) for k, v in sorted(self.t.job_events.get(job_id, {}).items())
+                    if feed.told(k) and (job_id, k) not in self.marked}
+
+    def unfed_jobs(self, tenant: str, limit: int) -> list[str]:
+        with self.t.lock:
+            return sorted(j for j, job in self.t.jobs.items()
+                          if job.tenant == tenant and self.unfed(j))[:limit]
+
+    def unfed_tenants(self, limit: int) -> list[str]:
+        with self.t.lock:
+            return sorted({job.tenant for j, job in self.t.jobs.items() if self.unfed(j)})[:limit]
+
+    def head(self, tenant: str) -> FeedHead:
+        return self.heads.get(tenant, FeedHead())
+
+    def append(self, tenant: str, read: FeedHead, ms: int,
+               events: Sequence[tuple[int, dict]], fed: Sequence[tuple[str, str]]) -> None:
+        with self.t.lock:
+            if not events and not fed:
+                return
+            gone = [f for f in fed if f in self.fed]
+            if gone:
+                raise AlreadyFed(gone)
+            head = self.head(tenant)
+            if head.seq != read.seq:
+                raise Contended(tenant)
+            self.fed.update(fed)
+            self.feeds.setdefault(tenant, {}).update((seq, json.loads(json.dumps(e)))
+                                                     for seq, e in events)
+            top = events[-1][0] if events else read.seq
+            self.heads[tenant] = replace(head, seq=top, ms=ms)
+
+    def mark_fed(self, job_id: str, keys: Collection[str]) -> None:
+        with self.t.lock:
+            self.marked.update((job_id, k) for k in keys)
+
+    def events(self, tenant: str, after: int, upto: int, limit: int) -> list[tuple[int, dict]]:
+        with self.t.lock:
+            rows = sorted((s, e) for s, e in self.feeds.get(tenant, {}).items()
+                          if after < s <= upto)
+            return [(s, dict(e)) for s, e in rows[:limit]]
+
+    def pushed(self, tenant: str, read: FeedHead, upto: int) -> None:
+        with self.t.lock:
+            head = self.head(tenant)
+            if head.seq < upto or head.pushed >= upto or (upto >= read.seq and head.seq != upto):
+                return  # (the real one's condition fails: nothing changes)
+            self.heads[tenant] = replace(head, pushed=upto)
+
+    def push_due(self, limit: int) -> list[str]:
+        with self.t.lock:
+            return sorted(t for t, h in self.heads.items() if h.seq > h.pushed)[:limit]
+
+
+class RecordingSink:
+    """chalicelib.service.ports.EventSink that keeps what was put; ``fail``
+    makes the next puts raise (a bus that refuses)."""
+
+    def __init__(self) -> None:
+        self.put_events: list[dict] = []
+        self.fail: Exception | None = None
+
+    def put(self, events: Sequence[dict]) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.put_events.extend(events)
 
 
 class NullTelemetry:

@@ -6,8 +6,10 @@ Only click is imported at start; the HTTP client (requests) and the tables
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pathlib
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn
@@ -15,7 +17,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn
 import click
 
 from . import __version__
-from .config import ENV_VARS, KEYS, ConfigError, config_path, load_file, resolve, save_file
+from .config import (
+    ENV_VARS,
+    KEYS,
+    ConfigError,
+    config_path,
+    load_file,
+    resolve,
+    save_file,
+    state_dir,
+)
 from .errors import ApiError, GpujobsError, TransportError
 from .term import clean, dumps, wants_colour
 
@@ -1939,6 +1950,61 @@ def logs(job_id: str, rank: int | None, all_ranks: bool, attempt: int | None, fo
     for line in client.iter_logs(job_id, attempt=attempt, rank=rank, since=since, tail=tail,
                                  follow=follow, interval_s=interval):
         _log_out(line, prefix, raw, color)
+
+
+# -- events -------------------------------------------------------------------------------
+#: the types of the tenant's feed (API.md "Events, webhooks and EventBridge")
+FEED_TYPES = ("job.created", "job.state_changed", "job.retried", "job.stalled", "job.rank_slow")
+
+
+def _cursor_file(api_url: str, token: str, job_id: str | None, type_: str | None) -> pathlib.Path:
+    """Where ``events -f`` keeps its cursor: one file per API, tenant
+    (by a hash of its token) and filter, as the cursor is bound to them."""
+    key = "\x1f".join((api_url, hashlib.sha256(token.encode()).hexdigest(), job_id or "",
+                       type_ or ""))
+    return state_dir() / "events" / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".cursor")
+
+
+def _save_cursor(path: pathlib.Path, cursor: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(cursor, encoding="utf-8")
+    os.replace(tmp, path)  # whole or not at all: a kill never leaves half a cursor
+
+
+@cli.command()
+@common_options
+@click.option("-f", "--follow", is_flag=True,
+              help="Keep printing events as they happen (long polls); resume where the "
+                   "last --follow with the same filter stopped.")
+@click.option("--job", "job_id", metavar="JOB_ID", help="Only this job's events.")
+@click.option("--type", "type_", type=click.Choice(FEED_TYPES), help="Only events of this type.")
+@click.option("--after", metavar="CURSOR", help="Start after this cursor (a next_cursor of "
+              "the same filter), not at the oldest event kept or the saved one.")
+def events(follow: bool, job_id: str | None, type_: str | None, after: str | None) -> None:
+    """Print what happens to your jobs: the tenant's event feed, oldest first.
+
+    One line per event: its time, job, type and what it says ("RUNNING ->
+    FAILED (attempt 2): rank_failed: rank 3 on node-2 exited 1"). With -o json,
+    one event object per line, as the API serves it.
+
+    Without --follow, every event kept (8 days) or after --after, then it
+    returns. With --follow it prints each event as it is recorded, each once
+    and in order, and keeps its cursor under $XDG_STATE_HOME/gpujobs after
+    every page, so that a later --follow with the same filter resumes there.
+    """
+    client = make_client()
+    saved = _cursor_file(client.api_url, client.token or "", job_id, type_) if follow else None
+    if follow:
+        ride_out(client)
+        if after is None and saved is not None and saved.is_file():
+            after = saved.read_text(encoding="utf-8").strip() or None
+    for e in client.iter_events(after=after, type=type_, job_id=job_id, follow=follow,
+                                on_cursor=(lambda c: _save_cursor(saved, c)) if saved else None):
+        if json_mode():
+            click.echo(dumps(e.raw))
+            continue
+        click.echo(f"{short_time(e.time)}  {e.job_id}  {e.type:<17}  {clean(e.text)}")
 
 
 # -- describe -----------------------------------------------------------------------------

@@ -15,7 +15,18 @@ from urllib.parse import quote
 
 from . import __version__
 from .errors import ApiError, GpujobsError, TransportError, error_from_problem
-from .models import Attempt, HeartbeatAck, Job, JobEvent, JobPage, LogLine, Node, Ranks
+from .models import (
+    Attempt,
+    FeedEvent,
+    FeedPage,
+    HeartbeatAck,
+    Job,
+    JobEvent,
+    JobPage,
+    LogLine,
+    Node,
+    Ranks,
+)
 from .retry import (
     RETRY_CODES,
     RETRY_STATUSES_ANY,
@@ -228,12 +239,14 @@ class Client:
 
     def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                 body: Any = _NO_BODY, headers: Mapping[str, str] | None = None,
-                idempotent: bool | None = None, auth: bool = True) -> "requests.Response":
+                idempotent: bool | None = None, auth: bool = True,
+                timeout: float | tuple[float, float] | None = None) -> "requests.Response":
         """Send one API request, retrying as :mod:`gpujobs_client.retry` says.
 
         Returns the response of a 1xx-3xx answer; raises :class:`ApiError`
         for a problem and :class:`TransportError` when no answer came.
-        ``idempotent`` defaults to True for GET, HEAD, PUT and DELETE.
+        ``idempotent`` defaults to True for GET, HEAD, PUT and DELETE;
+        ``timeout`` overrides the client's for this request (a long poll).
         """
         import requests
 
@@ -265,7 +278,7 @@ class Client:
                 sent["Authorization"] = f"Bearer {self.token}"
             try:
                 resp = self.session.request(method, url, params=clean_params, data=data,
-                                            headers=sent, timeout=self.timeout)
+                                            headers=sent, timeout=timeout or self.timeout)
             except (requests.ConnectionError, requests.Timeout) as e:
                 error = TransportError(_describe_transport(e, url), method=method, url=url,
                                        attempts=attempt, cause=e)
@@ -455,6 +468,37 @@ class Client:
         """``GET /v1/jobs/{job_id}/events``: the job's story, oldest first."""
         data = self._json("GET", f"/v1/jobs/{_seg(job_id)}/events")
         return [JobEvent.from_json(e) for e in data.get("events") or []]
+
+    def events_page(self, *, after: str | None = None, type: str | None = None,
+                    job_id: str | None = None, page_size: int | None = None,
+                    wait_s: int | None = None) -> FeedPage:
+        """One page of ``GET /v1/events``, the tenant's feed, oldest first:
+        the events after the cursor ``after`` (None: from the oldest kept),
+        only of ``type`` and ``job_id`` if given; with ``wait_s`` (0-20) an
+        empty answer is held that long for the next event."""
+        read = float(self.timeout[1] if isinstance(self.timeout, tuple) else self.timeout)
+        return FeedPage.from_json(self._json(
+            "GET", "/v1/events", params={"after": after, "type": type, "job_id": job_id,
+                                         "page_size": page_size, "wait_s": wait_s},
+            timeout=(read, read + (wait_s or 0))))
+
+    def iter_events(self, *, after: str | None = None, type: str | None = None,
+                    job_id: str | None = None, follow: bool = False, wait_s: int = 20,
+                    on_cursor: Callable[[str], None] | None = None) -> Iterator[FeedEvent]:
+        """Every event of the feed after ``after``, each once, in order; to
+        the end (an empty page), or with ``follow`` for ever, long-polling
+        ``wait_s`` at a time. ``on_cursor`` gets each page's ``next_cursor``
+        once its events were yielded (where to resume)."""
+        cursor = after
+        while True:
+            page = self.events_page(after=cursor, type=type, job_id=job_id,
+                                    wait_s=wait_s if follow else None)
+            yield from page.events
+            cursor = page.next_cursor
+            if on_cursor is not None:
+                on_cursor(cursor)
+            if not page.events and not follow:
+                return
 
     def get_logs(self, job_id: str, *, attempt: int | None = None, rank: int | None = None,
                  since: str | None = None, page_token: str | None = None,

@@ -58,6 +58,16 @@ def config_dir(env: Mapping[str, str] | None = None) -> pathlib.Path:
     return base / "gpujobs"
 
 
+def state_dir(env: Mapping[str, str] | None = None) -> pathlib.Path:
+    """Where the CLI keeps what it resumes from (``gpujobs events -f``'s
+    cursors): ``$XDG_STATE_HOME/gpujobs`` (``~/.local/state/gpujobs``)."""
+    env = os.environ if env is None else env
+    xdg = env.get("XDG_STATE_HOME", "")
+    base = pathlib.Path(xdg) if xdg and os.path.isabs(xdg) else \
+        pathlib.Path.home() / ".local" / "state"
+    return base / "gpujobs"
+
+
 def config_path(env: Mapping[str, str] | None = None) -> pathlib.Path:
     return config_dir(env) / "config.toml"
 

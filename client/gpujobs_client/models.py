@@ -549,3 +549,60 @@ class JobEvent:
                    attempt=_opt_int(d.get("attempt")), reason=d.get("reason"), raw=dict(d),
                    decision=d.get("decision"), node_id=d.get("node_id"),
                    jobs=[str(j) for j in d.get("jobs") or []], detail=d.get("detail"))
+
+
+@dataclass(frozen=True)
+class FeedEvent:
+    """One event of the tenant's feed (GET /v1/events): ``type`` is
+    ``job.created``, ``job.state_changed``, ``job.retried``, ``job.stalled``
+    or ``job.rank_slow``; ``data`` as the API documents it per type."""
+    id: str
+    type: str
+    time: str
+    job_id: str
+    data: dict[str, Any] = field(compare=False)
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def text(self) -> str:
+        """The event in words, as the CLI prints it: "RUNNING -> SUCCEEDED
+        (attempt 1)", "rank 3 on node-2 stalled: <verdict>"."""
+        d = self.data
+        attempt = f" (attempt {d['attempt']})" if d.get("attempt") is not None else ""
+        if self.type == "job.created":
+            return "created"
+        if self.type == "job.state_changed":
+            moved = f"{d.get('from') or '?'} -> {d.get('to')}{attempt}"
+            exit_ = d.get("exit") or {}
+            why = d.get("reason")
+            if exit_.get("rank") is not None:
+                why = f"{why}: rank {exit_['rank']}" + (
+                    f" on {exit_['node_id']}" if exit_.get("node_id") else "") + (
+                    f" exited {exit_['exit_code']}" if exit_.get("exit_code") is not None else "")
+            return moved + (f": {why}" if why else "")
+        if self.type == "job.retried":
+            return (f"attempt {d.get('attempt')} ended ({d.get('reason')}); attempt "
+                    f"{d.get('next_attempt')} follows")
+        if self.type == "job.stalled":
+            return f"stalled{attempt}: {d.get('text')}"
+        if self.type == "job.rank_slow":
+            return f"rank {d.get('rank')} is slow: {d.get('text')}"
+        return self.type
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FeedEvent":
+        return cls(id=str(d.get("id", "")), type=str(d.get("type", "")),
+                   time=str(d.get("time", "")), job_id=str(d.get("job_id", "")),
+                   data=dict(d.get("data") or {}), raw=dict(d))
+
+
+@dataclass(frozen=True)
+class FeedPage:
+    """A page of the tenant's feed and the cursor that follows it (never None)."""
+    events: list[FeedEvent]
+    next_cursor: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FeedPage":
+        return cls(events=[FeedEvent.from_json(e) for e in d.get("events") or []],
+                   next_cursor=str(d.get("next_cursor") or ""))

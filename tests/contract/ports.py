@@ -32,6 +32,8 @@ class Ports:
     inbox: Any
     #: every message waiting in a queue, removed as read
     drain: Callable[[str], list[dict]]
+    #: the tenants' event feeds (FeedLog) over the same job stories
+    feeds: Any = None
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
 
     # -- fresh names: tests on the shared stack see only their own -------------
@@ -93,7 +95,10 @@ def fake_ports() -> Ports:
     from tests.fakes import World
 
     w = World()
-    return Ports("fake", w.store, w.nodes, w.beats, w.collector, w.inbox, w.inbox.drain)
+    from tests.fakes import FakeFeeds
+
+    return Ports("fake", w.store, w.nodes, w.beats, w.collector, w.inbox, w.inbox.drain,
+                 FakeFeeds(w.tables))
 
 
 def real_ports(env: dict) -> Ports:
@@ -121,9 +126,11 @@ def real_ports(env: dict) -> Ports:
                 sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
         return out
 
+    from chalicelib.adapters.feed_store import DynamoFeeds
+
     return Ports("dynamo", DynamoStore(Dynamo(connection)), DynamoNodeStore(connection),
                  DynamoHeartbeatStore(connection), DynamoCollectorStore(connection), SqsInbox(config),
-                 drain)
+                 drain, DynamoFeeds(Dynamo(connection)))
 
 
 IMPLEMENTATIONS = ["fake", pytest.param("dynamo", marks=pytest.mark.moto)]

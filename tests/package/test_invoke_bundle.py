@@ -427,7 +427,8 @@ def test_a_scheduled_function_runs_cold_then_warm(functions, api, logical_id):
     if logical_id == "Reconcile":
         assert cold["response"] is not None
     if logical_id == "Feed":  # the events it numbered and put on the stack's bus
-        assert set(cold["response"]) == {"numbered", "pushed"}
+        assert set(cold["response"]) == {"numbered", "pushed", "failed"}
+        assert cold["response"]["failed"] == 0
 
 
 def test_the_queue_consumer_reports_only_the_bad_message_as_failed(functions, stack, api):

@@ -25,7 +25,8 @@ def cli_runner(api_url: str, config_home):
     the ranks' own output (``gpujobs logs``), whose tracebacks are the job's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUJOBS_")}
     env.update({"GPUJOBS_API_URL": api_url, "GPUJOBS_TOKEN": "e2e-tenant",
-                "XDG_CONFIG_HOME": str(config_home), "COLUMNS": "200", "NO_COLOR": "1",
+                "XDG_CONFIG_HOME": str(config_home), "XDG_STATE_HOME": str(config_home),
+                "COLUMNS": "200", "NO_COLOR": "1",
                 "PYTHONPATH": os.pathsep.join(
                     p for p in (str(CLIENT_DIR), env.get("PYTHONPATH")) if p)})
 

@@ -234,7 +234,7 @@ class Bench:
         if m.errors:
             raise Fail(f"the write meter failed on {m.errors} requests")
         ops = collections.Counter(f"{s}:{op}" for s, op in harness.CALLS
-                                  if s in ("dynamodb", "sqs"))
+                                  if s in ("dynamodb", "sqs", "events"))
         n = float(times)
         return {"http": http, "requests": {k: v / n for k, v in sorted(ops.items())},
                 "wru": m.total / n, "rru": m.rru / n,
@@ -299,10 +299,16 @@ class Bench:
         s.scanner.run()
         self.clock.advance(60)
         out["scan_idle"] = self.count(s.scanner.run)
+        s.feed.sweep()  # (what the nodes' and earlier jobs' writes left for the feed)
         for hosts in (1, 2):
             out[f"lifecycle_{hosts}_host"], parts = self.lifecycle(hosts)
             if hosts == 1:
                 out.update({f"job_{k}": v for k, v in parts.items() if k in ("create", "place")})
+                # the tenant feed's part of it: the feed timer numbering the
+                # life's events and putting them on the bus (issue 45)
+                out["feed_lifecycle"] = self.feed_sweep()
+            else:
+                s.feed.sweep()
         for ranks in SIZES:
             out.update(self.running_job(ranks))
         self.refresh()
@@ -335,6 +341,13 @@ class Bench:
             + out["reconcile_busy_host"][f] * INTERVAL_S / RECONCILE_PERIOD_S
             for f in ("wru", "rru")}}
         return round_all(out)
+
+    def feed_sweep(self) -> dict:
+        """The feed timer's sweep of what was told since the last, and how
+        many events it numbered."""
+        told: list[int] = []
+        counted = self.count(lambda: told.append(self.services.feed.sweep()["numbered"]))
+        return {**counted, "events": told[0]}
 
     def lifecycle(self, hosts: int) -> tuple[dict, dict]:
         """A job of ``hosts`` hosts: created, placed, STARTED and EXITED per host."""

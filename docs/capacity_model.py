@@ -47,6 +47,16 @@ SECONDS_PER_MONTH = 730 * 3600            # AWS bills a month as 730 hours
 MIX = {"large": (0.50, 256, 24.0), "medium": (0.30, 64, 4.0), "small": (0.20, 8, 1.0)}
 GET_PER_RUNNING_JOB_PER_MIN = 1           # users and dashboards reading a job
 CANCEL_SHARE = 0.10                       # host-starts that later get a CANCEL
+# The tenant event feed (issue 45): each job's events are numbered and put on
+# EventBridge (counted: feed_lifecycle, one sweep of a whole life; deployed,
+# the feed timer's sweeps and the tenants' reads see a life's events in up to
+# FEED_ROUNDS_PER_LIFE rounds, each numbering round writing the job again);
+# each event is delivered to WEBHOOKS_PER_EVENT webhooks (an assumption: an
+# SQS send, receive and delete, one invocation, a delivery record and a read
+# of the webhook per delivery)
+FEED_ROUNDS_PER_LIFE = 4
+WEBHOOKS_PER_EVENT = 1.0
+DELIVERY_SQS, DELIVERY_WRU, DELIVERY_RRU, DELIVERY_S = 3, 1, 1, 0.2
 POLLS_PER_HOST_PER_MIN = 3                # the agent's 20-s SQS long polls of its inbox
 ESM_POLLS_PER_MIN = 5 * 3                 # the event source mappings' polls
 
@@ -81,6 +91,7 @@ LAMBDA_PER_M, LAMBDA_GB_S = 0.20, 0.0000166667
 DDB_WRU_PER_M, DDB_RRU_PER_M = 0.625, 0.125          # on-demand, after the Nov 2024 cut
 DDB_WCU_HOUR, DDB_RCU_HOUR = 0.00065, 0.00013        # provisioned
 SQS_PER_M = 0.40
+EVENTBRIDGE_PER_M = 1.00                             # custom events put
 LOGS_PER_GB = 0.50
 LOG_BYTES_PER_INVOCATION = 350                       # START/END/REPORT platform lines
 
@@ -192,11 +203,23 @@ def model(gpus: int, counted: dict | None = None) -> dict:
     gets = {m: running[m] * GET_PER_RUNNING_JOB_PER_MIN / 60 for m in MIX}
     life = {f: (per_job[f] * starts_h + per_host[f] * host_starts_h) / 3600 for f in per_job}
 
+    # the feed: one counted sweep of a life, plus the job's item written again
+    # by each further numbering round (its mark_fed write, counted in the sweep)
+    feed_life = k["feed_lifecycle"]
+    job_write = math.ceil(k["item_bytes"]["job"] / 1024)
+    feed_events = feed_life["events"] * starts_h / 3600          # events / s
+    deliveries = feed_events * WEBHOOKS_PER_EVENT
+
+    def feed_rate(field: str) -> float:
+        more = {"wru": job_write * (FEED_ROUNDS_PER_LIFE - 1), "rru": 0, "http": 0}[field]
+        per_delivery = {"wru": DELIVERY_WRU, "rru": DELIVERY_RRU, "http": 0}[field]
+        return (feed_life[field] + more) * starts_h / 3600 + deliveries * per_delivery
+
     def per_op(field: str) -> dict:
         return {"hb": sum(hb[m] * k[f"heartbeat_post_{size[m]}"][field] for m in MIX),
                 "node": node * k["call_in_carried"][field],
                 "gets": sum(gets[m] * k[f"get_job_{size[m]}"][field] for m in MIX),
-                "life": life[field]}
+                "life": life[field], "feed": feed_rate(field)}
 
     http = per_op("http")
     api = sum(http.values())
@@ -214,12 +237,12 @@ def model(gpus: int, counted: dict | None = None) -> dict:
     # Scan pages of 1 MB, ~0.1 s each; BatchGetItems of 100 host items, ~10 ms each
     reconcile_s = 0.1 + hosts * node_bytes / 1e6 * 0.1 + silent / 100 * 0.01
     nudges = starts_h / 3600                             # place_on_nudge, unbatched
-    invocations = api + (3 + sc["shards"]) / 60 + nudges
+    invocations = api + (4 + sc["shards"]) / 60 + nudges + deliveries
     gb_s = (API_GB * ((http["hb"] * HB_S + node * CARRIED_S)
                       + (http["gets"] + http["life"]) * OTHER_S)
             + (SCAN_GB * sc["scan_total_s"] + PLACE_GB * PLACE_RUN_S
                + RECONCILE_GB * reconcile_s) / 60
-            + PLACE_GB * PLACE_RUN_S * nudges)
+            + PLACE_GB * PLACE_RUN_S * nudges + API_GB * DELIVERY_S * deliveries)
 
     def scheduled(field: str) -> float:
         """The scan, placement and reconcile runs, once a minute, per second;
@@ -247,6 +270,7 @@ def model(gpus: int, counted: dict | None = None) -> dict:
     polls = hosts * POLLS_PER_HOST_PER_MIN / 60 * m
     deletes = host_starts_h * (1 + CANCEL_SHARE) / 3600 * m
     esm = ESM_POLLS_PER_MIN / 60 * m
+    sends += deliveries * DELIVERY_SQS * m
     # CreateQueue: counted per call-in with one process serving the node; call-ins
     # spread over containers / 2 processes each ensure the node on their own
     per_call_in = k["call_in_carried"]["requests"].get("sqs:CreateQueue", 0)
@@ -260,6 +284,7 @@ def model(gpus: int, counted: dict | None = None) -> dict:
         "DynamoDB writes": wru * m / 1e6 * DDB_WRU_PER_M,
         "DynamoDB reads": rru * m / 1e6 * DDB_RRU_PER_M,
         "SQS": (sends + polls + deletes + esm + create_queue) / 1e6 * SQS_PER_M,
+        "EventBridge (every feed event put)": feed_events * m / 1e6 * EVENTBRIDGE_PER_M,
         "CloudWatch Logs (platform lines only)":
             invocations * m * LOG_BYTES_PER_INVOCATION / 1e9 * LOGS_PER_GB,
     }
@@ -278,7 +303,8 @@ def model(gpus: int, counted: dict | None = None) -> dict:
         ("reconcile", 1 / 60, 0, 0),
         ("lifecycle_1_host", starts_h / 3600, 1 / (MIX[largest][2] * 3600), 0),
         ("lifecycle_2_host", (host_starts_h - starts_h) / 3600, 0, 0),
-        ("lifecycle_1_host", -(host_starts_h - starts_h) / 3600, 0, 0)])
+        ("lifecycle_1_host", -(host_starts_h - starts_h) / 3600, 0, 0),
+        ("feed_lifecycle", starts_h / 3600, 1 / (MIX[largest][2] * 3600), 0)])
     # the ingest marks (left out of the counted operations: at most one a second
     # per container, whatever it serves), spread over their shards' keys
     shards = getattr(heartbeat_store, "INGEST_SHARDS", 1)
@@ -293,7 +319,9 @@ def model(gpus: int, counted: dict | None = None) -> dict:
         "invocations": invocations, "invocations_month": invocations * m, "gb_s": gb_s,
         "gb_s_month": gb_s * m, **sc, "reconcile_s": reconcile_s,
         "w_beats": writes["hb"], "w_nodes": writes["node"], "w_marks": w_marks,
-        "w_life": writes["life"], "w_scheduled": scheduled("wru"), "wru": wru,
+        "w_life": writes["life"], "w_feed": writes["feed"], "r_feed": reads["feed"],
+        "feed_events": feed_events, "deliveries": deliveries,
+        "w_scheduled": scheduled("wru"), "wru": wru,
         "r_beats": reads["hb"], "r_nodes": reads["node"], "r_gets": reads["gets"],
         "r_life": reads["life"], "r_scheduled": scheduled("rru"), "rru": rru,
         "sends": sends, "polls": polls, "deletes": deletes, "esm": esm,
@@ -373,12 +401,15 @@ def main() -> None:
     line("  node call-ins", n, "w_nodes")
     line("  collector ingest marks (<= 1/s/container)", d1, "w_marks")
     line("  job lifecycle", d1, "w_life")
+    line("  event feed: numbering, pushes, webhook deliveries", d1, "w_feed")
     line("  scan, placement, reconcile (per minute / 60)", d1, "w_scheduled")
     line("**DynamoDB RRU / s**", n, "rru")
     line("  heartbeat POSTs", n, "r_beats")
     line("  node call-ins", n, "r_nodes")
     line("  job reads; job lifecycle", lambda r: r, lambda r: f"{r['r_gets']:.1f}; {r['r_life']:.1f}")
+    line("  event feed", d1, "r_feed")
     line("  scan, placement, reconcile (per minute / 60)", d1, "r_scheduled")
+    line("feed events / s (each put on EventBridge, delivered to webhooks)", d2, "feed_events")
     line("SQS requests / month", mil, lambda r: r["sends"] + r["polls"] + r["deletes"] + r["esm"] + r["create_queue"])
     line("  of which agent long polls", mil, "polls")
     line("  of which CreateQueue (per-process ensure)", mil, "create_queue")

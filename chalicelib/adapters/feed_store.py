@@ -111,16 +111,25 @@ class DynamoFeeds(OnDynamo):
             raise Contended(tenant) from None
 
     def mark_fed(self, job_id: str, keys: Collection[str]) -> None:
-        if not keys:
+        """One write of the job's item (some 4 KB: each write of it costs):
+        when ``keys`` are all its unfed keys, as they are unless its story
+        went on since they were read, the job leaves the index with them;
+        otherwise only they go, and the job stays for the rest."""
+        keys = sorted(set(keys))
+        values = {f":k{i}": {"S": k} for i, k in enumerate(keys)}
+        exact = " AND ".join(["size(#unfed_keys) = :n"] + [
+            f"contains(#unfed_keys, :k{i})" for i in range(len(keys))])
+        try:
+            self._dynamo.update(Changes(JOBS).remove("unfed", "unfed_keys").update(
+                JOBS.key(job_id), condition=exact if keys else
+                "attribute_exists(#job_id) AND attribute_not_exists(#unfed_keys)",
+                values={**values, ":n": {"N": str(len(keys))}} if keys else None))
             return
+        except ConditionFailed:
+            if not keys:
+                return  # told more meanwhile: it stays for them
         self._dynamo.update(Changes(JOBS).delete("unfed_keys", set(keys)).update(
             JOBS.key(job_id), condition="attribute_exists(#job_id)"))
-        try:  # the last one out takes the job out of the index
-            self._dynamo.update(Changes(JOBS).remove("unfed").update(
-                JOBS.key(job_id),
-                condition="attribute_exists(#unfed) AND attribute_not_exists(#unfed_keys)"))
-        except ConditionFailed:
-            pass  # more were told meanwhile: it stays for them
 
     def events(self, tenant: str, after: int, upto: int, limit: int) -> list[tuple[int, dict]]:
         if upto <= after:

@@ -72,3 +72,12 @@ def test_a_feed_is_due_until_pushed_to_its_head(ports):
     assert tenant not in ports.feeds.push_due(1000)
     ports.feeds.pushed(tenant, read, read.seq)  # a repeat changes nothing
     assert ports.feeds.head(tenant).pushed == 1
+
+
+def test_marking_some_keeps_the_job_in_the_index_for_the_rest(ports):
+    """Only the keys marked leave: a story event told after the sequencer's
+    read (here, one it never read) keeps its job unfed."""
+    job = ports.created()
+    ports.feeds.mark_fed(job.job_id, ["placed#9"])
+    assert list(ports.feeds.unfed(job.job_id)) == ["created"]
+    assert job.job_id in ports.feeds.unfed_jobs(job.tenant, 100)

@@ -17,9 +17,10 @@ OPENAPI = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 #: the model's attributes that are not a Job's fields: index keys, the queue
 #: key, the job's story and a parked job's fleet generation (adapters write them)
 NOT_FIELDS = {"tenant_state", "active_state", "queue_key", "events", "parked_generation"}
-#: what the API's job shows beside its fields: an array's progress, and a
+#: what the API's job shows beside its fields: an array's progress, a
 #: PENDING job's place in the placer's line (computed on read: domain/queue.py)
-API_EXTRA = {"array", "queue"}
+#: and its usage (computed on read: domain/usage.py)
+API_EXTRA = {"array", "queue", "usage"}
 
 
 def test_every_field_of_a_job_declares_how_it_is_stored():

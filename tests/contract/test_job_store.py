@@ -388,6 +388,22 @@ def test_the_story_has_one_event_per_transition_in_order(ports):
         "created", "placed", "started", "finished"]
 
 
+def test_a_view_with_its_story_has_the_job_its_attempts_and_its_events(ports):
+    """What a job's usage is worked out from (JobsService.look)."""
+    pending = ports.created()
+    assert ports.store.view_with_story(pending.job_id) == (
+        view_of(ports.store.get(pending.job_id)), [], ports.store.events(pending.job_id))
+    assert ports.store.view_with_story(pending.job_id[:-4] + "ZZZZ") is None
+    job, _ = ports.running()
+    ports.store.record_ranks(job.job_id, 1, "started", [0, 1])
+    view, attempts, events = ports.store.view_with_story(job.job_id)
+    assert view == view_of(ports.store.get(job.job_id))
+    assert attempts == [ports.store.attempt(job.job_id, 1)]
+    assert attempts[0].started == {0, 1} and attempts[0].node_gpus
+    assert events == ports.store.events(job.job_id)
+    assert sorted(e["type"] for e in events) == ["created", "placed", "rank_started", "started"]
+
+
 # -- health ------------------------------------------------------------------------
 def test_an_incident_is_recorded_once_however_many_scans_see_it(ports):
     job, _ = ports.running()

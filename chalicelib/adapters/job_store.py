@@ -19,7 +19,6 @@ from pynamodb.exceptions import TransactWriteError
 
 from ..domain import events as ev
 from ..domain.arrays import ENDED_COUNTER
-from ..domain.attempts import Attempt
 from ..domain.clock import iso, parse_iso
 from ..domain.errors import RecordTooLarge
 from ..domain.fleet import Fleet, parked_partition
@@ -36,7 +35,7 @@ from ..service.ports import (
     StateChanged,
 )
 from ..service.views import JobView
-from .attempt_store import ATTEMPTS, attempt_from_item
+from .attempt_store import ATTEMPTS
 from .dynamo import Changes, ConditionFailed, ItemTooLarge
 from .dynamo_errors import response_code, tx_lost
 from .fleet import FLEET
@@ -235,22 +234,14 @@ class DynamoJobs(OnDynamo):
         item = self._dynamo.get(JOBS.get(JOBS.key(job_id)))
         return view_from_item(item) if item else None
 
-    def view_with_story(self, job_id: str) -> tuple[JobView, list[Attempt], list[dict]] | None:
-        """The job as it is shown, its attempts and its story (oldest first),
-        what its ``usage`` is worked out from (domain/usage.py), or None:
-        ``view``'s one read and, for a job ever placed, one Query of its
-        attempts."""
+    def view_with_story(self, job_id: str) -> tuple[JobView, list[dict]] | None:
+        """The job as it is shown and its own story (the events on its
+        item, oldest first, as served), what its ``usage`` is worked out from
+        (domain/usage.py), or None: ``view``'s one read, nothing more."""
         item = self._dynamo.get(JOBS.get(JOBS.key(job_id)))
         if item is None:
             return None
-        view = view_from_item(item)
-        raw: list[dict] = []
-        if view["attempt"]:
-            request = ATTEMPTS.query(None, "#job_id = :job", {":job": {"S": job_id}},
-                                     consistent=True)
-            raw = [i for page in self._dynamo.pages(request) for i in page]
-        return (view, [attempt_from_item(i) for i in raw],
-                ev.timeline(events_from_item(item), *(events_from_item(i) for i in raw)))
+        return view_from_item(item), ev.timeline(events_from_item(item))
 
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[JobView], str | None]:

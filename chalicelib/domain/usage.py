@@ -3,8 +3,10 @@
 A pure function of what the control plane records (no clock is read here:
 ``now`` is an argument). Each attempt of the job is one :class:`Span`: its
 GPUs, its placement and its end, when its first ranks started, its stalls
-(from the job's ``stalled`` and ``recovered`` events) and, when the ranks
-report steps and they are recorded, its first and last step. Each attempt's
+and, when the ranks' steps are recorded, its first and last step. All but
+the steps are in the job's own story (:func:`spans_of`: the events on the
+job's item, which reading the job already reads); the steps are not
+recorded per attempt yet (the collector keeps each rank's latest beat). Each attempt's
 time held, ``GPUs x (placement -> end)`` (a running attempt's up to ``now``),
 is cut into parts, in this order, each part of the attempt's time once:
 
@@ -37,7 +39,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterable, Sequence
 
-from .attempts import Attempt
 from .clock import parse_iso
 
 #: an attempt's end reason -> the cause its lost time is counted under
@@ -171,22 +172,31 @@ def usage(spans: Sequence[Span], now: datetime) -> dict:
                              for s in ordered)}
 
 
-def spans_of(attempts: Iterable[Attempt], events: Iterable[dict]) -> list[Span]:
-    """The spans of a job's attempts (domain/attempts.Attempt) and its story
-    (domain/events.timeline: served events, oldest first): each attempt's
-    first ``rank_started`` (else its ``started``) and its stalls, each from
-    its ``last_heard_at`` (else its time) to the attempt's next
-    ``recovered`` (else the attempt's end)."""
+def spans_of(events: Iterable[dict], gpus: int) -> list[Span]:
+    """The spans of a job's attempts, from its own story (domain/events.py:
+    the job item's events, served, in any order), each attempt ``gpus`` GPUs
+    (its ranks x GPUs per rank: a gang is placed whole). An attempt is its
+    ``placed`` event (written with the attempt, at its ``created_at``) to
+    its first ``retried`` or ``finished`` event (written with its end, at
+    its ``finished_at``, with the end's reason); it started at its
+    ``started`` event (its first ranks' start); each ``stalled`` event opens
+    a stall at its ``last_heard_at`` (else its time), ended by the attempt's
+    next ``recovered`` event (else by the attempt's end)."""
+    placed: dict[int, datetime] = {}
     started: dict[int, datetime] = {}
+    ended: dict[int, tuple[datetime, str | None]] = {}
     stalls: dict[int, list[list]] = {}
-    for e in events:
-        n, kind = e.get("attempt"), e.get("type")
-        if n is None:
-            continue
-        at = parse_iso(e["time"])
-        if kind in ("rank_started", "started"):
-            if n not in started or at < started[n]:
-                started[n] = at
+    story = sorted(((parse_iso(e["time"]), e) for e in events
+                    if isinstance(e.get("attempt"), int) and e.get("time")),
+                   key=lambda te: te[0])
+    for at, e in story:
+        n, kind = e["attempt"], e.get("type")
+        if kind == "placed":
+            placed.setdefault(n, at)
+        elif kind == "started":
+            started.setdefault(n, at)
+        elif kind in ("retried", "finished") and n in placed:
+            ended.setdefault(n, (at, e.get("reason")))
         elif kind == "stalled":
             since = e.get("last_heard_at")
             stalls.setdefault(n, []).append([parse_iso(since) if since else at, None])
@@ -194,10 +204,9 @@ def spans_of(attempts: Iterable[Attempt], events: Iterable[dict]) -> list[Span]:
             open_ = [s for s in stalls.get(n, []) if s[1] is None]
             if open_:
                 open_[0][1] = at
-    return [Span(attempt=a.attempt, gpus=sum(int(g) for g in a.node_gpus.values()),
-                 placed_at=a.created_at, ended_at=a.finished_at,
-                 reason=(a.exit or {}).get("reason")
-                 or ("succeeded" if a.state == "SUCCEEDED" else None),
-                 started_at=started.get(a.attempt),
-                 stalls=tuple((s[0], s[1]) for s in stalls.get(a.attempt, [])))
-            for a in attempts]
+    return [Span(attempt=n, gpus=gpus, placed_at=at,
+                 ended_at=ended[n][0] if n in ended else None,
+                 reason=ended[n][1] if n in ended else None,
+                 started_at=started.get(n),
+                 stalls=tuple((s[0], s[1]) for s in stalls.get(n, [])))
+            for n, at in sorted(placed.items())]

@@ -266,15 +266,17 @@ class JobsService:
 
     def look(self, tenant: str, job_id: str) -> JobView:
         """``read``, with what its GPU time bought so far under ``usage``
-        (domain/usage.py, from its attempts and story: one Query more than
-        ``read``, none for a job never placed) and a PENDING job's place in
-        the placer's line under ``queue`` (domain/queue.py: one read of the
+        (domain/usage.py, from the story on the job's own item, read with
+        it: no read more than ``read``) and a PENDING job's place in the
+        placer's line under ``queue`` (domain/queue.py: one read of the
         line, never of the queue)."""
         found = self.store.view_with_story(job_id) if is_job_id(job_id) else None
         if found is None or found[0]["tenant"] != tenant:
             raise self._not_found(job_id)
-        view, attempts, events = found
-        view["usage"] = usage.usage(usage.spans_of(attempts, events), self._clock())
+        view, story = found
+        spec = view["spec"].value()
+        gpus = int(spec["ranks"]) * int(spec.get("gpus_per_rank") or 1)
+        view["usage"] = usage.usage(usage.spans_of(story, gpus), self._clock())
         if view["state"] == JobState.PENDING.value and self._line_of is not None:
             view["queue"] = queue.standing(self._line_of(), job_id, tenant, self._clock())
         return view

@@ -3,7 +3,6 @@ from datetime import datetime, timedelta, timezone
 
 from hypothesis import given, settings, strategies as st
 
-from chalicelib.domain.attempts import Attempt
 from chalicelib.domain.clock import iso
 from chalicelib.domain.usage import Span, spans_of, usage
 
@@ -99,27 +98,26 @@ def test_declared_checkpoints_count_apart_from_stalls():
     assert u["productive_gpu_seconds"] == 70
 
 
-def attempt(n, placed, ended=None, reason=None, gpus=None):
-    return Attempt(job_id="job_x", attempt=n, state="FAILED" if reason else "RUNNING",
-                   placement=[], node_ranks={"a": [0], "b": [1]},
-                   node_gpus=gpus or {"a": 2, "b": 2}, world_size=2, created_at=placed,
-                   finished_at=ended, exit=None if reason is None else {"reason": reason})
-
-
-def test_spans_come_from_the_attempts_and_the_story():
-    events = [{"type": "placed", "time": iso(at(0)), "attempt": 1},
-              {"type": "rank_started", "time": iso(at(12)), "attempt": 1},
-              {"type": "rank_started", "time": iso(at(10)), "attempt": 1},
-              {"type": "stalled", "time": iso(at(60)), "attempt": 1,
-               "last_heard_at": iso(at(30))},
-              {"type": "recovered", "time": iso(at(70)), "attempt": 1},
-              {"type": "stalled", "time": iso(at(80)), "attempt": 1},
-              {"type": "retried", "time": iso(at(100)), "attempt": 1},
-              {"type": "started", "time": iso(at(130)), "attempt": 2}]
-    spans = spans_of([attempt(1, at(0), at(100), "rank_failed"), attempt(2, at(120))], events)
-    assert spans[0] == Span(1, 4, at(0), at(100), "rank_failed", started_at=at(10),
-                            stalls=((at(30), at(70)), (at(80), None)))
-    assert spans[1] == Span(2, 4, at(120), None, None, started_at=at(130))
+def test_spans_come_from_the_jobs_own_story():
+    def e(kind, t, attempt, **more):
+        return {"type": kind, "time": iso(at(t)), "attempt": attempt, **more}
+    events = [e("created", 0, None),
+              e("placed", 0, 1), e("started", 10, 1),
+              e("stalled", 60, 1, last_heard_at=iso(at(30))), e("recovered", 70, 1),
+              e("stalled", 80, 1),
+              e("retried", 100, 1, reason="rank_failed"),
+              e("placed", 120, 2), e("started", 130, 2),
+              e("cancel_requested", 140, 2)]
+    spans = spans_of(list(reversed(events)), 4)  # in any order
+    assert spans == [Span(1, 4, at(0), at(100), "rank_failed", started_at=at(10),
+                          stalls=((at(30), at(70)), (at(80), None))),
+                     Span(2, 4, at(120), None, None, started_at=at(130))]
+    # an attempt ends at its first end: a cancel of the job waiting after a retry
+    # is the job's end, not the attempt's
+    ended = spans_of(events[:7] + [e("finished", 150, 1, reason="cancelled")], 4)
+    assert [(s.ended_at, s.reason) for s in ended] == [(at(100), "rank_failed")]
+    # a job never placed has no attempt, whatever its story says
+    assert spans_of([e("created", 0, None), e("finished", 5, 0, reason="cancelled")], 4) == []
 
 
 moments = st.integers(min_value=0, max_value=10_000_000)  # ms

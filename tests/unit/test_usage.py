@@ -151,7 +151,7 @@ def histories(draw):
     return spans, T0 + timedelta(milliseconds=draw(moments))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(histories())
 def test_the_parts_sum_exactly_to_the_gpu_time_held(history):
     spans, now = history

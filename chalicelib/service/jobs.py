@@ -274,8 +274,10 @@ class JobsService:
         if found is None or found[0]["tenant"] != tenant:
             raise self._not_found(job_id)
         view, story = found
-        spec = view["spec"].value()
-        gpus = int(spec["ranks"]) * int(spec.get("gpus_per_rank") or 1)
+        gpus = 0
+        if view["attempt"]:  # placed once at least: its spec says its GPUs
+            spec = view["spec"].value()
+            gpus = int(spec["ranks"]) * int(spec.get("gpus_per_rank") or 1)
         view["usage"] = usage.usage(usage.spans_of(story, gpus), self._clock())
         if view["state"] == JobState.PENDING.value and self._line_of is not None:
             view["queue"] = queue.standing(self._line_of(), job_id, tenant, self._clock())

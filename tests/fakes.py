@@ -280,6 +280,13 @@ class FakeJobStore:
         job = self.get(job_id)
         return None if job is None else view_of(job)
 
+    def view_with_story(self, job_id: str) -> tuple[JobView, list[dict]] | None:
+        with self.t.lock:
+            job = self._job(job_id)
+            if job is None:
+                return None
+            return view_of(clone(job)), clone(ev.timeline(self.t.job_events.get(job_id)))
+
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[JobView], str | None]:
         """Newest first (job ids sort by creation), after the ``after`` id."""

@@ -431,6 +431,26 @@ def test_job_representation_conforms_to_job_schema(doc):
     _assert_valid(doc, "JobList", {"jobs": [], "next_page_token": None})
 
 
+def test_a_jobs_usage_conforms_and_the_document_defines_every_cause(doc):
+    """``usage`` as GET /v1/jobs/{id} shows it (domain/usage.py): each cause
+    the domain counts is one the document defines, and no other."""
+    from chalicelib.domain.usage import CAUSES, PHASES, Span, usage
+    schema = doc["components"]["schemas"]["Job"]["properties"]["usage"]
+    assert set(schema["properties"]["lost_gpu_seconds"]["propertyNames"]["enum"]) == \
+        set(CAUSES.values()) | set(PHASES)
+    for cause in set(CAUSES.values()) | set(PHASES):
+        assert f"`{cause}`" in schema["description"], cause
+    t0 = _t("2025-01-31T12:00:00")
+    spans = [Span(1, 8, t0, t0 + timedelta(minutes=10), "rank_failed",
+                  started_at=t0 + timedelta(seconds=30),
+                  stalls=((t0 + timedelta(minutes=5), None),)),
+             Span(2, 8, t0 + timedelta(minutes=11), None, None,
+                  started_at=t0 + timedelta(minutes=12))]
+    for shown in (usage(spans, t0 + timedelta(hours=1)), usage([], t0)):
+        view = {**job_json(_job(attempt=2)), "usage": shown}
+        _assert_valid(doc, "Job", fastjson.loads(fastjson.dumps(view)))
+
+
 def test_job_schema_rejects_what_the_representation_never_returns(doc):
     fresh = shown_job(_job())
     for broken in ({**fresh, "state": "DONE"}, {**fresh, "exit": {"exit_code": 1}},

@@ -235,6 +235,15 @@ class DynamoJobs(OnDynamo):
         item = self._dynamo.get(JOBS.get(JOBS.key(job_id)))
         return view_from_item(item) if item else None
 
+    def view_with_story(self, job_id: str) -> tuple[JobView, list[dict]] | None:
+        """The job as it is shown and its own story (the events on its
+        item, oldest first, as served), what its ``usage`` is worked out from
+        (domain/usage.py), or None: ``view``'s one read, nothing more."""
+        item = self._dynamo.get(JOBS.get(JOBS.key(job_id)))
+        if item is None:
+            return None
+        return view_from_item(item), ev.timeline(events_from_item(item))
+
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[JobView], str | None]:
         """Up to ``page_size`` jobs of ``tenant`` (in ``state``) older than

@@ -22,8 +22,9 @@ def job_view_json(v: JobView) -> dict:
     """The job of API.md, from its view (service/views.py): the one mapping of
     a job to its JSON, whether the view came from a Job or straight from the
     store. Its members are the fields domain/jobs.py declares shown, the
-    array's progress, and a PENDING job's place in line when the view has it
-    (``JobsService.look``; null otherwise, as on list pages)."""
+    array's progress, and its usage and a PENDING job's place in line when
+    the view has them (``JobsService.look``; null otherwise, as on list
+    pages)."""
     out = {api: v[name] for name, api in _SHOWN}
     for name, empty in _EMPTY.items():
         if out[name] is None:
@@ -31,6 +32,8 @@ def job_view_json(v: JobView) -> dict:
     out["array"] = array_json(v)
     # where a PENDING job stands (domain/queue.py), on a single job's read only
     out["queue"] = v.get("queue")
+    # what its GPU time bought (domain/usage.py), on a single job's read only
+    out["usage"] = v.get("usage")
     return out
 
 

@@ -205,11 +205,14 @@ def incident_band(health: dict) -> float | None:
 
 def incident(health: dict) -> dict:
     """What the job's ``stalled`` event records of the incident ``health``
-    opens: the verdict's words, its rank (None on a tie) and ranks."""
+    opens: the verdict's words, its rank (None on a tie) and ranks, and the
+    first stalled rank's last beat, where its stalled time starts
+    (domain/usage.py)."""
     named = health.get("verdict") or {}
     rank = named.get("rank") if named else health.get("first_stalled_rank")
     return {"reason": named.get("text") or f"rank {rank} stalled first", "rank": rank,
             "node_id": named.get("node_id"), "ranks": named.get("ranks"), "by": named.get("by"),
             "stacks": named.get("stacks") or None,
             "co_first": [c.get("rank") for c in health.get("co_first") or []] or None,
-            "suspect_node": health.get("suspect_node")}
+            "suspect_node": health.get("suspect_node"),
+            "last_heard_at": health.get("last_heard_at")}

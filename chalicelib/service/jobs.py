@@ -5,7 +5,16 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Callable, Protocol, Sequence
 
-from ..domain import arrays, cursor, dependencies, idempotency, placement, queue, quotas
+from ..domain import (
+    arrays,
+    cursor,
+    dependencies,
+    idempotency,
+    placement,
+    queue,
+    quotas,
+    usage,
+)
 from ..domain.clock import Clock, utcnow
 from ..domain.errors import (
     AlreadyFinished,
@@ -256,9 +265,20 @@ class JobsService:
         return view
 
     def look(self, tenant: str, job_id: str) -> JobView:
-        """``read``, with a PENDING job's place in the placer's line under
-        ``queue`` (domain/queue.py: one read of the line, never of the queue)."""
-        view = self.read(tenant, job_id)
+        """``read``, with what its GPU time bought so far under ``usage``
+        (domain/usage.py, from the story on the job's own item, read with
+        it: no read more than ``read``) and a PENDING job's place in the
+        placer's line under ``queue`` (domain/queue.py: one read of the
+        line, never of the queue)."""
+        found = self.store.view_with_story(job_id) if is_job_id(job_id) else None
+        if found is None or found[0]["tenant"] != tenant:
+            raise self._not_found(job_id)
+        view, story = found
+        gpus = 0
+        if view["attempt"]:  # placed once at least: its spec says its GPUs
+            spec = view["spec"].value()
+            gpus = int(spec["ranks"]) * int(spec.get("gpus_per_rank") or 1)
+        view["usage"] = usage.usage(usage.spans_of(story, gpus), self._clock())
         if view["state"] == JobState.PENDING.value and self._line_of is not None:
             view["queue"] = queue.standing(self._line_of(), job_id, tenant, self._clock())
         return view

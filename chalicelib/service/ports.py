@@ -87,6 +87,10 @@ class JobReads(Protocol):
         """The job; ``consistent=False``: eventually consistent (half the read
         units; it may miss the last second's writes)."""
     def view(self, job_id: str) -> JobView | None: ...
+    def view_with_story(self, job_id: str) -> tuple[JobView, list[dict]] | None:
+        """The job's view and the events of its own item (oldest first, as
+        served: not its attempts' rank events), read at once, for its
+        ``usage``; None when there is no such job."""
     def page(self, tenant: str, state: str | None, page_size: int,
              after: str | None) -> tuple[list[JobView], str | None]: ...
     def events(self, job_id: str) -> list[dict]: ...

@@ -26,6 +26,7 @@ _EXPORTS = {
     "LogLine": "models", "JobEvent": "models", "Verdict": "models", "Preempting": "models",
     "DEFAULT_PRIORITY_CLASS": "models", "Dependency": "models", "ArrayProgress": "models",
     "QueueStanding": "models", "FeedEvent": "models", "FeedPage": "models",
+    "Usage": "models",
     "TERMINAL_STATES": "models", "parse_time": "models",
     "GpujobsError": "errors", "TransportError": "errors", "ApiError": "errors",
     "BadRequest": "errors", "InvalidArgument": "errors", "InvalidPageToken": "errors",
@@ -117,6 +118,7 @@ if TYPE_CHECKING:  # pragma: no cover
         QueueStanding as QueueStanding,
         Ranks as Ranks,
         RankStatus as RankStatus,
+        Usage as Usage,
         Verdict as Verdict,
         parse_time as parse_time,
     )

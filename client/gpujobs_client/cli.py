@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .client import Client
     from .config import LocalStack, Resolved
-    from .models import Cordon, Job, JobHealth, LogLine, Node, Ranks, Verdict
+    from .models import Attempt, Cordon, Job, JobHealth, LogLine, Node, Ranks, Usage, Verdict
 
 # -- exit codes (documented in --help and client/README.md; tested) ---------------
 EXIT_OK = 0
@@ -2008,6 +2008,92 @@ def events(follow: bool, job_id: str | None, type_: str | None, after: str | Non
 
 
 # -- describe -----------------------------------------------------------------------------
+#: each cause of lost GPU time in words (``job.usage.lost_gpu_seconds``)
+CAUSE_WORDS = {"failed_attempt": "failed", "node_lost": "node lost", "startup": "startup",
+               "stalled": "stalled", "preempted": "preempted", "cancelled": "cancelled",
+               "checkpoint": "checkpoint", "timeout": "timed out"}
+#: each part's mark and colour in the usage bar (a cause not listed: the last)
+BAR_MARKS = {"productive": ("█", "green"), "startup": ("░", "cyan"), "stalled": ("▒", "yellow"),
+             "failed_attempt": ("▓", "red"), "": ("▚", "magenta")}
+BAR_WIDTH = 40
+
+
+def gpu_amount(seconds: float, unit: str) -> str:
+    """GPU-seconds in ``unit`` (``GPU-h``: one decimal; ``GPU-min``: one
+    decimal; ``GPU-s``: whole)."""
+    if unit == "GPU-h":
+        return f"{seconds / 3600:.1f}"
+    if unit == "GPU-min":
+        return f"{seconds / 60:.1f}"
+    return f"{seconds:.0f}"
+
+
+def failed_words(attempts: Iterable["Attempt"], reasons: tuple[str, ...]) -> str:
+    """``attempt 1 (rank 3 exited 1)``, ``attempts 1, 2``: the attempts that
+    ended for ``reasons``, as ``job.usage``'s cause names them."""
+    ended = [(a.attempt, a.exit) for a in attempts
+             if a.exit is not None and a.exit.reason in reasons]
+    if len(ended) == 1:
+        n, e = ended[0]
+        why = f" (rank {e.rank} exited {e.exit_code})" \
+            if e.rank is not None and e.exit_code is not None else ""
+        return f"attempt {n}{why}"
+    if ended:
+        return "attempts " + ", ".join(str(n) for n, _ in ended)
+    return ""
+
+
+def usage_parts(usage: "Usage") -> list[tuple[str, int]]:
+    """(part, GPU-seconds) of a job's usage: productive first, then each
+    cause, largest first."""
+    lost = sorted(usage.lost_gpu_seconds.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [("productive", usage.productive_gpu_seconds), *lost]
+
+
+def usage_sentence(usage: "Usage", attempts: Iterable["Attempt"] = ()) -> str:
+    """``held 12.4 GPU-h: 10.1 productive (81 %), 1.6 failed attempt 1 (rank
+    3 exited 1), 0.5 stalled, 0.2 startup``: what the job's GPU time bought
+    (``job.usage``), in GPU-h (GPU-min under an hour, GPU-s under a
+    minute); ``(estimated: no steps recorded)`` when the split is an
+    estimate."""
+    held = usage.gpu_seconds
+    if held <= 0:
+        return "held no GPU time yet"
+    unit = "GPU-h" if held >= 3600 else "GPU-min" if held >= 60 else "GPU-s"
+    attempts = list(attempts)
+    words = []
+    for part, seconds in usage_parts(usage):
+        if part == "productive":
+            share = f" ({100 * seconds / held:.0f} %)"
+            words.append(f"{gpu_amount(seconds, unit)} productive{share}")
+            continue
+        label = CAUSE_WORDS.get(part, part.replace("_", " "))
+        which = failed_words(attempts, ("rank_failed", "port_in_use")) \
+            if part == "failed_attempt" else ""
+        words.append(f"{gpu_amount(seconds, unit)} {label}{' ' + which if which else ''}")
+    estimated = " (estimated: no steps recorded)" if usage.estimated else ""
+    return f"held {gpu_amount(held, unit)} {unit}: {', '.join(words)}{estimated}"
+
+
+def usage_bar(usage: "Usage", width: int = BAR_WIDTH) -> str:
+    """The usage as a bar of ``width`` marks (rich markup), one run of marks
+    a part, in the sentence's order, by largest remainder."""
+    parts = [(p, s) for p, s in usage_parts(usage) if s > 0]
+    total = sum(s for _, s in parts)
+    if total <= 0:
+        return ""
+    exact = [width * s / total for _, s in parts]
+    cells = [int(x) for x in exact]
+    for i in sorted(range(len(parts)), key=lambda i: -(exact[i] - cells[i]))[:width - sum(cells)]:
+        cells[i] += 1
+    out = []
+    for (part, _), n in zip(parts, cells):
+        mark, colour = BAR_MARKS.get(part, BAR_MARKS[""])
+        if n:
+            out.append(f"[{colour}]{mark * n}[/]")
+    return "".join(out)
+
+
 @cli.command()
 @common_options
 @click.argument("job_id")
@@ -2032,6 +2118,13 @@ def describe(job_id: str) -> None:
     if job.is_array:
         c.print()
         c.print(f"Its indexes: gpujobs list --parent {job.id}", style="dim")
+    if job.usage is not None and not job.is_array:
+        c.print()
+        c.print("[bold]usage[/]")
+        c.print(escape(usage_sentence(job.usage, items)))
+        bar = usage_bar(job.usage)
+        if bar:
+            c.print(bar)
     if items:
         c.print()
         t = Table(box=None, header_style="bold", pad_edge=False, title="attempts",

@@ -227,6 +227,35 @@ class QueueStanding:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """``job.usage`` of a job read by id: the GPU time it held
+    (``gpu_seconds``: GPUs x placement to end, over every attempt), the
+    part that was productive, the rest by cause (``startup``, ``stalled``,
+    ``failed_attempt``, ``preempted``, ``node_lost``, ``cancelled``,
+    ``checkpoint``, ``timeout``: docs/openapi.yaml defines each), and
+    ``goodput`` (productive / held; None when nothing was held).
+    ``estimated``: no step of its ranks was recorded, so the split is an
+    estimate."""
+    gpu_seconds: int
+    productive_gpu_seconds: int
+    lost_gpu_seconds: dict[str, int]
+    goodput: float | None
+    estimated: bool
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> "Usage | None":
+        if not d:
+            return None
+        goodput = d.get("goodput")
+        return cls(gpu_seconds=int(d.get("gpu_seconds") or 0),
+                   productive_gpu_seconds=int(d.get("productive_gpu_seconds") or 0),
+                   lost_gpu_seconds={str(k): int(v or 0)
+                                     for k, v in (d.get("lost_gpu_seconds") or {}).items()},
+                   goodput=None if goodput is None else float(goodput),
+                   estimated=bool(d.get("estimated")))
+
+
+@dataclass(frozen=True)
 class Job:
     id: str
     name: str | None
@@ -277,6 +306,9 @@ class Job:
     """A PENDING job read by id (``get_job``): where it stands in the
     placer's line; None otherwise, on list pages, and from a server that
     predates it."""
+    usage: Usage | None = None
+    """A job read by id (``get_job``): what its GPU time bought so far; None
+    on list pages and from a server that predates it."""
 
     @property
     def is_terminal(self) -> bool:
@@ -331,7 +363,8 @@ class Job:
                    waiting_for=[str(j) for j in d.get("waiting_for") or []],
                    parent_id=d.get("parent_id"), array_index=_opt_int(d.get("array_index")),
                    array=ArrayProgress.from_json(d.get("array")),
-                   queue=QueueStanding.from_json(d.get("queue")))
+                   queue=QueueStanding.from_json(d.get("queue")),
+                   usage=Usage.from_json(d.get("usage")))
 
 
 @dataclass(frozen=True)

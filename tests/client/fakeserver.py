@@ -305,7 +305,8 @@ class FakeApi:
                           "detected_at": None, "stalled_ranks": [], "verdict": None},
                "exit": None, "pending_reason": None, "pending_since": self.now(),
                "uncounted_retries": 0, "preempting": None, "waiting_for": None,
-               "parent_id": parent_id, "array_index": index, "array": None, "queue": None}
+               "parent_id": parent_id, "array_index": index, "array": None, "queue": None,
+               "usage": None}
         if "array" in spec:
             job["array"] = {"size": spec["array"]["size"], "materialized": 0, "counts": {}}
             self._count(job)

@@ -11,7 +11,7 @@ from pynamodb.exceptions import TransactWriteError
 from chalicelib.adapters.dynamo import ConditionFailed
 from chalicelib.domain import idempotency
 from chalicelib.domain.attempts import LOST
-from chalicelib.domain.clock import utcnow
+from chalicelib.domain.clock import iso, utcnow
 from chalicelib.domain.errors import RecordTooLarge
 from chalicelib.domain.intents import cancel_intent
 from chalicelib.domain.states import JobState
@@ -386,6 +386,27 @@ def test_the_story_has_one_event_per_transition_in_order(ports):
                             {"reason": "succeeded", "exit_code": 0}, utcnow())
     assert [e["type"] for e in ports.store.events(job.job_id)] == [
         "created", "placed", "started", "finished"]
+
+
+def test_a_view_with_its_story_has_the_job_and_its_own_events(ports):
+    """What a job's usage is worked out from (JobsService.look): the events
+    on the job's own item, not its attempts' rank events."""
+    pending = ports.created()
+    assert ports.store.view_with_story(pending.job_id) == (
+        view_of(ports.store.get(pending.job_id)), ports.store.events(pending.job_id))
+    assert ports.store.view_with_story(pending.job_id[:-4] + "ZZZZ") is None
+    job, attempt = ports.running()
+    ports.store.record_ranks(job.job_id, 1, "started", [0, 1])
+    ports.store.end_attempt(job, attempt, JobState.SUCCEEDED,
+                            {"reason": "succeeded", "exit_code": 0}, utcnow())
+    view, events = ports.store.view_with_story(job.job_id)
+    assert view == view_of(ports.store.get(job.job_id))
+    assert events == [e for e in ports.store.events(job.job_id) if e["type"] != "rank_started"]
+    assert [e["type"] for e in events] == ["created", "placed", "started", "finished"]
+    stored = ports.store.attempt(job.job_id, 1)
+    assert (events[1]["time"], events[3]["time"]) == (iso(stored.created_at),
+                                                      iso(stored.finished_at)), \
+        "an attempt's placed and end events carry its own times"
 
 
 # -- health ------------------------------------------------------------------------

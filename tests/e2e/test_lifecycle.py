@@ -180,3 +180,46 @@ def test_a_retried_job_resumes_from_its_checkpoint(life_stack, tenant, shared_di
     assert int(resumed.rsplit(" ", 1)[1]) >= 3, "from what the first attempt saved, or later"
     saved = json.loads(Path(shared_dir, job_id, "rank-0.json").read_text())
     assert saved["step"] == 6
+
+
+#: attempt 1: rank 0 exits 3 after a second, rank 1 runs until stopped;
+#: attempt 2: both ranks end well after a second
+FAILS_ONCE = ("import os, sys, time\n"
+              "first, rank = os.environ['GPUJOBS_ATTEMPT'] == '1', os.environ['RANK']\n"
+              "time.sleep(1.5 if rank == '0' or not first else 3600)\n"
+              "sys.exit(3 if first else 0)\n")
+
+
+def test_a_failed_then_retried_jobs_usage_is_its_attempts_own_times(life_stack, tenant, gpujobs):
+    """Issue 46: the job's usage against what its attempts and story say,
+    to a GPU-second a GPU: held is 2 GPUs x each attempt's placement to
+    end; attempt 1's time after its ranks started is lost to
+    ``failed_attempt``, attempt 2's productive, the rest startup."""
+    from chalicelib.domain.clock import parse_iso
+    job_id = submit(tenant, [sys.executable, "-c", FAILS_ONCE], ranks=2, max_attempts=2)
+    done = ended(tenant, job_id)
+    assert done["state"] == "SUCCEEDED", done
+    usage = job(tenant, job_id)["usage"]
+    attempts = tenant.get(f"/v1/jobs/{job_id}/attempts").json()["attempts"]
+    story = tenant.get(f"/v1/jobs/{job_id}/events").json()["events"]
+    started = {e["attempt"]: parse_iso(e["time"]) for e in story if e["type"] == "started"}
+    held = lost = productive = 0.0
+    for a in attempts:
+        placed, end = parse_iso(a["created_at"]), parse_iso(a["finished_at"])
+        held += 2 * (end - placed).total_seconds()
+        ran = 2 * (end - started[a["attempt"]]).total_seconds()
+        if a["exit"]["reason"] == "succeeded":
+            productive += ran
+        else:
+            assert a["exit"]["reason"] == "rank_failed", a  # uncounted retries add node_lost
+            lost += ran
+    per_gpu = 2 * len(attempts)  # a GPU-second a GPU, each attempt
+    assert abs(usage["gpu_seconds"] - held) <= per_gpu, (usage, held)
+    assert abs(usage["lost_gpu_seconds"].get("failed_attempt", 0) - lost) <= per_gpu, usage
+    assert abs(usage["productive_gpu_seconds"] - productive) <= per_gpu, usage
+    assert usage["productive_gpu_seconds"] + sum(usage["lost_gpu_seconds"].values()) == \
+        usage["gpu_seconds"]
+    assert usage["lost_gpu_seconds"]["failed_attempt"] >= 2, "1.5 s of 2 GPUs, at least"
+    shown = " ".join(describe(gpujobs, job_id).split())
+    assert "GPU-s: " in shown and " productive (" in shown, shown
+    assert "failed attempt 1 (rank 0 exited 3)" in shown, shown

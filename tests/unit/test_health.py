@@ -37,7 +37,8 @@ def test_a_conviction_names_the_first_stopped_rank_on_the_collector_clock():
     assert health.incident(h) == {"reason": "rank 1 on n1 went quiet first", "rank": 1,
                                   "node_id": "n1", "ranks": [1], "by": "silence", "stacks": None,
                                   "co_first": None,
-                                  "suspect_node": None}
+                                  "suspect_node": None,
+                                  "last_heard_at": "2026-12-01T12:01:00.000Z"}
     assert h["verdict"]["text"] == "rank 1 on n1 went quiet first"
 
 

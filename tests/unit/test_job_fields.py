@@ -20,9 +20,10 @@ OPENAPI = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 #: numbered yet, adapters' bookkeeping, domain/feed.py)
 NOT_FIELDS = {"tenant_state", "active_state", "queue_key", "events", "parked_generation",
               "unfed", "unfed_keys"}
-#: what the API's job shows beside its fields: an array's progress, and a
+#: what the API's job shows beside its fields: an array's progress, a
 #: PENDING job's place in the placer's line (computed on read: domain/queue.py)
-API_EXTRA = {"array", "queue"}
+#: and its usage (computed on read: domain/usage.py)
+API_EXTRA = {"array", "queue", "usage"}
 
 
 def test_every_field_of_a_job_declares_how_it_is_stored():

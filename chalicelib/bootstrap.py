@@ -17,6 +17,8 @@ from .adapters.node_store import DynamoNodeStore
 from .adapters.parameters import SsmParameters
 from .adapters.store import DynamoStore
 from .adapters.tokens import TokenStore
+from .adapters.webhook_delivery import SqsWebhookQueue, Urllib3Poster
+from .adapters.webhook_store import DynamoWebhookStore
 from .config import Config, ConfigError
 from .domain.clock import Clock, utcnow
 from .domain.happened import ChildPlaced, JobEnded, PreemptionChosen, RankFailed, RanksGone
@@ -37,6 +39,7 @@ from .service.ports import FollowUps, JobTables, NodeStore, Telemetry
 from .service.reconciler import Reconciler
 from .service.scan import Scanner
 from .service.scan_fanout import ScanFanout
+from .service.webhooks import WebhooksService
 
 
 @dataclass
@@ -58,6 +61,8 @@ class Services:
     cordons: Cordons
     #: dependencies and arrays: what follows a job's end (follow_ups), the sweep
     pipelines: PipelinesService
+    #: webhooks, and their deliveries (fan_out: the event feed's side)
+    webhooks: WebhooksService
     #: the one time source every service reads
     clock: Clock = utcnow
 
@@ -135,8 +140,14 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
                         period_s=config.scan_period_s) if config.scan_queue_url else None
     scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s,
                       fanout=fanout, telemetry=telemetry, clock=clock)
+    webhooks = WebhooksService(
+        DynamoWebhookStore(Dynamo(connection)),
+        SqsWebhookQueue(config.webhook_queue_url, sqs_inbox) if config.webhook_queue_url
+        else None, Urllib3Poster(), page_token_key=config.page_token_key,
+        allow_local=config.webhook_allow_local, schedule=config.webhook_retry_schedule_s,
+        clock=clock)
     return Services(
-        config=config, store=store, node_store=node_store, jobs=jobs,
+        config=config, webhooks=webhooks, store=store, node_store=node_store, jobs=jobs,
         nodes=NodesService(node_store, inbox, collector, clock=clock, publish=bus.publish,
                            down_after_s=config.node_down_after_s),
         attempts=attempts,

@@ -209,3 +209,40 @@ def matches(types: Iterable[str], event_type: str) -> bool:
 
 def delivered(status: int | None) -> bool:
     return status is not None and 200 <= status < 300
+
+
+# -- records ------------------------------------------------------------------------
+ENABLED, DISABLED = "enabled", "disabled"
+
+
+@dataclass(frozen=True)
+class Webhook:
+    webhook_id: str
+    tenant: str
+    url: str
+    types: tuple[str, ...]
+    description: str | None
+    state: str
+    created_at: datetime
+    secret: str
+    #: the first failure since the last success (None: not failing)
+    failing_since: datetime | None = None
+    disabled_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One delivery attempt as the deliveries log shows it; ``note`` marks a
+    record that is no attempt (``webhook.disabled``)."""
+    event_id: str
+    attempt: int
+    at: datetime
+    status_code: int | None
+    error: str | None
+    next_retry_at: datetime | None
+    note: str | None = None
+
+
+def too_many() -> Exception:
+    return InvalidArgument(f"a tenant has at most {MAX_WEBHOOKS} webhooks: delete one first",
+                           field="url")

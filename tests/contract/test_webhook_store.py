@@ -13,14 +13,15 @@ import pytest
 from chalicelib.domain import webhooks as wh
 from chalicelib.domain.clock import utcnow
 from chalicelib.domain.webhooks import Delivery, Webhook
+from tests.contract.ports import IMPLEMENTATIONS
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=IMPLEMENTATIONS)
 def store(request):
+    """The fake, or the adapter on the session's shared stack."""
     if request.param == "fake":
         from tests.fakes import FakeWebhookStore
         return FakeWebhookStore()
-    request.node.add_marker(pytest.mark.moto)
     from chalicelib.adapters import models
     from chalicelib.adapters.dynamo import Dynamo
     from chalicelib.adapters.webhook_store import DynamoWebhookStore

@@ -86,3 +86,33 @@ def test_a_refused_url_says_why_and_exits_1(gpujobs, url, says):
 def test_an_unknown_type_is_refused_before_any_request(gpujobs):
     r = gpujobs("webhooks", "add", "https://93.184.216.34/x", "--type", "job.nope")
     assert r.returncode == 2 and "job.nope" in r.stderr
+
+
+def test_on_the_local_stack_a_dead_endpoint_does_not_hold_back_a_healthy_one(gpujobs, receiver):
+    """The local stack's consumer runs deliveries side by side, as Lambda
+    would: test events to a receiver that never answers (each attempt held
+    until its 10 s timeout) do not delay those to a healthy one."""
+    import time
+
+    receiver.behaviour["/dead"] = None
+    ids = []
+    try:
+        for path in ("/dead", "/healthy"):
+            r = gpujobs("webhooks", "add", receiver.url(path), "-o", "json")
+            assert r.returncode == 0, r.stderr
+            ids.append(json.loads(r.stdout)["id"])
+        dead, healthy = ids
+        for _ in range(3):
+            assert gpujobs("webhooks", "test", dead).returncode == 0
+        started = time.monotonic()
+        for _ in range(3):
+            assert gpujobs("webhooks", "test", healthy).returncode == 0
+        wait_until(lambda: len(receiver.at("/healthy")) == 3, 30, what="the healthy deliveries")
+        took = time.monotonic() - started
+        assert took < 8, f"the healthy endpoint waited {took:.1f}s behind the dead one"
+        wait_until(lambda: receiver.at("/dead"), 30, what="the dead endpoint's first attempt")
+        wait_until(lambda: gpujobs("webhooks", "deliveries", healthy).stdout.count(
+            "delivered (204)") == 3, 30, 0.5, what="the healthy deliveries' records")
+    finally:
+        for webhook_id in ids:
+            gpujobs("webhooks", "rm", webhook_id)

@@ -1269,6 +1269,10 @@ class FakeWebhookQueue:
         assert 0 <= delay_s <= 900, delay_s
         self.sent.append((clone(message), delay_s))
 
+    def send_many(self, messages: list[dict]) -> None:
+        for message in messages:
+            self.send(message)
+
     def deliver(self, consume) -> int:
         """Each message sent so far, as app.py's deliver_webhook gets it; how many."""
         sent, self.sent = self.sent, []

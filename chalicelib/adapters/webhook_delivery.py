@@ -31,6 +31,18 @@ class SqsWebhookQueue:
             QueueUrl=self._url, MessageBody=json.dumps(message, separators=(",", ":")),
             DelaySeconds=max(0, min(900, int(delay_s))))
 
+    def send_many(self, messages: list[dict]) -> None:
+        """Each message, ten to a request; raises when any was not taken
+        (the caller sends them all again: at least once)."""
+        client = self._inbox.client
+        for at in range(0, len(messages), 10):
+            answer = client.send_message_batch(QueueUrl=self._url, Entries=[
+                {"Id": str(i), "MessageBody": json.dumps(m, separators=(",", ":"))}
+                for i, m in enumerate(messages[at:at + 10])])
+            if answer.get("Failed"):
+                raise RuntimeError(f"{len(answer['Failed'])} webhook deliveries were not "
+                                   f"queued: {answer['Failed'][0]}")
+
 
 class Urllib3Poster:
     def post(self, target: Target, headers: Mapping[str, str], body: bytes,

@@ -353,6 +353,7 @@ class WebhookQueue(Protocol):
     """The deliveries' queue: one message a delivery attempt, held back
     ``delay_s`` seconds (at most 900); a send that fails raises."""
     def send(self, message: dict, delay_s: int = 0) -> None: ...
+    def send_many(self, messages: list[dict]) -> None: ...
 
 
 class Poster(Protocol):

@@ -135,10 +135,13 @@ class WebhooksService:
         if not events:
             return
         hooks = [w for w in self._store.webhooks_of(tenant) if w.state == wh.ENABLED]
-        for event in events:
-            for w in hooks:
-                if wh.matches(w.types, event.get("type", "")):
-                    self._send(Message(tenant, w.webhook_id, event))
+        messages = [Message(tenant, w.webhook_id, event).json() for event in events
+                    for w in hooks if wh.matches(w.types, event.get("type", ""))]
+        if not messages:
+            return
+        if self._queue is None:
+            raise RuntimeError("no webhook queue is configured (GPUJOBS_WEBHOOK_QUEUE_URL)")
+        self._queue.send_many(messages)
 
     def _send(self, message: Message, delay_s: int = 0) -> None:
         if self._queue is None:

@@ -45,6 +45,10 @@ class SqsWebhookQueue:
 
 
 class Urllib3Poster:
+    def __init__(self, ca_certs: str | None = None) -> None:
+        """``ca_certs``: a CA bundle to trust instead of the system's (tests)."""
+        self._ca_certs = ca_certs
+
     def post(self, target: Target, headers: Mapping[str, str], body: bytes,
              timeout_s: float) -> int:
         parts = urlsplit(target.url)
@@ -59,7 +63,7 @@ class Urllib3Poster:
             pool = urllib3.HTTPSConnectionPool(
                 target.addresses[0], target.port, timeout=timeout, retries=False, maxsize=1,
                 server_hostname=target.host, assert_hostname=target.host,
-                cert_reqs="CERT_REQUIRED")
+                cert_reqs="CERT_REQUIRED", ca_certs=self._ca_certs)
         else:
             pool = urllib3.HTTPConnectionPool(target.addresses[0], target.port,
                                               timeout=timeout, retries=False, maxsize=1)

@@ -66,13 +66,17 @@ class WebhooksService:
                  schedule: Sequence[float] = wh.RETRY_SCHEDULE_S,
                  disable_after_s: float = wh.DISABLE_AFTER_S,
                  resolver: wh.Resolver = wh.resolve, rand: Callable[[], float] = random.random,
-                 clock: Clock = utcnow) -> None:
+                 clock: Clock = utcnow,
+                 on_disabled: Callable[[Webhook, datetime], None] | None = None) -> None:
+        """``on_disabled(webhook, at)``: told when an endpoint is disabled
+        (for the event feed to record it; a failure of it is logged only)."""
         self._store, self._queue, self._poster = store, queue, poster
         self._key = page_token_key
         self._allow_local = allow_local
         self._schedule = tuple(schedule) or wh.RETRY_SCHEDULE_S
         self._disable_after_s = disable_after_s
         self._resolver, self._rand, self._clock = resolver, rand, clock
+        self.on_disabled = on_disabled
 
     # -- the API -----------------------------------------------------------------
     def create(self, tenant: str, body: dict) -> Webhook:
@@ -198,6 +202,11 @@ class WebhooksService:
                     f"{wh.DISABLED_NOTE}: failing since {iso(failing_since)} with no "
                     "success; no more deliveries until it is created again", None,
                     note=wh.DISABLED_NOTE))
+                if self.on_disabled is not None:
+                    try:
+                        self.on_disabled(webhook, now)
+                    except Exception:  # noqa: BLE001 - the disabling stands; it is logged
+                        log.exception("telling of webhook %s disabled failed", m.webhook_id)
             return
         delay = wh.retry_delay(m.attempt, schedule=self._schedule, rand=self._rand)
         if delay is None:

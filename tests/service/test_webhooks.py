@@ -103,6 +103,8 @@ def test_the_schedule_exhausted_is_recorded_failed():
 
 def test_an_endpoint_failing_for_5_days_is_disabled_with_a_note_and_gets_nothing_more():
     w = World(500, schedule=(0, 86400, 86400, 86400, 86400, 86400, 86400))
+    told = []
+    w.service.on_disabled = lambda hook, at: told.append((hook.webhook_id, at))
     w.send()
     w.run()
     for day in range(1, 6):  # each day's attempt is due exactly then: no hop
@@ -111,6 +113,7 @@ def test_an_endpoint_failing_for_5_days_is_disabled_with_a_note_and_gets_nothing
         w.run()
     hook = w.store.get("acme", w.hook.webhook_id)
     assert hook.state == "disabled"
+    assert told == [(w.hook.webhook_id, w.clock())]
     note = w.log()[0]
     assert note.error.startswith("webhook.disabled: failing since ")
     assert w.queue.sent == []

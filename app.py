@@ -12,13 +12,15 @@ import os
 from chalice import Chalice, Rate
 
 from chalicelib.api import batch
-from chalicelib.api.edge import Edge, handler, ok, whole_number
+from chalicelib.api.edge import Edge, handler, no_content, ok, whole_number
 from chalicelib.api.representation import (
     attempt_json,
+    delivery_json,
     job_json,
     job_view_json,
     node_json,
     node_registration_json,
+    webhook_json,
 )
 from chalicelib.api.validation import MAX_HEARTBEATS_BYTES
 from chalicelib.bootstrap import services
@@ -182,6 +184,46 @@ def uncordon_node(node_id: str):
     return ok(node_json(services().cordons.uncordon(operator, node_id)))
 
 
+# -- webhooks (issue 45): the tenant's, and their deliveries -------------------------
+@endpoint("/v1/webhooks", "POST")
+def create_webhook():
+    tenant = http.tenant()
+    body = http.body("WEBHOOK_CREATE", required=True)
+    return ok(webhook_json(services().webhooks.create(tenant, body), with_secret=True), 201)
+
+
+@endpoint("/v1/webhooks", "GET")
+def list_webhooks():
+    return ok({"webhooks": [webhook_json(w)
+                            for w in services().webhooks.webhooks_of(http.tenant())]})
+
+
+@endpoint("/v1/webhooks/{webhook_id}", "GET")
+def get_webhook(webhook_id: str):
+    return ok(webhook_json(services().webhooks.get(http.tenant(), webhook_id)))
+
+
+@endpoint("/v1/webhooks/{webhook_id}", "DELETE")
+def delete_webhook(webhook_id: str):
+    services().webhooks.delete(http.tenant(), webhook_id)
+    return no_content()
+
+
+@endpoint("/v1/webhooks/{webhook_id}/deliveries", "GET")
+def list_webhook_deliveries(webhook_id: str):
+    tenant = http.tenant()
+    found, token = services().webhooks.deliveries(
+        tenant, webhook_id, page_size=http.query_int("page_size", 50),
+        page_token=http.query().get("page_token"))
+    return ok({"deliveries": [delivery_json(d) for d in found], "next_page_token": token})
+
+
+@endpoint("/v1/webhooks/{webhook_id}/test", "POST")
+def test_webhook(webhook_id: str):
+    event = services().webhooks.test(http.tenant(), webhook_id)
+    return ok({"event": event}, 202)
+
+
 # -- the dashboard: static files (chalicelib/web) that call the JSON API above ------
 @endpoint("/", ("GET", "HEAD"), content_types=["*/*"])
 def dashboard():
@@ -241,6 +283,16 @@ def feed(event):
     """Number the tenants' new events (a read of the feed also does), and put
     every numbered event on the bus and to the webhooks, at least once."""
     return services().feed.sweep()
+
+
+@app.on_sqs_message(queue=os.environ.get("GPUJOBS_WEBHOOK_QUEUE_NAME", "gpujobs-dev-webhook"),
+                    batch_size=1, name="deliver_webhook")
+def deliver_webhook(event):
+    """One webhook delivery attempt a message, one message an invocation (so a
+    slow endpoint delays no other); a failed attempt is re-sent by the service
+    with its delay; a message that fails here is received again, then
+    dead-lettered."""
+    return batch.each(event, lambda body: services().webhooks.deliver(body), "webhook delivery")
 
 
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")

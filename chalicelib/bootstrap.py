@@ -19,6 +19,8 @@ from .adapters.node_store import DynamoNodeStore
 from .adapters.parameters import SsmParameters
 from .adapters.store import DynamoStore
 from .adapters.tokens import TokenStore
+from .adapters.webhook_delivery import SqsWebhookQueue, Urllib3Poster
+from .adapters.webhook_store import DynamoWebhookStore
 from .config import Config, ConfigError
 from .domain.clock import Clock, utcnow
 from .domain.happened import ChildPlaced, JobEnded, PreemptionChosen, RankFailed, RanksGone
@@ -40,6 +42,7 @@ from .service.ports import FeedLog, FollowUps, JobTables, NodeStore, Telemetry
 from .service.reconciler import Reconciler
 from .service.scan import Scanner
 from .service.scan_fanout import ScanFanout
+from .service.webhooks import WebhooksService
 
 
 @dataclass
@@ -63,6 +66,8 @@ class Services:
     pipelines: PipelinesService
     #: the tenants' event feeds, and their push to the bus (and webhooks)
     feed: FeedService
+    #: webhooks, and their deliveries (fan_out: the event feed's side)
+    webhooks: WebhooksService
     #: the one time source every service reads
     clock: Clock = utcnow
 
@@ -140,13 +145,20 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
                         period_s=config.scan_period_s) if config.scan_queue_url else None
     scanner = Scanner(store, heartbeats, collector, attempts, period_s=config.scan_period_s,
                       fanout=fanout, telemetry=telemetry, clock=clock)
+    webhooks = WebhooksService(
+        DynamoWebhookStore(Dynamo(connection)),
+        SqsWebhookQueue(config.webhook_queue_url, sqs_inbox) if config.webhook_queue_url
+        else None, Urllib3Poster(), page_token_key=config.page_token_key,
+        allow_local=config.webhook_allow_local, schedule=config.webhook_retry_schedule_s,
+        clock=clock)
     feed = FeedService(
         feeds or DynamoFeeds(Dynamo(connection), clock), page_token_key=config.page_token_key,
-        tenant_tag=tenant_tag, clock=clock,
+        tenant_tag=tenant_tag, clock=clock, webhooks=webhooks.fan_out,
         sinks=[EventBridgeSink(config.event_bus, config.region, config.endpoint_url)]
         if config.event_bus else [])
+    webhooks.on_disabled = feed.webhook_disabled
     return Services(
-        config=config, feed=feed, store=store, node_store=node_store, jobs=jobs,
+        config=config, feed=feed, webhooks=webhooks, store=store, node_store=node_store, jobs=jobs,
         nodes=NodesService(node_store, inbox, collector, clock=clock, publish=bus.publish,
                            down_after_s=config.node_down_after_s),
         attempts=attempts,

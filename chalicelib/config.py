@@ -71,6 +71,14 @@ class Config:
     #: runs before a higher class may preempt it
     priority_classes: PriorityClasses = NO_CLASSES
     preempt_min_runtime_s: float = DEFAULT_MIN_RUNTIME_S
+    #: webhooks and their deliveries log (issue 45), and the deliveries' queue
+    #: (None: fan_out has nowhere to send, and refuses)
+    webhooks_table: str = "gpujobs-unbound-webhooks"
+    webhook_queue_url: str | None = None
+    #: the local stack also delivers to http:// and loopback addresses
+    webhook_allow_local: bool = False
+    #: the delay before each delivery attempt (domain/webhooks.RETRY_SCHEDULE_S)
+    webhook_retry_schedule_s: tuple[float, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Config":
@@ -125,6 +133,10 @@ class Config:
             priority_classes=_priority_classes(env),
             preempt_min_runtime_s=float(env.get("GPUJOBS_PREEMPT_MIN_RUNTIME_S")
                                         or DEFAULT_MIN_RUNTIME_S),
+            webhooks_table=env.get("GPUJOBS_WEBHOOKS_TABLE") or "gpujobs-unbound-webhooks",
+            webhook_queue_url=env.get("GPUJOBS_WEBHOOK_QUEUE_URL") or None,
+            webhook_allow_local=env.get("GPUJOBS_WEBHOOK_ALLOW_LOCAL") == "1",
+            webhook_retry_schedule_s=_seconds_list(env, "GPUJOBS_WEBHOOK_RETRY_SCHEDULE_S"),
         )
 
 
@@ -144,6 +156,18 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     if value < 0:
         raise ConfigError(f"{name} must be 0 or more, got {value}")
     return value
+
+
+def _seconds_list(env: Mapping[str, str], name: str) -> tuple[float, ...]:
+    """Comma-separated seconds, each 0 or more; empty: the default."""
+    raw = env.get(name) or ""
+    try:
+        out = tuple(float(x) for x in raw.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be seconds separated by commas, got {raw!r}") from None
+    if any(x < 0 for x in out):
+        raise ConfigError(f"{name} must be 0 or more, got {raw!r}")
+    return out
 
 
 def _tenant_limits(env: Mapping[str, str]) -> TenantLimits:

@@ -378,6 +378,8 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
             "GPUJOBS_CANCEL_RESEND_AFTER_S": os.environ.get("GPUJOBS_CANCEL_RESEND_AFTER_S",
                                                             str(max(2 * scan_period_s, 5))),
         })
+        # webhooks may go to http:// and loopback receivers here (docs/openapi.yaml)
+        os.environ.setdefault("GPUJOBS_WEBHOOK_ALLOW_LOCAL", "1")
         os.environ.setdefault("GPUJOBS_PAGE_TOKEN_KEY", _kept(
             state / "page-token-key", lambda: secrets.token_hex(32)))
 
@@ -397,7 +399,7 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
         threading.Thread(target=server.server.serve_forever, name="api", daemon=True).start()
         from chalicelib.bootstrap import services
         from chalicelib.domain.clock import utcnow
-        from devstack.queues import QueueConsumer
+        from devstack.queues import ConcurrentQueueConsumer, QueueConsumer
 
         if not _wait_healthy(f"http://127.0.0.1:{port}/v1/health", halt):
             if halt.requested():
@@ -433,6 +435,9 @@ def _run(port: int, agents_count: int, gpus_per_agent: int, scan_period_s: float
                           batch_size=1),
             QueueConsumer("follow_up", os.environ["GPUJOBS_FOLLOW_UP_QUEUE_URL"],
                           gpujobs.follow_up, stop, endpoint_url=moto.endpoint_url),
+            ConcurrentQueueConsumer("deliver_webhook", os.environ["GPUJOBS_WEBHOOK_QUEUE_URL"],
+                                    gpujobs.deliver_webhook, stop,
+                                    endpoint_url=moto.endpoint_url),
         ]
         for w in workers:
             w.start()

@@ -73,7 +73,8 @@ SECRET_PARAMS = {
 #: extra stack outputs -> environment variables, beyond devstack's mapping
 EXTRA_OUTPUT_ENV = {"PendingQueueName": "GPUJOBS_PENDING_QUEUE_NAME",
                     "ScanQueueName": "GPUJOBS_SCAN_QUEUE_NAME",
-                    "FollowUpQueueName": "GPUJOBS_FOLLOW_UP_QUEUE_NAME"}
+                    "FollowUpQueueName": "GPUJOBS_FOLLOW_UP_QUEUE_NAME",
+                    "WebhookQueueName": "GPUJOBS_WEBHOOK_QUEUE_NAME"}
 
 SQS_RESPONSE_TYPES = ["ReportBatchItemFailures"]
 

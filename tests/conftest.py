@@ -80,6 +80,8 @@ def _deploy(server, stage: str) -> dict:
     # and jobs' follow-ups run in the call: no consumer drains that queue here
     # either (the local stack's does; tests/service/test_follow_ups.py)
     env.pop("GPUJOBS_FOLLOW_UP_QUEUE_URL", None)
+    # webhook deliveries stay on their queue: no consumer here either, so
+    # a test that delivers runs the local stack's (tests/api/test_webhooks.py)
     return env
 
 

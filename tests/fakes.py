@@ -1269,6 +1269,111 @@ class RecordingSink:
         self.put_events.extend(events)
 
 
+class FakeWebhookStore:
+    """service.ports.WebhookStore in memory, answering exactly what
+    adapters/webhook_store.DynamoWebhookStore answers (tests/contract/
+    test_webhook_store.py runs both)."""
+
+    def __init__(self) -> None:
+        self.webhooks: dict[tuple[str, str], Any] = {}
+        self.counts: dict[str, int] = {}
+        self.log: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def create(self, webhook, limit: int) -> bool:
+        with self._lock:
+            if self.counts.get(webhook.tenant, 0) >= limit:
+                return False
+            key = (webhook.tenant, webhook.webhook_id)
+            if key in self.webhooks:
+                return False
+            self.counts[webhook.tenant] = self.counts.get(webhook.tenant, 0) + 1
+            # stored to the millisecond, as the table stores times
+            self.webhooks[key] = replace(webhook, types=tuple(webhook.types),
+                                         created_at=ms(webhook.created_at))
+            return True
+
+    def get(self, tenant: str, webhook_id: str):
+        return self.webhooks.get((tenant, webhook_id))
+
+    def webhooks_of(self, tenant: str) -> list:
+        return sorted((w for (t, _), w in self.webhooks.items() if t == tenant),
+                      key=lambda w: (w.created_at, w.webhook_id))
+
+    def delete(self, tenant: str, webhook_id: str) -> bool:
+        with self._lock:
+            if self.webhooks.pop((tenant, webhook_id), None) is None:
+                return False
+            self.counts[tenant] -= 1
+            return True
+
+    def failed(self, tenant: str, webhook_id: str, at: datetime):
+        with self._lock:
+            w = self.webhooks.get((tenant, webhook_id))
+            if w is None:
+                return None
+            if w.failing_since is None:
+                w = self.webhooks[(tenant, webhook_id)] = replace(w, failing_since=ms(at))
+            return w.failing_since
+
+    def succeeded(self, tenant: str, webhook_id: str) -> None:
+        with self._lock:
+            w = self.webhooks.get((tenant, webhook_id))
+            if w is not None:
+                self.webhooks[(tenant, webhook_id)] = replace(w, failing_since=None)
+
+    def disable(self, tenant: str, webhook_id: str, at: datetime) -> bool:
+        with self._lock:
+            w = self.webhooks.get((tenant, webhook_id))
+            if w is None or w.state != "enabled":
+                return False
+            self.webhooks[(tenant, webhook_id)] = replace(w, state="disabled",
+                                                          disabled_at=ms(at))
+            return True
+
+    def record(self, webhook_id: str, delivery) -> None:
+        from chalicelib.adapters.webhook_store import delivery_key
+        d = replace(delivery, at=ms(delivery.at), next_retry_at=_ms(delivery.next_retry_at))
+        with self._lock:
+            self.log.setdefault(webhook_id, {})[delivery_key(d)] = d
+
+    def deliveries(self, webhook_id: str, page_size: int, after: str | None):
+        with self._lock:
+            keys = sorted(self.log.get(webhook_id, {}), reverse=True)
+            if after is not None:
+                keys = [k for k in keys if k < after]
+            page = keys[:page_size]
+            last = page[-1] if len(keys) > page_size and page else None
+            return [self.log[webhook_id][k] for k in page], last
+
+
+class FakeWebhookQueue:
+    """The deliveries' queue (adapters/webhook_queue.py SqsWebhookQueue): each
+    message and its delay, until :meth:`deliver` hands them to a consumer;
+    ``failing`` makes every send raise."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[dict, int]] = []
+        self.failing = False
+
+    def send(self, message: dict, delay_s: int = 0) -> None:
+        if self.failing:
+            raise ConnectionError("SQS unreachable")
+        assert 0 <= delay_s <= 900, delay_s
+        self.sent.append((clone(message), delay_s))
+
+    def send_many(self, messages: list[dict]) -> None:
+        for message in messages:
+            self.send(message)
+
+    def deliver(self, consume) -> int:
+        """Each message sent so far, as app.py's deliver_webhook gets it; how many."""
+        sent, self.sent = self.sent, []
+        for message, _ in sent:
+            consume(json.dumps(message))
+        return len(sent)
+
+
 class NullTelemetry:
     """Telemetry that records nothing."""
 

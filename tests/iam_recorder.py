@@ -57,7 +57,8 @@ AGENT = "agent"
 ENV_DIR = "IAM_RECORD_DIR"
 SITE_DIR = ROOT / "tests" / "iam_site"
 #: scheduled and queued entry points of app.py; everything else there is the API
-_ENTRIES = {"place", "place_on_nudge", "scan", "reconcile", "follow_up", "feed"}
+_ENTRIES = {"place", "place_on_nudge", "scan", "reconcile", "follow_up", "feed",
+            "deliver_webhook"}
 #: chalicelib/service module -> the Lambda function that runs it
 _SERVICE_FUNCTION = {"placement": "place", "scan": "scan", "reconciler": "reconcile"}
 

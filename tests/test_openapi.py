@@ -188,6 +188,34 @@ def test_heartbeats_schema_equals_server_validation_schema(doc):
     assert doc["components"]["schemas"]["Heartbeats"] == schemas.HEARTBEATS
 
 
+def test_webhook_create_schema_equals_server_validation_schema(doc):
+    assert doc["components"]["schemas"]["WebhookCreate"] == schemas.WEBHOOK_CREATE
+
+
+def test_webhooks_and_deliveries_conform_to_their_schemas(doc):
+    from chalicelib.api.representation import delivery_json, webhook_json
+    from chalicelib.domain import webhooks as wh
+    from chalicelib.service.webhooks import WebhooksService
+
+    made = wh.Webhook("wh_01JJ5D4Z7T3W9XKQ2M8N6P4R5S", "acme", "https://h.example.com/",
+                      wh.TYPES, None, wh.ENABLED, _t("2025-01-31T12:00:00.123456"),
+                      wh.new_secret())
+    _assert_valid(doc, "WebhookCreated", webhook_json(made, with_secret=True))
+    _assert_valid(doc, "Webhook", webhook_json(made))
+    _assert_valid(doc, "WebhookList", {"webhooks": [webhook_json(made)]})
+    at = _t("2025-01-31T12:00:00.123456")
+    for d in (wh.Delivery("evt_1", 1, at, 500, "answered 500", at),
+              wh.Delivery("evt_1", 2, at, None, "TimeoutError: timed out", None),
+              wh.Delivery("evt_1", 3, at, 204, None, None)):
+        _assert_valid(doc, "Delivery", delivery_json(d))
+    assert set(doc["components"]["schemas"]["Webhook"]["properties"]["types"]["items"][
+        "enum"]) == set(wh.TYPES)
+    assert doc["components"]["schemas"]["WebhookCreate"]["properties"]["url"][
+        "maxLength"] == wh.MAX_URL_CHARS
+    service = WebhooksService(None, None, None, page_token_key=b"k")  # type: ignore[arg-type]
+    assert service._schedule == wh.RETRY_SCHEDULE_S
+
+
 def test_request_bodies_use_the_server_validation_schemas(doc):
     bodies = {(p, m): op["requestBody"]["content"]["application/json"]["schema"]
               for p, m, op in _operations(doc) if "requestBody" in op}
@@ -200,6 +228,7 @@ def test_request_bodies_use_the_server_validation_schemas(doc):
         ("/v1/jobs/{job_id}/heartbeats", "post"): {"$ref": "#/components/schemas/Heartbeats"},
         ("/v1/nodes/{node_id}/cordon", "post"): {"$ref": "#/components/schemas/Cordon"},
         ("/v1/nodes/{node_id}/drain", "post"): {"$ref": "#/components/schemas/Drain"},
+        ("/v1/webhooks", "post"): {"$ref": "#/components/schemas/WebhookCreate"},
     }
 
 
@@ -303,6 +332,16 @@ EXPECTED_STATUSES = {
                                             "500", "503"},
     ("/v1/nodes/{node_id}/uncordon", "post"): {"200", "401", "403", "404", "415", "500",
                                                "503"},
+    # webhooks (issue 45): a tenant's; only the create reads a body
+    ("/v1/webhooks", "post"): {"201", "400", "401", "403", "413", "415", "500", "503"},
+    ("/v1/webhooks", "get"): {"200", "401", "403", "415", "500", "503"},
+    ("/v1/webhooks/{webhook_id}", "get"): {"200", "401", "403", "404", "415", "500", "503"},
+    ("/v1/webhooks/{webhook_id}", "delete"): {"204", "401", "403", "404", "415", "500",
+                                              "503"},
+    ("/v1/webhooks/{webhook_id}/deliveries", "get"): {"200", "400", "401", "403", "404",
+                                                      "415", "500", "503"},
+    ("/v1/webhooks/{webhook_id}/test", "post"): {"202", "401", "403", "404", "415", "500",
+                                                 "503"},
     # the dashboard's static files: no token, no storage, any Content-Type
     ("/", "get"): {"200", "301", "304", "500"},
     ("/", "head"): {"200", "301", "304", "500"},

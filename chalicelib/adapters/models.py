@@ -399,6 +399,39 @@ class OutboxModel(Model):
     by_due = OutboxDue()
 
 
+class WebhookModel(Model):
+    """Webhooks (issue 45), generic keys: ``T#<tenant>`` holds the tenant's
+    webhooks (``W#<id>``) and their count (``COUNT``); ``D#<id>`` a
+    webhook's deliveries log (``<at>#<event id>#<attempt>``, newest last)."""
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-webhooks"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    #: on the COUNT item: how many webhooks the tenant has
+    held = NumberAttribute(null=True)
+    webhook_id = UnicodeAttribute(null=True)
+    tenant = UnicodeAttribute(null=True)
+    url = UnicodeAttribute(null=True)
+    types = FastJSONAttribute(null=True)
+    description = UnicodeAttribute(null=True)
+    state = UnicodeAttribute(null=True)
+    created_at = UnicodeAttribute(null=True)
+    secret = UnicodeAttribute(null=True)
+    #: the first failure since the last success (domain/webhooks.should_disable)
+    failing_since = UnicodeAttribute(null=True)
+    disabled_at = UnicodeAttribute(null=True)
+    #: a delivery's record
+    event_id = UnicodeAttribute(null=True)
+    attempt = NumberAttribute(null=True)
+    at = UnicodeAttribute(null=True)
+    status_code = NumberAttribute(null=True)
+    error = UnicodeAttribute(null=True)
+    next_retry_at = UnicodeAttribute(null=True)
+    note = UnicodeAttribute(null=True)
+    ttl_epoch = NumberAttribute(null=True)
+
+
 MODELS = {
     JobModel: "jobs_table",
     IdempotencyModel: "idempotency_table",
@@ -410,6 +443,7 @@ MODELS = {
     FleetModel: "fleet_table",
     TenantModel: "tenants_table",
     FeedModel: "events_table",
+    WebhookModel: "webhooks_table",
 }
 
 

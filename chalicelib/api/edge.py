@@ -62,6 +62,11 @@ def ok(body: dict, status: int = 200, headers: dict[str, str] | None = None) -> 
                     headers={"Content-Type": "application/json", **(headers or {})})
 
 
+def no_content() -> Response:
+    """A 204: done, nothing to say (a DELETE)."""
+    return Response(body="", status_code=204, headers={})
+
+
 def unavailable(e: BaseException) -> ServiceUnavailable | None:
     """The 503 a failing dependency answers as; None when ``e`` is not one."""
     if isinstance(e, ServiceUnavailable):

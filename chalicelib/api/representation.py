@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from ..domain.arrays import COUNTERS, Counts
-from ..domain.clock import iso_or_none
+from ..domain.clock import iso, iso_or_none
 from ..domain.jobs import API_NAMES, Job
 from ..domain.nodes import Node
+from ..domain.webhooks import Delivery, Webhook
 from ..service.views import JobView, view_of
 
 
@@ -70,3 +71,18 @@ def node_registration_json(node: Node) -> dict:
         job_id, _, n = key.rpartition("#")
         attempts.append({"job_id": job_id, "attempt": int(n)})
     return {**node_json(node), "attempts": attempts}
+
+
+def webhook_json(w: Webhook, *, with_secret: bool = False) -> dict:
+    """A webhook as the API shows it: the secret only in the create's answer."""
+    out = {"id": w.webhook_id, "url": w.url, "types": list(w.types),
+           "description": w.description, "state": w.state, "created_at": iso(w.created_at)}
+    if with_secret:
+        out["secret"] = w.secret
+    return out
+
+
+def delivery_json(d: Delivery) -> dict:
+    return {"event_id": d.event_id, "attempt": d.attempt, "at": iso(d.at),
+            "status_code": d.status_code, "error": d.error,
+            "next_retry_at": iso_or_none(d.next_retry_at)}

@@ -11,6 +11,7 @@ from ..domain import (
     dependencies as _deps,
     retry as _retry,
     threshold as _t,
+    webhooks as _webhooks,
     wire,
 )
 
@@ -366,5 +367,21 @@ HEARTBEATS = {
                 },
             },
         },
+    },
+}
+
+#: POST /v1/webhooks (issue 45). The URL rule and the known types are checked
+#: past the schema (domain/webhooks.py), each a 400 naming its field
+WEBHOOK_CREATE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["url"],
+    "properties": {
+        "url": {"type": "string", "minLength": 1, "maxLength": _webhooks.MAX_URL_CHARS,
+                "description": "https, to a public address (the local stack also takes "
+                               "http and loopback)."},
+        "types": {"type": "array", "maxItems": 32, "items": {"type": "string", "maxLength": 64},
+                  "description": "The event types to deliver; absent: all of them."},
+        "description": {"type": "string", "maxLength": _webhooks.MAX_DESCRIPTION_CHARS},
     },
 }

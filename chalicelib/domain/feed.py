@@ -29,7 +29,8 @@ from datetime import datetime
 from .clock import parse_iso
 
 #: the types of the feed (API.md), each ``data`` documented in the OpenAPI document
-TYPES = ("job.created", "job.state_changed", "job.retried", "job.stalled", "job.rank_slow")
+TYPES = ("job.created", "job.state_changed", "job.retried", "job.stalled", "job.rank_slow",
+         "webhook.disabled")
 
 #: the kinds of story event (domain/events.py keys, before ``#``) the feed tells
 TOLD = frozenset({"created", "placed", "started", "retried", "finished", "stalled"})
@@ -106,7 +107,7 @@ def in_order(events: list[dict]) -> list[dict]:
     """Unnumbered events in the order they are numbered: by time, then job;
     those of one job and time keep the order they were told in (a job's
     story order, domain/events.timeline)."""
-    return sorted(events, key=lambda e: (e["time"], e["job_id"]))
+    return sorted(events, key=lambda e: (e["time"], e["job_id"] or ""))
 
 
 def numbered(events: list[dict], *, tenant_tag: int, head_seq: int, head_ms: int,
@@ -125,7 +126,7 @@ def numbered(events: list[dict], *, tenant_tag: int, head_seq: int, head_ms: int
 def matches(event: dict, *, type_: str | None, job_id: str | None) -> bool:
     """Whether a feed event passes a reader's filter."""
     return (type_ is None or event["type"] == type_) and \
-        (job_id is None or event["job_id"] == job_id)
+        (job_id is None or event.get("job_id") == job_id)
 
 
 def filter_key(type_: str | None, job_id: str | None) -> str:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Sequence
+from datetime import datetime
+from typing import Any, Callable, Sequence
 
 from ..domain import cursor, feed
-from ..domain.clock import Clock, utcnow
+from ..domain.clock import Clock, iso, utcnow
 from ..domain.errors import InvalidArgument, InvalidPageToken
 from .ports import AlreadyFed, Contended, EventSink, FeedLog
 
@@ -81,6 +82,28 @@ class FeedService:
                 self._log.mark_fed(job_id, keys)
             return len(events)
         return 0  # others keep numbering this tenant: what was asked is being done
+
+    def record(self, tenant: str, type_: str, data: dict, at: datetime,
+               job_id: str | None = None) -> None:
+        """Number an event no job's story tells (an endpoint disabled), at once."""
+        told = {"type": type_, "time": iso(at), "job_id": job_id, "data": data}
+        while True:
+            head = self._log.head(tenant)
+            events, ms = feed.numbered([told], tenant_tag=self._tag(tenant), head_seq=head.seq,
+                                       head_ms=head.ms, now=self._clock())
+            try:
+                self._log.append(tenant, head, ms, events, [])
+                return
+            except Contended:
+                continue  # numbered after the one that got there first
+
+    def webhook_disabled(self, webhook: Any, at: datetime) -> None:
+        """WebhooksService.on_disabled: the tenant is told, on the feed (so on
+        the bus, and to its other webhooks), that an endpoint was disabled."""
+        self.record(webhook.tenant, "webhook.disabled", {
+            "webhook_id": webhook.webhook_id, "url": webhook.url,
+            "text": f"webhook {webhook.webhook_id} ({webhook.url}) was disabled: its "
+                    "deliveries failed for days"}, at)
 
     # -- reading -----------------------------------------------------------
     def read(self, tenant: str, *, after: str | None, type_: str | None,

@@ -1954,7 +1954,8 @@ def logs(job_id: str, rank: int | None, all_ranks: bool, attempt: int | None, fo
 
 # -- events -------------------------------------------------------------------------------
 #: the types of the tenant's feed (API.md "Events, webhooks and EventBridge")
-FEED_TYPES = ("job.created", "job.state_changed", "job.retried", "job.stalled", "job.rank_slow")
+FEED_TYPES = ("job.created", "job.state_changed", "job.retried", "job.stalled", "job.rank_slow",
+              "webhook.disabled")
 
 
 def _cursor_file(api_url: str, token: str, job_id: str | None, type_: str | None) -> pathlib.Path:
@@ -2392,6 +2393,131 @@ def health() -> None:
         out_json(data)
     else:
         click.echo(clean(f"{client.api_url}: {data.get('status', data)}"))
+
+
+# -- webhooks -------------------------------------------------------------------------------
+#: the event types a webhook may ask for (docs/api.md "Webhooks"): the feed's
+WEBHOOK_TYPES = FEED_TYPES
+
+
+def webhook_line(w: dict[str, Any]) -> str:
+    types = ", ".join(w.get("types") or [])
+    if set(w.get("types") or []) == set(WEBHOOK_TYPES):
+        types = "all types"
+    out = f"{w['id']}  {w.get('state', '?'):<8}  {w.get('url')}  ({types})"
+    if w.get("description"):
+        out += f"  {w['description']}"
+    return clean(out)
+
+
+def delivery_line(d: dict[str, Any]) -> str:
+    status = d.get("status_code")
+    if d.get("error") is None:
+        result = f"delivered ({status})"
+    else:
+        result = f"failed ({status if status is not None else 'no answer'}): {d['error']}"
+        if d.get("next_retry_at"):
+            result += f"; next try {short_time(d['next_retry_at'])}"
+    return clean(f"{short_time(d.get('at'))}  {d.get('event_id')}  attempt {d.get('attempt')}  "
+                 f"{result}")
+
+
+@cli.group(cls=GpujobsGroup)
+def webhooks() -> None:
+    """Push the tenant's job events to your own HTTPS endpoint (signed webhooks).
+
+    Each delivery is a POST signed as Standard Webhooks 1.0 says (headers
+    webhook-id, webhook-timestamp, webhook-signature; verify them with the
+    secret that `add` prints once: client/README.md "Webhooks"). Failures are
+    retried for more than 24 hours; `deliveries` shows every attempt.
+
+    \b
+      gpujobs webhooks add https://hooks.example.com/gpujobs --type job.stalled
+      gpujobs webhooks list
+      gpujobs webhooks test wh_...
+      gpujobs webhooks deliveries wh_...
+      gpujobs webhooks rm wh_...
+    """
+
+
+@webhooks.command(name="add")
+@common_options
+@click.argument("url")
+@click.option("--type", "types", multiple=True, type=click.Choice(WEBHOOK_TYPES),
+              help="An event type to deliver (repeat for more; default: all).")
+@click.option("--description", help="A note of yours, shown with the webhook.")
+def webhooks_add(url: str, types: tuple[str, ...], description: str | None) -> None:
+    """Register a webhook for URL; prints its secret, once."""
+    made = make_client().create_webhook(url, types=types or None, description=description)
+    if json_mode():
+        out_json(made)
+        return
+    click.echo(clean(f"Webhook {made['id']} created: {made['url']}"))
+    click.echo(clean(f"Types: {', '.join(made.get('types') or [])}"))
+    click.echo(clean(f"Secret (shown only now, keep it): {made['secret']}"))
+    click.echo("Verify each delivery's webhook-signature with it (client/README.md, Webhooks).")
+
+
+@webhooks.command(name="list")
+@common_options
+def webhooks_list() -> None:
+    """List your webhooks (never their secrets)."""
+    found = make_client().list_webhooks()
+    if json_mode():
+        out_json({"webhooks": found})
+        return
+    if not found:
+        click.echo("No webhooks.")
+    for w in found:
+        click.echo(webhook_line(w))
+
+
+@webhooks.command(name="rm")
+@common_options
+@click.argument("webhook_id")
+def webhooks_rm(webhook_id: str) -> None:
+    """Delete a webhook: it gets no more deliveries."""
+    make_client().delete_webhook(webhook_id)
+    if json_mode():
+        out_json({"deleted": webhook_id})
+    else:
+        click.echo(clean(f"Webhook {webhook_id} deleted."))
+
+
+@webhooks.command(name="deliveries")
+@common_options
+@click.argument("webhook_id")
+@click.option("--page-size", type=click.IntRange(1, 100), default=20, show_default=True,
+              help="Records a page.")
+@click.option("--page-token", help="The next page's token, as a previous page printed it.")
+def webhooks_deliveries(webhook_id: str, page_size: int, page_token: str | None) -> None:
+    """Show a webhook's delivery attempts, newest first."""
+    page = make_client().webhook_deliveries(webhook_id, page_size=page_size,
+                                            page_token=page_token)
+    if json_mode():
+        out_json(page)
+        return
+    found = page.get("deliveries") or []
+    if not found:
+        click.echo(clean(f"No deliveries for {webhook_id} yet."))
+    for d in found:
+        click.echo(delivery_line(d))
+    if page.get("next_page_token"):
+        click.echo(clean(f"More: gpujobs webhooks deliveries {webhook_id} "
+                         f"--page-token {page['next_page_token']}"))
+
+
+@webhooks.command(name="test")
+@common_options
+@click.argument("webhook_id")
+def webhooks_test(webhook_id: str) -> None:
+    """Send a signed test event (type webhook.test) to a webhook."""
+    event = make_client().test_webhook(webhook_id)
+    if json_mode():
+        out_json(event)
+        return
+    click.echo(clean(f"Test event {event['id']} queued for {webhook_id}; see it arrive with: "
+                     f"gpujobs webhooks deliveries {webhook_id}"))
 
 
 # -- config -------------------------------------------------------------------------------

@@ -675,6 +675,42 @@ class Client:
         """``GET /v1/nodes/{node_id}``."""
         return Node.from_json(self._json("GET", f"/v1/nodes/{_seg(node_id)}"))
 
+    # -- webhooks (docs/api.md "Webhooks") ---------------------------------------
+    def create_webhook(self, url: str, *, types: Iterable[str] | None = None,
+                       description: str | None = None) -> dict[str, Any]:
+        """``POST /v1/webhooks`` (201): the webhook, with its ``secret``
+        (``whsec_...``), shown in this answer only. Not retried after a
+        send whose answer was lost (a retry could make a second webhook)."""
+        body: dict[str, Any] = {"url": url}
+        if types:
+            body["types"] = list(types)
+        if description is not None:
+            body["description"] = description
+        return self._json("POST", "/v1/webhooks", body=body)
+
+    def list_webhooks(self) -> list[dict[str, Any]]:
+        """``GET /v1/webhooks``: the tenant's webhooks, oldest first, no secrets."""
+        return list(self._json("GET", "/v1/webhooks").get("webhooks") or [])
+
+    def get_webhook(self, webhook_id: str) -> dict[str, Any]:
+        return self._json("GET", f"/v1/webhooks/{_seg(webhook_id)}")
+
+    def delete_webhook(self, webhook_id: str) -> None:
+        """``DELETE /v1/webhooks/{id}`` (204)."""
+        self.request("DELETE", f"/v1/webhooks/{_seg(webhook_id)}")
+
+    def webhook_deliveries(self, webhook_id: str, *, page_size: int | None = None,
+                           page_token: str | None = None) -> dict[str, Any]:
+        """One page of the webhook's deliveries log, newest first:
+        ``{"deliveries": [...], "next_page_token": ...}``."""
+        return self._json("GET", f"/v1/webhooks/{_seg(webhook_id)}/deliveries",
+                          params={"page_size": page_size, "page_token": page_token})
+
+    def test_webhook(self, webhook_id: str) -> dict[str, Any]:
+        """``POST /v1/webhooks/{id}/test`` (202): queues a signed
+        ``webhook.test`` event for it; the event."""
+        return self._json("POST", f"/v1/webhooks/{_seg(webhook_id)}/test")["event"]
+
     # -- operator actions on nodes (an operator token; docs/security.md) -------
     # Not keyed, but safe to repeat, so retried as cancel_job is: a second
     # cordon records the same cordon again, a second drain finds the node's

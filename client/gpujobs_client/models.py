@@ -620,6 +620,8 @@ class FeedEvent:
             return f"stalled{attempt}: {d.get('text')}"
         if self.type == "job.rank_slow":
             return f"rank {d.get('rank')} is slow: {d.get('text')}"
+        if self.type == "webhook.disabled":
+            return str(d.get("text") or f"webhook {d.get('webhook_id')} was disabled")
         return self.type
 
     @classmethod

@@ -118,6 +118,6 @@ def test_throttled_transaction_item_is_503_not_500(world, client, tenants):
 def test_a_bug_is_still_a_500_not_a_503(world, client, tenants, monkeypatch):
     def broken(*a, **k):
         raise KeyError("bug")
-    monkeypatch.setattr(app.services().jobs, "read", broken)
+    monkeypatch.setattr(app.services().jobs, "look", broken)  # what GET /v1/jobs/{id} asks
     r = client.http.get(f"/v1/jobs/{world[0]}", headers=tenants.headers())
     assert r.status_code == 500 and "Retry-After" not in r.headers

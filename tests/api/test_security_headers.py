@@ -26,7 +26,7 @@ def walled(client, tenants):
     assert created.status_code == 201, created.body
     node = f"walls-{uuid.uuid4().hex[:8]}"
     return {"job_id": created.json_body["id"], "attempt": "1", "node_id": node,
-            "name": "app.js"}
+            "name": "app.js", "webhook_id": "wh_walls"}
 
 
 def send(client, tenants, call, extra=None):
@@ -91,7 +91,7 @@ def test_a_server_side_failure_answers_with_the_security_headers(
     """A bug (500) and a failing dependency (503) are answers like any other."""
     def broken(*args, **kwargs):
         raise fault
-    monkeypatch.setattr(app.services().jobs, "read", broken)
+    monkeypatch.setattr(app.services().jobs, "look", broken)  # what GET /v1/jobs/{id} asks
     r = client.http.get("/v1/jobs/job_01JJ5D4Z7T3W9XKQ2M8N6P4R5S", headers=tenants.headers())
     assert r.status_code == status
     assert missing("/v1/jobs/x", status, r.headers) == {}

@@ -62,7 +62,7 @@ def walled(stack):
         b'{"command": ["true"], "ranks": 1, "name": "walls"}')
     assert status == 201, body
     return {"job_id": json.loads(body)["id"], "attempt": "1", "node_id": "walls-node",
-            "name": "app.js"}
+            "name": "app.js", "webhook_id": "wh_walls"}
 
 
 def test_every_route_method_and_caller_answers_with_the_security_headers(stack, walled):

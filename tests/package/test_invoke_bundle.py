@@ -268,7 +268,7 @@ def body(result: dict) -> dict:
 # -- the functions, each cold then warm -------------------------------------------------
 #: every function the package defines gets a test below
 INVOKED = {"APIHandler", "Place", "PlaceOnNudge", "Scan", "ScanShard", "Reconcile",
-           "FollowUp", "Feed"}
+           "FollowUp", "Feed", "DeliverWebhook"}
 
 
 def test_every_function_of_the_package_is_invoked_here(functions):
@@ -305,12 +305,17 @@ def api(functions):
         ("dashboard_head", api_event("HEAD", "/", "/", token=None)),
         ("asset_head", api_event("HEAD", "/static/{name}", "/static/app.js", token=None,
                                  path_params={"name": "app.js"})),
+        ("webhook_create", api_event("POST", "/v1/webhooks", "/v1/webhooks",
+                                     body={"url": "https://93.184.216.34/bundle"})),
+        ("webhooks", api_event("GET", "/v1/webhooks", "/v1/webhooks")),
     ]
     out = fn.run([e for _, e in steps])
     results = dict(zip([n for n, _ in steps], out["results"]))
     job_id = body(results["create"])["id"]
     other = body(results["create_other"])["id"]
     pp = {"job_id": job_id}
+    hook = body(results["webhook_create"])["id"]
+    wp = {"webhook_id": hook}
     # the same container, warm, on the routes that need the job's id
     more = [
         ("get", api_event("GET", "/v1/jobs/{job_id}", f"/v1/jobs/{job_id}", path_params=pp)),
@@ -343,6 +348,15 @@ def api(functions):
         ("uncordon", api_event("POST", "/v1/nodes/{node_id}/uncordon",
                                f"/v1/nodes/{NODE}/uncordon", token=OPERATOR_TOKEN,
                                path_params={"node_id": NODE})),
+        # a webhook's (issue 45): read, its log, a test event (queued), deleted
+        ("webhook", api_event("GET", "/v1/webhooks/{webhook_id}", f"/v1/webhooks/{hook}",
+                              path_params=wp)),
+        ("deliveries", api_event("GET", "/v1/webhooks/{webhook_id}/deliveries",
+                                 f"/v1/webhooks/{hook}/deliveries", path_params=wp)),
+        ("webhook_test", api_event("POST", "/v1/webhooks/{webhook_id}/test",
+                                   f"/v1/webhooks/{hook}/test", path_params=wp)),
+        ("webhook_delete", api_event("DELETE", "/v1/webhooks/{webhook_id}",
+                                     f"/v1/webhooks/{hook}", path_params=wp)),
     ]
     warm = fn.run([steps[0][1]] + [e for _, e in more])
     results.update(dict(zip(["health_again"] + [n for n, _ in more], warm["results"])))
@@ -378,6 +392,10 @@ def test_api_routes_answer_as_the_contract_says(api):
     assert status(r["get_node"]) == 200 and status(r["list_nodes"]) == 200
     assert status(r["attempts"]) == 200
     assert status(r["cancel"]) == 202
+    assert [status(r[n]) for n in ("webhook_create", "webhooks", "webhook", "deliveries",
+                                   "webhook_test", "webhook_delete")] == \
+        [201, 200, 200, 200, 202, 204]
+    assert "secret" in body(r["webhook_create"]) and "secret" not in body(r["webhook"])
     for name in ("ranks", "heartbeats", "event"):
         assert status(r[name]) < 500, (name, r[name]["response"])
 
@@ -498,3 +516,14 @@ def test_the_follow_up_consumer_reports_only_the_bad_message_as_failed(functions
     and then dead-lettered."""
     only_the_bad_message_fails(functions["FollowUp"], stack,
                                json.dumps({"job_id": api["job_id"]}), "not a follow-up")
+
+
+def test_the_webhook_consumer_reports_only_the_bad_message_as_failed(functions, stack, api):
+    """A delivery for a webhook that is gone (dropped: done, after reading
+    the webhooks table) and a message that is no delivery: only that one
+    fails, to be received again and then dead-lettered."""
+    good = json.dumps({"tenant": "bundle-tenant", "webhook_id": "wh_gone", "attempt": 1,
+                       "not_before": None, "event": {"id": "evt_bundle", "type": "job.created",
+                                                     "time": "2026-12-01T00:00:00.000Z",
+                                                     "job_id": api["job_id"], "data": {}}})
+    only_the_bad_message_fails(functions["DeliverWebhook"], stack, good, "not a delivery")

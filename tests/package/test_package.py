@@ -58,7 +58,7 @@ def test_every_dead_letter_queue_is_there_and_used(bundle):
     targets = {q["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
                for q in queues.values() if "RedrivePolicy" in q["Properties"]}
     assert targets == {"PendingDeadLetterQueue", "ScanDeadLetterQueue",
-                       "FollowUpDeadLetterQueue"}
+                       "FollowUpDeadLetterQueue", "WebhookDeadLetterQueue"}
     assert targets <= set(queues)
     # the inbox queues are made at run time with this one as their redrive target
     for fn in bundle.functions().values():
@@ -82,9 +82,10 @@ def test_the_pending_queue_feeds_place_on_nudge_with_partial_batch_failures(bund
                   if event["Type"] == "SQS"}
     assert set(sqs_events) == {("PlaceOnNudge", "PlaceOnNudgeSqsEventSource"),
                                ("ScanShard", "ScanShardSqsEventSource"),
-                               ("FollowUp", "FollowUpSqsEventSource")}
+                               ("FollowUp", "FollowUpSqsEventSource"),
+                               ("DeliverWebhook", "DeliverWebhookSqsEventSource")}
     queues = {"PlaceOnNudge": ("PendingQueue", 10), "ScanShard": ("ScanQueue", 1),
-              "FollowUp": ("FollowUpQueue", 10)}
+              "FollowUp": ("FollowUpQueue", 10), "DeliverWebhook": ("WebhookQueue", 1)}
     for (name, _), event in sqs_events.items():
         props = event["Properties"]
         queue, batch = queues[name]
@@ -105,7 +106,7 @@ def test_queue_visibility_covers_the_function_timeout(bundle):
             visibility = bundle.resources[queue]["Properties"].get("VisibilityTimeout", 30)
             assert visibility >= timeout, (queue, visibility, name, timeout)
             checked += 1
-    assert checked == 3
+    assert checked == 4
 
 
 _LITERAL = re.compile(r"gpujobs-|arn:|amazonaws\.com|\b\d{12}\b")
@@ -115,7 +116,8 @@ def test_every_function_names_the_real_resources(bundle):
     kinds = {"_TABLE": "AWS::DynamoDB::Table", "_QUEUE_URL": "AWS::SQS::Queue",
              "_QUEUE_NAME": "AWS::SQS::Queue", "_DLQ_ARN": "AWS::SQS::Queue"}
     assert set(bundle.functions()) == {"APIHandler", "Place", "PlaceOnNudge", "Scan",
-                                       "ScanShard", "Reconcile", "FollowUp", "Feed"}
+                                       "ScanShard", "Reconcile", "FollowUp", "Feed",
+                                       "DeliverWebhook"}
     for name, fn in bundle.functions().items():
         env = fn["Properties"]["Environment"]["Variables"]
         for var, expected in bundle.environment.items():

@@ -142,3 +142,39 @@ def test_events_follow_prints_as_it_happens_and_resumes_after_a_kill(api, follow
         [next(line for line in again if "CANCELLED" in line)], \
         f"resumed after the creation, not from the start: {again}"
     assert "PENDING -> CANCELLED" in "".join(again)
+
+
+def test_a_jobs_events_reach_a_webhook_signed_and_the_bus_as_they_happen(api, stack):
+    """Invariant (issue 45): what the feed tells is pushed, off the request
+    path, to the tenant's webhooks (a real receiver verifies each signature
+    with the standardwebhooks library) and to the bus, once per event id."""
+    from standardwebhooks.webhooks import Webhook
+
+    from tests.support.webhook_receiver import Receiver
+
+    with Receiver() as receiver:
+        made = api.post("/v1/webhooks", json={"url": receiver.url("/feed"),
+                                              "types": ["job.created", "job.state_changed"]})
+        assert made.status_code == 201, made.text
+        hook = made.json()
+        try:
+            job = api.post("/v1/jobs", json=spec("told")).json()["id"]
+            assert api.post(f"/v1/jobs/{job}/cancel", json={}).status_code == 202
+
+            def mine() -> list[dict]:
+                out = []
+                for r in receiver.at("/feed"):
+                    event = Webhook(hook["secret"]).verify(r.body, r.headers)
+                    assert r.headers["webhook-id"] == event["id"]
+                    if event["job_id"] == job:
+                        out.append(event)
+                return out
+            got = wait_until(lambda: len({e["id"] for e in mine()}) >= 2 and mine(), timeout=60,
+                             what="the job's creation and cancel at the webhook")
+            assert sorted({(e["type"], e["data"].get("to")) for e in got}) == [
+                ("job.created", None), ("job.state_changed", "CANCELLED")]
+            feed_ids = [e["id"] for e in api.get("/v1/events", params={"job_id": job}).json()[
+                "events"]]
+            assert sorted({e["id"] for e in got}) == sorted(feed_ids)
+        finally:
+            api.delete(f"/v1/webhooks/{hook['id']}")

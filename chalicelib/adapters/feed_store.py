@@ -117,7 +117,8 @@ class DynamoFeeds(OnDynamo):
         otherwise only they go, and the job stays for the rest."""
         keys = sorted(set(keys))
         values = {f":k{i}": {"S": k} for i, k in enumerate(keys)}
-        exact = " AND ".join(["size(#unfed_keys) = :n"] + [
+        # (attribute_exists first: moto's size() of a missing attribute is a 500)
+        exact = " AND ".join(["attribute_exists(#unfed_keys)", "size(#unfed_keys) = :n"] + [
             f"contains(#unfed_keys, :k{i})" for i in range(len(keys))])
         try:
             self._dynamo.update(Changes(JOBS).remove("unfed", "unfed_keys").update(

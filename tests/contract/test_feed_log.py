@@ -81,3 +81,13 @@ def test_marking_some_keeps_the_job_in_the_index_for_the_rest(ports):
     ports.feeds.mark_fed(job.job_id, ["placed#9"])
     assert list(ports.feeds.unfed(job.job_id)) == ["created"]
     assert job.job_id in ports.feeds.unfed_jobs(job.tenant, 100)
+
+
+def test_marking_again_what_another_sequencer_marked_is_harmless(ports):
+    """Two sequencers that met over the same job (one numbered, the other
+    found it fed) both mark it: the second finds nothing left to take."""
+    job = ports.created()
+    ports.feeds.mark_fed(job.job_id, ["created"])
+    ports.feeds.mark_fed(job.job_id, ["created"])
+    assert ports.feeds.unfed(job.job_id) == {}
+    assert job.job_id not in ports.feeds.unfed_jobs(job.tenant, 100)

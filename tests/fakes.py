@@ -1199,7 +1199,7 @@ class FakeFeeds:
         self.fed: set[tuple[str, str]] = set()
         self.marked: set[tuple[str, str]] = set()
 
-    def unfed(self, job_id: str) -> dict[str, dict]:
+    def unfed(self, job_id: str) -> dict[str, dict | None]:
         with self.t.lock:
             return {k: dict(v) for k, v in sorted(self.t.job_events.get(job_id, {}).items())
                     if feed.told(k) and (job_id, k) not in self.marked}
@@ -1246,7 +1246,7 @@ class FakeFeeds:
     def pushed(self, tenant: str, read: FeedHead, upto: int) -> None:
         with self.t.lock:
             head = self.head(tenant)
-            if head.seq < upto or head.pushed >= upto or (upto >= read.seq and head.seq != upto):
+            if head.seq < upto or head.pushed > upto or (upto >= read.seq and head.seq != upto):
                 return  # (the real one's condition fails: nothing changes)
             self.heads[tenant] = replace(head, pushed=upto)
 

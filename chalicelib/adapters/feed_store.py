@@ -58,14 +58,14 @@ class DynamoFeeds(OnDynamo):
                 break
         return tenants[:limit]
 
-    def unfed(self, job_id: str) -> dict[str, dict]:
+    def unfed(self, job_id: str) -> dict[str, dict | None]:
         item = self._dynamo.get(JOBS.get(JOBS.key(job_id), attributes=("events", "unfed_keys")))
         if not item:
             return {}
         keys = JOBS.values({"unfed_keys": item["unfed_keys"]})["unfed_keys"] \
             if "unfed_keys" in item else set()
         events = events_from_item(item)
-        return {k: events[k] for k in sorted(keys) if k in events}
+        return {k: events.get(k) for k in sorted(keys)}
 
     def head(self, tenant: str) -> FeedHead:
         item = self._dynamo.get(FEEDS.get(FEEDS.key(partition(tenant), _HEAD)))
@@ -145,7 +145,7 @@ class DynamoFeeds(OnDynamo):
     def pushed(self, tenant: str, read: FeedHead, upto: int) -> None:
         changes = Changes(FEEDS).set("pushed_seq", upto)
         condition = "#head_seq >= :upto AND (attribute_not_exists(#pushed_seq) " \
-                    "OR #pushed_seq < :upto)"
+                    "OR #pushed_seq <= :upto)"
         if upto >= read.seq:
             changes.remove("push_due")
             condition += " AND #head_seq = :upto"

@@ -44,6 +44,9 @@ BATCH = 40
 
 PAGE_MAX, WAIT_MAX_S = 500, 20
 
+#: a placement's nodes an event names (an EventBridge event is at most 256 KB)
+NODES_SHOWN = 100
+
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
@@ -85,7 +88,9 @@ def tell(job_id: str, key: str, stored: dict) -> list[dict]:
     if kind == "created":
         return [one("job.created", reason=reason)]
     if kind == "placed":
-        return [moved(stored.get("from", "PENDING"), "SCHEDULED", nodes=sorted(stored.get("nodes") or {}))]
+        nodes = sorted(stored.get("nodes") or {})
+        return [moved(stored.get("from", "PENDING"), "SCHEDULED", nodes=nodes[:NODES_SHOWN],
+                      nodes_count=len(nodes) if len(nodes) > NODES_SHOWN else None)]
     if kind == "started":
         return [moved(stored.get("from", "SCHEDULED"), "RUNNING")]
     if kind == "retried":

@@ -19,8 +19,8 @@ log = logging.getLogger(__name__)
 _JOBS_PER_ROUND = 10
 _ROUNDS = 20
 _TENANTS_PER_SWEEP = 200
-#: how often a long poll looks again
-_POLL_S = 0.25
+#: how often a long poll looks again (each look: an index Query and two reads)
+_POLL_S = 1.0
 
 Push = Callable[[str, Sequence[dict]], None]
 
@@ -56,8 +56,11 @@ class FeedService:
             story = self._log.unfed(job_id)
             if not story:
                 self._log.mark_fed(job_id, ())  # nothing left: out of the index
+            gone = [key for key, stored in story.items() if stored is None]
+            if gone:  # (marked, but its story does not hold it: nothing to tell)
+                self._log.mark_fed(job_id, gone)
             for key, stored in story.items():
-                if len(told) < feed.BATCH:
+                if stored is not None and len(told) < feed.BATCH:
                     told[(job_id, key)] = feed.tell(job_id, key, stored)
         for _ in range(5):
             if not told:
@@ -171,8 +174,7 @@ class FeedService:
             if self._webhooks is not None:
                 self._webhooks(tenant, events)
             done = rows[-1][0]
-        if done > head.pushed or head.seq > head.pushed:
-            self._log.pushed(tenant, head, done)
+        self._log.pushed(tenant, head, done)  # (also clears a due mark left stale)
         return done - head.pushed
 
     def sweep(self) -> dict:

@@ -365,8 +365,9 @@ class FeedLog(Protocol):
 
     def unfed_tenants(self, limit: int) -> list[str]: ...
 
-    def unfed(self, job_id: str) -> dict[str, dict]:
-        """The job's unfed story events, by key (read consistently)."""
+    def unfed(self, job_id: str) -> dict[str, dict | None]:
+        """The job's unfed story events, by key (read consistently); None
+        for a key marked unfed whose event its story does not hold."""
         ...
 
     def head(self, tenant: str) -> FeedHead: ...

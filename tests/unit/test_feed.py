@@ -67,3 +67,11 @@ def test_ids_grow_as_numbers_do_even_when_a_sequencers_clock_is_behind(runs, tag
 def test_a_cursor_filter_key_names_both_filters():
     assert feed.filter_key(None, None) != feed.filter_key("job.created", None) != \
         feed.filter_key(None, "job_1")
+
+
+def test_a_huge_placement_names_its_first_hundred_nodes_and_counts_them_all():
+    """An EventBridge event is at most 256 KB: a 65,536-rank job's 8,192
+    nodes are counted, not listed."""
+    nodes = {f"node-{i:05d}": "0-7" for i in range(8192)}
+    [e] = feed.tell("j", "placed#1", {"type": "placed", "time": T, "attempt": 1, "nodes": nodes})
+    assert len(e["data"]["nodes"]) == feed.NODES_SHOWN and e["data"]["nodes_count"] == 8192

@@ -128,3 +128,10 @@ def test_the_feed_timer_puts_every_event_on_the_bus_where_a_rule_routes_it(
     finally:
         events.remove_targets(Rule=rule, EventBusName=bus, Ids=["q"])
         events.delete_rule(Name=rule, EventBusName=bus)
+
+
+def test_the_feed_and_the_webhooks_are_wired_both_ways(iso):
+    """What the feed pushes goes to the webhooks' fan_out; an endpoint the
+    webhooks disable is told on the feed (bootstrap.build)."""
+    assert iso.feed._webhooks == iso.webhooks.fan_out
+    assert iso.webhooks.on_disabled == iso.feed.webhook_disabled

@@ -222,3 +222,27 @@ def test_a_key_marked_unfed_without_its_event_is_let_go_not_read_for_ever(world)
     svc = service(feeds)
     assert svc.number(job.tenant) == 1  # its creation; the dangling key let go
     assert feeds.unfed_jobs(job.tenant, 10) == []
+
+
+def test_an_endpoint_disabled_is_an_event_on_the_tenants_feed(world):
+    """Issue 45: "an endpoint failing for days is disabled, with an event
+    saying so": WebhooksService.on_disabled is the feed's webhook_disabled,
+    which numbers a webhook.disabled event at once (pushed like any other)."""
+    from types import SimpleNamespace
+
+    from chalicelib.domain.clock import utcnow
+
+    tenant = world.tenant()
+    feeds, sink = FakeFeeds(world.store.t), RecordingSink()
+    svc = service(feeds, sinks=[sink])
+    hook = SimpleNamespace(tenant=tenant, webhook_id="wh_1", url="https://hooks.example.com/x")
+    svc.webhook_disabled(hook, utcnow())
+    [event] = read_all(svc, tenant)[0]
+    assert (event["type"], event["job_id"], event["data"]["webhook_id"]) == \
+        ("webhook.disabled", None, "wh_1")
+    assert "was disabled: its deliveries failed for days" in event["data"]["text"]
+    svc.sweep()
+    assert [e["type"] for e in sink.put_events] == ["webhook.disabled"]
+    page = svc.read(tenant, after=None, type_="webhook.disabled", job_id=None, page_size=5,
+                    wait_s=0)
+    assert [e["id"] for e in page["events"]] == [event["id"]]

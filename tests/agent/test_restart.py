@@ -120,15 +120,17 @@ def test_a_launch_recorded_without_the_optional_fields_is_finished_with_their_de
 
 def test_a_cancel_recorded_just_before_a_crash_is_carried_out_after_the_restart(world,
                                                                                monkeypatch):
-    a = world.agent(grace_s=30)
-    a.handle(message(launch(command=["sleep", "30"]), 1))
+    # the margin: the grace (the recorded deadline) is 300 s, the wait for the
+    # stop 60 s; a stop seen within it came from B's own SIGTERM, not the deadline
+    a = world.agent(grace_s=300)
+    a.handle(message(launch(command=["sleep", "600"]), 1))
     rank = world.launchers[0].launched[0]
     monkeypatch.setattr(a, "_terminate", lambda rec: None)  # dies between recording and signalling
     a.handle(message(cancel(), 2))
     assert world.state()["attempts"]["job_a/1"]["phase"] == "STOPPING" and alive(rank.pid)
     del a
-    b = world.agent(grace_s=30)
+    b = world.agent(grace_s=300)
     b.recover()
-    # well before the recorded 30 s deadline: B sent SIGTERM itself
-    run_until(b, lambda: world.api.of("STOPPED"), timeout=10, what="STOPPED after restart")
+    # well before the recorded 300 s deadline: B sent SIGTERM itself
+    run_until(b, lambda: world.api.of("STOPPED"), timeout=60, what="STOPPED after restart")
     assert not alive(rank.pid)

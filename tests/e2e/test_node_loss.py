@@ -145,7 +145,7 @@ def test_a_busy_node_whose_call_ins_rest_is_kept_up_by_its_beats(loss_stack, age
     job = submit_one(tenant, [sys.executable, "-c", STEADY])
     try:
         poll("the job RUNNING and beating", lambda: state(tenant, job)["state"] == "RUNNING"
-             and (rank0(tenant, job)["step"] or 0) > 0, timeout=60)
+             and (rank0(tenant, job)["step"] or 0) > 0, timeout=180)
         longest, until = 0.0, time.monotonic() + 4 * DOWN_AFTER_S
         while time.monotonic() < until:  # every look: READY, the job running
             n = node(tenant)
@@ -290,7 +290,7 @@ def test_a_healthy_agent_keeps_its_node_ready_after_a_long_job_and_while_its_ran
     job = submit_one(tenant, [sys.executable, "-c", BEAT_THEN, str(stop), then])
     try:
         poll("the job RUNNING and beating", lambda: state(tenant, job)["state"] == "RUNNING"
-             and (rank0(tenant, job)["step"] or 0) > 0, timeout=60)
+             and (rank0(tenant, job)["step"] or 0) > 0, timeout=180)
         poll("the node's last call-in older than the DOWN time, its beats keeping it up",
              lambda: (parse_iso(tenant.get(f"/v1/jobs/{job}/ranks").json()["now"])
                       - parse_iso(node(tenant)["last_seen_at"])).total_seconds()

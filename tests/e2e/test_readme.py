@@ -192,6 +192,20 @@ EXPECT: dict[str, Expect] = {
     "gpujobs logs $JOB --all-ranks": Expect(shows=(r"\[rank 0\] started", r"\[rank 1\] started")),
     "gpujobs cancel $JOB --reason": Expect(shows=(r"CANCELLED",)),
     "python - <<'EOF'": Expect(shows=(r"hello", r"SUCCEEDED", r"404 not_found")),
+    # the tenant's feed and webhooks (issue 45)
+    "gpujobs events --job $JOB": Expect(shows=(
+        rf"^.*Z +{J} +job\.created +created$",
+        rf"^.*Z +{J} +job\.state_changed +PENDING -> SCHEDULED \(attempt 1\)",
+        rf"^.*Z +{J} +job\.state_changed +\w+ -> CANCELLED \(attempt 1\)")),
+    "WH=$(gpujobs webhooks add http://127.0.0.1:9/gpujobs":
+        Expect(probe="echo $WH", probe_shows=r"^wh_[0-9A-Z]{26}$"),
+    "gpujobs webhooks list": Expect(shows=(r"^wh_\S+ +enabled +http://127\.0\.0\.1:9/gpujobs",)),
+    "gpujobs webhooks test $WH": Expect(),
+    "gpujobs webhooks deliveries $WH": Expect(shows=(r"evt_\S+ +attempt 1 +failed",),
+                                              again_s=60),
+    "gpujobs webhooks rm $WH": Expect(),
+    "python - <<'EOF' # a receiver that verifies": Expect(shows=(
+        r"^verified webhook\.test evt_\S+$", r"^delivered$")),
     # -- agent/README.md ---------------------------------------------------------
     "export AWS_ACCESS_KEY_ID=local": Expect(),
     "(umask 077; echo a1 > /tmp/gpujobs-agent-node-1.token)": Expect(),

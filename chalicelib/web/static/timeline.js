@@ -304,7 +304,8 @@ export function timelineView(job, attempts, events, now = Date.now()) {
   if (!spans.length) {
     const why = events == null ? 'This server has no event timeline (GET /v1/jobs/{id}/events) to draw the attempts from.'
       : 'Not placed yet: no GPU time held.';
-    return h('div', {}, sentence ? total : null, h('p', { class: 'muted', id: 'timeline-none', text: why }));
+    const held = sentence && (job.usage.gpu_seconds || 0) > 0;
+    return h('div', {}, held ? total : null, h('p', { class: 'muted', id: 'timeline-none', text: why }));
   }
   const exits = new Map((attempts || []).map((a) => [a.attempt, a.exit]));
   const latest = Math.max(...events.map((e) => ms(e.at)).filter((t) => !Number.isNaN(t)));

@@ -124,7 +124,7 @@ def test_a_retried_jobs_timeline_says_each_attempt_its_causes_and_its_marks(page
 
     sentence = cli.usage_sentence(Usage.from_json(USAGE), [Attempt.from_json(a) for a in ATTEMPTS])
     assert sentence.startswith("held 15.7 GPU-h: ") and "failed attempt 1 (rank 3 exited 1)" in sentence
-    with fed(page, JOB, ATTEMPTS, EVENTS), ui.viewport(page, 1280, 800):
+    with fed(page, JOB, ATTEMPTS, EVENTS), ui.viewport(page, 1280, 800), ui.time_zone(page, "America/New_York"):
         page.get(browser_stack.api + f"/#/jobs/{JOB_ID}")
         page.refresh()
         total = ui.text_in(page, "#usage-total", "held")

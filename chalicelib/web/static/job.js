@@ -432,8 +432,10 @@ export function mount(main, [jobId]) {
       if (changed('events', ev)) events.replaceChildren(eventsList(ev));
       // an array holds no GPUs itself: its indexes do, each on its own page
       timelineHead.hidden = timeline.hidden = !!j.array;
-      if (!j.array && changed('timeline', [j.usage, j.spec, a.attempts, ev,
-        TERMINAL.has(j.state) ? 0 : Math.floor(Date.now() / TIMELINE_MS)])) {
+      // a running job's usage grows with every read: drawn with the bars' own tick, not each read
+      const ended = TERMINAL.has(j.state);
+      if (!j.array && changed('timeline', [j.state, j.spec, a.attempts, ev,
+        ended ? j.usage : Math.floor(Date.now() / TIMELINE_MS)])) {
         timeline.replaceChildren(timelineView(j, a.attempts, ev));
       }
       logsHead.hidden = logs.hidden = !!j.array;

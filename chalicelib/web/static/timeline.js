@@ -308,7 +308,8 @@ export function timelineView(job, attempts, events, now = Date.now()) {
     return h('div', {}, held ? total : null, h('p', { class: 'muted', id: 'timeline-none', text: why }));
   }
   const exits = new Map((attempts || []).map((a) => [a.attempt, a.exit]));
-  const latest = Math.max(...events.map((e) => ms(e.at)).filter((t) => !Number.isNaN(t)));
+  // a big job's story holds thousands of events: no spread of them into arguments
+  const latest = events.reduce((m, e) => { const t = ms(e.at); return Number.isNaN(t) ? m : Math.max(m, t); }, 0);
   const end = Math.max(now, latest);
   const cuts = spans.map((s) => spanSegments(s, end));
   const t0 = Math.min(...cuts.map((c) => c.from));

@@ -138,6 +138,8 @@ def test_no_module_parses_html_or_evaluates_strings():
 def test_nothing_is_loaded_from_another_origin_and_nothing_is_inline():
     for ext in ("html", "css", "js"):
         for name, text in _sources(ext):
+            # SVG's namespace is a name (createElementNS), never fetched
+            text = text.replace("'http://www.w3.org/2000/svg'", "''")
             assert not re.search(r"(?<![\w.])(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text), name
     html = (web.STATIC_DIR / web.INDEX).read_text(encoding="utf-8")
     assert not re.search(r"<script(?![^>]*\bsrc=)", html), "inline script"

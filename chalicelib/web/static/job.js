@@ -1,7 +1,8 @@
 // Job: spec, state, pending_reason, health, attempts with their node -> ranks
 // map, the event timeline and logs (where the server has them), Resubmit and
 // Cancel; its dependencies, and for an array its counts and the grid of its
-// indexes by state (arrays.js).
+// indexes by state (arrays.js); what its GPU time bought, its attempts as
+// bars over time (timeline.js).
 import { api, ApiError } from './api.js';
 import { h, setText, stateBadge, time, clock, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictLines, stackLine } from './verdict.js';
@@ -10,6 +11,7 @@ import { createBody, newKey, shellLine, specPairs, retryPolicyText, limitsLines,
 import { countsText, arraySettingsText, childOf, dependenciesOf, waitingFor, IndexGrid, CELL_STATES,
   CELL_WORDS, NOT_MADE, cellTitle, tally } from './arrays.js';
 import { LogFollower } from './logs.js';
+import { timelineView } from './timeline.js';
 
 const REFRESH_MS = 1500;
 const SUBMIT_TRIES = 3;
@@ -17,6 +19,8 @@ const SUBMIT_TRIES = 3;
 const GRID_CATCH_UP = 10;
 /** refreshes of an ended job's page while its logs have more pages to read */
 const LOGS_CATCH_UP = 20;
+/** a running attempt's bar grows: drawn again this often (ms), else only when the job changed */
+const TIMELINE_MS = 5000;
 
 function dl(pairs) {
   return h('dl', { class: 'facts' }, pairs.filter(([, v]) => v != null && v !== '')
@@ -261,6 +265,8 @@ export function mount(main, [jobId]) {
   const facts = h('section', { id: 'facts' });
   const spec = h('section', { id: 'spec' });
   const attempts = h('section', { id: 'attempts' });
+  const timelineHead = h('h2', { text: 'Timeline', hidden: true });
+  const timeline = h('section', { id: 'timeline', hidden: true });
   const gridHead = h('h2', { text: 'Indexes', hidden: true });
   const gridSection = h('section', { id: 'array-grid', hidden: true });
   const events = h('section', { id: 'events' });
@@ -292,7 +298,7 @@ export function mount(main, [jobId]) {
   const ranksLink = h('a', { id: 'ranks-link', class: 'button', href: `#/jobs/${encodeURIComponent(jobId)}/ranks`, text: 'Rank heatmap', hidden: true });
   const body = h('div', { id: 'job-body', hidden: true },
     h('div', { class: 'toolbar' }, ranksLink, resubmitBtn, cancelBtn),
-    resubmitStatus, cancelStatus, headline, facts, gridHead, gridSection,
+    resubmitStatus, cancelStatus, headline, facts, gridHead, gridSection, timelineHead, timeline,
     h('h2', { text: 'Attempts' }), attempts,
     h('h2', { text: 'Events' }), events,
     logsHead, logs,
@@ -424,6 +430,14 @@ export function mount(main, [jobId]) {
           : attemptsTable(a.attempts));
       }
       if (changed('events', ev)) events.replaceChildren(eventsList(ev));
+      // an array holds no GPUs itself: its indexes do, each on its own page
+      timelineHead.hidden = timeline.hidden = !!j.array;
+      // a running job's usage grows with every read: drawn with the bars' own tick, not each read
+      const ended = TERMINAL.has(j.state);
+      if (!j.array && changed('timeline', [j.state, j.spec, a.attempts, ev,
+        ended ? j.usage : Math.floor(Date.now() / TIMELINE_MS)])) {
+        timeline.replaceChildren(timelineView(j, a.attempts, ev));
+      }
       logsHead.hidden = logs.hidden = !!j.array;
       if (!j.array && (logsShown !== follower.version || changed('logs-state', [j.state, !!j.started_at]))) {
         logsShown = follower.version;

@@ -27,7 +27,7 @@ from ..domain.ids import new_ulid
 from ..domain.webhooks import Delivery, Webhook
 from .ports import Poster, WebhookQueue, WebhookStore
 
-log = logging.getLogger("gpujobs")
+log = logging.getLogger(__name__)
 MAX_PAGE_SIZE = 100
 
 

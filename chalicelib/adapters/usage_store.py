@@ -15,7 +15,7 @@ from typing import Iterable, Mapping
 
 from pynamodb.exceptions import TransactWriteError
 
-from ..domain.rollup import DAY_MS, Key
+from ..domain.rollup import DAY_MS, Key, escape
 from ..service.ports import UsageCell
 from .dynamo import Table
 from .jobs_table import OnDynamo
@@ -38,8 +38,8 @@ def _partition(tenant: str, day_ms: int) -> str:
 
 def _sort_key(granularity: str, at_ms: int, dim: str, value: str) -> str:
     if granularity == "day":
-        return f"d#{dim}#{value}"
-    return f"h#{dim}#{(at_ms % DAY_MS) // 3_600_000:02d}#{value}"
+        return f"d#{escape(dim)}#{value}"
+    return f"h#{escape(dim)}#{(at_ms % DAY_MS) // 3_600_000:02d}#{value}"
 
 
 def _days(start_ms: int, end_ms: int) -> Iterable[int]:
@@ -102,7 +102,7 @@ class DynamoUsage(OnDynamo):
     def cells(self, tenant: str, granularity: str, dim: str,
               start_ms: int, end_ms: int) -> list[UsageCell]:
         out: list[UsageCell] = []
-        prefix = f"{_GRAN[granularity]}#{dim}#"
+        prefix = f"{_GRAN[granularity]}#{escape(dim)}#"
         for day in _days(start_ms, end_ms):
             request = USAGE.query(None, "#pk = :pk AND begins_with(#sk, :prefix)",
                                   {":pk": {"S": _partition(tenant, day)},

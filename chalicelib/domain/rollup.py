@@ -214,11 +214,35 @@ def ended_attempts(spans: Sequence[Span]) -> list[int]:
 ANY_GPU_TYPE = "any"
 
 
+def escape(text: str) -> str:
+    """``text`` with no ``#`` (the separator of stored keys): reversible."""
+    return text.replace("%", "%25").replace("#", "%23")
+
+
+def unescape(text: str) -> str:
+    return text.replace("%23", "#").replace("%25", "%")
+
+
 def groups(job_id: str, gpu_type: str | None, labels: Mapping[str, str]) -> list[tuple[str, str]]:
     """The (dimension, value) groups a job's usage is rolled up under: its
-    GPU type, itself, and each of its labels (``label:<key>``)."""
-    return [("gpu_type", gpu_type or ANY_GPU_TYPE), ("job", job_id)] + \
-        [(f"label:{k}", str(v)) for k, v in sorted(labels.items())]
+    GPU type, itself, and each of its labels (``label:<key>``). A job's or
+    a label's value is stored with the job's GPU type (``pack``), so that a
+    price per GPU type prices any group."""
+    gpu = gpu_type or ANY_GPU_TYPE
+    return [("gpu_type", gpu), ("job", pack(gpu, job_id))] + \
+        [(f"label:{k}", pack(gpu, str(v))) for k, v in sorted(labels.items())]
+
+
+def pack(gpu_type: str, value: str) -> str:
+    return f"{escape(gpu_type)}#{value}"
+
+
+def unpack(dim: str, stored: str) -> tuple[str, str]:
+    """(GPU type, value) of a stored group value of dimension ``dim``."""
+    if dim == "gpu_type":
+        return stored, stored
+    gpu, _, value = stored.partition("#")
+    return unescape(gpu), value
 
 
 #: a rollup cell: (granularity "hour"|"day", period start ms, dimension, value)

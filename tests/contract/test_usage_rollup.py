@@ -41,7 +41,7 @@ def test_an_attempt_adds_once_and_cells_read_back_summed(store):
     first = {("hour", h, "gpu_type", "h100"): {"productive": 30, "startup": 6, "jobs": 1},
              ("hour", h + HOUR_MS, "gpu_type", "h100"): {"productive": 3600},
              ("day", DAY, "gpu_type", "h100"): {"productive": 3630, "startup": 6, "jobs": 1},
-             ("hour", h, "label:team", "a#b"): {"productive": 30, "startup": 6, "jobs": 1}}
+             ("hour", h, "label:team#x", "a#b"): {"productive": 30, "startup": 6, "jobs": 1}}
     assert store.add(t, "job_1", 1, first) is True
     assert store.add(t, "job_1", 1, first) is False  # a retry adds nothing
     second = {("hour", h, "gpu_type", "h100"): {"productive": -1, "failed_attempt": 1},
@@ -56,7 +56,8 @@ def test_an_attempt_adds_once_and_cells_read_back_summed(store):
         [h + HOUR_MS]
     assert store.cells(t, "day", "gpu_type", DAY, DAY + DAY_MS) == [
         UsageCell(DAY, "h100", {"productive": 3630, "startup": 6}, 1)]
-    assert store.cells(t, "hour", "label:team", DAY, DAY + DAY_MS) == [
+    assert store.cells(t, "hour", "label:team", DAY, DAY + DAY_MS) == []
+    assert store.cells(t, "hour", "label:team#x", DAY, DAY + DAY_MS) == [
         UsageCell(h, "a#b", {"productive": 30, "startup": 6}, 1)]
     assert store.cells(other, "hour", "gpu_type", DAY, DAY + DAY_MS) == []
     assert t in store.tenants(DAY, DAY + DAY_MS)

@@ -76,8 +76,10 @@ def test_increments_put_each_cell_under_every_group_and_days_sum_their_hours():
                             rollup.groups("job_1", None, {"team": "nlp"}))
     day = hour(0) - hour(0) % rollup.DAY_MS
     assert inc[("hour", hour(0), "gpu_type", "any")] == {"cancelled": 1800, "jobs": 1}
-    assert inc[("hour", hour(1), "label:team", "nlp")] == {"cancelled": 1800, "jobs": 1}
-    assert inc[("day", day, "job", "job_1")] == {"cancelled": 3600, "jobs": 1}
+    assert inc[("hour", hour(1), "label:team", "any#nlp")] == {"cancelled": 1800, "jobs": 1}
+    assert inc[("day", day, "job", "any#job_1")] == {"cancelled": 3600, "jobs": 1}
+    assert rollup.unpack("label:team", rollup.pack("h#1%", "a#b")) == ("h#1%", "a#b")
+    assert rollup.unpack("gpu_type", "h100") == ("h100", "h100")
 
 
 times = st.floats(min_value=0, max_value=20000, allow_nan=False).map(lambda s: round(s, 3))

@@ -307,5 +307,10 @@ def deliver_webhook(event):
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")
 @handler
 def reconcile(event):
-    """Resend unacknowledged intents; mark silent nodes DOWN and fail their attempts."""
-    return services().reconciler.run()
+    """Resend unacknowledged intents; mark silent nodes DOWN and fail their
+    attempts; roll up the usage of attempts whose roll was missed."""
+    done = services().reconciler.run()
+    usage = services().usage
+    if usage is not None:
+        usage.sweep()
+    return done

@@ -1267,6 +1267,21 @@ class FakeUsage:
         self.rows: dict[tuple[str, str, int, str, str], dict[str, int]] = {}
         self.marked: set[tuple[str, int]] = set()
         self.days: dict[int, set[str]] = {}
+        #: (job, attempt) -> when it ended, not rolled up yet (the adapter's
+        #: due items, written with the attempt's end: ``mark_due``)
+        self.pending: dict[tuple[str, int], datetime] = {}
+
+    def mark_due(self, job_id: str, attempt: int, at: datetime) -> None:
+        with self.lock:
+            self.pending[(job_id, attempt)] = ms(at)
+
+    def done(self, job_id: str, attempt: int) -> None:
+        with self.lock:
+            self.pending.pop((job_id, attempt), None)
+
+    def due(self, before: datetime, limit: int) -> list[tuple[str, int]]:
+        with self.lock:
+            return [k for k, at in self.pending.items() if at < ms(before)][:limit]
 
     def add(self, tenant: str, job_id: str, attempt: int,
             increments: Mapping[Key, Mapping[str, int]]) -> bool:

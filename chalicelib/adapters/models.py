@@ -339,13 +339,18 @@ class UsageModel(Model):
     (the day), each with GPU-seconds by part (``s_<part>``, ADDed, signed)
     and ``jobs``. ``tenants#<day>``: one item per tenant with usage that
     day (sk: the tenant). ``rolled#<job>``: one marker per attempt's chunk
-    added (sk ``<attempt>#<chunk>``), so none is added twice."""
+    added (sk ``<attempt>#<chunk>``), so none is added twice. ``due#<n>``
+    (16 shards): an attempt ended and not rolled up yet (sk
+    ``<job>#<attempt>``), put in the transaction that ends it and deleted
+    once it is rolled up: the sweep rolls what a lost follow-up left."""
     class Meta(_Meta):
         table_name = "gpujobs-unbound-usage"
 
     pk = UnicodeAttribute(hash_key=True)
     sk = UnicodeAttribute(range_key=True)
     jobs = NumberAttribute(null=True)
+    #: a due item's: when its attempt ended
+    due_at = UnicodeAttribute(null=True)
 
 
 class HeartbeatModel(Model):

@@ -10,11 +10,13 @@ are a pure function of the job's story, so a retry cuts them the same way.
 """
 from __future__ import annotations
 
+import zlib
 from datetime import datetime, timezone
 from typing import Iterable, Mapping
 
 from pynamodb.exceptions import TransactWriteError
 
+from ..domain.clock import iso
 from ..domain.rollup import DAY_MS, Key, escape
 from ..service.ports import UsageCell
 from .dynamo import Table
@@ -26,6 +28,25 @@ USAGE = Table(UsageModel)
 #: entries and the cells
 TX_ITEMS = 100
 _GRAN = {"hour": "h", "day": "d"}
+
+
+#: partitions of the due items (an attempt's end each: spread, never hot)
+DUE_SHARDS = 16
+
+
+def _due_key(job_id: str, attempt: int) -> dict:
+    return USAGE.key(f"due#{zlib.crc32(job_id.encode()) % DUE_SHARDS}", f"{job_id}#{attempt}")
+
+
+def due_put(job_id: str, attempt: int, now: datetime) -> dict:
+    """The Put, for the transaction that ends the attempt, saying that its
+    usage is still to roll up (``DynamoUsage.done`` deletes it)."""
+    return USAGE.put(USAGE.item(dict(**_key_values(_due_key(job_id, attempt)),
+                                     due_at=iso(now))))
+
+
+def _key_values(key: dict) -> dict:
+    return {"pk": key["pk"]["S"], "sk": key["sk"]["S"]}
 
 
 def day_of(ms: int) -> str:
@@ -128,3 +149,21 @@ class DynamoUsage(OnDynamo):
             for page in self._dynamo.pages(request):
                 found.update(item["sk"]["S"] for item in page)
         return sorted(found)
+
+    def done(self, job_id: str, attempt: int) -> None:
+        self._dynamo.call("DeleteItem", {"TableName": USAGE.name,
+                                         "Key": _due_key(job_id, attempt)})
+
+    def due(self, before: datetime, limit: int) -> list[tuple[str, int]]:
+        out: list[tuple[str, int]] = []
+        for shard in range(DUE_SHARDS):
+            request = USAGE.query(None, "#pk = :pk", {":pk": {"S": f"due#{shard}"},
+                                                      ":before": {"S": iso(before)}},
+                                  filter="#due_at < :before")
+            for page in self._dynamo.pages(request):
+                for item in page:
+                    job_id, _, n = item["sk"]["S"].rpartition("#")
+                    out.append((job_id, int(n)))
+                if len(out) >= limit:
+                    return out[:limit]
+        return out

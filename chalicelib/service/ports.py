@@ -460,3 +460,13 @@ class UsageRollup(Protocol):
     def tenants(self, start_ms: int, end_ms: int) -> list[str]:
         """The tenants with usage on the UTC days of [start_ms, end_ms), sorted."""
         ...
+
+    def done(self, job_id: str, attempt: int) -> None:
+        """The attempt's usage is rolled up: no longer due (written with the
+        attempt's end: adapters/usage_store.due_put)."""
+        ...
+
+    def due(self, before: datetime, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` (job, attempt) that ended before ``before`` and
+        are not rolled up yet."""
+        ...

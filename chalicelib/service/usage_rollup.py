@@ -12,6 +12,7 @@ GPU-second.
 """
 from __future__ import annotations
 
+import logging
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ OPEN = (JobState.SCHEDULED, JobState.RUNNING)
 _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
 #: how many open jobs one listing page reads
 _PAGE = 500
+#: an attempt still due this long after its end lost its follow-up: the sweep rolls it
+SWEEP_AFTER_S = 60
+log = logging.getLogger(__name__)
 
 
 class UsageJobReads(Protocol):
@@ -95,19 +99,33 @@ class UsageService:
     # -- the rollup's writes ----------------------------------------------------
     def roll(self, job_id: str, attempt: int | None = None) -> int:
         """Add what the job's ended attempts add (``attempt``: that one
-        only), each once: how many were added now."""
+        only), each once, and mark them no longer due: how many were added
+        now (0: added before)."""
         found = self.store.view_with_story(job_id)
-        if found is None:
-            return 0
-        view, story = found
-        spans, groups_ = _job(view, story)
         added = 0
-        for n in rollup.ended_attempts(spans):
-            if attempt is not None and n != attempt:
-                continue
-            increments = rollup.increments(rollup.added(spans, n), groups_)
-            added += bool(self.rollups.add(view["tenant"], job_id, n, increments))
+        rolled: set[int] = set()
+        if found is not None:
+            view, story = found
+            spans, groups_ = _job(view, story)
+            for n in rollup.ended_attempts(spans):
+                if attempt is not None and n != attempt:
+                    continue
+                increments = rollup.increments(rollup.added(spans, n), groups_)
+                added += bool(self.rollups.add(view["tenant"], job_id, n, increments))
+                rolled.add(n)
+        if attempt is not None and attempt not in rolled:
+            # never: its end and its story are one write; not due forever
+            log.warning("attempt %s of %s is due but its story shows no end", attempt, job_id)
+        for n in rolled | ({attempt} if attempt is not None else set()):
+            self.rollups.done(job_id, n)
         return added
+
+    def sweep(self, limit: int = 200) -> int:
+        """Roll up the attempts that ended over ``SWEEP_AFTER_S`` ago and are
+        still due (their follow-up on the bus failed or was lost): run by
+        the reconcile timer. How many were added."""
+        before = self._clock() - timedelta(seconds=SWEEP_AFTER_S)
+        return sum(self.roll(job_id, n) for job_id, n in self.rollups.due(before, limit))
 
     # -- GET /v1/usage ----------------------------------------------------------
     def query(self, principal: Principal, params: Mapping[str, str]) -> Query:

@@ -176,3 +176,30 @@ def test_a_price_book_adds_cost(make_services, fresh_env, iso_client, tenants, c
     held = sum(row["gpu_seconds"] for row in rows)
     assert held == pytest.approx(4 * 900, abs=4)
     assert sum(row["cost"] for row in rows) == pytest.approx(held / 3600 * 2.5, abs=0.02)
+
+
+def test_a_roll_that_failed_is_made_up_by_the_sweep_once(iso, iso_client, tenants, cluster,
+                                                         clock, monkeypatch):
+    from chalicelib.service.usage_rollup import SWEEP_AFTER_S, UsageService
+
+    begun = clock()
+    real = UsageService.roll
+
+    def lost(self, job_id, attempt=None):
+        raise ConnectionError("the roll's follow-up is lost")
+
+    monkeypatch.setattr(UsageService, "roll", lost)
+    job_id, by_node = placed(iso, iso_client, tenants)
+    run(iso_client, tenants, job_id, 1, by_node, clock, startup=5, then=600)
+    assert exit_all(iso_client, tenants, job_id, 1, by_node, 0)["state"] == "SUCCEEDED"
+    monkeypatch.setattr(UsageService, "roll", real)
+    start = iso_text(begun - timedelta(hours=1))
+    assert read(iso_client, tenants, start=start).json_body["rows"] == []
+    assert iso.usage.sweep() == 0, "not before SWEEP_AFTER_S"
+    clock.advance(SWEEP_AFTER_S + 1)
+    assert iso.usage.sweep() == 1
+    assert iso.usage.sweep() == 0, "done: no longer due"
+    rows = read(iso_client, tenants, start=start).json_body["rows"]
+    assert row_parts(rows) == +parts(usage_of(iso_client, tenants, job_id))
+    assert iso.usage.roll(job_id, 1) == 0, "a repeat adds nothing"
+    assert row_parts(read(iso_client, tenants, start=start).json_body["rows"]) == row_parts(rows)

@@ -6,6 +6,7 @@ cells are its own; the tenants of a day are those with usage on it."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -17,18 +18,27 @@ DAY = 20_430 * DAY_MS  # 2025-12-08
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
-def store(request):
-    """The fake, or the adapter on the session's shared stack."""
+def both(request):
+    """The fake, or the adapter on the session's shared stack; and how an
+    attempt's end marks it due (the adapter's: the Put its end's transaction
+    carries, adapters/usage_store.due_put)."""
     if request.param == "fake":
         from tests.fakes import FakeUsage
-        return FakeUsage()
+        fake = FakeUsage()
+        return fake, fake.mark_due
     from chalicelib.adapters import models
     from chalicelib.adapters.dynamo import Dynamo
-    from chalicelib.adapters.usage_store import DynamoUsage
+    from chalicelib.adapters.usage_store import DynamoUsage, due_put
     from chalicelib.config import Config
 
     env = request.getfixturevalue("aws_env")
-    return DynamoUsage(Dynamo(models.bind(Config.from_env(env))))
+    dynamo = Dynamo(models.bind(Config.from_env(env)))
+    return DynamoUsage(dynamo), lambda job, n, at: dynamo.put(due_put(job, n, at))
+
+
+@pytest.fixture
+def store(both):
+    return both[0]
 
 
 def tenant() -> str:
@@ -74,3 +84,19 @@ def test_an_attempt_of_many_cells_is_added_whole_and_once(store):
     assert len(cells) == 240 and sum(c.counts["productive"] for c in cells) == \
         2 * sum(range(1, 121))
     assert t in store.tenants(DAY + 4 * DAY_MS, DAY + 5 * DAY_MS)
+
+
+def test_an_attempt_is_due_from_its_end_until_done(both):
+    store, mark_due = both
+    job = "job_" + uuid.uuid4().hex[:12]
+    t0 = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
+    mark_due(job, 1, t0)
+    mark_due(job, 2, t0 + timedelta(seconds=30))
+    found = [d for d in store.due(t0 + timedelta(seconds=10), 10_000) if d[0] == job]
+    assert found == [(job, 1)], "only what ended before"
+    assert {d for d in store.due(t0 + timedelta(minutes=1), 10_000) if d[0] == job} == \
+        {(job, 1), (job, 2)}
+    store.done(job, 1)
+    store.done(job, 1)  # harmless again
+    assert [d for d in store.due(t0 + timedelta(minutes=1), 10_000) if d[0] == job] == \
+        [(job, 2)]

@@ -174,6 +174,7 @@ class UsageService:
                 totals = self._cells(tenant, q.granularity, "gpu_type", lo, hi,
                                      [o for o in opened if o[0]["tenant"] == tenant], now)
             rows.extend(self._rows(tenant, q, dim, step, cells, totals))
+        rows.sort(key=_row_order)
         return {"rows": rows}
 
     def _open_jobs(self, tenant: str | None) -> list[tuple[JobView, list[dict]]]:
@@ -275,6 +276,12 @@ class UsageService:
         if self.prices:
             row["cost"] = round(cost, 2) if priced else None
         return row
+
+
+def _row_order(row: dict) -> tuple:
+    """By period, tenant, then group (a label's null last)."""
+    value = next(iter(row["group"].values()), None)
+    return row["start"], row["tenant"], value is None, value or ""
 
 
 def _hours(seconds: int) -> float:

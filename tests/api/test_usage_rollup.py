@@ -203,3 +203,12 @@ def test_a_roll_that_failed_is_made_up_by_the_sweep_once(iso, iso_client, tenant
     assert row_parts(rows) == +parts(usage_of(iso_client, tenants, job_id))
     assert iso.usage.roll(job_id, 1) == 0, "a repeat adds nothing"
     assert row_parts(read(iso_client, tenants, start=start).json_body["rows"]) == row_parts(rows)
+
+
+def test_an_operators_rows_of_every_tenant_are_by_period_then_tenant(iso, iso_client, tenants,
+                                                                    story):
+    begun, _ = story
+    rows = read(iso_client, tenants, "ops", start=iso_text(begun - timedelta(hours=1)),
+                granularity="hour").json_body["rows"]
+    assert [(r["start"], r["tenant"]) for r in rows] == \
+        sorted((r["start"], r["tenant"]) for r in rows)

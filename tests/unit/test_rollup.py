@@ -118,3 +118,18 @@ def test_additions_and_the_running_part_always_sum_to_the_jobs_usage(spans, late
     jobs_hours = sum(len(rollup.added(spans, n).hours) for n in rollup.ended_attempts(spans)) \
         + len(rollup.running(spans, now).hours)
     assert jobs_hours == len(rollup.held_hours(spans, now))
+
+
+@pytest.mark.parametrize("raw", ["nope", "[1]", '{"h100": -1}', '{"h100": true}',
+                                 '{"h100": "2"}'])
+def test_a_bad_price_book_is_refused_at_start_by_name(aws_env, raw):
+    from chalicelib.config import Config, ConfigError
+    with pytest.raises(ConfigError, match="GPUJOBS_PRICES"):
+        Config.from_env({**aws_env, "GPUJOBS_PRICES": raw})
+
+
+def test_a_price_book_is_read_and_none_is_the_default(aws_env):
+    from chalicelib.config import Config
+    assert Config.from_env({**aws_env, "GPUJOBS_PRICES": '{"h100": 2.5, "a100": 1}'}).prices \
+        == (("a100", 1.0), ("h100", 2.5))
+    assert Config.from_env({**aws_env, "GPUJOBS_PRICES": ""}).prices == ()

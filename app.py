@@ -224,6 +224,15 @@ def test_webhook(webhook_id: str):
     return ok({"event": event}, 202)
 
 
+@endpoint("/v1/usage", "GET")
+def get_usage():
+    usage = services().usage
+    if usage is None:  # never: bootstrap wires it
+        raise RuntimeError("no usage service")
+    principal = services().auth.authenticate(http.authorization())
+    return ok(usage.read(usage.query(principal, http.query())))
+
+
 # -- the dashboard: static files (chalicelib/web) that call the JSON API above ------
 @endpoint("/", ("GET", "HEAD"), content_types=["*/*"])
 def dashboard():
@@ -298,5 +307,10 @@ def deliver_webhook(event):
 @app.schedule(Rate(1, unit=Rate.MINUTES), name="reconcile")
 @handler
 def reconcile(event):
-    """Resend unacknowledged intents; mark silent nodes DOWN and fail their attempts."""
-    return services().reconciler.run()
+    """Resend unacknowledged intents; mark silent nodes DOWN and fail their
+    attempts; roll up the usage of attempts whose roll was missed."""
+    done = services().reconciler.run()
+    usage = services().usage
+    if usage is not None:
+        usage.sweep()
+    return done

@@ -33,8 +33,9 @@ node's call-in (a busy host's one request an interval: 8 ranks of the 8-rank
 job), a node call-in by PUT with nothing changed (an idle host's; both
 averaged over one ``ensure`` period of call-ins), GET job, a stall
 scan with one running job of 8, 64 and 256 ranks (``Scanner.run``, minus an
-idle scan), an idle placement run, the reconcile, and a job's lifecycle
-(create, placement, STARTED and EXITED per host) of 1 and 2 hosts.
+idle scan), an idle placement run, the reconcile, a job's lifecycle
+(create, placement, STARTED and EXITED per host) of 1 and 2 hosts, and the
+usage rollup of an attempt held 0, 1 and 25 hours.
 """
 from __future__ import annotations
 
@@ -65,7 +66,9 @@ SPARE = "oc-node-spare"
 BUSY_CALL_IN_S = Settings.busy_call_in_s
 RECONCILE_PERIOD_S = 60      # app.py: the reconcile runs once a minute
 KEY_IDS = ((re.compile(r"job_[0-9A-Za-z]+"), "<job>"), (re.compile(r"oc-node-[\w-]+"), "<node>"),
-           (re.compile(TENANT), "<tenant>"))
+           (re.compile(TENANT), "<tenant>"),
+           # the usage table's due items: a shard by the job id's hash
+           (re.compile(r"due#\d+"), "due#<0..15>"))
 #: the floor per host per interval: one request, one item under 1 KB
 FLOOR = {"requests": 1, "wru": 1}
 
@@ -340,6 +343,7 @@ class Bench:
             f: beat[f] + (carried[f] - beat[f]) * INTERVAL_S / BUSY_CALL_IN_S
             + out["reconcile_busy_host"][f] * INTERVAL_S / RECONCILE_PERIOD_S
             for f in ("wru", "rru")}}
+        out.update(self.usage_rolls())  # last: it moves the clock a day on
         return round_all(out)
 
     def feed_sweep(self) -> dict:
@@ -362,6 +366,36 @@ class Bench:
         parts["exited"] = self.count(lambda: [self.event(job, "EXITED", n, list(r))
                                               for n, r in self.hosts(job)], http=hosts)
         return add(*parts.values()), parts
+
+    def usage_rolls(self) -> dict:
+        """The usage rollup of one attempt's end (issue 46), alone: a job of
+        one host with a label, held 0, 1 and 25 hours (a day crossed), its
+        EXITED sent with the roll held back, then the roll counted (its
+        job read, its cells and marker in transactions, its due item
+        deleted). The model scales the hours between."""
+        s, out = self.services, {}
+        usage = s.usage
+        assert usage is not None
+        real = usage.roll
+        for hours in (0, 1, 25):
+            self.refresh()
+            job = self.call("POST", "/v1/jobs", {
+                "name": "opcounts", "command": ["python", "train.py"], "ranks": RANKS_PER_HOST,
+                "gpus_per_rank": 1, "gpu_type": "H100", "labels": {"team": "nlp"}},
+                status=201)["id"]
+            self.place(job)
+            for n, r in self.hosts(job):
+                self.event(job, "STARTED", n, list(r))
+            self.clock.advance(hours * 3600)
+            self.refresh()
+            usage.roll = lambda *a, **k: 0  # type: ignore[method-assign]
+            try:
+                for n, r in self.hosts(job):
+                    self.event(job, "EXITED", n, list(r))
+            finally:
+                usage.roll = real  # type: ignore[method-assign]
+            out[f"usage_roll_{hours}h"] = self.count(lambda job=job: real(job, 1))
+        return out
 
     def running_job(self, ranks: int) -> dict:
         """One host's heartbeat POST, GET job and the stall scan of a running job."""

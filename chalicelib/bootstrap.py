@@ -19,11 +19,19 @@ from .adapters.node_store import DynamoNodeStore
 from .adapters.parameters import SsmParameters
 from .adapters.store import DynamoStore
 from .adapters.tokens import TokenStore
+from .adapters.usage_store import DynamoUsage
 from .adapters.webhook_delivery import SqsWebhookQueue, Urllib3Poster
 from .adapters.webhook_store import DynamoWebhookStore
 from .config import Config, ConfigError
 from .domain.clock import Clock, utcnow
-from .domain.happened import ChildPlaced, JobEnded, PreemptionChosen, RankFailed, RanksGone
+from .domain.happened import (
+    AttemptEnded,
+    ChildPlaced,
+    JobEnded,
+    PreemptionChosen,
+    RankFailed,
+    RanksGone,
+)
 from .service import health
 from .service.attempts import AttemptsService
 from .service.auth import Authenticator
@@ -42,6 +50,7 @@ from .service.ports import FeedLog, FollowUps, JobTables, NodeStore, Telemetry
 from .service.reconciler import Reconciler
 from .service.scan import Scanner
 from .service.scan_fanout import ScanFanout
+from .service.usage_rollup import UsageService
 from .service.webhooks import WebhooksService
 
 
@@ -70,6 +79,8 @@ class Services:
     webhooks: WebhooksService
     #: the one time source every service reads
     clock: Clock = utcnow
+    #: usage rolled up as attempts end, and GET /v1/usage (None: not wired)
+    usage: UsageService | None = None
 
     def ready(self) -> dict:
         """Readiness: the API can reach its tables (503 otherwise)."""
@@ -157,7 +168,11 @@ def build(config: Config, *, inbox=None, store: JobTables | None = None,
         sinks=[EventBridgeSink(config.event_bus, config.region, config.endpoint_url)]
         if config.event_bus else [])
     webhooks.on_disabled = feed.webhook_disabled
-    return Services(
+    usage = UsageService(DynamoUsage(Dynamo(connection), clock), store, prices=config.prices,
+                         clock=clock)
+    # an attempt's end is rolled up (second: a later roll of the job makes it up)
+    bus.subscribe(AttemptEnded, lambda e: usage.roll(e.job_id, e.attempt), second=True)
+    return Services(usage=usage,
         config=config, feed=feed, webhooks=webhooks, store=store, node_store=node_store, jobs=jobs,
         nodes=NodesService(node_store, inbox, collector, clock=clock, publish=bus.publish,
                            down_after_s=config.node_down_after_s),

@@ -5,6 +5,7 @@ Only the environment: a secret the environment names by its SSM parameter is
 read by the composition root (bootstrap.py, through adapters/parameters.py)."""
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Mapping
@@ -58,6 +59,10 @@ class Config:
     #: put on (None: none, as in tests that do not deploy one)
     events_table: str = "gpujobs-unbound-events"
     event_bus: str | None = None
+    #: usage rolled up by hour (domain/rollup.py), and the price book
+    #: (GPU type -> price per GPU-hour) that adds cost to its rows
+    usage_table: str = "gpujobs-unbound-usage"
+    prices: tuple[tuple[str, float], ...] = ()
     tenant_limits: TenantLimits = TenantLimits()
     #: a node where this many attempts end rank_failed within the window is
     #: cordoned (service/cordons.py); 0: never
@@ -125,6 +130,8 @@ class Config:
             tenants_table=need("GPUJOBS_TENANTS_TABLE"),
             events_table=need("GPUJOBS_EVENTS_TABLE"),
             event_bus=env.get("GPUJOBS_EVENT_BUS") or None,
+            usage_table=need("GPUJOBS_USAGE_TABLE"),
+            prices=_prices(env),
             tenant_limits=_tenant_limits(env),
             auto_cordon_failures=_int(env, "GPUJOBS_AUTO_CORDON_FAILURES", 3),
             auto_cordon_window_s=float(env.get("GPUJOBS_AUTO_CORDON_WINDOW_S") or 3600),
@@ -177,3 +184,20 @@ def _tenant_limits(env: Mapping[str, str]) -> TenantLimits:
                                   env.get("GPUJOBS_TENANT_LIMITS"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+def _prices(env: Mapping[str, str]) -> tuple[tuple[str, float], ...]:
+    """``GPUJOBS_PRICES``: a JSON object, GPU type -> price per GPU-hour (a
+    number, 0 or more); unset or empty: no price book (rows carry no cost)."""
+    raw = env.get("GPUJOBS_PRICES") or ""
+    if not raw.strip():
+        return ()
+    try:
+        book = json.loads(raw)
+    except ValueError:
+        raise ConfigError(f"GPUJOBS_PRICES must be a JSON object, got {raw!r}") from None
+    if not isinstance(book, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            for v in book.values()):
+        raise ConfigError("GPUJOBS_PRICES must map GPU types to prices per GPU-hour (>= 0)")
+    return tuple(sorted((str(k), float(v)) for k, v in book.items()))

@@ -21,6 +21,7 @@ OUTPUT_ENV = {
     "FleetTableName": "GPUJOBS_FLEET_TABLE",
     "TenantsTableName": "GPUJOBS_TENANTS_TABLE",
     "EventsTableName": "GPUJOBS_EVENTS_TABLE",
+    "UsageTableName": "GPUJOBS_USAGE_TABLE",
     "EventBusName": "GPUJOBS_EVENT_BUS",
     "WebhooksTableName": "GPUJOBS_WEBHOOKS_TABLE",
     "PendingQueueUrl": "GPUJOBS_PENDING_QUEUE_URL",

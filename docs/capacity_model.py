@@ -215,11 +215,24 @@ def model(gpus: int, counted: dict | None = None) -> dict:
         per_delivery = {"wru": DELIVERY_WRU, "rru": DELIVERY_RRU, "http": 0}[field]
         return (feed_life[field] + more) * starts_h / 3600 + deliveries * per_delivery
 
+    # the usage rollup (issue 46): a job's attempt end rolls up its hours'
+    # cells under its GPU type, itself and its labels (one here). The counted
+    # lifecycles hold no time; a job of the mix's hours adds the counted
+    # roll of 1 h over the 0-h one, and each further hour its share of the
+    # 25-h roll over the 1-h one.
+    rolls = [k[f"usage_roll_{h}h"] for h in (0, 1, 25)]
+
+    def usage_rate(field: str) -> float:
+        def extra(hours: float) -> float:
+            return rolls[1][field] - rolls[0][field] + \
+                (hours - 1) * (rolls[2][field] - rolls[1][field]) / 24
+        return sum(running[m] / MIX[m][2] * extra(MIX[m][2]) for m in MIX) / 3600
+
     def per_op(field: str) -> dict:
         return {"hb": sum(hb[m] * k[f"heartbeat_post_{size[m]}"][field] for m in MIX),
                 "node": node * k["call_in_carried"][field],
                 "gets": sum(gets[m] * k[f"get_job_{size[m]}"][field] for m in MIX),
-                "life": life[field], "feed": feed_rate(field)}
+                "life": life[field], "feed": feed_rate(field), "usage": usage_rate(field)}
 
     http = per_op("http")
     api = sum(http.values())
@@ -304,7 +317,9 @@ def model(gpus: int, counted: dict | None = None) -> dict:
         ("lifecycle_1_host", starts_h / 3600, 1 / (MIX[largest][2] * 3600), 0),
         ("lifecycle_2_host", (host_starts_h - starts_h) / 3600, 0, 0),
         ("lifecycle_1_host", -(host_starts_h - starts_h) / 3600, 0, 0),
-        ("feed_lifecycle", starts_h / 3600, 1 / (MIX[largest][2] * 3600), 0)])
+        ("feed_lifecycle", starts_h / 3600, 1 / (MIX[largest][2] * 3600), 0),
+        # (every start as a 25-h roll: the usage partitions' keys, on the high side)
+        ("usage_roll_25h", starts_h / 3600, 0, 0)])
     # the ingest marks (left out of the counted operations: at most one a second
     # per container, whatever it serves), spread over their shards' keys
     shards = getattr(heartbeat_store, "INGEST_SHARDS", 1)
@@ -320,6 +335,7 @@ def model(gpus: int, counted: dict | None = None) -> dict:
         "gb_s_month": gb_s * m, **sc, "reconcile_s": reconcile_s,
         "w_beats": writes["hb"], "w_nodes": writes["node"], "w_marks": w_marks,
         "w_life": writes["life"], "w_feed": writes["feed"], "r_feed": reads["feed"],
+        "w_usage": writes["usage"], "r_usage": reads["usage"],
         "feed_events": feed_events, "deliveries": deliveries,
         "w_scheduled": scheduled("wru"), "wru": wru,
         "r_beats": reads["hb"], "r_nodes": reads["node"], "r_gets": reads["gets"],
@@ -402,12 +418,14 @@ def main() -> None:
     line("  collector ingest marks (<= 1/s/container)", d1, "w_marks")
     line("  job lifecycle", d1, "w_life")
     line("  event feed: numbering, pushes, webhook deliveries", d1, "w_feed")
+    line("  usage rollup (each attempt's hours, per group)", d1, "w_usage")
     line("  scan, placement, reconcile (per minute / 60)", d1, "w_scheduled")
     line("**DynamoDB RRU / s**", n, "rru")
     line("  heartbeat POSTs", n, "r_beats")
     line("  node call-ins", n, "r_nodes")
     line("  job reads; job lifecycle", lambda r: r, lambda r: f"{r['r_gets']:.1f}; {r['r_life']:.1f}")
     line("  event feed", d1, "r_feed")
+    line("  usage rollup", d1, "r_usage")
     line("  scan, placement, reconcile (per minute / 60)", d1, "r_scheduled")
     line("feed events / s (each put on EventBridge, delivered to webhooks)", d2, "feed_events")
     line("SQS requests / month", mil, lambda r: r["sends"] + r["polls"] + r["deletes"] + r["esm"] + r["create_queue"])

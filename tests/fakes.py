@@ -54,6 +54,7 @@ from chalicelib.domain.nodes import Node, NodeState, failures_since, fresh_call_
 from chalicelib.domain.placement import Plan, queue_key
 from chalicelib.domain.priority import DEFAULT_MIN_RUNTIME_S, NO_CLASSES, PriorityClasses
 from chalicelib.domain.queue import Line
+from chalicelib.domain.rollup import DAY_MS, Key
 from chalicelib.domain.stall import Beat
 from chalicelib.domain.states import (
     ARRAY_ENDS,
@@ -77,6 +78,7 @@ from chalicelib.service.ports import (
     OutboxEntry,
     PendingLimitReached,
     StateChanged,
+    UsageCell,
 )
 from chalicelib.service.views import JobView, view_of
 
@@ -1253,6 +1255,60 @@ class FakeFeeds:
     def push_due(self, limit: int) -> list[str]:
         with self.t.lock:
             return sorted(t for t, h in self.heads.items() if h.seq > h.pushed)[:limit]
+
+
+class FakeUsage:
+    """chalicelib.service.ports.UsageRollup in memory (adapters/usage_store.
+    DynamoUsage): cells by (tenant, granularity, period, dimension, value),
+    summed; one marker per (job, attempt); the tenants seen per UTC day."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rows: dict[tuple[str, str, int, str, str], dict[str, int]] = {}
+        self.marked: set[tuple[str, int]] = set()
+        self.days: dict[int, set[str]] = {}
+        #: (job, attempt) -> when it ended, not rolled up yet (the adapter's
+        #: due items, written with the attempt's end: ``mark_due``)
+        self.pending: dict[tuple[str, int], datetime] = {}
+
+    def mark_due(self, job_id: str, attempt: int, at: datetime) -> None:
+        with self.lock:
+            self.pending[(job_id, attempt)] = ms(at)
+
+    def done(self, job_id: str, attempt: int) -> None:
+        with self.lock:
+            self.pending.pop((job_id, attempt), None)
+
+    def due(self, before: datetime, limit: int) -> list[tuple[str, int]]:
+        with self.lock:
+            return [k for k, at in self.pending.items() if at < ms(before)][:limit]
+
+    def add(self, tenant: str, job_id: str, attempt: int,
+            increments: Mapping[Key, Mapping[str, int]]) -> bool:
+        with self.lock:
+            if (job_id, attempt) in self.marked:
+                return False
+            self.marked.add((job_id, attempt))
+            for (gran, at, dim, value), counts in increments.items():
+                row = self.rows.setdefault((tenant, gran, at, dim, value), {})
+                for k, v in counts.items():
+                    row[k] = row.get(k, 0) + v
+                self.days.setdefault(at - at % DAY_MS, set()).add(tenant)
+            return True
+
+    def cells(self, tenant: str, granularity: str, dim: str,
+              start_ms: int, end_ms: int) -> list[UsageCell]:
+        with self.lock:
+            out = [UsageCell(at, value, {k: v for k, v in row.items() if k != "jobs"},
+                             row.get("jobs", 0))
+                   for (t, g, at, d, value), row in self.rows.items()
+                   if t == tenant and g == granularity and d == dim and start_ms <= at < end_ms]
+        return sorted(out, key=lambda c: (c.at_ms, c.value))
+
+    def tenants(self, start_ms: int, end_ms: int) -> list[str]:
+        first = start_ms - start_ms % DAY_MS
+        with self.lock:
+            return sorted({t for d, ts in self.days.items() if first <= d < end_ms for t in ts})
 
 
 class RecordingSink:

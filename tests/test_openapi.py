@@ -342,6 +342,8 @@ EXPECTED_STATUSES = {
                                                       "415", "500", "503"},
     ("/v1/webhooks/{webhook_id}/test", "post"): {"202", "401", "403", "404", "415", "500",
                                                  "503"},
+    # usage (issue 46): 400 names start, end, granularity or group_by; 403 another tenant
+    ("/v1/usage", "get"): {"200", "400", "401", "403", "415", "500", "503"},
     # the dashboard's static files: no token, no storage, any Content-Type
     ("/", "get"): {"200", "301", "304", "500"},
     ("/", "head"): {"200", "301", "304", "500"},
@@ -981,3 +983,42 @@ def test_the_documented_rank_statuses_are_the_ones_the_verdict_gives(doc):
     from chalicelib.domain.stall import STATUSES
     documented = doc["components"]["schemas"]["RankLiveness"]["properties"]["status"]["enum"]
     assert documented == list(STATUSES)
+
+
+def test_usage_rows_conform_to_their_schema_with_and_without_cost(doc):
+    """GET /v1/usage's rows (service/usage_rollup.py) as the document says,
+    over the fake rollup: grouped by a label (and its null row), with cost."""
+    from chalicelib.domain import rollup
+    from chalicelib.domain.usage import CAUSES, PHASES, Span
+    from chalicelib.service.usage_rollup import Query, UsageService
+    from tests.fakes import FakeUsage
+
+    schema = doc["components"]["schemas"]["UsageRow"]
+    assert set(schema["properties"]["lost_gpu_seconds"]["propertyNames"]["enum"]) == \
+        set(CAUSES.values()) | set(PHASES)
+
+    class NoOpenJobs:
+        def view_with_story(self, job_id):
+            return None
+
+        def page(self, tenant, state, page_size, after):
+            return [], None
+
+        def active(self, state, limit):
+            return []
+
+    t0 = _t("2025-01-31T12:30:00")
+    spans = [Span(1, 8, t0, t0 + timedelta(hours=2), "rank_failed",
+                  started_at=t0 + timedelta(seconds=30))]
+    store = FakeUsage()
+    for job, labels in (("job_1", {"team": "nlp"}), ("job_2", {})):
+        store.add("acme", job, 1, rollup.increments(rollup.added(spans, 1),
+                                                    rollup.groups(job, "h100", labels)))
+    for prices in ((), (("h100", 2.0),), (("a100", 1.0),)):
+        service = UsageService(store, NoOpenJobs(), prices=prices, clock=lambda: t0)
+        for group_by in (None, "label:team", "job", "gpu_type"):
+            answer = service.read(Query(t0 - timedelta(days=1), t0 + timedelta(days=1), "hour",
+                                        group_by, "acme"))
+            _assert_valid(doc, "UsageRows", fastjson.loads(fastjson.dumps(answer)))
+            assert sum(r["gpu_seconds"] for r in answer["rows"]) == 2 * 8 * 7200
+            assert all(("cost" in r) == bool(prices) for r in answer["rows"])

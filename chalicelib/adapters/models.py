@@ -332,6 +332,27 @@ class TenantModel(Model):
     pending = NumberAttribute(null=True)
 
 
+class UsageModel(Model):
+    """Usage rolled up by hour and day (domain/rollup.py; GET /v1/usage).
+    A tenant's cells of one UTC day share a partition ``u#<tenant>#<day>``:
+    ``h#<dimension>#<HH>#<value>`` (an hour) and ``d#<dimension>#<value>``
+    (the day), each with GPU-seconds by part (``s_<part>``, ADDed, signed)
+    and ``jobs``. ``tenants#<day>``: one item per tenant with usage that
+    day (sk: the tenant). ``rolled#<job>``: one marker per attempt's chunk
+    added (sk ``<attempt>#<chunk>``), so none is added twice. ``due#<n>``
+    (16 shards): an attempt ended and not rolled up yet (sk
+    ``<job>#<attempt>``), put in the transaction that ends it and deleted
+    once it is rolled up: the sweep rolls what a lost follow-up left."""
+    class Meta(_Meta):
+        table_name = "gpujobs-unbound-usage"
+
+    pk = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    jobs = NumberAttribute(null=True)
+    #: a due item's: when its attempt ended
+    due_at = UnicodeAttribute(null=True)
+
+
 class HeartbeatModel(Model):
     """One item per host of an attempt: the ranks it runs, each rank's record
     a map in ``ranks`` under its rank (adapters/heartbeat_store.FIELDS)."""
@@ -444,6 +465,7 @@ MODELS = {
     TenantModel: "tenants_table",
     FeedModel: "events_table",
     WebhookModel: "webhooks_table",
+    UsageModel: "usage_table",
 }
 
 

@@ -34,6 +34,7 @@ from .jobs_table import (
     state_in,
 )
 from .outbox_store import OUTBOX, outbox_item, retire
+from .usage_store import due_put
 
 
 def place_writes(job: Job, plan: Plan, intent: Intent, now: datetime,
@@ -189,6 +190,7 @@ class DynamoTransitions(OnDynamo):
                     tx.update(expire_key(job, now))
                 if to is JobState.PENDING:
                     tx.update(count_pending(job.tenant, +1))  # a retry is counted, never refused
+                tx.put(due_put(job.job_id, attempt.attempt, now))  # its usage to roll up
                 if job.parent_id is not None:  # its array counts the index's move
                     tx.update(parent_counts(job.parent_id, placed=-1, **(
                         {ENDED_COUNTER[to]: 1} if to.terminal else {})))

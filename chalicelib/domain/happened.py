@@ -58,3 +58,12 @@ class PreemptionChosen:
     preempt it; ``exit`` is how the victim's attempt ends."""
     victim: Job
     exit: dict
+
+
+@dataclass(frozen=True)
+class AttemptEnded:
+    """Attempt ``attempt`` of ``job_id`` ended (the job retried or finished):
+    its usage is rolled up (service/usage_rollup.py)."""
+    tenant: str
+    job_id: str
+    attempt: int

@@ -15,7 +15,7 @@ from ..domain import deadlines, intents, retry
 from ..domain.attempts import LOST, PORT_TAKEN, Attempt, exit_info, outcome
 from ..domain.clock import Clock, utcnow
 from ..domain.errors import Forbidden, InvalidArgument, StaleAttempt
-from ..domain.happened import JobEnded, RankFailed
+from ..domain.happened import AttemptEnded, JobEnded, RankFailed
 from ..domain.ids import is_job_id
 from ..domain.jobs import Job
 from ..domain.principal import Principal
@@ -237,6 +237,7 @@ class AttemptsService:
                                   {n: u for n, u in job.inboxes.items() if n in still_running})
         job = self.store.end_attempt(job, attempt, to, exit_, self._clock(), stop,
                                      uncounted=uncounted)
+        self._publish(AttemptEnded(job.tenant, job.job_id, attempt.attempt))
         if exit_.get("reason") == "rank_failed" and exit_.get("node_id"):
             self._publish(RankFailed(exit_["node_id"], job.job_id, attempt.attempt, job.tenant))
         if stop is not None:

@@ -13,6 +13,7 @@ from ..domain.jobs import Job
 from ..domain.nodes import Node
 from ..domain.placement import Plan
 from ..domain.queue import Line
+from ..domain.rollup import Key
 from ..domain.stall import Beat
 from ..domain.states import JobState
 from ..domain.webhooks import Delivery, Target, Webhook
@@ -429,3 +430,44 @@ class Poster(Protocol):
     """POSTs one delivery to the checked address (adapters/webhook_post.py)."""
     def post(self, target: Target, headers: Mapping[str, str], body: bytes,
              timeout_s: float) -> int: ...
+
+
+@dataclass(frozen=True)
+class UsageCell:
+    """One rolled-up cell of a tenant's usage (domain/rollup.py): a period
+    (its start, ms), a group's value, its GPU-seconds by part
+    (``productive`` or a cause; signed additions summed) and its jobs."""
+    at_ms: int
+    value: str
+    counts: dict[str, int]
+    jobs: int
+
+
+class UsageRollup(Protocol):
+    """Usage rolled up by hour and day, per tenant and group."""
+    def add(self, tenant: str, job_id: str, attempt: int,
+            increments: Mapping[Key, Mapping[str, int]]) -> bool:
+        """Add what attempt ``attempt`` of ``job_id`` adds, once: False when
+        it was added before (nothing written then)."""
+        ...
+
+    def cells(self, tenant: str, granularity: str, dim: str,
+              start_ms: int, end_ms: int) -> list[UsageCell]:
+        """The tenant's cells of ``granularity`` ("hour" or "day") and
+        dimension ``dim`` whose period starts in [start_ms, end_ms), by
+        period then value."""
+        ...
+
+    def tenants(self, start_ms: int, end_ms: int) -> list[str]:
+        """The tenants with usage on the UTC days of [start_ms, end_ms), sorted."""
+        ...
+
+    def done(self, job_id: str, attempt: int) -> None:
+        """The attempt's usage is rolled up: no longer due (written with the
+        attempt's end: adapters/usage_store.due_put)."""
+        ...
+
+    def due(self, before: datetime, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` (job, attempt) that ended before ``before`` and
+        are not rolled up yet."""
+        ...

@@ -2621,6 +2621,157 @@ def config_path_cmd() -> None:
     click.echo(str(config_path()))
 
 
+
+# -- usage (GET /v1/usage) -------------------------------------------------------------
+_AGO = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def when(value: str, option: str, now: "datetime") -> str:
+    """``7d``, ``12h``, ``30m``, ``2w`` ago, or an RFC 3339 time, as the API
+    takes it."""
+    from datetime import datetime, timedelta, timezone
+
+    text = value.strip()
+    if text[:-1].isdigit() and text[-1:] in _AGO:
+        t = now - timedelta(seconds=int(text[:-1]) * _AGO[text[-1]])
+    else:
+        try:
+            t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise click.BadParameter("a duration ago (7d, 12h, 30m, 2w) or an RFC 3339 time",
+                                     param_hint=option) from None
+        t = t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _period(row: dict[str, Any], granularity: str) -> str:
+    start = str(row.get("start") or "")
+    return start[:10] if granularity == "day" else f"{start[:10]} {start[11:16]}"
+
+
+def _group_title(by: str | None) -> str | None:
+    if by is None:
+        return None
+    return {"gpu_type": "GPU type", "job": "Job"}.get(by, by.partition(":")[2] or by)
+
+
+def usage_table(rows: list[dict[str, Any]], *, by: str | None, granularity: str) -> list[list[str]]:
+    """The rows as sreport prints them: a header, then a line per row and a
+    total; GPU-hours to 2 decimals, one column per cause of loss."""
+    causes = sorted({c for r in rows for c in (r.get("lost_gpu_seconds") or {})})
+    priced = any("cost" in r for r in rows)
+    title = _group_title(by)
+    head = ["Period", "Tenant"] + ([title] if title else []) + \
+        ["GPU-h", "Productive", "Goodput"] + [c.replace("_", " ").capitalize() for c in causes] + \
+        ["Jobs"] + (["Cost"] if priced else [])
+    table = [head]
+
+    def line(first: list[str], held: int, productive: int, lost: dict[str, int], jobs: str,
+             cost: float | None) -> list[str]:
+        good = f"{100 * productive / held:.0f} %" if held else "-"
+        return first + [f"{held / 3600:.2f}", f"{productive / 3600:.2f}", good] + \
+            [f"{lost.get(c, 0) / 3600:.2f}" for c in causes] + [jobs] + \
+            ([("-" if cost is None else f"{cost:.2f}")] if priced else [])
+
+    totals: dict[str, int] = {}
+    total_cost: float | None = 0.0
+    for r in rows:
+        value = next(iter((r.get("group") or {}).values()), None) if title else None
+        first = [_period(r, granularity), str(r.get("tenant"))] + \
+            ([("(none)" if value is None else str(value))] if title else [])
+        lost = r.get("lost_gpu_seconds") or {}
+        table.append(line(first, int(r["gpu_seconds"]), int(r["productive_gpu_seconds"]), lost,
+                          str(r.get("jobs", "")), r.get("cost")))
+        totals["held"] = totals.get("held", 0) + int(r["gpu_seconds"])
+        totals["productive"] = totals.get("productive", 0) + int(r["productive_gpu_seconds"])
+        for c, v in lost.items():
+            totals[c] = totals.get(c, 0) + int(v)
+        if priced:
+            total_cost = None if total_cost is None or r.get("cost") is None \
+                else total_cost + r["cost"]
+    table.append(line(["Total", ""] + ([""] if title else []), totals.get("held", 0),
+                      totals.get("productive", 0), totals, "", total_cost))
+    return table
+
+
+def render_table(table: list[list[str]]) -> list[str]:
+    """Columns as sreport draws them: text left, figures right, a rule of
+    dashes under the header and above the total."""
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    left = {0, 1, 2} if table[0][2] not in ("GPU-h",) else {0, 1}
+
+    def fmt(r: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    rule = "  ".join("-" * w for w in widths)
+    return [fmt(table[0]), rule, *(fmt(r) for r in table[1:-1]), rule, fmt(table[-1])]
+
+
+def usage_csv(rows: list[dict[str, Any]], *, by: str | None) -> str:
+    """The rows as CSV (parsable, as sreport -P): exact GPU-seconds and hours,
+    one column per cause of loss; no total."""
+    import csv
+    import io
+
+    causes = sorted({c for r in rows for c in (r.get("lost_gpu_seconds") or {})})
+    priced = any("cost" in r for r in rows)
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["start", "end", "tenant"] + ([by] if by else []) +
+               ["gpu_seconds", "productive_gpu_seconds"] + [f"lost_{c}_gpu_seconds" for c in causes] +
+               ["gpu_hours", "productive_gpu_hours", "jobs"] + (["cost"] if priced else []))
+    for r in rows:
+        lost = r.get("lost_gpu_seconds") or {}
+        value = next(iter((r.get("group") or {}).values()), None) if by else None
+        w.writerow([r.get("start"), r.get("end"), r.get("tenant")] +
+                   ([("" if value is None else value)] if by else []) +
+                   [r.get("gpu_seconds"), r.get("productive_gpu_seconds")] +
+                   [lost.get(c, 0) for c in causes] +
+                   [r.get("gpu_hours"), r.get("productive_gpu_hours"), r.get("jobs")] +
+                   ([("" if r.get("cost") is None else r["cost"])] if priced else []))
+    return out.getvalue()
+
+
+@cli.command(name="usage")
+@common_options
+@click.option("--since", default="7d", show_default=True, metavar="WHEN",
+              help="From when: a duration ago (7d, 12h, 30m, 2w) or an RFC 3339 time.")
+@click.option("--until", metavar="WHEN", help="Up to when (default: now); as --since.")
+@click.option("--by", "by", metavar="GROUP",
+              help="Group by gpu_type, job or label:<key> (e.g. label:team).")
+@click.option("--granularity", type=click.Choice(["day", "hour"]), default="day",
+              show_default=True, help="A row per day (UTC) or per hour.")
+@click.option("--tenant", help="An operator's token: this tenant only (default: every tenant).")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV instead of the table (for spreadsheets).")
+def usage_cmd(since: str, until: str | None, by: str | None, granularity: str,
+              tenant: str | None, as_csv: bool) -> None:
+    """GPU-hours held, productive and lost by cause, per day or hour (GET /v1/usage).
+
+    \b
+      gpujobs usage --since 7d --by label:team
+      gpujobs usage --since 2026-12-01T00:00:00Z --until 1d --by gpu_type --granularity hour
+      gpujobs usage --since 30d --by job --csv > usage.csv
+    """
+    now = _utcnow()
+    start = when(since, "--since", now)
+    end = when(until, "--until", now) if until else None
+    rows = make_client().usage(start, end=end, granularity=granularity, group_by=by,
+                               tenant=tenant)
+    if json_mode():
+        out_json({"rows": rows})
+        return
+    if as_csv:
+        click.echo(clean(usage_csv(rows, by=by), newlines=True), nl=False)
+        return
+    click.echo(clean(f"Usage {start} - {end or when('0s', '--until', now)}"
+                     f"{f' by {by}' if by else ''}, per {granularity}"))
+    click.echo("Usage reported in GPU-hours")
+    if not rows:
+        click.echo("No usage in this period.")
+        return
+    for text in render_table(usage_table(rows, by=by, granularity=granularity)):
+        click.echo(clean(text))
+
 def main() -> NoReturn:
     cli.main(prog_name="gpujobs")
     raise SystemExit(0)  # pragma: no cover - cli.main always exits

@@ -711,6 +711,16 @@ class Client:
         ``webhook.test`` event for it; the event."""
         return self._json("POST", f"/v1/webhooks/{_seg(webhook_id)}/test")["event"]
 
+    def usage(self, start: str, *, end: str | None = None, granularity: str | None = None,
+              group_by: str | None = None, tenant: str | None = None) -> list[dict[str, Any]]:
+        """``GET /v1/usage``: the rows of GPU time held, productive and lost
+        by cause, per period (``hour`` or ``day``) and group (``gpu_type``,
+        ``job`` or ``label:<key>``); an operator's token reads ``tenant``
+        (or every tenant). Times are RFC 3339."""
+        return list(self._json("GET", "/v1/usage", params={
+            "start": start, "end": end, "granularity": granularity, "group_by": group_by,
+            "tenant": tenant}).get("rows") or [])
+
     # -- operator actions on nodes (an operator token; docs/security.md) -------
     # Not keyed, but safe to repeat, so retried as cancel_job is: a second
     # cordon records the same cordon again, a second drain finds the node's

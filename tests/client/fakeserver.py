@@ -112,6 +112,8 @@ class FakeApi:
         #: lines the logs endpoint has answered with, in all
         self.logs_served = 0
         self.events: dict[str, list[dict[str, Any]]] = {}
+        #: what GET /v1/usage answers with (the query is in ``requests``)
+        self.usage_rows: list[dict[str, Any]] = []
         #: the operator's priority classes (GPUJOBS_PRIORITY_CLASSES, as
         #: chalicelib/domain/priority.py parses it): name -> value, preempts,
         #: tenants (absent: every tenant); ``default`` is always there
@@ -578,6 +580,14 @@ class FakeApi:
 
         if method == "GET" and path == "/v1/health":
             return 200, {"status": "ok"}, {}
+
+        if method == "GET" and path == "/v1/usage":
+            if who is None:
+                raise Problem(401, "unauthenticated", "a valid bearer token is required",
+                              "Authorization")
+            if "start" not in query:
+                raise Problem(400, "invalid_argument", "start is required", "start")
+            return 200, {"rows": list(self.usage_rows)}, {}
 
         if path == "/v1/jobs" and method == "POST":
             t = tenant()

@@ -338,6 +338,8 @@ def api(functions):
         ("logs", api_event("GET", "/v1/jobs/{job_id}/logs", f"/v1/jobs/{job_id}/logs",
                            path_params=pp)),
         ("feed", api_event("GET", "/v1/events", "/v1/events")),
+        ("usage", api_event("GET", "/v1/usage", "/v1/usage",
+                            query={"start": "2020-01-01T00:00:00Z", "end": "2020-01-02T00:00:00Z"})),
         # an operator's (issue 28): cordon, drain (preempting the job), uncordon
         ("cordon", api_event("POST", "/v1/nodes/{node_id}/cordon", f"/v1/nodes/{NODE}/cordon",
                              token=OPERATOR_TOKEN, body={"reason": "bundle test"},
@@ -386,6 +388,7 @@ def test_api_routes_answer_as_the_contract_says(api):
     assert status(r["logs"]) == 200 and "lines" in body(r["logs"])
     # the tenant's feed tells the job's creation (numbered by the read itself)
     assert status(r["feed"]) == 200
+    assert status(r["usage"]) == 200 and body(r["usage"]) == {"rows": []}
     assert api["job_id"] in [e["job_id"] for e in body(r["feed"])["events"]]
     assert api["job_id"] in [j["id"] for j in body(r["list"])["jobs"]]
     assert status(r["get"]) == 200 and body(r["get"])["id"] == api["job_id"]

@@ -19,12 +19,14 @@ MODULE_NODES = ("follow-1", "follow-2",                 # tests/e2e/test_logs_fo
                 "life-1", "life-2",                     # tests/e2e/test_lifecycle.py
                 "prio-1",                               # tests/e2e/test_preemption.py
                 "lost-1",                               # tests/e2e/test_node_loss.py
-                "flood-1")                              # tests/e2e/test_flood.py
+                "flood-1",                              # tests/e2e/test_flood.py
+                "usage-1")                              # tests/e2e/test_usage_rows.py
 OPERATOR = "e2e-ops"
 TOKENS = [{"token": "e2e-tenant", "tenant": "e2e"},
           {"token": "e2e-other", "tenant": "e2e-other"},
           {"token": "e2e-race", "tenant": "e2e-race"},
           {"token": "e2e-pipelines", "tenant": "e2e-pipelines"},
+          {"token": "e2e-usage", "tenant": "e2e-usage"},       # tests/e2e/test_usage_rows.py
           {"token": "e2e-agent", "agent": "node-1"},
           *({"token": f"e2e-{node}-agent", "agent": node} for node in MODULE_NODES),
           {"token": OPERATOR, "operator": OPERATOR},

@@ -1518,3 +1518,11 @@ def test_ranks_without_scores_has_no_score_column(run, fake):
     job = stalled_job(fake)
     r = run("ranks", job["id"])
     assert "SCORE" not in r.stdout and "slow" not in r.stdout.replace("slower", "")
+
+
+def test_a_rank_slow_feed_event_reads_as_the_servers_sentence():
+    from gpujobs_client.models import FeedEvent
+    e = FeedEvent.from_json({"id": "evt_1", "type": "job.rank_slow", "time": "t", "job_id": "j",
+                             "data": {"attempt": 1, "rank": 1, "node_id": "node-1",
+                                      "score": 0.417, "text": SLOW_TEXT}})
+    assert e.text == f"slow (attempt 1): {SLOW_TEXT}"

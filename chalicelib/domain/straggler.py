@@ -14,7 +14,8 @@ slow (an episode opens, told once as a ``rank_slow`` event) only when, on
 each of at least :data:`MIN_SCANS` consecutive scans spanning at least
 :data:`MIN_SUSTAIN_S`, its score was below the job's ``heartbeat.slow_score``
 *and* its steps took at least :data:`MIN_EXCESS_S` longer than the
-fastest's. A scan on which the rank was not live and un-paused (a declared
+fastest's (and no more than half the scored ranks were: then the fastest is
+the outlier, or the work is uneven by design). A scan on which the rank was not live and un-paused (a declared
 pause, a checkpoint, silence, exit) or reported no step time does not count
 as below: the streak starts again. The episode ends after
 :data:`RECOVER_SCANS` consecutive scans at or above the threshold; a later
@@ -57,6 +58,9 @@ RECOVER_SCANS = 2
 FLOOR_S = 0.001
 #: the most slow ranks health lists
 MAX_LISTED = 64
+#: the most ranks one scan may count as below (the slowest first): the rule's
+#: state lives in the job's health, an item of at most 400 KB
+MAX_BELOW = 256
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ def judge(state: dict | None, samples: Iterable[Sample], *, now: datetime, attem
     score = scores(counted)
     known = [t for t in counted.values() if t is not None]
     fastest = min(known) if known else None
+    below = _below(counted, score, fastest, threshold)
     opened: list[Episode] = []
     closed: list[int] = []
     seen = {str(s.rank) for s in samples}
@@ -147,7 +152,7 @@ def judge(state: dict | None, samples: Iterable[Sample], *, now: datetime, attem
         if sc is None or t is None or fastest is None:
             # not judged this scan (paused, silent, no step time): no streak
             r.update(below=0, since=None, above=0)
-        elif sc < threshold and t - fastest >= MIN_EXCESS_S:
+        elif s.rank in below:
             r["above"] = 0
             if r["below"] == 0 or r.get("since") is None:
                 r["since"] = iso(now)
@@ -174,6 +179,23 @@ def judge(state: dict | None, samples: Iterable[Sample], *, now: datetime, attem
             ranks.pop(key, None)
     new = {"attempt": attempt, "ranks": ranks, "episodes": episodes}
     return Judgement(new, _slow(ranks), opened, closed)
+
+
+def _below(counted: dict[int, float | None], score: dict[int, float | None],
+           fastest: float | None, threshold: float) -> set[int]:
+    """The ranks below the threshold this scan, by score and by excess over
+    the fastest. More than half the scored ranks below is no straggler: the
+    fastest is the outlier (a rank with less work), or the work is uneven by
+    design; nobody counts then. At most MAX_BELOW, the slowest."""
+    if fastest is None:
+        return set()
+    out = sorted((sc, r) for r, sc in score.items()
+                 if sc is not None and sc < threshold
+                 and (counted.get(r) or 0.0) - fastest >= MIN_EXCESS_S)
+    scored = sum(1 for sc in score.values() if sc is not None)
+    if len(out) * 2 > scored:
+        return set()
+    return {r for _, r in out[:MAX_BELOW]}
 
 
 def _slow(ranks: dict[str, dict[str, Any]]) -> list[int]:

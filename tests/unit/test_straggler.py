@@ -127,3 +127,24 @@ def test_episodes_open_once_each_and_only_after_the_window(scans, threshold):
         assert set(j.slow_ranks) <= set(times) | set(opened)
     for eps in opened.values():
         assert eps == list(range(1, len(eps) + 1))
+
+
+def test_when_most_ranks_are_below_the_fastest_is_the_outlier_and_nobody_is_slow():
+    # rank 0 has less work than the rest: three of four "below" is no straggler
+    judged = _run([{0: 0.2, 1: 1.0, 2: 1.0, 3: 1.1}] * 6)
+    assert not any(j.opened for j in judged) and judged[-1].state["ranks"] == {}
+    # two of four is still a pair of stragglers
+    judged = _run([{0: 0.5, 1: 1.2, 2: 0.5, 3: 1.3}] * 3)
+    assert sorted(e.rank for e in judged[-1].opened) == [1, 3]
+
+
+def test_the_state_stays_bounded_however_many_ranks_are_slow():
+    n = 4 * straggler.MAX_BELOW
+    times = {r: (2.0 + r / n if r % 2 else 0.5) for r in range(n)}  # half of them slow
+    j = _run([times] * 3)[-1]
+    assert len(j.state["ranks"]) == straggler.MAX_BELOW
+    assert len(j.opened) == straggler.MAX_BELOW
+    sc = scores(times)
+    kept = {e.rank for e in j.opened}
+    assert max(sc[r] for r in kept) <= min(sc[r] for r in range(1, n, 2) if r not in kept), \
+        "the slowest are the ones kept"

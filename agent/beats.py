@@ -187,6 +187,8 @@ class BeatPoster:
                 if record.collective_seq is not None:
                     entry["collective"] = {"seq": record.collective_seq,
                                            "name": record.collective_name or "collective"}
+                if record.step_time_ns is not None:  # its steps' time outside collectives
+                    entry["step_time_s"] = round(min(86400.0, record.step_time_ns / 1e9), 6)
                 seqs[r] = record.seq
             if paused:
                 entry["pause"] = {"reason": record.pause_reason or "paused",

@@ -34,6 +34,8 @@ Scenarios, for the tests:
   whose writes are paced so the save takes about ``CKPT_S`` seconds of real
   I/O, while every other rank waits in ``dist.barrier()``: the usual pattern.
 * ``STEP_S`` sleeps that long each step.
+* ``SLOW_RANK=r SLOW_S=x``: rank r burns x s of CPU each step, outside any
+  collective (a straggler: its peers wait for it in the next all-reduce).
 """
 from __future__ import annotations
 
@@ -119,6 +121,8 @@ def main() -> int:
     hang_step = int(os.environ.get("HANG_STEP", "-1"))
     ckpt_step = int(os.environ.get("CKPT_STEP", "-1"))
     ckpt_s = float(os.environ.get("CKPT_S", "30"))
+    slow_s = float(os.environ.get("SLOW_S", "0"))
+    slow_rank = int(os.environ.get("SLOW_RANK", "-1"))
     timeout = datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT_S", "120")))
     print(f"rank {os.environ['RANK']} pid {os.getpid()}", flush=True)
     if fail_step < 0 and int(os.environ["RANK"]) == fail_rank:
@@ -153,6 +157,10 @@ def main() -> int:
         opt.zero_grad()
         loss.backward()  # DDP's gradient all-reduce, issued by its C++ Reducer
         opt.step()
+        if rank == slow_rank:  # a straggler: work outside any collective
+            until = time.perf_counter() + slow_s
+            while time.perf_counter() < until:
+                pass
         beat(step)
         if step == ckpt_step:
             checkpoint(model, opt, step, ckpt_s)

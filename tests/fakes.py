@@ -736,7 +736,8 @@ class FakeJobStore:
 
     # -- health ------------------------------------------------------------
     def record_health(self, job: Job, health: dict, *, incident_key: str | None = None,
-                      recovered: bool = False) -> bool:
+                      recovered: bool = False,
+                      events: Sequence[tuple[str, dict]] = ()) -> bool:
         with self.t.lock:
             current = self._job(job.job_id)
             if current is None or current.state is not JobState.RUNNING \
@@ -755,6 +756,8 @@ class FakeJobStore:
                 current.incident_key = incident_key
                 self._event(job.job_id, f"stalled#{incident_key}", ev.event(
                     "stalled", self._clock(), attempt=job.attempt, **incident(health)))
+            for key, told in events:
+                self._event(job.job_id, key, clone(told))
             current.health = clone(health)
             return True
 

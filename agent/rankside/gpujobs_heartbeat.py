@@ -45,6 +45,16 @@ hangs before its forward is behind its peers. FSDP (``FullyShardedDataParallel``
 and ``fully_shard``) issues its all-gathers and reduce-scatters through the
 wrapped functions: ``instrument(fsdp_model)`` marks those, no hook needed.
 
+Straggler scores come from the same marks: each step (from one ``beat()`` to
+the next) the helper counts the time the rank spent inside collectives (a
+wrapped collective from its call to its return; a DDP gradient bucket from
+its hook to its all-reduce's completion) and takes the rest, the time outside
+collectives, on this process's monotonic clock. The record carries the median
+of the last ``STEP_WINDOW`` such times (steps that held a declared pause left
+out); the agent reports it as ``step_time_s``. In synchronous training every
+rank's step takes the same wall time: the slow rank is the one with the most
+time outside collectives, the one its peers wait for.
+
 Pauses without touching the training loop: ``declare_checkpoints()`` wraps
 ``torch.save`` and ``torch.distributed.checkpoint.save``; ``lightning_callback()``
 and ``hf_callback()`` beat once per step and pause around checkpointing and
@@ -57,17 +67,23 @@ import contextlib
 import functools
 import importlib
 import os
+import statistics
 import struct
 import threading
 import time
+from collections import deque
 from typing import Callable, Iterator, NamedTuple
 
 # seq, step, beat_ns, pause_deadline_ns, reason, collective seq + 1 (0: none),
-# collective name, seq
-_FORMAT = struct.Struct("<QqQQ32sQ16sQ")
+# collective name, median step time outside collectives in ns + 1 (0: none), seq
+_FORMAT = struct.Struct("<QqQQ32sQ16sQQ")
 RECORD_SIZE = _FORMAT.size
-# the record before collective marks (a rank started by an older helper)
+# the record before step times (a rank started by an older helper)
+_FORMAT_V2 = struct.Struct("<QqQQ32sQ16sQ")
+# the record before collective marks
 _FORMAT_V1 = struct.Struct("<QqQQ32sQ")
+#: the steps whose median time outside collectives the record carries
+STEP_WINDOW = 9
 
 
 class Record(NamedTuple):
@@ -79,6 +95,9 @@ class Record(NamedTuple):
     #: the last collective the rank arrived at (None: never marked one)
     collective_seq: int | None = None
     collective_name: str = ""
+    #: the median time (ns) of the last STEP_WINDOW steps spent outside
+    #: collectives (None: not measured yet)
+    step_time_ns: int | None = None
 
 
 class _Writer:
@@ -90,13 +109,53 @@ class _Writer:
         self._pause = (0, b"")
         self._pause_to_beat = False  # the pause ends at the next beat()
         self._coll = (0, b"")        # (seq + 1, name)
+        # the time of this step inside collectives: a count of collectives
+        # in flight (a DDP bucket completes on another thread), since when
+        # one has been, and the time inside so far
+        self._lock = threading.Lock()
+        self._open = 0
+        self._open_since = 0
+        self._inside_ns = 0
+        self._step_start_ns = 0          # the last step's beat (0: none yet)
+        self._step_paused = False        # a pause was declared during this step
+        self._outside: deque[int] = deque(maxlen=STEP_WINDOW)
+        self._step_time = 0              # median + 1 (0: none)
 
     def write(self, step: int | None) -> None:
         if self._pause_to_beat:
             self._pause, self._pause_to_beat = (0, b""), False
         self._step = self._step + 1 if step is None else int(step)
         self._beat_ns = time.monotonic_ns()
+        self._end_step(self._beat_ns)
         self._flush()
+
+    def enter(self) -> None:
+        """A collective starts (nested and concurrent ones count once)."""
+        with self._lock:
+            if self._open == 0:
+                self._open_since = time.monotonic_ns()
+            self._open += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            if self._open == 0:
+                return
+            self._open -= 1
+            if self._open == 0:
+                self._inside_ns += time.monotonic_ns() - self._open_since
+
+    def _end_step(self, now: int) -> None:
+        """A step ended at ``now``: its time outside collectives joins the
+        window unless a pause was declared in it (or it is the first)."""
+        with self._lock:
+            inside = self._inside_ns
+            if self._open:
+                inside += now - self._open_since
+                self._open_since = now
+            if self._step_start_ns and not self._step_paused and now >= self._step_start_ns:
+                self._outside.append(max(0, now - self._step_start_ns - inside))
+                self._step_time = int(statistics.median(self._outside)) + 1
+            self._step_start_ns, self._inside_ns, self._step_paused = now, 0, False
 
     def alive(self) -> None:
         """A beat that is no step: the rank is running now."""
@@ -114,11 +173,14 @@ class _Writer:
         self._seq += 1
         deadline, reason = self._pause
         os.pwrite(self._fd, _FORMAT.pack(self._seq, self._step, self._beat_ns, deadline,
-                                         reason, self._coll[0], self._coll[1], self._seq), 0)
+                                         reason, self._coll[0], self._coll[1],
+                                         self._step_time, self._seq), 0)
 
     def set_pause(self, deadline_ns: int, reason: str, until_beat: bool = False) -> None:
         self._pause = (deadline_ns, reason.encode("utf-8")[:32])
         self._pause_to_beat = until_beat
+        if deadline_ns:  # the step this pause falls in is no measure of speed
+            self._step_paused = True
 
 
 _writer: _Writer | None = None
@@ -250,7 +312,14 @@ def _arriving(fn, name: str):
     def wrapper(*args, **kwargs):
         if not getattr(_in_hook, "marked", False):
             arrive(None, name)
-        return fn(*args, **kwargs)
+        w = _writer
+        if w is None:
+            return fn(*args, **kwargs)
+        w.enter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            w.leave()
     vars(wrapper)["__gpujobs_wrapped__"] = True  # marks a wrapper: wrapping is idempotent
     return wrapper
 
@@ -304,11 +373,25 @@ def _marking_hook(hook, name: str):
     @functools.wraps(hook)
     def marked(state, bucket):
         arrive(None, name)
+        w = _writer
+        if w is not None:
+            w.enter()  # inside until the bucket's all-reduce completes
         _in_hook.marked = True
         try:
-            return hook(state, bucket)
+            fut = hook(state, bucket)
+        except BaseException:
+            if w is not None:
+                w.leave()
+            raise
         finally:
             _in_hook.marked = False
+        if w is None:
+            return fut
+
+        def done(f):
+            w.leave()
+            return f.value()
+        return fut.then(done)
     return marked
 
 
@@ -433,8 +516,8 @@ def _read_plain(path: str, max_bytes: int) -> bytes | None:
 def read(path: str,
          read_bytes: Callable[[str, int], bytes | None] | None = None) -> Record | None:
     """The agent's side: the rank's latest record, or None if it never beat
-    (or the file holds no record: a record is exactly one of the two sizes
-    a helper writes). ``read_bytes(path, max_bytes)``: how the file is read,
+    (or the file holds no record: a record is exactly one of the sizes
+    helpers write, three as they grew). ``read_bytes(path, max_bytes)``: how the file is read,
     the whole file or None (missing, larger, or refused); default a plain
     read. The seqlock is read again while a write was caught half-way."""
     get = read_bytes if read_bytes is not None else _read_plain
@@ -442,16 +525,21 @@ def read(path: str,
         raw = get(path, RECORD_SIZE)
         if raw is None:
             return None
+        step_time = 0
         if len(raw) == _FORMAT_V1.size:
             seq, step, beat_ns, deadline, reason, seq_end = _FORMAT_V1.unpack(raw)
             coll, name = 0, b""
+        elif len(raw) == _FORMAT_V2.size:
+            seq, step, beat_ns, deadline, reason, coll, name, seq_end = _FORMAT_V2.unpack(raw)
         elif len(raw) != RECORD_SIZE:
             return None
         else:
-            seq, step, beat_ns, deadline, reason, coll, name, seq_end = _FORMAT.unpack(raw)
+            seq, step, beat_ns, deadline, reason, coll, name, step_time, seq_end = \
+                _FORMAT.unpack(raw)
         if seq == seq_end:
             return Record(seq, step, beat_ns, deadline,
                           reason.rstrip(b"\0").decode("utf-8", "replace"),
                           coll - 1 if coll else None,
-                          name.rstrip(b"\0").decode("utf-8", "replace"))
+                          name.rstrip(b"\0").decode("utf-8", "replace"),
+                          step_time - 1 if step_time else None)
     return None

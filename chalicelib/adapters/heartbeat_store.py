@@ -58,7 +58,7 @@ _COLLECTOR = Table(CollectorModel)
 FIELDS = {"heard_at": "h", "beat_at": "b", "step": "s", "paused_until": "p",
           "pause_reason": "pr", "proc": "c", "sampled_at": "sa", "io_at": "i",
           "active_at": "a", "wrote_at": "w", "resumed_at": "ra", "resumed_gap_s": "rg",
-          "arrived_seq": "q", "arrived_name": "qn", "offset_s": "o"}
+          "arrived_seq": "q", "arrived_name": "qn", "offset_s": "o", "step_time_s": "st"}
 _FIELD_OF = {code: name for name, code in FIELDS.items()}
 #: what an entry that is not a beat sets in its rank's record when it has them:
 #: its declared pause and its process sample (earlier sample times stand
@@ -231,6 +231,7 @@ class DynamoHeartbeatStore:
         if not h:
             return Beat(rank, node_id)
         step, gap, seq = h.get("step"), h.get("resumed_gap_s"), h.get("arrived_seq")
+        step_time = h.get("step_time_s")
         return Beat(rank, node_id,
                     heard_at=_t(h.get("heard_at")), beat_at=_t(h.get("beat_at")),
                     paused_until=_t(h.get("paused_until")), resumed_at=_t(h.get("resumed_at")),
@@ -240,7 +241,8 @@ class DynamoHeartbeatStore:
                     proc=h.get("proc"),
                     resumed_gap_s=None if gap is None else float(gap),
                     arrived_seq=None if seq is None else int(seq),
-                    arrived_name=h.get("arrived_name"))
+                    arrived_name=h.get("arrived_name"),
+                    step_time_s=None if step_time is None else float(step_time))
 
     def _shard_items(self, key: str) -> Iterator[dict]:
         """Every item of one shard, page after page (a Query stops at 1 MB)."""

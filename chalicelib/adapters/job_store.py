@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from pynamodb.exceptions import TransactWriteError
 
@@ -407,15 +407,20 @@ class DynamoJobs(OnDynamo):
 
     # -- health -------------------------------------------------------------
     def record_health(self, job: Job, health: dict, *, incident_key: str | None = None,
-                      recovered: bool = False) -> bool:
+                      recovered: bool = False,
+                      events: Sequence[tuple[str, dict]] = ()) -> bool:
         """Store the scan's view of the running attempt. With ``incident_key``,
         record a new incident: conditioned on the key read before, so however
         many scans see the same stall, it is recorded once. With
         ``recovered``, the open incident ``job.incident_key`` (``job.health``
         as read while it was open) ended with its culprit beating again: its
         ``recovered`` event is written with the health, conditioned on the
-        incident still being that one."""
+        incident still being that one. ``events``: story events (key, event)
+        written with it, such as the ``rank_slow`` of a slow episode this
+        health opens (a key set again keeps its first event)."""
         changes = Changes(JOBS).set("health", health)
+        for key, told in events:
+            changes.event(key, told)
         condition, values = state_in([JobState.RUNNING], attempt=job.attempt)
         if recovered and job.incident_key is not None and incident_key is None:
             key, told = ev.recovered(self._now(), job.attempt, job.incident_key, job.health)

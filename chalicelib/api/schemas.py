@@ -68,6 +68,11 @@ HEARTBEAT = {
         "mode": {"enum": ["auto", "beats", "process", "off"]},
         "max_busy_s": {"type": "number", "minimum": 0, "maximum": 86400},
         "idle_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+        "slow_score": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1,
+                       "description": "A rank whose slow_score (the fastest rank's "
+                                      "step_time_s over its own) stays below this across "
+                                      "a sustained window is called slow: one rank_slow "
+                                      "event an episode. Default 0.7."},
     },
 }
 
@@ -320,6 +325,11 @@ HEARTBEATS = {
                     "step": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
                     "sent_at": {"type": "string", "maxLength": 64},
                     "age_s": {"type": "number", "minimum": 0, "maximum": 3600},
+                    "step_time_s": {"type": "number", "minimum": 0, "maximum": 86400,
+                                    "description": "The median of the rank's recent "
+                                                   "steps' time outside collectives (s, "
+                                                   "its own monotonic clock; steps with a "
+                                                   "declared pause left out)."},
                     "proc": {
                         "type": "object",
                         "additionalProperties": False,

@@ -31,7 +31,7 @@ from .verdict import span
 
 #: order of events that carry the same time (one transaction writes several)
 _ORDER = {"created": 0, "waiting": 1, "preempting": 1, "placed": 2, "rank_started": 3, "started": 4,
-          "cancel_requested": 5, "stalled": 6, "recovered": 6, "rank_exited": 7, "rank_stopped": 7,
+          "cancel_requested": 5, "stalled": 6, "recovered": 6, "rank_slow": 6, "rank_exited": 7, "rank_stopped": 7,
           "retried": 8, "finished": 9}
 
 

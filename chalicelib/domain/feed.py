@@ -33,7 +33,8 @@ TYPES = ("job.created", "job.state_changed", "job.retried", "job.stalled", "job.
          "webhook.disabled")
 
 #: the kinds of story event (domain/events.py keys, before ``#``) the feed tells
-TOLD = frozenset({"created", "placed", "started", "retried", "finished", "stalled"})
+TOLD = frozenset({"created", "placed", "started", "retried", "finished", "stalled",
+                  "rank_slow"})
 
 #: events are kept at least 7 days (API.md); the table's TTL deletes them after
 KEEP_S = 8 * 86400
@@ -105,6 +106,9 @@ def tell(job_id: str, key: str, stored: dict) -> list[dict]:
     if kind == "stalled":
         return [one("job.stalled", attempt=attempt, rank=stored.get("rank"),
                     node_id=stored.get("node_id"), text=reason, by=stored.get("by"))]
+    if kind == "rank_slow":
+        return [one("job.rank_slow", attempt=attempt, rank=stored.get("rank"),
+                    node_id=stored.get("node_id"), score=stored.get("score"), text=reason)]
     raise ValueError(f"the feed does not tell {key!r}")
 
 

@@ -59,6 +59,10 @@ class Health(TypedDict):
     false_alarms: int
     #: when the job ended and its health stopped changing
     frozen_at: str | None
+    #: the ranks called slow now (domain/straggler.py), and the straggler
+    #: rule's state from one scan to the next
+    slow_ranks: list[int]
+    slow: dict | None
 
 
 #: every member of a job's health
@@ -84,7 +88,7 @@ def initial_health(spec: JobSpec, scans_per_hour: float) -> dict:
         first_stalled_rank=None, last_heard_at=None, detected_at=None, stalled_ranks=[],
         stalled_count=0, co_first=[], co_first_count=0, suspect_node=None, detection_s=None,
         false_alarms=0, suppressed=None, verdict=None, ranks_by_status={}, status_counts={},
-        instrumented=None, frozen_at=None))
+        instrumented=None, frozen_at=None, slow_ranks=[], slow=None))
 
 
 def clear_incident(health: dict) -> dict:
@@ -100,8 +104,8 @@ def frozen_health(health: dict, at: str, to_terminal: bool, exit_: dict | None,
     that stalled stays STALLED with its verdict (the incident is history, not
     UNKNOWN), unless every rank went on to succeed; a healthy one stays OK. A rank's failure that ended it is the
     verdict when no stall named one (``node_id``: the failed rank's node)."""
-    if not to_terminal:
-        return clear_incident(health)
+    if not to_terminal:  # no rank of the next attempt is slow yet
+        return {**clear_incident(health), "slow_ranks": []}
     exit_ = exit_ or {}
     reason = exit_.get("reason")
     # a job whose every rank finished its work was not hung, whatever a scan said

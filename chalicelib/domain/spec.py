@@ -33,6 +33,9 @@ class HeartbeatSpec:
     max_busy_s: float = 900
     #: how long process evidence may show no CPU and no I/O in mode "process"
     idle_s: float = 300
+    #: a rank whose slow_score stays below this across a sustained window is
+    #: called slow (domain/straggler.py)
+    slow_score: float = 0.7
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,9 @@ class Beat:
     #: stored for diagnosis, never judged, so not read back
     sent_at: datetime | None = None
     pause_reason: str | None = None
+    #: the median of the rank's recent steps' time outside collectives (s, on
+    #: its own monotonic clock), as its last beat reported it (straggler.py)
+    step_time_s: float | None = None
 
 
 def received(entry: dict, *, node_id: str, now: datetime,
@@ -167,6 +170,7 @@ def received(entry: dict, *, node_id: str, now: datetime,
         resumed_gap_s=None if resumed is None else resumed["gap_s"],
         arrived_seq=None if collective is None else collective["seq"],
         arrived_name=None if collective is None else collective.get("name"),
+        step_time_s=entry.get("step_time_s") if is_beat else None,
         sent_at=sent_at)
 
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from ..domain import cursor
+from ..domain import cursor, straggler
 from ..domain.attempts import Attempt
 from ..domain.clock import Clock, iso, parse_iso, utcnow
 from ..domain.errors import AlreadyFinished, ApiError, Forbidden, InvalidArgument, StaleAttempt
@@ -211,13 +211,21 @@ class HeartbeatsService:
         if verdict is None:
             return out
         out["instrumented"] = verdict.instrumented
+        # scored as the scan scores them: live, un-paused ranks (straggler.py)
+        step_times = {r.rank: r.beat.step_time_s for r in verdict.ranks
+                      if r.beat is not None and straggler.counts(r.status, r.paused)}
+        scores = straggler.scores(step_times)
+        slow = job.health.get("slow")
         for r in verdict.ranks:
             b = r.beat
             row = {"rank": r.rank, "node_id": r.node_id,
                    "last_heard_at": r.last_heard_at and iso(r.last_heard_at),
                    "silence_s": round(r.silence_s, 3), "step": r.step, "stalled": r.stalled,
                    "paused": r.paused, "status": r.status,
-                   "beat_at": r.beat_at and iso(r.beat_at), "proc": None, "collective": None}
+                   "beat_at": r.beat_at and iso(r.beat_at), "proc": None, "collective": None,
+                   "step_time_s": None if b is None else b.step_time_s,
+                   "slow_score": scores.get(r.rank),
+                   "slow_text": straggler.slow_text(slow, r.rank)}
             if b is not None and b.sampled_at is not None:
                 row["proc"] = {**(b.proc or {}), "sampled_at": iso(b.sampled_at),
                                "io_at": b.io_at and iso(b.io_at),

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
-from ..domain import deadlines, health
+from ..domain import deadlines, events as ev, health, straggler
 from ..domain.clock import Clock, iso, plus, utcnow
 from ..domain.errors import RecordTooLarge
 from ..domain.jobs import Job
@@ -90,23 +90,46 @@ class Scanner:
         if verdict is None:
             return 0
         judged = health.judged(job.health, verdict, why)
+        judged, told = self._stragglers(job, judged, verdict, now, why)
         if judged.get("status") == "STALLED" and self._current(job):
-            return self._follow(job, judged, verdict)
+            return self._follow(job, judged, verdict, told)
         if verdict.first is not None and not why:
-            return self._convict(job, health.convicted(judged, verdict, now), verdict)
-        self._save(job, health.watched(judged, verdict))
+            return self._convict(job, health.convicted(judged, verdict, now), verdict, told)
+        self._save(job, health.watched(judged, verdict), told)
         return 0
+
+    def _stragglers(self, job: Job, judged: dict, verdict: Verdict, now: datetime,
+                    why: str | None) -> tuple[dict, list[tuple[str, dict]]]:
+        """``judged`` with this scan's straggler rule applied (domain/straggler.py),
+        and the ``rank_slow`` events of the episodes it opens: written in
+        the same conditional write as the health that opens them."""
+        samples = [straggler.Sample(r.rank, r.node_id,
+                                    None if r.beat is None else r.beat.step_time_s,
+                                    counts=straggler.counts(r.status, r.paused))
+                   for r in verdict.ranks]
+        slow = straggler.judge(judged.get("slow"), samples, now=now, attempt=job.attempt,
+                               threshold=job.spec.heartbeat.slow_score, suppressed=bool(why))
+        told = []
+        for e in slow.opened:
+            log.warning("job %s attempt %d: %s", job.job_id, job.attempt, e.text)
+            self.telemetry.count("StragglersDetected")
+            told.append((e.key, ev.event("rank_slow", now, attempt=job.attempt, reason=e.text,
+                                         rank=e.rank, node_id=e.node_id, score=e.score,
+                                         step_time_s=e.step_time_s, fastest_s=e.fastest_s,
+                                         episode=e.episode)))
+        return {**judged, "slow": slow.state, "slow_ranks": slow.slow_ranks}, told
 
     def _current(self, job: Job) -> bool:
         return job.incident_key is not None and job.incident_key.startswith(f"{job.attempt}#")
 
-    def _convict(self, job: Job, convicted: dict, verdict: Verdict) -> int:
+    def _convict(self, job: Job, convicted: dict, verdict: Verdict,
+                 told: list[tuple[str, dict]] | None = None) -> int:
         first = verdict.first
         if first is None:  # the caller convicts only a culprit
             return 0
         key = job.incident_key
         n = int(key.split("#")[1]) + 1 if key is not None and self._current(job) else 1
-        if not self._record(job, convicted, incident_key=f"{job.attempt}#{n}"):
+        if not self._record(job, convicted, incident_key=f"{job.attempt}#{n}", told=told):
             return 0  # another scan recorded it, or the job moved on
         self.telemetry.count("StallsDetected")
         log.warning("job %s attempt %d: %s", job.job_id, job.attempt,
@@ -119,7 +142,8 @@ class Scanner:
                                    "rank": (convicted.get("verdict") or {}).get("rank")})
         return 1
 
-    def _follow(self, job: Job, judged: dict, verdict: Verdict) -> int:
+    def _follow(self, job: Job, judged: dict, verdict: Verdict,
+                told: list[tuple[str, dict]] | None = None) -> int:
         """An open incident: keep its culprit; if the culprit beats again, it
         was a false alarm, counted, and the job is healthy again."""
         if health.culprit_beat_again(judged, verdict):
@@ -127,30 +151,31 @@ class Scanner:
                         job.job_id, judged.get("first_stalled_rank"))
             # the incident is over: its end is an event of the job's story,
             # written with the health that says so (domain/events.recovered)
-            self._record(job, health.followed(judged, verdict), recovered=True)
+            self._record(job, health.followed(judged, verdict), recovered=True, told=told)
             return 0
-        self._save(job, health.followed(judged, verdict))
+        self._save(job, health.followed(judged, verdict), told)
         return 0
 
-    def _save(self, job: Job, new: dict) -> None:
-        if new != job.health:
-            self._record(job, new)
+    def _save(self, job: Job, new: dict, told: list[tuple[str, dict]] | None = None) -> None:
+        if new != job.health or told:
+            self._record(job, new, told=told)
 
     def _record(self, job: Job, new: dict, incident_key: str | None = None,
-                recovered: bool = False) -> bool:
+                recovered: bool = False, told: list[tuple[str, dict]] | None = None) -> bool:
         """Store ``new``; a record too big for the store is never a silent
         failure: it is said, and the health kept compact (its verdict's
         sentence, counts), still recording the incident (or its recovery)."""
         try:
             return self.store.record_health(job, new, incident_key=incident_key,
-                                            recovered=recovered)
+                                            recovered=recovered, events=told or ())
         except RecordTooLarge as e:
             log.error("job %s: its health does not fit its record (%s): recording it "
                       "without rank lists and stacks", job.job_id, e)
             self.telemetry.count("HealthCompacted")
         try:
             return self.store.record_health(job, health.compacted(new),
-                                            incident_key=incident_key, recovered=recovered)
+                                            incident_key=incident_key, recovered=recovered,
+                                            events=told or ())
         except RecordTooLarge as e:
             log.error("job %s: not even its compact health fits its record (%s)",
                       job.job_id, e)

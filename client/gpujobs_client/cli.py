@@ -1460,6 +1460,7 @@ def job_panel(job: "Job") -> "RenderableType":
     if h.first_stalled_rank is not None:
         lines.append(incident_note(h))
         lines.append(silence_note(h))
+    lines += slow_lines(job)
     t.add_row("health", "\n".join(lines))
     if job.exit is not None:
         t.add_row("exit", escape(lifecycle.exit_text(job.exit.raw)))
@@ -1697,17 +1698,24 @@ def ranks_table(ranks: "Ranks", max_rows: int | None = None,
     caption = Text(f"attempt {ranks.attempt} · stall threshold {ranks.threshold_s}s · "
                    f"{TABLE_ORDER} (silence order: evidence, not the verdict)", style="dim")
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("RANK", "NODE", "STEP", "SILENCE", "LAST HEARD", "STATUS", ""):
-        t.add_column(col, justify="right" if col in ("RANK", "STEP", "SILENCE") else "left")
+    # slow_score (1.0: as fast as the fastest rank), once the server scores any rank
+    scored = any(r.raw.get("slow_score") is not None for r in ranks.ranks)
+    cols = ("RANK", "NODE", "STEP", "SILENCE", "LAST HEARD", "STATUS",
+            *(("SCORE",) if scored else ()), "")
+    for col in cols:
+        t.add_column(col, justify="right" if col in ("RANK", "STEP", "SILENCE", "SCORE")
+                     else "left")
     named = set(verdict.ranks) if verdict else set()
     mark = "← tied" if verdict and verdict.is_tie else "← named"
     rows = ranks.ranks if max_rows is None else (
         ranks.ranks[:max_rows] + [r for r in ranks.ranks[max_rows:] if r.rank in named])
     for r in rows:
         status = escape(rank_status(r))
+        score = r.raw.get("slow_score")
         t.add_row(str(r.rank), escape(r.node_id or "-"), "-" if r.step is None else str(r.step),
                   fmt_silence(r.silence_s), short_time(r.last_heard_at), status,
-                  mark if r.rank in named else "",
+                  *((("-" if score is None else f"{float(score):.2f}"),) if scored else ()),
+                  mark if r.rank in named else ("← slow" if r.raw.get("slow_text") else ""),
                   style="bold red" if r.stalled or r.rank in named else None)
     if len(rows) < len(ranks.ranks):
         t.caption = f"... {len(ranks.ranks) - len(rows)} more ranks, less silent"
@@ -1725,6 +1733,23 @@ def stalled_ranks_text(h: "JobHealth") -> str:
     return f"stalled ranks: {listed}"
 
 
+def slow_lines(job: "Job", ranks: "Ranks | None" = None) -> list[str]:
+    """The sentence of each rank called slow now (API.md "Stragglers"), as
+    the server words it: "rank 1 on local-2 is slow: its steps take 2.4× the
+    fastest rank's" (rich markup). From the ranks view's ``slow_text``, else
+    the job's health (``slow_ranks``, and each episode's sentence in ``slow``)."""
+    h = job.health.raw
+    slow = [int(r) for r in h.get("slow_ranks") or []]
+    texts: dict[int, str] = {}
+    for r in slow:
+        state = ((h.get("slow") or {}).get("ranks") or {}).get(str(r)) or {}
+        texts[r] = state.get("text") or f"rank {r} is slow"
+    for row in (ranks.ranks if ranks is not None else []):
+        if row.raw.get("slow_text"):
+            texts[row.rank] = row.raw["slow_text"]
+    return [f"[yellow]{escape(texts[r])}[/]" for r in sorted(texts)]
+
+
 def stall_callout(job: "Job", ranks: "Ranks | None") -> str | None:
     """What `ranks` and `watch` print about a stall: the verdict first, its
     sentence word for word, then the incident, then, labelled as evidence,
@@ -1740,6 +1765,7 @@ def stall_callout(job: "Job", ranks: "Ranks | None") -> str | None:
     elif v is None and ranks is not None and ranks.stalled:
         lines.append(f"[red]{len(ranks.stalled)} rank(s) over the threshold[/], not yet flagged "
                      "by the stall scan.")
+    lines += slow_lines(job, ranks)
     return "\n".join(lines) or None
 
 
@@ -1753,6 +1779,13 @@ def ranks(job_id: str) -> None:
     read (each rank's silence as of its page's read). The server's verdict
     (which rank stopped, and why) comes first, its ranks marked in the
     table; stalled ranks are highlighted.
+
+    Stragglers: each rank the server calls slow gets its sentence, e.g.
+    "rank 1 on local-2 is slow: its steps take 2.4× the fastest rank's",
+    and the SCORE column shows each rank's slow_score (the fastest rank's
+    step time outside collectives over its own: 1.00 is the fastest, 0.50
+    twice as slow). A rank is called slow only when its score stays below
+    the job's heartbeat.slow_score (default 0.7) across a sustained window.
     """
     client = make_client()
     job = client.get_job(job_id)
@@ -1841,6 +1874,9 @@ def snapshot(client: "Client", job_id: str) -> tuple["Job", "Ranks | None", str 
               help="Rank rows shown (the longest silent).")
 def watch(job_id: str, interval: float, wait_timeout: float | None, max_ranks: int) -> None:
     """Follow a job live until it is terminal: state, attempt, per-rank steps and silence.
+
+    A rank the server calls slow is said in a sentence ("rank 1 on local-2 is
+    slow: its steps take 2.4× the fastest rank's"), as `ranks` says it.
 
     Exits by how the job ended: 0 SUCCEEDED, 8 FAILED, 9 CANCELLED (7 at
     --timeout). With -o json, prints one JSON object per refresh (JSON Lines):

@@ -619,7 +619,8 @@ class FeedEvent:
         if self.type == "job.stalled":
             return f"stalled{attempt}: {d.get('text')}"
         if self.type == "job.rank_slow":
-            return f"rank {d.get('rank')} is slow: {d.get('text')}"
+            # the server's sentence says the rank, its node and how slow
+            return f"slow{attempt}: {d.get('text') or 'rank ' + str(d.get('rank')) + ' is slow'}"
         if self.type == "webhook.disabled":
             return str(d.get("text") or f"webhook {d.get('webhook_id')} was disabled")
         return self.type

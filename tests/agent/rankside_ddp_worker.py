@@ -2,7 +2,10 @@
 FSDP: MODEL=fsdp1|fsdp2; MODEL=ddp_fp16: DDP with another hook) over gloo on CPU, made instrumented by the one line
 users write, with no explicit collective in the training loop. After each
 step it prints the collective mark its own heartbeat file holds; with
-HANG_RANK=r HANG_STEP=s, rank r sleeps just before the forward of step s."""
+HANG_RANK=r HANG_STEP=s, rank r sleeps just before the forward of step s;
+with BURN_RANK=r BURN_S=x, rank r burns x s of CPU each step, outside any
+collective (a straggler), and every rank prints its step time outside
+collectives as the record holds it."""
 from __future__ import annotations
 
 import os
@@ -20,6 +23,8 @@ def main() -> int:
     kind = os.environ.get("MODEL", "ddp")
     hang_rank = int(os.environ.get("HANG_RANK", "-1"))
     hang_step = int(os.environ.get("HANG_STEP", "-1"))
+    burn_s = float(os.environ.get("BURN_S", "0")) if rank == int(
+        os.environ.get("BURN_RANK", "-1")) else 0.0
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     if kind == "ddp":
@@ -50,9 +55,14 @@ def main() -> int:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        until = time.perf_counter() + burn_s
+        while time.perf_counter() < until:  # a slow rank: work outside any collective
+            pass
         hb.beat(step)
         r = hb.read(os.environ["GPUJOBS_HEARTBEAT_FILE"])
         print(f"step {step} seq {r.collective_seq} name {r.collective_name}", flush=True)
+        if burn_s or os.environ.get("BURN_RANK"):
+            print(f"step_time_ns {r.step_time_ns}", flush=True)
     # both ranks finished their last all-reduce; tearing gloo down with
     # destroy_process_group() sometimes aborted one rank at exit
     # ("terminate called without an active exception", SIGABRT: twice in

@@ -62,6 +62,20 @@ def test_a_rank_that_stopped_beating_is_not_posted(tmp_path):
     assert len(api.posts) == 2, "nothing new: nothing posted"
 
 
+def test_a_ranks_step_time_outside_collectives_rides_with_its_beat(tmp_path):
+    rec, clock, api = attempt(tmp_path, ranks=(0,)), Clock(), FakeApi()
+    poster = BeatPoster(api, monotonic_ns=clock, wall=lambda: "2026-01-01T00:00:00.000Z")
+    w = writer(rec, 0)
+    w.write(1)
+    poster.tick([rec])
+    assert "step_time_s" not in api.posts[-1][2][0], "no whole step measured yet"
+    w.write(2)
+    clock.ns += int(1e9)
+    poster.tick([rec])
+    [entry] = api.posts[-1][2]
+    assert isinstance(entry["step_time_s"], float) and 0 <= entry["step_time_s"] < 5
+
+
 def test_posts_wait_for_the_interval(tmp_path):
     rec, clock, api = attempt(tmp_path, ranks=(0,)), Clock(), FakeApi()
     poster = BeatPoster(api, monotonic_ns=clock)

@@ -70,3 +70,78 @@ def test_without_an_agent_beat_is_a_no_op(tmp_path):
 
 def test_a_file_never_written_reads_as_never_heard(tmp_path):
     assert hb.read(str(tmp_path / "missing")) is None
+
+
+class _Mono:
+    """A monotonic clock the test moves (ns)."""
+    def __init__(self) -> None:
+        self.ns = 10**12
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def advance(self, s: float) -> None:
+        self.ns += int(s * 1e9)
+
+
+def test_each_step_reports_its_median_time_outside_collectives(tmp_path, monkeypatch):
+    """The time a step spends inside collectives (waiting for peers) is not
+    the rank's own: the record carries the median of the rest, per step,
+    on the rank's own clock; a step that held a declared pause is left out."""
+    mono = _Mono()
+    monkeypatch.setattr(hb.time, "monotonic_ns", mono)
+    path = str(tmp_path / "rank-0.beat")
+    w = hb._Writer(path)
+    w.write(0)
+    assert hb.read(path).step_time_ns is None, "no whole step yet"
+    for step in range(1, 4):  # 0.3 s of work, 0.7 s inside an all-reduce
+        mono.advance(0.2)
+        w.enter()
+        mono.advance(0.7)
+        w.leave()
+        mono.advance(0.1)
+        w.write(step)
+    assert hb.read(path).step_time_ns == int(0.3e9)
+    # concurrent buckets count once: two overlapping, 0.5 s inside in all
+    w.enter()
+    mono.advance(0.25)
+    w.enter()
+    mono.advance(0.25)
+    w.leave()
+    w.leave()
+    mono.advance(1.0)
+    w.write(4)
+    assert hb.read(path).step_time_ns == int(0.3e9), "the median of 0.3, 0.3, 0.3, 1.0"
+    # a step with a checkpoint in it is no measure of speed
+    for step in range(5, 15):
+        mono.advance(0.5)
+        w.set_pause(mono.ns + int(60e9), "checkpoint")
+        mono.advance(30)
+        w.set_pause(0, "")
+        w.write(step)
+    assert hb.read(path).step_time_ns == int(0.3e9)
+
+
+def test_a_wrapped_collective_counts_as_inside(tmp_path, monkeypatch):
+    mono = _Mono()
+    monkeypatch.setattr(hb.time, "monotonic_ns", mono)
+    w = hb._Writer(str(tmp_path / "rank-0.beat"))
+    monkeypatch.setattr(hb, "_writer", w)
+    monkeypatch.setattr(hb, "_checked", True)
+
+    def all_reduce(t):
+        mono.advance(2.0)  # waiting for a slow peer
+        return t
+    wrapped = hb._arriving(all_reduce, "all_reduce")
+    w.write(0)
+    mono.advance(0.4)
+    assert wrapped(7) == 7
+    w.write(1)
+    assert hb.read(str(tmp_path / "rank-0.beat")).step_time_ns == int(0.4e9)
+
+
+def test_a_record_of_an_older_helper_reads_without_a_step_time(tmp_path):
+    path = tmp_path / "rank-0.beat"
+    path.write_bytes(hb._FORMAT_V2.pack(3, 7, 11, 0, b"", 5, b"all_reduce", 3))
+    rec = hb.read(str(path))
+    assert (rec.step, rec.collective_seq, rec.step_time_ns) == (7, 4, None)

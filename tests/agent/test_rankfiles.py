@@ -54,7 +54,7 @@ def refusals(caplog) -> list[str]:
 
 
 def record_bytes(seq: int = 3, step: int = 7) -> bytes:
-    return hb._FORMAT.pack(seq, step, 123, 0, b"", 0, b"", seq)
+    return hb._FORMAT.pack(seq, step, 123, 0, b"", 0, b"", 0, seq)
 
 
 def test_a_regular_file_is_read_whole_and_at_most_max_bytes(tmp_path):
@@ -73,7 +73,7 @@ def test_a_regular_file_is_read_whole_and_at_most_max_bytes(tmp_path):
 def test_a_missing_file_is_no_file_and_not_logged(tmp_path, caplog):
     """Missing is the normal case of a rank that never beat: None, no warning."""
     caplog.set_level(logging.WARNING)
-    assert open_rank_file(tmp_path / "missing", 96) is None
+    assert open_rank_file(tmp_path / "missing", hb.RECORD_SIZE) is None
     assert refusals(caplog) == []
 
 
@@ -83,7 +83,7 @@ def test_a_fifo_is_refused_at_once_without_a_writer(tmp_path, caplog):
     caplog.set_level(logging.WARNING)
     fifo = str(tmp_path / "rank-0")
     os.mkfifo(fifo)
-    assert promptly(open_rank_file, fifo, 96, fifo=fifo) is None
+    assert promptly(open_rank_file, fifo, hb.RECORD_SIZE, fifo=fifo) is None
     assert promptly(hb.read, fifo, lambda p, n: open_rank_file(p, n), fifo=fifo) is None
     [warning] = refusals(caplog)
     assert fifo in warning and "a FIFO" in warning
@@ -95,13 +95,13 @@ def test_a_symlink_to_dev_zero_is_refused_and_reads_nothing(tmp_path, caplog):
     caplog.set_level(logging.WARNING)
     link = tmp_path / "rank-0"
     link.symlink_to("/dev/zero")
-    assert promptly(open_rank_file, link, 96) is None
+    assert promptly(open_rank_file, link, hb.RECORD_SIZE) is None
     target = tmp_path / "secret"
     target.write_bytes(record_bytes())
     other = tmp_path / "rank-1"
     other.symlink_to(target)
-    assert open_rank_file(other, 96) is None, "a link to a regular file is refused too"
-    assert promptly(open_rank_file, "/dev/zero", 96) is None
+    assert open_rank_file(other, hb.RECORD_SIZE) is None, "a link to a regular file is refused too"
+    assert promptly(open_rank_file, "/dev/zero", hb.RECORD_SIZE) is None
     messages = refusals(caplog)
     assert len(messages) == 3
     assert "a symbolic link" in messages[0] and "a symbolic link" in messages[1]
@@ -131,11 +131,11 @@ def test_a_directory_and_a_socket_are_refused(tmp_path, caplog):
     or not (a socket: ENXIO)."""
     caplog.set_level(logging.WARNING)
     (tmp_path / "dir").mkdir()
-    assert open_rank_file(tmp_path / "dir", 96) is None
+    assert open_rank_file(tmp_path / "dir", hb.RECORD_SIZE) is None
     sock_path = str(tmp_path / "sock")
     with socket.socket(socket.AF_UNIX) as s:
         s.bind(sock_path)
-        assert promptly(open_rank_file, sock_path, 96) is None
+        assert promptly(open_rank_file, sock_path, hb.RECORD_SIZE) is None
     first, second = refusals(caplog)
     assert "a directory" in first and "cannot be opened" in second
 
@@ -148,12 +148,12 @@ def test_a_file_of_another_user_is_refused_unless_everyone_may_read_it(tmp_path,
     f = tmp_path / "rec"
     f.write_bytes(record_bytes())
     mine = f.stat().st_uid
-    assert open_rank_file(f, 96, uid=mine) == record_bytes()
-    assert open_rank_file(f, 96, uid=mine + 1) is None
+    assert open_rank_file(f, hb.RECORD_SIZE, uid=mine) == record_bytes()
+    assert open_rank_file(f, hb.RECORD_SIZE, uid=mine + 1) is None
     os.chmod(f, 0o644)
-    assert open_rank_file(f, 96, uid=mine + 1, world_readable_ok=True) == record_bytes()
+    assert open_rank_file(f, hb.RECORD_SIZE, uid=mine + 1, world_readable_ok=True) == record_bytes()
     os.chmod(f, 0o640)
-    assert open_rank_file(f, 96, uid=mine + 1, world_readable_ok=True) is None
+    assert open_rank_file(f, hb.RECORD_SIZE, uid=mine + 1, world_readable_ok=True) is None
     assert all(f"owned by uid {mine}" in m for m in refusals(caplog))
 
 
@@ -164,16 +164,16 @@ def test_a_refusal_is_logged_once_per_path_not_per_read(tmp_path, caplog):
     path = str(tmp_path / "rank-0")
     os.mkfifo(path)
     for _ in range(50):
-        assert open_rank_file(path, 96) is None
+        assert open_rank_file(path, hb.RECORD_SIZE) is None
     assert len(refusals(caplog)) == 1
     os.unlink(path)
     with open(path, "wb") as f:
         f.write(record_bytes())
-    assert open_rank_file(path, 96) == record_bytes()
+    assert open_rank_file(path, hb.RECORD_SIZE) == record_bytes()
     os.unlink(path)
     os.symlink("/dev/zero", path)
     for _ in range(5):
-        assert open_rank_file(path, 96) is None
+        assert open_rank_file(path, hb.RECORD_SIZE) is None
     assert len(refusals(caplog)) == 2
 
 

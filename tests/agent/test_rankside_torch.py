@@ -112,3 +112,22 @@ def test_a_rank_that_hangs_before_forward_is_behind_its_peer(torch_python, tmp_p
         assert all(p.poll() is None for p in ranks.procs), "rank 0 waits, rank 1 sleeps"
     finally:
         ranks.stop()
+
+
+def test_the_rank_that_burns_cpu_each_step_has_the_most_time_outside_collectives(
+        torch_python, tmp_path):
+    """Stragglers (issue 44): rank 1 burns 0.15 s of CPU a step outside any
+    collective; rank 0 waits for it inside DDP's gradient all-reduce. Their
+    wall step times are equal; their times outside collectives are not: the
+    record names rank 1 as the slow one, by far (a score well under 0.7)."""
+    ranks = Ranks(torch_python, tmp_path, MODEL="ddp", STEPS="12", BURN_RANK="1",
+                  BURN_S="0.15")
+    try:
+        assert ranks.wait_exit(STARTUP_S) == [0, 0], ranks.output(0) + ranks.output(1)
+        a, b = ranks.records()
+        assert a.step_time_ns is not None and b.step_time_ns is not None
+        assert b.step_time_ns >= 0.15e9, (a, b)
+        score_0 = a.step_time_ns / b.step_time_ns  # the fastest over the slow one
+        assert score_0 < 0.5, (a.step_time_ns, b.step_time_ns)
+    finally:
+        ranks.stop()

@@ -407,3 +407,28 @@ def test_the_job_page_and_list_say_the_verdict_and_the_stop_time_stacks(page, br
         page.get(browser_stack.api + "/#/jobs")
         note = ui.find(page, f'tr[data-detail-of="{job["id"]}"] td.note .verdict')
         assert note.text == COLLECTIVE["text"] and note.get_attribute("title") == COLLECTIVE["text"]
+
+
+SLOW_TEXT = "rank 1 on node-1 is slow: its steps take 2.4× the fastest rank's"
+
+
+def test_the_ranks_view_and_the_job_page_say_the_slow_rank_in_a_sentence(page, browser_stack):
+    """Stragglers (API.md): the server's sentence for each rank it calls
+    slow is a line of the summary and of the job page's headline; a rank's
+    detail line carries its slow score."""
+    job, ranks = small_job(COLLECTIVE)
+    job["id"] = "job_SLOWRANK"
+    job["health"] = {**job["health"], "slow_ranks": [1], "slow": {
+        "attempt": 1, "episodes": {"1": 1}, "ranks": {"1": {
+            "below": 0, "since": None, "above": 0, "open": 1, "score": 0.417,
+            "text": SLOW_TEXT}}}}
+    for r in ranks["ranks"]:
+        r.update(step_time_s=1.2 if r["rank"] == 1 else 0.5,
+                 slow_score=0.417 if r["rank"] == 1 else 1.0,
+                 slow_text=SLOW_TEXT if r["rank"] == 1 else None)
+    with fed(page, job, ranks):
+        page.get(browser_stack.api + f"/#/jobs/{job['id']}/ranks")
+        page.refresh()
+        assert ui.text_in(page, "#stall-summary .sum-slow", "is slow") == SLOW_TEXT
+        page.get(browser_stack.api + f"/#/jobs/{job['id']}")
+        assert ui.text_in(page, "#job-verdict .v-slow", "is slow") == SLOW_TEXT

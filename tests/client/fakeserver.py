@@ -103,6 +103,8 @@ class FakeApi:
         #: job id -> rank -> the status /ranks says (unset: no status, as an
         #: older server)
         self.rank_statuses: dict[str, dict[int, str]] = {}
+        #: more members of a rank's row in the ranks view (step_time_s, slow_score...)
+        self.rank_extras: dict[str, dict[int, dict[str, Any]]] = {}
         #: ranks a /ranks page holds, as the server cuts a big attempt's view
         #: (None: every rank in one page)
         self.ranks_page_size: int | None = None
@@ -905,6 +907,7 @@ class FakeApi:
                              "stalled": silence > threshold})
                 if p["rank"] in self.rank_statuses.get(job["id"], {}):
                     rows[-1]["status"] = self.rank_statuses[job["id"]][p["rank"]]
+                rows[-1].update(self.rank_extras.get(job["id"], {}).get(p["rank"], {}))
         rows.sort(key=lambda r: (-r["silence_s"], r["rank"]))
         return {"attempt": job["attempt"], "threshold_s": threshold, "now": self.now(),
                 "ranks": rows, "verdict": job["health"].get("verdict")}

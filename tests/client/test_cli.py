@@ -1469,3 +1469,60 @@ def test_describe_and_watch_of_a_waiting_job_say_where_it_stands_and_why_then(ru
                                        "reaches its 10 min limit)")
     watched = run("watch", job["id"], "--timeout", "0", "--interval", "0").stdout
     assert "in line 3rd of 5 for h100 GPUs" in " ".join(watched.split())
+
+
+SLOW_TEXT = "rank 1 on node-1 is slow: its steps take 2.4× the fastest rank's"
+
+
+def slow_job(fake):
+    """A running job whose rank 1 the server calls slow."""
+    job = fake.add_job(ranks=4)
+    fake.place(job["id"], ["node-1", "node-2"])
+    beats = fake.beats.setdefault((job["id"], 1), {})
+    for rank in range(4):
+        beats[rank] = {"at": 99.0, "step": 900, "sent_at": None}
+    fake.clock = 100.0
+    fake.update_job(job["id"], health={
+        "status": "OK", "slow_ranks": [1],
+        "slow": {"attempt": 1, "episodes": {"1": 1},
+                 "ranks": {"1": {"below": 0, "since": None, "above": 0, "open": 1,
+                                 "score": 0.417, "text": SLOW_TEXT}}}})
+    fake.rank_extras[job["id"]] = {
+        r: {"step_time_s": 1.2 if r == 1 else 0.5, "slow_score": 0.417 if r == 1 else 1.0,
+            "slow_text": SLOW_TEXT if r == 1 else None} for r in range(4)}
+    return job
+
+
+def test_ranks_says_the_slow_rank_in_a_sentence_and_scores_every_rank(run, fake):
+    job = slow_job(fake)
+    r = run("ranks", job["id"])
+    assert r.exit_code == 0, r.output
+    assert SLOW_TEXT in r.stdout
+    rows = rank_rows(r.stdout)
+    assert "0.42" in rows["1"] and "← slow" in rows["1"]
+    assert "1.00" in rows["0"] and "slow" not in rows["0"]
+    assert "SCORE" in r.stdout
+
+
+def test_describe_and_watch_say_the_slow_rank_in_a_sentence(run, fake):
+    job = slow_job(fake)
+    r = run("describe", job["id"])
+    assert r.exit_code == 0, r.output
+    assert SLOW_TEXT in " ".join(r.stdout.split()), r.stdout
+    w = run("watch", job["id"], "--interval", "0", "--timeout", "0")
+    assert w.exit_code == 7, w.output
+    assert SLOW_TEXT in w.stdout
+
+
+def test_ranks_without_scores_has_no_score_column(run, fake):
+    job = stalled_job(fake)
+    r = run("ranks", job["id"])
+    assert "SCORE" not in r.stdout and "slow" not in r.stdout.replace("slower", "")
+
+
+def test_a_rank_slow_feed_event_reads_as_the_servers_sentence():
+    from gpujobs_client.models import FeedEvent
+    e = FeedEvent.from_json({"id": "evt_1", "type": "job.rank_slow", "time": "t", "job_id": "j",
+                             "data": {"attempt": 1, "rank": 1, "node_id": "node-1",
+                                      "score": 0.417, "text": SLOW_TEXT}})
+    assert e.text == f"slow (attempt 1): {SLOW_TEXT}"

@@ -274,3 +274,63 @@ def test_a_hang_in_an_uninstrumented_job_is_named_by_its_stack(gpujobs, tmp_path
         assert d.stdout.count(f"rank 3: {where}") == 2, d.stdout  # the stall's and the stop's
     finally:
         cancel(gpujobs, job_id)
+
+
+SLOW_SENTENCE = re.compile(r"rank 1 on (local-\d) is slow: its steps take ([\d.]+)× the fastest "
+                           r"rank's")
+
+
+def test_a_rank_burning_cpu_each_step_is_called_slow_and_only_it(gpujobs, tmp_path,
+                                                                  torch_python):
+    """Stragglers (issue 44 item 1): rank 1 burns 0.15 s of CPU a step outside
+    any collective; its peers wait for it inside DDP's all-reduce. Within 5
+    minutes rank 1, and only rank 1, is called slow: one rank_slow event, the
+    sentence in `gpujobs ranks` and `describe`; no stall."""
+    spec = ddp_spec(torch_python, INSTRUMENT="full", STEPS="100000", STEP_S="0.1",
+                    PG_TIMEOUT_S="900", SLOW_RANK="1", SLOW_S="0.15")
+    job_id = submit(gpujobs, tmp_path, spec)
+    try:
+        def slow_ranks() -> list[int]:
+            got = job(gpujobs, job_id)
+            assert got["state"] in ("PENDING", "SCHEDULED", "RUNNING"), got
+            return (got.get("health") or {}).get("slow_ranks") or []
+        wait_until(lambda: slow_ranks() == [1], 300, 2, "rank 1 to be called slow")
+        nodes = nodes_of_ranks(gpujobs, job_id)
+        told = [e for e in events(gpujobs, job_id) if e["type"] == "rank_slow"]
+        assert [e["rank"] for e in told] == [1], told
+        m = SLOW_SENTENCE.fullmatch(told[0]["reason"])
+        assert m and m.group(1) == nodes[1] and float(m.group(2)) >= 1.5, told
+        r = gpujobs("ranks", job_id)
+        assert r.returncode == 0 and told[0]["reason"] in " ".join(r.stdout.split()), r.stdout
+        d = gpujobs("describe", job_id)
+        assert told[0]["reason"] in " ".join(d.stdout.split()), d.stdout
+        view = json.loads(gpujobs("ranks", job_id, "-o", "json").stdout)
+        scores = {x["rank"]: x["slow_score"] for x in view["ranks"]}
+        assert scores[1] is not None and scores[1] < 0.7, scores
+        assert all(s is not None and s >= 0.7 for r_, s in scores.items() if r_ != 1), scores
+        health = job(gpujobs, job_id)["health"]
+        assert health["slow_ranks"] == [1] and health["status"] == "OK", health
+    finally:
+        cancel(gpujobs, job_id)
+
+
+def test_a_healthy_run_with_a_rank_0_checkpoint_calls_no_rank_slow(gpujobs, tmp_path,
+                                                                    torch_python, shared_dir):
+    """Stragglers' false positives (issue 44 item 1): 4 ranks stepping alike for
+    longer than the window (3 scans over 60 s), rank 0 saving a 30 s checkpoint
+    (a declared pause) while its peers wait in the barrier: no rank is called
+    slow, no rank_slow event, the job succeeds in one attempt with no alarm."""
+    spec = ddp_spec(torch_python, INSTRUMENT="full", STEPS="900", STEP_S="0.1",
+                    CKPT_STEP="300", CKPT_S="30", CKPT_DIR=str(shared_dir))
+    job_id = submit(gpujobs, tmp_path, spec)
+    seen: set[int] = set()
+
+    def over() -> bool:  # every scan's slow_ranks, as polled, until the job ends
+        got = job(gpujobs, job_id)
+        seen.update((got.get("health") or {}).get("slow_ranks") or [])
+        return got["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+    wait_until(over, JOB_TIMEOUT_S, 2, "the healthy job to end")
+    assert job(gpujobs, job_id)["state"] == "SUCCEEDED"
+    assert seen == set(), f"ranks called slow in a healthy run: {seen}"
+    told = [e for e in events(gpujobs, job_id) if e["type"] == "rank_slow"]
+    assert told == [], told

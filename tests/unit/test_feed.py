@@ -47,6 +47,18 @@ def test_each_story_event_becomes_the_contracts_event():
         feed.tell("j", "waiting#1#x", {"type": "waiting", "time": T})
 
 
+def test_a_slow_episode_is_one_rank_slow_event():
+    assert feed.told("rank_slow#1#2")
+    text = "rank 1 on local-2 is slow: its steps take 2.4× the fastest rank's"
+    assert feed.tell("j", "rank_slow#1#2", {
+        "type": "rank_slow", "time": T, "attempt": 1, "reason": text, "rank": 1,
+        "node_id": "local-2", "score": 0.417, "step_time_s": 1.2, "fastest_s": 0.5,
+        "episode": 2}) == [
+        {"type": "job.rank_slow", "time": T, "job_id": "j",
+         "data": {"attempt": 1, "rank": 1, "node_id": "local-2", "score": 0.417,
+                  "text": text}}]
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2**40), st.integers(1, 50)), min_size=1, max_size=8),
        st.integers(0, 2**20 - 1))

@@ -26,7 +26,7 @@ FULL = {
     "max_pending_s": 600, "checkpoint_dir": "/shared/ckpt",
     "heartbeat": {"interval_s": 5, "false_positive_budget_per_hour": 0.01,
                   "miss_probability": 0.05, "startup_grace_s": 60, "mode": "beats",
-                  "max_busy_s": 100, "idle_s": 50},
+                  "max_busy_s": 100, "idle_s": 50, "slow_score": 0.5},
     "on_stall": "restart",
     "depends_on": [{"job_id": "job_01ARZ3NDEKTSV4RRFFQ69G5FAV", "condition": "ended"}],
     "array": {"size": 2, "max_parallel": 1, "max_failed_indexes": 1,
@@ -81,7 +81,7 @@ def test_what_is_shown_is_the_body_as_submitted_with_the_defaults_filled():
         "retry": {"rules": [], "max_uncounted_retries": 10},
         "heartbeat": {"interval_s": 10, "false_positive_budget_per_hour": 0.001,
                       "miss_probability": 0.01, "startup_grace_s": 120, "mode": "auto",
-                      "max_busy_s": 900, "idle_s": 300}}
+                      "max_busy_s": 900, "idle_s": 300, "slow_score": 0.7}}
 
 
 def test_defaults_that_depend_on_another_member_are_filled_only_with_it():

@@ -6,6 +6,7 @@
 import { api, ApiError } from './api.js';
 import { h, setText, stateBadge, time, clock, ranges, naturalCompare, poll, problemText, count, noun, TERMINAL } from './dom.js';
 import { verdictLines, stackLine } from './verdict.js';
+import { slowLines } from './ranks.js';
 import { exitText, eventLabels, decisionText, attemptText, timeLeftText, priorityText, preemptingOf, jobIdParts, pendingWords } from './story.js';
 import { createBody, newKey, shellLine, specPairs, retryPolicyText, limitsLines, DEFAULT_MAX_UNCOUNTED } from './spec.js';
 import { countsText, arraySettingsText, childOf, dependenciesOf, waitingFor, IndexGrid, CELL_STATES,
@@ -370,8 +371,10 @@ export function mount(main, [jobId]) {
     ranksLink.hidden = !!j.array || !(j.attempt > 0);
     body.hidden = false;
     if (!cancelStatus.hidden && TERMINAL.has(j.state)) setText(cancelStatus, `Cancel requested at ${time(j.cancel_requested_at)}; the job is now ${j.state}.`);
-    if (changed('verdict', (j.health || {}).verdict)) {
-      headline.replaceChildren(...verdictView(j.health));
+    if (changed('verdict', [(j.health || {}).verdict, slowLines(j)])) {
+      // the verdict, then each slow rank's sentence
+      headline.replaceChildren(...verdictView(j.health),
+        ...slowLines(j).map((t) => h('p', { class: 'v-slow', text: t })));
       headline.hidden = !headline.childElementCount;
     }
     const left = timeLeftText(j); // changes as time passes: part of what the facts say

@@ -234,7 +234,22 @@ function summaryLines(job, data, verdict) {
   const counts = {};
   for (const r of data.ranks) { const s = rankStatus(r, th); counts[s] = (counts[s] || 0) + 1; }
   out.push(['counts', Object.entries(counts).map(([k, v]) => `${v} ${k}`).join(' · ')]);
+  for (const text of slowLines(job, data)) out.push(['slow', text]);
   return out;
+}
+
+/** The sentence of each rank the server calls slow ("rank 1 on local-2 is
+ * slow: its steps take 2.4× the fastest rank's"): the ranks view's
+ * slow_text, else the job's health (slow_ranks, each episode's sentence). */
+export function slowLines(job, data) {
+  const hl = (job || {}).health || {};
+  const texts = new Map();
+  for (const r of hl.slow_ranks || []) {
+    const s = (((hl.slow || {}).ranks || {})[String(r)]) || {};
+    texts.set(r, s.text || `rank ${r} is slow`);
+  }
+  for (const r of (data || {}).ranks || []) if (r.slow_text) texts.set(r.rank, r.slow_text);
+  return [...texts.keys()].sort((a, b) => a - b).map((r) => texts.get(r));
 }
 
 /** How many ranks the silence order spells out before "… and N more". */
@@ -255,7 +270,8 @@ function markText(r, verdict) {
 function rankText(r, th, verdict) {
   if (!r) return 'Point at a cell, or focus the map and use the arrow keys.';
   const ratio = th ? ` (${(r.silence_s / th).toFixed(2)} × threshold)` : '';
-  return `Rank ${r.rank} on ${r.node_id}: ${rankStatus(r, th)}${markText(r, verdict)}, silent ${seconds(r.silence_s)}${ratio}, step ${r.step ?? '—'}, last heard ${r.last_heard_at ? time(r.last_heard_at) : 'never'}.`;
+  const score = r.slow_score != null ? `, slow score ${Number(r.slow_score).toFixed(2)}${r.slow_text ? ' (slow)' : ''}` : '';
+  return `Rank ${r.rank} on ${r.node_id}: ${rankStatus(r, th)}${markText(r, verdict)}, silent ${seconds(r.silence_s)}${ratio}, step ${r.step ?? '—'}${score}, last heard ${r.last_heard_at ? time(r.last_heard_at) : 'never'}.`;
 }
 
 // -- the history strip: the last minutes of each rank's silence, as polled ----

@@ -50,7 +50,8 @@ def test_a_good_body_passes_and_defaults_fill_in():
     assert spec["gpus_per_rank"] == 1 and spec["max_attempts"] == 1 and spec["priority"] == 0
     assert spec["heartbeat"] == {"interval_s": 10, "false_positive_budget_per_hour": 0.001,
                                  "miss_probability": 0.01, "startup_grace_s": 120,
-                                 "mode": "auto", "max_busy_s": 900, "idle_s": 300}
+                                 "mode": "auto", "max_busy_s": 900, "idle_s": 300,
+                                 "slow_score": 0.7}
 
 
 @pytest.mark.parametrize("raw", [b"{", b"[1,]", b'{"a": NaN}', b"1e999", b'"\\ud800"',

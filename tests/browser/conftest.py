@@ -28,7 +28,10 @@ def tenant(browser_stack):
 
 @pytest.fixture
 def page(chrome, browser_stack):
-    """The dashboard, signed in (sessionStorage holds the token)."""
+    """The dashboard, signed in (sessionStorage holds the token). The
+    browser is the session's: what an earlier test left in its console log
+    is read away first, so each test's console errors are its own."""
     from tests.browser import ui
+    chrome.get_log("browser")
     ui.sign_in(chrome, browser_stack.api + "/", TENANT_TOKEN)
     return chrome

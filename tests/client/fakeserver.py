@@ -291,7 +291,8 @@ class FakeApi:
         # the defaults of chalicelib/domain/spec.py (JobSpec.parse)
         hb = {"interval_s": 10, "false_positive_budget_per_hour": 0.001,
               "miss_probability": 0.01, "startup_grace_s": 120, "mode": "auto",
-              "max_busy_s": 900, "idle_s": 300, **(body.get("heartbeat") or {})}
+              "max_busy_s": 900, "idle_s": 300, "slow_score": 0.7,
+              **(body.get("heartbeat") or {})}
         retry = {"rules": [], "max_uncounted_retries": 10, **(body.get("retry") or {})}
         spec = {"gpus_per_rank": 1, "priority": 0, "max_attempts": 1, "on_stall": "report",
                 "env": {}, "labels": {}, **body, "heartbeat": hb, "retry": retry}

@@ -294,9 +294,10 @@ export function mount(main, _params, hash) {
     h('label', { class: 'inline', for: 'usage-days' }, 'Period ', daysSel),
     h('label', { class: 'inline', for: 'usage-by' }, 'Group by ', bySel), keyLabel, keys,
     h('button', { type: 'submit', text: 'Show' }));
-  const status = h('p', { id: 'usage-status', class: 'muted small', role: 'status' });
+  // not a live region: it changes at every refresh, and the totals say what changed
+  const status = h('p', { id: 'usage-status', class: 'muted small' });
   const error = h('p', { class: 'error', role: 'alert', id: 'usage-error' });
-  const totals = h('dl', { class: 'facts us-totals', id: 'usage-totals' });
+  const totals = h('dl', { class: 'us-totals', id: 'usage-totals', 'aria-label': 'Totals' });
   const legend = h('ul', { class: 'legend', id: 'usage-legend', 'aria-label': 'Legend of the usage charts' });
   const overall = h('div', { id: 'usage-all' });
   const panels = h('div', { class: 'us-panels', id: 'usage-groups' });
@@ -307,7 +308,7 @@ export function mount(main, _params, hash) {
   const none = h('p', { class: 'muted', id: 'usage-none', hidden: true });
   main.append(h('h1', { text: 'Usage' }),
     h('p', { class: 'muted', text: 'GPU time your jobs held, by UTC day: how much of it was productive, and where the rest went (the causes the job timeline colours the same way). gpujobs usage prints the same table.' }),
-    form, formError, status, error, h('h2', { text: 'Totals' }), totals, none, legend, overall,
+    form, formError, status, error, totals, none, legend, overall,
     groupsHead, panels, details);
 
   function show() {
@@ -344,7 +345,8 @@ export function mount(main, _params, hash) {
     if (key === drawn) return;
     drawn = key;
     const model = usageModel(rows, days, s.by);
-    totals.replaceChildren(...totalsOf(model.total).map(([t, d]) => [h('dt', { text: t }), h('dd', { dataset: { term: t.toLowerCase() }, text: d })]).flat());
+    totals.replaceChildren(...totalsOf(model.total).map(([t, d]) => h('div', { class: `us-term-${t.toLowerCase()}` },
+      h('dt', { text: t }), h('dd', { text: d }))));
     const empty = model.total.held <= 0;
     none.hidden = !empty;
     setText(none, empty ? `No GPU time in the last ${s.days} days.` : '');
@@ -367,15 +369,17 @@ export function mount(main, _params, hash) {
     tableBox.replaceChildren(...(rows.length ? table(rows, s.by, days) : [h('p', { class: 'muted', text: 'No rows.' })]));
   }
 
+  let shown = null; // the settings drawn last
   async function refresh() {
     for (;;) {
       const s = settings;
       const days = dayKeys(Date.now(), s.days);
       try {
-        setText(status, `Loading the last ${s.days} days…`);
+        if (s !== shown) setText(status, `Loading the last ${s.days} days…`);
         const data = await api.usage({ start: `${days[0]}T00:00:00Z`, granularity: 'day', group_by: s.by || null });
         if (s !== settings) continue; // changed meanwhile: ask again
         draw((data && data.rows) || [], s, days);
+        shown = s;
         error.textContent = '';
         setText(status, `${days[0]} to ${days[days.length - 1]} (UTC; today so far), ${s.by ? `grouped by ${groupHead(s.by).toLowerCase() === 'job' ? 'job' : groupHead(s.by)}` : 'not grouped'}; read at ${clock()}.`);
       } catch (e) {

@@ -182,14 +182,16 @@ function svg(tag, attrs, ...children) {
 }
 
 const pct = (x) => `${(100 * x).toFixed(3)}%`;
-const HEIGHT = 150; // px: the plot from TOP to HEIGHT - BOTTOM, the day labels under it
+/** px (style.css svg.us-chart): the plot from TOP to height - BOTTOM, the day labels under it */
+const HEIGHT = { all: 150, group: 110 };
 const TOP = 6;
 const BOTTOM = 20;
 
-/** One chart: a bar a day, stacked by part, the y axis in `unit` up to `top` seconds. */
-function chart(days, byDay, topSeconds, unit, name, used) {
+/** One chart (size: all or group): a bar a day, stacked by part, the y axis in `unit` up to `top` seconds. */
+function chart(size, days, byDay, topSeconds, unit, name, used) {
   const [top, step] = scaleOf(topSeconds / UNIT_S[unit]);
-  const plot = HEIGHT - TOP - BOTTOM;
+  const height = HEIGHT[size];
+  const plot = height - TOP - BOTTOM;
   const y = (seconds) => TOP + plot * (1 - seconds / UNIT_S[unit] / top);
   const n = days.length;
   const every = n <= 10 ? 1 : Math.ceil(n / 7);
@@ -213,13 +215,13 @@ function chart(days, byDay, topSeconds, unit, name, used) {
       }, svg('title', {}, `${day}: ${partName(p)} ${amount(v, unit)} ${unit}`));
     });
     const label = i % every === (n - 1) % every
-      ? svg('text', { class: 'us-day-label', x: pct((i + 0.5) / n), y: HEIGHT - 4, 'text-anchor': 'middle' }, dayShort(day)) : null;
+      ? svg('text', { class: 'us-day-label', x: pct((i + 0.5) / n), y: height - 4, 'text-anchor': 'middle' }, dayShort(day)) : null;
     return svg('g', { class: 'us-day', 'data-day': day, 'data-gpu-seconds': s.held },
       svg('title', {}, dayText(day, s)),
       svg('rect', { class: 'us-hit', x: pct(i / n), width: pct(1 / n), y: TOP, height: plot }),
       segs, label);
   });
-  return svg('svg', { class: 'us-chart', role: 'img',
+  return svg('svg', { class: `us-chart us-${size}`, role: 'img',
     'aria-label': `${name}: GPU time a day (${unit}), ${days[0]} to ${days[n - 1]} (UTC); the table below gives each day` },
   grid, bars);
 }
@@ -307,7 +309,7 @@ export function mount(main, _params, hash) {
     h('summary', { text: 'The usage as a table' }), tableBox);
   const none = h('p', { class: 'muted', id: 'usage-none', hidden: true });
   main.append(h('h1', { text: 'Usage' }),
-    h('p', { class: 'muted', text: 'GPU time your jobs held, by UTC day: how much of it was productive, and where the rest went (the causes the job timeline colours the same way). gpujobs usage prints the same table.' }),
+    h('p', { class: 'muted', text: 'GPU time your jobs held by UTC day: what was productive, and where the rest went, in the job timeline\'s colours (gpujobs usage prints the same).' }),
     form, formError, status, error, totals, none, legend, overall,
     groupsHead, panels, details);
 
@@ -355,13 +357,13 @@ export function mount(main, _params, hash) {
     const allTop = Math.max(0, ...model.days.map((d) => model.byDay.get(d).held));
     const allTitle = s.by ? `All ${groupHead(s.by) === 'Job' ? 'jobs' : 'groups'} together` : 'All jobs';
     overall.replaceChildren(empty ? '' : panel('usage-panel-all', allTitle, model.total,
-      chart(model.days, model.byDay, allTop, allUnit, allTitle, used), allUnit));
+      chart('all', model.days, model.byDay, allTop, allUnit, allTitle, used), allUnit));
     const groupTop = Math.max(0, ...model.groups.flatMap((g) => [...g.byDay.values()].map((v) => v.held)));
     const groupUnit = unitOf(groupTop);
     groupsHead.hidden = empty || !s.by;
     setText(groupsHead, s.by ? `By ${groupHead(s.by) === 'Job' ? 'job' : groupHead(s.by)}` : '');
     panels.replaceChildren(...(empty || !s.by ? [] : model.groups.map((g, i) => panel(`usage-panel-${i}`, g.title, g.total,
-      chart(model.days, g.byDay, groupTop, groupUnit, g.title, used), groupUnit,
+      chart('group', model.days, g.byDay, groupTop, groupUnit, g.title, used), groupUnit,
       s.by === 'job' && g.value != null ? h('a', { href: `#/jobs/${encodeURIComponent(g.value)}`, text: g.title }) : null))));
     legend.hidden = empty;
     legend.replaceChildren(...Object.keys(PARTS).concat(['other']).filter((p) => used.has(p)).map((p) => h('li', { dataset: { part: p } },

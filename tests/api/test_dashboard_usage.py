@@ -54,6 +54,10 @@ console.log(JSON.stringify({
   scales: [scaleOf(12), scaleOf(0.7), scaleOf(0), scaleOf(43)],
   titles: [groupTitle('gpu_type', 'any'), groupTitle('gpu_type', 'h100'), groupTitle('label:team', null),
     groupTitle('job', 'job_1')],
+  // 15 jobs of a day, job_i holding i + 1 GPU-hours: the 11 biggest drawn, the rest summed in one chart
+  byJob: usageModel(Array.from({ length: 15 }, (_, i) => ({ start: `${days[6]}T00:00:00.000Z`,
+    group: { job: `job_${i}` }, gpu_seconds: 3600 * (i + 1), productive_gpu_seconds: 3600 * (i + 1),
+    lost_gpu_seconds: {} })), days, 'job').groups.map((g) => [g.title, g.total.held]),
 }));
 """
 
@@ -95,3 +99,5 @@ def test_the_page_says_the_totals_and_each_day_as_the_cli_does(tmp_path):
                                 {"days": 7, "by": "job"}, {"days": 30, "by": "label:team name"}]
     assert said["scales"] == [[12.5, 2.5], [0.8, 0.2], [1, 1], [50, 10]]
     assert said["titles"] == ["any GPU type", "h100", "no team label", "job_1"]
+    assert said["byJob"] == [[f"job_{i}", 3600 * (i + 1)] for i in range(14, 3, -1)] + \
+        [["4 other jobs", 3600 * (1 + 2 + 3 + 4)]]

@@ -98,7 +98,10 @@ def test_the_usage_page_says_the_totals_each_day_and_each_group(page, browser_st
     then 30 days, and grouped by GPU type."""
     now = datetime.now(timezone.utc)
     canned = rows(now)
-    with fed(page, {"label:team": canned, "gpu_type": by_gpu_type(canned)}), ui.viewport(page, 1280, 800), \
+    by_job = [{**r, "group": {"job": "job_01USAGE0000000000000000" + ("1" if r["group"]["label:team"] else "2")}}
+              for r in canned]
+    with fed(page, {"label:team": canned, "gpu_type": by_gpu_type(canned), "job": by_job}), \
+            ui.viewport(page, 1280, 800), \
             ui.time_zone(page, "America/New_York"):
         page.get(browser_stack.api + "/#/usage")
         page.refresh()
@@ -180,6 +183,16 @@ def test_the_usage_page_says_the_totals_each_day_and_each_group(page, browser_st
         assert asked(page)[-1]["group_by"] == "gpu_type"
         assert totals(page)["Held"] == "18.5 GPU-h"
         assert ui.find(page, "#usage-groups-head").text == "By GPU type"
+        # by job: each chart's name links to its job
+        Select(page.find_element(By.ID, "usage-by")).select_by_visible_text("job")
+        ui.wait(page, 15).until(lambda d: len(panels(d)) == 2)
+        links = [(a.text, a.get_attribute("href").rsplit("/", 1)[1])
+                 for a in page.find_elements(By.CSS_SELECTOR, "#usage-groups h3 a")]
+        assert links == [("job_01USAGE00000000000000001", "job_01USAGE00000000000000001"),
+                         ("job_01USAGE00000000000000002", "job_01USAGE00000000000000002")]
+        assert ui.find(page, "#usage-all h3").text == "All jobs together"
+        Select(page.find_element(By.ID, "usage-by")).select_by_visible_text("GPU type")
+        ui.wait(page, 15).until(lambda d: [p[0] for p in panels(d)] == ["h100"])
         # a reload keeps what was chosen
         page.refresh()
         ui.text_in(page, "#usage-totals", "Held")

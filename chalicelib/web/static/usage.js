@@ -116,7 +116,9 @@ export function usageModel(rows, days, by) {
     || b.total.held - a.total.held || (a.title < b.title ? -1 : a.title > b.title ? 1 : 0));
   if (list.length > MAX_PANELS) {
     const rest = list.slice(MAX_PANELS - 1);
-    const other = { value: undefined, others: rest.length, title: `${count(rest.length, 'other group')}`, total: blank(), byDay: new Map() };
+    const title = by === 'job' ? count(rest.length, 'other job') : by === 'gpu_type' ? count(rest.length, 'other GPU type')
+      : `${count(rest.length, 'other value')} of ${groupHead(by)}`;
+    const other = { value: undefined, others: rest.length, title, total: blank(), byDay: new Map() };
     for (const g of rest) {
       add(other.total, g.total);
       for (const [d, s] of g.byDay) { if (!other.byDay.has(d)) other.byDay.set(d, blank()); add(other.byDay.get(d), s); }

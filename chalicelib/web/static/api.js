@@ -88,6 +88,8 @@ export const api = {
     return { ...first, ranks: rows, next_page_token: null };
   },
   nodes: () => get('v1/nodes'),
+  /** GET /v1/usage: {rows} by period, tenant, then group (query: start, end, granularity, group_by). */
+  usage: (query) => get('v1/usage', query),
   /** POST /v1/jobs under an Idempotency-Key: the same key and body answer the same job. */
   submit: (body, idempotencyKey) =>
     call('POST', 'v1/jobs', { body, headers: { 'Idempotency-Key': idempotencyKey } }),

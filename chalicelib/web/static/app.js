@@ -14,6 +14,7 @@ const ROUTES = [
   [/^#\/jobs\/([^/?]+)\/ranks$/, () => import('./ranks.js'), 'jobs'],
   [/^#\/jobs\/([^/?]+)$/, () => import('./job.js'), 'jobs'],
   [/^#\/nodes$/, () => import('./nodes.js'), 'nodes'],
+  [/^#\/usage(?:\?.*)?$/, () => import('./usage.js'), 'usage'],
   [/^#\/jobs(?:\?.*)?$/, async () => jobs, 'jobs'],
 ];
 

@@ -143,13 +143,13 @@ export function fixed(x, digits) {
 }
 
 /** GPU-seconds in `unit` (cli.py gpu_amount): GPU-h and GPU-min to a decimal, GPU-s whole. */
-function amount(seconds, unit) {
+export function amount(seconds, unit) {
   if (unit === 'GPU-h') return fixed(seconds / 3600, 1);
   if (unit === 'GPU-min') return fixed(seconds / 60, 1);
   return fixed(seconds, 0);
 }
 
-const unitOf = (seconds) => (seconds >= 3600 ? 'GPU-h' : seconds >= 60 ? 'GPU-min' : 'GPU-s');
+export const unitOf = (seconds) => (seconds >= 3600 ? 'GPU-h' : seconds >= 60 ? 'GPU-min' : 'GPU-s');
 
 /** GPU time with its unit: "1.5 GPU-h", "12.0 GPU-min", "42 GPU-s". */
 export function gpuTime(seconds) {

@@ -468,7 +468,18 @@ def main(argv: list[str] | None = None) -> int:
     exit_file, command, run_as = options.exit_file, options.command, options.run_as
     received: list[int] = []
     own_copies: dict[int, int] = {}  # by signal: our own forwarded copies still to arrive
+    #: signals that came before the command was started: held, and sent to it
+    #: once it is (a SIGTERM while it was being started is not lost)
+    held: list[int] = []
+    started = [False]
     writer = RecordWriter(sys.stdout.fileno())
+
+    def to_group(signum: int) -> None:
+        own_copies[signum] = own_copies.get(signum, 0) + 1
+        try:
+            os.killpg(os.getpgrp(), signum)
+        except OSError:
+            own_copies[signum] -= 1
 
     def forward(signum: int, _frame) -> None:
         # Send one copy to the whole group, so the command and whatever it spawned
@@ -478,11 +489,10 @@ def main(argv: list[str] | None = None) -> int:
             own_copies[signum] -= 1
             return
         received.append(signum)
-        own_copies[signum] = own_copies.get(signum, 0) + 1
-        try:
-            os.killpg(os.getpgrp(), signum)
-        except OSError:
-            own_copies[signum] -= 1
+        if not started[0]:
+            held.append(signum)  # nothing to send it to yet: sent once started
+            return
+        to_group(signum)
 
     def survive(_signum: int, _frame) -> None:
         pass  # a warning meant for the command, which the agent sent it too
@@ -535,6 +545,9 @@ def main(argv: list[str] | None = None) -> int:
             writer.message(f"gpujobs-shim: cannot start {command[0]!r}: {e}")
             code = CANNOT_START
         else:
+            started[0] = True
+            for signum in dict.fromkeys(held):  # came while it was being started
+                to_group(signum)
             for fd in (out_w, err_w):  # the command's now: EOF once it and its own are gone
                 os.close(fd)
             code = pump(child, {out_r: "stdout", err_r: "stderr"}, writer, wake_r)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 
@@ -218,3 +219,45 @@ def test_a_working_dir_that_is_not_there_is_a_rank_that_cannot_start(launched, t
     launched.append(rank)
     assert wait_until(lambda: rank.exit_code() is not None) and rank.exit_code() == 127
     assert "missing" in lines_of((tmp_path / "r.log").read_bytes(), "stderr")[0]
+
+
+def test_a_sigterm_that_comes_while_the_command_is_being_started_still_reaches_it(tmp_path):
+    """Invariant (a stop is carried out): a SIGTERM that reaches the shim
+    after its handlers are in and before its command runs is held and sent
+    to the command once it runs, not lost (the command then ran on until the
+    grace period's SIGKILL: a restarted agent's stop took minutes, CI runs
+    15 and 17). The window is held open by the shim's one write before its
+    command starts, its cgroup's ``cgroup.procs``, here a FIFO that nobody
+    reads until the test has sent the signal."""
+    from agent.ranks import SHIM
+
+    cgroup = tmp_path / "cg"
+    cgroup.mkdir()
+    os.mkfifo(cgroup / "cgroup.procs")
+    exit_file = tmp_path / "exit.json"
+    shim = subprocess.Popen(
+        [sys.executable, "-I", str(SHIM), "--exit-file", str(exit_file), "--cgroup", str(cgroup),
+         "--", "sleep", "600"], start_new_session=True)
+    try:
+        # the shim blocks opening the FIFO for writing: its handlers are in
+        wait_until(lambda: _blocked_in_open(shim.pid), timeout=30,
+                   what="the shim waiting on its cgroup's cgroup.procs")
+        os.kill(shim.pid, signal.SIGTERM)  # pending now: handled before the open returns
+        with open(cgroup / "cgroup.procs") as fifo:  # lets the shim go on: it starts sleep
+            fifo.read()
+        assert shim.wait(timeout=60) == 128 + signal.SIGTERM
+        assert read_exit_file(str(exit_file)) == 128 + signal.SIGTERM
+    finally:
+        if shim.poll() is None:
+            os.killpg(shim.pid, signal.SIGKILL)
+            shim.wait(timeout=30)
+
+
+def _blocked_in_open(pid: int) -> bool:
+    """Whether ``pid`` sleeps in a FIFO's open, waiting for a reader (its
+    wchan: ``wait_for_partner``)."""
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return f.read() == "wait_for_partner"
+    except OSError:
+        return False

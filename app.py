@@ -227,8 +227,6 @@ def test_webhook(webhook_id: str):
 @endpoint("/v1/usage", "GET")
 def get_usage():
     usage = services().usage
-    if usage is None:  # never: bootstrap wires it
-        raise RuntimeError("no usage service")
     principal = services().auth.authenticate(http.authorization())
     return ok(usage.read(usage.query(principal, http.query())))
 
@@ -310,7 +308,5 @@ def reconcile(event):
     """Resend unacknowledged intents; mark silent nodes DOWN and fail their
     attempts; roll up the usage of attempts whose roll was missed."""
     done = services().reconciler.run()
-    usage = services().usage
-    if usage is not None:
-        usage.sweep()
+    services().usage.sweep()
     return done

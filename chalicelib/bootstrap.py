@@ -77,10 +77,10 @@ class Services:
     feed: FeedService
     #: webhooks, and their deliveries (fan_out: the event feed's side)
     webhooks: WebhooksService
+    #: usage rolled up as attempts end, and GET /v1/usage
+    usage: UsageService
     #: the one time source every service reads
     clock: Clock = utcnow
-    #: usage rolled up as attempts end, and GET /v1/usage (None: not wired)
-    usage: UsageService | None = None
 
     def ready(self) -> dict:
         """Readiness: the API can reach its tables (503 otherwise)."""

@@ -26,11 +26,11 @@ Push = Callable[[str, Sequence[dict]], None]
 
 
 class FeedService:
-    def __init__(self, log: FeedLog, *, page_token_key: bytes, tenant_tag: Callable[[str], int],
+    def __init__(self, feeds: FeedLog, *, page_token_key: bytes, tenant_tag: Callable[[str], int],
                  sinks: Sequence[EventSink] = (), webhooks: Push | None = None,
                  clock: Clock = utcnow, sleep: Callable[[float], None] = time.sleep,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._log = log
+        self._log = feeds
         self._key = page_token_key
         self._tag = tenant_tag
         self._sinks = list(sinks)
@@ -44,9 +44,10 @@ class FeedService:
         given = 0
         for _ in range(_ROUNDS):
             jobs = self._log.unfed_jobs(tenant, _JOBS_PER_ROUND)
-            if not jobs:
+            this_round = self._number_jobs(tenant, jobs) if jobs else 0
+            if not this_round:  # none left, or the index lags behind what was fed
                 return given
-            given += self._number_jobs(tenant, jobs)
+            given += this_round
         return given
 
     def _number_jobs(self, tenant: str, jobs: list[str]) -> int:

@@ -246,3 +246,24 @@ def test_an_endpoint_disabled_is_an_event_on_the_tenants_feed(world):
     page = svc.read(tenant, after=None, type_="webhook.disabled", job_id=None, page_size=5,
                     wait_s=0)
     assert [e["id"] for e in page["events"]] == [event["id"]]
+
+
+def test_an_index_that_lags_behind_what_was_fed_costs_one_round_not_twenty(world):
+    """DynamoDB's index may still list a job fed a moment ago: numbering reads
+    it once, finds nothing to tell, and stops (a read's long poll numbers on
+    every look)."""
+    job = world.created()
+
+    class Lagging(FakeFeeds):
+        asked = 0
+
+        def unfed_jobs(self, tenant, limit):
+            self.asked += 1
+            return [job.job_id]  # listed still, though fed
+
+    feeds = Lagging(world.store.t)
+    svc = service(feeds)
+    assert svc.number(job.tenant) == 1
+    feeds.asked = 0
+    assert svc.number(job.tenant) == 0
+    assert feeds.asked == 1
